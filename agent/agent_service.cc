@@ -1,0 +1,252 @@
+#include "agent/agent_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/auth_token.h"
+#include "common/log.h"
+#include "common/net_address.h"
+
+namespace dslaunch {
+
+AgentService::AgentService(AgentConfig config) : config_(std::move(config)) {
+  lease_thread_ = std::thread([this] { LeaseLoop(); });
+}
+
+AgentService::~AgentService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+  }
+  shutdown_cv_.notify_all();
+  lease_thread_.join();
+  StopAllJobs(std::chrono::milliseconds(0), "agent shutting down");
+}
+
+grpc::Status AgentService::Authenticate(const grpc::ServerContext& context, const char* method) {
+  if (CallHasToken(context, config_.token)) return grpc::Status::OK;
+  LogLine(absl::StrCat("refused ", method, " from ", context.peer(),
+                       ": missing or wrong token (nothing was run)"));
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "dsagent: missing or wrong token; check --token_file on both sides");
+}
+
+std::shared_ptr<AgentService::Job> AgentService::FindOrCreateJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& job = jobs_[job_id];
+  if (!job) {
+    job = std::make_shared<Job>(job_id);
+    std::lock_guard<std::mutex> job_lock(job->mu);
+    job->last_contact = std::chrono::steady_clock::now();
+    job->lease = config_.default_lease;
+  }
+  return job;
+}
+
+std::shared_ptr<AgentService::Job> AgentService::FindJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+void AgentService::Touch(Job& job) {
+  std::lock_guard<std::mutex> lock(job.mu);
+  job.last_contact = std::chrono::steady_clock::now();
+}
+
+grpc::Status AgentService::Describe(grpc::ServerContext* context, const DescribeRequest*,
+                                    DescribeReply* reply) {
+  if (auto s = Authenticate(*context, "Describe"); !s.ok()) return s;
+  reply->set_hostname(config_.hostname);
+  reply->set_gpu_count(config_.gpu_count);
+  reply->set_pid(::getpid());
+  reply->set_version("dsagent 0.1 (rank environment contract v1)");
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::ReservePort(grpc::ServerContext* context, const ReservePortRequest*,
+                                       ReservePortReply* reply) {
+  if (auto s = Authenticate(*context, "ReservePort"); !s.ok()) return s;
+  auto port = PickFreePort();
+  if (!port.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("cannot pick a free port: ", port.status().message()));
+  }
+  reply->set_port(*port);
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
+                                      const StartRanksRequest* request, StartRanksReply* reply) {
+  if (auto s = Authenticate(*context, "StartRanks"); !s.ok()) return s;
+  if (request->job_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "StartRanks: empty job_id");
+  }
+  std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
+  std::vector<RankSupervisor*> started;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->last_contact = std::chrono::steady_clock::now();
+    if (request->lease_ms() > 0) job->lease = std::chrono::milliseconds(request->lease_ms());
+    job->lease_expired = false;
+    for (const auto& rank : job->ranks) {
+      if (!rank->ended() && rank->attempt() >= request->attempt()) {
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                            absl::StrCat("job ", job->id, " already runs rank ",
+                                         rank->global_rank(), " of attempt ", rank->attempt(),
+                                         " on this agent"));
+      }
+    }
+    for (const RankSpec& spec : request->ranks()) {
+      SpawnRequest spawn;
+      spawn.argv.assign(spec.argv().begin(), spec.argv().end());
+      spawn.env.insert(spec.env().begin(), spec.env().end());
+      spawn.working_dir = spec.working_dir();
+      Job* raw_job = job.get();
+      job->ranks.push_back(std::make_unique<RankSupervisor>(
+          request->attempt(), spec.global_rank(), std::move(spawn),
+          [raw_job](RankEvent event) { raw_job->events.Push(std::move(event)); }));
+      started.push_back(job->ranks.back().get());
+    }
+  }
+  // Outside the job lock: a spawn takes milliseconds and StopJob must not wait for it.
+  for (RankSupervisor* rank : started) reply->add_pids(rank->WaitForSpawn());
+  LogLine(absl::StrCat("job ", request->job_id(), " attempt ", request->attempt(), ": started ",
+                       request->ranks_size(), " rank(s)"));
+  return grpc::Status::OK;
+}
+
+int AgentService::StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
+                            const std::string& reason) {
+  int signalled = 0;
+  std::lock_guard<std::mutex> lock(job.mu);
+  for (const auto& rank : job.ranks) {
+    if (up_to_attempt >= 0 && rank->attempt() > up_to_attempt) continue;
+    if (rank->Stop(grace)) ++signalled;
+  }
+  if (signalled > 0) {
+    LogLine(absl::StrCat("job ", job.id, ": stopping ", signalled, " rank(s) (", reason,
+                         "; grace ", grace.count(), " ms)"));
+  }
+  return signalled;
+}
+
+grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRequest* request,
+                                   StopJobReply* reply) {
+  if (auto s = Authenticate(*context, "StopJob"); !s.ok()) return s;
+  std::shared_ptr<Job> job = FindJob(request->job_id());
+  if (!job) {
+    reply->set_signalled(0);
+    return grpc::Status::OK;
+  }
+  Touch(*job);
+  reply->set_signalled(StopRanks(*job, request->attempt(),
+                                 std::chrono::milliseconds(std::max<int64_t>(0, request->grace_ms())),
+                                 request->reason().empty() ? "controller request" : request->reason()));
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::KeepAlive(grpc::ServerContext* context, const KeepAliveRequest* request,
+                                     KeepAliveReply*) {
+  if (auto s = Authenticate(*context, "KeepAlive"); !s.ok()) return s;
+  Touch(*FindOrCreateJob(request->job_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchRequest* request,
+                                 grpc::ServerWriter<RankEvent>* writer) {
+  if (auto s = Authenticate(*context, "Watch"); !s.ok()) return s;
+  std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->watched) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrCat("job ", job->id, " already has a watcher on this agent"));
+    }
+    job->watched = true;
+    job->last_contact = std::chrono::steady_clock::now();
+  }
+  // Tells the caller the stream is open before it starts any rank.
+  RankEvent accepted;
+  accepted.set_global_rank(-1);
+  accepted.mutable_accepted();
+  writer->Write(accepted);
+  while (!context->IsCancelled()) {
+    auto event = job->events.PopFor(std::chrono::milliseconds(100));
+    if (!event) {
+      if (job->events.closed()) break;
+      continue;
+    }
+    if (!writer->Write(*event)) {
+      // The event is lost with the stream; the controller treats a broken
+      // stream as a lost host anyway.
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(job->mu);
+  job->watched = false;
+  return grpc::Status::OK;
+}
+
+int AgentService::StopAllJobs(std::chrono::milliseconds grace, const std::string& reason) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  int signalled = 0;
+  for (auto& job : jobs) signalled += StopRanks(*job, -1, grace, reason);
+  // Wait for every rank to be reaped (the supervisors escalate to SIGKILL
+  // after the grace themselves), then drop them.
+  for (auto& job : jobs) {
+    std::vector<std::unique_ptr<RankSupervisor>> ranks;
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      ranks.swap(job->ranks);
+    }
+    for (auto& rank : ranks) rank->WaitEnded();
+    ranks.clear();
+    job->events.Close();
+  }
+  return signalled;
+}
+
+int AgentService::LiveRankCount(const std::string& job_id) {
+  std::shared_ptr<Job> job = FindJob(job_id);
+  if (!job) return 0;
+  std::lock_guard<std::mutex> lock(job->mu);
+  int live = 0;
+  for (const auto& rank : job->ranks) live += rank->ended() ? 0 : 1;
+  return live;
+}
+
+void AgentService::LeaseLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutting_down_) {
+    shutdown_cv_.wait_for(lock, config_.lease_check_interval);
+    if (shutting_down_) break;
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<Job>> expired;
+    std::vector<std::string> forget;
+    for (auto& [id, job] : jobs_) {
+      std::lock_guard<std::mutex> job_lock(job->mu);
+      if (now - job->last_contact <= job->lease) continue;
+      bool live = false;
+      for (const auto& rank : job->ranks) live = live || !rank->ended();
+      if (live && !job->lease_expired) {
+        job->lease_expired = true;
+        expired.push_back(job);
+      } else if (!live && !job->watched) {
+        forget.push_back(id);
+      }
+    }
+    for (const auto& id : forget) jobs_.erase(id);
+    lock.unlock();
+    for (auto& job : expired) {
+      LogLine(absl::StrCat("job ", job->id, ": no word from the controller for ",
+                           job->lease.count(), " ms (lease); stopping its ranks"));
+      StopRanks(*job, -1, config_.lease_stop_grace, "lease expired");
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace dslaunch

@@ -1,0 +1,95 @@
+// The dsagent gRPC service: starts, watches and stops the ranks of jobs on
+// this host for an authenticated controller.
+//
+// Jobs are isolated by id: every rank belongs to exactly one job, and
+// StopJob or a lease expiry only ever signals that job's process groups.
+//
+// Lease: a controller proves it is alive with KeepAlive (and any other call
+// for the job). When a job with running ranks hears nothing for its lease, the
+// agent stops those ranks: a SIGKILLed or partitioned controller never leaves
+// ranks behind. Jobs whose ranks have all ended are forgotten after a lease
+// without contact.
+//
+// Thread-safe: gRPC calls it from many threads.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/rank_supervisor.h"
+#include "common/blocking_queue.h"
+#include "proto/agent.grpc.pb.h"
+
+namespace dslaunch {
+
+struct AgentConfig {
+  std::string token;                                // required on every call
+  std::chrono::milliseconds default_lease{10000};   // when StartRanks gives none
+  std::chrono::milliseconds lease_check_interval{200};
+  std::chrono::milliseconds lease_stop_grace{3000};  // SIGTERM -> SIGKILL when a lease expires
+  std::string hostname;                             // reported by Describe
+  int gpu_count = 0;                                // reported by Describe
+};
+
+class AgentService final : public Agent::Service {
+ public:
+  explicit AgentService(AgentConfig config);
+  // Stops every rank of every job (SIGKILL) and joins the lease thread.
+  ~AgentService() override;
+
+  grpc::Status Describe(grpc::ServerContext* context, const DescribeRequest* request,
+                        DescribeReply* reply) override;
+  grpc::Status ReservePort(grpc::ServerContext* context, const ReservePortRequest* request,
+                           ReservePortReply* reply) override;
+  grpc::Status StartRanks(grpc::ServerContext* context, const StartRanksRequest* request,
+                          StartRanksReply* reply) override;
+  grpc::Status StopJob(grpc::ServerContext* context, const StopJobRequest* request,
+                       StopJobReply* reply) override;
+  grpc::Status KeepAlive(grpc::ServerContext* context, const KeepAliveRequest* request,
+                         KeepAliveReply* reply) override;
+  grpc::Status Watch(grpc::ServerContext* context, const WatchRequest* request,
+                     grpc::ServerWriter<RankEvent>* writer) override;
+
+  // Stops every job's ranks with `grace` and waits until they are gone
+  // (daemon shutdown). Returns how many ranks were signalled.
+  int StopAllJobs(std::chrono::milliseconds grace, const std::string& reason);
+
+  // Number of ranks of `job_id` that have not ended (tests).
+  int LiveRankCount(const std::string& job_id);
+
+ private:
+  struct Job {
+    explicit Job(std::string id) : id(std::move(id)) {}
+    const std::string id;
+    BlockingQueue<RankEvent> events;  // everything that happened, for the watcher
+    std::mutex mu;
+    std::vector<std::unique_ptr<RankSupervisor>> ranks;  // guarded by mu
+    std::chrono::steady_clock::time_point last_contact;  // guarded by mu
+    std::chrono::milliseconds lease{0};                  // guarded by mu
+    bool watched = false;                                // guarded by mu
+    bool lease_expired = false;                          // guarded by mu
+  };
+
+  // UNAUTHENTICATED (and a log line naming the peer) unless the call has the token.
+  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method);
+  std::shared_ptr<Job> FindOrCreateJob(const std::string& job_id);
+  std::shared_ptr<Job> FindJob(const std::string& job_id);
+  void Touch(Job& job);
+  int StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
+                const std::string& reason);
+  void LeaseLoop();
+
+  const AgentConfig config_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  bool shutting_down_ = false;                        // guarded by mu_
+  std::condition_variable shutdown_cv_;
+  std::thread lease_thread_;
+};
+
+}  // namespace dslaunch

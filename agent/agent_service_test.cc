@@ -1,0 +1,198 @@
+#include "agent/agent_service.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include <thread>
+
+#include "common/auth_token.h"
+#include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void StartAgent(std::chrono::milliseconds lease = 10s) {
+    AgentConfig config;
+    config.token = kToken;
+    config.default_lease = lease;
+    config.lease_check_interval = 50ms;
+    config.lease_stop_grace = 1s;
+    config.hostname = "test-host";
+    service_ = std::make_unique<AgentService>(config);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_GT(port, 0);
+    stub_ = Agent::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                               grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    service_.reset();
+  }
+  static void Authorize(grpc::ClientContext* context, const std::string& token = kToken) {
+    AttachToken(context, token);
+    context->set_deadline(std::chrono::system_clock::now() + 20s);
+  }
+  StartRanksRequest SleepingRanks(const std::string& job, int count, int64_t lease_ms = 0) {
+    StartRanksRequest request;
+    request.set_job_id(job);
+    request.set_lease_ms(lease_ms);
+    for (int r = 0; r < count; ++r) {
+      RankSpec* rank = request.add_ranks();
+      rank->set_global_rank(r);
+      rank->add_argv("/bin/sleep");
+      rank->add_argv("1000");
+    }
+    return request;
+  }
+  // Waits, bounded, until the job has `live` ranks.
+  bool WaitLive(const std::string& job, int live, std::chrono::milliseconds bound = 20s) {
+    auto deadline = std::chrono::steady_clock::now() + bound;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (service_->LiveRankCount(job) == live) return true;
+      std::this_thread::yield();
+    }
+    return service_->LiveRankCount(job) == live;
+  }
+
+  std::unique_ptr<AgentService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Agent::Stub> stub_;
+};
+
+TEST_F(AgentServiceTest, RefusesCallsWithoutTheToken) {
+  StartAgent();
+  for (const std::string& token : {std::string(""), std::string("wrong-token-wrong-token")}) {
+    grpc::ClientContext context;
+    if (!token.empty()) AttachToken(&context, token);
+    StartRanksReply reply;
+    grpc::Status status = stub_->StartRanks(&context, SleepingRanks("intruder", 1), &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_EQ(service_->LiveRankCount("intruder"), 0);  // nothing ran
+  grpc::ClientContext context;
+  ReservePortReply port;
+  EXPECT_EQ(stub_->ReservePort(&context, ReservePortRequest(), &port).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
+  StartAgent();
+  grpc::ClientContext watch_context;
+  Authorize(&watch_context);
+  WatchRequest watch;
+  watch.set_job_id("job-a");
+  auto reader = stub_->Watch(&watch_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EXPECT_TRUE(event.has_accepted());
+
+  StartRanksRequest request;
+  request.set_job_id("job-a");
+  request.set_attempt(2);
+  RankSpec* rank = request.add_ranks();
+  rank->set_global_rank(4);
+  rank->add_argv("/bin/sh");
+  rank->add_argv("-c");
+  rank->add_argv("echo hi; exit 3");
+  grpc::ClientContext start_context;
+  Authorize(&start_context);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&start_context, request, &reply).ok());
+  ASSERT_EQ(reply.pids_size(), 1);
+  EXPECT_GT(reply.pids(0), 0);
+
+  std::vector<RankEvent> seen;
+  while (reader->Read(&event)) {
+    seen.push_back(event);
+    if (event.has_ended()) break;
+  }
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_TRUE(seen[0].has_started());
+  EXPECT_EQ(seen[1].output().line(), "hi");
+  EXPECT_EQ(seen[2].ended().exit_code(), 3);
+  for (const auto& e : seen) {
+    EXPECT_EQ(e.attempt(), 2);
+    EXPECT_EQ(e.global_rank(), 4);
+  }
+  watch_context.TryCancel();
+}
+
+TEST_F(AgentServiceTest, StopJobTouchesOnlyThatJob) {
+  StartAgent();
+  for (const char* job : {"job-1", "job-2"}) {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks(job, 2), &reply).ok());
+  }
+  EXPECT_EQ(service_->LiveRankCount("job-1"), 2);
+  grpc::ClientContext context;
+  Authorize(&context);
+  StopJobRequest stop;
+  stop.set_job_id("job-1");
+  stop.set_attempt(-1);
+  stop.set_grace_ms(5000);
+  StopJobReply reply;
+  ASSERT_TRUE(stub_->StopJob(&context, stop, &reply).ok());
+  EXPECT_EQ(reply.signalled(), 2);
+  EXPECT_TRUE(WaitLive("job-1", 0));
+  EXPECT_EQ(service_->LiveRankCount("job-2"), 2);
+}
+
+TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {
+  StartAgent();
+  grpc::ClientContext context;
+  Authorize(&context);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("silent", 2, /*lease_ms=*/300), &reply).ok());
+  ASSERT_EQ(service_->LiveRankCount("silent"), 2);
+  // No KeepAlive: the lease runs out and the agent stops the ranks by itself.
+  EXPECT_TRUE(WaitLive("silent", 0, 20s));
+}
+
+TEST_F(AgentServiceTest, KeepAliveHoldsTheLease) {
+  StartAgent();
+  grpc::ClientContext context;
+  Authorize(&context);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("alive", 1, /*lease_ms=*/1000), &reply).ok());
+  // Keep it alive for three leases.
+  auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) {
+    grpc::ClientContext keep;
+    Authorize(&keep);
+    KeepAliveRequest request;
+    request.set_job_id("alive");
+    KeepAliveReply keep_reply;
+    ASSERT_TRUE(stub_->KeepAlive(&keep, request, &keep_reply).ok());
+    EXPECT_EQ(service_->LiveRankCount("alive"), 1);
+    std::this_thread::sleep_for(100ms);  // the keep-alive period itself, not a wait for an event
+  }
+  EXPECT_EQ(service_->LiveRankCount("alive"), 1);
+}
+
+TEST_F(AgentServiceTest, RefusesASecondStartOfTheSameAttempt) {
+  StartAgent();
+  grpc::ClientContext first;
+  Authorize(&first);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&first, SleepingRanks("twice", 1), &reply).ok());
+  grpc::ClientContext second;
+  Authorize(&second);
+  EXPECT_EQ(stub_->StartRanks(&second, SleepingRanks("twice", 1), &reply).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+}
+
+}  // namespace
+}  // namespace dslaunch

@@ -1,0 +1,158 @@
+// dsagent: the per-host daemon that starts and supervises rank processes for
+// an authenticated dslaunch controller.
+//
+//   dsagent --listen 127.0.0.1:29700 --token_file ~/.dslaunch/token
+//
+// On start it prints one line "DSAGENT_READY <host:port>" on stdout (the local
+// and ssh launchers read the port from it). SIGTERM or SIGINT stops every rank
+// it runs and exits.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "agent/agent_service.h"
+#include "common/auth_token.h"
+#include "common/gpu_count.h"
+#include "common/log.h"
+#include "common/net_address.h"
+
+namespace {
+
+struct AgentFlags {
+  std::string listen = "127.0.0.1:0";
+  std::string token_file;
+  int64_t lease_ms = 10000;
+  int64_t stop_grace_ms = 3000;
+  std::string name;
+  bool exit_on_stdin_eof = false;
+};
+
+const char kUsage[] =
+    "usage: dsagent --token_file FILE [--listen ADDR:PORT] [--lease_ms MS] [--stop_grace_ms MS]\n"
+    "               [--name NAME] [--exit_on_stdin_eof]\n"
+    "  --listen ADDR:PORT    where to serve (default 127.0.0.1:0: loopback, a free port)\n"
+    "  --token_file FILE     the shared secret every call must carry (mode 0600)\n"
+    "  --lease_ms MS         stop a job's ranks after this long without its controller (default 10000)\n"
+    "  --stop_grace_ms MS    SIGTERM -> SIGKILL grace when a lease expires (default 3000)\n"
+    "  --name NAME           host name to report and log (default: the machine's)\n"
+    "  --exit_on_stdin_eof   stop everything and exit when stdin closes (ssh launcher)\n";
+
+int Fail(const std::string& message) {
+  std::cerr << "dsagent: " << message << "\n" << kUsage;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  AgentFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto take_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (arg == "--exit_on_stdin_eof") {
+      flags.exit_on_stdin_eof = true;
+    } else if (arg == "--listen" || arg == "--token_file" || arg == "--name" ||
+               arg == "--lease_ms" || arg == "--stop_grace_ms") {
+      if (!take_value()) return Fail(absl::StrCat(arg, " needs a value"));
+      if (arg == "--listen") flags.listen = value;
+      if (arg == "--token_file") flags.token_file = value;
+      if (arg == "--name") flags.name = value;
+      if (arg == "--lease_ms" || arg == "--stop_grace_ms") {
+        int64_t ms = 0;
+        if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
+          return Fail(absl::StrCat(arg, " '", value, "' is not a non-negative integer"));
+        }
+        (arg == "--lease_ms" ? flags.lease_ms : flags.stop_grace_ms) = ms;
+      }
+    } else {
+      return Fail(absl::StrCat("unknown argument '", arg, "'"));
+    }
+  }
+  if (flags.token_file.empty()) return Fail("--token_file is required");
+  auto listen = dslaunch::ParseHostPort(flags.listen, "--listen");
+  if (!listen.ok()) return Fail(std::string(listen.status().message()));
+  auto token = dslaunch::ReadTokenFile(flags.token_file);
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+
+  if (flags.name.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    flags.name = host;
+  }
+  dslaunch::SetLogProgramName(absl::StrCat("dsagent[", flags.name, "]"));
+
+  // Block the stop signals in every thread (gRPC's included); one thread
+  // waits for them. Ranks get an empty mask back (process_spawner.cc).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  dslaunch::AgentConfig config;
+  config.token = *token;
+  config.default_lease = std::chrono::milliseconds(flags.lease_ms);
+  config.lease_stop_grace = std::chrono::milliseconds(flags.stop_grace_ms);
+  config.hostname = flags.name;
+  config.gpu_count = dslaunch::DetectLocalGpuCount();
+  auto service = std::make_unique<dslaunch::AgentService>(config);
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(listen->ToString(), grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    return Fail(absl::StrCat("cannot listen on ", listen->ToString()));
+  }
+  dslaunch::HostPort bound{listen->host, bound_port};
+  std::printf("DSAGENT_READY %s\n", bound.ToString().c_str());
+  std::fflush(stdout);
+  dslaunch::LogLine(absl::StrCat("listening on ", bound.ToString(), ", lease ", flags.lease_ms,
+                                 " ms, ", config.gpu_count, " GPU(s)"));
+
+  if (flags.exit_on_stdin_eof) {
+    std::thread([] {
+      char buffer[256];
+      while (::read(STDIN_FILENO, buffer, sizeof(buffer)) > 0) {
+      }
+      dslaunch::LogLine("stdin closed (controller connection gone); shutting down");
+      ::kill(::getpid(), SIGTERM);
+    }).detach();
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  dslaunch::LogLine(absl::StrCat("received ", strsignal(signal_number), "; stopping every rank"));
+  service->StopAllJobs(std::chrono::milliseconds(flags.stop_grace_ms),
+                       absl::StrCat("agent received ", strsignal(signal_number)));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  service.reset();
+  return 0;
+}

@@ -1,0 +1,76 @@
+#include "common/auth_token.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace dslaunch {
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(absl::StrCat("token file ", path));
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "token file ", path, " is accessible by other users (mode ",
+        absl::StrFormat("%04o", st.st_mode & 0777), "); run: chmod 600 ", path));
+  }
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty or unreadable"));
+  }
+  std::string token(absl::StripAsciiWhitespace(line));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, ": the token must be at least 16 characters"));
+  }
+  return token;
+}
+
+absl::Status WriteTokenFile(const std::string& path, absl::string_view token) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("create token file ", path));
+  std::string content = absl::StrCat(token, "\n");
+  ssize_t written = ::write(fd, content.data(), content.size());
+  int err = errno;
+  ::close(fd);
+  if (written != static_cast<ssize_t>(content.size())) {
+    return ErrnoStatus(absl::StrCat("write token file ", path), err);
+  }
+  return absl::OkStatus();
+}
+
+std::string GenerateToken() {
+  unsigned char bytes[32];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n > 0) filled += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bytes), sizeof(bytes)));
+}
+
+bool TokensEqual(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  if (b.empty()) diff |= 1;
+  return diff == 0;
+}
+
+bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  if (it == metadata.end()) return false;
+  return TokensEqual(absl::string_view(it->second.data(), it->second.size()), expected);
+}
+
+}  // namespace dslaunch

@@ -1,0 +1,46 @@
+// Credentials for the control plane.
+//
+// Note [Control-plane authentication]
+// Every gRPC call to a dsagent carries the cluster token in the
+// "x-dslaunch-token" metadata entry; the token comes from --token_file on both
+// sides (the local launcher generates one and hands it to the agents it starts).
+// Calls to the controller's rendezvous store carry a per-job token that the
+// controller generates and gives to ranks in DSLAUNCH_STORE_TOKEN. Tokens are
+// compared in constant time. The transport is plaintext gRPC: run agents on a
+// trusted network (or loopback, their default).
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_context.h>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch {
+
+inline constexpr char kTokenMetadataKey[] = "x-dslaunch-token";
+
+// Reads a token file: the first line, trimmed. Errors name the file. A file
+// that other users can read is refused (it is a password).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// Writes `token` to a new file readable by the owner only.
+absl::Status WriteTokenFile(const std::string& path, absl::string_view token);
+
+// 32 random bytes from the kernel as 64 hex characters.
+std::string GenerateToken();
+
+// Constant-time comparison.
+bool TokensEqual(absl::string_view a, absl::string_view b);
+
+// Attaches the token to an outgoing call.
+inline void AttachToken(grpc::ClientContext* context, const std::string& token) {
+  context->AddMetadata(kTokenMetadataKey, token);
+}
+
+// True when the call carries `expected`.
+bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected);
+
+}  // namespace dslaunch

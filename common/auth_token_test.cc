@@ -1,0 +1,73 @@
+#include "common/auth_token.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (name + "." + std::to_string(::getpid()))).string();
+}
+
+TEST(AuthToken, GeneratedTokensAreLongAndDistinct) {
+  std::string a = GenerateToken(), b = GenerateToken();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
+}
+
+TEST(AuthToken, TokensEqualComparesWholeStrings) {
+  EXPECT_TRUE(TokensEqual("abcdefgh12345678", "abcdefgh12345678"));
+  EXPECT_FALSE(TokensEqual("abcdefgh12345678", "abcdefgh12345679"));
+  EXPECT_FALSE(TokensEqual("abcdefgh12345678", "abcdefgh1234567"));
+  EXPECT_FALSE(TokensEqual("abc", ""));
+  EXPECT_FALSE(TokensEqual("", ""));  // an empty token never authenticates
+}
+
+TEST(AuthToken, WriteThenReadRoundTrips) {
+  std::string path = TempPath("token_roundtrip");
+  std::string token = GenerateToken();
+  ASSERT_TRUE(WriteTokenFile(path, token).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto read = ReadTokenFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, token);
+  std::filesystem::remove(path);
+}
+
+TEST(AuthToken, RefusesFileOthersCanRead) {
+  std::string path = TempPath("token_public");
+  ASSERT_TRUE(WriteTokenFile(path, GenerateToken()).ok());
+  ::chmod(path.c_str(), 0644);
+  auto read = ReadTokenFile(path);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("chmod 600"));
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr(path));
+  std::filesystem::remove(path);
+}
+
+TEST(AuthToken, MissingAndShortTokensAreErrorsNamingTheFile) {
+  auto missing = ReadTokenFile("/nonexistent/token");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent/token"));
+  std::string path = TempPath("token_short");
+  ASSERT_TRUE(WriteTokenFile(path, "short").ok());
+  auto short_token = ReadTokenFile(path);
+  ASSERT_FALSE(short_token.ok());
+  EXPECT_THAT(std::string(short_token.status().message()), HasSubstr("at least 16"));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace dslaunch

@@ -1,0 +1,185 @@
+#include "common/store_client.h"
+
+#include <cstdlib>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/auth_token.h"
+#include "common/grpc_status.h"
+
+namespace dslaunch {
+namespace {
+
+// Bound for calls that do not wait on other ranks.
+constexpr std::chrono::milliseconds kCallDeadline{30000};
+
+absl::StatusOr<std::string> RequiredEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "environment variable ", name,
+        " is not set: this program must be started by dslaunch to use the rendezvous store"));
+  }
+  return std::string(value);
+}
+
+}  // namespace
+
+StoreClient::StoreClient(const std::string& address, std::string token, std::string job_id,
+                         int attempt)
+    : stub_(Store::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+      token_(std::move(token)),
+      job_id_(std::move(job_id)),
+      attempt_(attempt) {}
+
+absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::FromEnvironment() {
+  auto address = RequiredEnv("DSLAUNCH_STORE_ADDR");
+  if (!address.ok()) return address.status();
+  auto token = RequiredEnv("DSLAUNCH_STORE_TOKEN");
+  if (!token.ok()) return token.status();
+  auto job_id = RequiredEnv("DSLAUNCH_JOB_ID");
+  if (!job_id.ok()) return job_id.status();
+  auto attempt_text = RequiredEnv("DSLAUNCH_ATTEMPT");
+  if (!attempt_text.ok()) return attempt_text.status();
+  int attempt = 0;
+  if (!absl::SimpleAtoi(*attempt_text, &attempt) || attempt < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DSLAUNCH_ATTEMPT='", *attempt_text, "' is not a non-negative integer"));
+  }
+  return std::make_unique<StoreClient>(*address, *token, *job_id, attempt);
+}
+
+void StoreClient::Prepare(grpc::ClientContext* context, std::chrono::milliseconds deadline) const {
+  AttachToken(context, token_);
+  context->set_deadline(std::chrono::system_clock::now() + deadline);
+  // The store is up before any rank starts; waiting for the channel only
+  // rides over a transient connect failure.
+  context->set_wait_for_ready(true);
+}
+
+void StoreClient::FillScope(StoreScope* scope) const {
+  scope->set_job_id(job_id_);
+  scope->set_attempt(attempt_);
+}
+
+absl::Status StoreClient::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext context;
+  Prepare(&context, kCallDeadline);
+  StoreSetRequest request;
+  FillScope(request.mutable_scope());
+  request.set_key(key);
+  request.set_value(value);
+  StoreSetReply reply;
+  return FromGrpcStatus(stub_->Set(&context, request, &reply));
+}
+
+absl::StatusOr<std::optional<std::string>> StoreClient::Get(const std::string& key) {
+  grpc::ClientContext context;
+  Prepare(&context, kCallDeadline);
+  StoreGetRequest request;
+  FillScope(request.mutable_scope());
+  request.set_key(key);
+  StoreGetReply reply;
+  absl::Status status = FromGrpcStatus(stub_->Get(&context, request, &reply));
+  if (!status.ok()) return status;
+  if (!reply.found()) return std::optional<std::string>();
+  return std::optional<std::string>(reply.value());
+}
+
+absl::Status StoreClient::Wait(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  // The server enforces `timeout`; the RPC deadline only guards a lost server.
+  Prepare(&context, timeout + kCallDeadline);
+  StoreWaitRequest request;
+  FillScope(request.mutable_scope());
+  for (const auto& key : keys) request.add_keys(key);
+  request.set_timeout_ms(timeout.count());
+  StoreWaitReply reply;
+  return FromGrpcStatus(stub_->Wait(&context, request, &reply));
+}
+
+absl::StatusOr<std::string> StoreClient::WaitGet(const std::string& key,
+                                                 std::chrono::milliseconds timeout) {
+  absl::Status waited = Wait({key}, timeout);
+  if (!waited.ok()) return waited;
+  auto value = Get(key);
+  if (!value.ok()) return value.status();
+  if (!value->has_value()) {
+    return absl::AbortedError(absl::StrCat("store key '", key, "' was deleted while waiting"));
+  }
+  return **value;
+}
+
+absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
+  grpc::ClientContext context;
+  Prepare(&context, kCallDeadline);
+  StoreAddRequest request;
+  FillScope(request.mutable_scope());
+  request.set_key(key);
+  request.set_delta(delta);
+  StoreAddReply reply;
+  absl::Status status = FromGrpcStatus(stub_->Add(&context, request, &reply));
+  if (!status.ok()) return status;
+  return reply.value();
+}
+
+absl::StatusOr<StoreClient::CompareSetResult> StoreClient::CompareSet(
+    const std::string& key, const std::optional<std::string>& expected, const std::string& desired) {
+  grpc::ClientContext context;
+  Prepare(&context, kCallDeadline);
+  StoreCompareSetRequest request;
+  FillScope(request.mutable_scope());
+  request.set_key(key);
+  if (expected.has_value()) {
+    request.set_expected(*expected);
+  } else {
+    request.set_expect_absent(true);
+  }
+  request.set_desired(desired);
+  StoreCompareSetReply reply;
+  absl::Status status = FromGrpcStatus(stub_->CompareSet(&context, request, &reply));
+  if (!status.ok()) return status;
+  return CompareSetResult{reply.swapped(), reply.value()};
+}
+
+absl::StatusOr<bool> StoreClient::Delete(const std::string& key) {
+  grpc::ClientContext context;
+  Prepare(&context, kCallDeadline);
+  StoreDeleteRequest request;
+  FillScope(request.mutable_scope());
+  request.set_key(key);
+  StoreDeleteReply reply;
+  absl::Status status = FromGrpcStatus(stub_->Delete(&context, request, &reply));
+  if (!status.ok()) return status;
+  return reply.deleted();
+}
+
+absl::Status StoreClient::Barrier(const std::string& name, int world_size,
+                                  std::chrono::milliseconds timeout) {
+  const std::string count_key = absl::StrCat("barrier/", name, "/count");
+  const std::string done_key = absl::StrCat("barrier/", name, "/done");
+  auto arrived = Add(count_key, 1);
+  if (!arrived.ok()) return arrived.status();
+  if (*arrived > world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "barrier '", name, "': ", *arrived, " arrivals for a world of ", world_size,
+        " (a barrier name is single-use)"));
+  }
+  if (*arrived == world_size) {
+    absl::Status set = Set(done_key, "1");
+    if (!set.ok()) return set;
+  }
+  absl::Status waited = Wait({done_key}, timeout);
+  if (absl::IsDeadlineExceeded(waited)) {
+    return absl::DeadlineExceededError(absl::StrCat("barrier '", name, "': not every one of ",
+                                                    world_size, " ranks arrived within ",
+                                                    timeout.count(), " ms"));
+  }
+  return waited;
+}
+
+}  // namespace dslaunch

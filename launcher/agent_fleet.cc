@@ -1,0 +1,206 @@
+#include "launcher/agent_fleet.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process/args.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <boost/process/search_path.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/net_address.h"
+#include "common/status_macros.h"
+
+namespace dslaunch {
+namespace bp = boost::process;
+
+namespace {
+
+constexpr char kReadyPrefix[] = "DSAGENT_READY ";
+
+// Runs in the agent's child between fork and exec: its own process group (a
+// Ctrl-C on the terminal reaches only dslaunch, which then stops the job in
+// order) and SIGTERM when dslaunch dies, so a killed controller leaves no
+// local agent behind.
+struct AgentChildSetup {
+  pid_t controller_pid;
+  int stdin_read;
+  int stdout_write;
+  int stderr_fd;
+  template <typename Executor>
+  void operator()(Executor&) const {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != controller_pid) ::_exit(1);
+    ::dup2(stdin_read, STDIN_FILENO);
+    ::dup2(stdout_write, STDOUT_FILENO);
+    ::dup2(stderr_fd, STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+};
+
+std::string SafeFileName(const std::string& host) {
+  std::string name = host;
+  for (char& c : name) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) c = '_';
+  }
+  return name;
+}
+
+}  // namespace
+
+AgentFleet::~AgentFleet() {
+  for (const Started& agent : started_) {
+    if (agent.stdin_fd >= 0) ::close(agent.stdin_fd);
+    ::kill(agent.pid, SIGTERM);
+  }
+  for (const Started& agent : started_) {
+    // Agents stop their ranks (already stopped by the job) and exit promptly;
+    // bound the wait all the same.
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(agent.pid, nullptr, WNOHANG) != 0) break;
+      ::usleep(50 * 1000);
+      if (i == 99) {
+        ::kill(agent.pid, SIGKILL);
+        ::waitpid(agent.pid, nullptr, 0);
+      }
+    }
+  }
+}
+
+absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
+                                                  const std::vector<std::string>& argv,
+                                                  const AgentLaunchOptions& options) {
+  int in_pipe[2], out_pipe[2];
+  if (::pipe2(in_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
+  std::string log_path = "/dev/null";
+  if (!options.agent_log_dir.empty()) {
+    log_path = absl::StrCat(options.agent_log_dir, "/agent_", SafeFileName(host), ".log");
+  }
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return ErrnoStatus(absl::StrCat("open ", log_path));
+
+  boost::filesystem::path exe = argv[0];
+  if (argv[0].find('/') == std::string::npos) exe = bp::search_path(argv[0]);
+  if (exe.empty() || ::access(exe.c_str(), X_OK) != 0) {
+    ::close(log_fd);
+    return absl::NotFoundError(absl::StrCat("cannot execute '", argv[0], "' to start the agent for ",
+                                            host, " (see --agent_binary / --ssh_command)"));
+  }
+  std::vector<std::string> args(argv.begin() + 1, argv.end());
+  std::error_code error;
+  bp::child child(bp::exe = exe, bp::args = args,
+                  bp::extend::on_exec_setup =
+                      AgentChildSetup{::getpid(), in_pipe[0], out_pipe[1], log_fd},
+                  error);
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  ::close(log_fd);
+  if (error) {
+    ::close(in_pipe[1]);
+    ::close(out_pipe[0]);
+    return absl::InternalError(absl::StrCat("cannot start the agent for ", host, ": ",
+                                            error.message()));
+  }
+  pid_t pid = child.id();
+  child.detach();
+  started_.push_back(Started{pid, in_pipe[1]});
+
+  // Read the ready line, bounded by the timeout.
+  std::string received;
+  auto deadline = std::chrono::steady_clock::now() + options.ready_timeout;
+  int port = -1;
+  while (port < 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd fd{out_pipe[0], POLLIN, 0};
+    if (::poll(&fd, 1, static_cast<int>(left.count())) <= 0) continue;
+    char chunk[512];
+    ssize_t n = ::read(out_pipe[0], chunk, sizeof(chunk));
+    if (n <= 0) break;  // the agent (or ssh) exited
+    received.append(chunk, static_cast<size_t>(n));
+    size_t at = received.find(kReadyPrefix);
+    size_t end = at == std::string::npos ? at : received.find('\n', at);
+    if (end != std::string::npos) {
+      std::string address = received.substr(at + sizeof(kReadyPrefix) - 1,
+                                             end - at - (sizeof(kReadyPrefix) - 1));
+      auto parsed = ParseHostPort(address, "agent ready line");
+      if (!parsed.ok()) {
+        ::close(out_pipe[0]);
+        return parsed.status();
+      }
+      port = parsed->port;
+    }
+  }
+  ::close(out_pipe[0]);
+  if (port < 0) {
+    std::string hint = options.agent_log_dir.empty()
+                           ? "rerun with --log_dir to keep the agent's log"
+                           : absl::StrCat("see ", log_path);
+    return absl::UnavailableError(absl::StrCat(
+        "the agent for ", host, " did not report ready within ", options.ready_timeout.count(),
+        " ms (", absl::StrJoin(argv, " "), "); ", hint));
+  }
+  return port;
+}
+
+absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
+    const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
+  auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
+  for (const std::string& host : hosts) {
+    std::vector<std::string> argv = {options.agent_binary, "--listen", "127.0.0.1:0",
+                                     "--token_file", options.token_file, "--name", host,
+                                     "--lease_ms", absl::StrCat(options.lease_ms),
+                                     "--stop_grace_ms", absl::StrCat(options.stop_grace_ms)};
+    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options));
+    fleet->endpoints_.push_back({host, absl::StrCat("127.0.0.1:", port)});
+  }
+  return fleet;
+}
+
+absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartOverSsh(
+    const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
+  auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
+  for (const std::string& host : hosts) {
+    std::vector<std::string> argv = options.ssh_command;
+    for (const std::string& arg :
+         {host, options.agent_binary, std::string("--listen"), std::string("0.0.0.0:0"),
+          std::string("--exit_on_stdin_eof"), std::string("--token_file"), options.token_file,
+          std::string("--name"), host, std::string("--lease_ms"), absl::StrCat(options.lease_ms),
+          std::string("--stop_grace_ms"), absl::StrCat(options.stop_grace_ms)}) {
+      argv.push_back(arg);
+    }
+    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options));
+    fleet->endpoints_.push_back({host, HostPort{host, port}.ToString()});
+  }
+  return fleet;
+}
+
+absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::Existing(
+    const std::vector<std::string>& addresses) {
+  auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
+  for (const std::string& address : addresses) {
+    DS_ASSIGN_OR_RETURN(HostPort parsed, ParseHostPort(address, "--agents"));
+    if (parsed.port == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--agents: '", address, "' needs the agent's port (not 0)"));
+    }
+    fleet->endpoints_.push_back({parsed.host, address});
+  }
+  return fleet;
+}
+
+}  // namespace dslaunch

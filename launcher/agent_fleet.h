@@ -1,0 +1,64 @@
+// The dsagents a job talks to, and how they came to be (ARCHITECTURE.md,
+// "Agents"): started here by the controller (local), started on each host
+// over ssh, or already running (static). Agents this object started are
+// stopped when it is destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch {
+
+struct AgentEndpoint {
+  std::string host;     // as the user named it; shown in [host:rank]
+  std::string address;  // host:port to dial
+};
+
+struct AgentLaunchOptions {
+  std::string agent_binary;   // path of dsagent (same path on every host for ssh)
+  std::string token_file;     // passed to the agents (same path on every host for ssh)
+  int64_t lease_ms = 10000;
+  int64_t stop_grace_ms = 3000;
+  std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
+  std::vector<std::string> ssh_command{"ssh"};  // host and the agent command are appended
+  std::chrono::milliseconds ready_timeout{20000};
+};
+
+// Not thread-safe; owned by main.
+class AgentFleet {
+ public:
+  ~AgentFleet();
+
+  // One dsagent per entry of `hosts` on this machine, listening on loopback.
+  static absl::StatusOr<std::unique_ptr<AgentFleet>> StartLocal(
+      const std::vector<std::string>& hosts, const AgentLaunchOptions& options);
+  // One dsagent per host, started by `ssh_command HOST dsagent ...`; the agent
+  // exits when that ssh session ends.
+  static absl::StatusOr<std::unique_ptr<AgentFleet>> StartOverSsh(
+      const std::vector<std::string>& hosts, const AgentLaunchOptions& options);
+  // Agents that already run at `addresses` (host:port each).
+  static absl::StatusOr<std::unique_ptr<AgentFleet>> Existing(
+      const std::vector<std::string>& addresses);
+
+  const std::vector<AgentEndpoint>& endpoints() const { return endpoints_; }
+
+ private:
+  struct Started {
+    pid_t pid = -1;
+    int stdin_fd = -1;  // kept open: ssh agents exit when it closes
+  };
+  // Spawns `argv`, waits for its "DSAGENT_READY host:port" line, returns the port.
+  absl::StatusOr<int> SpawnAndWaitReady(const std::string& host, const std::vector<std::string>& argv,
+                                        const AgentLaunchOptions& options);
+
+  std::vector<AgentEndpoint> endpoints_;
+  std::vector<Started> started_;
+};
+
+}  // namespace dslaunch

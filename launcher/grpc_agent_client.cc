@@ -1,0 +1,150 @@
+#include "launcher/grpc_agent_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth_token.h"
+#include "common/grpc_status.h"
+
+namespace dslaunch {
+
+GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, std::string token,
+                                 std::chrono::milliseconds call_timeout)
+    : host_(std::move(host)),
+      address_(address),
+      token_(std::move(token)),
+      call_timeout_(call_timeout) {
+  grpc::ChannelArguments args;
+  // Notice a dead peer on an idle connection within seconds, not hours.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  stub_ = Agent::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
+
+void GrpcAgentClient::Prepare(grpc::ClientContext* context) const {
+  AttachToken(context, token_);
+  context->set_deadline(std::chrono::system_clock::now() + call_timeout_);
+}
+
+absl::Status GrpcAgentClient::Annotate(const grpc::Status& status, const char* method) const {
+  if (status.ok()) return absl::OkStatus();
+  absl::Status converted = FromGrpcStatus(status);
+  return absl::Status(converted.code(), absl::StrCat("agent ", host_, " (", address_, ") ", method,
+                                                     ": ", converted.message()));
+}
+
+absl::StatusOr<DescribeReply> GrpcAgentClient::Describe() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  // The first call may race the agent's start-up; wait for the channel.
+  context.set_wait_for_ready(true);
+  DescribeReply reply;
+  absl::Status status = Annotate(stub_->Describe(&context, DescribeRequest(), &reply), "Describe");
+  if (!status.ok()) return status;
+  return reply;
+}
+
+absl::StatusOr<int> GrpcAgentClient::ReservePort() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  ReservePortReply reply;
+  absl::Status status =
+      Annotate(stub_->ReservePort(&context, ReservePortRequest(), &reply), "ReservePort");
+  if (!status.ok()) return status;
+  return reply.port();
+}
+
+absl::Status GrpcAgentClient::StartRanks(const StartRanksRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  StartRanksReply reply;
+  return Annotate(stub_->StartRanks(&context, request, &reply), "StartRanks");
+}
+
+absl::Status GrpcAgentClient::StopJob(const std::string& job_id, int attempt,
+                                      std::chrono::milliseconds grace, const std::string& reason) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  StopJobRequest request;
+  request.set_job_id(job_id);
+  request.set_attempt(attempt);
+  request.set_grace_ms(grace.count());
+  request.set_reason(reason);
+  StopJobReply reply;
+  return Annotate(stub_->StopJob(&context, request, &reply), "StopJob");
+}
+
+absl::Status GrpcAgentClient::KeepAlive(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  KeepAliveRequest request;
+  request.set_job_id(job_id);
+  KeepAliveReply reply;
+  return Annotate(stub_->KeepAlive(&context, request, &reply), "KeepAlive");
+}
+
+absl::Status GrpcAgentClient::StartWatch(const std::string& job_id, EventHandler on_event,
+                                         LostHandler on_lost) {
+  StopWatch();
+  watch_stopping_ = false;
+  auto context = std::make_unique<grpc::ClientContext>();
+  AttachToken(context.get(), token_);
+  grpc::ClientContext* raw_context = context.get();
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_context_ = std::move(context);
+  }
+  auto accepted = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> accepted_future = accepted->get_future();
+  watch_thread_ = std::thread([this, raw_context, job_id, accepted, on_event = std::move(on_event),
+                               on_lost = std::move(on_lost)] {
+    WatchRequest request;
+    request.set_job_id(job_id);
+    std::unique_ptr<grpc::ClientReader<RankEvent>> reader = stub_->Watch(raw_context, request);
+    RankEvent event;
+    if (!reader->Read(&event) || !event.has_accepted()) {
+      grpc::Status status = reader->Finish();
+      accepted->set_value(status.ok() ? absl::UnavailableError(absl::StrCat(
+                                            "agent ", host_, " closed the event stream at once"))
+                                      : Annotate(status, "Watch"));
+      return;
+    }
+    accepted->set_value(absl::OkStatus());
+    while (reader->Read(&event)) on_event(std::move(event));
+    grpc::Status status = reader->Finish();
+    if (!watch_stopping_) {
+      on_lost(status.ok() ? absl::UnavailableError(
+                                absl::StrCat("agent ", host_, " closed the event stream"))
+                          : Annotate(status, "Watch"));
+    }
+  });
+  if (accepted_future.wait_for(call_timeout_) != std::future_status::ready) {
+    StopWatch();
+    return absl::DeadlineExceededError(absl::StrCat("agent ", host_, " (", address_,
+                                                    ") did not accept the event stream within ",
+                                                    call_timeout_.count(), " ms"));
+  }
+  absl::Status status = accepted_future.get();
+  if (!status.ok()) StopWatch();
+  return status;
+}
+
+void GrpcAgentClient::StopWatch() {
+  watch_stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (watch_context_) watch_context_->TryCancel();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  watch_context_.reset();
+}
+
+}  // namespace dslaunch

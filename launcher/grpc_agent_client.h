@@ -1,0 +1,52 @@
+// AgentClient over gRPC, with the cluster token on every call.
+// Thread-safe except StartWatch/StopWatch, which the controller calls from
+// one thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/client_context.h>
+
+#include "launcher/agent_client.h"
+#include "proto/agent.grpc.pb.h"
+
+namespace dslaunch {
+
+class GrpcAgentClient final : public AgentClient {
+ public:
+  // `address` is host:port of the agent; `host` is the name shown to users.
+  GrpcAgentClient(std::string host, const std::string& address, std::string token,
+                  std::chrono::milliseconds call_timeout = std::chrono::milliseconds(10000));
+  ~GrpcAgentClient() override;
+
+  const std::string& host() const override { return host_; }
+  absl::StatusOr<DescribeReply> Describe() override;
+  absl::StatusOr<int> ReservePort() override;
+  absl::Status StartRanks(const StartRanksRequest& request) override;
+  absl::Status StopJob(const std::string& job_id, int attempt, std::chrono::milliseconds grace,
+                       const std::string& reason) override;
+  absl::Status KeepAlive(const std::string& job_id) override;
+  absl::Status StartWatch(const std::string& job_id, EventHandler on_event,
+                          LostHandler on_lost) override;
+  void StopWatch() override;
+
+ private:
+  void Prepare(grpc::ClientContext* context) const;
+  absl::Status Annotate(const grpc::Status& status, const char* method) const;
+
+  const std::string host_;
+  const std::string address_;
+  const std::string token_;
+  const std::chrono::milliseconds call_timeout_;
+  std::unique_ptr<Agent::Stub> stub_;
+
+  std::mutex watch_mu_;
+  std::unique_ptr<grpc::ClientContext> watch_context_;  // guarded by watch_mu_
+  std::atomic<bool> watch_stopping_{false};
+  std::thread watch_thread_;
+};
+
+}  // namespace dslaunch

@@ -1,0 +1,431 @@
+#include "launcher/job_controller.h"
+
+#include <signal.h>
+
+#include <future>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+
+namespace dslaunch {
+namespace {
+
+constexpr size_t kCauseStderrLines = 3;
+
+bool IsFailure(const RankEnded& ended) {
+  return ended.state() != RANK_EXITED || ended.exit_code() != 0;
+}
+
+AttemptEnd ClassifyEnd(const RankEnded& ended) {
+  switch (ended.state()) {
+    case RANK_LOST:
+      return ATTEMPT_STARTUP_FAILURE;
+    case RANK_KILLED:
+      return ATTEMPT_RANK_SIGNALLED;
+    default:
+      return ATTEMPT_RANK_ERROR;
+  }
+}
+
+int ExitCodeOf(const RankEnded& ended) {
+  switch (ended.state()) {
+    case RANK_KILLED:
+      return 128 + ended.signal();
+    case RANK_LOST:
+      return 127;
+    default:
+      return ended.exit_code();
+  }
+}
+
+std::string AttemptEndName(AttemptEnd end) {
+  switch (end) {
+    case ATTEMPT_SUCCEEDED:
+      return "succeeded";
+    case ATTEMPT_STARTUP_FAILURE:
+      return "startup failure";
+    case ATTEMPT_RANK_ERROR:
+      return "rank error";
+    case ATTEMPT_RANK_SIGNALLED:
+      return "rank killed by a signal";
+    case ATTEMPT_HOST_LOST:
+      return "host lost";
+    case ATTEMPT_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+}  // namespace
+
+JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
+                             RankOutputSink* output, std::function<void(const std::string&)> notice,
+                             std::function<void(int)> on_attempt_over)
+    : spec_(std::move(spec)),
+      agents_(std::move(agents)),
+      output_(output),
+      notice_(std::move(notice)),
+      on_attempt_over_(std::move(on_attempt_over)) {}
+
+std::string JobController::DescribeEnd(int rank, const std::string& host, const RankEnded& ended) {
+  std::string who = absl::StrCat("rank ", rank, " on ", host);
+  switch (ended.state()) {
+    case RANK_KILLED:
+      return absl::StrCat(who, " was killed by signal ", ended.signal(), " (SIG",
+                          sigabbrev_np(ended.signal()) ? sigabbrev_np(ended.signal()) : "?", ")");
+    case RANK_LOST:
+      return absl::StrCat(who, " could not be started: ", ended.detail());
+    default:
+      return absl::StrCat(who, " exited with code ", ended.exit_code());
+  }
+}
+
+void JobController::SetState(JobState next) {
+  bool allowed = false;
+  switch (state_) {
+    case JOB_PLANNING:
+      allowed = next == JOB_STARTING || next == JOB_FAILED;  // (1), (0)
+      break;
+    case JOB_STARTING:
+      allowed = next == JOB_RUNNING || next == JOB_STOPPING;  // (2), (4)
+      break;
+    case JOB_RUNNING:
+      allowed = next == JOB_STOPPING || next == JOB_SUCCEEDED;  // (3), (7)
+      break;
+    case JOB_STOPPING:
+      allowed = next == JOB_RESTARTING || next == JOB_FAILED || next == JOB_CANCELLED;  // (5), (8)
+      break;
+    case JOB_RESTARTING:
+      allowed = next == JOB_STARTING;  // (6)
+      break;
+    default:
+      allowed = false;
+  }
+  if (!allowed) {
+    // A bug, not an input problem: say so loudly and keep the old state.
+    notice_(absl::StrCat("internal error: job state ", JobState_Name(state_), " cannot become ",
+                         JobState_Name(next)));
+    return;
+  }
+  state_ = next;
+}
+
+void JobController::OnSignal(int signal_number) {
+  Event event;
+  event.kind = Event::kSignal;
+  event.signal_number = signal_number;
+  events_.Push(std::move(event));
+}
+
+void JobController::KeepAliveLoop(AgentClient* agent) {
+  std::unique_lock<std::mutex> lock(keepalive_mu_);
+  while (keepalive_running_) {
+    lock.unlock();
+    (void)agent->KeepAlive(spec_.job_id);  // a lost agent shows up as a broken stream
+    lock.lock();
+    keepalive_cv_.wait_for(lock, spec_.keepalive_interval, [&] { return !keepalive_running_; });
+  }
+}
+
+JobOutcome JobController::Run() {
+  JobOutcome outcome;
+  for (size_t node = 0; node < agents_.size(); ++node) {
+    absl::Status watching = agents_[node]->StartWatch(
+        spec_.job_id,
+        [this, node](RankEvent event) {
+          Event e;
+          e.kind = Event::kRank;
+          e.node = static_cast<int>(node);
+          e.rank_event = std::move(event);
+          events_.Push(std::move(e));
+        },
+        [this, node](absl::Status status) {
+          Event e;
+          e.kind = Event::kAgentLost;
+          e.node = static_cast<int>(node);
+          e.lost = std::move(status);
+          events_.Push(std::move(e));
+        });
+    if (!watching.ok()) {
+      notice_(absl::StrCat("cannot watch the job on ", agents_[node]->host(), ": ",
+                           watching.message()));
+      for (size_t opened = 0; opened < node; ++opened) agents_[opened]->StopWatch();
+      SetState(JOB_FAILED);
+      outcome.state = JOB_FAILED;
+      outcome.exit_code = 1;
+      return outcome;
+    }
+  }
+  keepalive_running_ = true;
+  std::vector<std::thread> keepalive_threads;
+  for (AgentClient* agent : agents_) {
+    keepalive_threads.emplace_back([this, agent] { KeepAliveLoop(agent); });
+  }
+
+  for (int attempt = 0;; ++attempt) {
+    SetState(JOB_STARTING);
+    AttemptReport report = RunAttempt(attempt);
+    outcome.attempts.push_back(report);
+    if (on_attempt_over_) on_attempt_over_(attempt);
+    if (report.end == ATTEMPT_SUCCEEDED) {
+      SetState(JOB_SUCCEEDED);
+      break;
+    }
+    ReportAttempt(report);
+    if (report.end == ATTEMPT_CANCELLED) {
+      SetState(JOB_CANCELLED);
+      break;
+    }
+    if (attempt >= spec_.max_restarts) {
+      SetState(JOB_FAILED);
+      break;
+    }
+    SetState(JOB_RESTARTING);
+    notice_(absl::StrCat("restarting the job: attempt ", attempt + 1, " (restart ", attempt + 1,
+                         " of ", spec_.max_restarts, ")"));
+  }
+  outcome.state = state_;
+  outcome.exit_code = outcome.attempts.back().exit_code;
+
+  {
+    std::lock_guard<std::mutex> lock(keepalive_mu_);
+    keepalive_running_ = false;
+  }
+  keepalive_cv_.notify_all();
+  for (auto& thread : keepalive_threads) thread.join();
+  for (AgentClient* agent : agents_) agent->StopWatch();
+  Summarize(outcome);
+  return outcome;
+}
+
+absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_started) {
+  const LaunchPlan& plan = spec_.plan;
+  RankEnvironmentInputs env = spec_.environment;
+  env.attempt = attempt;
+  node_started->assign(plan.nodes.size(), false);
+  const int rank0_node = plan.ranks.front().node_index;
+  if (env.master_port == 0) {
+    auto port = agents_[rank0_node]->ReservePort();
+    if (!port.ok()) return port.status();
+    env.master_port = *port;
+  }
+  std::vector<StartRanksRequest> requests(plan.nodes.size());
+  for (size_t node = 0; node < plan.nodes.size(); ++node) {
+    requests[node].set_job_id(spec_.job_id);
+    requests[node].set_attempt(attempt);
+    requests[node].set_lease_ms(spec_.lease.count());
+  }
+  for (const RankPlacement& rank : plan.ranks) {
+    RankSpec* spec = requests[rank.node_index].add_ranks();
+    spec->set_global_rank(rank.global_rank);
+    spec->set_local_rank(rank.local_rank);
+    for (const auto& arg : BuildRankArgv(spec_.program, rank, spec_.no_local_rank)) {
+      spec->add_argv(arg);
+    }
+    for (const auto& [key, value] : BuildRankEnvironment(plan, rank, env)) {
+      (*spec->mutable_env())[key] = value;
+    }
+    spec->set_working_dir(spec_.working_dir);
+  }
+  // Every host at once: start-up time does not grow with the number of hosts.
+  std::vector<std::future<absl::Status>> started;
+  for (size_t node = 0; node < plan.nodes.size(); ++node) {
+    started.push_back(std::async(std::launch::async, [this, node, &requests] {
+      return agents_[node]->StartRanks(requests[node]);
+    }));
+  }
+  absl::Status first_error;
+  for (size_t node = 0; node < started.size(); ++node) {
+    absl::Status status = started[node].get();
+    (*node_started)[node] = status.ok();
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
+                              const std::string& reason) {
+  for (AgentClient* agent : agents_) {
+    stop_threads_.emplace_back([this, agent, attempt, grace, reason] {
+      absl::Status stopped = agent->StopJob(spec_.job_id, attempt, grace, reason);
+      if (!stopped.ok()) notice_(absl::StrCat("could not stop ranks: ", stopped.message()));
+    });
+  }
+}
+
+AttemptReport JobController::RunAttempt(int attempt) {
+  AttemptReport report;
+  report.attempt = attempt;
+  const LaunchPlan& plan = spec_.plan;
+  if (output_ != nullptr) {
+    absl::Status ready = output_->OnAttemptStarted(attempt);
+    if (!ready.ok()) {
+      report.end = ATTEMPT_STARTUP_FAILURE;
+      report.exit_code = 1;
+      report.cause = std::string(ready.message());
+      SetState(JOB_STOPPING);
+      return report;
+    }
+  }
+
+  std::set<int> live;
+  for (const auto& rank : plan.ranks) live.insert(rank.global_rank);
+  bool stopping = false;
+  int64_t failed_at_us = 0;
+  int64_t last_stopped_us = 0;
+  std::chrono::steady_clock::time_point teardown_deadline;
+  auto begin_stop = [&](std::chrono::milliseconds grace, const std::string& reason) {
+    if (!stopping) SetState(JOB_STOPPING);
+    stopping = true;
+    teardown_deadline = std::chrono::steady_clock::now() + grace + spec_.teardown_margin;
+    BeginStop(attempt, grace, reason);
+  };
+  auto fail = [&](AttemptEnd end, int exit_code, std::string cause,
+                  std::vector<std::string> tail, int64_t at_us) {
+    if (stopping) return;
+    report.end = end;
+    report.exit_code = exit_code;
+    report.cause = std::move(cause);
+    report.stderr_tail = std::move(tail);
+    failed_at_us = at_us;
+    notice_(absl::StrCat("attempt ", attempt, ": ", report.cause, "; stopping every rank"));
+    begin_stop(spec_.stop_grace, report.cause);
+  };
+  auto on_signal = [&](int signal_number) {
+    ++signals_seen_;
+    if (first_signal_ == 0) first_signal_ = signal_number;
+    if (!stopping) {
+      report.end = ATTEMPT_CANCELLED;
+      report.exit_code = 128 + signal_number;
+      report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
+      notice_(absl::StrCat(report.cause, "; stopping every rank (again to skip the ",
+                           spec_.stop_grace.count(), " ms grace)"));
+      begin_stop(spec_.stop_grace, report.cause);
+    } else {
+      notice_("stopping every rank now (SIGKILL)");
+      begin_stop(std::chrono::milliseconds(0), "second stop signal");
+    }
+  };
+
+  // A signal that arrived between attempts cancels before anything starts.
+  if (first_signal_ != 0) {
+    report.end = ATTEMPT_CANCELLED;
+    report.exit_code = 128 + first_signal_;
+    report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(first_signal_));
+    SetState(JOB_STOPPING);
+    return report;
+  }
+  std::vector<bool> node_started;
+  absl::Status started = StartAttempt(attempt, &node_started);
+  for (size_t node = 0; node < node_started.size(); ++node) {
+    if (node_started[node]) continue;
+    for (int rank : plan.RanksOfNode(static_cast<int>(node))) live.erase(rank);
+  }
+  if (!started.ok()) {
+    fail(ATTEMPT_STARTUP_FAILURE, 1, absl::StrCat("could not start the ranks: ", started.message()),
+         {}, 0);
+  } else {
+    SetState(JOB_RUNNING);
+  }
+
+  while (!live.empty()) {
+    auto deadline = stopping ? teardown_deadline
+                             : std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    std::optional<Event> event = events_.PopUntil(deadline);
+    if (!event) {
+      if (stopping && std::chrono::steady_clock::now() >= teardown_deadline) {
+        notice_(absl::StrCat("attempt ", attempt, ": ", live.size(),
+                             " rank(s) did not report their end in time (",
+                             absl::StrJoin(live, ","), "); treating them as lost"));
+        break;
+      }
+      continue;
+    }
+    if (event->kind == Event::kSignal) {
+      on_signal(event->signal_number);
+      continue;
+    }
+    if (event->kind == Event::kAgentLost) {
+      const std::string& host = agents_[event->node]->host();
+      std::vector<int> node_ranks = plan.RanksOfNode(event->node);
+      fail(ATTEMPT_HOST_LOST, 1,
+           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), {},
+           absl::ToUnixMicros(absl::Now()));
+      for (int rank : node_ranks) live.erase(rank);
+      continue;
+    }
+    const RankEvent& rank_event = event->rank_event;
+    if (rank_event.attempt() != attempt) continue;  // late news of an earlier attempt
+    const int rank = rank_event.global_rank();
+    const std::string& host = plan.nodes[plan.ranks[rank].node_index].host;
+    if (rank_event.has_output()) {
+      if (output_ != nullptr) {
+        output_->OnLine(attempt, rank, host, rank_event.output().is_stderr(),
+                        rank_event.output().line());
+      }
+      continue;
+    }
+    if (!rank_event.has_ended()) continue;
+    const RankEnded& ended = rank_event.ended();
+    live.erase(rank);
+    if (ended.stopped_by_agent()) {
+      ++report.stopped_ranks;
+      last_stopped_us = std::max(last_stopped_us, ended.ended_unix_us());
+    } else if (IsFailure(ended)) {
+      fail(ClassifyEnd(ended), ExitCodeOf(ended), DescribeEnd(rank, host, ended),
+           {ended.stderr_tail().begin(), ended.stderr_tail().end()}, ended.ended_unix_us());
+    }
+  }
+
+  for (auto& thread : stop_threads_) thread.join();
+  stop_threads_.clear();
+  if (!stopping) {
+    report.end = ATTEMPT_SUCCEEDED;
+    report.exit_code = 0;
+    return report;
+  }
+  if (failed_at_us > 0 && last_stopped_us > 0) {
+    report.teardown_us = std::max<int64_t>(0, last_stopped_us - failed_at_us);
+  }
+  return report;
+}
+
+void JobController::ReportAttempt(const AttemptReport& report) {
+  if (report.end == ATTEMPT_CANCELLED) return;
+  if (report.teardown_us >= 0) {
+    notice_(absl::StrCat("fail-fast: ", report.stopped_ranks, " other rank(s) stopped ",
+                         report.teardown_us / 1000.0, " ms after the failure"));
+  }
+}
+
+void JobController::Summarize(const JobOutcome& outcome) {
+  if (outcome.state == JOB_SUCCEEDED && outcome.attempts.size() == 1) return;
+  std::vector<std::string> parts;
+  for (const auto& attempt : outcome.attempts) {
+    std::string part = absl::StrCat("attempt ", attempt.attempt, ": ", AttemptEndName(attempt.end));
+    if (!attempt.cause.empty()) absl::StrAppend(&part, " (", attempt.cause, ")");
+    parts.push_back(part);
+  }
+  std::string state = outcome.state == JOB_SUCCEEDED ? "succeeded"
+                      : outcome.state == JOB_CANCELLED ? "was cancelled"
+                                                       : "failed";
+  notice_(absl::StrCat("job ", spec_.job_id, " ", state, " after ", outcome.attempts.size(),
+                       " attempt(s): ", absl::StrJoin(parts, "; ")));
+  const AttemptReport& last = outcome.attempts.back();
+  if (outcome.state == JOB_FAILED) {
+    std::string cause = absl::StrCat("root cause: ", last.cause);
+    if (!last.stderr_tail.empty()) {
+      size_t from = last.stderr_tail.size() > kCauseStderrLines
+                        ? last.stderr_tail.size() - kCauseStderrLines
+                        : 0;
+      std::vector<std::string> tail(last.stderr_tail.begin() + from, last.stderr_tail.end());
+      absl::StrAppend(&cause, "; last stderr: ", absl::StrJoin(tail, " | "));
+    }
+    notice_(cause);
+  }
+}
+
+}  // namespace dslaunch

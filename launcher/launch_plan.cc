@@ -1,0 +1,126 @@
+#include "launcher/launch_plan.h"
+
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dslaunch {
+
+std::string LaunchPlan::VisibleDevices(int node_index) const {
+  return absl::StrJoin(nodes[node_index].slots, ",");
+}
+
+std::vector<int> LaunchPlan::RanksOfNode(int node_index) const {
+  std::vector<int> result;
+  for (const auto& rank : ranks) {
+    if (rank.node_index == node_index) result.push_back(rank.global_rank);
+  }
+  return result;
+}
+
+LaunchPlan BuildLaunchPlan(std::vector<HostSlots> nodes) {
+  LaunchPlan plan;
+  plan.nodes = std::move(nodes);
+  for (int node = 0; node < static_cast<int>(plan.nodes.size()); ++node) {
+    const auto& slots = plan.nodes[node].slots;
+    for (int local = 0; local < static_cast<int>(slots.size()); ++local) {
+      RankPlacement rank;
+      rank.global_rank = plan.world_size();
+      rank.node_index = node;
+      rank.local_rank = local;
+      rank.local_world_size = static_cast<int>(slots.size());
+      rank.device = slots[local];
+      plan.ranks.push_back(rank);
+    }
+  }
+  return plan;
+}
+
+std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
+                                                        const RankPlacement& rank,
+                                                        const RankEnvironmentInputs& inputs) {
+  std::map<std::string, std::string> env = inputs.passthrough;
+  if (!env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
+  const std::string world = absl::StrCat(plan.world_size());
+  const std::string local_world = absl::StrCat(rank.local_world_size);
+  const std::string nodes = absl::StrCat(plan.nodes.size());
+  const std::string node = absl::StrCat(rank.node_index);
+  // torchrun's contract.
+  env["RANK"] = absl::StrCat(rank.global_rank);
+  env["LOCAL_RANK"] = absl::StrCat(rank.local_rank);
+  env["WORLD_SIZE"] = world;
+  env["LOCAL_WORLD_SIZE"] = local_world;
+  env["GROUP_RANK"] = node;
+  env["GROUP_WORLD_SIZE"] = nodes;
+  env["ROLE_RANK"] = env["RANK"];
+  env["ROLE_WORLD_SIZE"] = world;
+  env["ROLE_NAME"] = "default";
+  env["MASTER_ADDR"] = inputs.master_addr;
+  env["MASTER_PORT"] = absl::StrCat(inputs.master_port);
+  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(inputs.attempt);
+  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(inputs.max_restarts);
+  env["TORCHELASTIC_RUN_ID"] = inputs.job_id;
+  // DeepSpeed's additions.
+  env["CROSS_RANK"] = node;
+  env["CROSS_SIZE"] = nodes;
+  env["LOCAL_SIZE"] = local_world;
+  env["CUDA_VISIBLE_DEVICES"] = plan.VisibleDevices(rank.node_index);
+  // Ours: Note [Rank environment contract].
+  env["DSLAUNCH_JOB_ID"] = inputs.job_id;
+  env["DSLAUNCH_ATTEMPT"] = absl::StrCat(inputs.attempt);
+  env["DSLAUNCH_STORE_ADDR"] = inputs.store_addr;
+  env["DSLAUNCH_STORE_TOKEN"] = inputs.store_token;
+  env["DSLAUNCH_DEVICE"] = absl::StrCat(rank.device);
+  env["DSLAUNCH_ENV_VERSION"] = "1";
+  return env;
+}
+
+std::vector<std::string> BuildRankArgv(const std::vector<std::string>& program,
+                                       const RankPlacement& rank, bool no_local_rank) {
+  std::vector<std::string> argv = program;
+  if (!no_local_rank) argv.push_back(absl::StrCat("--local_rank=", rank.local_rank));
+  return argv;
+}
+
+std::map<std::string, std::string> SelectPassthroughVariables(char** environ) {
+  static constexpr const char* kPrefixes[] = {"NCCL", "PYTHON", "MLFLOW", "MV2", "UCX"};
+  std::map<std::string, std::string> result;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    absl::string_view text(*entry);
+    size_t eq = text.find('=');
+    if (eq == absl::string_view::npos) continue;
+    absl::string_view name = text.substr(0, eq);
+    bool pass = name == "OMP_NUM_THREADS" || name == "CUDA_DEVICE_MAX_CONNECTIONS";
+    for (const char* prefix : kPrefixes) pass = pass || absl::StartsWith(name, prefix);
+    if (pass) result[std::string(name)] = std::string(text.substr(eq + 1));
+  }
+  return result;
+}
+
+absl::Status ReadDeepspeedEnvFile(const std::string& path,
+                                  std::map<std::string, std::string>* out) {
+  std::ifstream in(path);
+  if (!in) return absl::OkStatus();
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text[0] == '#') continue;
+    size_t eq = text.find('=');
+    absl::string_view name = eq == absl::string_view::npos ? text : text.substr(0, eq);
+    bool valid_name = !name.empty() && !absl::ascii_isdigit(name[0]);
+    for (char c : name) valid_name = valid_name && (absl::ascii_isalnum(c) || c == '_');
+    if (eq == absl::string_view::npos || !valid_name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": '", text, "': expected NAME=VALUE"));
+    }
+    (*out)[std::string(name)] = std::string(text.substr(eq + 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dslaunch

@@ -1,0 +1,438 @@
+#include "launcher/launcher_options.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/net_address.h"
+
+namespace dslaunch {
+namespace {
+
+constexpr absl::string_view kUsageLine = "usage: dslaunch [options] PROGRAM [ARGS...]";
+
+// kFlag options take no value: "--dry_run=true" is an error, as with
+// DeepSpeed's argparse store_true flags, so that "--dry_run=false" can never
+// silently mean true.
+enum class ValueKind { kFlag, kInteger, kText };
+
+using Setter = absl::Status (*)(absl::string_view flag, const std::string& value,
+                                LauncherOptions& options);
+
+// One row of the controller's config registry (STYLE.md 7). The same rows drive
+// parsing and --help, so an option cannot exist without its doc and default.
+struct OptionRow {
+  absl::string_view name;          // "--num_gpus"
+  absl::string_view alias;         // "-i", or empty
+  ValueKind kind;
+  absl::string_view metavar;       // what --help calls the value: "N", "PATH"
+  absl::string_view default_text;  // shown as "(default: ...)"; empty shows none
+  absl::string_view doc;           // one line
+  Setter set;
+};
+
+absl::Status BadValue(absl::string_view flag, absl::string_view value, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': ", why));
+}
+
+// An integer in [min, max]. Only an optional '-' and digits are accepted:
+// SimpleAtoi alone would also take "+3" and " 3".
+absl::StatusOr<int64_t> ParseInteger(absl::string_view flag, absl::string_view text, int64_t min,
+                                     int64_t max) {
+  absl::string_view digits = text.substr(!text.empty() && text[0] == '-' ? 1 : 0);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
+    return BadValue(flag, text, "not an integer");
+  }
+  int64_t value = 0;
+  const bool fits = absl::SimpleAtoi(text, &value);  // false only on int64 overflow here
+  if ((fits ? value : (text[0] == '-' ? -1 : 1)) < 0 && min >= 0) {
+    return BadValue(flag, text, "must not be negative");
+  }
+  const bool bounded = max != INT64_MAX && max != INT_MAX;
+  if (!fits || value < min || value > max) {
+    if (bounded) return BadValue(flag, text, absl::StrCat("must be in ", min, "..", max));
+    if (fits && value < min) return BadValue(flag, text, absl::StrCat("must be at least ", min));
+    return BadValue(flag, text, absl::StrCat("too large (at most ", max, ")"));
+  }
+  return value;
+}
+
+absl::Status SetInt(absl::string_view flag, absl::string_view text, int min, int max, int* out) {
+  auto value = ParseInteger(flag, text, min, max);
+  if (!value.ok()) return value.status();
+  *out = static_cast<int>(*value);
+  return absl::OkStatus();
+}
+
+absl::Status SetInt64(absl::string_view flag, absl::string_view text, int64_t min, int64_t* out) {
+  auto value = ParseInteger(flag, text, min, INT64_MAX);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return absl::OkStatus();
+}
+
+// Ranks in --console_ranks are kept in a std::set, one node per rank, so a
+// typo such as 0-99999999 must not allocate gigabytes.
+constexpr int kMaxConsoleRank = (1 << 20) - 1;
+
+absl::Status SetConsoleRanks(absl::string_view flag, const std::string& value,
+                             LauncherOptions& options) {
+  std::set<int> ranks;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    std::vector<absl::string_view> ends = absl::StrSplit(item, absl::MaxSplits('-', 1));
+    int first = 0;
+    int last = 0;
+    auto is_rank = [](absl::string_view text, int* rank) {
+      return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit) &&
+             absl::SimpleAtoi(text, rank) && *rank <= kMaxConsoleRank;
+    };
+    if (!is_rank(ends[0], &first) || (ends.size() == 2 && !is_rank(ends[1], &last))) {
+      return BadValue(flag, value,
+                      absl::StrCat("'", item, "' is not a rank or a range like 3-5 (ranks 0..",
+                                   kMaxConsoleRank, ")"));
+    }
+    if (ends.size() == 1) last = first;
+    if (last < first) {
+      return BadValue(flag, value, absl::StrCat("range '", item, "' ends before it starts"));
+    }
+    for (int rank = first; rank <= last; ++rank) ranks.insert(rank);
+  }
+  options.console_ranks = std::move(ranks);
+  return absl::OkStatus();
+}
+
+absl::Status SetLauncher(absl::string_view flag, const std::string& value,
+                         LauncherOptions& options) {
+  if (value == "local") {
+    options.launcher = LauncherKind::kLocal;
+  } else if (value == "ssh") {
+    options.launcher = LauncherKind::kSsh;
+  } else if (value == "static") {
+    options.launcher = LauncherKind::kStatic;
+  } else {
+    return BadValue(flag, value, "expected local, ssh or static");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetAgents(absl::string_view flag, const std::string& value,
+                       LauncherOptions& options) {
+  std::vector<std::string> agents;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    if (item.empty()) return BadValue(flag, value, "empty entry in the list");
+    auto address = ParseHostPort(std::string(item), std::string(flag));
+    if (!address.ok()) return address.status();
+    if (address->host.empty() || address->port == 0) {
+      return BadValue(flag, value, absl::StrCat("'", item, "' needs a host and a nonzero port"));
+    }
+    std::string normalized = address->ToString();
+    if (std::find(agents.begin(), agents.end(), normalized) != agents.end()) {
+      return BadValue(flag, value, absl::StrCat("agent '", normalized, "' is listed twice"));
+    }
+    agents.push_back(std::move(normalized));
+  }
+  options.agents = std::move(agents);
+  return absl::OkStatus();
+}
+
+absl::Status SetJobId(absl::string_view flag, const std::string& value, LauncherOptions& options) {
+  // The id names log files and directories, so nothing that a path or a shell
+  // could read as special.
+  for (char c : value) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return BadValue(flag, value, "only letters, digits, '-', '_' and '.' are allowed");
+    }
+  }
+  if (value == "." || value == "..") return BadValue(flag, value, "not a usable id");
+  options.job_id = value;
+  return absl::OkStatus();
+}
+
+// The registry. Order is the order of --help.
+constexpr OptionRow kOptions[] = {
+    {"--hostfile", "", ValueKind::kText, "PATH", "",
+     "DeepSpeed hostfile: one 'HOST slots=N' per line",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.hostfile = v;
+       o.hostfile_given = true;
+       return absl::OkStatus();
+     }},
+    {"--num_nodes", "", ValueKind::kInteger, "N", "all hosts",
+     "run on the first N hosts of the hostfile",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt(f, v, 1, INT_MAX, &o.num_nodes);
+     }},
+    {"--num_gpus", "", ValueKind::kInteger, "G", "all slots",
+     "run on devices 0..G-1 of each host",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt(f, v, 1, INT_MAX, &o.num_gpus);
+     }},
+    {"--include", "-i", ValueKind::kText, "HOSTS", "",
+     "only these hosts and slots: host[:slot[,slot]][@host[:slot...]]",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.include = v;
+       return absl::OkStatus();
+     }},
+    {"--exclude", "-e", ValueKind::kText, "HOSTS", "",
+     "every host and slot but these (syntax of --include)",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.exclude = v;
+       return absl::OkStatus();
+     }},
+    {"--master_addr", "", ValueKind::kText, "ADDR", "rank 0's host",
+     "MASTER_ADDR given to every rank",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.master_addr = v;
+       return absl::OkStatus();
+     }},
+    {"--master_port", "", ValueKind::kInteger, "PORT", "0: a free port on rank 0's host",
+     "MASTER_PORT given to every rank",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt(f, v, 0, 65535, &o.master_port);
+     }},
+    {"--no_local_rank", "", ValueKind::kFlag, "", "",
+     "do not append --local_rank=N to the program's arguments",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.no_local_rank = true;
+       return absl::OkStatus();
+     }},
+    {"--log_dir", "", ValueKind::kText, "DIR", "",
+     "also write each rank's output to a file in DIR",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.log_dir = v;
+       return absl::OkStatus();
+     }},
+    {"--console_ranks", "", ValueKind::kText, "LIST", "all ranks",
+     "only these ranks print to the console, e.g. 0,3-5",
+     SetConsoleRanks},
+    {"--no_prefix", "", ValueKind::kFlag, "", "",
+     "print console lines without the [host:rank] prefix",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.no_prefix = true;
+       return absl::OkStatus();
+     }},
+    {"--launcher", "", ValueKind::kText, "KIND", "auto",
+     "local, ssh or static; auto: local if every host is this machine, else ssh",
+     SetLauncher},
+    {"--agents", "", ValueKind::kText, "LIST", "",
+     "running agents host:port,host:port (implies --launcher static)",
+     SetAgents},
+    {"--token_file", "", ValueKind::kText, "FILE", "",
+     "file holding the token that agents require",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.token_file = v;
+       return absl::OkStatus();
+     }},
+    {"--max_restarts", "", ValueKind::kInteger, "N", "0",
+     "restart the whole job up to N times after a rank fails",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt(f, v, 0, INT_MAX, &o.max_restarts);
+     }},
+    {"--dry_run", "", ValueKind::kFlag, "", "",
+     "print what would run and start nothing",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.dry_run = true;
+       return absl::OkStatus();
+     }},
+    {"--job_id", "", ValueKind::kText, "ID", "generated",
+     "job name (letters, digits, - _ .)",
+     SetJobId},
+    {"--stop_grace_ms", "", ValueKind::kInteger, "MS", "3000",
+     "time between SIGTERM and SIGKILL when stopping ranks",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.stop_grace_ms);
+     }},
+    {"--lease_ms", "", ValueKind::kInteger, "MS", "10000",
+     "agents stop ranks after this long without the controller; >= 500",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       // Shorter leases expire on an ordinary scheduling hiccup.
+       return SetInt64(f, v, 500, &o.lease_ms);
+     }},
+    {"--agent_binary", "", ValueKind::kText, "PATH", "dsagent beside dslaunch, then PATH",
+     "the dsagent executable to start",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.agent_binary = v;
+       return absl::OkStatus();
+     }},
+    {"--ssh_command", "", ValueKind::kText, "CMD", "ssh",
+     "remote shell, split on spaces; host and command are appended",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.ssh_command = v;
+       return absl::OkStatus();
+     }},
+    {"--controller_addr", "", ValueKind::kText, "ADDR", "picked automatically",
+     "address ranks use to reach the controller's store",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.controller_addr = v;
+       return absl::OkStatus();
+     }},
+    {"--help", "-h", ValueKind::kFlag, "", "", "print this help",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.help = true;
+       return absl::OkStatus();
+     }},
+};
+
+// torchrun spells options with '-' (--max-restarts); accept that spelling for
+// every option, since the table's names use '_' as DeepSpeed does.
+std::string NormalizeName(absl::string_view name) {
+  std::string normalized(name);
+  if (absl::StartsWith(normalized, "--")) {
+    std::replace(normalized.begin() + 2, normalized.end(), '-', '_');
+  }
+  return normalized;
+}
+
+const OptionRow* FindOption(absl::string_view name) {
+  std::string normalized = NormalizeName(name);
+  for (const OptionRow& row : kOptions) {
+    if (row.name == normalized || (!row.alias.empty() && row.alias == name)) return &row;
+  }
+  return nullptr;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+absl::Status UnknownOption(absl::string_view name) {
+  std::string normalized = NormalizeName(name);
+  absl::string_view nearest;
+  size_t best = SIZE_MAX;
+  for (const OptionRow& row : kOptions) {
+    size_t distance = EditDistance(normalized, row.name);
+    if (distance < best) {
+      best = distance;
+      nearest = row.name;
+    }
+  }
+  // Suggest only what looks like a typo: naming an unrelated option for
+  // "--nproc_per_node" would mislead more than help.
+  if (best <= std::max<size_t>(2, normalized.size() / 3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown option '", name, "'; did you mean '", nearest, "'?"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown option '", name, "'; dslaunch --help lists the options"));
+}
+
+bool LooksLikeOption(absl::string_view arg) { return arg.size() > 1 && arg[0] == '-'; }
+
+}  // namespace
+
+absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::string>& argv) {
+  LauncherOptions options;
+  size_t i = 1;  // argv[0] is the launcher itself
+  while (i < argv.size()) {
+    const std::string& arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    // Everything from the first non-option on belongs to the program, so that
+    // its own flags (python train.py --lr 3e-4) are never read as ours.
+    if (!LooksLikeOption(arg)) break;
+    ++i;
+
+    absl::string_view name = arg;
+    std::optional<std::string> value;
+    if (absl::StartsWith(arg, "--")) {
+      if (size_t equals = arg.find('='); equals != std::string::npos) {
+        name = absl::string_view(arg).substr(0, equals);
+        value = arg.substr(equals + 1);
+      }
+    }
+    const OptionRow* row = FindOption(name);
+    if (row == nullptr) return UnknownOption(name);
+
+    if (row->kind == ValueKind::kFlag) {
+      if (value.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", row->name, "' takes no value (got '", arg, "')"));
+      }
+      value.emplace();
+    } else if (!value.has_value()) {
+      // "--hostfile --num_gpus 2" forgot the path. No value starts with "--",
+      // but "-1" is taken as a value so that a negative number gets its own error.
+      if (i == argv.size() || absl::StartsWith(argv[i], "--") || FindOption(argv[i]) != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", row->name, "' needs a value (", row->metavar, ")"));
+      }
+      value = argv[i++];
+    }
+    if (row->kind != ValueKind::kFlag && value->empty()) {
+      // Empty fields mean "not given"; an explicit empty value is usually an
+      // unset shell variable (--hostfile $HOSTFILE), which must not pass silently.
+      return absl::InvalidArgumentError(
+          absl::StrCat("option '", row->name, "' needs a non-empty value (", row->metavar, ")"));
+    }
+    absl::Status status = row->set(row->name, *value, options);
+    if (!status.ok()) return status;
+    if (options.help) return options;  // the caller prints LauncherUsage()
+  }
+  options.program.assign(argv.begin() + std::min(i, argv.size()), argv.end());
+
+  if (!options.agents.empty()) {
+    if (options.launcher == LauncherKind::kLocal || options.launcher == LauncherKind::kSsh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--agents cannot be used with --launcher ",
+          options.launcher == LauncherKind::kLocal ? "local" : "ssh",
+          ": those start their own agents"));
+    }
+    options.launcher = LauncherKind::kStatic;
+  } else if (options.launcher == LauncherKind::kStatic) {
+    return absl::InvalidArgumentError(
+        "--launcher static needs --agents host:port,... (the agents already running)");
+  }
+  if (options.program.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("missing PROGRAM: ", kUsageLine));
+  }
+  return options;
+}
+
+std::string LauncherUsage() {
+  auto left_column = [](const OptionRow& row) {
+    std::string text = absl::StrCat("  ", row.alias, row.alias.empty() ? "" : ", ", row.name);
+    if (row.kind != ValueKind::kFlag) absl::StrAppend(&text, " ", row.metavar);
+    return text;
+  };
+  size_t width = 0;
+  for (const OptionRow& row : kOptions) width = std::max(width, left_column(row).size());
+
+  std::string usage = absl::StrCat(
+      kUsageLine, "\n\n",
+      "Runs PROGRAM with ARGS once per selected slot of the hostfile's hosts. Options come\n"
+      "before PROGRAM; everything from PROGRAM on (or after \"--\") is passed through.\n"
+      "Long options also accept --name=value and '-' for '_' (--max-restarts).\n\n"
+      "options:\n");
+  for (const OptionRow& row : kOptions) {
+    std::string left = left_column(row);
+    absl::StrAppend(&usage, left, std::string(width + 2 - left.size(), ' '), row.doc);
+    if (!row.default_text.empty()) absl::StrAppend(&usage, " (default: ", row.default_text, ")");
+    absl::StrAppend(&usage, "\n");
+  }
+  return usage;
+}
+
+}  // namespace dslaunch

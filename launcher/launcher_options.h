@@ -1,0 +1,67 @@
+// Command line of dslaunch: `dslaunch [options] PROGRAM [ARGS...]`.
+//
+// This is the controller's one config registry (STYLE.md 7): every option is
+// one row of the table in launcher_options.cc with its name, default and doc,
+// and --help is generated from that table. Option names follow DeepSpeed's
+// launcher where it has one.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch {
+
+enum class LauncherKind {
+  kAuto,    // local when every host is this machine, ssh otherwise, static with --agents
+  kLocal,   // the controller starts dsagent processes on this machine
+  kSsh,     // the controller starts dsagent on each host over ssh
+  kStatic,  // agents already run; --agents lists them
+};
+
+struct LauncherOptions {
+  std::string hostfile;           // --hostfile PATH
+  bool hostfile_given = false;    // true when --hostfile was on the command line
+  int num_nodes = -1;             // --num_nodes N (-1: not given)
+  int num_gpus = -1;              // --num_gpus G (-1: not given)
+  std::string include;            // -i / --include
+  std::string exclude;            // -e / --exclude
+  std::string master_addr;        // --master_addr (empty: rank 0's host)
+  int master_port = 0;            // --master_port (0: picked by rank 0's agent)
+  bool no_local_rank = false;     // --no_local_rank
+  std::string log_dir;            // --log_dir DIR
+  std::set<int> console_ranks;    // --console_ranks 0,3-5 (empty: all ranks)
+  bool no_prefix = false;         // --no_prefix: console lines without [host:rank]
+  LauncherKind launcher = LauncherKind::kAuto;  // --launcher local|ssh|static
+  std::vector<std::string> agents;  // --agents host:port,host:port
+  std::string token_file;         // --token_file F
+  int max_restarts = 0;           // --max_restarts N
+  bool dry_run = false;           // --dry_run
+  std::string job_id;             // --job_id ID (empty: generated)
+  int64_t stop_grace_ms = 3000;   // --stop_grace_ms: SIGTERM -> SIGKILL grace
+  int64_t lease_ms = 10000;       // --lease_ms: agents stop ranks after this long without the controller
+  std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
+  std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
+  std::string controller_addr;    // --controller_addr: address ranks use to reach the store
+  bool help = false;              // -h / --help
+  std::vector<std::string> program;  // PROGRAM ARGS... (everything after the first non-option)
+};
+
+// Parses argv (argv[0] is skipped). Options come before PROGRAM; the first
+// argument that is not an option, or everything after "--", is the program and
+// its arguments, passed through untouched. Accepts "--name value" and
+// "--name=value". Errors name the flag and the bad value: unknown flag (with the
+// nearest known flag), missing value, non-numeric or negative number, unknown
+// --launcher kind, bad --console_ranks list, --agents with --launcher local or
+// ssh, --launcher static without --agents, and no PROGRAM unless --help.
+// --agents alone implies
+// --launcher static.
+absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::string>& argv);
+
+// The --help text, generated from the option table.
+std::string LauncherUsage();
+
+}  // namespace dslaunch

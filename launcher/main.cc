@@ -1,0 +1,372 @@
+// dslaunch: plans a job's ranks, reaches one dsagent per host, hosts the
+// rendezvous store, and runs the job state machine until every rank is done.
+//
+//   dslaunch --num_nodes 2 --num_gpus 8 --hostfile hosts ./my_trainer --lr 3e-4
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/auth_token.h"
+#include "common/gpu_count.h"
+#include "common/log.h"
+#include "common/net_address.h"
+#include "launcher/agent_fleet.h"
+#include "launcher/grpc_agent_client.h"
+#include "launcher/job_controller.h"
+#include "launcher/launch_plan.h"
+#include "launcher/launcher_options.h"
+#include "launcher/node_resolution.h"
+#include "launcher/rank_output.h"
+#include "launcher/rendezvous_store.h"
+
+extern char** environ;
+
+namespace dslaunch {
+namespace {
+
+constexpr int kUsageError = 2;
+
+void Notice(const std::string& message) {
+  std::string line = absl::StrCat("dslaunch: ", message, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+int UsageError(const absl::Status& status) {
+  Notice(std::string(status.message()));
+  return kUsageError;
+}
+
+std::string ThisExecutableDir() {
+  std::error_code error;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? "." : exe.parent_path().string();
+}
+
+std::string LocalHostname() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// Owns a private temporary folder (token file of local agents); removed at exit.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/dslaunch-XXXXXX";
+    if (::mkdtemp(pattern) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Forwards SIGINT/SIGTERM/SIGHUP (blocked in every thread) to the controller.
+class SignalForwarder {
+ public:
+  explicit SignalForwarder(sigset_t signals) : signals_(signals) {
+    thread_ = std::thread([this] {
+      while (true) {
+        int signal_number = 0;
+        if (sigwait(&signals_, &signal_number) != 0) continue;
+        if (signal_number == SIGUSR2) return;  // our own shutdown poke
+        std::lock_guard<std::mutex> lock(mu_);
+        if (controller_ != nullptr) {
+          controller_->OnSignal(signal_number);
+        } else if (pending_ == 0) {
+          pending_ = signal_number;
+        }
+      }
+    });
+  }
+  ~SignalForwarder() {
+    pthread_kill(thread_.native_handle(), SIGUSR2);
+    thread_.join();
+  }
+  void Attach(JobController* controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    controller_ = controller;
+    if (controller_ != nullptr && pending_ != 0) controller_->OnSignal(pending_);
+  }
+  int pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_;
+  }
+
+ private:
+  sigset_t signals_;
+  std::mutex mu_;
+  JobController* controller_ = nullptr;  // guarded by mu_
+  int pending_ = 0;                       // guarded by mu_
+  std::thread thread_;
+};
+
+void PrintDryRun(const JobSpec& spec, LauncherKind launcher) {
+  const LaunchPlan& plan = spec.plan;
+  const char* kinds[] = {"auto", "local", "ssh", "static"};
+  std::printf("dslaunch dry run: job %s, %d rank(s) on %zu node(s), launcher %s\n",
+              spec.job_id.c_str(), plan.world_size(), plan.nodes.size(),
+              kinds[static_cast<int>(launcher)]);
+  for (const RankPlacement& rank : plan.ranks) {
+    const std::string& host = plan.nodes[rank.node_index].host;
+    std::printf("rank %d: host %s, local rank %d of %d, device %d\n", rank.global_rank,
+                host.c_str(), rank.local_rank, rank.local_world_size, rank.device);
+    std::printf("  argv: %s\n",
+                absl::StrJoin(BuildRankArgv(spec.program, rank, spec.no_local_rank), " ").c_str());
+    for (const auto& [key, value] : BuildRankEnvironment(plan, rank, spec.environment)) {
+      std::string shown = value;
+      if (key == "MASTER_PORT" && spec.environment.master_port == 0) {
+        shown = absl::StrCat("(a free port picked at launch by the agent of ",
+                             plan.nodes[plan.ranks[0].node_index].host, ")");
+      } else if (key == "DSLAUNCH_STORE_ADDR") {
+        shown = "(the controller's store, bound at launch)";
+      } else if (key == "DSLAUNCH_STORE_TOKEN") {
+        shown = "(generated at launch)";
+      }
+      std::printf("  %s=%s\n", key.c_str(), shown.c_str());
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  // Block the stop signals before any thread exists; one thread takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&stop_signals, s);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  SetLogProgramName("dslaunch");
+
+  auto parsed = ParseLauncherOptions(std::vector<std::string>(argv, argv + argc));
+  if (!parsed.ok()) {
+    Notice(absl::StrCat(parsed.status().message(), " (dslaunch --help lists the options)"));
+    return kUsageError;
+  }
+  LauncherOptions options = *parsed;
+  if (options.help) {
+    std::cout << LauncherUsage();
+    return 0;
+  }
+
+  // Everything that can be wrong with the input is checked before anything starts.
+  JobSpec spec;
+  spec.job_id = options.job_id.empty() ? GenerateToken().substr(0, 12) : options.job_id;
+  spec.program = options.program;
+  spec.no_local_rank = options.no_local_rank;
+  spec.max_restarts = options.max_restarts;
+  spec.stop_grace = std::chrono::milliseconds(options.stop_grace_ms);
+  spec.lease = std::chrono::milliseconds(options.lease_ms);
+  spec.keepalive_interval =
+      std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ms / 4, 100, 1000));
+  spec.working_dir = std::filesystem::current_path().string();
+  spec.environment.job_id = spec.job_id;
+  spec.environment.max_restarts = options.max_restarts;
+  spec.environment.master_port = options.master_port;
+  spec.environment.passthrough = SelectPassthroughVariables(environ);
+  if (const char* home = std::getenv("HOME")) {
+    absl::Status read = ReadDeepspeedEnvFile(absl::StrCat(home, "/.deepspeed_env"),
+                                             &spec.environment.passthrough);
+    if (!read.ok()) return UsageError(read);
+  }
+  if (absl::Status read = ReadDeepspeedEnvFile(".deepspeed_env", &spec.environment.passthrough);
+      !read.ok()) {
+    return UsageError(read);
+  }
+
+  NodeResolutionContext context;
+  context.local_gpu_count = DetectLocalGpuCount();
+  context.local_hostname = LocalHostname();
+  context.default_hostfile_exists = std::filesystem::exists(kDefaultHostfile);
+
+  // Token: required for agents we did not start ourselves.
+  bool static_agents = !options.agents.empty();
+  std::string token;
+  TempDir temp_dir;
+  std::string token_file = options.token_file;
+  if (!token_file.empty()) {
+    auto read = ReadTokenFile(token_file);
+    if (!read.ok()) return UsageError(read.status());
+    token = *read;
+  }
+
+  std::unique_ptr<AgentFleet> fleet;
+  std::vector<std::unique_ptr<GrpcAgentClient>> clients;
+  if (static_agents) {
+    if (token.empty()) {
+      return UsageError(absl::InvalidArgumentError(
+          "--agents: --token_file is required to talk to agents that are already running"));
+    }
+    if (options.dry_run) {
+      return UsageError(absl::InvalidArgumentError("--dry_run with --agents is not supported: "
+                                                   "the slots come from the running agents"));
+    }
+    auto existing = AgentFleet::Existing(options.agents);
+    if (!existing.ok()) return UsageError(existing.status());
+    fleet = std::move(*existing);
+    for (const auto& endpoint : fleet->endpoints()) {
+      clients.push_back(std::make_unique<GrpcAgentClient>(endpoint.host, endpoint.address, token));
+      auto described = clients.back()->Describe();
+      if (!described.ok()) {
+        Notice(std::string(described.status().message()));
+        return 1;
+      }
+      context.agent_hosts.push_back(endpoint.host);
+      context.agent_gpu_counts.push_back(described->gpu_count());
+    }
+  }
+
+  auto resolution = ResolveNodes(options, context);
+  if (!resolution.ok()) return UsageError(resolution.status());
+  if (!resolution->hostfile_used.empty() && !options.hostfile_given) {
+    Notice(absl::StrCat("using the hostfile ", resolution->hostfile_used));
+  }
+  spec.plan = BuildLaunchPlan(resolution->nodes);
+  const bool local = resolution->launcher == LauncherKind::kLocal;
+  const std::string& rank0_host = spec.plan.nodes[spec.plan.ranks[0].node_index].host;
+  spec.environment.master_addr = !options.master_addr.empty() ? options.master_addr
+                                 : local                      ? "127.0.0.1"
+                                                              : rank0_host;
+  if (options.dry_run) {
+    PrintDryRun(spec, resolution->launcher);
+    return 0;
+  }
+  if (resolution->launcher == LauncherKind::kSsh && token.empty()) {
+    return UsageError(absl::InvalidArgumentError(
+        "--launcher ssh: --token_file is required (the same file must exist on every host)"));
+  }
+  if (token.empty()) {
+    if (temp_dir.path().empty()) {
+      return UsageError(absl::InternalError("cannot create a temporary folder in /tmp"));
+    }
+    token = GenerateToken();
+    token_file = temp_dir.path() + "/token";
+    if (absl::Status written = WriteTokenFile(token_file, token); !written.ok()) {
+      return UsageError(written);
+    }
+  }
+
+  // The rendezvous store, before any rank can need it.
+  spec.environment.store_token = GenerateToken();
+  RendezvousStore store(spec.job_id, spec.environment.store_token);
+  grpc::ServerBuilder builder;
+  int store_port = 0;
+  builder.AddListeningPort(local ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
+                           &store_port);
+  builder.RegisterService(&store);
+  std::unique_ptr<grpc::Server> store_server = builder.BuildAndStart();
+  if (!store_server || store_port == 0) {
+    Notice("cannot start the rendezvous store");
+    return 1;
+  }
+  std::string store_host = options.controller_addr;
+  if (store_host.empty() && local) store_host = "127.0.0.1";
+  if (store_host.empty()) {
+    auto toward = LocalAddressToward(rank0_host);
+    if (!toward.ok()) {
+      Notice(absl::StrCat("cannot tell which address the ranks can reach this machine at (",
+                          toward.status().message(), "); pass --controller_addr"));
+      return kUsageError;
+    }
+    store_host = *toward;
+  }
+  spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
+
+  SignalForwarder signals(stop_signals);
+
+  std::string log_dir_job;
+  if (!options.log_dir.empty()) {
+    log_dir_job = absl::StrCat(options.log_dir, "/", spec.job_id);
+    std::error_code error;
+    std::filesystem::create_directories(log_dir_job, error);
+    if (error) {
+      return UsageError(absl::PermissionDeniedError(
+          absl::StrCat("--log_dir: cannot create ", log_dir_job, ": ", error.message())));
+    }
+  }
+
+  if (!static_agents) {
+    AgentLaunchOptions launch;
+    launch.agent_binary = options.agent_binary;
+    if (launch.agent_binary.empty()) {
+      // Beside dslaunch (build tree, install prefix), else from PATH.
+      std::string beside = ThisExecutableDir() + "/dsagent";
+      launch.agent_binary = ::access(beside.c_str(), X_OK) == 0 ? beside : "dsagent";
+    }
+    launch.token_file = token_file;
+    launch.lease_ms = options.lease_ms;
+    launch.stop_grace_ms = options.stop_grace_ms;
+    launch.agent_log_dir = log_dir_job;
+    launch.ssh_command = absl::StrSplit(options.ssh_command, ' ', absl::SkipEmpty());
+    std::vector<std::string> hosts;
+    for (const auto& node : spec.plan.nodes) hosts.push_back(node.host);
+    auto started = local ? AgentFleet::StartLocal(hosts, launch)
+                         : AgentFleet::StartOverSsh(hosts, launch);
+    if (!started.ok()) {
+      Notice(std::string(started.status().message()));
+      return 1;
+    }
+    fleet = std::move(*started);
+    for (const auto& endpoint : fleet->endpoints()) {
+      clients.push_back(std::make_unique<GrpcAgentClient>(endpoint.host, endpoint.address, token));
+      auto described = clients.back()->Describe();
+      if (!described.ok()) {
+        Notice(std::string(described.status().message()));
+        return 1;
+      }
+    }
+  }
+  if (int pending = signals.pending(); pending != 0) {
+    Notice(absl::StrCat("received SIG", sigabbrev_np(pending), " before the job started"));
+    return 128 + pending;
+  }
+
+  // Node i of the plan is served by the agent of the same host.
+  std::vector<AgentClient*> agents;
+  for (const auto& node : spec.plan.nodes) {
+    for (const auto& client : clients) {
+      if (client->host() == node.host) {
+        agents.push_back(client.get());
+        break;
+      }
+    }
+  }
+
+  TeeOutput output;
+  output.Add(std::make_unique<ConsoleOutput>(options.console_ranks, !options.no_prefix));
+  if (!options.log_dir.empty()) {
+    output.Add(std::make_unique<LogDirOutput>(options.log_dir, spec.job_id));
+  }
+  JobController controller(spec, agents, &output, Notice,
+                           [&store](int attempt) { store.DropAttempt(attempt); });
+  signals.Attach(&controller);
+  JobOutcome outcome = controller.Run();
+  signals.Attach(nullptr);
+
+  store.Shutdown();
+  store_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  clients.clear();
+  fleet.reset();
+  return outcome.exit_code;
+}
+
+}  // namespace
+}  // namespace dslaunch
+
+int main(int argc, char** argv) { return dslaunch::Main(argc, argv); }

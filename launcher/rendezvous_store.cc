@@ -1,0 +1,172 @@
+#include "launcher/rendezvous_store.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/auth_token.h"
+
+namespace dslaunch {
+
+RendezvousStore::RendezvousStore(std::string job_id, std::string token)
+    : job_id_(std::move(job_id)), token_(std::move(token)) {}
+
+std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
+
+grpc::Status RendezvousStore::Check(const grpc::ServerContext& context, const StoreScope& scope,
+                                    const std::string& key, std::string* full_key) const {
+  if (!CallHasToken(context, token_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN");
+  }
+  if (scope.job_id() != job_id_) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("rendezvous store serves job '", job_id_, "', not '",
+                                     scope.job_id(), "'"));
+  }
+  if (key.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rendezvous store: empty key");
+  }
+  *full_key = AttemptPrefix(scope.attempt()) + key;
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Set(grpc::ServerContext* context, const StoreSetRequest* request,
+                                  StoreSetReply*) {
+  std::string key;
+  if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = request->value();
+  }
+  changed_.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Get(grpc::ServerContext* context, const StoreGetRequest* request,
+                                  StoreGetReply* reply) {
+  std::string key;
+  if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(key);
+  reply->set_found(it != values_.end());
+  if (it != values_.end()) reply->set_value(it->second);
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
+                                   StoreWaitReply*) {
+  std::vector<std::string> keys;
+  for (const auto& key : request->keys()) {
+    std::string full;
+    if (auto s = Check(*context, request->scope(), key, &full); !s.ok()) return s;
+    keys.push_back(std::move(full));
+  }
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms()));
+  std::unique_lock<std::mutex> lock(mu_);
+  auto all_present = [&] {
+    for (const auto& key : keys) {
+      if (!values_.count(key)) return false;
+    }
+    return true;
+  };
+  const int attempt = request->scope().attempt();
+  while (!all_present()) {
+    if (shut_down_ || attempt < dropped_below_) {
+      return grpc::Status(grpc::StatusCode::ABORTED,
+                          absl::StrCat("attempt ", attempt, " of job ", job_id_, " is over"));
+    }
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    // Wake up now and then to notice a cancelled call.
+    auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    changed_.wait_until(lock, slice);
+    if (std::chrono::steady_clock::now() >= deadline && !all_present()) {
+      std::string missing;
+      for (const auto& key : keys) {
+        if (!values_.count(key)) {
+          missing = key.substr(key.find('/') + 1);
+          break;
+        }
+      }
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("store key '", missing, "' did not appear within ",
+                                       request->timeout_ms(), " ms"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRequest* request,
+                                  StoreAddReply* reply) {
+  std::string key;
+  if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t current = 0;
+    auto it = values_.find(key);
+    if (it != values_.end() && !absl::SimpleAtoi(it->second, &current)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("store key '", request->key(), "' holds '", it->second,
+                                       "', not a counter"));
+    }
+    current += request->delta();
+    values_[key] = absl::StrCat(current);
+    reply->set_value(current);
+  }
+  changed_.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::CompareSet(grpc::ServerContext* context,
+                                         const StoreCompareSetRequest* request,
+                                         StoreCompareSetReply* reply) {
+  std::string key;
+  if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  bool swapped = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = values_.find(key);
+    bool matches = it == values_.end() ? request->expect_absent()
+                                       : (!request->expect_absent() && it->second == request->expected());
+    if (matches) {
+      values_[key] = request->desired();
+      swapped = true;
+    }
+    reply->set_swapped(swapped);
+    auto now = values_.find(key);
+    if (now != values_.end()) reply->set_value(now->second);
+  }
+  if (swapped) changed_.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Delete(grpc::ServerContext* context,
+                                     const StoreDeleteRequest* request, StoreDeleteReply* reply) {
+  std::string key;
+  if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  reply->set_deleted(values_.erase(key) > 0);
+  return grpc::Status::OK;
+}
+
+void RendezvousStore::DropAttempt(int attempt) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string prefix = AttemptPrefix(attempt);
+    for (auto it = values_.lower_bound(prefix);
+         it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      it = values_.erase(it);
+    }
+    dropped_below_ = std::max(dropped_below_, attempt + 1);
+  }
+  changed_.notify_all();
+}
+
+void RendezvousStore::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace dslaunch

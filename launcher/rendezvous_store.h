@@ -1,0 +1,60 @@
+// The rendezvous key-value store the controller hosts for its job's ranks
+// (proto/store.proto). One mechanism for NCCL unique ids, barriers and, later,
+// heartbeats and checkpoint commits; no second TCP store.
+//
+// Keys live in the namespace "<attempt>/<key>" of the controller's one job; a
+// call for another job id is refused. Wait blocks a server thread per waiting
+// call, which is fine for the thousands of ranks of one job.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "proto/store.grpc.pb.h"
+
+namespace dslaunch {
+
+class RendezvousStore final : public Store::Service {
+ public:
+  RendezvousStore(std::string job_id, std::string token);
+
+  grpc::Status Set(grpc::ServerContext* context, const StoreSetRequest* request,
+                   StoreSetReply* reply) override;
+  grpc::Status Get(grpc::ServerContext* context, const StoreGetRequest* request,
+                   StoreGetReply* reply) override;
+  grpc::Status Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
+                    StoreWaitReply* reply) override;
+  grpc::Status Add(grpc::ServerContext* context, const StoreAddRequest* request,
+                   StoreAddReply* reply) override;
+  grpc::Status CompareSet(grpc::ServerContext* context, const StoreCompareSetRequest* request,
+                          StoreCompareSetReply* reply) override;
+  grpc::Status Delete(grpc::ServerContext* context, const StoreDeleteRequest* request,
+                      StoreDeleteReply* reply) override;
+
+  // Forgets every key of `attempt` and ends its waiters with ABORTED (called
+  // when an attempt is over).
+  void DropAttempt(int attempt);
+
+  // Ends every waiter with ABORTED (controller shutdown).
+  void Shutdown();
+
+ private:
+  // OK and the full key, or the reason to refuse the call.
+  grpc::Status Check(const grpc::ServerContext& context, const StoreScope& scope,
+                     const std::string& key, std::string* full_key) const;
+  static std::string AttemptPrefix(int attempt);
+
+  const std::string job_id_;
+  const std::string token_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> values_;  // guarded by mu_
+  int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
+  bool shut_down_ = false;  // guarded by mu_
+};
+
+}  // namespace dslaunch
