@@ -205,6 +205,7 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
   const LaunchPlan& plan = spec_.plan;
   RankEnvironmentInputs env = spec_.environment;
   env.attempt = attempt;
+  env.max_restarts = spec_.max_restarts;
   node_started->assign(plan.nodes.size(), false);
   const int rank0_node = plan.ranks.front().node_index;
   if (env.master_port == 0) {

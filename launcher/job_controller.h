@@ -48,7 +48,8 @@ struct JobSpec {
   std::vector<std::string> program;
   bool no_local_rank = false;
   std::string working_dir;
-  // Everything but attempt; master_port 0 means "ask rank 0's agent".
+  // Everything but attempt and max_restarts (the controller fills those in);
+  // master_port 0 means "ask rank 0's agent".
   RankEnvironmentInputs environment;
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{3000};

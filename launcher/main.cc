@@ -177,7 +177,6 @@ int Main(int argc, char** argv) {
       std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ms / 4, 100, 1000));
   spec.working_dir = std::filesystem::current_path().string();
   spec.environment.job_id = spec.job_id;
-  spec.environment.max_restarts = options.max_restarts;
   spec.environment.master_port = options.master_port;
   spec.environment.passthrough = SelectPassthroughVariables(environ);
   if (const char* home = std::getenv("HOME")) {

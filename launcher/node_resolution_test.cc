@@ -1,1 +1,366 @@
+#include "launcher/node_resolution.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+std::vector<std::string> Hosts(const NodeResolution& resolution) {
+  std::vector<std::string> hosts;
+  for (const auto& node : resolution.nodes) hosts.push_back(node.host);
+  return hosts;
+}
+
+class NodeResolutionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        std::filesystem::path(::testing::TempDir()) / "node_resolution_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    context_.local_gpu_count = 0;
+    context_.local_hostname = "this-box";
+    context_.default_hostfile_exists = false;
+  }
+  void TearDown() override {
+    std::error_code error;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, error);
+  }
+  std::string WriteHostfile(const std::string& content, const std::string& name = "hostfile") {
+    std::string path = dir_ + "/" + name;
+    std::ofstream out(path, std::ios::binary);
+    out << content;
+    return path;
+  }
+  void UseHostfile(const std::string& content) {
+    options_.hostfile = WriteHostfile(content);
+    options_.hostfile_given = true;
+  }
+  void UseAgents(const std::vector<std::string>& hosts, const std::vector<int>& gpus) {
+    options_.agents.clear();
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      options_.agents.push_back(hosts[i] + ":" + std::to_string(7000 + i));
+    }
+    options_.launcher = LauncherKind::kStatic;
+    context_.agent_hosts = hosts;
+    context_.agent_gpu_counts = gpus;
+  }
+
+  std::string dir_;
+  LauncherOptions options_;
+  NodeResolutionContext context_;
+};
+
+// ---------------------------------------------------------------------------
+// No hostfile: nodes on this machine.
+
+TEST_F(NodeResolutionTest, NoHostfileIsOneLocalhostNodeWithOneSlotWithoutGpus) {
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 1u);
+  EXPECT_EQ(resolution->nodes[0].host, "localhost");
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+  EXPECT_THAT(resolution->hostfile_used, IsEmpty());
+}
+
+TEST_F(NodeResolutionTest, NoHostfileDefaultsToTheLocalGpuCount) {
+  context_.local_gpu_count = 4;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 1u);
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2, 3));
+}
+
+TEST_F(NodeResolutionTest, NoHostfileNumGpusOverridesTheLocalGpuCount) {
+  context_.local_gpu_count = 8;
+  options_.num_gpus = 3;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 1u);
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2));
+}
+
+TEST_F(NodeResolutionTest, NumNodesMakesNamedLocalNodes) {
+  options_.num_nodes = 3;
+  options_.num_gpus = 2;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("node0", "node1", "node2"));
+  for (const auto& node : resolution->nodes) EXPECT_THAT(node.slots, ElementsAre(0, 1));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+  EXPECT_THAT(resolution->hostfile_used, IsEmpty());
+}
+
+TEST_F(NodeResolutionTest, ExcludeAppliesToLocalNodes) {
+  options_.num_nodes = 3;
+  options_.num_gpus = 2;
+  options_.exclude = "node1";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("node0", "node2"));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+}
+
+TEST_F(NodeResolutionTest, IncludeAppliesToLocalNodesWithSlots) {
+  options_.num_nodes = 3;
+  options_.num_gpus = 4;
+  options_.include = "node2:1,3@node0";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("node0", "node2"));
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(1, 3));
+}
+
+TEST_F(NodeResolutionTest, ExcludeSlotOfLocalhost) {
+  context_.local_gpu_count = 2;
+  options_.exclude = "localhost:0";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 1u);
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(1));
+}
+
+TEST_F(NodeResolutionTest, IncludeOfUnknownLocalNodeIsAnError) {
+  options_.num_nodes = 2;
+  options_.include = "node5";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("node5"));
+}
+
+TEST_F(NodeResolutionTest, DefaultHostfileIsNotConsultedWhenAbsent) {
+  context_.default_hostfile_exists = false;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(resolution->hostfile_used, IsEmpty());
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("localhost"));
+}
+
+TEST_F(NodeResolutionTest, DefaultHostfileIsConsultedWhenTheContextSaysItExists) {
+  if (std::filesystem::exists(kDefaultHostfile)) {
+    GTEST_SKIP() << kDefaultHostfile << " exists on this machine";
+  }
+  // The context claims /job/hostfile exists while it does not: reading it
+  // fails, which shows that it was consulted instead of making local nodes.
+  context_.default_hostfile_exists = true;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr(kDefaultHostfile));
+}
+
+// ---------------------------------------------------------------------------
+// Hostfile.
+
+TEST_F(NodeResolutionTest, ExplicitMissingHostfileIsAnErrorNamingIt) {
+  options_.hostfile = dir_ + "/no-such-hostfile";
+  options_.hostfile_given = true;
+  for (bool default_exists : {false, true}) {
+    SCOPED_TRACE(default_exists);
+    context_.default_hostfile_exists = default_exists;
+    auto resolution = ResolveNodes(options_, context_);
+    ASSERT_FALSE(resolution.ok()) << "fell back to " << ::testing::PrintToString(Hosts(*resolution));
+    EXPECT_THAT(std::string(resolution.status().message()), HasSubstr(options_.hostfile));
+    EXPECT_THAT(std::string(resolution.status().message()), Not(HasSubstr(kDefaultHostfile)));
+  }
+}
+
+TEST_F(NodeResolutionTest, HostfileWithRemoteHostsUsesSsh) {
+  UseHostfile("worker-0 slots=2\nworker-1 slots=3\n");
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("worker-0", "worker-1"));
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0, 1, 2));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kSsh);
+  EXPECT_EQ(resolution->hostfile_used, options_.hostfile);
+}
+
+TEST_F(NodeResolutionTest, OneRemoteHostAmongLocalOnesUsesSsh) {
+  UseHostfile("localhost slots=1\nworker-1 slots=1\n");
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_EQ(resolution->launcher, LauncherKind::kSsh);
+}
+
+TEST_F(NodeResolutionTest, AllLocalHostfileUsesTheLocalLauncher) {
+  UseHostfile("localhost slots=1\n127.0.0.1 slots=2\nthis-box slots=1\n");
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("localhost", "127.0.0.1", "this-box"));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+  EXPECT_EQ(resolution->hostfile_used, options_.hostfile);
+}
+
+TEST_F(NodeResolutionTest, HostfileCountsAndFiltersApply) {
+  UseHostfile("a slots=4\nb slots=4\nc slots=4\n");
+  options_.num_nodes = 2;
+  options_.num_gpus = 2;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("a", "b"));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0, 1));
+
+  options_.num_nodes = -1;
+  options_.num_gpus = -1;
+  options_.exclude = "b@c:0,1";
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("a", "c"));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(2, 3));
+}
+
+TEST_F(NodeResolutionTest, LauncherKindFollowsTheSelectedHostsOnly) {
+  // Only the local host is selected from a mixed hostfile.
+  UseHostfile("this-box slots=2\nworker-1 slots=2\n");
+  options_.include = "this-box";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("this-box"));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+}
+
+TEST_F(NodeResolutionTest, BadHostfileIsAnErrorNamingIt) {
+  UseHostfile("worker-0 slots=two\n");
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr(options_.hostfile + ":1"));
+}
+
+// ---------------------------------------------------------------------------
+// --launcher.
+
+TEST_F(NodeResolutionTest, ExplicitLauncherWins) {
+  UseHostfile("worker-0 slots=1\n");
+  options_.launcher = LauncherKind::kLocal;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+
+  options_.hostfile = WriteHostfile("localhost slots=1\n", "local-hostfile");
+  options_.launcher = LauncherKind::kSsh;
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_EQ(resolution->launcher, LauncherKind::kSsh);
+}
+
+TEST_F(NodeResolutionTest, ExplicitLocalLauncherWithoutHostfile) {
+  options_.launcher = LauncherKind::kLocal;
+  options_.num_nodes = 2;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("node0", "node1"));
+}
+
+TEST_F(NodeResolutionTest, SshLauncherWithoutHostfileIsAnError) {
+  options_.launcher = LauncherKind::kSsh;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--launcher ssh"));
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--hostfile"));
+}
+
+TEST_F(NodeResolutionTest, StaticLauncherWithoutAgentsIsAnError) {
+  options_.launcher = LauncherKind::kStatic;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--agents"));
+
+  // Also with a hostfile.
+  UseHostfile("worker-0 slots=1\n");
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--agents"));
+}
+
+// ---------------------------------------------------------------------------
+// --agents.
+
+TEST_F(NodeResolutionTest, AgentsMakeOneNodePerAgentWithTheirGpuCounts) {
+  UseAgents({"h1", "h2", "h3"}, {4, 0, 2});
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("h1", "h2", "h3"));
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0));  // no GPU: one slot
+  EXPECT_THAT(resolution->nodes[2].slots, ElementsAre(0, 1));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kStatic);
+  EXPECT_THAT(resolution->hostfile_used, IsEmpty());
+}
+
+TEST_F(NodeResolutionTest, AgentsWithoutExplicitLauncherAreStatic) {
+  UseAgents({"h1"}, {1});
+  options_.launcher = LauncherKind::kAuto;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_EQ(resolution->launcher, LauncherKind::kStatic);
+}
+
+TEST_F(NodeResolutionTest, AgentsSlotsFromNumGpus) {
+  UseAgents({"h1", "h2"}, {8, 0});
+  options_.num_gpus = 2;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 2u);
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0, 1));
+}
+
+TEST_F(NodeResolutionTest, AgentsNumNodesTakesTheFirstAgents) {
+  UseAgents({"h1", "h2", "h3"}, {1, 1, 1});
+  options_.num_nodes = 2;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  EXPECT_THAT(Hosts(*resolution), ElementsAre("h1", "h2"));
+}
+
+TEST_F(NodeResolutionTest, AgentsNumNodesTooLargeIsAnError) {
+  UseAgents({"h1", "h2"}, {1, 1});
+  options_.num_nodes = 3;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--num_nodes 3"));
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("2 agent"));
+}
+
+TEST_F(NodeResolutionTest, AgentsWithHostfileIsAnError) {
+  UseAgents({"h1"}, {1});
+  options_.hostfile = WriteHostfile("h1 slots=1\n");
+  options_.hostfile_given = true;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--hostfile"));
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("--agents"));
+}
+
+TEST_F(NodeResolutionTest, AgentsExcludeApplies) {
+  UseAgents({"h1", "h2", "h3"}, {2, 2, 2});
+  options_.exclude = "h2@h3:0";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("h1", "h3"));
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(1));
+}
+
+}  // namespace
+}  // namespace dslaunch

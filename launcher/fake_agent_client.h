@@ -1,0 +1,160 @@
+// An in-memory AgentClient for controller tests: ranks "run" until the test
+// or a scripted behaviour ends them; StopJob ends every running rank as the
+// real agent would (stopped_by_agent, SIGTERM). Thread-safe.
+#pragma once
+
+#include <signal.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "launcher/agent_client.h"
+
+namespace dslaunch {
+
+class FakeAgentClient final : public AgentClient {
+ public:
+  explicit FakeAgentClient(std::string host) : host_(std::move(host)) {}
+
+  // Decides, per started rank, whether it ends at once (and how). nullopt: it
+  // keeps running until StopJob or EndRank.
+  std::function<std::optional<RankEnded>(int attempt, const RankSpec& rank)> behaviour;
+  absl::Status start_error;  // StartRanks fails with this when set
+  absl::Status watch_error;  // StartWatch fails with this when set
+  int port_to_reserve = 29555;
+
+  const std::string& host() const override { return host_; }
+  absl::StatusOr<DescribeReply> Describe() override { return DescribeReply(); }
+  absl::StatusOr<int> ReservePort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reserve_calls_;
+    return port_to_reserve;
+  }
+  absl::Status StartRanks(const StartRanksRequest& request) override {
+    std::vector<std::pair<int, RankEnded>> immediate;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      starts_.push_back(request);
+      if (!start_error.ok()) return start_error;
+      for (const RankSpec& rank : request.ranks()) {
+        running_[{request.attempt(), rank.global_rank()}] = true;
+      }
+    }
+    for (const RankSpec& rank : request.ranks()) {
+      RankEvent started;
+      started.set_attempt(request.attempt());
+      started.set_global_rank(rank.global_rank());
+      started.mutable_started()->set_pid(1000 + rank.global_rank());
+      Deliver(started);
+      if (behaviour) {
+        if (auto end = behaviour(request.attempt(), rank)) {
+          immediate.emplace_back(rank.global_rank(), *end);
+        }
+      }
+    }
+    for (auto& [rank, end] : immediate) EndRank(request.attempt(), rank, end);
+    return absl::OkStatus();
+  }
+  absl::Status StopJob(const std::string&, int attempt, std::chrono::milliseconds grace,
+                       const std::string&) override {
+    std::vector<std::pair<int, int>> to_stop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stops_.push_back({attempt, grace});
+      for (auto& [key, running] : running_) {
+        if (running && (attempt < 0 || key.first <= attempt)) to_stop.push_back(key);
+      }
+    }
+    for (auto [rank_attempt, rank] : to_stop) {
+      RankEnded ended;
+      ended.set_state(RANK_KILLED);
+      ended.set_signal(SIGTERM);
+      ended.set_stopped_by_agent(true);
+      EndRank(rank_attempt, rank, ended);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status KeepAlive(const std::string&) override { return absl::OkStatus(); }
+  absl::Status StartWatch(const std::string&, EventHandler on_event, LostHandler on_lost) override {
+    if (!watch_error.ok()) return watch_error;
+    std::lock_guard<std::mutex> lock(mu_);
+    on_event_ = std::move(on_event);
+    on_lost_ = std::move(on_lost);
+    return absl::OkStatus();
+  }
+  void StopWatch() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_event_ = nullptr;
+    on_lost_ = nullptr;
+  }
+
+  // Test controls.
+  void EndRank(int attempt, int rank, RankEnded ended) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = running_.find({attempt, rank});
+      if (it == running_.end() || !it->second) return;
+      it->second = false;
+    }
+    if (ended.ended_unix_us() == 0) ended.set_ended_unix_us(absl::ToUnixMicros(absl::Now()));
+    RankEvent event;
+    event.set_attempt(attempt);
+    event.set_global_rank(rank);
+    *event.mutable_ended() = ended;
+    Deliver(event);
+  }
+  void Output(int attempt, int rank, bool is_stderr, const std::string& line) {
+    RankEvent event;
+    event.set_attempt(attempt);
+    event.set_global_rank(rank);
+    event.mutable_output()->set_is_stderr(is_stderr);
+    event.mutable_output()->set_line(line);
+    Deliver(event);
+  }
+  void Lose(absl::Status why) {
+    LostHandler lost;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost = on_lost_;
+    }
+    if (lost) lost(why);
+  }
+
+  std::vector<StartRanksRequest> starts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return starts_;
+  }
+  std::vector<std::pair<int, std::chrono::milliseconds>> stops() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stops_;
+  }
+  int reserve_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserve_calls_;
+  }
+
+ private:
+  void Deliver(const RankEvent& event) {
+    EventHandler handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handler = on_event_;
+    }
+    if (handler) handler(event);
+  }
+
+  const std::string host_;
+  std::mutex mu_;
+  EventHandler on_event_;
+  LostHandler on_lost_;
+  std::map<std::pair<int, int>, bool> running_;  // (attempt, rank) -> running
+  std::vector<StartRanksRequest> starts_;
+  std::vector<std::pair<int, std::chrono::milliseconds>> stops_;
+  int reserve_calls_ = 0;
+};
+
+}  // namespace dslaunch
