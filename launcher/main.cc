@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <grpcpp/server.h>
@@ -207,6 +209,7 @@ int Main(int argc, char** argv) {
 
   std::unique_ptr<AgentFleet> fleet;
   std::vector<std::unique_ptr<GrpcAgentClient>> clients;
+  std::map<std::string, std::string> dial_host;  // node name -> address to reach it (static)
   if (static_agents) {
     if (token.empty()) {
       return UsageError(absl::InvalidArgumentError(
@@ -219,15 +222,28 @@ int Main(int argc, char** argv) {
     auto existing = AgentFleet::Existing(options.agents);
     if (!existing.ok()) return UsageError(existing.status());
     fleet = std::move(*existing);
+    // Name each node by the host name its agent reports (what users see in
+    // [host:rank]); two agents on one machine fall back to their addresses.
+    std::vector<DescribeReply> described;
     for (const auto& endpoint : fleet->endpoints()) {
-      clients.push_back(std::make_unique<GrpcAgentClient>(endpoint.host, endpoint.address, token));
-      auto described = clients.back()->Describe();
-      if (!described.ok()) {
-        Notice(std::string(described.status().message()));
+      GrpcAgentClient probe(endpoint.host, endpoint.address, token);
+      auto reply = probe.Describe();
+      if (!reply.ok()) {
+        Notice(std::string(reply.status().message()));
         return 1;
       }
-      context.agent_hosts.push_back(endpoint.host);
-      context.agent_gpu_counts.push_back(described->gpu_count());
+      described.push_back(*reply);
+    }
+    std::set<std::string> names;
+    for (const auto& reply : described) names.insert(reply.hostname());
+    const bool unique = names.size() == described.size() && !names.count("");
+    for (size_t i = 0; i < described.size(); ++i) {
+      const AgentEndpoint& endpoint = fleet->endpoints()[i];
+      std::string name = unique ? described[i].hostname() : endpoint.address;
+      clients.push_back(std::make_unique<GrpcAgentClient>(name, endpoint.address, token));
+      dial_host[name] = endpoint.host;
+      context.agent_hosts.push_back(name);
+      context.agent_gpu_counts.push_back(described[i].gpu_count());
     }
   }
 
@@ -238,7 +254,8 @@ int Main(int argc, char** argv) {
   }
   spec.plan = BuildLaunchPlan(resolution->nodes);
   const bool local = resolution->launcher == LauncherKind::kLocal;
-  const std::string& rank0_host = spec.plan.nodes[spec.plan.ranks[0].node_index].host;
+  const std::string& rank0_node = spec.plan.nodes[spec.plan.ranks[0].node_index].host;
+  const std::string rank0_host = dial_host.count(rank0_node) ? dial_host[rank0_node] : rank0_node;
   spec.environment.master_addr = !options.master_addr.empty() ? options.master_addr
                                  : local                      ? "127.0.0.1"
                                                               : rank0_host;
