@@ -11,10 +11,18 @@ WORK=$(mktemp -d /tmp/dslaunch-it.XXXXXX)
 CLEANUP_PIDS=()
 cleanup_work() {
   local pid
-  for pid in "${CLEANUP_PIDS[@]+"${CLEANUP_PIDS[@]}"}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "${CLEANUP_PIDS[@]+"${CLEANUP_PIDS[@]}"}"; do
+    { kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
-trap cleanup_work EXIT
+EXTRA_CLEANUP=()  # commands run before the work folder goes (namespaces, ...)
+cleanup_all() {
+  local command
+  cleanup_work
+  for command in "${EXTRA_CLEANUP[@]+"${EXTRA_CLEANUP[@]}"}"; do eval "$command" || true; done
+}
+trap cleanup_all EXIT
 
 fail() {
   echo "FAIL: $*" >&2
