@@ -73,7 +73,6 @@ std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
   env["DSLAUNCH_ATTEMPT"] = absl::StrCat(inputs.attempt);
   env["DSLAUNCH_STORE_ADDR"] = inputs.store_addr;
   env["DSLAUNCH_STORE_TOKEN"] = inputs.store_token;
-  env["DSLAUNCH_DEVICE"] = absl::StrCat(rank.device);
   env["DSLAUNCH_ENV_VERSION"] = "1";
   return env;
 }

@@ -137,14 +137,13 @@ TEST(LaunchPlanEnvironment, SecondNodeRankHasTheFullContractWithExactValues) {
     ASSERT_NE(it, env.end()) << name << " is missing";
     EXPECT_EQ(it->second, value) << name;
   }
-  // Nothing else but the two informational DSLAUNCH_ variables.
+  // Nothing else but the contract's version.
   std::set<std::string> extra;
   for (const auto& [name, value] : env) {
     if (!expected.count(name)) extra.insert(name);
   }
-  EXPECT_THAT(extra, ElementsAre("DSLAUNCH_DEVICE", "DSLAUNCH_ENV_VERSION"));
-  // The physical device of rank 4 (slot 3 of node b).
-  EXPECT_EQ(env["DSLAUNCH_DEVICE"], "3");
+  EXPECT_THAT(extra, ElementsAre("DSLAUNCH_ENV_VERSION"));
+  EXPECT_EQ(env["DSLAUNCH_ENV_VERSION"], "1");
 }
 
 TEST(LaunchPlanEnvironment, FirstNodeRankValuesDifferFromTheSecondNodes) {

@@ -11,8 +11,8 @@ RendezvousStore::RendezvousStore(std::string job_id, std::string token)
 
 std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
 
-grpc::Status RendezvousStore::Check(const grpc::ServerContext& context, const StoreScope& scope,
-                                    const std::string& key, std::string* full_key) const {
+grpc::Status RendezvousStore::CheckCall(const grpc::ServerContext& context,
+                                        const StoreScope& scope) {
   if (!CallHasToken(context, token_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN");
@@ -22,6 +22,23 @@ grpc::Status RendezvousStore::Check(const grpc::ServerContext& context, const St
                         absl::StrCat("rendezvous store serves job '", job_id_, "', not '",
                                      scope.job_id(), "'"));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  // A leftover process of a finished attempt must not write into the store.
+  if (scope.attempt() < dropped_below_ || shut_down_) {
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        absl::StrCat("attempt ", scope.attempt(), " of job ", job_id_, " is over"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status RendezvousStore::Check(const grpc::ServerContext& context, const StoreScope& scope,
+                                    const std::string& key, std::string* full_key) {
+  if (auto s = CheckCall(context, scope); !s.ok()) return s;
+  return ScopedKey(scope, key, full_key);
+}
+
+grpc::Status RendezvousStore::ScopedKey(const StoreScope& scope, const std::string& key,
+                                        std::string* full_key) {
   if (key.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "rendezvous store: empty key");
   }
@@ -54,10 +71,11 @@ grpc::Status RendezvousStore::Get(grpc::ServerContext* context, const StoreGetRe
 
 grpc::Status RendezvousStore::Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
                                    StoreWaitReply*) {
+  if (auto s = CheckCall(*context, request->scope()); !s.ok()) return s;
   std::vector<std::string> keys;
   for (const auto& key : request->keys()) {
     std::string full;
-    if (auto s = Check(*context, request->scope(), key, &full); !s.ok()) return s;
+    if (auto s = ScopedKey(request->scope(), key, &full); !s.ok()) return s;
     keys.push_back(std::move(full));
   }
   auto deadline = std::chrono::steady_clock::now() +
@@ -108,7 +126,10 @@ grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRe
                           absl::StrCat("store key '", request->key(), "' holds '", it->second,
                                        "', not a counter"));
     }
-    current += request->delta();
+    if (__builtin_add_overflow(current, request->delta(), &current)) {
+      return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                          absl::StrCat("store counter '", request->key(), "' would overflow"));
+    }
     values_[key] = absl::StrCat(current);
     reply->set_value(current);
   }

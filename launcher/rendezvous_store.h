@@ -43,9 +43,13 @@ class RendezvousStore final : public Store::Service {
   void Shutdown();
 
  private:
-  // OK and the full key, or the reason to refuse the call.
+  // Token, job and a live attempt; the reason to refuse the call otherwise.
+  grpc::Status CheckCall(const grpc::ServerContext& context, const StoreScope& scope);
+  // CheckCall, then the full key.
   grpc::Status Check(const grpc::ServerContext& context, const StoreScope& scope,
-                     const std::string& key, std::string* full_key) const;
+                     const std::string& key, std::string* full_key);
+  static grpc::Status ScopedKey(const StoreScope& scope, const std::string& key,
+                                std::string* full_key);
   static std::string AttemptPrefix(int attempt);
 
   const std::string job_id_;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -405,10 +406,12 @@ TEST_F(RendezvousStoreTest, DropAttemptWakesItsWaitersWithAborted) {
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
   EXPECT_THAT(Message(status), HasSubstr("attempt 0"));
 
-  // Attempt 0's keys are gone; attempt 1's are kept.
+  // Attempt 0 is over: its leftovers can neither read nor write; attempt 1's
+  // keys are kept.
   auto got = attempt0->Get("old");
-  ASSERT_TRUE(got.ok());
-  EXPECT_FALSE(got->has_value());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(attempt0->Set("old", "again").code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(attempt0->Add("n", 1).status().code(), absl::StatusCode::kAborted);
   got = attempt1->Get("new");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ(**got, "1");
@@ -427,14 +430,23 @@ TEST_F(RendezvousStoreTest, DropAttemptOneKeepsAttemptTen) {
   ASSERT_TRUE(Client(11)->Set("k", "11").ok());
   store_->DropAttempt(1);
   auto got = Client(1)->Get("k");
-  ASSERT_TRUE(got.ok());
-  EXPECT_FALSE(got->has_value());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
   got = Client(10)->Get("k");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ(**got, "10");
   got = Client(11)->Get("k");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ(**got, "11");
+}
+
+TEST_F(RendezvousStoreTest, CounterOverflowIsRefused) {
+  auto client = Client();
+  ASSERT_TRUE(client->Add("big", std::numeric_limits<int64_t>::max()).ok());
+  auto overflow = client->Add("big", 1);
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kOutOfRange) << overflow.status();
+  auto value = client->Get("big");
+  ASSERT_TRUE(value.ok() && value->has_value());
+  EXPECT_EQ(**value, std::to_string(std::numeric_limits<int64_t>::max()));
 }
 
 TEST_F(RendezvousStoreTest, ShutdownEndsWaitersWithAborted) {

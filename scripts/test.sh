@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages), builds, and runs the whole test suite: unit tests
+# and the integration tests with real agents, processes and network namespaces.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh"
+cd "${BUILD_DIR:-$root/build}"
+# Integration tests measure fail-fast latency; two at a time is what 2 cores take.
+ctest --output-on-failure --timeout 300 -j "${TEST_JOBS:-2}"
