@@ -11,6 +11,9 @@ run_and_signal() {
   local launcher=$!
   CLEANUP_PIDS+=("$launcher")
   wait_until 30 files_at_least "$WORK/pids" 'child_*.pid' 4 || fail "ranks did not start"
+  local agents
+  agents=$(pgrep -P "$launcher" -f dsagent | tr '\n' ' ')
+  [[ $(wc -w <<<"$agents") -eq 2 ]] || fail "expected 2 local agents, found '$agents'"
   kill "-$signal" "$launcher"
   set +e
   wait "$launcher"
@@ -19,6 +22,8 @@ run_and_signal() {
   ((code == expected)) || fail "SIG$signal: exit $code, expected $expected"
   all_pids_gone "$WORK"/pids/rank_*.pid || fail "SIG$signal: a rank survived"
   all_pids_gone "$WORK"/pids/child_*.pid || fail "SIG$signal: a rank's child survived"
+  local agent
+  for agent in $agents; do pid_gone "$agent" || fail "SIG$signal: local agent $agent survived"; done
   pass "SIG$signal -> exit $expected, every rank and child gone $extra"
 }
 
