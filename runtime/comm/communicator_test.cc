@@ -1,0 +1,122 @@
+// The Gloo backend through the real rendezvous store (an in-process
+// RendezvousStore server), with one thread per rank.
+#include "runtime/comm/communicator.h"
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include <thread>
+
+#include "common/store_client.h"
+#include "gtest/gtest.h"
+#include "launcher/rendezvous_store.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
+
+class GlooCommunicatorTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    store_ = std::make_unique<RendezvousStore>("comm-test", kToken);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(store_.get());
+    server_ = builder.BuildAndStart();
+  }
+  void TearDown() override {
+    store_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  // Runs `body(rank, communicator)` on `world` threads and joins them.
+  void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world; ++rank) {
+      threads.emplace_back([&, rank] {
+        StoreClient client("127.0.0.1:" + std::to_string(port_), kToken, "comm-test", 0);
+        GroupSpec group{"world", {}, rank};
+        for (int r = 0; r < world; ++r) group.members.push_back(r);
+        auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        EXPECT_EQ((*comm)->rank(), rank);
+        EXPECT_EQ((*comm)->size(), world);
+        body(rank, **comm);
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+
+  int port_ = 0;
+  std::unique_ptr<RendezvousStore> store_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_P(GlooCommunicatorTest, EveryCollectiveGivesTheDefinedResult) {
+  const int world = GetParam();
+  RunGroup(world, [world](int rank, Communicator& comm) {
+    // all-reduce: sum and max of rank-dependent values.
+    torch::Tensor sum = torch::full({5}, static_cast<float>(rank + 1));
+    ASSERT_TRUE(comm.AllReduce(sum, ReduceOp::kSum).ok());
+    EXPECT_TRUE(torch::equal(sum, torch::full({5}, world * (world + 1) / 2.0f)));
+    torch::Tensor max = torch::full({3}, static_cast<float>(rank));
+    ASSERT_TRUE(comm.AllReduce(max, ReduceOp::kMax).ok());
+    EXPECT_TRUE(torch::equal(max, torch::full({3}, static_cast<float>(world - 1))));
+
+    // reduce-scatter: every rank contributes arange; rank r gets chunk r * world.
+    torch::Tensor input = torch::arange(world * 4, torch::kFloat);
+    torch::Tensor output = torch::empty({4});
+    ASSERT_TRUE(comm.ReduceScatter(input, output, ReduceOp::kSum).ok());
+    EXPECT_TRUE(torch::equal(output, torch::arange(rank * 4, rank * 4 + 4, torch::kFloat) * world));
+
+    // all-gather: chunk i is rank i's tensor.
+    torch::Tensor mine = torch::full({2}, static_cast<float>(rank));
+    torch::Tensor gathered = torch::empty({world * 2});
+    ASSERT_TRUE(comm.AllGather(mine, gathered).ok());
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(gathered[2 * r].item<float>(), r);
+      EXPECT_EQ(gathered[2 * r + 1].item<float>(), r);
+    }
+
+    // broadcast from the last rank.
+    torch::Tensor value = torch::full({4}, static_cast<float>(rank));
+    ASSERT_TRUE(comm.Broadcast(value, world - 1).ok());
+    EXPECT_TRUE(torch::equal(value, torch::full({4}, static_cast<float>(world - 1))));
+
+    // all-to-all: chunk j of rank i goes to chunk i of rank j.
+    torch::Tensor send = torch::empty({world});
+    for (int j = 0; j < world; ++j) send[j] = rank * 100 + j;
+    torch::Tensor received = torch::empty({world});
+    ASSERT_TRUE(comm.AllToAll(send, received).ok());
+    for (int i = 0; i < world; ++i) EXPECT_EQ(received[i].item<float>(), i * 100 + rank);
+
+    // send/recv around a ring.
+    if (world > 1) {
+      torch::Tensor out = torch::full({3}, static_cast<float>(rank));
+      torch::Tensor in = torch::empty({3});
+      int next = (rank + 1) % world, previous = (rank + world - 1) % world;
+      if (rank % 2 == 0) {
+        ASSERT_TRUE(comm.Send(out, next).ok());
+        ASSERT_TRUE(comm.Recv(in, previous).ok());
+      } else {
+        ASSERT_TRUE(comm.Recv(in, previous).ok());
+        ASSERT_TRUE(comm.Send(out, next).ok());
+      }
+      EXPECT_TRUE(torch::equal(in, torch::full({3}, static_cast<float>(previous))));
+    }
+    ASSERT_TRUE(comm.Barrier().ok());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCommunicatorTest, ::testing::Values(1, 2, 4));
+
+TEST(Communicator, NonMemberIsRefused) {
+  StoreClient client("127.0.0.1:1", kToken, "x", 0);
+  auto comm = CreateCommunicator(CommBackend::kGloo, client, GroupSpec{"g", {1, 2}, 0});
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(std::string(comm.status().message()).find("not a member"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,153 @@
+// The Gloo backend: c10d's ProcessGroupGloo (part of Debian's LibTorch and of
+// every PyTorch build) over CPU tensors, rendezvousing through StoreAdapter.
+#include <cstdlib>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/net_address.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/store_adapter.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+c10d::ReduceOp ToC10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;
+  }
+}
+
+// Runs a c10d call and waits for it; exceptions become a Status naming the op.
+template <typename Call>
+absl::Status Run(const char* op, Call&& call) {
+  try {
+    auto work = call();
+    if (work) work->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("gloo ", op, ": ", e.what()));
+  }
+}
+
+// The address peers can reach this rank at: GLOO_SOCKET_IFNAME when set (as
+// in PyTorch), else the local address toward MASTER_ADDR (the network the job
+// uses), else loopback.
+std::shared_ptr<::gloo::transport::Device> MakeDevice() {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  std::string address = "127.0.0.1";
+  if (const char* master = std::getenv("MASTER_ADDR"); master && *master) {
+    auto toward = LocalAddressToward(master);
+    if (toward.ok()) address = *toward;
+  }
+  return c10d::ProcessGroupGloo::createDeviceForHostname(address);
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
+      : store_(std::move(store)), rank_(rank), size_(size) {
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->devices.push_back(MakeDevice());
+    // Failures are the controller's to detect (fail-fast); this only bounds a
+    // rendezvous that can never complete.
+    options->timeout = std::chrono::minutes(10);
+    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& backend() const override { return name_; }
+
+  absl::Status AllReduce(torch::Tensor& tensor, ReduceOp op) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = ToC10d(op);
+    return Run("all_reduce", [&] { return group_->allreduce(tensors, options); });
+  }
+
+  absl::Status ReduceScatter(const torch::Tensor& input, torch::Tensor& output,
+                             ReduceOp op) override {
+    // Gloo has no reduce-scatter in LibTorch 1.13: all-reduce and keep our
+    // chunk. Same result; the CPU path pays twice the bytes.
+    torch::Tensor reduced = input.clone();
+    absl::Status reduced_ok = AllReduce(reduced, op);
+    if (!reduced_ok.ok()) return reduced_ok;
+    output.copy_(reduced.chunk(size_)[rank_].view_as(output));
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGather(const torch::Tensor& input, torch::Tensor& output) override {
+    std::vector<at::Tensor> inputs{input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (auto& chunk : output.chunk(size_)) outputs[0].push_back(chunk.view_as(input));
+    return Run("all_gather", [&] { return group_->allgather(outputs, inputs); });
+  }
+
+  absl::Status Broadcast(torch::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    return Run("broadcast", [&] { return group_->broadcast(tensors, options); });
+  }
+
+  absl::Status Send(const torch::Tensor& tensor, int peer) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Run("send", [&] { return group_->send(tensors, peer, /*tag=*/0); });
+  }
+
+  absl::Status Recv(torch::Tensor& tensor, int peer) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Run("recv", [&] { return group_->recv(tensors, peer, /*tag=*/0); });
+  }
+
+  absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) override {
+    at::Tensor in = input, out = output;
+    std::vector<int64_t> even;
+    return Run("all_to_all", [&] { return group_->alltoall_base(out, in, even, even); });
+  }
+
+  absl::Status Barrier() override {
+    return Run("barrier", [&] { return group_->barrier(); });
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  const int rank_;
+  const int size_;
+  const std::string name_ = "gloo";
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(StoreClient& store,
+                                                                     const GroupSpec& group) {
+  int rank = -1;
+  for (size_t i = 0; i < group.members.size(); ++i) {
+    if (group.members[i] == group.global_rank) rank = static_cast<int>(i);
+  }
+  if (rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", group.global_rank,
+                                                   " is not a member of group ", group.name));
+  }
+  try {
+    // c10d owns stores through intrusive pointers.
+    c10::intrusive_ptr<c10d::Store> adapter =
+        c10::make_intrusive<StoreAdapter>(store, absl::StrCat("comm/", group.name, "/"));
+    return std::unique_ptr<Communicator>(
+        new GlooCommunicator(adapter, rank, static_cast<int>(group.members.size())));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo group ", group.name, ": rendezvous failed: ", e.what()));
+  }
+}
+
+}  // namespace dslaunch::runtime

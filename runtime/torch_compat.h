@@ -1,0 +1,54 @@
+// Note [Two LibTorch worlds]
+// The same sources build against Debian's LibTorch 1.13 (CPU, CI) and a GPU
+// host's LibTorch 2.x with CUDA. Every difference between them lives here,
+// behind small functions; nothing else in the tree tests a version macro.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+namespace dslaunch::runtime::compat {
+
+inline constexpr bool kHasFusedAttention = TORCH_VERSION_MAJOR >= 2;
+
+// Causal self-attention over [batch, heads, time, head_dim] tensors. LibTorch
+// 2.x: the fused scaled-dot-product kernel (flash / memory-efficient on GPU).
+// 1.13: the same arithmetic spelled out (softmax of masked scores).
+inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true);
+#else
+  const int64_t time = q.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  auto mask = torch::ones({time, time}, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
+                  .triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), v);
+#endif
+}
+
+}  // namespace dslaunch::runtime::compat
+
+// Note [CUDA in the LibTorch build]
+// Whether LibTorch itself has CUDA is a build variant (the CPU build links
+// Debian's CPU-only LibTorch even on a machine with the CUDA toolkit). The
+// NCCL backend enqueues on LibTorch's current stream when it can see it, and on
+// the default stream otherwise (CPU builds never hold CUDA tensors anyway).
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#endif
+#if defined(DSLAUNCH_HAVE_NCCL)
+#include <cuda_runtime_api.h>
+namespace dslaunch::runtime::compat {
+inline cudaStream_t CurrentCudaStream() {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  return at::cuda::getCurrentCUDAStream().stream();
+#else
+  return nullptr;
+#endif
+}
+}  // namespace dslaunch::runtime::compat
+#endif
