@@ -1,0 +1,183 @@
+// Engine::SaveCheckpoint / LoadCheckpoint: what each rank writes, and the
+// commit protocol of checkpoint_files.h around it.
+//
+// With data parallelism (ZeRO stage 0) model, master weights and optimizer
+// state are identical on every rank, so rank 0 writes them once; every rank
+// writes its own counters, RNG state and client state (the sampler's
+// position), so a resumed run continues exactly where it stopped.
+#include <filesystem>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/engine/engine.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+absl::Status Barrier(Communicator* comm) {
+  return comm == nullptr ? absl::OkStatus() : comm->Barrier();
+}
+
+int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  archive.read(key, value);
+  return value.toInt();
+}
+
+double ReadDouble(torch::serialize::InputArchive& archive, const std::string& key) {
+  c10::IValue value;
+  archive.read(key, value);
+  return value.toDouble();
+}
+
+}  // namespace
+
+absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag,
+                                    const ClientState& client_state, int keep) {
+  const int rank = data_parallel_ ? data_parallel_->rank() : 0;
+  if (rank == 0) {
+    absl::Status prepared = PreparePartial(dir, tag);
+    if (!prepared.ok()) return prepared;
+  }
+  if (auto s = Barrier(data_parallel_); !s.ok()) return s;
+  const std::string path = RankFile(PartialDir(dir, tag), rank);
+  try {
+    torch::NoGradGuard no_grad;
+    torch::serialize::OutputArchive archive;
+    archive.write("engine/micro_steps", c10::IValue(micro_steps_));
+    archive.write("engine/global_steps", c10::IValue(global_steps_));
+    archive.write("engine/skipped_steps", c10::IValue(skipped_steps_));
+    archive.write("engine/successful_steps", c10::IValue(successful_steps_));
+    archive.write("engine/world", c10::IValue(static_cast<int64_t>(data_parallel_ ? data_parallel_->size() : 1)));
+    if (scaler_) {
+      LossScaler::State s = scaler_->state();
+      archive.write("scaler/scale", c10::IValue(s.scale));
+      archive.write("scaler/hysteresis", c10::IValue(static_cast<int64_t>(s.hysteresis)));
+      archive.write("scaler/last_overflow_iteration", c10::IValue(s.last_overflow_iteration));
+      archive.write("scaler/iteration", c10::IValue(s.iteration));
+      archive.write("scaler/skipped_steps", c10::IValue(s.skipped_steps));
+      archive.write("scaler/overflows_at_min_scale", c10::IValue(s.overflows_at_min_scale));
+    }
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      archive.write("rng/cpu", generator.get_state());
+    }
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : client_state) {
+      keys.push_back(key);
+      archive.write("client/" + key, c10::IValue(value));
+    }
+    archive.write("client/__keys", c10::IValue(absl::StrJoin(keys, "\n")));
+    if (rank == 0) {
+      for (const auto& item : model_->named_parameters()) {
+        archive.write("model/" + item.key(), item.value().detach().cpu());
+      }
+      for (const auto& item : model_->named_buffers()) {
+        archive.write("model/" + item.key(), item.value().detach().cpu(), /*is_buffer=*/true);
+      }
+      if (compute_dtype_ != torch::kFloat) {
+        for (size_t i = 0; i < master_params_.size(); ++i) {
+          archive.write(absl::StrCat("master/", i), master_params_[i].detach().cpu());
+        }
+      }
+      torch::serialize::OutputArchive optimizer;
+      optimizer_->save(optimizer);
+      archive.write("optimizer", optimizer);
+    }
+    archive.save_to(path);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
+  }
+  if (auto s = SyncFile(path); !s.ok()) return s;
+  // Every part is on disk before rank 0 commits.
+  if (auto s = Barrier(data_parallel_); !s.ok()) return s;
+  if (rank == 0) {
+    absl::Status committed = CommitCheckpoint(dir, tag, keep);
+    if (!committed.ok()) return committed;
+  }
+  // Nobody moves on (and maybe reads `latest`) before the commit.
+  return Barrier(data_parallel_);
+}
+
+absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const std::string& tag) {
+  std::string chosen = tag;
+  if (chosen.empty()) {
+    auto latest = ReadLatestTag(dir);
+    if (!latest.ok()) return latest.status();
+    chosen = *latest;
+  }
+  const std::string folder = TagDir(dir, chosen);
+  const int rank = data_parallel_ ? data_parallel_->rank() : 0;
+  ClientState client;
+  try {
+    torch::NoGradGuard no_grad;
+    torch::serialize::InputArchive shared;
+    shared.load_from(RankFile(folder, 0));
+    for (auto& item : model_->named_parameters()) {
+      torch::Tensor value;
+      shared.read("model/" + item.key(), value);
+      item.value().copy_(value);
+    }
+    for (auto& item : model_->named_buffers()) {
+      torch::Tensor value;
+      shared.read("model/" + item.key(), value, /*is_buffer=*/true);
+      item.value().copy_(value);
+    }
+    if (compute_dtype_ != torch::kFloat) {
+      for (size_t i = 0; i < master_params_.size(); ++i) {
+        torch::Tensor value;
+        shared.read(absl::StrCat("master/", i), value);
+        master_params_[i].copy_(value);
+      }
+    }
+    torch::serialize::InputArchive optimizer;
+    shared.read("optimizer", optimizer);
+    optimizer_->load(optimizer);
+
+    // This rank's own part; a rank that did not exist when the checkpoint was
+    // written continues with rank 0's counters and client state.
+    const std::string own_path = RankFile(folder, rank);
+    const bool has_own = std::filesystem::exists(own_path);
+    torch::serialize::InputArchive own;
+    if (has_own && rank != 0) own.load_from(own_path);
+    torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
+    micro_steps_ = ReadInt(mine, "engine/micro_steps");
+    global_steps_ = ReadInt(mine, "engine/global_steps");
+    skipped_steps_ = ReadInt(mine, "engine/skipped_steps");
+    successful_steps_ = ReadInt(mine, "engine/successful_steps");
+    if (scaler_) {
+      LossScaler::State s;
+      s.scale = ReadDouble(mine, "scaler/scale");
+      s.hysteresis = static_cast<int>(ReadInt(mine, "scaler/hysteresis"));
+      s.last_overflow_iteration = ReadInt(mine, "scaler/last_overflow_iteration");
+      s.iteration = ReadInt(mine, "scaler/iteration");
+      s.skipped_steps = ReadInt(mine, "scaler/skipped_steps");
+      s.overflows_at_min_scale = ReadInt(mine, "scaler/overflows_at_min_scale");
+      scaler_->Restore(s);
+    }
+    if (has_own) {
+      torch::Tensor state;
+      mine.read("rng/cpu", state);
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+    c10::IValue keys;
+    mine.read("client/__keys", keys);
+    for (absl::string_view key : absl::StrSplit(keys.toStringRef(), '\n', absl::SkipEmpty())) {
+      client[std::string(key)] = ReadInt(mine, absl::StrCat("client/", key));
+    }
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
+  }
+  ApplyLrAndMomentum(schedule_->LrAt(successful_steps_));
+  return client;
+}
+
+}  // namespace dslaunch::runtime

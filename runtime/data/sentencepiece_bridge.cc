@@ -1,0 +1,131 @@
+// See Note [SentencePiece and Abseil]: no Abseil header may be included here.
+#include "runtime/data/sentencepiece_bridge.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <fstream>
+#include <string>
+#include <unordered_map>
+
+namespace dslaunch::runtime {
+namespace {
+
+SpResult FromSp(const sentencepiece::util::Status& status) {
+  if (status.ok()) return {};
+  return SpResult{static_cast<int>(status.code()), status.message()};
+}
+
+// Feeds the trainer the non-empty lines of each file in order. Using an
+// iterator rather than the trainer's comma-separated `input` flag lets file
+// names contain commas.
+class FileLineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit FileLineIterator(const std::vector<std::string>& files) : files_(files) { Next(); }
+
+  bool done() const override { return done_; }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return status_; }
+
+  void Next() override {
+    while (true) {
+      if (stream_.is_open() && std::getline(stream_, line_)) {
+        if (line_.empty()) continue;
+        return;
+      }
+      if (stream_.is_open()) {
+        if (stream_.bad()) return Fail("cannot read " + files_[next_file_ - 1]);
+        stream_.close();
+      }
+      if (next_file_ == files_.size()) {
+        done_ = true;
+        return;
+      }
+      stream_.open(files_[next_file_++], std::ios::binary);
+      if (!stream_.is_open()) return Fail("cannot open " + files_[next_file_ - 1]);
+    }
+  }
+
+ private:
+  void Fail(const std::string& message) {
+    status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kNotFound, message);
+    done_ = true;
+  }
+
+  const std::vector<std::string>& files_;
+  size_t next_file_ = 0;
+  std::ifstream stream_;
+  std::string line_;
+  bool done_ = false;
+  sentencepiece::util::Status status_;
+};
+
+// Sentencepiece's only randomness (sentence sampling) is off below; the seed is
+// fixed anyway so that no future default can make training vary.
+constexpr unsigned int kTrainingSeed = 1234;
+
+}  // namespace
+
+struct SpModel::Impl {
+  sentencepiece::SentencePieceProcessor processor;
+};
+
+SpModel::SpModel() : impl_(std::make_unique<Impl>()) {}
+SpModel::~SpModel() = default;
+
+SpResult SpModel::Load(const std::string& model_path) {
+  return FromSp(impl_->processor.Load(model_path));
+}
+
+SpResult SpModel::Encode(std::string_view text, std::vector<int>* ids) const {
+  return FromSp(impl_->processor.Encode(text, ids));
+}
+
+SpResult SpModel::Decode(const std::vector<int>& ids, std::string* text) const {
+  return FromSp(impl_->processor.Decode(ids, text));
+}
+
+int SpModel::vocab_size() const { return impl_->processor.GetPieceSize(); }
+int SpModel::eos_id() const { return impl_->processor.eos_id(); }
+
+// Note [BPE training settings]
+// - byte_fallback: the 256 byte pieces are in the vocabulary, so no input is
+//   ever <unk>; vocab_size must exceed 259 + the distinct characters kept.
+// - normalization_rule_name=identity, remove_extra_whitespaces=false,
+//   add_dummy_prefix=false: Decode(Encode(text)) == text byte for byte, and a
+//   document is tokenized the same wherever it starts.
+// - hard_vocab_limit=false: a small corpus yields a smaller vocabulary instead
+//   of an error; the model's real size is what the dataset records.
+// - num_threads=1, input_sentence_size=0 (all sentences), no shuffling:
+//   the same files give the same model bytes.
+// - no model_prefix: the model is returned serialized (see SpTrainBpe).
+// - ids: unk 0, bos 1, eos 2, no pad.
+SpResult SpTrainBpe(const std::vector<std::string>& text_files, int vocab_size,
+                    std::string* model) {
+  // No model_prefix: the model comes back serialized, so the caller can write
+  // it atomically, and no path is recorded inside it.
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "0.9995"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"hard_vocab_limit", "false"},
+      {"num_threads", "1"},
+      {"input_sentence_size", "0"},
+      {"shuffle_input_sentence", "false"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"minloglevel", "1"},  // training progress would flood the job's log
+  };
+  sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
+  FileLineIterator lines(text_files);
+  return FromSp(sentencepiece::SentencePieceTrainer::Train(args, &lines, model));
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,53 @@
+// The only door to libsentencepiece, in plain std types.
+//
+// Note [SentencePiece and Abseil]
+// Debian's <sentencepiece_processor.h> (0.1.97) declares
+//   namespace absl { using std::string_view; }
+// which collides with Abseil 20220623, where absl::string_view is its own
+// class. So the sentencepiece headers are included by exactly one file,
+// sentencepiece_bridge.cc, which includes no Abseil header, and this header
+// uses std types only. (At link time there is no clash: the system Abseil
+// lives in an inline namespace, sentencepiece's private copy does not.)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dslaunch::runtime {
+
+// Outcome of a bridge call. `code` is a canonical status code: sentencepiece's
+// util::StatusCode numbers its codes exactly as absl::StatusCode does.
+struct SpResult {
+  int code = 0;
+  std::string message;
+  bool ok() const { return code == 0; }
+};
+
+// A loaded SentencePiece model. Encode/Decode are const and thread-safe
+// (SentencePieceProcessor's are); Load is not.
+class SpModel {
+ public:
+  SpModel();
+  ~SpModel();
+
+  SpResult Load(const std::string& model_path);
+  SpResult Encode(std::string_view text, std::vector<int>* ids) const;
+  SpResult Decode(const std::vector<int>& ids, std::string* text) const;
+  int vocab_size() const;
+  int eos_id() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Trains a byte-fallback BPE model on the lines of `text_files` and returns
+// the serialized model in `*model` (nothing is written to disk). Deterministic:
+// one thread, every sentence in file order, a fixed seed, and no file name
+// inside the model. The settings: Note [BPE training settings] in the .cc.
+SpResult SpTrainBpe(const std::vector<std::string>& text_files, int vocab_size,
+                    std::string* model);
+
+}  // namespace dslaunch::runtime

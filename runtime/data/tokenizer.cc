@@ -1,0 +1,110 @@
+#include "runtime/data/tokenizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "runtime/data/posix_file.h"
+#include "runtime/data/sentencepiece_bridge.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+absl::Status ToStatus(const SpResult& result, absl::string_view context) {
+  if (result.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(result.code),
+                      absl::StrCat(context, ": ", result.message));
+}
+
+}  // namespace
+
+std::vector<int32_t> ByteTokenizer::Encode(absl::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
+std::string ByteTokenizer::Decode(const std::vector<int32_t>& ids) const {
+  std::string text;
+  text.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id >= 0 && id < 256) text.push_back(static_cast<char>(id));
+  }
+  return text;
+}
+
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
+    const std::string& model_path) {
+  auto model = std::make_unique<SpModel>();
+  absl::Status loaded =
+      ToStatus(model->Load(model_path), absl::StrCat("cannot load sentencepiece model ", model_path));
+  if (!loaded.ok()) return loaded;
+  if (model->eos_id() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sentencepiece model ", model_path,
+                     " has no eos piece; documents could not be separated"));
+  }
+  return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(model)));
+}
+
+SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<SpModel> model)
+    : model_(std::move(model)) {}
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+// SentencePiece's Encode fails only on an unloaded model, which Load rules
+// out, so its status carries no information here.
+std::vector<int32_t> SentencePieceTokenizer::Encode(absl::string_view text) const {
+  std::vector<int> ids;
+  model_->Encode(std::string_view(text.data(), text.size()), &ids);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) const {
+  std::vector<int> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id >= 0 && id < vocab_size() && id != eos_id()) known.push_back(id);
+  }
+  std::string text;
+  model_->Decode(known, &text);
+  return text;
+}
+
+int SentencePieceTokenizer::vocab_size() const { return model_->vocab_size(); }
+int32_t SentencePieceTokenizer::eos_id() const { return model_->eos_id(); }
+
+absl::Status TrainSentencePieceBpe(const std::vector<std::string>& text_files, int vocab_size,
+                                   const std::string& model_prefix) {
+  if (text_files.empty()) {
+    return absl::InvalidArgumentError("sentencepiece training needs at least one text file");
+  }
+  if (vocab_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sentencepiece vocab_size must be positive, got ", vocab_size));
+  }
+  const std::string path = model_prefix + ".model";
+  std::string model;
+  DS_RETURN_IF_ERROR(ToStatus(
+      SpTrainBpe(text_files, vocab_size, &model),
+      absl::StrCat("training sentencepiece BPE (vocab_size ", vocab_size, ") for ", path)));
+  DS_ASSIGN_OR_RETURN(auto file, BufferedFileWriter::Create(path + ".tmp"));
+  DS_RETURN_IF_ERROR(file->Append(model.data(), model.size()));
+  DS_RETURN_IF_ERROR(file->Sync());
+  DS_RETURN_IF_ERROR(RenameFile(path + ".tmp", path));
+  return SyncParentDirectory(path);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(absl::string_view kind,
+                                                         const std::string& model_path) {
+  if (kind == "byte") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
+  if (kind == "sentencepiece") {
+    if (model_path.empty()) {
+      return absl::InvalidArgumentError("tokenizer sentencepiece needs a model path");
+    }
+    auto tokenizer = SentencePieceTokenizer::Load(model_path);
+    if (!tokenizer.ok()) return tokenizer.status();
+    return std::unique_ptr<Tokenizer>(std::move(*tokenizer));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tokenizer \"", kind, "\" (expected byte or sentencepiece)"));
+}
+
+}  // namespace dslaunch::runtime

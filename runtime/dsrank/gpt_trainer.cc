@@ -1,0 +1,242 @@
+#include "runtime/dsrank/gpt_trainer.h"
+
+#include <chrono>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/store_client.h"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/data/distributed_sampler.h"
+#include "runtime/data/gpt_samples.h"
+#include "runtime/data/indexed_dataset.h"
+#include "runtime/data/prepare_dataset.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/gpt.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kConsumedSamples[] = "consumed_samples";
+
+// Rank 0 prepares the dataset when it does not exist yet; the others wait for
+// its verdict in the store.
+absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) {
+  const std::string& prefix = job.data.prepared;
+  if (prefix.empty()) return absl::InvalidArgumentError(absl::StrCat(job.path, ": data.prepared is not set"));
+  const std::string key = "data/ready";
+  if (context.rank == 0) {
+    std::string verdict = "ok";
+    if (!IndexedDataset::Exists(prefix)) {
+      if (job.data.text_files.empty()) {
+        verdict = absl::StrCat(job.path, ": dataset ", prefix,
+                               " does not exist and data.text_files is empty");
+      } else {
+        PrepareOptions options;
+        options.inputs = job.data.text_files;
+        options.output_prefix = prefix;
+        options.tokenizer = job.data.tokenizer;
+        options.vocab_size = job.data.tokenizer_vocab_size;
+        options.split_on_percent_lines = job.data.split_on_percent_lines;
+        auto summary = PrepareDataset(options);
+        if (summary.ok()) {
+          absl::FPrintF(context.out, "dsrank: prepared %s: %s\n", prefix, summary->ToString());
+        } else {
+          verdict = absl::StrCat("preparing ", prefix, ": ", summary.status().message());
+        }
+      }
+    }
+    if (context.store != nullptr) {
+      absl::Status published = context.store->Set(key, verdict);
+      if (!published.ok()) return published;
+    }
+    return verdict == "ok" ? absl::OkStatus() : absl::FailedPreconditionError(verdict);
+  }
+  auto verdict = context.store->WaitGet(key, std::chrono::minutes(30));
+  if (!verdict.ok()) return verdict.status();
+  if (*verdict != "ok") {
+    return absl::FailedPreconditionError(absl::StrCat("rank 0 could not prepare the data: ", *verdict));
+  }
+  return absl::OkStatus();
+}
+
+// [rows, L+1] token ids → (inputs [rows, L], targets [rows, L]) as int64 on `device`.
+std::pair<torch::Tensor, torch::Tensor> LoadBatch(const GptSamples& samples,
+                                                  const std::vector<int64_t>& indices,
+                                                  torch::Device device, absl::Status* status) {
+  const int width = samples.tokens_per_sample();
+  torch::Tensor tokens = torch::empty({static_cast<int64_t>(indices.size()), width}, torch::kInt);
+  int32_t* data = tokens.data_ptr<int32_t>();
+  for (size_t row = 0; row < indices.size(); ++row) {
+    absl::Status read = samples.GetSample(indices[row], data + row * width);
+    if (!read.ok()) {
+      *status = read;
+      break;
+    }
+  }
+  tokens = tokens.to(torch::kLong).to(device);
+  return {tokens.narrow(1, 0, width - 1), tokens.narrow(1, 1, width - 1)};
+}
+
+double MeanOverWorld(double value, const TrainerContext& context) {
+  if (context.world == nullptr || context.world->size() == 1) return value;
+  torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
+  if (!context.world->AllReduce(t, ReduceOp::kSum).ok()) return value;
+  return t.item<double>() / context.world->size();
+}
+
+}  // namespace
+
+absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
+  if (auto s = EnsureDataset(job, context); !s.ok()) return s;
+  auto dataset = IndexedDataset::Open(job.data.prepared);
+  if (!dataset.ok()) return dataset.status();
+  const int64_t vocab = job.model.vocab_size > 0 ? job.model.vocab_size : (*dataset)->vocab_size();
+  if (vocab < (*dataset)->vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.vocab_size ", vocab,
+                                                   " is smaller than the dataset's vocabulary (",
+                                                   (*dataset)->vocab_size(), ")"));
+  }
+  // Held-out documents for evaluation: the last validation_fraction of them.
+  const int64_t documents = (*dataset)->num_documents();
+  int64_t train_documents = documents;
+  if (job.data.validation_fraction > 0) {
+    train_documents = std::max<int64_t>(1, static_cast<int64_t>(documents * (1 - job.data.validation_fraction)));
+  }
+  auto train_samples = GptSamples::Create(dataset->get(), (*dataset)->DocumentTokens(0, train_documents),
+                                          job.model.sequence_length, job.train.seed);
+  if (!train_samples.ok()) return train_samples.status();
+  std::unique_ptr<GptSamples> eval_samples;
+  if (train_documents < documents && job.train.eval_interval > 0) {
+    auto made = GptSamples::Create(dataset->get(), (*dataset)->DocumentTokens(train_documents, documents),
+                                   job.model.sequence_length, job.train.seed);
+    if (made.ok()) eval_samples = std::move(*made);
+  }
+
+  GptOptions options;
+  options.layers = job.model.layers;
+  options.heads = job.model.heads;
+  options.width = job.model.width;
+  options.sequence_length = job.model.sequence_length;
+  options.vocab_size = vocab;
+  options.dropout = job.model.dropout;
+  Gpt model(options, job.train.seed);
+  auto engine = Engine::Create(model.ptr(), job.ds, context.world, context.device);
+  if (!engine.ok()) return engine.status();
+  const DsConfig& ds = job.ds;
+  auto sampler = DistributedSampler::Create(context.rank, context.world_size,
+                                            static_cast<int>(ds.train_micro_batch_size_per_gpu),
+                                            static_cast<int>(ds.gradient_accumulation_steps));
+  if (!sampler.ok()) return sampler.status();
+
+  int64_t consumed = 0;
+  const std::string& checkpoint_dir = job.checkpoint.dir;
+  if (!checkpoint_dir.empty() && job.checkpoint.resume && ReadLatestTag(checkpoint_dir).ok()) {
+    auto client = (*engine)->LoadCheckpoint(checkpoint_dir);
+    if (!client.ok()) return client.status();
+    consumed = (*client)[kConsumedSamples];
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d\n", checkpoint_dir,
+                    *ReadLatestTag(checkpoint_dir), (*engine)->global_steps());
+    }
+  }
+  if (context.rank == 0) {
+    absl::FPrintF(context.out, "dsrank: GPT with %d parameters, %d rank(s), device %s, %s\n",
+                  model->ParameterCount(), context.world_size, context.device.str(),
+                  c10::toString((*engine)->compute_dtype()));
+    std::fflush(context.out);
+  }
+  std::ofstream loss_log;
+  if (context.rank == 0 && !context.loss_log.empty()) {
+    loss_log.open(context.loss_log, std::ios::app);
+    if (!loss_log) return absl::PermissionDeniedError(absl::StrCat("cannot write --loss_log ", context.loss_log));
+  }
+
+  const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
+  auto window_start = Clock::now();
+  int64_t window_steps = 0;
+  double forward_backward_seconds = 0, step_seconds = 0;
+  int64_t last_saved = -1;
+  while ((*engine)->global_steps() < job.train.steps) {
+    model->train();
+    double step_loss = 0;
+    StepResult result;
+    for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
+      absl::Status read;
+      auto [inputs, targets] =
+          LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed, micro), context.device, &read);
+      if (!read.ok()) return read;
+      auto started = Clock::now();
+      torch::Tensor loss = model->Loss(inputs, targets);
+      step_loss += loss.item<double>() / ds.gradient_accumulation_steps;
+      if (auto s = (*engine)->Backward(loss); !s.ok()) return s;
+      auto backward_done = Clock::now();
+      auto stepped = (*engine)->Step();
+      if (!stepped.ok()) return stepped.status();
+      result = *stepped;
+      forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
+      step_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
+    }
+    consumed += sampler->global_batch();
+    ++window_steps;
+    const int64_t step = (*engine)->global_steps();
+    const double mean_loss = MeanOverWorld(step_loss, context);
+    if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
+    if (context.rank == 0 && (step % ds.steps_per_print == 0 || step == job.train.steps)) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f\n", step,
+                    mean_loss, result.lr, result.loss_scale,
+                    seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0);
+      if (ds.wall_clock_breakdown) {
+        absl::FPrintF(context.out, "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s\n",
+                      window_steps, forward_backward_seconds, step_seconds);
+      }
+      if (ds.memory_breakdown) {
+        Engine::MemoryBreakdown m = (*engine)->Memory();
+        absl::FPrintF(context.out, "  memory: parameters %d B, gradients %d B, master weights %d B, optimizer state %d B\n",
+                      m.parameters, m.gradients, m.master_weights, m.optimizer_state);
+      }
+      std::fflush(context.out);
+      window_start = Clock::now();
+      window_steps = 0;
+      forward_backward_seconds = step_seconds = 0;
+    }
+    if (eval_samples && step % job.train.eval_interval == 0) {
+      torch::NoGradGuard no_grad;
+      model->eval();
+      double eval_loss = 0;
+      const int64_t per_eval = ds.train_micro_batch_size_per_gpu * context.world_size;
+      for (int64_t i = 0; i < job.train.eval_steps; ++i) {
+        absl::Status read;
+        auto [inputs, targets] = LoadBatch(*eval_samples, sampler->MicroBatchIndices(i * per_eval, 0),
+                                           context.device, &read);
+        if (!read.ok()) return read;
+        eval_loss += model->Loss(inputs, targets).item<double>() / job.train.eval_steps;
+      }
+      eval_loss = MeanOverWorld(eval_loss, context);
+      if (context.rank == 0) {
+        absl::FPrintF(context.out, "eval step=%d loss=%.4f\n", step, eval_loss);
+        std::fflush(context.out);
+      }
+    }
+    const bool at_interval = job.checkpoint.interval > 0 && step % job.checkpoint.interval == 0;
+    if (!checkpoint_dir.empty() && (at_interval || step == job.train.steps)) {
+      absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, absl::StrCat("global_step", step),
+                                                     {{kConsumedSamples, consumed}}, job.checkpoint.keep);
+      if (!saved.ok()) return saved;
+      last_saved = step;
+    }
+  }
+  (void)last_saved;
+  if (context.rank == 0) {
+    absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped\n", (*engine)->global_steps(),
+                  (*engine)->skipped_steps());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dslaunch::runtime

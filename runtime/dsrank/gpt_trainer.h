@@ -1,0 +1,36 @@
+// Trains the GPT of a job file on this rank: the loop that dsrank runs.
+//
+// Data parallelism over every rank of the job (ZeRO stage 0). The samples a
+// step reads depend only on the number of samples consumed so far
+// (runtime/data/distributed_sampler.h), and checkpoints store that number, so
+// an interrupted run resumes with exactly the losses of an uninterrupted one.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/config/job_config.h"
+
+namespace dslaunch {
+class StoreClient;
+}
+
+namespace dslaunch::runtime {
+
+struct TrainerContext {
+  int rank = 0;
+  int world_size = 1;
+  StoreClient* store = nullptr;      // null with one rank and no launcher
+  Communicator* world = nullptr;     // null with one rank
+  torch::Device device = torch::kCPU;
+  std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
+  FILE* out = stdout;                // rank 0's progress lines
+};
+
+absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,113 @@
+// dsrank: one rank of the embedded runtime, started by dslaunch for a job
+// file (`dslaunch --num_gpus 2 configs/gpt-tiny.cfg`).
+//
+//   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH] [--device auto|cpu|cuda]
+//
+// It reads the rank environment (RANK, WORLD_SIZE, LOCAL_RANK and the
+// DSLAUNCH_* store variables), joins the job's communicator (NCCL for CUDA,
+// Gloo for CPU), and trains; a restarted attempt resumes from the
+// checkpoint `latest` names.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/store_client.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/dsrank/gpt_trainer.h"
+
+namespace {
+
+int EnvInt(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  int value = fallback;
+  if (text == nullptr || !absl::SimpleAtoi(text, &value)) return fallback;
+  return value;
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "dsrank: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dslaunch;
+  using namespace dslaunch::runtime;
+  std::string config_path, loss_log, device_choice = "auto";
+  std::vector<ConfigOverride> overrides;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) return arg.substr(eq + 1);
+      return i + 1 < argc ? argv[++i] : "";
+    };
+    if (arg.rfind("--local_rank", 0) == 0) continue;  // LOCAL_RANK is in the environment
+    if (arg.rfind("--override", 0) == 0) {
+      auto parsed = ParseOverride(value());
+      if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+      overrides.push_back(*parsed);
+    } else if (arg.rfind("--loss_log", 0) == 0) {
+      loss_log = value();
+    } else if (arg.rfind("--device", 0) == 0) {
+      device_choice = value();
+    } else if (config_path.empty() && arg.rfind("--", 0) != 0) {
+      config_path = arg;
+    } else {
+      return Fail(absl::StrCat("unknown argument '", arg,
+                               "'; usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] "
+                               "[--device auto|cpu|cuda]"));
+    }
+  }
+  if (config_path.empty()) return Fail("missing the job file (a train.cfg)");
+
+  TrainerContext context;
+  context.rank = EnvInt("RANK", 0);
+  context.world_size = EnvInt("WORLD_SIZE", 1);
+  context.loss_log = loss_log;
+  const int local_rank = EnvInt("LOCAL_RANK", 0);
+
+  auto job = LoadJobConfig(config_path, overrides, WorldShape{context.world_size});
+  if (!job.ok()) return Fail(std::string(job.status().message()));
+  for (const std::string& line : job->not_yet_supported) {
+    if (context.rank == 0) std::fprintf(stderr, "dsrank: not yet supported: %s\n", line.c_str());
+  }
+  if (!job->not_yet_supported.empty()) {
+    return Fail("the job asks for features this runtime does not have yet (listed above)");
+  }
+  if (context.rank == 0) {
+    std::printf("dsrank: resolved configuration of %s for %d rank(s):\n%s\n", config_path.c_str(),
+                context.world_size, DescribeJobConfig(*job).c_str());
+    std::fflush(stdout);
+  }
+
+  const bool cuda = device_choice == "cuda" || (device_choice == "auto" && torch::cuda::is_available());
+  if (device_choice == "cuda" && !torch::cuda::is_available()) return Fail("--device cuda: no CUDA device");
+  context.device = cuda ? torch::Device(torch::kCUDA, local_rank % std::max<int>(1, torch::cuda::device_count()))
+                        : torch::Device(torch::kCPU);
+
+  std::unique_ptr<StoreClient> store;
+  std::unique_ptr<Communicator> world;
+  if (context.world_size > 1 || std::getenv("DSLAUNCH_STORE_ADDR") != nullptr) {
+    auto client = StoreClient::FromEnvironment();
+    if (!client.ok()) return Fail(std::string(client.status().message()));
+    store = std::move(*client);
+    context.store = store.get();
+    GroupSpec group{"world", {}, context.rank};
+    for (int r = 0; r < context.world_size; ++r) group.members.push_back(r);
+    auto comm = CreateCommunicator(cuda ? CommBackend::kNccl : CommBackend::kGloo, *store, group);
+    if (!comm.ok()) return Fail(std::string(comm.status().message()));
+    world = std::move(*comm);
+    context.world = world.get();
+  }
+  if (cuda) torch::cuda::manual_seed_all(job->train.seed);
+  torch::manual_seed(job->train.seed + context.rank);
+
+  absl::Status trained = TrainGpt(*job, context);
+  if (!trained.ok()) return Fail(std::string(trained.message()));
+  return 0;
+}

@@ -1,0 +1,251 @@
+#include "runtime/engine/engine.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+template <typename Options>
+void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1,
+                   std::optional<double> beta2) {
+  options.lr(lr);
+  auto betas = options.betas();
+  if (beta1) std::get<0>(betas) = *beta1;
+  if (beta2) std::get<1>(betas) = *beta2;
+  options.betas(betas);
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
+               torch::Device device)
+    : model_(std::move(model)), config_(config), data_parallel_(comm), device_(device) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model,
+                                                       const DsConfig& config,
+                                                       Communicator* data_parallel,
+                                                       torch::Device device) {
+  if (config.zero_optimization.stage != 0) {
+    return absl::UnimplementedError(absl::StrCat("zero_optimization.stage=",
+                                                 config.zero_optimization.stage,
+                                                 ": ZeRO stages 1-3 are not yet supported"));
+  }
+  if (config.gradient_accumulation_steps < 1) {
+    return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
+  }
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, data_parallel, device));
+  absl::Status ready = engine->Initialize();
+  if (!ready.ok()) return ready;
+  return engine;
+}
+
+absl::Status Engine::Initialize() {
+  try {
+    if (config_.fp16.enabled) compute_dtype_ = torch::kHalf;
+    if (config_.bf16.enabled) compute_dtype_ = torch::kBFloat16;
+    model_->to(device_, compute_dtype_);
+    for (auto& p : model_->parameters()) {
+      if (!p.requires_grad()) continue;
+      model_params_.push_back(p);
+      if (compute_dtype_ == torch::kFloat) {
+        master_params_.push_back(p);
+      } else {
+        // Note [Mixed precision]: the fp32 master is what the optimizer sees.
+        master_params_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
+      }
+    }
+    const std::string type = absl::AsciiStrToLower(config_.optimizer.type);
+    const auto& o = config_.optimizer;
+    const bool decoupled = type == "adamw" || (type == "adam" && o.adam_w_mode);
+    if (type != "adam" && type != "adamw") {
+      return absl::UnimplementedError(absl::StrCat(
+          "optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
+    }
+    if (decoupled) {
+      optimizer_ = std::make_unique<torch::optim::AdamW>(
+          master_params_, torch::optim::AdamWOptions(o.lr)
+                              .betas({o.betas[0], o.betas[1]})
+                              .eps(o.eps)
+                              .weight_decay(o.weight_decay));
+    } else {
+      optimizer_ = std::make_unique<torch::optim::Adam>(
+          master_params_, torch::optim::AdamOptions(o.lr)
+                              .betas({o.betas[0], o.betas[1]})
+                              .eps(o.eps)
+                              .weight_decay(o.weight_decay));
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("engine initialisation: ", e.what_without_backtrace()));
+  }
+  auto schedule = MakeLrSchedule(config_.scheduler, config_.optimizer.lr);
+  if (!schedule.ok()) return schedule.status();
+  schedule_ = std::move(*schedule);
+  if (config_.fp16.enabled) {
+    auto scaler = LossScaler::Create(config_.fp16);
+    if (!scaler.ok()) return scaler.status();
+    scaler_ = std::make_unique<LossScaler>(std::move(*scaler));
+  }
+  ApplyLrAndMomentum(schedule_->LrAt(0));
+  return absl::OkStatus();
+}
+
+bool Engine::IsGradientAccumulationBoundary() const {
+  return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
+}
+
+double Engine::CurrentLr() const { return schedule_->LrAt(successful_steps_); }
+
+absl::Status Engine::Backward(const torch::Tensor& loss) {
+  try {
+    double factor = 1.0 / static_cast<double>(config_.gradient_accumulation_steps);
+    if (scaler_) factor *= scaler_->scale();
+    (loss.to(torch::kFloat) * factor).backward();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AllReduceGradients() {
+  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return absl::OkStatus();
+  const double dp = static_cast<double>(data_parallel_->size());
+  const double predivide = config_.prescale_gradients ? config_.gradient_predivide_factor : 1.0;
+  const int64_t bucket_limit = std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
+  size_t begin = 0;
+  while (begin < model_params_.size()) {
+    // One bucket: consecutive gradients up to reduce_bucket_size elements.
+    size_t end = begin;
+    int64_t elements = 0;
+    while (end < model_params_.size() && (end == begin || elements + model_params_[end].numel() <= bucket_limit)) {
+      elements += model_params_[end].numel();
+      ++end;
+    }
+    std::vector<torch::Tensor> grads;
+    for (size_t i = begin; i < end; ++i) {
+      torch::Tensor& p = model_params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.push_back(p.grad().reshape({-1}));
+    }
+    torch::Tensor flat = torch::cat(grads);
+    if (predivide != 1.0) flat.div_(predivide);
+    absl::Status reduced = data_parallel_->AllReduce(flat, ReduceOp::kSum);
+    if (!reduced.ok()) return reduced;
+    flat.mul_(predivide / dp);
+    int64_t offset = 0;
+    for (size_t i = begin; i < end; ++i) {
+      torch::Tensor& grad = model_params_[i].mutable_grad();
+      grad.copy_(flat.narrow(0, offset, grad.numel()).view_as(grad));
+      offset += grad.numel();
+    }
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+double Engine::GradNormSquared() const {
+  double total = 0;
+  for (const auto& p : master_params_) {
+    if (!p.grad().defined()) continue;
+    total += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  return total;
+}
+
+void Engine::ApplyLrAndMomentum(double lr) {
+  const int64_t step = successful_steps_;
+  std::optional<double> beta1 = schedule_ ? schedule_->Beta1At(step) : std::nullopt;
+  std::optional<double> beta2 = schedule_ ? schedule_->Beta2At(step) : std::nullopt;
+  for (auto& group : optimizer_->param_groups()) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&group.options())) {
+      SetLrAndBetas(*adamw, lr, beta1, beta2);
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&group.options())) {
+      SetLrAndBetas(*adam, lr, beta1, beta2);
+    }
+  }
+}
+
+absl::StatusOr<StepResult> Engine::Step() {
+  StepResult result;
+  result.loss_scale = loss_scale();
+  if (!IsGradientAccumulationBoundary()) {
+    ++micro_steps_;
+    return result;
+  }
+  result.boundary = true;
+  try {
+    absl::Status reduced = AllReduceGradients();
+    if (!reduced.ok()) return reduced;
+    torch::NoGradGuard no_grad;
+    if (compute_dtype_ != torch::kFloat) {
+      for (size_t i = 0; i < model_params_.size(); ++i) {
+        const torch::Tensor& grad = model_params_[i].grad();
+        if (!grad.defined()) continue;
+        master_params_[i].mutable_grad() = grad.to(torch::kFloat);
+      }
+    }
+    const double norm_squared = GradNormSquared();
+    const bool overflow = !std::isfinite(norm_squared);
+    const double scale = loss_scale();
+    bool skip = false;
+    if (scaler_) skip = scaler_->Update(overflow);
+    // With fp32/bf16 a non-finite gradient is a real divergence, not a scale
+    // problem: the step goes ahead and the loss shows it, as in DeepSpeed.
+    result.grad_norm = std::sqrt(norm_squared) / scale;
+    if (skip) {
+      ++skipped_steps_;
+    } else {
+      // Unscale and clip in one multiply.
+      double coefficient = 1.0 / scale;
+      const double clip = config_.gradient_clipping;
+      if (clip > 0 && result.grad_norm > clip) coefficient *= clip / (result.grad_norm + 1e-6);
+      if (coefficient != 1.0) {
+        for (auto& p : master_params_) {
+          if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+        }
+      }
+      result.lr = schedule_->LrAt(successful_steps_);
+      ApplyLrAndMomentum(result.lr);
+      optimizer_->step();
+      if (compute_dtype_ != torch::kFloat) {
+        for (size_t i = 0; i < model_params_.size(); ++i) model_params_[i].copy_(master_params_[i]);
+      }
+      result.stepped = true;
+      ++successful_steps_;
+    }
+    for (auto& p : model_params_) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    if (compute_dtype_ != torch::kFloat) {
+      for (auto& p : master_params_) p.mutable_grad() = torch::Tensor();
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("optimizer step: ", e.what_without_backtrace()));
+  }
+  ++global_steps_;
+  ++micro_steps_;
+  return result;
+}
+
+Engine::MemoryBreakdown Engine::Memory() const {
+  MemoryBreakdown bytes;
+  for (const auto& p : model_params_) {
+    bytes.parameters += p.numel() * p.element_size();
+    if (p.grad().defined()) bytes.gradients += p.grad().numel() * p.grad().element_size();
+  }
+  if (compute_dtype_ != torch::kFloat) {
+    for (const auto& p : master_params_) bytes.master_weights += p.numel() * p.element_size();
+  }
+  for (const auto& [key, state] : optimizer_->state()) {
+    if (auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+      bytes.optimizer_state += adamw->exp_avg().numel() * adamw->exp_avg().element_size() * 2;
+    } else if (auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
+      bytes.optimizer_state += adam->exp_avg().numel() * adam->exp_avg().element_size() * 2;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,125 @@
+// The training engine: the C++ counterpart of `deepspeed.initialize`.
+//
+//   auto engine = Engine::Create(model, config.ds, &data_parallel_comm, device);
+//   for each micro-batch:
+//     torch::Tensor loss = model->Loss(inputs, targets);   // forward: the user's module
+//     engine->Backward(loss);
+//     engine->Step();            // optimizer steps only at the accumulation boundary
+//   engine->SaveCheckpoint(dir, tag, client_state);
+//
+// Semantics follow DeepSpeed (REFERENCE.md, "Runtime semantics to match"):
+// Backward scales the loss by 1/gradient_accumulation_steps (and by the loss
+// scale with fp16); Step is a no-op except at the boundary
+// ((micro_steps + 1) % gas == 0), where gradients are all-reduced over the
+// data-parallel group in buckets of reduce_bucket_size elements and averaged,
+// an fp16 overflow skips the optimizer step (skipped_steps += 1; the LR
+// schedule does not advance; global_steps still does), the gradient norm is
+// clipped, and the optimizer steps with the scheduled lr.
+//
+// Mixed precision (Note [Mixed precision]): with fp16 or bf16 enabled the
+// module's parameters are cast to 16 bits and the engine keeps fp32 master
+// copies that the optimizer updates; 16-bit gradients are copied up and the
+// updated masters copied down after every step. With fp32 the optimizer
+// steps the module's own parameters.
+//
+// Not thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/config/job_config.h"
+#include "runtime/schedule/loss_scaler.h"
+#include "runtime/schedule/lr_schedule.h"
+
+namespace dslaunch::runtime {
+
+// What the caller keeps in a checkpoint beside the engine's own state (the
+// sampler's position, ...).
+using ClientState = std::map<std::string, int64_t>;
+
+struct StepResult {
+  bool boundary = false;     // this Step() ended an accumulation window
+  bool stepped = false;      // the optimizer stepped (false on fp16 overflow)
+  double grad_norm = 0;      // before clipping, unscaled (0 when not a boundary)
+  double lr = 0;             // used for this step
+  double loss_scale = 1;     // in effect for this window
+};
+
+class Engine {
+ public:
+  // `model` must outlive the engine. `data_parallel` may be null for one rank.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
+                                                        const DsConfig& config,
+                                                        Communicator* data_parallel,
+                                                        torch::Device device);
+
+  torch::nn::Module& module() { return *model_; }
+  torch::Device device() const { return device_; }
+  // The dtype the module computes in: float, half or bfloat16.
+  torch::ScalarType compute_dtype() const { return compute_dtype_; }
+
+  absl::Status Backward(const torch::Tensor& loss);
+  absl::StatusOr<StepResult> Step();
+
+  bool IsGradientAccumulationBoundary() const;
+  int64_t global_steps() const { return global_steps_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t gradient_accumulation_steps() const { return config_.gradient_accumulation_steps; }
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  double CurrentLr() const;
+  const DsConfig& config() const { return config_; }
+  Communicator* data_parallel() const { return data_parallel_; }
+
+  // Sharded checkpoint (runtime/checkpoint): every rank calls it. A crash at
+  // any point leaves the previous checkpoint and `latest` intact.
+  absl::Status SaveCheckpoint(const std::string& dir, const std::string& tag,
+                              const ClientState& client_state, int keep = 0);
+  // Loads `tag` ("" = the one `latest` names). NotFound when there is none.
+  absl::StatusOr<ClientState> LoadCheckpoint(const std::string& dir, const std::string& tag = "");
+
+  // Bytes of parameters, gradients, master weights and optimizer state on this
+  // rank (memory_breakdown).
+  struct MemoryBreakdown {
+    int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
+  };
+  MemoryBreakdown Memory() const;
+
+ private:
+  Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
+         torch::Device device);
+  absl::Status Initialize();
+  absl::Status AllReduceGradients();
+  // Sum of squares of the master gradients in fp64; inf/nan propagate.
+  double GradNormSquared() const;
+  void ApplyLrAndMomentum(double lr);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  const DsConfig config_;
+  Communicator* const data_parallel_;
+  const torch::Device device_;
+  torch::ScalarType compute_dtype_ = torch::kFloat;
+
+  std::vector<torch::Tensor> model_params_;   // the module's parameters
+  std::vector<torch::Tensor> master_params_;  // fp32 copies (== model_params_ with fp32)
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<LossScaler> scaler_;        // fp16 only
+
+  int64_t micro_steps_ = 0;
+  int64_t global_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t successful_steps_ = 0;  // what the LR schedule counts
+
+  friend class EngineCheckpoint;
+};
+
+}  // namespace dslaunch::runtime

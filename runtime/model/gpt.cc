@@ -1,0 +1,97 @@
+#include "runtime/model/gpt.h"
+
+#include <cmath>
+
+#include "runtime/torch_compat.h"
+
+namespace dslaunch::runtime {
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options)
+    : heads_(options.heads), dropout_(options.dropout) {
+  qkv = register_module("qkv", torch::nn::Linear(options.width, 3 * options.width));
+  projection = register_module("projection", torch::nn::Linear(options.width, options.width));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
+  auto parts = qkv->forward(x).split(width, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, heads_, width / heads_}).transpose(1, 2);
+  };
+  torch::Tensor y = compat::CausalAttention(heads(parts[0]), heads(parts[1]), heads(parts[2]));
+  y = y.transpose(1, 2).contiguous().view({batch, time, width});
+  return torch::dropout(projection->forward(y), dropout_, is_training());
+}
+
+GptBlockImpl::GptBlockImpl(const GptOptions& options) : dropout_(options.dropout) {
+  norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
+  attention = register_module("attention", CausalSelfAttention(options));
+  norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
+  fc = register_module("fc", torch::nn::Linear(options.width, 4 * options.width));
+  fc_projection = register_module("fc_projection", torch::nn::Linear(4 * options.width, options.width));
+}
+
+torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x + attention->forward(norm1->forward(x));
+  torch::Tensor m = fc_projection->forward(torch::gelu(fc->forward(norm2->forward(h)), "tanh"));
+  return h + torch::dropout(m, dropout_, is_training());
+}
+
+GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
+  token_embedding =
+      register_module("token_embedding", torch::nn::Embedding(options.vocab_size, options.width));
+  position_embedding = register_module(
+      "position_embedding", torch::nn::Embedding(options.sequence_length, options.width));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options));
+  final_norm =
+      register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
+  Initialize(seed);
+}
+
+void GptImpl::Initialize(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  // A private generator: the model's weights do not depend on what else has
+  // drawn random numbers before.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    torch::Tensor values = torch::empty(p.sizes(), torch::kFloat);
+    if (name.find("norm") != std::string::npos) {
+      values.fill_(name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      values.zero_();
+    } else {
+      bool residual = name.find("projection.weight") != std::string::npos;
+      values.normal_(0.0, residual ? residual_std : 0.02, generator);
+    }
+    p.copy_(values);
+  }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  const int64_t time = tokens.size(1);
+  torch::Tensor positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  torch::Tensor x = token_embedding->forward(tokens) + position_embedding->forward(positions);
+  x = torch::dropout(x, options_.dropout, is_training());
+  for (auto& block : *blocks) x = block->as<GptBlock>()->forward(x);
+  x = final_norm->forward(x);
+  // Tied head: the token embedding doubles as the output projection.
+  return torch::nn::functional::linear(x, token_embedding->weight);
+}
+
+torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  torch::Tensor logits = forward(tokens);
+  return torch::nn::functional::cross_entropy(
+      logits.view({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+}
+
+int64_t GptImpl::ParameterCount() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace dslaunch::runtime

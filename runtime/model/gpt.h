@@ -1,0 +1,80 @@
+// A GPT in LibTorch's C++ frontend: token and position embeddings, pre-
+// LayerNorm blocks (causal self-attention, GELU MLP), a final LayerNorm and an
+// output head tied to the token embedding (GPT-2's layout).
+//
+// Initialisation is deterministic given the seed: every weight is drawn from
+// a generator seeded from it (normal(0, 0.02); the residual projections
+// scaled by 1/sqrt(2·layers) as in GPT-2; biases zero, LayerNorm weight one),
+// so every rank builds the same model without a broadcast.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace dslaunch::runtime {
+
+struct GptOptions {
+  int64_t layers = 2;
+  int64_t heads = 2;
+  int64_t width = 64;
+  int64_t sequence_length = 64;
+  int64_t vocab_size = 257;
+  double dropout = 0.0;
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GptOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear qkv{nullptr};
+  torch::nn::Linear projection{nullptr};
+
+ private:
+  int64_t heads_;
+  double dropout_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class GptBlockImpl : public torch::nn::Module {
+ public:
+  explicit GptBlockImpl(const GptOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm norm1{nullptr};
+  CausalSelfAttention attention{nullptr};
+  torch::nn::LayerNorm norm2{nullptr};
+  torch::nn::Linear fc{nullptr};
+  torch::nn::Linear fc_projection{nullptr};
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(GptBlock);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  GptImpl(const GptOptions& options, uint64_t seed);
+
+  // tokens: [batch, time] int64 → logits [batch, time, vocab].
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Mean cross-entropy of next-token prediction.
+  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+
+  const GptOptions& options() const { return options_; }
+  int64_t ParameterCount() const;
+
+  torch::nn::Embedding token_embedding{nullptr};
+  torch::nn::Embedding position_embedding{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm final_norm{nullptr};
+
+ private:
+  void Initialize(uint64_t seed);
+
+  GptOptions options_;
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace dslaunch::runtime
