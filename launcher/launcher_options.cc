@@ -19,7 +19,8 @@
 namespace dslaunch {
 namespace {
 
-constexpr absl::string_view kUsageLine = "usage: dslaunch [options] PROGRAM [ARGS...]";
+constexpr absl::string_view kUsageLine =
+    "usage: dslaunch [options] PROGRAM [ARGS...] | dslaunch [options] JOB.cfg | dslaunch --validate FILE";
 
 // kFlag options take no value: "--dry_run=true" is an error, as with
 // DeepSpeed's argparse store_true flags, so that "--dry_run=false" can never
@@ -276,6 +277,22 @@ constexpr OptionRow kOptions[] = {
        o.controller_addr = v;
        return absl::OkStatus();
      }},
+    {"--validate", "", ValueKind::kText, "FILE", "",
+     "check a train.cfg or ds_config.json for --num_nodes x --num_gpus ranks, print the "
+     "resolved config or every problem, start nothing",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.validate = v;
+       return absl::OkStatus();
+     }},
+    {"--override", "", ValueKind::kText, "KEY=VALUE", "",
+     "change a train.cfg or ds_config key, e.g. ds_config.gradient_clipping=1.0 (repeatable)",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       if (v.find('=') == std::string::npos || v.front() == '=') {
+         return BadValue(f, v, "expected key.path=value");
+       }
+       o.overrides.push_back(v);
+       return absl::OkStatus();
+     }},
     {"--help", "-h", ValueKind::kFlag, "", "", "print this help",
      [](absl::string_view, const std::string&, LauncherOptions& o) {
        o.help = true;
@@ -405,7 +422,7 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
     return absl::InvalidArgumentError(
         "--launcher static needs --agents host:port,... (the agents already running)");
   }
-  if (options.program.empty()) {
+  if (options.program.empty() && options.validate.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("missing PROGRAM: ", kUsageLine));
   }
   return options;

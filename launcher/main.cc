@@ -17,6 +17,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -32,6 +33,7 @@
 #include "launcher/node_resolution.h"
 #include "launcher/rank_output.h"
 #include "launcher/rendezvous_store.h"
+#include "runtime/config/config_loader.h"
 
 extern char** environ;
 
@@ -147,6 +149,51 @@ void PrintDryRun(const JobSpec& spec, LauncherKind launcher) {
   }
 }
 
+bool IsJobFile(const std::string& path) {
+  return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
+}
+
+absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const LauncherOptions& options) {
+  std::vector<runtime::ConfigOverride> overrides;
+  for (const std::string& text : options.overrides) {
+    auto parsed = runtime::ParseOverride(text);
+    if (!parsed.ok()) return parsed.status();
+    overrides.push_back(*parsed);
+  }
+  return overrides;
+}
+
+// --validate FILE: a train.cfg (or .yaml) or a bare ds_config (.json), for
+// the world the other options describe. Prints the resolved config or every
+// problem; starts nothing.
+int Validate(const LauncherOptions& options, int world_size) {
+  auto overrides = ParseOverrides(options);
+  if (!overrides.ok()) return UsageError(overrides.status());
+  const std::string& path = options.validate;
+  runtime::WorldShape world{world_size};
+  if (absl::EndsWith(path, ".json")) {
+    std::vector<std::string> not_yet_supported;
+    auto config = runtime::LoadDsConfig(path, *overrides, world, &not_yet_supported);
+    if (!config.ok()) {
+      Notice(absl::StrCat(path, " is not valid for ", world_size, " rank(s):\n", config.status().message()));
+      return kUsageError;
+    }
+    std::printf("%s is valid for %d rank(s); resolved:\n%s\n", path.c_str(), world_size,
+                runtime::DescribeDsConfig(*config).c_str());
+    for (const std::string& line : not_yet_supported) std::printf("not yet supported: %s\n", line.c_str());
+    return not_yet_supported.empty() ? 0 : kUsageError;
+  }
+  auto job = runtime::LoadJobConfig(path, *overrides, world);
+  if (!job.ok()) {
+    Notice(absl::StrCat(path, " is not valid for ", world_size, " rank(s):\n", job.status().message()));
+    return kUsageError;
+  }
+  std::printf("%s is valid for %d rank(s); resolved:\n%s\n", path.c_str(), world_size,
+              runtime::DescribeJobConfig(*job).c_str());
+  for (const std::string& line : job->not_yet_supported) std::printf("not yet supported: %s\n", line.c_str());
+  return job->not_yet_supported.empty() ? 0 : kUsageError;
+}
+
 int Main(int argc, char** argv) {
   // Block the stop signals before any thread exists; one thread takes them.
   sigset_t stop_signals;
@@ -247,12 +294,47 @@ int Main(int argc, char** argv) {
     }
   }
 
+  if (!options.validate.empty() && options.program.empty() && options.agents.empty()) {
+    auto nodes = ResolveNodes(options, context);
+    if (!nodes.ok()) return UsageError(nodes.status());
+    return Validate(options, BuildLaunchPlan(nodes->nodes).world_size());
+  }
   auto resolution = ResolveNodes(options, context);
   if (!resolution.ok()) return UsageError(resolution.status());
   if (!resolution->hostfile_used.empty() && !options.hostfile_given) {
     Notice(absl::StrCat("using the hostfile ", resolution->hostfile_used));
   }
   spec.plan = BuildLaunchPlan(resolution->nodes);
+  if (!options.program.empty() && IsJobFile(options.program[0])) {
+    // The embedded runtime: every rank runs dsrank on the job file. The file
+    // is checked for this world before anything starts.
+    auto overrides = ParseOverrides(options);
+    if (!overrides.ok()) return UsageError(overrides.status());
+    const std::string job_file = std::filesystem::absolute(options.program[0]).string();
+    auto job = runtime::LoadJobConfig(job_file, *overrides, runtime::WorldShape{spec.plan.world_size()});
+    if (!job.ok()) {
+      Notice(absl::StrCat(options.program[0], " is not valid for ", spec.plan.world_size(),
+                          " rank(s):\n", job.status().message()));
+      return kUsageError;
+    }
+    if (!job->not_yet_supported.empty()) {
+      Notice(absl::StrCat(options.program[0], " asks for what this runtime does not support yet:\n  ",
+                          absl::StrJoin(job->not_yet_supported, "\n  ")));
+      return kUsageError;
+    }
+    std::string beside = ThisExecutableDir() + "/dsrank";
+    std::vector<std::string> program = {::access(beside.c_str(), X_OK) == 0 ? beside : "dsrank", job_file};
+    for (const std::string& text : options.overrides) {
+      program.push_back("--override");
+      program.push_back(text);
+    }
+    program.insert(program.end(), options.program.begin() + 1, options.program.end());
+    spec.program = program;
+    spec.no_local_rank = true;
+  } else if (!options.overrides.empty()) {
+    return UsageError(absl::InvalidArgumentError(
+        "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM"));
+  }
   const bool local = resolution->launcher == LauncherKind::kLocal;
   const std::string& rank0_node = spec.plan.nodes[spec.plan.ranks[0].node_index].host;
   const std::string rank0_host = dial_host.count(rank0_node) ? dial_host[rank0_node] : rank0_node;

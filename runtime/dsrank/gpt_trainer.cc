@@ -1,6 +1,7 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -36,6 +37,8 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
         verdict = absl::StrCat(job.path, ": dataset ", prefix,
                                " does not exist and data.text_files is empty");
       } else {
+        std::error_code ignored;
+        std::filesystem::create_directories(std::filesystem::path(prefix).parent_path(), ignored);
         PrepareOptions options;
         options.inputs = job.data.text_files;
         options.output_prefix = prefix;
@@ -229,6 +232,9 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
                                                      {{kConsumedSamples, consumed}}, job.checkpoint.keep);
       if (!saved.ok()) return saved;
       last_saved = step;
+    }
+    if (step == context.exit_at_step && context.attempt == 0) {
+      return absl::AbortedError(absl::StrCat("failing after step ", step, " on purpose (--exit_at_step)"));
     }
   }
   (void)last_saved;

@@ -29,6 +29,10 @@ struct TrainerContext {
   torch::Device device = torch::kCPU;
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
+  // Fault injection for recovery tests: this rank fails right after finishing
+  // this step (checkpoint included) on attempt 0. -1: never.
+  int64_t exit_at_step = -1;
+  int attempt = 0;
 };
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);

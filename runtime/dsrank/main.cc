@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   using namespace dslaunch::runtime;
   std::string config_path, loss_log, device_choice = "auto";
   std::vector<ConfigOverride> overrides;
+  int64_t exit_at_step = -1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
       overrides.push_back(*parsed);
     } else if (arg.rfind("--loss_log", 0) == 0) {
       loss_log = value();
+    } else if (arg.rfind("--exit_at_step", 0) == 0) {
+      if (!absl::SimpleAtoi(value(), &exit_at_step)) return Fail("--exit_at_step needs a step number");
     } else if (arg.rfind("--device", 0) == 0) {
       device_choice = value();
     } else if (config_path.empty() && arg.rfind("--", 0) != 0) {
@@ -60,7 +63,7 @@ int main(int argc, char** argv) {
     } else {
       return Fail(absl::StrCat("unknown argument '", arg,
                                "'; usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] "
-                               "[--device auto|cpu|cuda]"));
+                               "[--device auto|cpu|cuda] [--exit_at_step N]"));
     }
   }
   if (config_path.empty()) return Fail("missing the job file (a train.cfg)");
@@ -69,6 +72,8 @@ int main(int argc, char** argv) {
   context.rank = EnvInt("RANK", 0);
   context.world_size = EnvInt("WORLD_SIZE", 1);
   context.loss_log = loss_log;
+  context.exit_at_step = exit_at_step;
+  context.attempt = EnvInt("DSLAUNCH_ATTEMPT", 0);
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 
   auto job = LoadJobConfig(config_path, overrides, WorldShape{context.world_size});

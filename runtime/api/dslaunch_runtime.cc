@@ -1,0 +1,47 @@
+#include "runtime/api/dslaunch_runtime.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+int EnvInt(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  int value = fallback;
+  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
+}
+
+}  // namespace
+
+absl::StatusOr<Session> Initialize(std::shared_ptr<torch::nn::Module> model,
+                                   const std::string& ds_config_path,
+                                   const std::vector<ConfigOverride>& overrides) {
+  Session session;
+  session.rank = EnvInt("RANK", 0);
+  session.world_size = EnvInt("WORLD_SIZE", 1);
+  session.local_rank = EnvInt("LOCAL_RANK", 0);
+  auto config = LoadDsConfig(ds_config_path, overrides, WorldShape{session.world_size});
+  if (!config.ok()) return config.status();
+  session.config = *config;
+  const bool cuda = torch::cuda::is_available();
+  session.device = cuda ? torch::Device(torch::kCUDA, session.local_rank % torch::cuda::device_count())
+                        : torch::Device(torch::kCPU);
+  if (session.world_size > 1) {
+    auto store = StoreClient::FromEnvironment();
+    if (!store.ok()) return store.status();
+    session.store = std::move(*store);
+    GroupSpec group{"world", {}, session.rank};
+    for (int r = 0; r < session.world_size; ++r) group.members.push_back(r);
+    auto world = CreateCommunicator(cuda ? CommBackend::kNccl : CommBackend::kGloo, *session.store, group);
+    if (!world.ok()) return world.status();
+    session.world = std::move(*world);
+  }
+  auto engine = Engine::Create(std::move(model), session.config, session.world.get(), session.device);
+  if (!engine.ok()) return engine.status();
+  session.engine = std::move(*engine);
+  return session;
+}
+
+}  // namespace dslaunch::runtime

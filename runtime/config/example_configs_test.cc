@@ -1,0 +1,85 @@
+// Every example in configs/ loads: job files (*.cfg) for world sizes 1, 2 and
+// 4, ds_configs (*.json, *.yaml) for the world sizes their batch sizes allow.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/config/config_loader.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const std::string kConfigs = std::string(DSLAUNCH_SOURCE_DIR) + "/configs";
+
+std::vector<std::string> ExampleFiles(const std::vector<std::string>& extensions) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
+    if (!entry.is_regular_file()) continue;
+    for (const std::string& extension : extensions) {
+      if (entry.path().extension() == extension) files.push_back(entry.path().string());
+    }
+  }
+  return files;
+}
+
+TEST(ExampleConfigs, EveryJobFileLoadsForOneTwoAndFourRanks) {
+  std::vector<std::string> files = ExampleFiles({".cfg"});
+  ASSERT_THAT(files, Not(IsEmpty()));
+  for (const std::string& file : files) {
+    for (int world : {1, 2, 4}) {
+      auto job = LoadJobConfig(file, {}, WorldShape{world});
+      EXPECT_TRUE(job.ok()) << file << " at world size " << world << ":\n" << job.status();
+    }
+  }
+}
+
+TEST(ExampleConfigs, EveryDsConfigLoads) {
+  std::vector<std::string> files = ExampleFiles({".json", ".yaml", ".yml"});
+  ASSERT_THAT(files, Not(IsEmpty()));
+  for (const std::string& file : files) {
+    auto config = LoadDsConfig(file, {}, WorldShape{1});
+    EXPECT_TRUE(config.ok()) << file << ":\n" << config.status();
+  }
+}
+
+TEST(ExampleConfigs, GptTinyAdaptsItsGlobalBatchToTheWorld) {
+  for (int world : {1, 2, 4}) {
+    auto job = LoadJobConfig(kConfigs + "/gpt-tiny.cfg", {}, WorldShape{world});
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->ds.train_micro_batch_size_per_gpu, 8);
+    EXPECT_EQ(job->ds.gradient_accumulation_steps, 1);
+    EXPECT_EQ(job->ds.train_batch_size, 8 * world);
+    EXPECT_EQ(job->ds.optimizer.lr, 1e-3);
+    EXPECT_EQ(job->ds.scheduler.type, "WarmupDecayLR");
+    EXPECT_EQ(job->ds.scheduler.warmup_num_steps, 20);
+    EXPECT_EQ(job->ds.scheduler.total_num_steps, 200);
+    EXPECT_EQ(job->ds.gradient_clipping, 1.0);
+    EXPECT_THAT(job->not_yet_supported, IsEmpty());
+    EXPECT_EQ(job->data.prepared, kConfigs + "/data/fortunes-byte");
+    EXPECT_EQ(job->checkpoint.dir, kConfigs + "/checkpoints/gpt-tiny");
+    for (const std::string& text : job->data.text_files) {
+      EXPECT_TRUE(std::filesystem::exists(text)) << text;
+    }
+  }
+}
+
+TEST(ExampleConfigs, DsConfigZero0IsWhatADeepSpeedUserWrites) {
+  auto config = LoadDsConfig(kConfigs + "/ds_config_zero0.json", {}, WorldShape{2});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->train_batch_size, 16);
+  EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(config->gradient_accumulation_steps, 1);
+  EXPECT_EQ(config->optimizer.type, "AdamW");
+  EXPECT_EQ(config->scheduler.type, "WarmupLR");
+  EXPECT_FALSE(config->fp16.enabled);
+  EXPECT_FALSE(config->bf16.enabled);
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,264 @@
+// The job file (train.cfg, YAML) and DeepSpeed's ds_config (JSON or YAML),
+// parsed strictly into plain structs.
+//
+// Note [Config strictness]
+// Every key DeepSpeed documents is accepted with DeepSpeed's default. An
+// unknown key, a value of the wrong type or an impossible value is an error
+// that names the file, the key path (e.g. `zero_optimization.stage`), the
+// value, and for unknown keys the nearest valid key. Every problem of a file is
+// reported at once. Keys whose feature is not built yet are accepted and
+// reported as "not yet supported" only when their value would change
+// behaviour (e.g. zero_optimization.stage: 2 before ZeRO-2 exists).
+//
+// Note ["auto"]
+// Wherever DeepSpeed users write "auto" it is accepted and resolved from the
+// job file (train.lr, ...), the model (width -> bucket sizes) and the world
+// size (batch triad), as the Hugging Face Trainer would fill it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dslaunch::runtime {
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0;          // 0: dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";     // Adam, AdamW (built); Lamb, ... accepted, refused at run time
+  double lr = 1e-3;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool adam_w_mode = true;        // Adam with adam_w_mode=true behaves as AdamW (DeepSpeed)
+  bool present = false;           // false: no "optimizer" section (the job file's train section decides)
+};
+
+// DeepSpeed's scheduler parameters (deepspeed/runtime/lr_schedules.py), all
+// in one struct; `type` says which apply. Empty type: constant lr.
+struct SchedulerConfig {
+  std::string type;  // "", LRRangeTest, OneCycle, WarmupLR, WarmupDecayLR, WarmupCosineLR
+  // LRRangeTest
+  double lr_range_test_min_lr = 1e-3;
+  int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+  // OneCycle
+  double cycle_min_lr = 0;
+  double cycle_max_lr = 0;
+  double decay_lr_rate = 0;
+  int64_t cycle_first_step_size = 2000;
+  int64_t cycle_second_step_size = -1;  // -1: same as first
+  int64_t cycle_first_stair_count = 0;
+  int64_t cycle_second_stair_count = -1;  // -1: same as first
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0;
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0;
+  double warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // log | linear
+  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
+  // WarmupCosineLR (ratios of the optimizer's lr)
+  double warmup_min_ratio = 0;
+  double cos_min_ratio = 1e-4;
+};
+
+struct OffloadConfig {
+  std::string device = "none";  // none | cpu | nvme
+  std::string nvme_path;
+  bool pin_memory = false;
+  int buffer_count = 4;
+  int64_t buffer_size = 100000000;
+  int64_t max_in_cpu = 1000000000;
+  bool fast_init = false;
+  double ratio = 1.0;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;
+  bool overlap_comm = false;
+  int64_t sub_group_size = 1000000000;
+  bool round_robin_gradients = false;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  OffloadConfig offload_optimizer;
+  // DeepSpeed keeps 5 NVMe buffers for parameters (4 for optimizer state).
+  OffloadConfig offload_param = [] {
+    OffloadConfig param;
+    param.buffer_count = 5;
+    return param;
+  }();
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  int number_checkpoints = -1;  // -1: not set
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int queue_depth = 8;
+  int thread_count = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct PipelineConfig {
+  int stages = 1;                        // 1: no pipeline parallelism
+  std::string partition_method = "parameters";  // uniform | parameters | type:<regex>
+  int activation_checkpoint_interval = 0;
+  std::string pipe_partitioned = "auto";
+  std::string grad_partitioned = "auto";
+};
+
+struct TensorParallelConfig {
+  int tp_size = 1;
+  int tp_grain_size = 1;
+  std::string mpu;
+};
+
+struct MoeConfig {
+  bool enabled = false;
+  int ep_size = 1;
+  std::string moe_param_group;
+};
+
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  int profile_step = 1;
+  int module_depth = -1;
+  int top_modules = 1;
+  bool detailed = true;
+  std::string output_file;
+};
+
+// ds_config.json, resolved: no "auto" remains and the batch triad agrees
+// with the world size.
+struct DsConfig {
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  double gradient_clipping = 0;  // 0: off
+  Fp16Config fp16;
+  Bf16Config bf16;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  ZeroConfig zero_optimization;
+  ActivationCheckpointingConfig activation_checkpointing;
+  AioConfig aio;
+  PipelineConfig pipeline;
+  TensorParallelConfig tensor_parallel;
+  MoeConfig moe;
+  int moe_expert_parallel_size = 1;
+  int steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  std::string communication_data_type;  // "" (the gradients' own), fp32, fp16, bf16
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
+  MonitorConfig wandb;
+  FlopsProfilerConfig flops_profiler;
+};
+
+struct ModelConfig {
+  std::string type = "gpt";
+  int layers = 0;
+  int heads = 0;
+  int width = 0;             // embedding / hidden size
+  int sequence_length = 0;
+  int vocab_size = 0;        // 0 in the file: taken from the prepared dataset
+  double dropout = 0.0;
+};
+
+struct DataConfig {
+  std::string prepared;                 // prefix of a prepared dataset (<prefix>.bin/.idx)
+  std::vector<std::string> text_files;  // files or globs to prepare when `prepared` does not exist yet
+  std::string tokenizer = "byte";       // byte | sentencepiece
+  int tokenizer_vocab_size = 0;         // sentencepiece: the BPE vocabulary to train
+  double validation_fraction = 0.0;     // held-out documents for eval
+  bool split_on_percent_lines = false;  // fortune files: documents end at lines holding just "%"
+};
+
+struct TrainConfig {
+  int64_t steps = 0;
+  uint64_t seed = 1234;
+  int64_t eval_interval = 0;   // 0: no evaluation
+  int64_t eval_steps = 10;
+  double lr = 3e-4;            // what "auto" lr resolves to
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;    // what "auto" warmup_num_steps resolves to
+  double weight_decay = 0.0;
+  std::array<double, 2> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double grad_clip = 0.0;      // what "auto" gradient_clipping resolves to
+  int64_t micro_batch_size = 0;         // what "auto" train_micro_batch_size_per_gpu resolves to (0: unset)
+  int64_t global_batch_size = 0;        // what "auto" train_batch_size resolves to (0: unset)
+  std::string precision = "fp32";       // what "auto" fp16/bf16.enabled resolve from: fp32 | fp16 | bf16
+};
+
+struct CheckpointConfig {
+  std::string dir;            // empty: no checkpoints
+  int64_t interval = 0;       // steps between saves (0: only at the end)
+  int keep = 0;               // how many complete checkpoints to keep (0: all)
+  bool resume = true;         // resume from <dir>/latest when it exists
+};
+
+// The world the config is resolved for.
+struct WorldShape {
+  int world_size = 1;
+};
+
+struct JobConfig {
+  std::string path;  // the train.cfg it came from
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  DsConfig ds;
+  std::string ds_config_path;  // where `ds_config` pointed, or "" when inline
+  // Features configured that the runtime does not implement yet, one line each
+  // ("zero_optimization.stage=2: ZeRO stage 2 is not yet supported").
+  std::vector<std::string> not_yet_supported;
+};
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,119 @@
+#include "runtime/config/job_config_schema.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace dslaunch::runtime::config_internal {
+namespace {
+
+// The byte tokenizer's vocabulary: one symbol per byte value.
+constexpr int kByteVocabularySize = 256;
+
+}  // namespace
+
+std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
+  ModelConfig* m = &job->model;
+  DataConfig* d = &job->data;
+  TrainConfig* t = &job->train;
+  CheckpointConfig* c = &job->checkpoint;
+  return {
+      Key("model.type", &m->type).OneOf({"gpt"}),
+      Key("model.layers", &m->layers).Min(1).Required(),
+      Key("model.heads", &m->heads).Min(1).Required(),
+      Key("model.width", &m->width).Min(1).Required(),
+      Key("model.sequence_length", &m->sequence_length).Min(1).Required(),
+      Key("model.vocab_size", &m->vocab_size).Min(0),
+      Key("model.dropout", &m->dropout).Min(0).Below(1),
+
+      Key("data.prepared", &d->prepared),
+      Key("data.text_files", &d->text_files),
+      Key("data.tokenizer", &d->tokenizer).OneOf({"byte", "sentencepiece"}),
+      Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size).Min(0),
+      Key("data.validation_fraction", &d->validation_fraction).Min(0).Below(1),
+      Key("data.split_on_percent_lines", &d->split_on_percent_lines),
+
+      Key("train.steps", &t->steps).Min(1).Required(),
+      Key("train.seed", &t->seed),
+      Key("train.eval_interval", &t->eval_interval).Min(0),
+      Key("train.eval_steps", &t->eval_steps).Min(1),
+      Key("train.lr", &t->lr).Min(0),
+      Key("train.min_lr", &t->min_lr).Min(0),
+      Key("train.warmup_steps", &t->warmup_steps).Min(0),
+      Key("train.weight_decay", &t->weight_decay).Min(0),
+      Key("train.betas", &t->betas).Min(0).Below(1),
+      Key("train.eps", &t->eps).Min(0),
+      Key("train.grad_clip", &t->grad_clip).Min(0),
+      // null or absent: not set ("auto" batch sizes then come from the other keys).
+      Key("train.micro_batch_size", &t->micro_batch_size).Min(1).Nullable(),
+      Key("train.global_batch_size", &t->global_batch_size).Min(1).Nullable(),
+      Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
+
+      Key("checkpoint.dir", &c->dir),
+      Key("checkpoint.interval", &c->interval).Min(0),
+      Key("checkpoint.keep", &c->keep).Min(0),
+      Key("checkpoint.resume", &c->resume),
+
+      Unstored("ds_config", ValueKind::kAny),
+  };
+}
+
+WalkResult WalkJobConfig(const YAML::Node& root, const TreeSource& source, JobConfig* job,
+                         Problems* problems) {
+  SchemaWalker walker(JobConfigKeys(job));
+  return walker.Walk(root, source, problems);
+}
+
+std::string ResolveRelativePath(const std::string& dir, const std::string& path) {
+  if (dir.empty() || path.empty() || path.front() == '/') return path;
+  return (std::filesystem::path(dir) / path).lexically_normal().string();
+}
+
+void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std::string& job_dir,
+                     JobConfig* job, Problems* problems) {
+  auto problem_at = [&](const std::string& path, absl::string_view what) {
+    problems->AtKey(source, walk.WrittenPath(path), walk.MarkOf(path), what);
+  };
+
+  // Sections whose keys have no usable default. (A present section reports its
+  // missing keys one by one in the walk.)
+  if (!walk.Has("model")) {
+    problem_at("model", "required (type, layers, heads, width, sequence_length)");
+  }
+  if (!walk.Has("train")) problem_at("train", "required (at least steps)");
+
+  const ModelConfig& model = job->model;
+  if (walk.HasValue("model.width") && walk.HasValue("model.heads") && model.heads > 0 &&
+      model.width % model.heads != 0) {
+    problem_at("model.width",
+               absl::StrCat(model.width, " is not divisible by model.heads (", model.heads, ")"));
+  }
+
+  DataConfig& data = job->data;
+  if (data.prepared.empty() && data.text_files.empty()) {
+    problem_at("data",
+               "set prepared (a prepared dataset) or text_files (files to prepare), or both");
+  }
+  if (data.tokenizer == "sentencepiece" && data.tokenizer_vocab_size == 0 &&
+      !walk.invalid.count("data.tokenizer_vocab_size")) {
+    problem_at("data.tokenizer_vocab_size", "required (> 0) with tokenizer sentencepiece");
+  }
+  if (data.tokenizer == "byte" && walk.HasValue("model.vocab_size") && model.vocab_size != 0 &&
+      model.vocab_size < kByteVocabularySize) {
+    problem_at("model.vocab_size",
+               absl::StrCat(model.vocab_size, " is smaller than the byte tokenizer's ",
+                            kByteVocabularySize, " symbols"));
+  }
+
+  const TrainConfig& train = job->train;
+  if (walk.HasValue("train.min_lr") && train.min_lr > train.lr) {
+    problem_at("train.min_lr", absl::StrCat(FormatNumber(train.min_lr), " is above train.lr (",
+                                            FormatNumber(train.lr), ")"));
+  }
+
+  data.prepared = ResolveRelativePath(job_dir, data.prepared);
+  for (std::string& file : data.text_files) file = ResolveRelativePath(job_dir, file);
+  job->checkpoint.dir = ResolveRelativePath(job_dir, job->checkpoint.dir);
+}
+
+}  // namespace dslaunch::runtime::config_internal

@@ -1,0 +1,277 @@
+// LoadJobConfig: the job file, its ds_config inline or by path, overrides,
+// model and data checks, relative paths.
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/config/config_test_util.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kJob[] = R"(model:
+  type: gpt
+  layers: 4
+  heads: 4
+  width: 128
+  sequence_length: 256
+  vocab_size: 512
+  dropout: 0.1
+data:
+  prepared: data/corpus
+  text_files: [texts/a.txt, /abs/b.txt, "texts/*.md"]
+  tokenizer: sentencepiece
+  tokenizer_vocab_size: 512
+  validation_fraction: 0.1
+train:
+  steps: 1000
+  seed: 7
+  eval_interval: 100
+  eval_steps: 5
+  lr: 0.0006
+  min_lr: 0.00006
+  warmup_steps: 100
+  weight_decay: 0.1
+  betas: [0.9, 0.95]
+  eps: 1.0e-8
+  grad_clip: 1.0
+  micro_batch_size: 16
+  global_batch_size: 64
+  precision: fp32
+checkpoint:
+  dir: ckpt
+  interval: 200
+  keep: 3
+  resume: false
+)";
+
+constexpr char kInlineDs[] = R"(ds_config:
+  train_batch_size: auto
+  train_micro_batch_size_per_gpu: auto
+  gradient_clipping: auto
+  zero_optimization:
+    stage: 0
+)";
+
+class JobConfigTest : public ConfigFileTest {
+ protected:
+  absl::StatusOr<JobConfig> LoadText(const std::string& text,
+                                     std::vector<ConfigOverride> overrides = {},
+                                     int world_size = 1) {
+    path_ = Write("job/train.cfg", text);
+    return LoadJobConfig(path_, overrides, WorldShape{world_size});
+  }
+  std::string path_;
+};
+
+TEST_F(JobConfigTest, ReadsEverySectionAndResolvesRelativePaths) {
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {}, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->path, path_);
+  EXPECT_EQ(job->model.type, "gpt");
+  EXPECT_EQ(job->model.layers, 4);
+  EXPECT_EQ(job->model.heads, 4);
+  EXPECT_EQ(job->model.width, 128);
+  EXPECT_EQ(job->model.sequence_length, 256);
+  EXPECT_EQ(job->model.vocab_size, 512);
+  EXPECT_EQ(job->model.dropout, 0.1);
+  const std::string folder = dir_ + "/job/";
+  EXPECT_EQ(job->data.prepared, folder + "data/corpus");
+  EXPECT_THAT(job->data.text_files,
+              ElementsAre(folder + "texts/a.txt", "/abs/b.txt", folder + "texts/*.md"));
+  EXPECT_EQ(job->data.tokenizer, "sentencepiece");
+  EXPECT_EQ(job->data.tokenizer_vocab_size, 512);
+  EXPECT_EQ(job->data.validation_fraction, 0.1);
+  EXPECT_EQ(job->train.steps, 1000);
+  EXPECT_EQ(job->train.seed, 7u);
+  EXPECT_EQ(job->train.eval_interval, 100);
+  EXPECT_EQ(job->train.eval_steps, 5);
+  EXPECT_EQ(job->train.lr, 0.0006);
+  EXPECT_EQ(job->train.min_lr, 0.00006);
+  EXPECT_EQ(job->train.warmup_steps, 100);
+  EXPECT_EQ(job->train.weight_decay, 0.1);
+  EXPECT_EQ(job->train.betas[1], 0.95);
+  EXPECT_EQ(job->train.grad_clip, 1.0);
+  EXPECT_EQ(job->train.micro_batch_size, 16);
+  EXPECT_EQ(job->train.global_batch_size, 64);
+  EXPECT_EQ(job->train.precision, "fp32");
+  EXPECT_EQ(job->checkpoint.dir, folder + "ckpt");
+  EXPECT_EQ(job->checkpoint.interval, 200);
+  EXPECT_EQ(job->checkpoint.keep, 3);
+  EXPECT_FALSE(job->checkpoint.resume);
+  EXPECT_EQ(job->ds_config_path, "");
+  EXPECT_EQ(job->ds.train_batch_size, 64);
+  EXPECT_EQ(job->ds.train_micro_batch_size_per_gpu, 16);
+  EXPECT_EQ(job->ds.gradient_accumulation_steps, 2);
+  EXPECT_EQ(job->ds.gradient_clipping, 1.0);
+  EXPECT_THAT(job->not_yet_supported, IsEmpty());
+}
+
+TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
+  Write("job/ds/zero.json", R"({
+  "train_batch_size": "auto",
+  "train_micro_batch_size_per_gpu": 16,
+  "zero_optimization": {"stage": 1}
+})");
+  auto job = LoadText(absl::StrCat(kJob, "ds_config: ds/zero.json\n"), {}, 4);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->ds_config_path, dir_ + "/job/ds/zero.json");
+  EXPECT_EQ(job->ds.train_batch_size, 64);
+  EXPECT_EQ(job->ds.gradient_accumulation_steps, 1);
+  EXPECT_THAT(job->not_yet_supported,
+              ElementsAre("zero_optimization.stage=1: ZeRO stage 1 is not yet supported"));
+
+  Write("job/ds.yaml", "train_batch_size: 64\nfp16:\n  enabled: true\n");
+  job = LoadText(absl::StrCat(kJob, "ds_config: ds.yaml\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr(dir_ + "/job/ds.yaml:3: fp16.enabled: true disagrees with "
+                                           "train.precision (fp32)")));
+}
+
+TEST_F(JobConfigTest, ProblemsInADsConfigFileNameThatFile) {
+  const std::string ds = Write("job/ds.json",
+                               "{\n  \"train_batch_size\": 64,\n"
+                               "  \"zero_optimization\": {\"stage\": 5}\n}\n");
+  auto job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(ds + ":3: zero_optimization.stage: 5 is not one of 0, 1, 2, 3"));
+  Write("job/broken.json", "{\"train_batch_size\": 64,");
+  job = LoadText(absl::StrCat(kJob, "ds_config: broken.json\n"));
+  EXPECT_THAT(ProblemLines(job), ElementsAre(AllOf(HasSubstr(dir_ + "/job/broken.json:"),
+                                                   HasSubstr("not valid YAML or JSON"))));
+}
+
+TEST_F(JobConfigTest, MissingDsConfig) {
+  auto job = LoadText(absl::StrCat(kJob, "ds_config: nowhere.json\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(AllOf(HasSubstr(path_ + ":35: ds_config: "),
+                                HasSubstr(dir_ + "/job/nowhere.json: cannot read"))));
+  job = LoadText(kJob);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(path_ + ": ds_config: required (a mapping, or the "
+                                                     "path of a JSON/YAML file)"));
+  job = LoadText(absl::StrCat(kJob, "ds_config: [1]\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("ds_config: expected a mapping or the path of a JSON/YAML "
+                                    "file, got a list")));
+}
+
+TEST_F(JobConfigTest, ModelSanity) {
+  auto job = LoadText(R"(model: {type: bert, layers: 0, heads: 3, width: 100}
+data: {prepared: d}
+train: {steps: 1}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt",
+                          path_ + ":1: model.layers: 0 must be >= 1",
+                          path_ + ":1: model.sequence_length: required",
+                          path_ + ":1: model.width: 100 is not divisible by model.heads (3)"));
+}
+
+TEST_F(JobConfigTest, RequiredSectionsAndData) {
+  auto job = LoadText("ds_config: {train_batch_size: 1}\n");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model: required"), HasSubstr("train: required"),
+                          HasSubstr("data: set prepared")));
+  job = LoadText(R"(model: {layers: 1, heads: 1, width: 8, sequence_length: 8, vocab_size: 100}
+data: {text_files: [a.txt], tokenizer: byte}
+train: {steps: 1, min_lr: 0.1, lr: 0.01}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model.vocab_size: 100 is smaller than the byte tokenizer's "
+                                    "256 symbols"),
+                          HasSubstr("train.min_lr: 0.1 is above train.lr (0.01)")));
+  job = LoadText(R"(model: {layers: 1, heads: 1, width: 8, sequence_length: 8}
+data: {prepared: p, tokenizer: sentencepiece}
+train: {steps: 1}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("data.tokenizer_vocab_size: required (> 0) with tokenizer "
+                                    "sentencepiece")));
+}
+
+TEST_F(JobConfigTest, UnknownKeysInTheJobAndItsInlineDsConfig) {
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs, "  zero_optimizaton: {}\ntrian: {}\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":42: unknown key 'trian' (did you mean 'train'?)",
+                          path_ + ":41: unknown key 'ds_config.zero_optimizaton' (did you mean "
+                                  "'ds_config.zero_optimization'?)"));
+}
+
+TEST_F(JobConfigTest, OverridesReachTheJobAndItsDsConfig) {
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"train.steps", "5"},
+                                                      {"model.layers", "2"},
+                                                      {"ds_config.zero_optimization.stage", "1"},
+                                                      {"ds_config.steps_per_print", "3"}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->train.steps, 5);
+  EXPECT_EQ(job->model.layers, 2);
+  EXPECT_EQ(job->ds.zero_optimization.stage, 1);
+  EXPECT_EQ(job->ds.steps_per_print, 3);
+  EXPECT_THAT(job->not_yet_supported, ElementsAre(HasSubstr("zero_optimization.stage=1")));
+
+  Write("job/ds.json", R"({"train_batch_size": 64})");
+  job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
+                 {{"ds_config.gradient_accumulation_steps", "2"}}, 4);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->ds.train_micro_batch_size_per_gpu, 8);  // 64 / (2 * 4)
+  // A ds_config value that contradicts the job file is named, override or not.
+  job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
+                 {{"ds_config.train_micro_batch_size_per_gpu", "8"}});
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre("--override 'ds_config.train_micro_batch_size_per_gpu=8': "
+                          "train_micro_batch_size_per_gpu: 8 disagrees with train.micro_batch_size "
+                          "(16) in the job file; write \"auto\" to take it, or make them equal"));
+
+  // ds_config itself can be swapped for another file.
+  Write("job/other.yaml", "train_batch_size: auto\ngradient_accumulation_steps: 4\n");
+  job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"), {{"ds_config", "other.yaml"}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->ds_config_path, dir_ + "/job/other.yaml");
+  EXPECT_EQ(job->ds.gradient_accumulation_steps, 4);
+}
+
+TEST_F(JobConfigTest, BadOverridesAreNamed) {
+  auto job = LoadText(
+      absl::StrCat(kJob, kInlineDs),
+      {{"train.stpes", "5"}, {"ds_config.zero_optimizaton.stage", "1"}, {"model.heads", "3"}});
+  EXPECT_THAT(
+      ProblemLines(job),
+      ElementsAre("--override 'train.stpes=5': unknown key 'train.stpes' (did you mean "
+                  "'train.steps'?)",
+                  path_ + ":5: model.width: 128 is not divisible by model.heads (3)",
+                  "--override 'ds_config.zero_optimizaton.stage=1': unknown key "
+                  "'ds_config.zero_optimizaton' (did you mean 'ds_config.zero_optimization'?)"));
+}
+
+TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"ds_config.zero_optimization.stage", "2"}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::string described = DescribeJobConfig(*job);
+  EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  layers: 4\n"));
+  EXPECT_THAT(described, HasSubstr("  betas: [0.9, 0.95]\n"));
+  EXPECT_THAT(described, HasSubstr("  dir: \"" + dir_ + "/job/ckpt\"\n"));
+  EXPECT_THAT(described, HasSubstr("ds_config:\n  train_batch_size: 64\n"));
+  EXPECT_THAT(described, HasSubstr("  zero_optimization:\n    stage: 2\n"));
+  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   zero_optimization.stage=2: ZeRO "
+                                   "stage 2 is not yet supported\n"));
+  path_ = Write("described.cfg", described);
+  auto again = LoadJobConfig(path_, {}, WorldShape{1});
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;
+  again->path = job->path;
+  EXPECT_EQ(DescribeJobConfig(*again), described);
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
