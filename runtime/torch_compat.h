@@ -52,3 +52,16 @@ inline cudaStream_t CurrentCudaStream() {
 }
 }  // namespace dslaunch::runtime::compat
 #endif
+
+// c10d::Store gained a pure virtual clone() in LibTorch 2.x. Stores derive
+// from StoreBase and implement CloneStore(); 1.13 never calls it.
+#include <torch/csrc/distributed/c10d/Store.hpp>
+namespace dslaunch::runtime::compat {
+class StoreBase : public c10d::Store {
+ public:
+  virtual c10::intrusive_ptr<c10d::Store> CloneStore() = 0;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Store> clone() override { return CloneStore(); }
+#endif
+};
+}  // namespace dslaunch::runtime::compat

@@ -16,8 +16,16 @@ tail -n 40 "$out/build.log"
 ((status == 0)) || exit $status
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
-"$bin/runtime_tests" 2>&1 | tail -n 5
+"$bin/runtime_tests" 2>&1 | grep -E -A12 'Failure|^\[  (PASSED|FAILED)' | head -n 60
 cd "$root"
+# The host has no fortunes package: datasets prepared elsewhere travel in .gpu-data.
+data=${GPU_DATA:-$root/.gpu-data}
 "$bin/dslaunch" --num_gpus 1 --override train.precision=bf16 --override train.steps=100 \
-  --override 'checkpoint.dir=""' configs/gpt-tiny.cfg 2>&1 | grep -v '^\[localhost:0\]  ' | tee "$out/gpt-tiny.log" | tail -n 16
-"$bin/dslaunch" --num_gpus 1 configs/gpt-124m.cfg 2>&1 | grep -v '^\[localhost:0\]  ' | tee "$out/gpt-124m.log" | tail -n 16
+  --override "data.prepared=$data/fortunes-byte" --override "checkpoint.dir=/tmp/ck-tiny" \
+  --override checkpoint.interval=50 configs/gpt-tiny.cfg 2>&1 | grep -v '^\[localhost:0\]  ' | tee "$out/gpt-tiny.log" | tail -n 16
+"$bin/dslaunch" --num_gpus 1 --override "data.prepared=$data/fortunes-all-byte" configs/gpt-124m.cfg 2>&1 | grep -v '^\[localhost:0\]  ' | tee "$out/gpt-124m.log" | tail -n 16
+# Resume on GPU: the last 50 steps again from the checkpoint at 50.
+rm -rf /tmp/ck-tiny/global_step100 && echo global_step50 >/tmp/ck-tiny/latest
+"$bin/dslaunch" --num_gpus 1 --override train.precision=bf16 --override train.steps=100 \
+  --override "data.prepared=$data/fortunes-byte" --override "checkpoint.dir=/tmp/ck-tiny" \
+  --override checkpoint.interval=50 configs/gpt-tiny.cfg 2>&1 | grep -E 'resumed|step=100 |done' | tee "$out/gpt-tiny-resume.log"

@@ -4,15 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "runtime/checkpoint/posix_fs.h"
 
 namespace dslaunch::runtime {
-namespace fs = std::filesystem;
 namespace {
 
 constexpr char kCompleteMarker[] = "COMPLETE";
@@ -49,16 +48,10 @@ std::string RankFile(const std::string& folder, int rank) {
 }
 
 absl::Status PreparePartial(const std::string& dir, const std::string& tag) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  DS_RETURN_IF_ERROR(posix_fs::MakeDirectories(dir));
   const std::string partial = PartialDir(dir, tag);
-  fs::remove_all(partial, error);
-  fs::create_directories(partial, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat("cannot create ", partial, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  DS_RETURN_IF_ERROR(posix_fs::RemoveTree(partial));
+  return posix_fs::MakeDirectories(partial);
 }
 
 absl::Status SyncFile(const std::string& path) { return SyncPath(path, O_RDONLY); }
@@ -68,33 +61,28 @@ absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, in
   DS_RETURN_IF_ERROR(WriteFileSynced(absl::StrCat(partial, "/", kCompleteMarker), tag + "\n"));
   DS_RETURN_IF_ERROR(SyncPath(partial, O_RDONLY | O_DIRECTORY));
   const std::string final_dir = TagDir(dir, tag);
-  std::error_code error;
-  if (fs::exists(final_dir)) {
+  if (posix_fs::Exists(final_dir)) {
     // Saving a tag again: move the old one aside first, so a crash leaves
     // either the old or the new complete folder under a name we recognise.
     const std::string old_dir = absl::StrCat(dir, "/.", tag, ".old");
-    fs::remove_all(old_dir, error);
-    fs::rename(final_dir, old_dir, error);
-    if (error) return absl::InternalError(absl::StrCat("rename ", final_dir, ": ", error.message()));
-    fs::rename(partial, final_dir, error);
-    if (error) return absl::InternalError(absl::StrCat("rename ", partial, ": ", error.message()));
-    fs::remove_all(old_dir, error);
+    DS_RETURN_IF_ERROR(posix_fs::RemoveTree(old_dir));
+    DS_RETURN_IF_ERROR(posix_fs::Rename(final_dir, old_dir));
+    DS_RETURN_IF_ERROR(posix_fs::Rename(partial, final_dir));
+    DS_RETURN_IF_ERROR(posix_fs::RemoveTree(old_dir));
   } else {
-    fs::rename(partial, final_dir, error);
-    if (error) return absl::InternalError(absl::StrCat("rename ", partial, ": ", error.message()));
+    DS_RETURN_IF_ERROR(posix_fs::Rename(partial, final_dir));
   }
   DS_RETURN_IF_ERROR(SyncPath(dir, O_RDONLY | O_DIRECTORY));
   const std::string latest_tmp = absl::StrCat(dir, "/.latest.tmp");
   DS_RETURN_IF_ERROR(WriteFileSynced(latest_tmp, tag + "\n"));
-  fs::rename(latest_tmp, absl::StrCat(dir, "/latest"), error);
-  if (error) return absl::InternalError(absl::StrCat("rename latest: ", error.message()));
+  DS_RETURN_IF_ERROR(posix_fs::Rename(latest_tmp, absl::StrCat(dir, "/latest")));
   DS_RETURN_IF_ERROR(SyncPath(dir, O_RDONLY | O_DIRECTORY));
 
   if (keep > 0) {
     std::vector<std::string> tags = CommittedTags(dir);
     for (size_t i = 0; i + keep < tags.size(); ++i) {
       if (tags[i] == tag) continue;
-      fs::remove_all(TagDir(dir, tags[i]), error);
+      DS_RETURN_IF_ERROR(posix_fs::RemoveTree(TagDir(dir, tags[i])));
     }
   }
   return absl::OkStatus();
@@ -107,7 +95,7 @@ absl::StatusOr<std::string> ReadLatestTag(const std::string& dir) {
     return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir, " (no 'latest')"));
   }
   std::string tag(absl::StripAsciiWhitespace(line));
-  if (!fs::exists(absl::StrCat(TagDir(dir, tag), "/", kCompleteMarker))) {
+  if (!posix_fs::Exists(absl::StrCat(TagDir(dir, tag), "/", kCompleteMarker))) {
     return absl::DataLossError(absl::StrCat(dir, "/latest names '", tag,
                                             "', which is not a complete checkpoint"));
   }
@@ -115,14 +103,12 @@ absl::StatusOr<std::string> ReadLatestTag(const std::string& dir) {
 }
 
 std::vector<std::string> CommittedTags(const std::string& dir) {
-  std::vector<std::pair<fs::file_time_type, std::string>> found;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name[0] == '.' || !entry.is_directory()) continue;
-    fs::path marker = entry.path() / kCompleteMarker;
-    if (!fs::exists(marker)) continue;
-    found.emplace_back(fs::last_write_time(marker, error), name);
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& name : posix_fs::ListDirectory(dir)) {
+    if (name.empty() || name[0] == '.' || !posix_fs::IsDirectory(TagDir(dir, name))) continue;
+    const std::string marker = absl::StrCat(TagDir(dir, name), "/", kCompleteMarker);
+    if (!posix_fs::Exists(marker)) continue;
+    found.emplace_back(posix_fs::ModificationTimeNs(marker), name);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> tags;

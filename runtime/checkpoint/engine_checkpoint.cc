@@ -5,14 +5,13 @@
 // state are identical on every rank, so rank 0 writes them once; every rank
 // writes its own counters, RNG state and client state (the sampler's
 // position), so a resumed run continues exactly where it stopped.
-#include <filesystem>
-
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/posix_fs.h"
 #include "runtime/engine/engine.h"
 
 namespace dslaunch::runtime {
@@ -142,7 +141,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     // This rank's own part; a rank that did not exist when the checkpoint was
     // written continues with rank 0's counters and client state.
     const std::string own_path = RankFile(folder, rank);
-    const bool has_own = std::filesystem::exists(own_path);
+    const bool has_own = posix_fs::Exists(own_path);
     torch::serialize::InputArchive own;
     if (has_own && rank != 0) own.load_from(own_path);
     torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;

@@ -65,6 +65,10 @@ bool StoreAdapter::check(const std::vector<std::string>& keys) {
   return true;
 }
 
+c10::intrusive_ptr<c10d::Store> StoreAdapter::CloneStore() {
+  return c10::make_intrusive<StoreAdapter>(store_, prefix_);
+}
+
 int64_t StoreAdapter::getNumKeys() {
   TORCH_CHECK(false, "rendezvous store: getNumKeys is not supported");
 }

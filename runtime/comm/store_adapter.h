@@ -7,13 +7,12 @@
 
 #include <string>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include "common/store_client.h"
+#include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 
-class StoreAdapter final : public c10d::Store {
+class StoreAdapter final : public compat::StoreBase {
  public:
   StoreAdapter(StoreClient& store, std::string prefix);
 
@@ -27,6 +26,8 @@ class StoreAdapter final : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  // A second adapter over the same client and prefix.
+  c10::intrusive_ptr<c10d::Store> CloneStore() override;
 
  private:
   std::string Key(const std::string& key) const { return prefix_ + key; }

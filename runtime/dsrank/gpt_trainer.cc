@@ -1,7 +1,6 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/store_client.h"
 #include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/posix_fs.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/data/distributed_sampler.h"
 #include "runtime/data/gpt_samples.h"
@@ -37,8 +37,8 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
         verdict = absl::StrCat(job.path, ": dataset ", prefix,
                                " does not exist and data.text_files is empty");
       } else {
-        std::error_code ignored;
-        std::filesystem::create_directories(std::filesystem::path(prefix).parent_path(), ignored);
+        const size_t slash = prefix.find_last_of('/');
+        if (slash != std::string::npos) (void)posix_fs::MakeDirectories(prefix.substr(0, slash));
         PrepareOptions options;
         options.inputs = job.data.text_files;
         options.output_prefix = prefix;

@@ -6,12 +6,13 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
-#include <filesystem>
+#include <unistd.h>
 #include <thread>
 
 #include "common/store_client.h"
 #include "gtest/gtest.h"
 #include "launcher/rendezvous_store.h"
+#include "runtime/checkpoint/posix_fs.h"
 #include "runtime/model/gpt.h"
 
 namespace dslaunch::runtime {
@@ -195,9 +196,8 @@ TEST(Engine, MixedPrecisionKeepsFp32Masters) {
 }
 
 TEST(Engine, CheckpointResumesBitForBit) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("engine-ckpt-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const std::string dir = "/tmp/engine-ckpt-" + std::to_string(::getpid());
+  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
   DsConfig config = BaseConfig(2, 2, 1);
   config.scheduler.type = "WarmupLR";
   config.scheduler.warmup_max_lr = 1e-2;
@@ -220,7 +220,7 @@ TEST(Engine, CheckpointResumesBitForBit) {
   auto continued = Train(**again, resumed, 3, 2, 2, 1, 0, 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(uninterrupted[i], continued[i]) << "step " << 3 + i;
   EXPECT_EQ(MaxDifference(Parameters(straight), Parameters(resumed)), 0.0);
-  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
 
 TEST(Engine, DataParallelMatchesOneRank) {
