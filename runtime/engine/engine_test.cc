@@ -88,7 +88,7 @@ TEST(Engine, AccumulationMatchesOneLargeBatch) {
   EXPECT_EQ((*b)->micro_steps(), 6);
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(la[i], lb[i], 1e-5);
   // fp32: the only difference is summation order (mean of 8 vs two means of 4).
-  EXPECT_LT(MaxDifference(Parameters(whole), Parameters(accumulated)), 1e-5);
+  EXPECT_LT(MaxDifference(Parameters(whole), Parameters(accumulated)), 1e-4);  // see DataParallelMatchesOneRank for the bound
 }
 
 TEST(Engine, StepsOnlyAtTheAccumulationBoundary) {
@@ -264,7 +264,13 @@ TEST(Engine, DataParallelMatchesOneRank) {
       EXPECT_NEAR(mean, reference[step], 1e-5) << "world " << world << " step " << step;
     }
     for (int rank = 0; rank < world; ++rank) {
-      EXPECT_LT(MaxDifference(params[rank], reference_params), 1e-5) << "world " << world;
+      // Three AdamW steps of lr 1e-2 move each weight by up to ~3e-2; Adam
+      // divides by sqrt(v), so a gradient that differs in its last bits moves
+      // a weight differently by up to lr·(relative gradient difference) per
+      // step. Seen: 3e-6 here (Debian's BLAS), 1.1e-5 on the GPU host's CPU
+      // (another BLAS). 1e-4 is 0.3% of the movement, while a wrong batch or
+      // a missing average moves weights by ~1e-2.
+      EXPECT_LT(MaxDifference(params[rank], reference_params), 1e-4) << "world " << world;
       EXPECT_EQ(MaxDifference(params[rank], params[0]), 0.0);  // replicas stay identical
     }
   }
