@@ -63,12 +63,14 @@ std::string AttemptEndName(AttemptEnd end) {
 
 JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
                              RankOutputSink* output, std::function<void(const std::string&)> notice,
-                             std::function<void(int)> on_attempt_over)
+                             std::function<void(int)> on_attempt_over, JobEventLog* event_log)
     : spec_(std::move(spec)),
       agents_(std::move(agents)),
       output_(output),
       notice_(std::move(notice)),
-      on_attempt_over_(std::move(on_attempt_over)) {}
+      on_attempt_over_(std::move(on_attempt_over)),
+      log_(event_log != nullptr ? event_log : &null_log_),
+      policy_(spec_.max_restarts, spec_.restart_backoff, spec_.max_restart_backoff) {}
 
 std::string JobController::DescribeEnd(int rank, const std::string& host, const RankEnded& ended) {
   std::string who = absl::StrCat("rank ", rank, " on ", host);
@@ -99,7 +101,7 @@ void JobController::SetState(JobState next) {
       allowed = next == JOB_RESTARTING || next == JOB_FAILED || next == JOB_CANCELLED;  // (5), (8)
       break;
     case JOB_RESTARTING:
-      allowed = next == JOB_STARTING;  // (6)
+      allowed = next == JOB_STARTING || next == JOB_CANCELLED;  // (6), (9)
       break;
     default:
       allowed = false;
@@ -111,6 +113,7 @@ void JobController::SetState(JobState next) {
     return;
   }
   state_ = next;
+  log_->Append(JobEvent("state").Text("state", JobState_Name(next)).Int("attempt", attempt_));
 }
 
 void JobController::OnSignal(int signal_number) {
@@ -132,6 +135,20 @@ void JobController::KeepAliveLoop(AgentClient* agent) {
 
 JobOutcome JobController::Run() {
   JobOutcome outcome;
+  log_->Append(JobEvent("job_start")
+                   .Text("job_id", spec_.job_id)
+                   .Int("world_size", spec_.plan.world_size())
+                   .Int("nodes", static_cast<int64_t>(spec_.plan.nodes.size()))
+                   .Int("max_restarts", spec_.max_restarts)
+                   .Int("restart_backoff_ms", spec_.restart_backoff.count())
+                   .Int("max_restart_backoff_ms", spec_.max_restart_backoff.count()));
+  log_->Append(JobEvent("state").Text("state", JobState_Name(state_)).Int("attempt", attempt_));
+  auto log_job_end = [&] {
+    log_->Append(JobEvent("job_end")
+                     .Text("state", JobState_Name(outcome.state))
+                     .Int("exit_code", outcome.exit_code)
+                     .Int("attempts", static_cast<int64_t>(outcome.attempts.size())));
+  };
   for (size_t node = 0; node < agents_.size(); ++node) {
     absl::Status watching = agents_[node]->StartWatch(
         spec_.job_id,
@@ -156,6 +173,7 @@ JobOutcome JobController::Run() {
       SetState(JOB_FAILED);
       outcome.state = JOB_FAILED;
       outcome.exit_code = 1;
+      log_job_end();
       return outcome;
     }
   }
@@ -166,29 +184,39 @@ JobOutcome JobController::Run() {
   }
 
   for (int attempt = 0;; ++attempt) {
+    attempt_ = attempt;
     SetState(JOB_STARTING);
-    AttemptReport report = RunAttempt(attempt);
+    AttemptReport report =
+        RunAttempt(attempt, outcome.attempts.empty() ? nullptr : &outcome.attempts.back());
     outcome.attempts.push_back(report);
+    LogAttemptEnd(report);
     if (on_attempt_over_) on_attempt_over_(attempt);
+    outcome.exit_code = report.exit_code;
     if (report.end == ATTEMPT_SUCCEEDED) {
       SetState(JOB_SUCCEEDED);
       break;
     }
     ReportAttempt(report);
-    if (report.end == ATTEMPT_CANCELLED) {
-      SetState(JOB_CANCELLED);
-      break;
-    }
-    if (attempt >= spec_.max_restarts) {
-      SetState(JOB_FAILED);
+    const RestartDecision decision = DecideRestart(&outcome);
+    if (!decision.restart) {
+      SetState(first_signal_ != 0 ? JOB_CANCELLED : JOB_FAILED);
       break;
     }
     SetState(JOB_RESTARTING);
+    std::string when = decision.backoff.count() > 0
+                           ? absl::StrCat(" in ", decision.backoff.count(), " ms")
+                           : std::string();
     notice_(absl::StrCat("restarting the job: attempt ", attempt + 1, " (restart ", attempt + 1,
-                         " of ", spec_.max_restarts, ")"));
+                         " of ", spec_.max_restarts, ")", when));
+    if (!WaitBeforeRestart(attempt + 1, decision.backoff)) {
+      outcome.exit_code = 128 + first_signal_;
+      outcome.stop_note = absl::StrCat("SIG", sigabbrev_np(first_signal_),
+                                       " while waiting to start attempt ", attempt + 1);
+      SetState(JOB_CANCELLED);
+      break;
+    }
   }
   outcome.state = state_;
-  outcome.exit_code = outcome.attempts.back().exit_code;
 
   {
     std::lock_guard<std::mutex> lock(keepalive_mu_);
@@ -198,7 +226,74 @@ JobOutcome JobController::Run() {
   for (auto& thread : keepalive_threads) thread.join();
   for (AgentClient* agent : agents_) agent->StopWatch();
   Summarize(outcome);
+  log_job_end();
   return outcome;
+}
+
+RestartDecision JobController::DecideRestart(JobOutcome* outcome) {
+  const AttemptReport& report = outcome->attempts.back();
+  RestartDecision decision = policy_.Decide(outcome->attempts);
+  // A stop signal during the teardown of a failed attempt also means: no more attempts.
+  const bool signalled = first_signal_ != 0;
+  if (signalled && decision.restart) {
+    decision = RestartDecision();
+    decision.reason = absl::StrCat("dslaunch received SIG", sigabbrev_np(first_signal_));
+  }
+  JobEvent logged("restart_decision");
+  logged.Int("attempt", report.attempt).Bool("restart", decision.restart);
+  if (decision.restart) {
+    logged.Int("next_attempt", report.attempt + 1).Int("backoff_ms", decision.backoff.count());
+  } else {
+    logged.Text("reason", decision.reason).Bool("early_stop", decision.early_stop);
+  }
+  log_->Append(logged);
+  if (decision.restart) return decision;
+
+  // A job without restarts needs no "not restarting" line; a cancelled one
+  // has said why it stops already.
+  if (decision.early_stop || (spec_.max_restarts > 0 && !signalled)) {
+    notice_(absl::StrCat("not restarting: ", decision.reason));
+  }
+  if (decision.early_stop) outcome->stop_note = absl::StrCat("not restarting: ", decision.reason);
+  if (signalled) {
+    outcome->exit_code = 128 + first_signal_;
+    if (report.end != ATTEMPT_CANCELLED) {
+      outcome->stop_note = absl::StrCat("SIG", sigabbrev_np(first_signal_),
+                                        " during the teardown of attempt ", report.attempt);
+    }
+  }
+  return decision;
+}
+
+void JobController::RecordSignal(int attempt, int signal_number, const std::string& action) {
+  ++signals_seen_;
+  if (first_signal_ == 0) first_signal_ = signal_number;
+  log_->Append(JobEvent("signal")
+                   .Int("attempt", attempt)
+                   .Int("signal", signal_number)
+                   .Text("name", absl::StrCat("SIG", sigabbrev_np(signal_number)))
+                   .Text("action", action));
+}
+
+bool JobController::WaitBeforeRestart(int next_attempt, std::chrono::milliseconds backoff) {
+  const auto deadline = std::chrono::steady_clock::now() + backoff;
+  std::vector<Event> for_next_attempt;
+  bool cancelled = false;
+  // Even with no backoff, what is queued already is looked at: a signal that
+  // arrived after the attempt's last rank ended cancels the restart.
+  while (std::optional<Event> event = events_.PopUntil(deadline)) {
+    if (event->kind == Event::kSignal) {
+      RecordSignal(next_attempt - 1, event->signal_number, "cancel_restart");
+      notice_(absl::StrCat("dslaunch received SIG", sigabbrev_np(event->signal_number),
+                           " while waiting to restart; not starting attempt ", next_attempt));
+      cancelled = true;
+      break;
+    }
+    if (event->kind == Event::kAgentLost) for_next_attempt.push_back(std::move(*event));
+    // Rank events here are late news of the attempt that just ended.
+  }
+  for (Event& event : for_next_attempt) events_.Push(std::move(event));
+  return !cancelled;
 }
 
 absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_started) {
@@ -257,16 +352,20 @@ void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
   }
 }
 
-AttemptReport JobController::RunAttempt(int attempt) {
+AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previous) {
   AttemptReport report;
   report.attempt = attempt;
   const LaunchPlan& plan = spec_.plan;
+  log_->Append(JobEvent("attempt_start").Int("attempt", attempt).Int("world_size", plan.world_size()));
+  auto now_us = [] { return absl::ToUnixMicros(absl::Now()); };
   if (output_ != nullptr) {
     absl::Status ready = output_->OnAttemptStarted(attempt);
     if (!ready.ok()) {
       report.end = ATTEMPT_STARTUP_FAILURE;
       report.exit_code = 1;
       report.cause = std::string(ready.message());
+      report.startup_error = report.cause;
+      report.failed_unix_us = report.all_gone_unix_us = now_us();
       SetState(JOB_STOPPING);
       return report;
     }
@@ -275,8 +374,11 @@ AttemptReport JobController::RunAttempt(int attempt) {
   std::set<int> live;
   for (const auto& rank : plan.ranks) live.insert(rank.global_rank);
   bool stopping = false;
-  int64_t failed_at_us = 0;
   int64_t last_stopped_us = 0;
+  // For all_gone_unix_us: the latest end reported, and whether every rank
+  // that was started reported one.
+  int64_t last_end_us = 0;
+  bool every_end_reported = true;
   std::chrono::steady_clock::time_point teardown_deadline;
   auto begin_stop = [&](std::chrono::milliseconds grace, const std::string& reason) {
     if (!stopping) SetState(JOB_STOPPING);
@@ -284,24 +386,25 @@ AttemptReport JobController::RunAttempt(int attempt) {
     teardown_deadline = std::chrono::steady_clock::now() + grace + spec_.teardown_margin;
     BeginStop(attempt, grace, reason);
   };
-  auto fail = [&](AttemptEnd end, int exit_code, std::string cause,
+  auto fail = [&](AttemptEnd end, int exit_code, std::string cause, std::string startup_error,
                   std::vector<std::string> tail, int64_t at_us) {
     if (stopping) return;
     report.end = end;
     report.exit_code = exit_code;
     report.cause = std::move(cause);
+    report.startup_error = std::move(startup_error);
     report.stderr_tail = std::move(tail);
-    failed_at_us = at_us;
+    report.failed_unix_us = at_us;
     notice_(absl::StrCat("attempt ", attempt, ": ", report.cause, "; stopping every rank"));
     begin_stop(spec_.stop_grace, report.cause);
   };
   auto on_signal = [&](int signal_number) {
-    ++signals_seen_;
-    if (first_signal_ == 0) first_signal_ = signal_number;
+    RecordSignal(attempt, signal_number, stopping ? "kill" : "stop");
     if (!stopping) {
       report.end = ATTEMPT_CANCELLED;
       report.exit_code = 128 + signal_number;
       report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
+      report.failed_unix_us = now_us();
       notice_(absl::StrCat(report.cause, "; stopping every rank (again to skip the ",
                            spec_.stop_grace.count(), " ms grace)"));
       begin_stop(spec_.stop_grace, report.cause);
@@ -311,14 +414,6 @@ AttemptReport JobController::RunAttempt(int attempt) {
     }
   };
 
-  // A signal that arrived between attempts cancels before anything starts.
-  if (first_signal_ != 0) {
-    report.end = ATTEMPT_CANCELLED;
-    report.exit_code = 128 + first_signal_;
-    report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(first_signal_));
-    SetState(JOB_STOPPING);
-    return report;
-  }
   std::vector<bool> node_started;
   absl::Status started = StartAttempt(attempt, &node_started);
   for (size_t node = 0; node < node_started.size(); ++node) {
@@ -327,9 +422,11 @@ AttemptReport JobController::RunAttempt(int attempt) {
   }
   if (!started.ok()) {
     fail(ATTEMPT_STARTUP_FAILURE, 1, absl::StrCat("could not start the ranks: ", started.message()),
-         {}, 0);
+         std::string(started.message()), {}, now_us());
   } else {
+    report.started_unix_us = now_us();
     SetState(JOB_RUNNING);
+    if (previous != nullptr) LogRecovery(*previous, report);
   }
 
   while (!live.empty()) {
@@ -341,6 +438,7 @@ AttemptReport JobController::RunAttempt(int attempt) {
         notice_(absl::StrCat("attempt ", attempt, ": ", live.size(),
                              " rank(s) did not report their end in time (",
                              absl::StrJoin(live, ","), "); treating them as lost"));
+        every_end_reported = false;
         break;
       }
       continue;
@@ -352,10 +450,15 @@ AttemptReport JobController::RunAttempt(int attempt) {
     if (event->kind == Event::kAgentLost) {
       const std::string& host = agents_[event->node]->host();
       std::vector<int> node_ranks = plan.RanksOfNode(event->node);
+      log_->Append(JobEvent("host_lost")
+                       .Int("attempt", attempt)
+                       .Text("host", host)
+                       .Text("error", event->lost.message()));
       fail(ATTEMPT_HOST_LOST, 1,
-           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), {},
-           absl::ToUnixMicros(absl::Now()));
-      for (int rank : node_ranks) live.erase(rank);
+           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {}, now_us());
+      for (int rank : node_ranks) {
+        if (live.erase(rank) > 0) every_end_reported = false;
+      }
       continue;
     }
     const RankEvent& rank_event = event->rank_event;
@@ -372,11 +475,15 @@ AttemptReport JobController::RunAttempt(int attempt) {
     if (!rank_event.has_ended()) continue;
     const RankEnded& ended = rank_event.ended();
     live.erase(rank);
+    last_end_us = std::max(last_end_us, ended.ended_unix_us());
     if (ended.stopped_by_agent()) {
       ++report.stopped_ranks;
       last_stopped_us = std::max(last_stopped_us, ended.ended_unix_us());
     } else if (IsFailure(ended)) {
-      fail(ClassifyEnd(ended), ExitCodeOf(ended), DescribeEnd(rank, host, ended),
+      std::string cause = DescribeEnd(rank, host, ended);
+      LogRankFailure(attempt, rank, host, ended, cause);
+      fail(ClassifyEnd(ended), ExitCodeOf(ended), cause,
+           ended.state() == RANK_LOST ? ended.detail() : std::string(),
            {ended.stderr_tail().begin(), ended.stderr_tail().end()}, ended.ended_unix_us());
     }
   }
@@ -386,12 +493,71 @@ AttemptReport JobController::RunAttempt(int attempt) {
   if (!stopping) {
     report.end = ATTEMPT_SUCCEEDED;
     report.exit_code = 0;
+    report.all_gone_unix_us = last_end_us;
     return report;
   }
-  if (failed_at_us > 0 && last_stopped_us > 0) {
-    report.teardown_us = std::max<int64_t>(0, last_stopped_us - failed_at_us);
+  report.all_gone_unix_us = every_end_reported && last_end_us > 0 ? last_end_us : now_us();
+  if (report.failed_unix_us > 0 && last_stopped_us > 0) {
+    report.teardown_us = std::max<int64_t>(0, last_stopped_us - report.failed_unix_us);
   }
   return report;
+}
+
+void JobController::LogRankFailure(int attempt, int rank, const std::string& host,
+                                   const RankEnded& ended, const std::string& cause) {
+  const int from = std::max(0, ended.stderr_tail_size() - static_cast<int>(kCauseStderrLines));
+  std::vector<std::string> tail(ended.stderr_tail().begin() + from, ended.stderr_tail().end());
+  log_->Append(JobEvent("rank_failed")
+                   .Int("attempt", attempt)
+                   .Int("rank", rank)
+                   .Text("host", host)
+                   .Text("state", RankState_Name(ended.state()))
+                   .Int("exit_code", ended.exit_code())
+                   .Int("signal", ended.signal())
+                   .Int("ended_us", ended.ended_unix_us())
+                   .Text("cause", cause)
+                   .Text("detail", ended.detail())
+                   .Text("stderr_tail", absl::StrJoin(tail, "\n")));
+}
+
+void JobController::LogAttemptEnd(const AttemptReport& report) {
+  JobEvent event("attempt_end");
+  event.Int("attempt", report.attempt)
+      .Text("end", AttemptEnd_Name(report.end))
+      .Text("class", AttemptEndName(report.end))
+      .Int("exit_code", report.exit_code)
+      .Text("cause", report.cause);
+  if (!report.startup_error.empty()) event.Text("startup_error", report.startup_error);
+  event.Int("stopped_ranks", report.stopped_ranks)
+      .Int("teardown_us", report.teardown_us)
+      .Int("started_us", report.started_unix_us)
+      .Int("failed_us", report.failed_unix_us)
+      .Int("all_gone_us", report.all_gone_unix_us);
+  log_->Append(event);
+}
+
+void JobController::LogRecovery(const AttemptReport& failed, const AttemptReport& restarted) {
+  // Note: failed_us comes from the failing rank's agent, the other two from
+  // the controller; across hosts the figures include their clock offset.
+  JobEvent event("recovery");
+  event.Int("attempt", restarted.attempt)
+      .Int("failed_attempt", failed.attempt)
+      .Text("failed_class", AttemptEndName(failed.end))
+      .Int("failed_us", failed.failed_unix_us)
+      .Int("all_gone_us", failed.all_gone_unix_us)
+      .Int("restarted_us", restarted.started_unix_us);
+  if (failed.failed_unix_us > 0) {
+    const int64_t stop_us = failed.all_gone_unix_us - failed.failed_unix_us;
+    const int64_t restart_us = restarted.started_unix_us - failed.all_gone_unix_us;
+    const int64_t total_us = restarted.started_unix_us - failed.failed_unix_us;
+    event.Int("failure_to_gone_us", stop_us)
+        .Int("gone_to_restart_us", restart_us)
+        .Int("failure_to_restart_us", total_us);
+    notice_(absl::StrCat("recovery: attempt ", restarted.attempt, " started ", total_us / 1000.0,
+                         " ms after the failure (every rank gone after ", stop_us / 1000.0,
+                         " ms, then ", restart_us / 1000.0, " ms backoff and start)"));
+  }
+  log_->Append(event);
 }
 
 void JobController::ReportAttempt(const AttemptReport& report) {
@@ -410,6 +576,7 @@ void JobController::Summarize(const JobOutcome& outcome) {
     if (!attempt.cause.empty()) absl::StrAppend(&part, " (", attempt.cause, ")");
     parts.push_back(part);
   }
+  if (!outcome.stop_note.empty()) parts.push_back(outcome.stop_note);
   std::string state = outcome.state == JOB_SUCCEEDED ? "succeeded"
                       : outcome.state == JOB_CANCELLED ? "was cancelled"
                                                        : "failed";

@@ -6,10 +6,12 @@
 //   PLANNING ──────────▶ STARTING ──────▶ RUNNING ─── lost, or a stop signal ──▶ STOPPING
 //                          ▲   │ (4) could not start                               │
 //                          │   └──────────────────────────────────────────────────▶│
-//                          │ (6) new attempt                                        │ (5) every rank gone
-//                      RESTARTING ◀──── budget left, not cancelled ─────────────────┤
-//                                                                                   ▼
-//   RUNNING ── (7) every rank exited 0 ──▶ SUCCEEDED            FAILED | CANCELLED ◀┘ (8)
+//                          │ (6) backoff over: new attempt                          │ (5) every rank gone,
+//                      RESTARTING ◀──── RestartPolicy says restart ─────────────────┤     restart
+//                          │                                                        │ (8) every rank gone,
+//                          │ (9) stop signal during the backoff → CANCELLED         ▼     no restart
+//                          └────────────────────────────────────────▶ FAILED | CANCELLED
+//   RUNNING ── (7) every rank exited 0 ──▶ SUCCEEDED
 //   PLANNING ── (0) an agent's event stream cannot be opened ──▶ FAILED
 //
 // SetState() is the one function that changes the state; it refuses any edge
@@ -21,6 +23,11 @@
 // --stop_grace_ms). Nothing waits on a collective timeout: a rank's exit is
 // seen by its agent through a pidfd and reaches the controller over an open
 // stream, so the other ranks are signalled within milliseconds.
+//
+// Restarts: RestartPolicy (Note [Restart policy]) decides after every failed
+// attempt; the backoff is spent waiting on the event queue, so a stop signal
+// ends it at once. Every state change, attempt, failing rank, signal, restart
+// decision and recovery is appended to the JobEventLog (events.jsonl).
 #pragma once
 
 #include <atomic>
@@ -36,8 +43,11 @@
 
 #include "common/blocking_queue.h"
 #include "launcher/agent_client.h"
+#include "launcher/attempt_report.h"
+#include "launcher/job_event_log.h"
 #include "launcher/launch_plan.h"
 #include "launcher/rank_output.h"
+#include "launcher/restart_policy.h"
 #include "proto/job.pb.h"
 
 namespace dslaunch {
@@ -52,6 +62,9 @@ struct JobSpec {
   // master_port 0 means "ask rank 0's agent".
   RankEnvironmentInputs environment;
   int max_restarts = 0;
+  // Wait before attempt k: min(restart_backoff * 2^(k-1), max_restart_backoff).
+  std::chrono::milliseconds restart_backoff{1000};
+  std::chrono::milliseconds max_restart_backoff{30000};
   std::chrono::milliseconds stop_grace{3000};
   std::chrono::milliseconds lease{10000};
   std::chrono::milliseconds keepalive_interval{1000};
@@ -60,23 +73,14 @@ struct JobSpec {
   std::chrono::milliseconds teardown_margin{5000};
 };
 
-// How one attempt ended.
-struct AttemptReport {
-  int attempt = 0;
-  AttemptEnd end = ATTEMPT_END_UNSPECIFIED;
-  int exit_code = 0;          // what dslaunch exits with if this is the last attempt
-  std::string cause;          // one line: rank, host, code or signal
-  std::vector<std::string> stderr_tail;  // of the failing rank
-  // Fail-fast figure: from the failing rank's end to the last stopped rank's
-  // end (agents' clocks); -1 when nothing had to be stopped.
-  int64_t teardown_us = -1;
-  int stopped_ranks = 0;
-};
-
 struct JobOutcome {
   JobState state = JOB_STATE_UNSPECIFIED;  // SUCCEEDED, FAILED or CANCELLED
   int exit_code = 0;
   std::vector<AttemptReport> attempts;
+  // Set when the job ended for a reason the attempts do not show: an early
+  // stop ("not restarting: attempt 1 failed to start the same way as ...") or
+  // a stop signal during the backoff.
+  std::string stop_note;
 };
 
 // Runs on the thread that calls Run(); OnSignal may be called from any thread.
@@ -85,15 +89,18 @@ class JobController {
   // `agents[i]` serves `spec.plan.nodes[i]`. `notice` receives the
   // controller's own one-line messages (root cause, fail-fast figure,
   // restarts, summary). `on_attempt_over` runs after every attempt (the store
-  // drops its keys).
+  // drops its keys). `event_log` (may be null: nothing is logged) must outlive
+  // Run(); it is only written from the thread that calls Run().
   JobController(JobSpec spec, std::vector<AgentClient*> agents, RankOutputSink* output,
                 std::function<void(const std::string&)> notice,
-                std::function<void(int attempt)> on_attempt_over = nullptr);
+                std::function<void(int attempt)> on_attempt_over = nullptr,
+                JobEventLog* event_log = nullptr);
 
   JobOutcome Run();
 
   // A stop signal for dslaunch (SIGINT, SIGTERM): stop every rank and end the
-  // job as CANCELLED with 128+signal. A second signal skips the grace.
+  // job as CANCELLED with 128+signal. A second signal skips the grace. During
+  // the backoff before a restart, it ends the job at once: no new attempt.
   void OnSignal(int signal_number);
 
   JobState state() const { return state_; }
@@ -111,11 +118,26 @@ class JobController {
   };
 
   void SetState(JobState next);
-  AttemptReport RunAttempt(int attempt);
+  // `previous` is the attempt before (for the recovery timing), or null.
+  AttemptReport RunAttempt(int attempt, const AttemptReport* previous);
   // Starts every rank; `node_started[i]` says whether node i's agent took its ranks.
   absl::Status StartAttempt(int attempt, std::vector<bool>* node_started);
   void BeginStop(int attempt, std::chrono::milliseconds grace, const std::string& reason);
   void ReportAttempt(const AttemptReport& report);
+  // After an attempt that did not succeed (the last of outcome->attempts):
+  // asks the policy (no restart after a stop signal), logs and announces the
+  // decision, and sets the outcome's exit code and stop note when it stops.
+  RestartDecision DecideRestart(JobOutcome* outcome);
+  // Waits out the backoff before `next_attempt` on the event queue. Returns
+  // false when a stop signal arrived (the job is cancelled). A lost agent's
+  // event is kept for the next attempt; late rank events are dropped.
+  bool WaitBeforeRestart(int next_attempt, std::chrono::milliseconds backoff);
+  // Counts a stop signal and logs it.
+  void RecordSignal(int attempt, int signal_number, const std::string& action);
+  void LogRankFailure(int attempt, int rank, const std::string& host, const RankEnded& ended,
+                      const std::string& cause);
+  void LogAttemptEnd(const AttemptReport& report);
+  void LogRecovery(const AttemptReport& failed, const AttemptReport& restarted);
   void Summarize(const JobOutcome& outcome);
   void KeepAliveLoop(AgentClient* agent);
 
@@ -124,9 +146,13 @@ class JobController {
   RankOutputSink* const output_;
   const std::function<void(const std::string&)> notice_;
   const std::function<void(int)> on_attempt_over_;
+  NullJobEventLog null_log_;
+  JobEventLog* const log_;  // event_log or &null_log_
+  const RestartPolicy policy_;
 
   BlockingQueue<Event> events_;
   JobState state_ = JOB_PLANNING;
+  int attempt_ = 0;  // the attempt running or about to run (event loop only)
   // Signals seen so far (the event loop only).
   int signals_seen_ = 0;
   int first_signal_ = 0;

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/fake_agent_client.h"
+#include "launcher/fake_job_event_log.h"
 
 namespace dslaunch {
 namespace {
@@ -65,16 +66,22 @@ class JobControllerTest : public ::testing::Test {
     spec_.environment.job_id = spec_.job_id;
     spec_.keepalive_interval = 50ms;
     spec_.teardown_margin = 2s;
+    spec_.restart_backoff = 0ms;  // tests that look at the backoff set their own
   }
 
   JobOutcome Run(std::function<void(JobController&)> during = nullptr) {
     JobController controller(
         spec_, {&a_, &b_}, &output_,
         [this](const std::string& line) {
-          std::lock_guard<std::mutex> lock(notices_mu_);
-          notices_.push_back(line);
+          {
+            std::lock_guard<std::mutex> lock(notices_mu_);
+            notices_.push_back(line);
+          }
+          // Runs on the controller's thread, at a known point of its loop.
+          if (on_notice_) on_notice_(*running_, line);
         },
-        [this](int attempt) { attempts_over_.push_back(attempt); });
+        [this](int attempt) { attempts_over_.push_back(attempt); }, &log_);
+    running_ = &controller;
     std::thread side;
     if (during) side = std::thread([&] { during(controller); });
     JobOutcome outcome = controller.Run();
@@ -110,7 +117,24 @@ class JobControllerTest : public ::testing::Test {
   std::mutex notices_mu_;
   std::vector<std::string> notices_;
   std::vector<int> attempts_over_;
+  FakeJobEventLog log_;
+  JobController* running_ = nullptr;
+  std::function<void(JobController&, const std::string&)> on_notice_;
 };
+
+RankEnded CouldNotStart(const std::string& detail) {
+  RankEnded lost;
+  lost.set_state(RANK_LOST);
+  lost.set_exit_code(127);
+  lost.set_detail(detail);
+  return lost;
+}
+
+std::vector<std::string> StatesLogged(const FakeJobEventLog& log) {
+  std::vector<std::string> states;
+  for (const JobEvent& event : log.Named("state")) states.push_back(*event.GetText("state"));
+  return states;
+}
 
 TEST_F(JobControllerTest, EveryRankExitingZeroSucceeds) {
   auto ok = [](int, const RankSpec&) { return std::optional<RankEnded>(Exited(0)); };
@@ -215,6 +239,209 @@ TEST_F(JobControllerTest, GivesUpWhenTheRestartBudgetIsSpent) {
   EXPECT_EQ(outcome.exit_code, 5);
   EXPECT_EQ(outcome.attempts.size(), 2u);
   EXPECT_THAT(Notices(), HasSubstr("failed after 2 attempt(s)"));
+  EXPECT_THAT(Notices(), HasSubstr("not restarting: all 1 restart(s) used"));
+  std::vector<JobEvent> decisions = log_.Named("restart_decision");
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[0].GetBool("restart"), true);
+  EXPECT_EQ(decisions[1].GetBool("restart"), false);
+  EXPECT_EQ(decisions[1].GetText("reason"), "all 1 restart(s) used");
+}
+
+TEST_F(JobControllerTest, BackoffGrowsAndIsWaitedOut) {
+  spec_.max_restarts = 3;
+  spec_.restart_backoff = 2ms;
+  spec_.max_restart_backoff = 5ms;
+  a_.behaviour = [](int, const RankSpec& rank) {
+    return rank.global_rank() == 0 ? std::optional<RankEnded>(Exited(1)) : std::nullopt;
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 4u);
+  std::vector<int64_t> backoffs;
+  for (const JobEvent& decision : log_.Named("restart_decision")) {
+    if (decision.GetBool("restart") == true) backoffs.push_back(*decision.GetInt("backoff_ms"));
+  }
+  EXPECT_EQ(backoffs, (std::vector<int64_t>{2, 4, 5}));  // 8 capped at 5
+  // Attempt k started no sooner than its backoff after attempt k-1 ended.
+  std::vector<JobEvent> starts = log_.Named("attempt_start");
+  std::vector<JobEvent> ends = log_.Named("attempt_end");
+  ASSERT_EQ(starts.size(), 4u);
+  ASSERT_EQ(ends.size(), 4u);
+  for (int k = 1; k < 4; ++k) {
+    EXPECT_GE(starts[k].time_us() - ends[k - 1].time_us(), backoffs[k - 1] * 1000) << k;
+  }
+  EXPECT_THAT(Notices(), HasSubstr("restarting the job: attempt 1 (restart 1 of 3) in 2 ms"));
+}
+
+TEST_F(JobControllerTest, SignalDuringTheBackoffCancelsWithoutAnotherAttempt) {
+  spec_.max_restarts = 5;
+  spec_.restart_backoff = 60s;  // the signal must cut this short
+  a_.behaviour = [](int, const RankSpec& rank) {
+    return rank.global_rank() == 1 ? std::optional<RankEnded>(Exited(3)) : std::nullopt;
+  };
+  const auto begin = std::chrono::steady_clock::now();
+  JobOutcome outcome = Run([this](JobController& controller) {
+    ASSERT_TRUE(log_.WaitFor("restart_decision", 10s));
+    controller.OnSignal(SIGTERM);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 30s);
+  EXPECT_EQ(outcome.state, JOB_CANCELLED);
+  EXPECT_EQ(outcome.exit_code, 128 + SIGTERM);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(a_.starts().size(), 1u);
+  EXPECT_EQ(b_.starts().size(), 1u);
+  EXPECT_THAT(Notices(), HasSubstr("received SIGTERM while waiting to restart; not starting attempt 1"));
+  EXPECT_THAT(Notices(), HasSubstr("job job-under-test was cancelled after 1 attempt(s): attempt 0: "
+                                   "rank error (rank 1 on host-a exited with code 3); SIGTERM while "
+                                   "waiting to start attempt 1"));
+  std::vector<std::string> states = StatesLogged(log_);
+  ASSERT_GE(states.size(), 2u);
+  EXPECT_EQ(states[states.size() - 2], "JOB_RESTARTING");
+  EXPECT_EQ(states.back(), "JOB_CANCELLED");
+  std::vector<JobEvent> signals = log_.Named("signal");
+  ASSERT_EQ(signals.size(), 1u);
+  EXPECT_EQ(signals[0].GetText("name"), "SIGTERM");
+  EXPECT_EQ(signals[0].GetText("action"), "cancel_restart");
+  EXPECT_EQ(log_.Named("job_end").back().GetInt("exit_code"), 128 + SIGTERM);
+}
+
+TEST_F(JobControllerTest, SignalDuringTheTeardownOfAFailedAttemptDoesNotRestart) {
+  spec_.max_restarts = 5;
+  a_.behaviour = [](int, const RankSpec& rank) {
+    return rank.global_rank() == 0 ? std::optional<RankEnded>(Exited(4)) : std::nullopt;
+  };
+  on_notice_ = [](JobController& controller, const std::string& line) {
+    if (line == "attempt 0: rank 0 on host-a exited with code 4; stopping every rank") {
+      controller.OnSignal(SIGINT);
+    }
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_CANCELLED);
+  EXPECT_EQ(outcome.exit_code, 130);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_RANK_ERROR);  // the class is kept
+  EXPECT_THAT(Notices(), HasSubstr("SIGINT during the teardown of attempt 0"));
+  EXPECT_EQ(log_.Named("restart_decision").back().GetText("reason"), "dslaunch received SIGINT");
+  EXPECT_EQ(a_.starts().size(), 1u);
+}
+
+TEST_F(JobControllerTest, HostLostDuringTheBackoffFailsTheNextAttempt) {
+  spec_.max_restarts = 1;
+  spec_.restart_backoff = 20ms;
+  a_.behaviour = [](int attempt, const RankSpec& rank) {
+    return attempt == 0 && rank.global_rank() == 0 ? std::optional<RankEnded>(Exited(1))
+                                                   : std::nullopt;
+  };
+  // Lost just before the backoff begins: the news must not be dropped, or
+  // attempt 1 would wait forever for ranks of a dead host.
+  on_notice_ = [this](JobController&, const std::string& line) {
+    if (line.find("restarting the job") != std::string::npos) {
+      b_.Lose(absl::UnavailableError("socket closed"));
+    }
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 2u);
+  EXPECT_EQ(outcome.attempts[1].end, ATTEMPT_HOST_LOST);
+  EXPECT_THAT(outcome.attempts[1].cause, HasSubstr("socket closed"));
+}
+
+TEST_F(JobControllerTest, RepeatedIdenticalStartupFailureStopsEarly) {
+  spec_.max_restarts = 5;
+  // The program is missing everywhere; the rank that reports it first differs.
+  a_.behaviour = [](int attempt, const RankSpec& rank) {
+    return attempt == 0 && rank.global_rank() == 0
+               ? std::optional<RankEnded>(CouldNotStart("program 'train' not found in PATH"))
+               : std::nullopt;
+  };
+  b_.behaviour = [](int attempt, const RankSpec& rank) {
+    return attempt == 1 && rank.global_rank() == 2
+               ? std::optional<RankEnded>(CouldNotStart("program 'train' not found in PATH"))
+               : std::nullopt;
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  EXPECT_EQ(outcome.exit_code, 127);
+  ASSERT_EQ(outcome.attempts.size(), 2u);
+  EXPECT_EQ(outcome.attempts[1].startup_error, "program 'train' not found in PATH");
+  EXPECT_THAT(Notices(), HasSubstr("not restarting: attempt 1 failed to start the same way as "
+                                   "attempt 0 (program 'train' not found in PATH)"));
+  EXPECT_THAT(Notices(), HasSubstr("failed after 2 attempt(s): attempt 0: startup failure (rank 0 "
+                                   "on host-a could not be started: program 'train' not found in "
+                                   "PATH); attempt 1: startup failure (rank 2 on host-b"));
+  std::vector<JobEvent> decisions = log_.Named("restart_decision");
+  ASSERT_EQ(decisions.size(), 2u);
+  EXPECT_EQ(decisions[1].GetBool("early_stop"), true);
+}
+
+TEST_F(JobControllerTest, DifferentStartupFailuresUseTheBudget) {
+  spec_.max_restarts = 2;
+  a_.behaviour = [](int attempt, const RankSpec& rank) {
+    return rank.global_rank() == 0
+               ? std::optional<RankEnded>(CouldNotStart(absl::StrCat("error ", attempt)))
+               : std::nullopt;
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.attempts.size(), 3u);
+  EXPECT_THAT(Notices(), ::testing::Not(HasSubstr("the same way")));
+}
+
+TEST_F(JobControllerTest, EventLogRecordsTheWholeStory) {
+  spec_.max_restarts = 1;
+  b_.behaviour = [](int attempt, const RankSpec& rank) {
+    if (attempt == 0) {
+      return rank.global_rank() == 3
+                 ? std::optional<RankEnded>(Exited(7, {"Traceback", "ValueError: \"bad\" shape"}))
+                 : std::nullopt;
+    }
+    return std::optional<RankEnded>(Exited(0));
+  };
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 0 ? std::nullopt : std::optional<RankEnded>(Exited(0));
+  };
+  JobOutcome outcome = Run();
+  ASSERT_EQ(outcome.state, JOB_SUCCEEDED);
+
+  EXPECT_THAT(StatesLogged(log_),
+              ::testing::ElementsAre("JOB_PLANNING", "JOB_STARTING", "JOB_RUNNING", "JOB_STOPPING",
+                                     "JOB_RESTARTING", "JOB_STARTING", "JOB_RUNNING",
+                                     "JOB_SUCCEEDED"));
+  std::vector<JobEvent> events = log_.events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().name(), "job_start");
+  EXPECT_EQ(events.front().GetInt("world_size"), 4);
+  EXPECT_EQ(events.back().name(), "job_end");
+  EXPECT_EQ(events.back().GetText("state"), "JOB_SUCCEEDED");
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_GE(events[i].time_us(), events[i - 1].time_us());
+
+  std::vector<JobEvent> failed = log_.Named("rank_failed");
+  ASSERT_EQ(failed.size(), 1u);  // stopped ranks are not failures
+  EXPECT_EQ(failed[0].GetInt("rank"), 3);
+  EXPECT_EQ(failed[0].GetText("host"), "host-b");
+  EXPECT_EQ(failed[0].GetInt("exit_code"), 7);
+  EXPECT_EQ(failed[0].GetText("stderr_tail"), "Traceback\nValueError: \"bad\" shape");
+
+  std::vector<JobEvent> ends = log_.Named("attempt_end");
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0].GetText("end"), "ATTEMPT_RANK_ERROR");
+  EXPECT_EQ(ends[0].GetText("class"), "rank error");
+  EXPECT_EQ(ends[0].GetInt("exit_code"), 7);
+  EXPECT_EQ(ends[0].GetInt("stopped_ranks"), 3);
+  EXPECT_GE(*ends[0].GetInt("teardown_us"), 0);
+  EXPECT_EQ(ends[1].GetText("end"), "ATTEMPT_SUCCEEDED");
+
+  std::vector<JobEvent> recoveries = log_.Named("recovery");
+  ASSERT_EQ(recoveries.size(), 1u);
+  const JobEvent& recovery = recoveries[0];
+  EXPECT_EQ(recovery.GetInt("attempt"), 1);
+  EXPECT_EQ(recovery.GetInt("failed_attempt"), 0);
+  EXPECT_EQ(recovery.GetInt("failed_us"), failed[0].GetInt("ended_us"));
+  EXPECT_GT(*recovery.GetInt("failed_us"), 0);
+  EXPECT_LE(*recovery.GetInt("failed_us"), *recovery.GetInt("all_gone_us"));
+  EXPECT_LE(*recovery.GetInt("all_gone_us"), *recovery.GetInt("restarted_us"));
+  EXPECT_EQ(*recovery.GetInt("failure_to_restart_us"),
+            *recovery.GetInt("restarted_us") - *recovery.GetInt("failed_us"));
+  EXPECT_THAT(Notices(), HasSubstr("recovery: attempt 1 started "));
 }
 
 TEST_F(JobControllerTest, LostHostFailsTheAttempt) {

@@ -82,6 +82,16 @@ absl::Status SetInt64(absl::string_view flag, absl::string_view text, int64_t mi
   return absl::OkStatus();
 }
 
+// Restart waits: at most a day, which also keeps the doubling far from overflow.
+constexpr int64_t kMaxBackoffMs = 24 * 3600 * 1000;
+
+absl::Status SetBackoff(absl::string_view flag, absl::string_view text, int64_t* out) {
+  auto value = ParseInteger(flag, text, 0, kMaxBackoffMs);
+  if (!value.ok()) return value.status();
+  *out = *value;
+  return absl::OkStatus();
+}
+
 // Ranks in --console_ranks are kept in a std::set, one node per rank, so a
 // typo such as 0-99999999 must not allocate gigabytes.
 constexpr int kMaxConsoleRank = (1 << 20) - 1;
@@ -208,7 +218,7 @@ constexpr OptionRow kOptions[] = {
        return absl::OkStatus();
      }},
     {"--log_dir", "", ValueKind::kText, "DIR", "",
-     "also write each rank's output to a file in DIR",
+     "write each rank's output and the job's events.jsonl under DIR/JOB_ID",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
        o.log_dir = v;
        return absl::OkStatus();
@@ -238,6 +248,16 @@ constexpr OptionRow kOptions[] = {
      "restart the whole job up to N times after a rank fails",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt(f, v, 0, INT_MAX, &o.max_restarts);
+     }},
+    {"--restart_backoff_ms", "", ValueKind::kInteger, "MS", "1000",
+     "wait before restart 1; doubles for each further restart",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetBackoff(f, v, &o.restart_backoff_ms);
+     }},
+    {"--max_restart_backoff_ms", "", ValueKind::kInteger, "MS", "30000",
+     "the longest wait between two attempts",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetBackoff(f, v, &o.max_restart_backoff_ms);
      }},
     {"--dry_run", "", ValueKind::kFlag, "", "",
      "print what would run and start nothing",
@@ -278,8 +298,7 @@ constexpr OptionRow kOptions[] = {
        return absl::OkStatus();
      }},
     {"--validate", "", ValueKind::kText, "FILE", "",
-     "check a train.cfg or ds_config.json for --num_nodes x --num_gpus ranks, print the "
-     "resolved config or every problem, start nothing",
+     "check a train.cfg or ds_config.json for these ranks; print it resolved; start nothing",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
        o.validate = v;
        return absl::OkStatus();

@@ -39,6 +39,8 @@ struct LauncherOptions {
   std::vector<std::string> agents;  // --agents host:port,host:port
   std::string token_file;         // --token_file F
   int max_restarts = 0;           // --max_restarts N
+  int64_t restart_backoff_ms = 1000;       // --restart_backoff_ms: wait before restart 1, doubling
+  int64_t max_restart_backoff_ms = 30000;  // --max_restart_backoff_ms: cap of that wait
   bool dry_run = false;           // --dry_run
   std::string job_id;             // --job_id ID (empty: generated)
   int64_t stop_grace_ms = 3000;   // --stop_grace_ms: SIGTERM -> SIGKILL grace

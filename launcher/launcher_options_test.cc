@@ -43,6 +43,8 @@ TEST(LauncherOptions, DefaultsWithOnlyAProgram) {
   EXPECT_EQ(options->launcher, LauncherKind::kAuto);
   EXPECT_THAT(options->agents, IsEmpty());
   EXPECT_EQ(options->max_restarts, 0);
+  EXPECT_EQ(options->restart_backoff_ms, 1000);
+  EXPECT_EQ(options->max_restart_backoff_ms, 30000);
   EXPECT_FALSE(options->dry_run);
   EXPECT_EQ(options->stop_grace_ms, 3000);
   EXPECT_EQ(options->lease_ms, 10000);
@@ -213,6 +215,9 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
            {{"--stop_grace_ms", "-100"}, "--stop_grace_ms '-100': must not be negative"},
            {{"--stop_grace_ms", "99999999999999999999"}, "too large"},
            {{"--lease_ms", "499"}, "--lease_ms '499': must be at least 500"},
+           {{"--restart_backoff_ms", "-1"}, "--restart_backoff_ms '-1': must not be negative"},
+           {{"--max_restart_backoff_ms", "86400001"},
+            "--max_restart_backoff_ms '86400001': must be in 0..86400000"},
        }) {
     std::vector<std::string> args = c.args;
     args.push_back("prog");
@@ -223,6 +228,10 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
   ASSERT_TRUE(edge.ok()) << edge.status();
   EXPECT_EQ(edge->master_port, 65535);
   EXPECT_EQ(edge->stop_grace_ms, 0);
+  auto backoff = Parse({"--restart_backoff_ms", "0", "--max-restart-backoff-ms=86400000", "prog"});
+  ASSERT_TRUE(backoff.ok()) << backoff.status();
+  EXPECT_EQ(backoff->restart_backoff_ms, 0);
+  EXPECT_EQ(backoff->max_restart_backoff_ms, 86400000);
 }
 
 TEST(LauncherOptions, ConsoleRanks) {
@@ -292,7 +301,8 @@ TEST(LauncherOptions, UsageListsEveryOptionWithDefaults) {
        {"--hostfile PATH", "--num_nodes N", "--num_gpus G", "-i, --include HOSTS",
         "-e, --exclude HOSTS", "--master_addr", "--master_port PORT", "--no_local_rank",
         "--log_dir DIR", "--console_ranks LIST", "--no_prefix", "--launcher KIND",
-        "--agents LIST", "--token_file", "--max_restarts N", "--dry_run", "--job_id ID",
+        "--agents LIST", "--token_file", "--max_restarts N", "--restart_backoff_ms MS",
+        "--max_restart_backoff_ms MS", "--dry_run", "--job_id ID",
         "--stop_grace_ms MS", "--lease_ms MS", "--agent_binary", "--ssh_command",
         "--controller_addr", "-h, --help"}) {
     EXPECT_THAT(usage, HasSubstr(name));
@@ -302,6 +312,8 @@ TEST(LauncherOptions, UsageListsEveryOptionWithDefaults) {
   EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.stop_grace_ms) + ")"));
   EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.lease_ms) + ")"));
   EXPECT_THAT(usage, HasSubstr("(default: " + defaults.ssh_command + ")"));
+  EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.restart_backoff_ms) + ")"));
+  EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.max_restart_backoff_ms) + ")"));
   // Flags take no value, so --help shows no metavar for them.
   EXPECT_THAT(usage, testing::ContainsRegex("\n  --dry_run +print what would run"));
   for (absl::string_view line : absl::StrSplit(usage, '\n')) {

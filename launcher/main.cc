@@ -28,6 +28,7 @@
 #include "launcher/agent_fleet.h"
 #include "launcher/grpc_agent_client.h"
 #include "launcher/job_controller.h"
+#include "launcher/job_event_log.h"
 #include "launcher/launch_plan.h"
 #include "launcher/launcher_options.h"
 #include "launcher/node_resolution.h"
@@ -220,6 +221,8 @@ int Main(int argc, char** argv) {
   spec.program = options.program;
   spec.no_local_rank = options.no_local_rank;
   spec.max_restarts = options.max_restarts;
+  spec.restart_backoff = std::chrono::milliseconds(options.restart_backoff_ms);
+  spec.max_restart_backoff = std::chrono::milliseconds(options.max_restart_backoff_ms);
   spec.stop_grace = std::chrono::milliseconds(options.stop_grace_ms);
   spec.lease = std::chrono::milliseconds(options.lease_ms);
   spec.keepalive_interval =
@@ -398,6 +401,14 @@ int Main(int argc, char** argv) {
           absl::StrCat("--log_dir: cannot create ", log_dir_job, ": ", error.message())));
     }
   }
+  // The job's event log (--log_dir only): opened before anything starts, so
+  // an unwritable file is an input error rather than a silent gap.
+  std::unique_ptr<FileJobEventLog> event_log;
+  if (!log_dir_job.empty()) {
+    auto opened = FileJobEventLog::Open(log_dir_job + "/events.jsonl");
+    if (!opened.ok()) return UsageError(opened.status());
+    event_log = std::move(*opened);
+  }
 
   if (!static_agents) {
     AgentLaunchOptions launch;
@@ -451,11 +462,15 @@ int Main(int argc, char** argv) {
   if (!options.log_dir.empty()) {
     output.Add(std::make_unique<LogDirOutput>(options.log_dir, spec.job_id));
   }
-  JobController controller(spec, agents, &output, Notice,
-                           [&store](int attempt) { store.DropAttempt(attempt); });
+  JobController controller(
+      spec, agents, &output, Notice, [&store](int attempt) { store.DropAttempt(attempt); },
+      event_log.get());
   signals.Attach(&controller);
   JobOutcome outcome = controller.Run();
   signals.Attach(nullptr);
+  if (event_log != nullptr && !event_log->status().ok()) {
+    Notice(absl::StrCat("the event log is incomplete: ", event_log->status().message()));
+  }
 
   store.Shutdown();
   store_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -72,6 +72,16 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
       archive.write("client/" + key, c10::IValue(value));
     }
     archive.write("client/__keys", c10::IValue(absl::StrJoin(keys, "\n")));
+    if (zero_) {
+      // Note [ZeRO partitioning]: every rank owns its range of the masters
+      // and optimizer state; the layout (Ψ, world) lets a different world
+      // size re-cut them at load time.
+      archive.write("zero/master", zero_->master_shard().detach().cpu());
+      archive.write("zero/exp_avg", shard_adam_->exp_avg().cpu());
+      archive.write("zero/exp_avg_sq", shard_adam_->exp_avg_sq().cpu());
+      archive.write("zero/step", c10::IValue(shard_adam_->step()));
+      archive.write("zero/total", c10::IValue(zero_->total()));
+    }
     if (rank == 0) {
       for (const auto& item : model_->named_parameters()) {
         archive.write("model/" + item.key(), item.value().detach().cpu());
@@ -84,9 +94,11 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
           archive.write(absl::StrCat("master/", i), master_params_[i].detach().cpu());
         }
       }
-      torch::serialize::OutputArchive optimizer;
-      optimizer_->save(optimizer);
-      archive.write("optimizer", optimizer);
+      if (optimizer_) {
+        torch::serialize::OutputArchive optimizer;
+        optimizer_->save(optimizer);
+        archive.write("optimizer", optimizer);
+      }
     }
     archive.save_to(path);
   } catch (const c10::Error& e) {
@@ -101,6 +113,39 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
   }
   // Nobody moves on (and maybe reads `latest`) before the commit.
   return Barrier(data_parallel_);
+}
+
+absl::Status Engine::LoadZeroShards(const std::string& folder) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::InputArchive first;
+  first.load_from(RankFile(folder, 0));
+  const int64_t saved_world = ReadInt(first, "engine/world");
+  if (ReadInt(first, "zero/total") != zero_->total()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", ReadInt(first, "zero/total"),
+                                            " parameters, the model has ", zero_->total()));
+  }
+  // Re-join every saved rank's ranges, then cut ours: the same code serves an
+  // unchanged and a changed data-parallel size.
+  std::vector<torch::Tensor> master, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+  for (int64_t r = 0; r < saved_world; ++r) {
+    torch::serialize::InputArchive part;
+    part.load_from(RankFile(folder, static_cast<int>(r)));
+    torch::Tensor m, a, v;
+    part.read("zero/master", m);
+    part.read("zero/exp_avg", a);
+    part.read("zero/exp_avg_sq", v);
+    master.push_back(m);
+    exp_avg.push_back(a);
+    exp_avg_sq.push_back(v);
+    step = ReadInt(part, "zero/step");
+  }
+  const torch::Device device = zero_->master_shard().device();
+  zero_->master_shard().copy_(zero_->ShardOf(torch::cat(master)).to(device));
+  shard_adam_->exp_avg().copy_(zero_->ShardOf(torch::cat(exp_avg)).to(device));
+  shard_adam_->exp_avg_sq().copy_(zero_->ShardOf(torch::cat(exp_avg_sq)).to(device));
+  shard_adam_->set_step(step);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const std::string& tag) {
@@ -134,9 +179,15 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
         master_params_[i].copy_(value);
       }
     }
-    torch::serialize::InputArchive optimizer;
-    shared.read("optimizer", optimizer);
-    optimizer_->load(optimizer);
+    if (optimizer_) {
+      torch::serialize::InputArchive optimizer;
+      shared.read("optimizer", optimizer);
+      optimizer_->load(optimizer);
+    }
+    if (zero_) {
+      absl::Status loaded = LoadZeroShards(folder);
+      if (!loaded.ok()) return loaded;
+    }
 
     // This rank's own part; a rank that did not exist when the checkpoint was
     // written continues with rank 0's counters and client state.

@@ -50,6 +50,10 @@ std::shared_ptr<::gloo::transport::Device> MakeDevice() {
   return c10d::ProcessGroupGloo::createDeviceForHostname(address);
 }
 
+// Gloo has no bfloat16 arithmetic: such tensors travel as fp32 (exact for
+// the values; sums then round once when copied back).
+bool NeedsWidening(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
@@ -67,6 +71,12 @@ class GlooCommunicator final : public Communicator {
   const std::string& backend() const override { return name_; }
 
   absl::Status AllReduce(torch::Tensor& tensor, ReduceOp op) override {
+    if (NeedsWidening(tensor)) {
+      torch::Tensor wide = tensor.to(torch::kFloat);
+      absl::Status reduced = AllReduce(wide, op);
+      if (reduced.ok()) tensor.copy_(wide);
+      return reduced;
+    }
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
     options.reduceOp = ToC10d(op);
@@ -85,6 +95,12 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status AllGather(const torch::Tensor& input, torch::Tensor& output) override {
+    if (NeedsWidening(input)) {
+      torch::Tensor wide = torch::empty(output.sizes(), output.options().dtype(torch::kFloat));
+      absl::Status gathered = AllGather(input.to(torch::kFloat), wide);
+      if (gathered.ok()) output.copy_(wide);
+      return gathered;
+    }
     std::vector<at::Tensor> inputs{input};
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (auto& chunk : output.chunk(size_)) outputs[0].push_back(chunk.view_as(input));
@@ -92,6 +108,12 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status Broadcast(torch::Tensor& tensor, int root) override {
+    if (NeedsWidening(tensor)) {
+      torch::Tensor wide = tensor.to(torch::kFloat);
+      absl::Status sent = Broadcast(wide, root);
+      if (sent.ok()) tensor.copy_(wide);
+      return sent;
+    }
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions options;
     options.rootRank = root;

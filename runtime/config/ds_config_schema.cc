@@ -451,7 +451,7 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     lines.push_back(absl::StrCat(setting, ": ", what, " is not yet supported"));
   };
   const ZeroConfig& z = c.zero_optimization;
-  if (z.stage >= 1) {
+  if (z.stage >= 3) {
     add(Setting("zero_optimization.stage", absl::StrCat(z.stage)),
         absl::StrCat("ZeRO stage ", z.stage));
   }

@@ -482,7 +482,7 @@ TEST_F(DsConfigTest, OverridesApplyBeforeValidation) {
 TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   path_ = Write("ds.json", R"({
     "train_batch_size": 16,
-    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                           "offload_param": {"device": "nvme", "nvme_path": "/nvme"}},
     "pipeline": {"stages": 2},
     "tensor_parallel": {"tp_size": 2},
@@ -504,7 +504,7 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   EXPECT_EQ(config->communication_data_type, "fp16");
   EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
   EXPECT_THAT(lines,
-              ElementsAre("zero_optimization.stage=2: ZeRO stage 2 is not yet supported",
+              ElementsAre("zero_optimization.stage=3: ZeRO stage 3 is not yet supported",
                           HasSubstr("zero_optimization.offload_optimizer.device=cpu:"),
                           HasSubstr("zero_optimization.offload_param.device=nvme:"),
                           "pipeline.stages=2: pipeline parallelism is not yet supported",

@@ -120,7 +120,7 @@ TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
   Write("job/ds/zero.json", R"({
   "train_batch_size": "auto",
   "train_micro_batch_size_per_gpu": 16,
-  "zero_optimization": {"stage": 1}
+  "zero_optimization": {"stage": 3}
 })");
   auto job = LoadText(absl::StrCat(kJob, "ds_config: ds/zero.json\n"), {}, 4);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -128,7 +128,7 @@ TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
   EXPECT_EQ(job->ds.train_batch_size, 64);
   EXPECT_EQ(job->ds.gradient_accumulation_steps, 1);
   EXPECT_THAT(job->not_yet_supported,
-              ElementsAre("zero_optimization.stage=1: ZeRO stage 1 is not yet supported"));
+              ElementsAre("zero_optimization.stage=3: ZeRO stage 3 is not yet supported"));
 
   Write("job/ds.yaml", "train_batch_size: 64\nfp16:\n  enabled: true\n");
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.yaml\n"));
@@ -212,14 +212,14 @@ TEST_F(JobConfigTest, UnknownKeysInTheJobAndItsInlineDsConfig) {
 TEST_F(JobConfigTest, OverridesReachTheJobAndItsDsConfig) {
   auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"train.steps", "5"},
                                                       {"model.layers", "2"},
-                                                      {"ds_config.zero_optimization.stage", "1"},
+                                                      {"ds_config.zero_optimization.stage", "3"},
                                                       {"ds_config.steps_per_print", "3"}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->train.steps, 5);
   EXPECT_EQ(job->model.layers, 2);
-  EXPECT_EQ(job->ds.zero_optimization.stage, 1);
+  EXPECT_EQ(job->ds.zero_optimization.stage, 3);
   EXPECT_EQ(job->ds.steps_per_print, 3);
-  EXPECT_THAT(job->not_yet_supported, ElementsAre(HasSubstr("zero_optimization.stage=1")));
+  EXPECT_THAT(job->not_yet_supported, ElementsAre(HasSubstr("zero_optimization.stage=3")));
 
   Write("job/ds.json", R"({"train_batch_size": 64})");
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
@@ -256,16 +256,16 @@ TEST_F(JobConfigTest, BadOverridesAreNamed) {
 }
 
 TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
-  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"ds_config.zero_optimization.stage", "2"}});
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"ds_config.zero_optimization.stage", "3"}});
   ASSERT_TRUE(job.ok()) << job.status();
   std::string described = DescribeJobConfig(*job);
   EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  layers: 4\n"));
   EXPECT_THAT(described, HasSubstr("  betas: [0.9, 0.95]\n"));
   EXPECT_THAT(described, HasSubstr("  dir: \"" + dir_ + "/job/ckpt\"\n"));
   EXPECT_THAT(described, HasSubstr("ds_config:\n  train_batch_size: 64\n"));
-  EXPECT_THAT(described, HasSubstr("  zero_optimization:\n    stage: 2\n"));
-  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   zero_optimization.stage=2: ZeRO "
-                                   "stage 2 is not yet supported\n"));
+  EXPECT_THAT(described, HasSubstr("  zero_optimization:\n    stage: 3\n"));
+  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   zero_optimization.stage=3: ZeRO "
+                                   "stage 3 is not yet supported\n"));
   path_ = Write("described.cfg", described);
   auto again = LoadJobConfig(path_, {}, WorldShape{1});
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;

@@ -28,10 +28,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
                                                        const DsConfig& config,
                                                        Communicator* data_parallel,
                                                        torch::Device device) {
-  if (config.zero_optimization.stage != 0) {
+  if (config.zero_optimization.stage > 2) {
     return absl::UnimplementedError(absl::StrCat("zero_optimization.stage=",
                                                  config.zero_optimization.stage,
-                                                 ": ZeRO stages 1-3 are not yet supported"));
+                                                 ": ZeRO stage 3 is not yet supported"));
   }
   if (config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
@@ -47,9 +47,11 @@ absl::Status Engine::Initialize() {
     if (config_.fp16.enabled) compute_dtype_ = torch::kHalf;
     if (config_.bf16.enabled) compute_dtype_ = torch::kBFloat16;
     model_->to(device_, compute_dtype_);
+    const int stage = config_.zero_optimization.stage;
     for (auto& p : model_->parameters()) {
       if (!p.requires_grad()) continue;
       model_params_.push_back(p);
+      if (stage > 0) continue;  // the ZeRO shard holds the masters
       if (compute_dtype_ == torch::kFloat) {
         master_params_.push_back(p);
       } else {
@@ -64,7 +66,12 @@ absl::Status Engine::Initialize() {
       return absl::UnimplementedError(absl::StrCat(
           "optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
     }
-    if (decoupled) {
+    if (stage > 0) {
+      auto zero = ZeroPartition::Create(stage, model_params_, data_parallel_);
+      if (!zero.ok()) return zero.status();
+      zero_ = std::move(*zero);
+      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard());
+    } else if (decoupled) {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
           master_params_, torch::optim::AdamWOptions(o.lr)
                               .betas({o.betas[0], o.betas[1]})
@@ -158,6 +165,7 @@ void Engine::ApplyLrAndMomentum(double lr) {
   const int64_t step = successful_steps_;
   std::optional<double> beta1 = schedule_ ? schedule_->Beta1At(step) : std::nullopt;
   std::optional<double> beta2 = schedule_ ? schedule_->Beta2At(step) : std::nullopt;
+  if (!optimizer_) return;  // ZeRO: the shard optimizer takes lr and betas per step
   for (auto& group : optimizer_->param_groups()) {
     if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&group.options())) {
       SetLrAndBetas(*adamw, lr, beta1, beta2);
@@ -171,10 +179,15 @@ absl::StatusOr<StepResult> Engine::Step() {
   StepResult result;
   result.loss_scale = loss_scale();
   if (!IsGradientAccumulationBoundary()) {
+    if (zero_) {
+      absl::Status accumulated = zero_->AccumulateMicroStep();
+      if (!accumulated.ok()) return accumulated;
+    }
     ++micro_steps_;
     return result;
   }
   result.boundary = true;
+  if (zero_) return ZeroStep(result);
   try {
     absl::Status reduced = AllReduceGradients();
     if (!reduced.ok()) return reduced;
@@ -231,6 +244,13 @@ absl::StatusOr<StepResult> Engine::Step() {
 
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
+  if (zero_) {
+    for (const auto& p : model_params_) bytes.parameters += p.numel() * p.element_size();
+    bytes.gradients = zero_->GradientBytes();
+    bytes.master_weights = zero_->MasterBytes();
+    bytes.optimizer_state = shard_adam_->StateBytes();
+    return bytes;
+  }
   for (const auto& p : model_params_) {
     bytes.parameters += p.numel() * p.element_size();
     if (p.grad().defined()) bytes.gradients += p.grad().numel() * p.grad().element_size();
@@ -246,6 +266,51 @@ Engine::MemoryBreakdown Engine::Memory() const {
     }
   }
   return bytes;
+}
+
+absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
+  try {
+    torch::NoGradGuard no_grad;
+    absl::Status prepared = zero_->PrepareShardGradient();
+    if (!prepared.ok()) return prepared;
+    // The global norm: every rank's shard sum, added up over the group.
+    double norm_squared = zero_->LocalGradNormSquared();
+    if (data_parallel_ != nullptr && data_parallel_->size() > 1) {
+      torch::Tensor sum = torch::full({1}, norm_squared,
+                                      torch::TensorOptions().dtype(torch::kDouble).device(device_));
+      absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
+      if (!reduced.ok()) return reduced;
+      norm_squared = sum.item<double>();
+    }
+    const bool overflow = !std::isfinite(norm_squared);
+    const double scale = loss_scale();
+    const bool skip = scaler_ ? scaler_->Update(overflow) : false;
+    result.grad_norm = std::sqrt(norm_squared) / scale;
+    if (skip) {
+      ++skipped_steps_;
+    } else {
+      double coefficient = 1.0 / scale;
+      const double clip = config_.gradient_clipping;
+      if (clip > 0 && result.grad_norm > clip) coefficient *= clip / (result.grad_norm + 1e-6);
+      torch::Tensor& shard = zero_->master_shard();
+      torch::Tensor grad = shard.grad();
+      if (coefficient != 1.0) grad.mul_(coefficient);
+      result.lr = schedule_->LrAt(successful_steps_);
+      const double beta1 = schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]);
+      const double beta2 = schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1]);
+      shard_adam_->Step(shard, grad, result.lr, beta1, beta2);
+      absl::Status gathered = zero_->GatherParameters();
+      if (!gathered.ok()) return gathered;
+      result.stepped = true;
+      ++successful_steps_;
+    }
+    zero_->ZeroGradients();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("ZeRO step: ", e.what_without_backtrace()));
+  }
+  ++global_steps_;
+  ++micro_steps_;
+  return result;
 }
 
 }  // namespace dslaunch::runtime

@@ -22,6 +22,11 @@
 // updated masters copied down after every step. With fp32 the optimizer
 // steps the module's own parameters.
 //
+// ZeRO stages 1 and 2 partition the fp32 master weights and optimizer state
+// (and with stage 2 the gradients) over the data-parallel group
+// (runtime/zero/zero_partition.h); the results match stage 0 up to the order
+// of floating-point sums.
+//
 // Not thread-safe.
 #pragma once
 
@@ -38,6 +43,8 @@
 #include "runtime/config/job_config.h"
 #include "runtime/schedule/loss_scaler.h"
 #include "runtime/schedule/lr_schedule.h"
+#include "runtime/zero/shard_adam.h"
+#include "runtime/zero/zero_partition.h"
 
 namespace dslaunch::runtime {
 
@@ -98,6 +105,10 @@ class Engine {
          torch::Device device);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
+  // ZeRO: this rank's ranges from a checkpoint of any data-parallel size.
+  absl::Status LoadZeroShards(const std::string& folder);
+  // The boundary step with ZeRO stages 1-2.
+  absl::StatusOr<StepResult> ZeroStep(StepResult result);
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
   void ApplyLrAndMomentum(double lr);
@@ -113,6 +124,10 @@ class Engine {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;        // fp16 only
+  // ZeRO stages 1-2 (Note [ZeRO partitioning]): the shard replaces
+  // master_params_ and the shard optimizer replaces optimizer_.
+  std::unique_ptr<ZeroPartition> zero_;
+  std::unique_ptr<ShardAdam> shard_adam_;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

@@ -30,6 +30,19 @@ for world in 2 4; do
 done
 pass "data parallelism: 1, 2 and 4 ranks give the same losses"
 
+# ZeRO stages 1 and 2 on 2 ranks: the losses of stage 0 (same global batch).
+for stage in 1 2; do
+  "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override train.steps=12 \
+    --override 'checkpoint.dir=""' --override train.global_batch_size=16 --override train.micro_batch_size=8 \
+    --override ds_config.zero_optimization.stage=$stage "$CONFIG" \
+    --loss_log "$WORK/zero$stage.tsv" >"$WORK/zero$stage.out" 2>"$WORK/zero$stage.err" || fail "ZeRO-$stage exited $?"
+  paste "$WORK/dp1.tsv" "$WORK/zero$stage.tsv" | awk -v z=$stage '
+    { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
+    END { printf "ZeRO-%d on 2 ranks vs stage 0 on 1: worst relative loss difference %.2e\n", z, worst; exit bad }' ||
+    fail "ZeRO-$stage losses differ from stage 0"
+done
+pass "ZeRO stages 1 and 2 give stage 0's losses"
+
 # 2. Resume: a run stops after step 8 (its checkpoint at 8 committed), a new
 #    run resumes to 16; every loss is bit-identical to an uninterrupted run.
 #    (Stopping with --exit_at_step keeps train.steps, and so the LR schedule,

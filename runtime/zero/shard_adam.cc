@@ -1,0 +1,37 @@
+#include "runtime/zero/shard_adam.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+
+namespace dslaunch::runtime {
+
+ShardAdam::ShardAdam(const OptimizerConfig& config, const torch::Tensor& like)
+    : eps_(config.eps),
+      weight_decay_(config.weight_decay),
+      decoupled_(absl::AsciiStrToLower(config.type) == "adamw" ||
+                 (absl::AsciiStrToLower(config.type) == "adam" && config.adam_w_mode)),
+      exp_avg_(torch::zeros_like(like, torch::kFloat)),
+      exp_avg_sq_(torch::zeros_like(like, torch::kFloat)) {}
+
+void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1,
+                     double beta2) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  torch::Tensor grad = g;
+  if (weight_decay_ != 0) {
+    if (decoupled_) {
+      p.mul_(1 - lr * weight_decay_);
+    } else {
+      grad = grad.add(p, weight_decay_);
+    }
+  }
+  exp_avg_.mul_(beta1).add_(grad, 1 - beta1);
+  exp_avg_sq_.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step_));
+  torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(eps_);
+  p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,35 @@
+// Adam/AdamW over one flat fp32 shard, with its state in plain tensors the
+// checkpoint code can cut and re-join (so a ZeRO checkpoint loads at another
+// data-parallel size). The arithmetic is LibTorch's single-tensor Adam/AdamW
+// step, so ZeRO matches stage 0 up to the order of gradient sums.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "runtime/config/job_config.h"
+
+namespace dslaunch::runtime {
+
+class ShardAdam {
+ public:
+  ShardAdam(const OptimizerConfig& config, const torch::Tensor& like);
+
+  // p ← one step with gradient g (fp32, same shape as p).
+  void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2);
+
+  torch::Tensor& exp_avg() { return exp_avg_; }
+  torch::Tensor& exp_avg_sq() { return exp_avg_sq_; }
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  int64_t StateBytes() const { return (exp_avg_.numel() + exp_avg_sq_.numel()) * 4; }
+
+ private:
+  const double eps_;
+  const double weight_decay_;
+  const bool decoupled_;
+  torch::Tensor exp_avg_;
+  torch::Tensor exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+}  // namespace dslaunch::runtime
