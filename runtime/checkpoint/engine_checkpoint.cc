@@ -72,6 +72,17 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
       archive.write("client/" + key, c10::IValue(value));
     }
     archive.write("client/__keys", c10::IValue(absl::StrJoin(keys, "\n")));
+    {
+      // The flat parameter layout, for consolidation (checkpoint/consolidate.h).
+      std::vector<std::string> names, shapes;
+      for (const auto& item : model_->named_parameters()) {
+        if (!item.value().requires_grad()) continue;
+        names.push_back(item.key());
+        shapes.push_back(absl::StrJoin(item.value().sizes(), ","));
+      }
+      archive.write("layout/names", c10::IValue(absl::StrJoin(names, "\n")));
+      archive.write("layout/shapes", c10::IValue(absl::StrJoin(shapes, ";")));
+    }
     if (zero_) {
       // Note [ZeRO partitioning]: every rank owns its range of the masters
       // and optimizer state; the layout (Ψ, world) lets a different world
@@ -83,7 +94,11 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
       archive.write("zero/total", c10::IValue(zero_->total()));
     }
     if (rank == 0) {
+      // With ZeRO the parameters are rebuilt from the master shards at load
+      // time, so no rank holds a whole copy on disk (or in memory when the
+      // checkpoint is consolidated).
       for (const auto& item : model_->named_parameters()) {
+        if (zero_) break;
         archive.write("model/" + item.key(), item.value().detach().cpu());
       }
       for (const auto& item : model_->named_buffers()) {
@@ -163,6 +178,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     torch::serialize::InputArchive shared;
     shared.load_from(RankFile(folder, 0));
     for (auto& item : model_->named_parameters()) {
+      if (zero_) break;  // rebuilt from the shards below
       torch::Tensor value;
       shared.read("model/" + item.key(), value);
       item.value().copy_(value);
@@ -187,6 +203,8 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     if (zero_) {
       absl::Status loaded = LoadZeroShards(folder);
       if (!loaded.ok()) return loaded;
+      absl::Status gathered = zero_->GatherParameters();
+      if (!gathered.ok()) return gathered;
     }
 
     // This rank's own part; a rank that did not exist when the checkpoint was

@@ -11,6 +11,7 @@
 #include "common/store_client.h"
 #include "gtest/gtest.h"
 #include "launcher/rendezvous_store.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
@@ -185,7 +186,9 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
       for (int rank = 0; rank < world; ++rank) {
         const Engine::MemoryBreakdown& m = memory[rank];
         const double total = m.parameters + m.gradients + m.master_weights + m.optimizer_state;
-        if (stage == 2) EXPECT_NEAR(m.gradients, 2.0 * psi / n, 2.0 * world);
+        if (stage == 2) {
+          EXPECT_NEAR(m.gradients, 2.0 * psi / n, 2.0 * world);
+        }
         EXPECT_NEAR(total, expected, 16.0 * world)
             << "stage " << stage << " N " << world << " Ψ " << psi;
       }
@@ -243,6 +246,61 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSize) {
         EXPECT_LT(MaxDifference(Parameters(model), final_params), 1e-4) << "world " << world;
       }
     });
+  }
+  EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
+}
+
+// Reads a safetensors file: (header JSON, data as floats).
+std::pair<std::string, std::vector<float>> ReadSafetensors(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  EXPECT_NE(file, nullptr) << path;
+  if (file == nullptr) return {};
+  unsigned char prefix[8];
+  EXPECT_EQ(std::fread(prefix, 1, 8, file), 8u);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | prefix[i];
+  std::string header(length, ' ');
+  EXPECT_EQ(std::fread(header.data(), 1, length, file), length);
+  std::vector<float> data;
+  float value;
+  while (std::fread(&value, sizeof(float), 1, file) == 1) data.push_back(value);
+  std::fclose(file);
+  return {header, data};
+}
+
+TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
+  const std::string dir = "/tmp/zero-consolidate-" + std::to_string(::getpid());
+  for (int stage : {0, 2}) {
+    ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      Gpt model(TinyGpt(), 8);
+      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
+      ASSERT_TRUE(engine.ok());
+      Train(**engine, model, 0, 2, 1, 2, rank);
+      ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "final", {}).ok());
+      if (rank == 0) {
+        params = Parameters(model);
+        for (const auto& item : model->named_parameters()) names.push_back(item.key());
+      }
+    });
+    const std::string output = dir + "/model.safetensors";
+    auto summary = ConsolidateCheckpoint(dir, "", output);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->ranks_read, stage == 0 ? 1 : 2);
+    auto [header, data] = ReadSafetensors(output);
+    torch::Tensor expected = torch::cat([&] {
+      std::vector<torch::Tensor> flat;
+      for (auto& p : params) flat.push_back(p.reshape({-1}));
+      return flat;
+    }());
+    ASSERT_EQ(static_cast<int64_t>(data.size()), expected.numel()) << "stage " << stage;
+    torch::Tensor written = torch::from_blob(data.data(), {static_cast<int64_t>(data.size())}, torch::kFloat);
+    // fp32 training: the masters are the parameters, exactly.
+    EXPECT_TRUE(torch::equal(written, expected)) << "stage " << stage;
+    for (const auto& name : names) EXPECT_NE(header.find("\"" + name + "\""), std::string::npos) << name;
+    EXPECT_NE(header.find("\"dtype\":\"F32\""), std::string::npos);
   }
   EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
 }

@@ -1,0 +1,103 @@
+#include "runtime/checkpoint/consolidate.h"
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/safetensors_writer.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+bool Has(torch::serialize::InputArchive& archive, const std::string& key) {
+  c10::IValue ignored;
+  return archive.try_read(key, ignored);
+}
+
+}  // namespace
+
+absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
+                                                         const std::string& output) {
+  ConsolidateSummary summary;
+  summary.tag = tag;
+  if (summary.tag.empty()) {
+    auto latest = ReadLatestTag(dir);
+    if (!latest.ok()) return latest.status();
+    summary.tag = *latest;
+  }
+  const std::string folder = TagDir(dir, summary.tag);
+  try {
+    torch::serialize::InputArchive first;
+    first.load_from(RankFile(folder, 0));
+    c10::IValue names_value, shapes_value, world_value;
+    if (!first.try_read("layout/names", names_value) || !first.try_read("layout/shapes", shapes_value)) {
+      return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
+    }
+    first.read("engine/world", world_value);
+    std::vector<std::string> names = absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty());
+    std::vector<std::string> shapes = absl::StrSplit(shapes_value.toStringRef(), ';');
+    if (names.size() != shapes.size()) {
+      return absl::DataLossError(absl::StrCat(folder, ": layout has ", names.size(), " names and ",
+                                              shapes.size(), " shapes"));
+    }
+    std::vector<SafetensorsEntry> entries;
+    for (size_t i = 0; i < names.size(); ++i) {
+      SafetensorsEntry entry{names[i], {}};
+      for (absl::string_view d : absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
+        int64_t size = 0;
+        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shapes[i]));
+        entry.shape.push_back(size);
+      }
+      entries.push_back(entry);
+    }
+    auto writer = SafetensorsWriter::Create(output, entries);
+    if (!writer.ok()) return writer.status();
+    summary.tensors = static_cast<int64_t>(entries.size());
+
+    if (Has(first, "zero/total")) {
+      c10::IValue total_value;
+      first.read("zero/total", total_value);
+      int64_t remaining = total_value.toInt();
+      const int64_t world = world_value.toInt();
+      for (int64_t r = 0; r < world && remaining > 0; ++r) {
+        torch::Tensor shard;
+        if (r == 0) {
+          first.read("zero/master", shard);
+        } else {
+          // One rank's file at a time.
+          torch::serialize::InputArchive part;
+          part.load_from(RankFile(folder, static_cast<int>(r)));
+          part.read("zero/master", shard);
+        }
+        shard = shard.to(torch::kFloat).contiguous();
+        const int64_t take = std::min<int64_t>(remaining, shard.numel());
+        absl::Status appended = (*writer)->Append(shard.data_ptr<float>(), take);
+        if (!appended.ok()) return appended;
+        remaining -= take;
+        summary.elements += take;
+        ++summary.ranks_read;
+      }
+    } else {
+      // Stage 0: rank 0 holds the fp32 masters (mixed precision) or the fp32 model.
+      const bool mixed = Has(first, "master/0");
+      for (size_t i = 0; i < entries.size(); ++i) {
+        torch::Tensor value;
+        first.read(mixed ? absl::StrCat("master/", i) : "model/" + entries[i].name, value);
+        value = value.to(torch::kFloat).contiguous();
+        absl::Status appended = (*writer)->Append(value.data_ptr<float>(), value.numel());
+        if (!appended.ok()) return appended;
+        summary.elements += value.numel();
+      }
+      summary.ranks_read = 1;
+    }
+    absl::Status finished = (*writer)->Finish();
+    if (!finished.ok()) return finished;
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat("consolidate ", folder, ": ", e.what_without_backtrace()));
+  }
+  return summary;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,29 @@
+// Merging a checkpoint of any ZeRO stage into one fp32 safetensors file that
+// Python tools read (`safetensors.torch.load_file`).
+//
+// ZeRO checkpoints hold the fp32 masters as contiguous ranges of one flat
+// vector, rank after rank, in the order of the model's parameters; the
+// safetensors data section is exactly that vector (tensors stored back to back
+// in the same order), so consolidation streams one rank's range at a time:
+// memory stays at one shard, never the model. Stage-0 checkpoints hold the
+// whole model in rank 0's file and are copied from it.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch::runtime {
+
+struct ConsolidateSummary {
+  std::string tag;
+  int64_t tensors = 0;
+  int64_t elements = 0;
+  int ranks_read = 0;
+};
+
+// `tag` empty: the one `latest` names.
+absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
+                                                         const std::string& output);
+
+}  // namespace dslaunch::runtime
