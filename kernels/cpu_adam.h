@@ -3,7 +3,7 @@
 // host memory, and one fused pass per element updates them.
 //
 // Note [CPU Adam formula]
-// Exactly torch::optim::Adam / AdamW (LibTorch 1.13 and 2.x), per element:
+// torch::optim::Adam / AdamW's formula (LibTorch 1.13 and 2.x), per element:
 //   Adam (L2):   g = g + wd * p                      (before the moments)
 //   AdamW:       p = p * (1 - lr * wd)               (before the update)
 //   m = b1 * m + (1 - b1) * g
@@ -13,8 +13,10 @@
 // The per-step scalars (1 - b1, lr / bc1, sqrt(bc2), 1 - lr * wd) are computed
 // in double from the float hyperparameters and rounded to float once, as
 // LibTorch does with its double options. The scalar path evaluates each line
-// in LibTorch's order without FMA; the SIMD paths fuse the moment updates
-// (see Note [CPU Adam tolerances] in cpu_adam_test.cc).
+// in LibTorch's order, one rounding per operation; the SIMD paths fuse the
+// moment updates (FMA). Results therefore agree with LibTorch to a few ulp,
+// not bit for bit (LibTorch's own vector kernels fuse some operations too);
+// see Note [CPU Adam tolerances] in cpu_adam_test_util.h.
 //
 // Note [CPU Adam dispatch]
 // The scalar, AVX2+FMA and AVX-512F paths are all compiled into the library
@@ -34,6 +36,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cpu_adam_isa.h"
 
 namespace dslaunch::kernels {

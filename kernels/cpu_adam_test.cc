@@ -43,7 +43,9 @@ constexpr int kSteps = 4;
 
 std::string IsaList(const std::vector<CpuAdamIsaKind>& isas) {
   std::string text;
-  for (CpuAdamIsaKind isa : isas) text += std::string(text.empty() ? "" : " ") + CpuAdamIsaName(isa);
+  for (CpuAdamIsaKind isa : isas) {
+    text += std::string(text.empty() ? "" : " ") + CpuAdamIsaName(isa);
+  }
   return text;
 }
 
@@ -233,7 +235,8 @@ TEST(CpuAdamTest, UsesTheIsaTheEnvironmentChose) {
   const CpuIsaSupport support = DetectCpuIsaSupport();
   const char* forced = std::getenv("DSLAUNCH_CPU_ADAM_ISA");
   const absl::StatusOr<CpuAdamIsaKind> expected = ResolveCpuAdamIsa(forced, support);
-  std::printf("[ ISA      ] DSLAUNCH_CPU_ADAM_ISA=%s; CPU supports: %s; CpuAdamIsa()=%s, %d threads\n",
+  std::printf("[ ISA      ] DSLAUNCH_CPU_ADAM_ISA=%s; CPU supports: %s; "
+              "CpuAdamIsa()=%s, %d threads\n",
               forced ? forced : "(unset)", IsaList(SupportedCpuAdamIsas(support)).c_str(),
               CpuAdamIsa(), CpuAdamThreads());
   const absl::StatusOr<int> threads =

@@ -437,6 +437,12 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
       problems->AtKey(source, walk.WrittenPath("fp16"), walk.MarkOf("fp16"), std::string(scaler.message()));
     }
   }
+  if (c.zero_optimization.offload_optimizer.device != "none" && c.zero_optimization.stage == 0) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.device"),
+                    walk.MarkOf("zero_optimization.offload_optimizer.device"),
+                    absl::StrCat("offload_optimizer.device=", c.zero_optimization.offload_optimizer.device,
+                                 " partitions the optimizer: it needs zero_optimization.stage 1, 2 or 3"));
+  }
   bool amp = false;
   if (GivenBool(walk, "amp.enabled", &amp) && amp && (c.fp16.enabled || c.bf16.enabled)) {
     problems->AtKey(source, "amp.enabled", walk.MarkOf("amp.enabled"),
@@ -455,7 +461,9 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("zero_optimization.stage", absl::StrCat(z.stage)),
         absl::StrCat("ZeRO stage ", z.stage));
   }
-  if (z.offload_optimizer.device != "none") {
+  // CPU offload of the optimizer is built for stages 1 and 2 (ZeRO-Offload).
+  if (z.offload_optimizer.device == "nvme" ||
+      (z.offload_optimizer.device == "cpu" && z.stage >= 3)) {
     add(Setting("zero_optimization.offload_optimizer.device", z.offload_optimizer.device),
         absl::StrCat("offloading optimizer state to ", z.offload_optimizer.device));
   }

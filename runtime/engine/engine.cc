@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu_adam.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -66,11 +67,25 @@ absl::Status Engine::Initialize() {
       return absl::UnimplementedError(absl::StrCat(
           "optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
     }
+    const std::string& offload = config_.zero_optimization.offload_optimizer.device;
+    if (offload == "nvme") {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_optimizer.device=nvme: NVMe offload is not yet supported");
+    }
+    if (offload == "cpu" && stage == 0) {
+      return absl::InvalidArgumentError(
+          "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1 or 2");
+    }
     if (stage > 0) {
-      auto zero = ZeroPartition::Create(stage, model_params_, data_parallel_);
+      const bool host = offload == "cpu";
+      if (host) {
+        absl::Status simd = kernels::CpuAdamInit();
+        if (!simd.ok()) return simd;
+      }
+      auto zero = ZeroPartition::Create(stage, model_params_, data_parallel_, host);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
-      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard());
+      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(), host);
     } else if (decoupled) {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
           master_params_, torch::optim::AdamWOptions(o.lr)
@@ -249,6 +264,7 @@ Engine::MemoryBreakdown Engine::Memory() const {
     bytes.gradients = zero_->GradientBytes();
     bytes.master_weights = zero_->MasterBytes();
     bytes.optimizer_state = shard_adam_->StateBytes();
+    bytes.optimizer_on_host = zero_->offload();
     return bytes;
   }
   for (const auto& p : model_params_) {

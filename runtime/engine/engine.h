@@ -97,6 +97,8 @@ class Engine {
   // rank (memory_breakdown).
   struct MemoryBreakdown {
     int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
+    // Master weights and optimizer state live in host memory (ZeRO-Offload).
+    bool optimizer_on_host = false;
   };
   MemoryBreakdown Memory() const;
 

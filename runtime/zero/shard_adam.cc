@@ -3,21 +3,42 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "kernels/cpu_adam.h"
 
 namespace dslaunch::runtime {
 
-ShardAdam::ShardAdam(const OptimizerConfig& config, const torch::Tensor& like)
+ShardAdam::ShardAdam(const OptimizerConfig& config, const torch::Tensor& like, bool host_kernel)
     : eps_(config.eps),
       weight_decay_(config.weight_decay),
       decoupled_(absl::AsciiStrToLower(config.type) == "adamw" ||
                  (absl::AsciiStrToLower(config.type) == "adam" && config.adam_w_mode)),
+      host_kernel_(host_kernel),
       exp_avg_(torch::zeros_like(like, torch::kFloat)),
-      exp_avg_sq_(torch::zeros_like(like, torch::kFloat)) {}
+      exp_avg_sq_(torch::zeros_like(like, torch::kFloat)) {
+  if (like.is_pinned()) {
+    exp_avg_ = exp_avg_.pin_memory();
+    exp_avg_sq_ = exp_avg_sq_.pin_memory();
+  }
+}
 
 void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1,
                      double beta2) {
   torch::NoGradGuard no_grad;
   ++step_;
+  if (host_kernel_) {
+    kernels::AdamParams adam;
+    adam.lr = static_cast<float>(lr);
+    adam.beta1 = static_cast<float>(beta1);
+    adam.beta2 = static_cast<float>(beta2);
+    adam.eps = static_cast<float>(eps_);
+    adam.weight_decay = static_cast<float>(weight_decay_);
+    adam.adamw = decoupled_;
+    adam.step = step_;
+    torch::Tensor grad = g.contiguous();
+    kernels::CpuAdamStep(adam, p.data_ptr<float>(), grad.data_ptr<float>(), exp_avg_.data_ptr<float>(),
+                         exp_avg_sq_.data_ptr<float>(), p.numel());
+    return;
+  }
   torch::Tensor grad = g;
   if (weight_decay_ != 0) {
     if (decoupled_) {

@@ -12,7 +12,9 @@ namespace dslaunch::runtime {
 
 class ShardAdam {
  public:
-  ShardAdam(const OptimizerConfig& config, const torch::Tensor& like);
+  // `host_kernel`: step with the SIMD CPU Adam (kernels/cpu_adam.h) instead
+  // of LibTorch ops; the tensors must be contiguous fp32 in host memory.
+  ShardAdam(const OptimizerConfig& config, const torch::Tensor& like, bool host_kernel = false);
 
   // p ← one step with gradient g (fp32, same shape as p).
   void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2);
@@ -27,6 +29,7 @@ class ShardAdam {
   const double eps_;
   const double weight_decay_;
   const bool decoupled_;
+  const bool host_kernel_;
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;
   int64_t step_ = 0;

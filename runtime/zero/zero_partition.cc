@@ -4,15 +4,16 @@
 
 namespace dslaunch::runtime {
 
-ZeroPartition::ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm)
-    : stage_(stage), params_(std::move(params)), comm_(comm) {}
+ZeroPartition::ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm,
+                             bool offload)
+    : stage_(stage), offload_(offload), params_(std::move(params)), comm_(comm) {}
 
 absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(
-    int stage, std::vector<torch::Tensor> params, Communicator* comm) {
+    int stage, std::vector<torch::Tensor> params, Communicator* comm, bool offload) {
   if (stage != 1 && stage != 2) {
     return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", stage, " (1 or 2)"));
   }
-  std::unique_ptr<ZeroPartition> zero(new ZeroPartition(stage, std::move(params), comm));
+  std::unique_ptr<ZeroPartition> zero(new ZeroPartition(stage, std::move(params), comm, offload));
   zero->rank_ = comm ? comm->rank() : 0;
   zero->size_ = comm ? comm->size() : 1;
   for (const auto& p : zero->params_) zero->total_ += p.numel();
@@ -26,8 +27,13 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(
   if (padded > zero->total_) {
     all = torch::cat({all, torch::zeros({padded - zero->total_}, all.options())});
   }
-  zero->master_shard_ =
-      all.narrow(0, zero->shard_begin(), zero->shard_size_).clone().requires_grad_(true);
+  torch::Tensor shard = all.narrow(0, zero->shard_begin(), zero->shard_size_).clone();
+  if (offload) {
+    shard = shard.to(torch::kCPU);
+    // Pinned host memory makes the copies to and from the GPU asynchronous.
+    if (zero->params_.front().is_cuda()) shard = shard.pin_memory();
+  }
+  zero->master_shard_ = shard.requires_grad_(true);
   return zero;
 }
 
@@ -81,7 +87,8 @@ absl::Status ZeroPartition::PrepareShardGradient() {
   }
   // Σ over ranks → mean, in fp32. (prescale_gradients is refused with ZeRO
   // by the config: "not yet supported".)
-  master_shard_.mutable_grad() = shard_sum.to(torch::kFloat) / static_cast<double>(size_);
+  torch::Tensor mean = shard_sum.to(torch::kFloat) / static_cast<double>(size_);
+  master_shard_.mutable_grad() = offload_ ? mean.to(torch::kCPU) : mean;
   return absl::OkStatus();
 }
 
@@ -93,7 +100,7 @@ double ZeroPartition::LocalGradNormSquared() const {
 absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
   const auto dtype = params_.front().scalar_type();
-  torch::Tensor mine = master_shard_.detach().to(dtype);
+  torch::Tensor mine = master_shard_.detach().to(params_.front().device(), dtype);
   torch::Tensor all = torch::empty({shard_size_ * size_}, mine.options());
   if (comm_ != nullptr && size_ > 1) {
     absl::Status gathered = comm_->AllGather(mine, all);
@@ -132,7 +139,7 @@ torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
   torch::Tensor all = full_unpadded.to(torch::kFloat).reshape({-1}).narrow(0, 0, total_);
   const int64_t padded = shard_size_ * size_;
   if (padded > total_) all = torch::cat({all, torch::zeros({padded - total_}, all.options())});
-  return all.narrow(0, shard_begin(), shard_size_).clone();
+  return all.narrow(0, shard_begin(), shard_size_).clone().to(master_shard_.device());
 }
 
 }  // namespace dslaunch::runtime

@@ -29,9 +29,14 @@ namespace dslaunch::runtime {
 class ZeroPartition {
  public:
   // `comm` may be null (one rank: the shard is everything).
+  // `offload`: the master shard lives in host memory (pinned when the
+  // parameters are on a GPU) and gradients come down to it for the step
+  // (offload_optimizer.device: cpu, ZeRO-Offload).
   static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(int stage,
                                                                std::vector<torch::Tensor> params,
-                                                               Communicator* comm);
+                                                               Communicator* comm,
+                                                               bool offload = false);
+  bool offload() const { return offload_; }
 
   int stage() const { return stage_; }
   int64_t total() const { return total_; }          // Ψ
@@ -67,12 +72,13 @@ class ZeroPartition {
   torch::Tensor ShardOf(const torch::Tensor& full_unpadded) const;
 
  private:
-  ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm);
+  ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm, bool offload);
   // The model gradients flattened into the padded layout (zeros where a
   // parameter has no gradient).
   torch::Tensor FlatGradients() const;
 
   const int stage_;
+  const bool offload_;
   std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   int rank_ = 0;
