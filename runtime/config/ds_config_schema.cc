@@ -483,18 +483,12 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("moe_expert_parallel_size", absl::StrCat(c.moe_expert_parallel_size)),
         "expert parallelism");
   }
+  // number_checkpoints and cpu_checkpointing are built (the GPT recomputes
+  // that many blocks); partitioning activations needs tensor parallelism.
   const ActivationCheckpointingConfig& a = c.activation_checkpointing;
-  if (a.number_checkpoints != -1) {
-    add(Setting("activation_checkpointing.number_checkpoints", absl::StrCat(a.number_checkpoints)),
-        "activation checkpointing");
-  }
   if (a.partition_activations) {
     add(Setting("activation_checkpointing.partition_activations", "true"),
         "partitioning checkpointed activations");
-  }
-  if (a.cpu_checkpointing) {
-    add(Setting("activation_checkpointing.cpu_checkpointing", "true"),
-        "checkpointing activations to CPU memory");
   }
   if (!IsAdamFamily(c.optimizer.type)) {
     add(Setting("optimizer.type", c.optimizer.type),

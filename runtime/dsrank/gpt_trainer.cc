@@ -127,6 +127,12 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
   options.sequence_length = job.model.sequence_length;
   options.vocab_size = vocab;
   options.dropout = job.model.dropout;
+  // DeepSpeed's activation_checkpointing: number_checkpoints evenly spaced
+  // blocks are recomputed in backward; cpu_checkpointing keeps their inputs
+  // in host memory.
+  const ActivationCheckpointingConfig& checkpointing = job.ds.activation_checkpointing;
+  options.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
+  options.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
   Gpt model(options, job.train.seed);
   auto engine = Engine::Create(model.ptr(), job.ds, context.world, context.device);
   if (!engine.ok()) return engine.status();

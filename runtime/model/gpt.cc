@@ -44,6 +44,10 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
       "position_embedding", torch::nn::Embedding(options.sequence_length, options.width));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options));
+  for (int64_t i = 0; i < options.layers; ++i) {
+    GptBlockImpl* block = (*blocks)[i]->as<GptBlock>();
+    segments_.push_back([block](const torch::Tensor& x) { return block->forward(x); });
+  }
   final_norm =
       register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
   Initialize(seed);
@@ -76,7 +80,11 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   torch::Tensor x = token_embedding->forward(tokens) + position_embedding->forward(positions);
   x = torch::dropout(x, options_.dropout, is_training());
-  for (auto& block : *blocks) x = block->as<GptBlock>()->forward(x);
+  for (int64_t i = 0; i < options_.layers; ++i) {
+    x = is_training() && IsCheckpointed(i)
+            ? CheckpointedForward(segments_[i], x, options_.checkpoint_to_cpu)
+            : segments_[i](x);
+  }
   x = final_norm->forward(x);
   // Tied head: the token embedding doubles as the output projection.
   return torch::nn::functional::linear(x, token_embedding->weight);
@@ -86,6 +94,13 @@ torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& ta
   torch::Tensor logits = forward(tokens);
   return torch::nn::functional::cross_entropy(
       logits.view({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+}
+
+bool GptImpl::IsCheckpointed(int64_t block) const {
+  const int64_t k = std::min(options_.checkpointed_blocks, options_.layers);
+  if (k <= 0) return false;
+  // k evenly spaced blocks: block i is one when floor(i·k/L) steps up.
+  return (block + 1) * k / options_.layers != block * k / options_.layers;
 }
 
 int64_t GptImpl::ParameterCount() const {

@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model/activation_checkpoint.h"
+
 namespace dslaunch::runtime {
 
 struct GptOptions {
@@ -21,6 +23,10 @@ struct GptOptions {
   int64_t sequence_length = 64;
   int64_t vocab_size = 257;
   double dropout = 0.0;
+  // Activation checkpointing: recompute this many evenly spaced blocks in
+  // backward instead of keeping their activations (0: none; >= layers: all).
+  int64_t checkpointed_blocks = 0;
+  bool checkpoint_to_cpu = false;  // keep the checkpointed inputs in host memory
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -72,8 +78,10 @@ class GptImpl : public torch::nn::Module {
 
  private:
   void Initialize(uint64_t seed);
+  bool IsCheckpointed(int64_t block) const;
 
   GptOptions options_;
+  std::vector<Segment> segments_;  // one per block, for activation checkpointing
 };
 TORCH_MODULE(Gpt);
 

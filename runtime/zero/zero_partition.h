@@ -88,6 +88,7 @@ class ZeroPartition {
   torch::Tensor master_shard_;
   torch::Tensor grad_accumulator_;  // stage 2: [S] in the gradients' dtype
   bool accumulated_ = false;        // stage 2: something is in the accumulator
+  double local_norm_squared_ = 0;   // of the prepared shard gradient
 };
 
 }  // namespace dslaunch::runtime

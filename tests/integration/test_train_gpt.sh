@@ -43,6 +43,16 @@ for stage in 1 2; do
 done
 pass "ZeRO stages 1 and 2 give stage 0's losses"
 
+# Activation checkpointing (every block recomputed, inputs kept on the CPU):
+# the same arithmetic, so the same losses bit for bit.
+"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override train.steps=12 \
+  --override 'checkpoint.dir=""' --override train.global_batch_size=16 --override train.micro_batch_size=16 \
+  --override ds_config.activation_checkpointing.number_checkpoints=2 \
+  --override ds_config.activation_checkpointing.cpu_checkpointing=true "$CONFIG" \
+  --loss_log "$WORK/ac.tsv" >"$WORK/ac.out" 2>"$WORK/ac.err" || fail "activation checkpointing exited $?"
+cmp "$WORK/dp1.tsv" "$WORK/ac.tsv" || fail "activation checkpointing changed the losses"
+pass "activation checkpointing: identical losses"
+
 # 2. Resume: a run stops after step 8 (its checkpoint at 8 committed), a new
 #    run resumes to 16; every loss is bit-identical to an uninterrupted run.
 #    (Stopping with --exit_at_step keeps train.steps, and so the LR schedule,

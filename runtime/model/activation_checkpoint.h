@@ -1,0 +1,22 @@
+// Activation checkpointing by recomputation (DeepSpeed's
+// `activation_checkpointing`): a checkpointed segment keeps only its input
+// during forward and runs again, with gradients, in backward. LibTorch's C++
+// frontend has no torch.utils.checkpoint, so this is a custom autograd
+// function around any `Tensor(Tensor)` segment.
+#pragma once
+
+#include <functional>
+
+#include <torch/torch.h>
+
+namespace dslaunch::runtime {
+
+using Segment = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// y = segment(x), storing only x (in host memory when `input_to_cpu`, DeepSpeed's
+// cpu_checkpointing) and recomputing the segment in backward. The CPU random
+// state is restored for the recomputation, so dropout draws the same mask.
+// `segment` must outlive the backward pass.
+torch::Tensor CheckpointedForward(const Segment& segment, const torch::Tensor& x, bool input_to_cpu);
+
+}  // namespace dslaunch::runtime
