@@ -7,21 +7,24 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
+bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runtime_tests >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
 data=${GPU_DATA:-$root/.gpu-data}
+"$bin/runtime_tests" 2>&1 | grep -E -A8 'Failure|^\[  (PASSED|FAILED)' | head -n 30
 cd "$root"
 printf '%-22s %12s %10s\n' "run" "tokens/s" "loss@40"
-for run in "0 none" "1 none" "2 none" "2 cpu"; do
+# Last field: blocks recomputed by activation checkpointing (0: none).
+for run in "0 none 0" "1 none 0" "2 none 0" "2 cpu 0" "2 none 12"; do
   set -- $run
-  log="$out/zero$1-$2.log"
+  log="$out/zero$1-$2-ac$3.log"
   "$bin/dslaunch" --num_gpus 1 --override "data.prepared=$data/fortunes-all-byte" \
     --override train.steps=40 --override ds_config.steps_per_print=10 \
     --override ds_config.zero_optimization.stage=$1 \
+    --override ds_config.activation_checkpointing.number_checkpoints=$3 \
     --override ds_config.zero_optimization.offload_optimizer.device=$2 configs/gpt-124m.cfg >"$log" 2>&1
   tps=$(grep -o 'step=[234]0 .*tokens/s=[0-9]*' "$log" | sed 's/.*tokens\/s=//' | awk '{s+=$1; n++} END {if (n) printf "%.0f", s/n}')
   loss=$(grep -o 'step=40 loss=[0-9.]*' "$log" | sed 's/.*loss=//')
-  printf '%-22s %12s %10s\n' "ZeRO-$1 offload=$2" "${tps:-FAILED}" "${loss:--}"
+  printf '%-22s %12s %10s\n' "ZeRO-$1 offload=$2 ac=$3" "${tps:-FAILED}" "${loss:--}"
   [[ -n $tps ]] || tail -n 5 "$log"
 done
