@@ -18,10 +18,12 @@ printf '%-22s %12s %10s\n' "run" "tokens/s" "loss@40"
 for run in "0 none 0" "1 none 0" "2 none 0" "2 cpu 0" "2 none 12"; do
   set -- $run
   log="$out/zero$1-$2-ac$3.log"
+  ac=()
+  (($3 > 0)) && ac=(--override ds_config.activation_checkpointing.number_checkpoints=$3)
   "$bin/dslaunch" --num_gpus 1 --override "data.prepared=$data/fortunes-all-byte" \
     --override train.steps=40 --override ds_config.steps_per_print=10 \
     --override ds_config.zero_optimization.stage=$1 \
-    --override ds_config.activation_checkpointing.number_checkpoints=$3 \
+    "${ac[@]}" \
     --override ds_config.zero_optimization.offload_optimizer.device=$2 configs/gpt-124m.cfg >"$log" 2>&1
   tps=$(grep -o 'step=[234]0 .*tokens/s=[0-9]*' "$log" | sed 's/.*tokens\/s=//' | awk '{s+=$1; n++} END {if (n) printf "%.0f", s/n}')
   loss=$(grep -o 'step=40 loss=[0-9.]*' "$log" | sed 's/.*loss=//')
