@@ -60,7 +60,9 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
       c10::IValue total_value;
       first.read("zero/total", total_value);
       int64_t remaining = total_value.toInt();
-      const int64_t world = world_value.toInt();
+      c10::IValue shards_value;
+      first.read("zero/shards", shards_value);
+      const int64_t world = shards_value.toInt();
       for (int64_t r = 0; r < world && remaining > 0; ++r) {
         torch::Tensor shard;
         if (r == 0) {

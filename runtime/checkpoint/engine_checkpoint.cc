@@ -92,6 +92,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
       archive.write("zero/exp_avg_sq", shard_adam_->exp_avg_sq().cpu());
       archive.write("zero/step", c10::IValue(shard_adam_->step()));
       archive.write("zero/total", c10::IValue(zero_->total()));
+      archive.write("zero/shards", c10::IValue(static_cast<int64_t>(zero_->shards())));
     }
     if (rank == 0) {
       // With ZeRO the parameters are rebuilt from the master shards at load
@@ -134,7 +135,9 @@ absl::Status Engine::LoadZeroShards(const std::string& folder) {
   torch::NoGradGuard no_grad;
   torch::serialize::InputArchive first;
   first.load_from(RankFile(folder, 0));
-  const int64_t saved_world = ReadInt(first, "engine/world");
+  // The ranges were cut into this many parts (the saved data-parallel size
+  // for stages 1-2, one for stage 0).
+  const int64_t saved_world = ReadInt(first, "zero/shards");
   if (ReadInt(first, "zero/total") != zero_->total()) {
     return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", ReadInt(first, "zero/total"),
                                             " parameters, the model has ", zero_->total()));

@@ -49,10 +49,13 @@ absl::Status Engine::Initialize() {
     if (config_.bf16.enabled) compute_dtype_ = torch::kBFloat16;
     model_->to(device_, compute_dtype_);
     const int stage = config_.zero_optimization.stage;
+    // Note [Mixed precision] with stage 0 also goes through the flat
+    // partition (one range): its fp32 master is one tensor, stepped at once.
+    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat;
     for (auto& p : model_->parameters()) {
       if (!p.requires_grad()) continue;
       model_params_.push_back(p);
-      if (stage > 0) continue;  // the ZeRO shard holds the masters
+      if (flat) continue;  // the partition holds the masters
       if (compute_dtype_ == torch::kFloat) {
         master_params_.push_back(p);
       } else {
@@ -76,7 +79,7 @@ absl::Status Engine::Initialize() {
       return absl::InvalidArgumentError(
           "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1 or 2");
     }
-    if (stage > 0) {
+    if (flat) {
       const bool host = offload == "cpu";
       if (host) {
         absl::Status simd = kernels::CpuAdamInit();

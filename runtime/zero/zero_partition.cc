@@ -10,20 +10,23 @@ ZeroPartition::ZeroPartition(int stage, std::vector<torch::Tensor> params, Commu
 
 absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(
     int stage, std::vector<torch::Tensor> params, Communicator* comm, bool offload) {
-  if (stage != 1 && stage != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", stage, " (1 or 2)"));
+  if (stage < 0 || stage > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", stage, " (0, 1 or 2)"));
   }
   std::unique_ptr<ZeroPartition> zero(new ZeroPartition(stage, std::move(params), comm, offload));
   zero->rank_ = comm ? comm->rank() : 0;
   zero->size_ = comm ? comm->size() : 1;
+  // Stage 0: one range, the whole vector, on every rank.
+  zero->shards_ = stage == 0 ? 1 : zero->size_;
+  zero->shard_rank_ = stage == 0 ? 0 : zero->rank_;
   for (const auto& p : zero->params_) zero->total_ += p.numel();
-  zero->shard_size_ = (zero->total_ + zero->size_ - 1) / zero->size_;
+  zero->shard_size_ = (zero->total_ + zero->shards_ - 1) / zero->shards_;
   torch::NoGradGuard no_grad;
   // The fp32 master of our range, cut from the flattened parameters.
   std::vector<torch::Tensor> flat;
   for (const auto& p : zero->params_) flat.push_back(p.detach().reshape({-1}).to(torch::kFloat));
   torch::Tensor all = torch::cat(flat);
-  const int64_t padded = zero->shard_size_ * zero->size_;
+  const int64_t padded = zero->shard_size_ * zero->shards_;
   if (padded > zero->total_) {
     all = torch::cat({all, torch::zeros({padded - zero->total_}, all.options())});
   }
@@ -43,7 +46,7 @@ torch::Tensor ZeroPartition::FlatGradients() const {
     flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   }
   torch::Tensor all = torch::cat(flat);
-  const int64_t padded = shard_size_ * size_;
+  const int64_t padded = shard_size_ * shards_;
   if (padded > total_) all = torch::cat({all, torch::zeros({padded - total_}, all.options())});
   return all;
 }
@@ -109,8 +112,8 @@ absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
   const auto dtype = params_.front().scalar_type();
   torch::Tensor mine = master_shard_.detach().to(params_.front().device(), dtype);
-  torch::Tensor all = torch::empty({shard_size_ * size_}, mine.options());
-  if (comm_ != nullptr && size_ > 1) {
+  torch::Tensor all = torch::empty({shard_size_ * shards_}, mine.options());
+  if (comm_ != nullptr && shards_ > 1) {
     absl::Status gathered = comm_->AllGather(mine, all);
     if (!gathered.ok()) return gathered;
   } else {
@@ -145,7 +148,7 @@ int64_t ZeroPartition::GradientBytes() const {
 
 torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
   torch::Tensor all = full_unpadded.to(torch::kFloat).reshape({-1}).narrow(0, 0, total_);
-  const int64_t padded = shard_size_ * size_;
+  const int64_t padded = shard_size_ * shards_;
   if (padded > total_) all = torch::cat({all, torch::zeros({padded - total_}, all.options())});
   return all.narrow(0, shard_begin(), shard_size_).clone().to(master_shard_.device());
 }

@@ -13,6 +13,11 @@
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
 // stage 2 2Ψ + 14Ψ/N (REFERENCE.md).
 //
+// Stage 0 with mixed precision uses the same machinery with one range (the
+// whole vector on every rank, gradients all-reduced): one flat fp32 master
+// that one fused Adam step updates, instead of one optimizer step per
+// parameter tensor (16Ψ either way).
+//
 // Not thread-safe; owned by the Engine.
 #pragma once
 
@@ -41,7 +46,9 @@ class ZeroPartition {
   int stage() const { return stage_; }
   int64_t total() const { return total_; }          // Ψ
   int64_t shard_size() const { return shard_size_; } // S
-  int64_t shard_begin() const { return rank_ * shard_size_; }
+  int64_t shard_begin() const { return shard_rank_ * shard_size_; }
+  // How many ranges the vector is cut into: N for stages 1-2, 1 for stage 0.
+  int shards() const { return shards_; }
 
   // The fp32 master weights of this rank's range, as a leaf tensor with a
   // gradient: what the optimizer steps.
@@ -82,7 +89,9 @@ class ZeroPartition {
   std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   int rank_ = 0;
-  int size_ = 1;
+  int size_ = 1;         // data-parallel ranks (gradients are averaged over them)
+  int shards_ = 1;       // ranges the flat vector is cut into
+  int shard_rank_ = 0;   // which range this rank owns
   int64_t total_ = 0;
   int64_t shard_size_ = 0;
   torch::Tensor master_shard_;
