@@ -70,7 +70,10 @@ JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
       notice_(std::move(notice)),
       on_attempt_over_(std::move(on_attempt_over)),
       log_(event_log != nullptr ? event_log : &null_log_),
-      policy_(spec_.max_restarts, spec_.restart_backoff, spec_.max_restart_backoff) {}
+      policy_(spec_.max_restarts, spec_.restart_backoff, spec_.max_restart_backoff),
+      plan_(spec_.plan) {
+  for (size_t i = 0; i < agents_.size(); ++i) active_.push_back(static_cast<int>(i));
+}
 
 std::string JobController::DescribeEnd(int rank, const std::string& host, const RankEnded& ended) {
   std::string who = absl::StrCat("rank ", rank, " on ", host);
@@ -137,8 +140,8 @@ JobOutcome JobController::Run() {
   JobOutcome outcome;
   log_->Append(JobEvent("job_start")
                    .Text("job_id", spec_.job_id)
-                   .Int("world_size", spec_.plan.world_size())
-                   .Int("nodes", static_cast<int64_t>(spec_.plan.nodes.size()))
+                   .Int("world_size", plan_.world_size())
+                   .Int("nodes", static_cast<int64_t>(plan_.nodes.size()))
                    .Int("max_restarts", spec_.max_restarts)
                    .Int("restart_backoff_ms", spec_.restart_backoff.count())
                    .Int("max_restart_backoff_ms", spec_.max_restart_backoff.count()));
@@ -198,7 +201,7 @@ JobOutcome JobController::Run() {
     }
     ReportAttempt(report);
     const RestartDecision decision = DecideRestart(&outcome);
-    if (!decision.restart) {
+    if (!decision.restart || !ShrinkToLiveHosts(attempt + 1)) {
       SetState(first_signal_ != 0 ? JOB_CANCELLED : JOB_FAILED);
       break;
     }
@@ -228,6 +231,38 @@ JobOutcome JobController::Run() {
   Summarize(outcome);
   log_job_end();
   return outcome;
+}
+
+bool JobController::ShrinkToLiveHosts(int next_attempt) {
+  std::vector<int> remaining;
+  std::vector<std::string> gone;
+  for (int index : active_) {
+    if (lost_agents_.count(index)) {
+      gone.push_back(agents_[index]->host());
+    } else {
+      remaining.push_back(index);
+    }
+  }
+  if (gone.empty() || spec_.min_nodes <= 0) return true;  // nothing to do, or not elastic
+  if (static_cast<int>(remaining.size()) < spec_.min_nodes) {
+    notice_(absl::StrCat("not restarting: lost ", absl::StrJoin(gone, ", "), "; ", remaining.size(),
+                         " host(s) remain, fewer than the minimum of ", spec_.min_nodes));
+    log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", false)
+                     .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
+                     .Int("min_nodes", spec_.min_nodes));
+    return false;
+  }
+  const int old_world = plan_.world_size();
+  std::vector<HostSlots> nodes;
+  for (int index : remaining) nodes.push_back(spec_.plan.nodes[index]);
+  active_ = remaining;
+  plan_ = BuildLaunchPlan(nodes);
+  notice_(absl::StrCat("elastic: continuing without ", absl::StrJoin(gone, ", "), " on ",
+                       remaining.size(), " host(s); world size ", old_world, " -> ", plan_.world_size()));
+  log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", true)
+                   .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
+                   .Int("old_world_size", old_world).Int("world_size", plan_.world_size()));
+  return true;
 }
 
 RestartDecision JobController::DecideRestart(JobOutcome* outcome) {
@@ -289,7 +324,10 @@ bool JobController::WaitBeforeRestart(int next_attempt, std::chrono::millisecond
       cancelled = true;
       break;
     }
-    if (event->kind == Event::kAgentLost) for_next_attempt.push_back(std::move(*event));
+    if (event->kind == Event::kAgentLost) {
+      lost_agents_.insert(event->node);
+      for_next_attempt.push_back(std::move(*event));
+    }
     // Rank events here are late news of the attempt that just ended.
   }
   for (Event& event : for_next_attempt) events_.Push(std::move(event));
@@ -297,14 +335,18 @@ bool JobController::WaitBeforeRestart(int next_attempt, std::chrono::millisecond
 }
 
 absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_started) {
-  const LaunchPlan& plan = spec_.plan;
+  const LaunchPlan& plan = plan_;
   RankEnvironmentInputs env = spec_.environment;
   env.attempt = attempt;
   env.max_restarts = spec_.max_restarts;
   node_started->assign(plan.nodes.size(), false);
   const int rank0_node = plan.ranks.front().node_index;
+  if (!spec_.node_addresses.empty()) {
+    // MASTER_ADDR follows rank 0's host, which an elastic shrink can change.
+    env.master_addr = spec_.node_addresses[active_[rank0_node]];
+  }
   if (env.master_port == 0) {
-    auto port = agents_[rank0_node]->ReservePort();
+    auto port = agents_[active_[rank0_node]]->ReservePort();
     if (!port.ok()) return port.status();
     env.master_port = *port;
   }
@@ -330,7 +372,7 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
   std::vector<std::future<absl::Status>> started;
   for (size_t node = 0; node < plan.nodes.size(); ++node) {
     started.push_back(std::async(std::launch::async, [this, node, &requests] {
-      return agents_[node]->StartRanks(requests[node]);
+      return agents_[active_[node]]->StartRanks(requests[node]);
     }));
   }
   absl::Status first_error;
@@ -344,7 +386,10 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
 
 void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
                               const std::string& reason) {
-  for (AgentClient* agent : agents_) {
+  for (int index : active_) {
+    // A lost agent would only time out; its lease stops its ranks.
+    if (lost_agents_.count(index)) continue;
+    AgentClient* agent = agents_[index];
     stop_threads_.emplace_back([this, agent, attempt, grace, reason] {
       absl::Status stopped = agent->StopJob(spec_.job_id, attempt, grace, reason);
       if (!stopped.ok()) notice_(absl::StrCat("could not stop ranks: ", stopped.message()));
@@ -355,7 +400,7 @@ void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
 AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previous) {
   AttemptReport report;
   report.attempt = attempt;
-  const LaunchPlan& plan = spec_.plan;
+  const LaunchPlan& plan = plan_;
   log_->Append(JobEvent("attempt_start").Int("attempt", attempt).Int("world_size", plan.world_size()));
   auto now_us = [] { return absl::ToUnixMicros(absl::Now()); };
   if (output_ != nullptr) {
@@ -448,8 +493,11 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       continue;
     }
     if (event->kind == Event::kAgentLost) {
+      lost_agents_.insert(event->node);
+      const auto in_plan = std::find(active_.begin(), active_.end(), event->node);
+      if (in_plan == active_.end()) continue;  // dropped from the plan already
       const std::string& host = agents_[event->node]->host();
-      std::vector<int> node_ranks = plan.RanksOfNode(event->node);
+      std::vector<int> node_ranks = plan.RanksOfNode(static_cast<int>(in_plan - active_.begin()));
       log_->Append(JobEvent("host_lost")
                        .Int("attempt", attempt)
                        .Text("host", host)

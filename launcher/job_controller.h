@@ -37,6 +37,7 @@
 #include <thread>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,13 @@ struct JobSpec {
   // master_port 0 means "ask rank 0's agent".
   RankEnvironmentInputs environment;
   int max_restarts = 0;
+  // Elastic membership: after an attempt loses hosts, the next one runs on
+  // the remaining hosts while at least this many remain (0: every planned
+  // host is required, as without elasticity).
+  int min_nodes = 0;
+  // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
+  // node's address in every attempt; empty: environment.master_addr as given.
+  std::vector<std::string> node_addresses;
   // Wait before attempt k: min(restart_backoff * 2^(k-1), max_restart_backoff).
   std::chrono::milliseconds restart_backoff{1000};
   std::chrono::milliseconds max_restart_backoff{30000};
@@ -128,6 +136,9 @@ class JobController {
   // asks the policy (no restart after a stop signal), logs and announces the
   // decision, and sets the outcome's exit code and stop note when it stops.
   RestartDecision DecideRestart(JobOutcome* outcome);
+  // Elastic membership: drops lost hosts from the plan when at least
+  // spec_.min_nodes remain. Returns false when too few hosts remain.
+  bool ShrinkToLiveHosts(int next_attempt);
   // Waits out the backoff before `next_attempt` on the event queue. Returns
   // false when a stop signal arrived (the job is cancelled). A lost agent's
   // event is kept for the next attempt; late rank events are dropped.
@@ -142,7 +153,12 @@ class JobController {
   void KeepAliveLoop(AgentClient* agent);
 
   const JobSpec spec_;
-  const std::vector<AgentClient*> agents_;
+  const std::vector<AgentClient*> agents_;  // index = the node of spec_.plan it serves
+  // The plan of the current attempt and, per plan node, the index of its agent
+  // in agents_. They differ from spec_ only after an elastic shrink.
+  LaunchPlan plan_;
+  std::vector<int> active_;
+  std::set<int> lost_agents_;  // agents whose event stream broke (event loop only)
   RankOutputSink* const output_;
   const std::function<void(const std::string&)> notice_;
   const std::function<void(int)> on_attempt_over_;

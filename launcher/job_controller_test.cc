@@ -516,6 +516,60 @@ TEST_F(JobControllerTest, OutputReachesTheSinkWithHostAndRank) {
                                                     "0:host-b:3:E:warning"));
 }
 
+TEST_F(JobControllerTest, ElasticShrinkContinuesOnTheRemainingHosts) {
+  spec_.max_restarts = 2;
+  spec_.min_nodes = 1;
+  spec_.node_addresses = {"10.0.0.1", "10.0.0.2"};
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 1 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    b_.Lose(absl::UnavailableError("link down"));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  ASSERT_EQ(outcome.attempts.size(), 2u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HOST_LOST);
+  EXPECT_EQ(b_.starts().size(), 1u);  // the lost host is not asked again
+  const std::vector<StartRanksRequest> starts = a_.starts();
+  ASSERT_EQ(starts.size(), 2u);
+  ASSERT_EQ(starts[1].ranks_size(), 2);
+  EXPECT_EQ(EnvOf(starts[1].ranks(1), "WORLD_SIZE"), "2");
+  EXPECT_EQ(EnvOf(starts[1].ranks(1), "RANK"), "1");
+  EXPECT_EQ(EnvOf(starts[1].ranks(1), "MASTER_ADDR"), "10.0.0.1");
+  EXPECT_THAT(Notices(), HasSubstr("elastic: continuing without host-b on 1 host(s); world size 4 -> 2"));
+}
+
+TEST_F(JobControllerTest, ElasticStopsBelowTheMinimum) {
+  spec_.max_restarts = 2;
+  spec_.min_nodes = 2;
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    b_.Lose(absl::UnavailableError("link down"));
+  });
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  EXPECT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_THAT(Notices(), HasSubstr("1 host(s) remain, fewer than the minimum of 2"));
+}
+
+TEST_F(JobControllerTest, MasterAddrFollowsRankZerosHostAfterAShrink) {
+  spec_.max_restarts = 1;
+  spec_.min_nodes = 1;
+  spec_.node_addresses = {"10.0.0.1", "10.0.0.2"};
+  b_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 1 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    a_.Lose(absl::UnavailableError("power cut"));  // rank 0's host
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  const std::vector<StartRanksRequest> starts = b_.starts();
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(EnvOf(starts[1].ranks(0), "RANK"), "0");
+  EXPECT_EQ(EnvOf(starts[1].ranks(0), "MASTER_ADDR"), "10.0.0.2");
+}
+
 TEST(JobControllerDescribe, NamesRankHostAndCause) {
   RankEnded ended;
   ended.set_state(RANK_KILLED);

@@ -178,10 +178,22 @@ constexpr OptionRow kOptions[] = {
        o.hostfile_given = true;
        return absl::OkStatus();
      }},
-    {"--num_nodes", "", ValueKind::kInteger, "N", "all hosts",
-     "run on the first N hosts of the hostfile",
+    {"--num_nodes", "", ValueKind::kText, "N|MIN:MAX", "all hosts",
+     "first N hosts; MIN:MAX: elastic (see --min_nodes)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       return SetInt(f, v, 1, INT_MAX, &o.num_nodes);
+       const size_t colon = v.find(':');
+       if (colon == std::string::npos) return SetInt(f, v, 1, INT_MAX, &o.num_nodes);
+       absl::Status min = SetInt(f, v.substr(0, colon), 1, INT_MAX, &o.min_nodes);
+       if (!min.ok()) return min;
+       absl::Status max = SetInt(f, v.substr(colon + 1), 1, INT_MAX, &o.num_nodes);
+       if (!max.ok()) return max;
+       if (o.min_nodes > o.num_nodes) return BadValue(f, v, "MIN is larger than MAX");
+       return absl::OkStatus();
+     }},
+    {"--min_nodes", "", ValueKind::kInteger, "N", "all",
+     "elastic: restart without lost hosts while N remain",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt(f, v, 1, INT_MAX, &o.min_nodes);
      }},
     {"--num_gpus", "", ValueKind::kInteger, "G", "all slots",
      "run on devices 0..G-1 of each host",

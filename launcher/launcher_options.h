@@ -25,7 +25,8 @@ enum class LauncherKind {
 struct LauncherOptions {
   std::string hostfile;           // --hostfile PATH
   bool hostfile_given = false;    // true when --hostfile was on the command line
-  int num_nodes = -1;             // --num_nodes N (-1: not given)
+  int num_nodes = -1;             // --num_nodes N or the MAX of MIN:MAX (-1: not given)
+  int min_nodes = -1;             // --min_nodes N or the MIN of --num_nodes MIN:MAX (-1: not elastic)
   int num_gpus = -1;              // --num_gpus G (-1: not given)
   std::string include;            // -i / --include
   std::string exclude;            // -e / --exclude

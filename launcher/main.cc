@@ -344,6 +344,13 @@ int Main(int argc, char** argv) {
   spec.environment.master_addr = !options.master_addr.empty() ? options.master_addr
                                  : local                      ? "127.0.0.1"
                                                               : rank0_host;
+  spec.min_nodes = std::max(0, options.min_nodes);
+  if (options.master_addr.empty()) {
+    for (const auto& node : spec.plan.nodes) {
+      spec.node_addresses.push_back(local ? "127.0.0.1"
+                                          : dial_host.count(node.host) ? dial_host[node.host] : node.host);
+    }
+  }
   if (options.dry_run) {
     PrintDryRun(spec, resolution->launcher);
     return 0;
