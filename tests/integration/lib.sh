@@ -10,6 +10,7 @@ set -euo pipefail
 WORK=$(mktemp -d /tmp/dslaunch-it.XXXXXX)
 CLEANUP_PIDS=()
 cleanup_work() {
+  [[ -n ${KEEP_WORK:-} ]] && { echo "kept $WORK" >&2; return; }
   local pid
   for pid in "${CLEANUP_PIDS[@]+"${CLEANUP_PIDS[@]}"}"; do
     { kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
@@ -77,4 +78,58 @@ start_agent() {
   CLEANUP_PIDS+=("$AGENT_PID")
   wait_until 20 grep -q DSAGENT_READY "$out" || fail "agent $name did not start"
   AGENT_ADDR=$(awk '/DSAGENT_READY/ {print $2}' "$out")
+}
+
+# setup_two_host_network: two network namespaces on a bridge play two hosts
+# (root and iproute2 needed; a test that calls this fails, never skips,
+# without them). Sets NS_A NS_B ADDR_A ADDR_B CONTROLLER_ADDR and removes
+# everything when the test exits.
+setup_two_host_network() {
+  [[ $(id -u) -eq 0 ]] || fail "this test creates network namespaces and must run as root"
+  command -v ip >/dev/null || fail "iproute2 (ip) is not installed"
+
+  tag=$$
+  subnet="10.213.$((tag % 250 + 1))"
+  bridge="dslbr$tag"
+  NS_A="dslns${tag}a"
+  NS_B="dslns${tag}b"
+  ADDR_A="$subnet.2"
+  ADDR_B="$subnet.3"
+  CONTROLLER_ADDR="$subnet.1"
+
+  remove_network() {
+    local ns
+    for ns in "$NS_A" "$NS_B"; do
+      ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+      ip netns del "$ns" 2>/dev/null || true
+    done
+    ip link del "$bridge" 2>/dev/null || true
+  }
+  EXTRA_CLEANUP+=(remove_network)
+
+  ip link add "$bridge" type bridge || fail "cannot create a bridge (root and iproute2 needed)"
+  ip addr add "$CONTROLLER_ADDR/24" dev "$bridge"
+  ip link set "$bridge" up
+  for side in a b; do
+    ns="dslns${tag}$side"
+    addr="$subnet.$([[ $side == a ]] && echo 2 || echo 3)"
+    ip netns add "$ns" || fail "cannot create network namespace $ns"
+    ip link add "dsv${tag}$side" type veth peer name "dsp${tag}$side"
+    ip link set "dsv${tag}$side" master "$bridge" up
+    ip link set "dsp${tag}$side" netns "$ns"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$addr/24" dev "dsp${tag}$side"
+    ip -n "$ns" link set "dsp${tag}$side" up
+  done
+}
+
+# start_ns_agent NS ADDR NAME TOKEN_FILE: starts dsagent inside namespace NS
+# listening on ADDR, prints its host:port.
+start_ns_agent() {
+  local out="$WORK/agent_$3.ready"
+  ip netns exec "$1" "$DSAGENT" --listen "$2:0" --token_file "$4" --name "$3" --lease_ms 2000 \
+    >"$out" 2>"$WORK/agent_$3.log" &
+  CLEANUP_PIDS+=($!)
+  wait_until 20 grep -q DSAGENT_READY "$out" || fail "agent $3 did not start in $1"
+  awk '/DSAGENT_READY/ {print $2}' "$out"
 }

@@ -6,55 +6,12 @@
 # Needs root (ip netns); fails, never skips, without it.
 source "$(dirname "$0")/lib.sh"
 
-[[ $(id -u) -eq 0 ]] || fail "this test creates network namespaces and must run as root"
-command -v ip >/dev/null || fail "iproute2 (ip) is not installed"
-
-tag=$$
-subnet="10.213.$((tag % 250 + 1))"
-bridge="dslbr$tag"
-NS_A="dslns${tag}a"
-NS_B="dslns${tag}b"
-ADDR_A="$subnet.2"
-ADDR_B="$subnet.3"
-CONTROLLER_ADDR="$subnet.1"
-
-remove_network() {
-  local ns
-  for ns in "$NS_A" "$NS_B"; do
-    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  ip link del "$bridge" 2>/dev/null || true
-}
-EXTRA_CLEANUP+=(remove_network)
-
-ip link add "$bridge" type bridge || fail "cannot create a bridge (root and iproute2 needed)"
-ip addr add "$CONTROLLER_ADDR/24" dev "$bridge"
-ip link set "$bridge" up
-for side in a b; do
-  ns="dslns${tag}$side"
-  addr="$subnet.$([[ $side == a ]] && echo 2 || echo 3)"
-  ip netns add "$ns" || fail "cannot create network namespace $ns"
-  ip link add "dsv${tag}$side" type veth peer name "dsp${tag}$side"
-  ip link set "dsv${tag}$side" master "$bridge" up
-  ip link set "dsp${tag}$side" netns "$ns"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "$addr/24" dev "dsp${tag}$side"
-  ip -n "$ns" link set "dsp${tag}$side" up
-done
+setup_two_host_network
 new_token "$WORK/token"
 
 # 1. Static agents, one per "host".
-start_ns_agent() {  # start_ns_agent NS ADDR NAME
-  local out="$WORK/agent_$3.ready"
-  ip netns exec "$1" "$DSAGENT" --listen "$2:0" --token_file "$WORK/token" --name "$3" --lease_ms 2000 \
-    >"$out" 2>"$WORK/agent_$3.log" &
-  CLEANUP_PIDS+=($!)
-  wait_until 20 grep -q DSAGENT_READY "$out" || fail "agent $3 did not start in $1"
-  awk '/DSAGENT_READY/ {print $2}' "$out"
-}
-AGENT_A=$(start_ns_agent "$NS_A" "$ADDR_A" host-a)
-AGENT_B=$(start_ns_agent "$NS_B" "$ADDR_B" host-b)
+AGENT_A=$(start_ns_agent "$NS_A" "$ADDR_A" host-a "$WORK/token")
+AGENT_B=$(start_ns_agent "$NS_B" "$ADDR_B" host-b "$WORK/token")
 [[ $AGENT_A == "$ADDR_A:"* && $AGENT_B == "$ADDR_B:"* ]] || fail "agents bound $AGENT_A $AGENT_B"
 
 "$DSLAUNCH" --agents "$AGENT_A,$AGENT_B" --token_file "$WORK/token" --num_gpus 2 \
