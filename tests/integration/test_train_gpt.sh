@@ -86,3 +86,26 @@ grep -q "resumed from $WORK/ck_crash/global_step8 at step 8" "$WORK/crash.out" |
 awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 16; s++) print s "\t" last[s] }' "$WORK/crash.tsv" >"$WORK/crash.final.tsv"
 cmp "$WORK/straight.tsv" "$WORK/crash.final.tsv" || fail "losses after the restart differ"
 pass "rank failure at step 10: restarted from step 8, same losses as uninterrupted"
+
+# 4. The public C++ API: a user-defined LibTorch model trained through
+#    <dslaunch/runtime.h> on 2 ranks learns its regression target.
+: "${TRAIN_CUSTOM_MODEL:?TRAIN_CUSTOM_MODEL must point at the example}"
+EXAMPLE_CONFIG=$(cd "$(dirname "$0")/../../runtime/examples" && pwd)/ds_config.json
+"$DSLAUNCH" --num_gpus 2 --no_local_rank "$TRAIN_CUSTOM_MODEL" "$EXAMPLE_CONFIG" \
+  >"$WORK/custom.out" 2>"$WORK/custom.err" || fail "custom model example exited $?"
+first=$(grep -o 'step=50 loss=[0-9.]*' "$WORK/custom.out" | sed 's/.*loss=//')
+last=$(grep -o 'step=300 loss=[0-9.]*' "$WORK/custom.out" | sed 's/.*loss=//')
+[[ -n $first && -n $last ]] || fail "custom model example printed no losses"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }' || fail "custom model loss did not halve: $first -> $last"
+echo "custom model through the API on 2 ranks: loss $first (step 50) -> $last (step 300)"
+pass "public API example trains"
+
+# 5. Consolidation of the ZeRO-2 run's checkpoint into one safetensors file.
+: "${DSCONSOLIDATE:?DSCONSOLIDATE must point at dsconsolidate}"
+"$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override train.steps=8 --override checkpoint.interval=4 \
+  --override "checkpoint.dir=$WORK/ck_zero" --override ds_config.zero_optimization.stage=2 "$CONFIG" \
+  >"$WORK/zck.out" 2>&1 || fail "ZeRO-2 checkpoint run"
+"$DSCONSOLIDATE" "$WORK/ck_zero" --output "$WORK/model.safetensors" >"$WORK/consolidate.out" 2>&1 || fail "dsconsolidate: $(cat "$WORK/consolidate.out")"
+grep -q '2 rank file(s) read one at a time' "$WORK/consolidate.out" || fail "consolidation did not read both shards"
+[[ -s $WORK/model.safetensors ]] || fail "no safetensors file"
+pass "dsconsolidate: $(cat "$WORK/consolidate.out")"
