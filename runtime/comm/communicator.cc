@@ -10,6 +10,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(StoreClient
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(StoreClient& store,
                                                                      const GroupSpec& group);
 
+absl::StatusOr<int> IndexInGroup(const GroupSpec& group) {
+  for (size_t i = 0; i < group.members.size(); ++i) {
+    if (group.members[i] == group.global_rank) return static_cast<int>(i);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", group.global_rank, " is not a member of group ", group.name));
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(CommBackend backend,
                                                                  StoreClient& store,
                                                                  const GroupSpec& group) {

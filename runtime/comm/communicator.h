@@ -57,6 +57,10 @@ struct GroupSpec {
   int global_rank = 0;        // this process
 };
 
+// This process's index in the group; InvalidArgument naming the group when
+// it is not a member.
+absl::StatusOr<int> IndexInGroup(const GroupSpec& group);
+
 // Creates this rank's member of the group. All members call it with the same
 // name and members. The NCCL backend exists only in builds with CUDA.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(CommBackend backend,

@@ -152,14 +152,9 @@ class GlooCommunicator final : public Communicator {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(StoreClient& store,
                                                                      const GroupSpec& group) {
-  int rank = -1;
-  for (size_t i = 0; i < group.members.size(); ++i) {
-    if (group.members[i] == group.global_rank) rank = static_cast<int>(i);
-  }
-  if (rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", group.global_rank,
-                                                   " is not a member of group ", group.name));
-  }
+  auto index = IndexInGroup(group);
+  if (!index.ok()) return index.status();
+  const int rank = *index;
   try {
     // c10d owns stores through intrusive pointers.
     c10::intrusive_ptr<c10d::Store> adapter =

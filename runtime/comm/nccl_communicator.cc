@@ -182,14 +182,9 @@ class NcclCommunicator final : public Communicator {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(StoreClient& store,
                                                                      const GroupSpec& group) {
-  int rank = -1;
-  for (size_t i = 0; i < group.members.size(); ++i) {
-    if (group.members[i] == group.global_rank) rank = static_cast<int>(i);
-  }
-  if (rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", group.global_rank,
-                                                   " is not a member of group ", group.name));
-  }
+  auto index = IndexInGroup(group);
+  if (!index.ok()) return index.status();
+  const int rank = *index;
   const std::string key = absl::StrCat("comm/", group.name, "/nccl_unique_id");
   ncclUniqueId id;
   if (rank == 0) {

@@ -193,6 +193,21 @@ void Engine::ApplyLrAndMomentum(double lr) {
   }
 }
 
+std::optional<double> Engine::UnscaleAndClip(double norm_squared, StepResult* result) {
+  const bool overflow = !std::isfinite(norm_squared);
+  const double scale = loss_scale();
+  // Only fp16 skips: with fp32/bf16 a non-finite gradient is a real
+  // divergence, not a scale problem; the step goes ahead and the loss shows
+  // it, as in DeepSpeed.
+  const bool skip = scaler_ ? scaler_->Update(overflow) : false;
+  result->grad_norm = std::sqrt(norm_squared) / scale;
+  if (skip) return std::nullopt;
+  double coefficient = 1.0 / scale;
+  const double clip = config_.gradient_clipping;
+  if (clip > 0 && result->grad_norm > clip) coefficient *= clip / (result->grad_norm + 1e-6);
+  return coefficient;
+}
+
 absl::StatusOr<StepResult> Engine::Step() {
   StepResult result;
   result.loss_scale = loss_scale();
@@ -217,21 +232,11 @@ absl::StatusOr<StepResult> Engine::Step() {
         master_params_[i].mutable_grad() = grad.to(torch::kFloat);
       }
     }
-    const double norm_squared = GradNormSquared();
-    const bool overflow = !std::isfinite(norm_squared);
-    const double scale = loss_scale();
-    bool skip = false;
-    if (scaler_) skip = scaler_->Update(overflow);
-    // With fp32/bf16 a non-finite gradient is a real divergence, not a scale
-    // problem: the step goes ahead and the loss shows it, as in DeepSpeed.
-    result.grad_norm = std::sqrt(norm_squared) / scale;
-    if (skip) {
+    const std::optional<double> factor = UnscaleAndClip(GradNormSquared(), &result);
+    if (!factor) {
       ++skipped_steps_;
     } else {
-      // Unscale and clip in one multiply.
-      double coefficient = 1.0 / scale;
-      const double clip = config_.gradient_clipping;
-      if (clip > 0 && result.grad_norm > clip) coefficient *= clip / (result.grad_norm + 1e-6);
+      const double coefficient = *factor;
       if (coefficient != 1.0) {
         for (auto& p : master_params_) {
           if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
@@ -301,16 +306,11 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       if (!reduced.ok()) return reduced;
       norm_squared = sum.item<double>();
     }
-    const bool overflow = !std::isfinite(norm_squared);
-    const double scale = loss_scale();
-    const bool skip = scaler_ ? scaler_->Update(overflow) : false;
-    result.grad_norm = std::sqrt(norm_squared) / scale;
-    if (skip) {
+    const std::optional<double> factor = UnscaleAndClip(norm_squared, &result);
+    if (!factor) {
       ++skipped_steps_;
     } else {
-      double coefficient = 1.0 / scale;
-      const double clip = config_.gradient_clipping;
-      if (clip > 0 && result.grad_norm > clip) coefficient *= clip / (result.grad_norm + 1e-6);
+      const double coefficient = *factor;
       torch::Tensor& shard = zero_->master_shard();
       torch::Tensor grad = shard.grad();
       if (coefficient != 1.0) grad.mul_(coefficient);

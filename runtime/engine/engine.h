@@ -31,6 +31,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <variant>
@@ -114,6 +115,11 @@ class Engine {
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
   void ApplyLrAndMomentum(double lr);
+  // The boundary's shared arithmetic: from the global squared gradient norm
+  // (loss-scaled), updates the loss scaler, fills result->grad_norm and
+  // returns the factor that unscales and clips in one multiply, or nullopt
+  // when the step must be skipped (fp16 overflow).
+  std::optional<double> UnscaleAndClip(double norm_squared, StepResult* result);
 
   std::shared_ptr<torch::nn::Module> model_;
   const DsConfig config_;
