@@ -2,55 +2,26 @@
 // RendezvousStore server), with one thread per rank.
 #include "runtime/comm/communicator.h"
 
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include <thread>
 
 #include "common/store_client.h"
 #include "gtest/gtest.h"
-#include "launcher/rendezvous_store.h"
+#include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
-
 class GlooCommunicatorTest : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override {
-    store_ = std::make_unique<RendezvousStore>("comm-test", kToken);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(store_.get());
-    server_ = builder.BuildAndStart();
-  }
-  void TearDown() override {
-    store_->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  }
-
-  // Runs `body(rank, communicator)` on `world` threads and joins them.
   void RunGroup(int world, const std::function<void(int, Communicator&)>& body) {
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        StoreClient client("127.0.0.1:" + std::to_string(port_), kToken, "comm-test", 0);
-        GroupSpec group{"world", {}, rank};
-        for (int r = 0; r < world; ++r) group.members.push_back(r);
-        auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        EXPECT_EQ((*comm)->rank(), rank);
-        EXPECT_EQ((*comm)->size(), world);
-        body(rank, **comm);
-      });
-    }
-    for (auto& thread : threads) thread.join();
+    store_.RunRanks(world, [&](int rank, Communicator& comm) {
+      EXPECT_EQ(comm.rank(), rank);
+      EXPECT_EQ(comm.size(), world);
+      body(rank, comm);
+    });
   }
-
-  int port_ = 0;
-  std::unique_ptr<RendezvousStore> store_;
-  std::unique_ptr<grpc::Server> server_;
+  testing::InProcessStore store_{"comm-test"};
 };
 
 TEST_P(GlooCommunicatorTest, EveryCollectiveGivesTheDefinedResult) {
@@ -112,7 +83,7 @@ TEST_P(GlooCommunicatorTest, EveryCollectiveGivesTheDefinedResult) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCommunicatorTest, ::testing::Values(1, 2, 4));
 
 TEST(Communicator, NonMemberIsRefused) {
-  StoreClient client("127.0.0.1:1", kToken, "x", 0);
+  StoreClient client("127.0.0.1:1", testing::InProcessStore::kToken, "x", 0);
   auto comm = CreateCommunicator(CommBackend::kGloo, client, GroupSpec{"g", {1, 2}, 0});
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(std::string(comm.status().message()).find("not a member"), std::string::npos);

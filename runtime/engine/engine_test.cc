@@ -3,30 +3,22 @@
 // bounds the norm, and a checkpoint resumes bit for bit.
 #include "runtime/engine/engine.h"
 
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include <unistd.h>
 #include <thread>
 
-#include "common/store_client.h"
 #include "gtest/gtest.h"
-#include "launcher/rendezvous_store.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/model/gpt.h"
+#include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-GptOptions TinyGpt() {
-  GptOptions options;
-  options.layers = 2;
-  options.heads = 2;
-  options.width = 16;
-  options.sequence_length = 8;
-  options.vocab_size = 32;
-  return options;
-}
+using testing::Batch;
+using testing::MaxDifference;
+using testing::Parameters;
+using testing::TinyGpt;
 
 DsConfig BaseConfig(int64_t micro, int64_t accumulation, int dp) {
   DsConfig config;
@@ -38,24 +30,6 @@ DsConfig BaseConfig(int64_t micro, int64_t accumulation, int dp) {
   config.optimizer.weight_decay = 0.01;
   config.zero_optimization.reduce_bucket_size = 1000;  // several buckets
   return config;
-}
-
-// A fixed batch of `rows` sequences (deterministic tokens).
-std::pair<torch::Tensor, torch::Tensor> Batch(int64_t first_row, int64_t rows) {
-  torch::Tensor tokens = (torch::arange(first_row * 9, (first_row + rows) * 9) * 7 % 31).view({rows, 9});
-  return {tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)};
-}
-
-std::vector<torch::Tensor> Parameters(Gpt& model) {
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : model->parameters()) copies.push_back(p.detach().to(torch::kFloat).clone());
-  return copies;
-}
-
-double MaxDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  return worst;
 }
 
 // Trains `steps` steps on rows [step*global, ...) with `micro` rows per micro-batch.
@@ -224,14 +198,7 @@ TEST(Engine, CheckpointResumesBitForBit) {
 }
 
 TEST(Engine, DataParallelMatchesOneRank) {
-  constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
-  RendezvousStore store("dp-test", kToken);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&store);
-  auto server = builder.BuildAndStart();
-
+  testing::InProcessStore store("dp-test");
   Gpt single(TinyGpt(), 11);
   auto engine = Engine::Create(single.ptr(), BaseConfig(8, 1, 1), nullptr, torch::kCPU);
   ASSERT_TRUE(engine.ok());
@@ -241,22 +208,13 @@ TEST(Engine, DataParallelMatchesOneRank) {
   for (int world : {2, 4}) {
     std::vector<std::vector<double>> losses(world);
     std::vector<std::vector<torch::Tensor>> params(world);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        StoreClient client("127.0.0.1:" + std::to_string(port), kToken, "dp-test", world);
-        GroupSpec group{"world", {}, rank};
-        for (int r = 0; r < world; ++r) group.members.push_back(r);
-        auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
-        ASSERT_TRUE(comm.ok());
-        Gpt model(TinyGpt(), 11);
-        auto dp_engine = Engine::Create(model.ptr(), BaseConfig(8 / world, 1, world), comm->get(), torch::kCPU);
-        ASSERT_TRUE(dp_engine.ok());
-        losses[rank] = Train(**dp_engine, model, 3, 8 / world, 1, world, rank);
-        params[rank] = Parameters(model);
-      });
-    }
-    for (auto& thread : threads) thread.join();
+    store.RunRanks(world, [&](int rank, Communicator& comm) {
+      Gpt model(TinyGpt(), 11);
+      auto dp_engine = Engine::Create(model.ptr(), BaseConfig(8 / world, 1, world), &comm, torch::kCPU);
+      ASSERT_TRUE(dp_engine.ok());
+      losses[rank] = Train(**dp_engine, model, 3, 8 / world, 1, world, rank);
+      params[rank] = Parameters(model);
+    });
     for (int step = 0; step < 3; ++step) {
       double mean = 0;
       for (int rank = 0; rank < world; ++rank) mean += losses[rank][step] / world;
@@ -274,8 +232,6 @@ TEST(Engine, DataParallelMatchesOneRank) {
       EXPECT_EQ(MaxDifference(params[rank], params[0]), 0.0);  // replicas stay identical
     }
   }
-  store.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 }  // namespace

@@ -1,35 +1,25 @@
 // ZeRO stages 1 and 2 against stage 0: the same losses and parameters, the
 // memory the ZeRO formulas promise, and checkpoints that load at another
 // data-parallel size.
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 #include <unistd.h>
 
 #include <functional>
 #include <thread>
 
-#include "common/store_client.h"
 #include "gtest/gtest.h"
-#include "launcher/rendezvous_store.h"
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
+#include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
-
-GptOptions TinyGpt() {
-  GptOptions options;
-  options.layers = 2;
-  options.heads = 2;
-  options.width = 16;
-  options.sequence_length = 8;
-  options.vocab_size = 32;
-  return options;
-}
+using testing::Batch;
+using testing::MaxDifference;
+using testing::Parameters;
+using testing::TinyGpt;
 
 DsConfig Config(int stage, int64_t micro, int64_t accumulation, int dp) {
   DsConfig config;
@@ -43,23 +33,6 @@ DsConfig Config(int stage, int64_t micro, int64_t accumulation, int dp) {
   config.gradient_clipping = 0.5;  // clipping across shards is part of what is checked
   config.zero_optimization.reduce_bucket_size = 1000;
   return config;
-}
-
-std::pair<torch::Tensor, torch::Tensor> Batch(int64_t first_row, int64_t rows) {
-  torch::Tensor tokens = (torch::arange(first_row * 9, (first_row + rows) * 9) * 7 % 31).view({rows, 9});
-  return {tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)};
-}
-
-std::vector<torch::Tensor> Parameters(Gpt& model) {
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : model->parameters()) copies.push_back(p.detach().to(torch::kFloat).clone());
-  return copies;
-}
-
-double MaxDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  return worst;
 }
 
 // Global batch of 8 rows per step, split over `dp` ranks and `accumulation` micro-steps.
@@ -83,39 +56,10 @@ std::vector<double> Train(Engine& engine, Gpt& model, int first_step, int steps,
 
 class ZeroTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    store_ = std::make_unique<RendezvousStore>("zero-test", kToken);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(store_.get());
-    server_ = builder.BuildAndStart();
-  }
-  void TearDown() override {
-    store_->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  }
-  // Runs body(rank, comm) on `world` threads; each group gets a fresh attempt
-  // number so that store keys never collide.
   void RunRanks(int world, const std::function<void(int, Communicator*)>& body) {
-    const int attempt = next_attempt_++;
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        StoreClient client("127.0.0.1:" + std::to_string(port_), kToken, "zero-test", attempt);
-        GroupSpec group{"world", {}, rank};
-        for (int r = 0; r < world; ++r) group.members.push_back(r);
-        auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
-        ASSERT_TRUE(comm.ok());
-        body(rank, comm->get());
-      });
-    }
-    for (auto& thread : threads) thread.join();
+    store_.RunRanks(world, [&](int rank, Communicator& comm) { body(rank, &comm); });
   }
-
-  int port_ = 0;
-  int next_attempt_ = 0;
-  std::unique_ptr<RendezvousStore> store_;
-  std::unique_ptr<grpc::Server> server_;
+  testing::InProcessStore store_{"zero-test"};
 };
 
 TEST_F(ZeroTest, StagesOneAndTwoMatchStageZero) {
