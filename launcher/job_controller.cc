@@ -426,7 +426,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
   bool every_end_reported = true;
   std::chrono::steady_clock::time_point teardown_deadline;
   auto begin_stop = [&](std::chrono::milliseconds grace, const std::string& reason) {
-    if (!stopping) SetState(JOB_STOPPING);
+    if (state_ != JOB_STOPPING) SetState(JOB_STOPPING);  // a preemption may be under way
     stopping = true;
     teardown_deadline = std::chrono::steady_clock::now() + grace + spec_.teardown_margin;
     BeginStop(attempt, grace, reason);
@@ -443,8 +443,34 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     notice_(absl::StrCat("attempt ", attempt, ": ", report.cause, "; stopping every rank"));
     begin_stop(spec_.stop_grace, report.cause);
   };
+  // Note [Preemption]: SIGTERM/SIGUSR1 ask the ranks (through the store) to
+  // save a checkpoint at their next step boundary and exit; only when they
+  // have not within the grace are they stopped.
+  bool preempting = false;
+  std::chrono::steady_clock::time_point preempt_deadline;
   auto on_signal = [&](int signal_number) {
+    const bool can_preempt = spec_.preempt_grace.count() > 0 && spec_.request_checkpoint &&
+                             (signal_number == SIGTERM || signal_number == SIGUSR1);
+    if (!stopping && !preempting && can_preempt) {
+      RecordSignal(attempt, signal_number, "checkpoint_and_stop");
+      preempting = true;
+      preempt_deadline = std::chrono::steady_clock::now() + spec_.preempt_grace;
+      report.end = ATTEMPT_CANCELLED;
+      report.exit_code = 128 + signal_number;
+      report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
+      report.failed_unix_us = now_us();
+      notice_(absl::StrCat(report.cause, "; asking every rank to save a checkpoint and stop (",
+                           spec_.preempt_grace.count(), " ms grace; again to stop now)"));
+      SetState(JOB_STOPPING);  // (3): the job is stopping, the ranks first checkpoint
+      spec_.request_checkpoint(attempt);
+      return;
+    }
     RecordSignal(attempt, signal_number, stopping ? "kill" : "stop");
+    if (preempting && !stopping) {
+      notice_("stopping every rank without waiting for their checkpoint");
+      begin_stop(spec_.stop_grace, report.cause);
+      return;
+    }
     if (!stopping) {
       report.end = ATTEMPT_CANCELLED;
       report.exit_code = 128 + signal_number;
@@ -477,8 +503,15 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
   while (!live.empty()) {
     auto deadline = stopping ? teardown_deadline
                              : std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    if (preempting && !stopping) deadline = std::min(deadline, preempt_deadline);
     std::optional<Event> event = events_.PopUntil(deadline);
     if (!event) {
+      if (preempting && !stopping && std::chrono::steady_clock::now() >= preempt_deadline) {
+        notice_(absl::StrCat(live.size(), " rank(s) did not stop within the ",
+                             spec_.preempt_grace.count(), " ms checkpoint grace; stopping them"));
+        begin_stop(spec_.stop_grace, report.cause);
+        continue;
+      }
       if (stopping && std::chrono::steady_clock::now() >= teardown_deadline) {
         notice_(absl::StrCat("attempt ", attempt, ": ", live.size(),
                              " rank(s) did not report their end in time (",
@@ -538,6 +571,13 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
 
   for (auto& thread : stop_threads_) thread.join();
   stop_threads_.clear();
+  if (preempting && !stopping) {
+    // Every rank saved its checkpoint and left by itself: a clean
+    // preemption, reported as the signal it answers (CANCELLED, 128+signal).
+    notice_("every rank saved its checkpoint and stopped");
+    report.all_gone_unix_us = last_end_us;
+    return report;
+  }
   if (!stopping) {
     report.end = ATTEMPT_SUCCEEDED;
     report.exit_code = 0;

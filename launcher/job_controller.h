@@ -67,6 +67,12 @@ struct JobSpec {
   // the remaining hosts while at least this many remain (0: every planned
   // host is required, as without elasticity).
   int min_nodes = 0;
+  // Preemption (Note [Preemption]): on SIGTERM or SIGUSR1 the controller
+  // calls request_checkpoint(attempt) and gives the ranks this long to save a
+  // checkpoint and exit by themselves before stopping them. 0 or no callback:
+  // stop at once, as for SIGINT.
+  std::chrono::milliseconds preempt_grace{0};
+  std::function<void(int attempt)> request_checkpoint;
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;

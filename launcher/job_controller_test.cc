@@ -570,6 +570,41 @@ TEST_F(JobControllerTest, MasterAddrFollowsRankZerosHostAfterAShrink) {
   EXPECT_EQ(EnvOf(starts[1].ranks(0), "MASTER_ADDR"), "10.0.0.2");
 }
 
+TEST_F(JobControllerTest, PreemptionLetsRanksCheckpointAndExit) {
+  spec_.max_restarts = 3;
+  spec_.preempt_grace = 10s;
+  std::atomic<int> requested{-1};
+  spec_.request_checkpoint = [&](int attempt) {
+    requested = attempt;
+    // The ranks save and leave by themselves, as dsrank does.
+    for (int rank : {0, 1}) a_.EndRank(attempt, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(attempt, rank, Exited(0));
+  };
+  JobOutcome outcome = Run([this](JobController& controller) {
+    ASSERT_TRUE(WaitStarted(0));
+    controller.OnSignal(SIGTERM);
+  });
+  EXPECT_EQ(requested, 0);
+  EXPECT_EQ(outcome.state, JOB_CANCELLED);
+  EXPECT_EQ(outcome.exit_code, 143);
+  EXPECT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_TRUE(a_.stops().empty());  // nobody had to be stopped
+  EXPECT_THAT(Notices(), HasSubstr("every rank saved its checkpoint and stopped"));
+}
+
+TEST_F(JobControllerTest, PreemptionGraceRunsOutThenRanksAreStopped) {
+  spec_.preempt_grace = 50ms;
+  spec_.request_checkpoint = [](int) {};  // ranks that never react
+  JobOutcome outcome = Run([this](JobController& controller) {
+    ASSERT_TRUE(WaitStarted(0));
+    controller.OnSignal(SIGUSR1);
+  });
+  EXPECT_EQ(outcome.state, JOB_CANCELLED);
+  EXPECT_EQ(outcome.exit_code, 128 + SIGUSR1);
+  EXPECT_EQ(a_.stops().size(), 1u);
+  EXPECT_THAT(Notices(), HasSubstr("did not stop within the 50 ms checkpoint grace"));
+}
+
 TEST(JobControllerDescribe, NamesRankHostAndCause) {
   RankEnded ended;
   ended.set_state(RANK_KILLED);

@@ -291,6 +291,11 @@ constexpr OptionRow kOptions[] = {
        // Shorter leases expire on an ordinary scheduling hiccup.
        return SetInt64(f, v, 500, &o.lease_ms);
      }},
+    {"--preempt_grace_ms", "", ValueKind::kInteger, "MS", "30000",
+     "job files: on SIGTERM/SIGUSR1 ranks checkpoint within MS (0: stop now)",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.preempt_grace_ms);
+     }},
     {"--agent_binary", "", ValueKind::kText, "PATH", "dsagent beside dslaunch, then PATH",
      "the dsagent executable to start",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {

@@ -199,7 +199,7 @@ int Main(int argc, char** argv) {
   // Block the stop signals before any thread exists; one thread takes them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&stop_signals, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&stop_signals, s);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   SetLogProgramName("dslaunch");
@@ -334,6 +334,7 @@ int Main(int argc, char** argv) {
     program.insert(program.end(), options.program.begin() + 1, options.program.end());
     spec.program = program;
     spec.no_local_rank = true;
+    spec.preempt_grace = std::chrono::milliseconds(options.preempt_grace_ms);
   } else if (!options.overrides.empty()) {
     return UsageError(absl::InvalidArgumentError(
         "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM"));
@@ -468,6 +469,12 @@ int Main(int argc, char** argv) {
   output.Add(std::make_unique<ConsoleOutput>(options.console_ranks, !options.no_prefix));
   if (!options.log_dir.empty()) {
     output.Add(std::make_unique<LogDirOutput>(options.log_dir, spec.job_id));
+  }
+  if (spec.preempt_grace.count() > 0) {
+    // Note [Preemption]: dsrank polls this key at every step boundary.
+    spec.request_checkpoint = [&store](int attempt) {
+      store.SetForAttempt(attempt, "control/preempt", "1");
+    };
   }
   JobController controller(
       spec, agents, &output, Notice, [&store](int attempt) { store.DropAttempt(attempt); },

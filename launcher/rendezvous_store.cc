@@ -169,6 +169,14 @@ grpc::Status RendezvousStore::Delete(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+void RendezvousStore::SetForAttempt(int attempt, const std::string& key, const std::string& value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[AttemptPrefix(attempt) + key] = value;
+  }
+  changed_.notify_all();
+}
+
 void RendezvousStore::DropAttempt(int attempt) {
   {
     std::lock_guard<std::mutex> lock(mu_);

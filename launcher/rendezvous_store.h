@@ -35,6 +35,10 @@ class RendezvousStore final : public Store::Service {
   grpc::Status Delete(grpc::ServerContext* context, const StoreDeleteRequest* request,
                       StoreDeleteReply* reply) override;
 
+  // The controller's own write into an attempt's namespace (e.g. the
+  // preemption request "control/preempt" that ranks poll).
+  void SetForAttempt(int attempt, const std::string& key, const std::string& value);
+
   // Forgets every key of `attempt` and ends its waiters with ABORTED (called
   // when an attempt is over).
   void DropAttempt(int attempt);

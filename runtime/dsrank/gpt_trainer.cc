@@ -92,6 +92,22 @@ double MeanOverWorld(double value, const TrainerContext& context) {
   return t.item<double>() / context.world->size();
 }
 
+// Note [Preemption]: dslaunch writes "control/preempt" into the store on
+// SIGTERM/SIGUSR1. Rank 0 looks at every step boundary and the group agrees
+// (an all-reduce of the flag), so every rank saves the same step.
+bool PreemptionRequested(const TrainerContext& context) {
+  if (context.store == nullptr) return false;
+  double flag = 0;
+  if (context.rank == 0) {
+    auto value = context.store->Get("control/preempt");
+    flag = value.ok() && value->has_value() ? 1 : 0;
+  }
+  if (context.world == nullptr || context.world->size() == 1) return flag > 0;
+  torch::Tensor t = torch::full({1}, flag, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
+  if (!context.world->AllReduce(t, ReduceOp::kMax).ok()) return false;
+  return t.item<double>() > 0;
+}
+
 }  // namespace
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
@@ -239,11 +255,24 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
       if (!saved.ok()) return saved;
       last_saved = step;
     }
+    if (PreemptionRequested(context)) {
+      if (!checkpoint_dir.empty() && last_saved != step) {
+        absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, absl::StrCat("global_step", step),
+                                                       {{kConsumedSamples, consumed}}, job.checkpoint.keep);
+        if (!saved.ok()) return saved;
+      }
+      if (context.rank == 0) {
+        absl::FPrintF(context.out, "dsrank: preempted after step %d; checkpoint %s\n", step,
+                      checkpoint_dir.empty() ? std::string("not configured")
+                                             : absl::StrCat(checkpoint_dir, "/global_step", step));
+        std::fflush(context.out);
+      }
+      return absl::OkStatus();
+    }
     if (step == context.exit_at_step && context.attempt == 0) {
       return absl::AbortedError(absl::StrCat("failing after step ", step, " on purpose (--exit_at_step)"));
     }
   }
-  (void)last_saved;
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped\n", (*engine)->global_steps(),
                   (*engine)->skipped_steps());

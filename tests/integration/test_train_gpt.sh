@@ -109,3 +109,31 @@ pass "public API example trains"
 grep -q '2 rank file(s) read one at a time' "$WORK/consolidate.out" || fail "consolidation did not read both shards"
 [[ -s $WORK/model.safetensors ]] || fail "no safetensors file"
 pass "dsconsolidate: $(cat "$WORK/consolidate.out")"
+
+# 6. Preemption: SIGTERM to dslaunch asks every rank to save a checkpoint at
+#    its next step boundary and stop; dslaunch exits 143; a new run resumes
+#    from that step and every loss matches an uninterrupted run bit for bit.
+PRE=(--num_gpus 2 "${COMMON[@]}" --override train.steps=60 --override checkpoint.interval=50)
+"$DSLAUNCH" "${PRE[@]}" --override "checkpoint.dir=$WORK/ck_pre_ref" "$CONFIG" \
+  --loss_log "$WORK/pre_ref.tsv" >"$WORK/pre_ref.out" 2>&1 || fail "uninterrupted 60-step run"
+"$DSLAUNCH" "${PRE[@]}" --override "checkpoint.dir=$WORK/ck_pre" "$CONFIG" \
+  --loss_log "$WORK/pre.tsv" >"$WORK/pre.out" 2>"$WORK/pre.err" &
+launcher=$!
+CLEANUP_PIDS+=("$launcher")
+wait_until 120 bash -c "[[ -f '$WORK/pre.tsv' && \$(wc -l <'$WORK/pre.tsv') -ge 10 ]]" || fail "preemption run did not reach step 10"
+kill -TERM "$launcher"
+set +e
+wait "$launcher"
+code=$?
+set -e
+((code == 143)) || fail "preempted dslaunch exited $code, expected 143"
+step=$(grep -o 'preempted after step [0-9]*' "$WORK/pre.out" | awk '{print $4}')
+[[ -n $step ]] || fail "no rank reported the preemption checkpoint: $(tail -3 "$WORK/pre.err")"
+[[ $(cat "$WORK/ck_pre/latest") == "global_step$step" ]] || fail "latest should name global_step$step"
+echo "SIGTERM at step >= 10: checkpoint global_step$step committed, dslaunch exited 143"
+"$DSLAUNCH" "${PRE[@]}" --override "checkpoint.dir=$WORK/ck_pre" "$CONFIG" \
+  --loss_log "$WORK/pre.tsv" >"$WORK/pre2.out" 2>&1 || fail "resumed run after preemption"
+grep -q "resumed from $WORK/ck_pre/global_step$step at step $step" "$WORK/pre2.out" || fail "did not resume from the preemption checkpoint"
+awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 60; s++) print s "\t" last[s] }' "$WORK/pre.tsv" >"$WORK/pre.final.tsv"
+cmp "$WORK/pre_ref.tsv" "$WORK/pre.final.tsv" || fail "losses after preemption differ"
+pass "preemption: checkpoint at step $step on SIGTERM, exit 143, resumed bit-identically"
