@@ -52,6 +52,8 @@ std::string AttemptEndName(AttemptEnd end) {
       return "rank killed by a signal";
     case ATTEMPT_HOST_LOST:
       return "host lost";
+    case ATTEMPT_HANG:
+      return "hang";
     case ATTEMPT_CANCELLED:
       return "cancelled";
     default:
@@ -500,10 +502,37 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     if (previous != nullptr) LogRecovery(*previous, report);
   }
 
+  // Hang detection: the progress marker ranks publish (dsrank: rank 0's
+  // step) must change within spec_.hang_timeout once it has appeared.
+  std::optional<std::string> last_progress;
+  auto last_progress_change = std::chrono::steady_clock::now();
+  auto next_progress_check = last_progress_change;
+  auto check_progress = [&] {
+    if (spec_.hang_timeout.count() <= 0 || !spec_.read_progress || stopping) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_progress_check) return;
+    next_progress_check = now + std::min<std::chrono::milliseconds>(
+                                    std::chrono::milliseconds(500), spec_.hang_timeout / 4);
+    std::optional<std::string> progress = spec_.read_progress(attempt);
+    if (progress != last_progress) {
+      last_progress = progress;
+      last_progress_change = now;
+      return;
+    }
+    if (!last_progress || now - last_progress_change < spec_.hang_timeout) return;
+    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_change);
+    fail(ATTEMPT_HANG, 1,
+         absl::StrCat("no training progress for ", idle.count(), " ms while every rank is alive (last: ",
+                      *last_progress, ")"),
+         "", {}, now_us());
+  };
+
   while (!live.empty()) {
+    check_progress();
     auto deadline = stopping ? teardown_deadline
                              : std::chrono::steady_clock::now() + std::chrono::seconds(1);
     if (preempting && !stopping) deadline = std::min(deadline, preempt_deadline);
+    if (!stopping && spec_.hang_timeout.count() > 0) deadline = std::min(deadline, next_progress_check);
     std::optional<Event> event = events_.PopUntil(deadline);
     if (!event) {
       if (preempting && !stopping && std::chrono::steady_clock::now() >= preempt_deadline) {

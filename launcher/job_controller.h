@@ -73,6 +73,11 @@ struct JobSpec {
   // stop at once, as for SIGINT.
   std::chrono::milliseconds preempt_grace{0};
   std::function<void(int attempt)> request_checkpoint;
+  // Hang detection: read_progress(attempt) returns the ranks' progress marker
+  // (dsrank: rank 0's step), nullopt before the first one. Once it exists, it
+  // must change within hang_timeout or the attempt fails as a hang. 0: off.
+  std::chrono::milliseconds hang_timeout{0};
+  std::function<std::optional<std::string>(int attempt)> read_progress;
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;

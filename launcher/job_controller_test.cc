@@ -605,6 +605,30 @@ TEST_F(JobControllerTest, PreemptionGraceRunsOutThenRanksAreStopped) {
   EXPECT_THAT(Notices(), HasSubstr("did not stop within the 50 ms checkpoint grace"));
 }
 
+TEST_F(JobControllerTest, NoProgressIsAHang) {
+  spec_.hang_timeout = 100ms;
+  spec_.read_progress = [](int) { return std::optional<std::string>("step 7"); };  // never moves
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HANG);
+  EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("no training progress for"));
+  EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("(last: step 7)"));
+  EXPECT_EQ(a_.stops().size(), 1u);
+}
+
+TEST_F(JobControllerTest, NoProgressMarkerYetIsNotAHang) {
+  spec_.hang_timeout = 50ms;
+  spec_.read_progress = [](int) { return std::optional<std::string>(); };  // still starting up
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    std::this_thread::sleep_for(200ms);  // four timeouts without a marker: the thing under test
+    for (int rank : {0, 1}) a_.EndRank(0, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(0, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+}
+
 TEST(JobControllerDescribe, NamesRankHostAndCause) {
   RankEnded ended;
   ended.set_state(RANK_KILLED);

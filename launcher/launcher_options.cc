@@ -296,6 +296,11 @@ constexpr OptionRow kOptions[] = {
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.preempt_grace_ms);
      }},
+    {"--hang_timeout_ms", "", ValueKind::kInteger, "MS", "0: off",
+     "job files: fail the attempt when training makes no step for MS",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.hang_timeout_ms);
+     }},
     {"--agent_binary", "", ValueKind::kText, "PATH", "dsagent beside dslaunch, then PATH",
      "the dsagent executable to start",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {

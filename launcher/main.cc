@@ -335,6 +335,7 @@ int Main(int argc, char** argv) {
     spec.program = program;
     spec.no_local_rank = true;
     spec.preempt_grace = std::chrono::milliseconds(options.preempt_grace_ms);
+    spec.hang_timeout = std::chrono::milliseconds(options.hang_timeout_ms);
   } else if (!options.overrides.empty()) {
     return UsageError(absl::InvalidArgumentError(
         "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM"));
@@ -475,6 +476,9 @@ int Main(int argc, char** argv) {
     spec.request_checkpoint = [&store](int attempt) {
       store.SetForAttempt(attempt, "control/preempt", "1");
     };
+  }
+  if (spec.hang_timeout.count() > 0) {
+    spec.read_progress = [&store](int attempt) { return store.GetForAttempt(attempt, "progress/step"); };
   }
   JobController controller(
       spec, agents, &output, Notice, [&store](int attempt) { store.DropAttempt(attempt); },

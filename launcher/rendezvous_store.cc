@@ -177,6 +177,13 @@ void RendezvousStore::SetForAttempt(int attempt, const std::string& key, const s
   changed_.notify_all();
 }
 
+std::optional<std::string> RendezvousStore::GetForAttempt(int attempt, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(AttemptPrefix(attempt) + key);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
 void RendezvousStore::DropAttempt(int attempt) {
   {
     std::lock_guard<std::mutex> lock(mu_);

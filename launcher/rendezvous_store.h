@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -38,6 +39,9 @@ class RendezvousStore final : public Store::Service {
   // The controller's own write into an attempt's namespace (e.g. the
   // preemption request "control/preempt" that ranks poll).
   void SetForAttempt(int attempt, const std::string& key, const std::string& value);
+
+  // The controller's own read of an attempt's key; nullopt when absent.
+  std::optional<std::string> GetForAttempt(int attempt, const std::string& key);
 
   // Forgets every key of `attempt` and ends its waiters with ABORTED (called
   // when an attempt is over).

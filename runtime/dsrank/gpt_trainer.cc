@@ -1,6 +1,7 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
 #include <chrono>
+#include <thread>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -254,6 +255,16 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
                                                      {{kConsumedSamples, consumed}}, job.checkpoint.keep);
       if (!saved.ok()) return saved;
       last_saved = step;
+    }
+    // Progress for the controller's hang detection (--hang_timeout_ms).
+    if (context.rank == 0 && context.store != nullptr) {
+      (void)context.store->Set("progress/step", absl::StrCat("step ", step));
+    }
+    if (step == context.hang_at_step && context.attempt == 0) {
+      // Fault injection: stop making progress while staying alive.
+      absl::FPrintF(context.out, "dsrank: hanging after step %d on purpose (--hang_at_step)\n", step);
+      std::fflush(context.out);
+      while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (PreemptionRequested(context)) {
       if (!checkpoint_dir.empty() && last_saved != step) {

@@ -32,6 +32,7 @@ struct TrainerContext {
   // Fault injection for recovery tests: this rank fails right after finishing
   // this step (checkpoint included) on attempt 0. -1: never.
   int64_t exit_at_step = -1;
+  int64_t hang_at_step = -1;  // likewise: stop making progress (but stay alive)
   int attempt = 0;
 };
 

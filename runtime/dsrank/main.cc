@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   std::string config_path, loss_log, device_choice = "auto";
   std::vector<ConfigOverride> overrides;
   int64_t exit_at_step = -1;
+  int64_t hang_at_step = -1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
       overrides.push_back(*parsed);
     } else if (arg.rfind("--loss_log", 0) == 0) {
       loss_log = value();
+    } else if (arg.rfind("--hang_at_step", 0) == 0) {
+      if (!absl::SimpleAtoi(value(), &hang_at_step)) return Fail("--hang_at_step needs a step number");
     } else if (arg.rfind("--exit_at_step", 0) == 0) {
       if (!absl::SimpleAtoi(value(), &exit_at_step)) return Fail("--exit_at_step needs a step number");
     } else if (arg.rfind("--device", 0) == 0) {
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   context.world_size = EnvInt("WORLD_SIZE", 1);
   context.loss_log = loss_log;
   context.exit_at_step = exit_at_step;
+  context.hang_at_step = hang_at_step;
   context.attempt = EnvInt("DSLAUNCH_ATTEMPT", 0);
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 

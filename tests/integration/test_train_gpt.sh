@@ -137,3 +137,17 @@ grep -q "resumed from $WORK/ck_pre/global_step$step at step $step" "$WORK/pre2.o
 awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 60; s++) print s "\t" last[s] }' "$WORK/pre.tsv" >"$WORK/pre.final.tsv"
 cmp "$WORK/pre_ref.tsv" "$WORK/pre.final.tsv" || fail "losses after preemption differ"
 pass "preemption: checkpoint at step $step on SIGTERM, exit 143, resumed bit-identically"
+
+# 7. Hang: every rank stops making progress after step 10 (alive, stuck) on
+#    the first attempt. With --hang_timeout_ms the controller fails the
+#    attempt as a hang, restarts from the step-8 checkpoint, and the job ends
+#    with the uninterrupted losses (straight.tsv from part 2).
+"$DSLAUNCH" --num_gpus 2 --max_restarts 1 --restart_backoff_ms 0 --hang_timeout_ms 2000 "${COMMON[@]}" \
+  --override train.steps=16 --override "checkpoint.dir=$WORK/ck_hang" --override checkpoint.interval=4 "$CONFIG" \
+  --loss_log "$WORK/hang.tsv" --hang_at_step 10 >"$WORK/hang.out" 2>"$WORK/hang.err" || fail "hang run exited $?"
+grep -q 'attempt 0: no training progress for [0-9]* ms while every rank is alive (last: step 10)' "$WORK/hang.err" ||
+  fail "no hang diagnosis: $(grep attempt "$WORK/hang.err" | head -3)"
+grep -q "resumed from $WORK/ck_hang/global_step8 at step 8" "$WORK/hang.out" || fail "hang restart did not resume from step 8"
+awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 16; s++) print s "\t" last[s] }' "$WORK/hang.tsv" >"$WORK/hang.final.tsv"
+cmp "$WORK/straight.tsv" "$WORK/hang.final.tsv" || fail "losses after the hang restart differ"
+pass "hang after step 10 detected within 2 s, restarted from step 8, same losses"
