@@ -205,6 +205,7 @@ std::optional<double> Engine::UnscaleAndClip(double norm_squared, StepResult* re
   double coefficient = 1.0 / scale;
   const double clip = config_.gradient_clipping;
   if (clip > 0 && result->grad_norm > clip) coefficient *= clip / (result->grad_norm + 1e-6);
+  result->clipped_norm = std::sqrt(norm_squared) * coefficient;
   return coefficient;
 }
 

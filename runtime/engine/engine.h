@@ -57,6 +57,7 @@ struct StepResult {
   bool boundary = false;     // this Step() ended an accumulation window
   bool stepped = false;      // the optimizer stepped (false on fp16 overflow)
   double grad_norm = 0;      // before clipping, unscaled (0 when not a boundary)
+  double clipped_norm = 0;   // the norm of the gradient the optimizer used
   double lr = 0;             // used for this step
   double loss_scale = 1;     // in effect for this window
 };

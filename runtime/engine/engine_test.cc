@@ -99,6 +99,19 @@ TEST(Engine, ClippingBoundsTheUpdateNorm) {
   auto result = (*engine)->Step();
   ASSERT_TRUE(result.ok());
   EXPECT_GT(result->grad_norm, 1e-3);  // the reported norm is the unclipped one
+  EXPECT_NEAR(result->clipped_norm, 1e-3, 1e-8);  // what the optimizer saw: exactly the bound
+
+  // Below the bound nothing is scaled.
+  DsConfig loose = config;
+  loose.gradient_clipping = 1e6;
+  Gpt other(TinyGpt(), 3);
+  auto unclipped = Engine::Create(other.ptr(), loose, nullptr, torch::kCPU);
+  ASSERT_TRUE(unclipped.ok());
+  ASSERT_TRUE((*unclipped)->Backward(other->Loss(inputs, targets)).ok());
+  auto free = (*unclipped)->Step();
+  ASSERT_TRUE(free.ok());
+  EXPECT_DOUBLE_EQ(free->clipped_norm, free->grad_norm);
+  EXPECT_DOUBLE_EQ(free->grad_norm, result->grad_norm);  // same model, same batch
 }
 
 // LibTorch 1.13 has no half-precision matmul or LayerNorm on CPU, so the
