@@ -22,6 +22,12 @@ GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, s
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A connection attempt whose first packet is lost (a host or bridge coming
+  // up) is abandoned after 1 s and retried quickly, instead of gRPC's default
+  // 20 s minimum connect timeout outliving the call's deadline.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   stub_ = Agent::NewStub(
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
