@@ -80,6 +80,24 @@ start_agent() {
   AGENT_ADDR=$(awk '/DSAGENT_READY/ {print $2}' "$out")
 }
 
+# reap_stale_networks: removes the namespaces and bridge of a test whose
+# process is gone (killed by a timeout, so its EXIT trap never ran).
+reap_stale_networks() {
+  local ns owner
+  for ns in $(ip netns list | awk '{print $1}' | grep -E '^dslns[0-9]+[ab]$' || true); do
+    owner=${ns#dslns}
+    owner=${owner%[ab]}
+    [[ -d /proc/$owner ]] && continue
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+    ip link del "dslbr$owner" 2>/dev/null || true
+  done
+  local bridge_name
+  for bridge_name in $(ip -o link show type bridge | awk -F': ' '{print $2}' | grep -E '^dslbr[0-9]+$' || true); do
+    [[ -d /proc/${bridge_name#dslbr} ]] || ip link del "$bridge_name" 2>/dev/null || true
+  done
+}
+
 # setup_two_host_network: two network namespaces on a bridge play two hosts
 # (root and iproute2 needed; a test that calls this fails, never skips,
 # without them). Sets NS_A NS_B ADDR_A ADDR_B CONTROLLER_ADDR and removes
@@ -88,8 +106,17 @@ setup_two_host_network() {
   [[ $(id -u) -eq 0 ]] || fail "this test creates network namespaces and must run as root"
   command -v ip >/dev/null || fail "iproute2 (ip) is not installed"
 
+  reap_stale_networks
   tag=$$
-  subnet="10.213.$((tag % 250 + 1))"
+  # A /24 that no interface or route here uses yet: a stale or foreign route
+  # to the same subnet would swallow the controller's packets.
+  local third=$((tag % 250 + 1)) tries
+  for ((tries = 0; tries < 250; tries++)); do
+    [[ -z $(ip -4 route show "10.213.$third.0/24") && -z $(ip -4 addr show to "10.213.$third.0/24") ]] && break
+    third=$((third % 250 + 1))
+  done
+  ((tries < 250)) || fail "no free 10.213.x.0/24 subnet for the test network"
+  subnet="10.213.$third"
   bridge="dslbr$tag"
   NS_A="dslns${tag}a"
   NS_B="dslns${tag}b"
