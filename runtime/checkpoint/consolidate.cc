@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/safetensors_writer.h"
+#include "runtime/checkpoint/zero_layout.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -59,11 +60,12 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
     if (Has(first, "zero/total")) {
       c10::IValue total_value;
       first.read("zero/total", total_value);
-      int64_t remaining = total_value.toInt();
+      auto unit_sizes = SavedUnitSizes(first, total_value.toInt());
+      if (!unit_sizes.ok()) return unit_sizes.status();
       c10::IValue shards_value;
       first.read("zero/shards", shards_value);
       const int64_t world = shards_value.toInt();
-      for (int64_t r = 0; r < world && remaining > 0; ++r) {
+      for (int64_t r = 0; r < world; ++r) {
         torch::Tensor shard;
         if (r == 0) {
           first.read("zero/master", shard);
@@ -74,11 +76,20 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
           part.read("zero/master", shard);
         }
         shard = shard.to(torch::kFloat).contiguous();
-        const int64_t take = std::min<int64_t>(remaining, shard.numel());
-        absl::Status appended = (*writer)->Append(shard.data_ptr<float>(), take);
-        if (!appended.ok()) return appended;
-        remaining -= take;
-        summary.elements += take;
+        // Piece r of every unit (Note [ZeRO partitioning]) goes to its place.
+        int64_t unit_offset = 0, in_shard = 0;
+        for (int64_t numel : *unit_sizes) {
+          const int64_t piece = (numel + world - 1) / world;
+          const int64_t begin = std::min(numel, r * piece);
+          const int64_t take = std::min(piece, numel - begin);
+          if (take > 0) {
+            absl::Status written = (*writer)->WriteAt(unit_offset + begin, shard.data_ptr<float>() + in_shard, take);
+            if (!written.ok()) return written;
+            summary.elements += take;
+          }
+          unit_offset += numel;
+          in_shard += piece;
+        }
         ++summary.ranks_read;
       }
     } else {

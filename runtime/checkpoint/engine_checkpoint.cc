@@ -7,11 +7,13 @@
 // position), so a resumed run continues exactly where it stopped.
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/posix_fs.h"
+#include "runtime/checkpoint/zero_layout.h"
 #include "runtime/engine/engine.h"
 
 namespace dslaunch::runtime {
@@ -93,6 +95,8 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
       archive.write("zero/step", c10::IValue(shard_adam_->step()));
       archive.write("zero/total", c10::IValue(zero_->total()));
       archive.write("zero/shards", c10::IValue(static_cast<int64_t>(zero_->shards())));
+      // How the flat vector is cut into units (one unit before stage 3).
+      archive.write("zero/unit_sizes", c10::IValue(absl::StrJoin(zero_->UnitSizes(), ",")));
     }
     if (rank == 0) {
       // With ZeRO the parameters are rebuilt from the master shards at load
@@ -158,10 +162,15 @@ absl::Status Engine::LoadZeroShards(const std::string& folder) {
     exp_avg_sq.push_back(v);
     step = ReadInt(part, "zero/step");
   }
+  auto unit_sizes = SavedUnitSizes(first, zero_->total());
+  if (!unit_sizes.ok()) return unit_sizes.status();
   const torch::Device device = zero_->master_shard().device();
-  zero_->master_shard().copy_(zero_->ShardOf(torch::cat(master)).to(device));
-  shard_adam_->exp_avg().copy_(zero_->ShardOf(torch::cat(exp_avg)).to(device));
-  shard_adam_->exp_avg_sq().copy_(zero_->ShardOf(torch::cat(exp_avg_sq)).to(device));
+  auto recut = [&](const std::vector<torch::Tensor>& pieces) {
+    return zero_->ShardOf(ZeroPartition::Unshard(pieces, *unit_sizes)).to(device);
+  };
+  zero_->master_shard().copy_(recut(master));
+  shard_adam_->exp_avg().copy_(recut(exp_avg));
+  shard_adam_->exp_avg_sq().copy_(recut(exp_avg_sq));
   shard_adam_->set_step(step);
   return absl::OkStatus();
 }

@@ -61,7 +61,24 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));
   std::fwrite(prefix, 1, 8, file);
   std::fwrite(header.data(), 1, header.size(), file);
-  return std::unique_ptr<SafetensorsWriter>(new SafetensorsWriter(path, file, offset / 4));
+  auto writer = std::unique_ptr<SafetensorsWriter>(new SafetensorsWriter(path, file, offset / 4));
+  writer->data_start_ = 8 + static_cast<int64_t>(header.size());
+  return writer;
+}
+
+absl::Status SafetensorsWriter::WriteAt(int64_t element, const float* data, int64_t count) {
+  if (element < 0 || element + count > expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: values [", element, ", ", element + count,
+                                                   ") outside a layout of ", expected_));
+  }
+  if (std::fseek(file_, data_start_ + element * 4, SEEK_SET) != 0) {
+    return ErrnoStatus(absl::StrCat("seek ", path_, ".tmp"));
+  }
+  if (std::fwrite(data, sizeof(float), count, file_) != static_cast<size_t>(count)) {
+    return ErrnoStatus(absl::StrCat("write ", path_, ".tmp"));
+  }
+  written_ += count;
+  return absl::OkStatus();
 }
 
 absl::Status SafetensorsWriter::Append(const float* data, int64_t count) {

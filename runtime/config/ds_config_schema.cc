@@ -443,6 +443,12 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                     absl::StrCat("offload_optimizer.device=", c.zero_optimization.offload_optimizer.device,
                                  " partitions the optimizer: it needs zero_optimization.stage 1, 2 or 3"));
   }
+  if (c.zero_optimization.offload_param.device != "none" && c.zero_optimization.stage != 3) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_param.device"),
+                    walk.MarkOf("zero_optimization.offload_param.device"),
+                    absl::StrCat("offload_param.device=", c.zero_optimization.offload_param.device,
+                                 " offloads partitioned parameters: it needs zero_optimization.stage 3"));
+  }
   bool amp = false;
   if (GivenBool(walk, "amp.enabled", &amp) && amp && (c.fp16.enabled || c.bf16.enabled)) {
     problems->AtKey(source, "amp.enabled", walk.MarkOf("amp.enabled"),
@@ -457,19 +463,15 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     lines.push_back(absl::StrCat(setting, ": ", what, " is not yet supported"));
   };
   const ZeroConfig& z = c.zero_optimization;
-  if (z.stage >= 3) {
-    add(Setting("zero_optimization.stage", absl::StrCat(z.stage)),
-        absl::StrCat("ZeRO stage ", z.stage));
-  }
-  // CPU offload of the optimizer is built for stages 1 and 2 (ZeRO-Offload).
-  if (z.offload_optimizer.device == "nvme" ||
-      (z.offload_optimizer.device == "cpu" && z.stage >= 3)) {
+  // CPU offload is built for the optimizer (stages 1-3) and the parameters
+  // (stage 3); NVMe is not.
+  if (z.offload_optimizer.device == "nvme") {
     add(Setting("zero_optimization.offload_optimizer.device", z.offload_optimizer.device),
-        absl::StrCat("offloading optimizer state to ", z.offload_optimizer.device));
+        "offloading optimizer state to nvme");
   }
-  if (z.offload_param.device != "none") {
+  if (z.offload_param.device == "nvme") {
     add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
-        absl::StrCat("offloading parameters to ", z.offload_param.device));
+        "offloading parameters to nvme");
   }
   if (c.pipeline.stages > 1) {
     add(Setting("pipeline.stages", absl::StrCat(c.pipeline.stages)), "pipeline parallelism");

@@ -504,9 +504,7 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   EXPECT_EQ(config->communication_data_type, "fp16");
   EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
   EXPECT_THAT(lines,
-              ElementsAre("zero_optimization.stage=3: ZeRO stage 3 is not yet supported",
-                          HasSubstr("zero_optimization.offload_optimizer.device=cpu:"),
-                          HasSubstr("zero_optimization.offload_param.device=nvme:"),
+              ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
                           "pipeline.stages=2: pipeline parallelism is not yet supported",
                           "tensor_parallel.tp_size=2: tensor parallelism is not yet supported",
                           HasSubstr("moe.enabled=true:"),

@@ -223,8 +223,14 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
       }
       if (ds.memory_breakdown) {
         Engine::MemoryBreakdown m = (*engine)->Memory();
-        absl::FPrintF(context.out, "  memory: parameters %d B, gradients %d B, master weights %d B, optimizer state %d B\n",
-                      m.parameters, m.gradients, m.master_weights, m.optimizer_state);
+        absl::FPrintF(context.out,
+                      "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s\n",
+                      m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
+                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "");
+        if (ds.zero_optimization.stage == 3) {
+          absl::FPrintF(context.out, "  ZeRO-3: at most %d parameter elements gathered at once\n",
+                        m.gathered_peak_elements);
+        }
       }
       std::fflush(context.out);
       window_start = Clock::now();

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu_adam.h"
+#include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -29,10 +30,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
                                                        const DsConfig& config,
                                                        Communicator* data_parallel,
                                                        torch::Device device) {
-  if (config.zero_optimization.stage > 2) {
-    return absl::UnimplementedError(absl::StrCat("zero_optimization.stage=",
-                                                 config.zero_optimization.stage,
-                                                 ": ZeRO stage 3 is not yet supported"));
+  if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("zero_optimization.stage=",
+                                                   config.zero_optimization.stage,
+                                                   ": ZeRO stages are 0, 1, 2 and 3"));
   }
   if (config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
@@ -71,24 +72,49 @@ absl::Status Engine::Initialize() {
           "optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
     }
     const std::string& offload = config_.zero_optimization.offload_optimizer.device;
-    if (offload == "nvme") {
-      return absl::UnimplementedError(
-          "zero_optimization.offload_optimizer.device=nvme: NVMe offload is not yet supported");
+    const std::string& offload_param = config_.zero_optimization.offload_param.device;
+    if (offload == "nvme" || offload_param == "nvme") {
+      return absl::UnimplementedError(absl::StrCat(
+          "zero_optimization.", offload == "nvme" ? "offload_optimizer" : "offload_param",
+          ".device=nvme: NVMe offload is not yet supported (use cpu)"));
     }
     if (offload == "cpu" && stage == 0) {
       return absl::InvalidArgumentError(
-          "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1 or 2");
+          "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 or 3");
+    }
+    if (offload_param == "cpu" && stage != 3) {
+      return absl::InvalidArgumentError(
+          "zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
     }
     if (flat) {
-      const bool host = offload == "cpu";
-      if (host) {
+      ZeroOptions options;
+      options.stage = stage;
+      options.offload_optimizer = offload == "cpu";
+      options.offload_param = offload_param == "cpu";
+      if (options.offload_optimizer) {
         absl::Status simd = kernels::CpuAdamInit();
         if (!simd.ok()) return simd;
       }
-      auto zero = ZeroPartition::Create(stage, model_params_, data_parallel_, host);
+      PartitionedModel* partitioned = dynamic_cast<PartitionedModel*>(model_.get());
+      if (stage == 3) {
+        if (partitioned == nullptr) {
+          return absl::InvalidArgumentError(
+              "zero_optimization.stage=3 needs a model that names its parameter units "
+              "(implement dslaunch::runtime::PartitionedModel, runtime/zero/parameter_units.h); "
+              "this model does not: use stage 2, or wrap its layers as units");
+        }
+        options.units = partitioned->ParameterUnits();
+        options.persistence_threshold = config_.zero_optimization.stage3_param_persistence_threshold;
+      }
+      auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
-      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(), host);
+      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(),
+                                                options.offload_optimizer);
+      if (stage == 3) {
+        stage3_ = std::make_unique<Stage3Runner>(zero_.get());
+        partitioned->SetUnitRunner(stage3_.get());
+      }
     } else if (decoupled) {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
           master_params_, torch::optim::AdamWOptions(o.lr)
@@ -117,6 +143,21 @@ absl::Status Engine::Initialize() {
   return absl::OkStatus();
 }
 
+Engine::~Engine() {
+  if (stage3_) {
+    if (auto* partitioned = dynamic_cast<PartitionedModel*>(model_.get())) partitioned->SetUnitRunner(nullptr);
+  }
+}
+
+absl::Status Engine::GatherFullParameters() {
+  if (!stage3_) return absl::OkStatus();
+  try {
+    return stage3_->GatherAll();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("gather parameters: ", e.what_without_backtrace()));
+  }
+}
+
 bool Engine::IsGradientAccumulationBoundary() const {
   return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
 }
@@ -128,6 +169,10 @@ absl::Status Engine::Backward(const torch::Tensor& loss) {
     double factor = 1.0 / static_cast<double>(config_.gradient_accumulation_steps);
     if (scaler_) factor *= scaler_->scale();
     (loss.to(torch::kFloat) * factor).backward();
+    if (stage3_) {
+      absl::Status swept = stage3_->FinishBackward();
+      if (!swept.ok()) return swept;
+    }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
   }
@@ -269,7 +314,9 @@ absl::StatusOr<StepResult> Engine::Step() {
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
   if (zero_) {
-    for (const auto& p : model_params_) bytes.parameters += p.numel() * p.element_size();
+    bytes.parameters = zero_->ParameterBytes();
+    bytes.parameters_on_host = zero_->offload_param();
+    bytes.gathered_peak_elements = zero_->PeakLiveElements();
     bytes.gradients = zero_->GradientBytes();
     bytes.master_weights = zero_->MasterBytes();
     bytes.optimizer_state = shard_adam_->StateBytes();

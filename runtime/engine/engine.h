@@ -23,9 +23,10 @@
 // steps the module's own parameters.
 //
 // ZeRO stages 1 and 2 partition the fp32 master weights and optimizer state
-// (and with stage 2 the gradients) over the data-parallel group
-// (runtime/zero/zero_partition.h); the results match stage 0 up to the order
-// of floating-point sums.
+// (and with stage 2 the gradients) over the data-parallel group; stage 3 the
+// 16-bit parameters too, gathered unit by unit for forward and backward
+// (runtime/zero/zero_partition.h, stage3_runner.h). The results match stage
+// 0 up to the order of floating-point sums.
 //
 // Not thread-safe.
 #pragma once
@@ -45,6 +46,7 @@
 #include "runtime/schedule/loss_scaler.h"
 #include "runtime/schedule/lr_schedule.h"
 #include "runtime/zero/shard_adam.h"
+#include "runtime/zero/stage3_runner.h"
 #include "runtime/zero/zero_partition.h"
 
 namespace dslaunch::runtime {
@@ -69,6 +71,8 @@ class Engine {
                                                         const DsConfig& config,
                                                         Communicator* data_parallel,
                                                         torch::Device device);
+
+  ~Engine();
 
   torch::nn::Module& module() { return *model_; }
   torch::Device device() const { return device_; }
@@ -101,8 +105,17 @@ class Engine {
     int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
     // Master weights and optimizer state live in host memory (ZeRO-Offload).
     bool optimizer_on_host = false;
+    bool parameters_on_host = false;  // ZeRO-3 offload_param: the parameter shard
+    // ZeRO-3: the most parameter elements gathered at once so far.
+    int64_t gathered_peak_elements = 0;
   };
   MemoryBreakdown Memory() const;
+
+  // ZeRO-3 keeps only this rank's pieces of the parameters between uses.
+  // Makes every parameter of the module whole (a collective: every rank calls
+  // it), e.g. before reading or exporting them; the next step releases them
+  // again. A no-op for stages 0-2.
+  absl::Status GatherFullParameters();
 
  private:
   Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
@@ -137,6 +150,8 @@ class Engine {
   // master_params_ and the shard optimizer replaces optimizer_.
   std::unique_ptr<ZeroPartition> zero_;
   std::unique_ptr<ShardAdam> shard_adam_;
+  // ZeRO-3 (Note [ZeRO-3 units]): installed into the model as its UnitRunner.
+  std::unique_ptr<Stage3Runner> stage3_;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

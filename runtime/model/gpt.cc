@@ -76,14 +76,19 @@ void GptImpl::Initialize(uint64_t seed) {
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  if (runner_ != nullptr) runner_->BeginForward();
   const int64_t time = tokens.size(1);
   torch::Tensor positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   torch::Tensor x = token_embedding->forward(tokens) + position_embedding->forward(positions);
   x = torch::dropout(x, options_.dropout, is_training());
   for (int64_t i = 0; i < options_.layers; ++i) {
-    x = is_training() && IsCheckpointed(i)
-            ? CheckpointedForward(segments_[i], x, options_.checkpoint_to_cpu)
-            : segments_[i](x);
+    const bool recompute = is_training() && IsCheckpointed(i);
+    const Segment& block = segments_[i];
+    Segment run = [&, recompute](const torch::Tensor& in) {
+      return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+    };
+    // Unit 0 is the embeddings; block i is unit i + 1.
+    x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
   }
   x = final_norm->forward(x);
   // Tied head: the token embedding doubles as the output projection.
@@ -101,6 +106,20 @@ bool GptImpl::IsCheckpointed(int64_t block) const {
   if (k <= 0) return false;
   // k evenly spaced blocks: block i is one when floor(i·k/L) steps up.
   return (block + 1) * k / options_.layers != block * k / options_.layers;
+}
+
+std::vector<ParameterUnit> GptImpl::ParameterUnits() const {
+  std::vector<ParameterUnit> units;
+  int64_t next = 0;
+  auto add = [&](int64_t count, bool layer) {
+    units.push_back(ParameterUnit{next, count, layer});
+    next += count;
+  };
+  add(static_cast<int64_t>(token_embedding->parameters().size() + position_embedding->parameters().size()),
+      /*layer=*/false);
+  for (const auto& block : *blocks) add(static_cast<int64_t>(block->parameters().size()), /*layer=*/true);
+  add(static_cast<int64_t>(final_norm->parameters().size()), /*layer=*/false);
+  return units;
 }
 
 int64_t GptImpl::ParameterCount() const {

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
 
@@ -59,7 +60,9 @@ class GptBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GptBlock);
 
-class GptImpl : public torch::nn::Module {
+// For ZeRO-3 each block is a layer unit; the embeddings (the token embedding
+// is also the output head) and the final LayerNorm are root units.
+class GptImpl : public torch::nn::Module, public PartitionedModel {
  public:
   GptImpl(const GptOptions& options, uint64_t seed);
 
@@ -70,6 +73,9 @@ class GptImpl : public torch::nn::Module {
 
   const GptOptions& options() const { return options_; }
   int64_t ParameterCount() const;
+
+  std::vector<ParameterUnit> ParameterUnits() const override;
+  void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};
@@ -82,6 +88,7 @@ class GptImpl : public torch::nn::Module {
 
   GptOptions options_;
   std::vector<Segment> segments_;  // one per block, for activation checkpointing
+  UnitRunner* runner_ = nullptr;   // ZeRO-3: gathers each block around its use
 };
 TORCH_MODULE(Gpt);
 

@@ -1,92 +1,248 @@
 #include "runtime/zero/zero_partition.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace dslaunch::runtime {
+namespace {
 
-ZeroPartition::ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm,
-                             bool offload)
-    : stage_(stage), offload_(offload), params_(std::move(params)), comm_(comm) {}
-
-absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(
-    int stage, std::vector<torch::Tensor> params, Communicator* comm, bool offload) {
-  if (stage < 0 || stage > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", stage, " (0, 1 or 2)"));
+// Note [ZeRO-3 units]: releases or re-allocates a tensor's storage in place.
+// Every view of the tensor (the module's parameters, what autograd saved of
+// them) shares the StorageImpl, so they all see the memory come and go; the
+// tensors' version counters do not move.
+void ResizeStorage(const torch::Tensor& tensor, size_t bytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == bytes) return;
+  if (bytes == 0) {
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  } else {
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   }
-  std::unique_ptr<ZeroPartition> zero(new ZeroPartition(stage, std::move(params), comm, offload));
+  storage->set_nbytes(bytes);
+}
+
+int64_t Pieces(int64_t numel, int shards) { return (numel + shards - 1) / shards; }
+
+}  // namespace
+
+ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params,
+                             Communicator* comm)
+    : options_(options), params_(std::move(params)), comm_(comm) {}
+
+absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroOptions& options,
+                                                                     std::vector<torch::Tensor> params,
+                                                                     Communicator* comm) {
+  if (options.stage < 0 || options.stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
+  }
+  if (params.empty()) return absl::InvalidArgumentError("ZeroPartition: no trainable parameters");
+  if (options.offload_param && options.stage != 3) {
+    return absl::InvalidArgumentError("offload_param needs ZeRO stage 3");
+  }
+  std::unique_ptr<ZeroPartition> zero(new ZeroPartition(options, std::move(params), comm));
   zero->rank_ = comm ? comm->rank() : 0;
   zero->size_ = comm ? comm->size() : 1;
-  // Stage 0: one range, the whole vector, on every rank.
-  zero->shards_ = stage == 0 ? 1 : zero->size_;
-  zero->shard_rank_ = stage == 0 ? 0 : zero->rank_;
-  for (const auto& p : zero->params_) zero->total_ += p.numel();
-  zero->shard_size_ = (zero->total_ + zero->shards_ - 1) / zero->shards_;
+  // Stage 0: one piece, the whole vector, on every rank.
+  zero->shards_ = options.stage == 0 ? 1 : zero->size_;
+  zero->shard_rank_ = options.stage == 0 ? 0 : zero->rank_;
+  if (absl::Status built = zero->BuildUnits(); !built.ok()) return built;
+
   torch::NoGradGuard no_grad;
-  // The fp32 master of our range, cut from the flattened parameters.
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : zero->params_) flat.push_back(p.detach().reshape({-1}).to(torch::kFloat));
-  torch::Tensor all = torch::cat(flat);
-  const int64_t padded = zero->shard_size_ * zero->shards_;
-  if (padded > zero->total_) {
-    all = torch::cat({all, torch::zeros({padded - zero->total_}, all.options())});
+  const torch::Tensor& first = zero->params_.front();
+  std::vector<torch::Tensor> master_pieces, param_pieces;
+  for (size_t u = 0; u < zero->units_.size(); ++u) {
+    const Unit& unit = zero->units_[u];
+    std::vector<torch::Tensor> flat;
+    for (size_t i = unit.first; i < unit.end; ++i) flat.push_back(zero->params_[i].detach().reshape({-1}));
+    torch::Tensor all = torch::cat(flat);
+    const int64_t padded = unit.piece * zero->shards_;
+    if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
+    torch::Tensor mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
+    master_pieces.push_back(mine.to(torch::kFloat));
+    if (options.stage == 3) {
+      param_pieces.push_back(mine.clone());
+      // The module's parameters become views of the unit's flat buffer.
+      int64_t offset = 0;
+      for (size_t i = unit.first; i < unit.end; ++i) {
+        torch::Tensor& p = zero->params_[i];
+        p.set_data(all.narrow(0, offset, p.numel()).view(p.sizes()));
+        offset += p.numel();
+      }
+      zero->full_.push_back(all);
+      zero->gathered_.push_back(true);
+    }
   }
-  torch::Tensor shard = all.narrow(0, zero->shard_begin(), zero->shard_size_).clone();
-  if (offload) {
+  torch::Tensor shard = torch::cat(master_pieces).clone();
+  if (options.offload_optimizer) {
     shard = shard.to(torch::kCPU);
     // Pinned host memory makes the copies to and from the GPU asynchronous.
-    if (zero->params_.front().is_cuda()) shard = shard.pin_memory();
+    if (first.is_cuda()) shard = shard.pin_memory();
   }
   zero->master_shard_ = shard.requires_grad_(true);
+  if (options.stage == 3) {
+    torch::Tensor params_shard = torch::cat(param_pieces);
+    if (options.offload_param) {
+      params_shard = params_shard.to(torch::kCPU);
+      if (first.is_cuda()) params_shard = params_shard.pin_memory();
+    }
+    zero->param_shard_ = params_shard;
+    for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
+    zero->peak_live_ = zero->LiveElements();
+  }
   return zero;
 }
 
-torch::Tensor ZeroPartition::FlatGradients() const {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : params_) {
-    flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+absl::Status ZeroPartition::BuildUnits() {
+  for (const auto& p : params_) total_ += p.numel();
+  std::vector<ParameterUnit> spec = options_.units;
+  if (options_.stage != 3 || spec.empty()) {
+    spec = {ParameterUnit{0, static_cast<int64_t>(params_.size()), /*layer=*/false}};
   }
-  torch::Tensor all = torch::cat(flat);
-  const int64_t padded = shard_size_ * shards_;
-  if (padded > total_) all = torch::cat({all, torch::zeros({padded - total_}, all.options())});
+  size_t next = 0;
+  for (const ParameterUnit& s : spec) {
+    if (s.first_parameter != static_cast<int64_t>(next) || s.parameter_count <= 0 ||
+        next + s.parameter_count > params_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeRO-3 units must cover the ", params_.size(),
+          " trainable parameters in order, each once; a unit starts at parameter ", s.first_parameter,
+          " with ", s.parameter_count, " parameters where parameter ", next, " was expected"));
+    }
+    Unit unit;
+    unit.first = next;
+    unit.end = next + s.parameter_count;
+    unit.layer = s.layer;
+    for (size_t i = unit.first; i < unit.end; ++i) unit.numel += params_[i].numel();
+    unit.piece = Pieces(unit.numel, shards_);
+    unit.shard_offset = shard_size_;
+    unit.persistent = options_.stage == 3 && unit.numel < options_.persistence_threshold;
+    shard_size_ += unit.piece;
+    units_.push_back(unit);
+    next = unit.end;
+  }
+  if (next != params_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeRO-3 units cover ", next, " of the ",
+                                                   params_.size(), " trainable parameters"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> ZeroPartition::UnitSizes() const {
+  std::vector<int64_t> sizes;
+  for (const Unit& unit : units_) sizes.push_back(unit.numel);
+  return sizes;
+}
+
+torch::Tensor ZeroPartition::FlatGradients(const Unit& unit) const {
+  const torch::Tensor& first = params_[unit.first];
+  torch::Tensor all = torch::zeros({unit.piece * shards_}, first.options());
+  int64_t offset = 0;
+  for (size_t i = unit.first; i < unit.end; ++i) {
+    const torch::Tensor& p = params_[i];
+    if (p.grad().defined()) all.narrow(0, offset, p.numel()).copy_(p.grad().reshape({-1}));
+    offset += p.numel();
+  }
   return all;
 }
 
-absl::Status ZeroPartition::AccumulateMicroStep() {
-  if (stage_ != 2) return absl::OkStatus();
-  torch::NoGradGuard no_grad;
-  torch::Tensor flat = FlatGradients();
-  torch::Tensor mine = torch::empty({shard_size_}, flat.options());
-  if (comm_ != nullptr && size_ > 1) {
-    absl::Status scattered = comm_->ReduceScatter(flat, mine, ReduceOp::kSum);
-    if (!scattered.ok()) return scattered;
-  } else {
-    mine.copy_(flat);
-  }
-  if (accumulated_) {
-    grad_accumulator_.add_(mine);
-  } else {
-    grad_accumulator_ = mine;
+absl::Status ZeroPartition::ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine) {
+  if (comm_ != nullptr && size_ > 1) return comm_->ReduceScatter(flat, mine, ReduceOp::kSum);
+  mine.copy_(flat.narrow(0, 0, piece));
+  return absl::OkStatus();
+}
+
+void ZeroPartition::AddToAccumulator(const Unit& unit, const torch::Tensor& mine) {
+  if (!accumulated_) {
+    grad_accumulator_ = torch::zeros({shard_size_}, mine.options());
     accumulated_ = true;
   }
+  grad_accumulator_.narrow(0, unit.shard_offset, unit.piece).add_(mine);
+}
+
+absl::Status ZeroPartition::AccumulateMicroStep() {
+  if (stage() != 2) return absl::OkStatus();
+  torch::NoGradGuard no_grad;
+  const Unit& unit = units_.front();
+  torch::Tensor flat = FlatGradients(unit);
+  torch::Tensor mine = torch::empty({unit.piece}, flat.options());
+  if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
+  AddToAccumulator(unit, mine);
   // The full gradients are not kept between micro-steps: that is stage 2.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   return absl::OkStatus();
 }
 
+bool ZeroPartition::UnitHasGradients(int u) const {
+  const Unit& unit = units_[u];
+  for (size_t i = unit.first; i < unit.end; ++i) {
+    if (params_[i].grad().defined()) return true;
+  }
+  return false;
+}
+
+absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
+  torch::NoGradGuard no_grad;
+  const Unit& unit = units_[u];
+  torch::Tensor flat = FlatGradients(unit);
+  torch::Tensor mine = torch::empty({unit.piece}, flat.options());
+  if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
+  AddToAccumulator(unit, mine);
+  for (size_t i = unit.first; i < unit.end; ++i) params_[i].mutable_grad() = torch::Tensor();
+  return absl::OkStatus();
+}
+
+absl::Status ZeroPartition::GatherUnit(int u) {
+  if (gathered_[u]) return absl::OkStatus();
+  torch::NoGradGuard no_grad;
+  const Unit& unit = units_[u];
+  torch::Tensor& full = full_[u];
+  ResizeStorage(full, static_cast<size_t>(full.numel()) * full.element_size());
+  torch::Tensor mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
+  if (mine.device() != full.device()) mine = mine.to(full.device(), /*non_blocking=*/true);
+  if (comm_ != nullptr && shards_ > 1) {
+    if (absl::Status s = comm_->AllGather(mine, full); !s.ok()) {
+      ResizeStorage(full, 0);
+      return s;
+    }
+  } else {
+    full.copy_(mine);
+  }
+  gathered_[u] = true;
+  peak_live_ = std::max(peak_live_, LiveElements());
+  return absl::OkStatus();
+}
+
+void ZeroPartition::ReleaseUnit(int u) {
+  if (units_[u].persistent || !gathered_[u]) return;
+  ResizeStorage(full_[u], 0);
+  gathered_[u] = false;
+}
+
+int64_t ZeroPartition::LiveElements() const {
+  int64_t live = 0;
+  for (size_t u = 0; u < full_.size(); ++u) {
+    if (gathered_[u]) live += full_[u].numel();
+  }
+  return live;
+}
+
 absl::Status ZeroPartition::PrepareShardGradient() {
   torch::NoGradGuard no_grad;
   torch::Tensor shard_sum;
-  if (stage_ == 2) {
-    absl::Status accumulated = AccumulateMicroStep();
-    if (!accumulated.ok()) return accumulated;
-    shard_sum = grad_accumulator_;
+  if (stage() >= 2) {
+    if (stage() == 2) {
+      if (absl::Status s = AccumulateMicroStep(); !s.ok()) return s;
+    }
+    shard_sum = accumulated_ ? grad_accumulator_
+                             : torch::zeros({shard_size_}, params_.front().options());
   } else {
-    torch::Tensor flat = FlatGradients();
+    const Unit& unit = units_.front();
+    torch::Tensor flat = FlatGradients(unit);
     if (comm_ != nullptr && size_ > 1) {
       absl::Status reduced = comm_->AllReduce(flat, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
     }
-    shard_sum = flat.narrow(0, shard_begin(), shard_size_);
+    shard_sum = flat.narrow(0, shard_rank_ * unit.piece, unit.piece);
   }
   // Σ over ranks → mean, in fp32. (prescale_gradients is refused with ZeRO
   // by the config: "not yet supported".)
@@ -94,7 +250,7 @@ absl::Status ZeroPartition::PrepareShardGradient() {
   // The norm where the gradient is (a GPU reduces 86M values in microseconds;
   // the host would take a good part of a second).
   local_norm_squared_ = mean.to(torch::kDouble).pow(2).sum().item<double>();
-  if (offload_) {
+  if (offload()) {
     // Down into pinned memory when the gradient is on a GPU: an asynchronous
     // copy at full PCIe bandwidth instead of a pageable one.
     torch::Tensor host = torch::empty(mean.sizes(), mean.options().device(torch::kCPU).pinned_memory(mean.is_cuda()));
@@ -110,9 +266,22 @@ double ZeroPartition::LocalGradNormSquared() const { return local_norm_squared_;
 
 absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
+  if (stage() == 3) {
+    param_shard_.copy_(master_shard_.detach());
+    for (int u = 0; u < units(); ++u) {
+      if (units_[u].persistent) {
+        gathered_[u] = false;  // stale: fetch the updated values
+        if (absl::Status s = GatherUnit(u); !s.ok()) return s;
+      } else {
+        ReleaseUnit(u);
+      }
+    }
+    return absl::OkStatus();
+  }
+  const Unit& unit = units_.front();
   const auto dtype = params_.front().scalar_type();
   torch::Tensor mine = master_shard_.detach().to(params_.front().device(), dtype);
-  torch::Tensor all = torch::empty({shard_size_ * shards_}, mine.options());
+  torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
   if (comm_ != nullptr && shards_ > 1) {
     absl::Status gathered = comm_->AllGather(mine, all);
     if (!gathered.ok()) return gathered;
@@ -129,15 +298,29 @@ absl::Status ZeroPartition::GatherParameters() {
 
 void ZeroPartition::ZeroGradients() {
   for (auto& p : params_) {
-    if (p.grad().defined()) p.mutable_grad() = stage_ == 2 ? torch::Tensor() : p.grad().zero_();
+    if (p.grad().defined()) p.mutable_grad() = stage() >= 2 ? torch::Tensor() : p.grad().zero_();
   }
   master_shard_.mutable_grad() = torch::Tensor();
   grad_accumulator_ = torch::Tensor();
   accumulated_ = false;
 }
 
+int64_t ZeroPartition::ParameterBytes() const {
+  if (stage() != 3) {
+    int64_t bytes = 0;
+    for (const auto& p : params_) bytes += p.numel() * p.element_size();
+    return bytes;
+  }
+  // The parameter shard, plus the units that stay whole.
+  int64_t bytes = param_shard_.numel() * param_shard_.element_size();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].persistent) bytes += full_[u].numel() * full_[u].element_size();
+  }
+  return bytes;
+}
+
 int64_t ZeroPartition::GradientBytes() const {
-  if (stage_ == 2) {
+  if (stage() >= 2) {
     // The persistent shard accumulator, in the gradients' dtype.
     return shard_size_ * params_.front().element_size();
   }
@@ -148,9 +331,32 @@ int64_t ZeroPartition::GradientBytes() const {
 
 torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
   torch::Tensor all = full_unpadded.to(torch::kFloat).reshape({-1}).narrow(0, 0, total_);
-  const int64_t padded = shard_size_ * shards_;
-  if (padded > total_) all = torch::cat({all, torch::zeros({padded - total_}, all.options())});
-  return all.narrow(0, shard_begin(), shard_size_).clone().to(master_shard_.device());
+  std::vector<torch::Tensor> pieces;
+  int64_t offset = 0;
+  for (const Unit& unit : units_) {
+    const int64_t begin = std::min(unit.numel, shard_rank_ * unit.piece);
+    const int64_t take = std::min(unit.piece, unit.numel - begin);
+    torch::Tensor piece = torch::zeros({unit.piece}, all.options());
+    if (take > 0) piece.narrow(0, 0, take).copy_(all.narrow(0, offset + begin, take));
+    pieces.push_back(piece);
+    offset += unit.numel;
+  }
+  return torch::cat(pieces).to(master_shard_.device());
+}
+
+torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor>& pieces,
+                                     const std::vector<int64_t>& unit_sizes) {
+  const int world = static_cast<int>(pieces.size());
+  std::vector<torch::Tensor> parts;
+  int64_t offset = 0;  // of the unit's piece within each saved shard
+  for (int64_t numel : unit_sizes) {
+    const int64_t piece = Pieces(numel, world);
+    std::vector<torch::Tensor> unit;
+    for (const torch::Tensor& shard : pieces) unit.push_back(shard.reshape({-1}).narrow(0, offset, piece));
+    parts.push_back(torch::cat(unit).narrow(0, 0, numel));
+    offset += piece;
+  }
+  return torch::cat(parts);
 }
 
 }  // namespace dslaunch::runtime

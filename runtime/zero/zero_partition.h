@@ -1,17 +1,29 @@
-// ZeRO stages 1 and 2 (Note [ZeRO partitioning]).
+// ZeRO stages 1, 2 and 3 (Note [ZeRO partitioning], Note [ZeRO-3 units]).
 //
-// All trainable parameters are viewed as one flat vector of Ψ elements,
-// padded to a multiple of the data-parallel size N; rank r owns the
-// contiguous range [r·S, (r+1)·S) with S = padded Ψ / N. It keeps the fp32
-// master weights and the optimizer state of that range only (stage 1), and
-// with stage 2 also only that range of the gradients: each micro-step's
-// gradients are reduce-scattered into a persistent shard accumulator in the
-// gradients' dtype and the full gradients are freed. After the optimizer step
-// on the shard, the updated parameters are all-gathered back into every
-// rank's (16-bit or fp32) model parameters.
+// All trainable parameters are viewed as one flat vector of Ψ elements cut
+// into units (one unit for stages 0-2; the model's units for stage 3). Each
+// unit is padded to a multiple of the data-parallel size N and rank r owns
+// piece r of every unit: [r·S_u, (r+1)·S_u) with S_u = ceil(Ψ_u / N). With
+// one unit that is the contiguous range [r·S, (r+1)·S) of the whole vector.
+// A rank keeps the fp32 master weights and the optimizer state of its pieces
+// only (stage 1), and with stage 2 also only its pieces of the gradients:
+// each micro-step's gradients are reduce-scattered into a persistent shard
+// accumulator in the gradients' dtype and the full gradients are freed. After
+// the optimizer step on the shard, the updated parameters are all-gathered
+// back into every rank's (16-bit or fp32) model parameters.
+//
+// Stage 3 partitions the 16-bit parameters too: every rank keeps its pieces
+// in a parameter shard, and a unit's full parameters exist only while it is
+// gathered (GatherUnit ... ReleaseUnit). The module's parameters are views
+// of one flat buffer per unit whose storage is released (resized to zero
+// bytes) and re-allocated in place, so tensors autograd saved during forward
+// see the parameters again when the unit is gathered for its backward.
+// Units with fewer elements than stage3_param_persistence_threshold stay
+// gathered (DeepSpeed keeps parameters below the threshold whole; here the
+// threshold applies to whole units).
 //
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
-// stage 2 2Ψ + 14Ψ/N (REFERENCE.md).
+// stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N (REFERENCE.md).
 //
 // Stage 0 with mixed precision uses the same machinery with one range (the
 // whole vector on every rank, gradients all-reduced): one flat fp32 master
@@ -28,76 +40,126 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
+
+struct ZeroOptions {
+  int stage = 1;
+  // offload_optimizer.device: cpu (ZeRO-Offload): the master shard lives in
+  // host memory (pinned when the parameters are on a GPU) and gradients come
+  // down to it for the step.
+  bool offload_optimizer = false;
+  // offload_param.device: cpu (stage 3): the 16-bit parameter shard lives in
+  // host memory and goes up to the device when a unit is gathered.
+  bool offload_param = false;
+  // Stage 3: the model's units (empty: one unit) and the persistence threshold.
+  std::vector<ParameterUnit> units;
+  int64_t persistence_threshold = 0;
+};
 
 class ZeroPartition {
  public:
   // `comm` may be null (one rank: the shard is everything).
-  // `offload`: the master shard lives in host memory (pinned when the
-  // parameters are on a GPU) and gradients come down to it for the step
-  // (offload_optimizer.device: cpu, ZeRO-Offload).
-  static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(int stage,
+  static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(const ZeroOptions& options,
                                                                std::vector<torch::Tensor> params,
-                                                               Communicator* comm,
-                                                               bool offload = false);
-  bool offload() const { return offload_; }
+                                                               Communicator* comm);
+  bool offload() const { return options_.offload_optimizer; }
+  bool offload_param() const { return options_.offload_param; }
 
-  int stage() const { return stage_; }
+  int stage() const { return options_.stage; }
   int64_t total() const { return total_; }          // Ψ
-  int64_t shard_size() const { return shard_size_; } // S
-  int64_t shard_begin() const { return shard_rank_ * shard_size_; }
-  // How many ranges the vector is cut into: N for stages 1-2, 1 for stage 0.
+  int64_t shard_size() const { return shard_size_; } // Σ S_u: this rank's elements
+  // How many pieces each unit is cut into: N for stages 1-3, 1 for stage 0.
   int shards() const { return shards_; }
+  // Ψ_u of every unit, in order (what a checkpoint records to re-cut itself).
+  std::vector<int64_t> UnitSizes() const;
 
-  // The fp32 master weights of this rank's range, as a leaf tensor with a
+  // The fp32 master weights of this rank's pieces, as a leaf tensor with a
   // gradient: what the optimizer steps.
   torch::Tensor& master_shard() { return master_shard_; }
 
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
-  // the shard accumulator and free them. No-op for stage 1.
+  // the shard accumulator and free them. No-op for stages 1 and 3.
   absl::Status AccumulateMicroStep();
-  // At the boundary: the averaged gradient of this rank's range into
+  // At the boundary: the averaged gradient of this rank's pieces into
   // master_shard().grad() (fp32). Stage 1 first all-reduces the full gradients.
   absl::Status PrepareShardGradient();
-  // Σ g² over this rank's range of the prepared gradient, in fp64.
+  // Σ g² over this rank's pieces of the prepared gradient, in fp64.
   double LocalGradNormSquared() const;
-  // After the optimizer stepped the shard: all-gather every rank's updated
-  // range into the model parameters.
+  // After the optimizer stepped the shard: stages 0-2 all-gather every rank's
+  // updated pieces into the model parameters; stage 3 refreshes the 16-bit
+  // parameter shard and re-gathers the persistent units (the others are
+  // gathered when next used).
   absl::Status GatherParameters();
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
 
+  // Stage 3 (Note [ZeRO-3 units]).
+  int units() const { return static_cast<int>(units_.size()); }
+  bool unit_is_layer(int unit) const { return units_[unit].layer; }
+  absl::Status GatherUnit(int unit);
+  void ReleaseUnit(int unit);  // keeps persistent units
+  bool UnitHasGradients(int unit) const;
+  // Reduce-scatters (sum) the unit's gradients into this rank's accumulator
+  // and frees them.
+  absl::Status AccumulateUnitGradients(int unit);
+  // Elements of full (gathered) parameters alive now and at most so far.
+  int64_t LiveElements() const;
+  int64_t PeakLiveElements() const { return peak_live_; }
+
   // Bytes held persistently by this rank.
+  int64_t ParameterBytes() const;
   int64_t GradientBytes() const;
   int64_t MasterBytes() const { return master_shard_.numel() * 4; }
 
-  // For checkpoints: this rank's master range, and the whole master vector
-  // rebuilt from every rank's ranges (for loading at another world size).
-  // This rank's range [S] of a flat vector of Ψ elements (fp32), padded with
-  // zeros: how a checkpoint written at another world size is re-cut.
+  // For checkpoints: this rank's pieces [Σ S_u] of a flat vector of Ψ
+  // elements (fp32) in parameter order, padded with zeros: how a checkpoint
+  // written at another world size or stage is re-cut.
   torch::Tensor ShardOf(const torch::Tensor& full_unpadded) const;
+  // The inverse over all ranks: the flat Ψ vector from every saved rank's
+  // pieces, for units of `unit_sizes` cut into pieces.size() parts.
+  static torch::Tensor Unshard(const std::vector<torch::Tensor>& pieces,
+                               const std::vector<int64_t>& unit_sizes);
 
  private:
-  ZeroPartition(int stage, std::vector<torch::Tensor> params, Communicator* comm, bool offload);
-  // The model gradients flattened into the padded layout (zeros where a
-  // parameter has no gradient).
-  torch::Tensor FlatGradients() const;
+  struct Unit {
+    size_t first = 0, end = 0;  // parameter indices [first, end)
+    int64_t numel = 0;          // Ψ_u
+    int64_t piece = 0;          // S_u
+    int64_t shard_offset = 0;   // where this rank's piece starts in the shard
+    bool layer = false;
+    bool persistent = false;    // stage 3: never released
+  };
 
-  const int stage_;
-  const bool offload_;
+  ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm);
+  absl::Status BuildUnits();
+  // The unit's model gradients flattened into its padded layout (zeros where
+  // a parameter has no gradient).
+  torch::Tensor FlatGradients(const Unit& unit) const;
+  // Reduce-scatter (or copy on one rank) of a unit's padded flat vector.
+  absl::Status ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine);
+  void AddToAccumulator(const Unit& unit, const torch::Tensor& mine);
+
+  const ZeroOptions options_;
   std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   int rank_ = 0;
   int size_ = 1;         // data-parallel ranks (gradients are averaged over them)
-  int shards_ = 1;       // ranges the flat vector is cut into
-  int shard_rank_ = 0;   // which range this rank owns
+  int shards_ = 1;       // pieces each unit is cut into
+  int shard_rank_ = 0;   // which piece this rank owns
   int64_t total_ = 0;
   int64_t shard_size_ = 0;
+  std::vector<Unit> units_;
   torch::Tensor master_shard_;
-  torch::Tensor grad_accumulator_;  // stage 2: [S] in the gradients' dtype
-  bool accumulated_ = false;        // stage 2: something is in the accumulator
+  torch::Tensor grad_accumulator_;  // stages 2-3: [Σ S_u] in the gradients' dtype
+  bool accumulated_ = false;        // something is in the accumulator
   double local_norm_squared_ = 0;   // of the prepared shard gradient
+  // Stage 3.
+  torch::Tensor param_shard_;       // [Σ S_u] in the parameters' dtype
+  std::vector<torch::Tensor> full_; // per unit: [N·S_u], storage released when not gathered
+  std::vector<bool> gathered_;
+  int64_t peak_live_ = 0;
 };
 
 }  // namespace dslaunch::runtime

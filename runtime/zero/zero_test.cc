@@ -1,6 +1,6 @@
-// ZeRO stages 1 and 2 against stage 0: the same losses and parameters, the
-// memory the ZeRO formulas promise, and checkpoints that load at another
-// data-parallel size.
+// ZeRO stages 1, 2 and 3 against stage 0: the same losses and parameters,
+// the memory the ZeRO formulas promise, and checkpoints that load at another
+// data-parallel size (and stage).
 #include <unistd.h>
 
 #include <functional>
@@ -32,7 +32,16 @@ DsConfig Config(int stage, int64_t micro, int64_t accumulation, int dp) {
   config.optimizer.weight_decay = 0.01;
   config.gradient_clipping = 0.5;  // clipping across shards is part of what is checked
   config.zero_optimization.reduce_bucket_size = 1000;
+  // Stage 3: partition every unit of the tiny model (the default threshold
+  // would keep all of them whole).
+  config.zero_optimization.stage3_param_persistence_threshold = 0;
   return config;
+}
+
+// The trained parameters; with ZeRO-3 they are gathered first (a collective).
+std::vector<torch::Tensor> TrainedParameters(Engine& engine, Gpt& model) {
+  EXPECT_TRUE(engine.GatherFullParameters().ok());
+  return Parameters(model);
 }
 
 // Global batch of 8 rows per step, split over `dp` ranks and `accumulation` micro-steps.
@@ -62,14 +71,14 @@ class ZeroTest : public ::testing::Test {
   testing::InProcessStore store_{"zero-test"};
 };
 
-TEST_F(ZeroTest, StagesOneAndTwoMatchStageZero) {
+TEST_F(ZeroTest, StagesOneTwoAndThreeMatchStageZero) {
   Gpt reference_model(TinyGpt(), 21);
   auto reference = Engine::Create(reference_model.ptr(), Config(0, 8, 1, 1), nullptr, torch::kCPU);
   ASSERT_TRUE(reference.ok());
   auto reference_losses = Train(**reference, reference_model, 0, 4, 1, 1, 0);
   auto reference_params = Parameters(reference_model);
 
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     for (int world : {1, 2, 4}) {
       for (int64_t accumulation : {1, 2}) {
         if (8 % (world * accumulation) != 0) continue;
@@ -81,7 +90,7 @@ TEST_F(ZeroTest, StagesOneAndTwoMatchStageZero) {
                                        comm, torch::kCPU);
           ASSERT_TRUE(engine.ok()) << engine.status();
           losses[rank] = Train(**engine, model, 0, 4, accumulation, world, rank);
-          params[rank] = Parameters(model);
+          params[rank] = TrainedParameters(**engine, model);
         });
         for (int step = 0; step < 4; ++step) {
           double mean = 0;
@@ -103,12 +112,13 @@ TEST_F(ZeroTest, StagesOneAndTwoMatchStageZero) {
 
 TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
   // bf16 mixed precision with Adam: Ψ parameters, N ranks. Stage 0: 16Ψ;
-  // stage 1: 4Ψ + 12Ψ/N; stage 2: 2Ψ + 14Ψ/N. The shard is padded to a
-  // multiple of N, so allow N elements' worth of bytes per shard term.
+  // stage 1: 4Ψ + 12Ψ/N; stage 2: 2Ψ + 14Ψ/N; stage 3: 16Ψ/N. Every unit
+  // (one before stage 3, four for the tiny GPT at stage 3) is padded to a
+  // multiple of N, so allow N elements' worth of bytes per unit and term.
   for (int world : {2, 4}) {
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       std::vector<Engine::MemoryBreakdown> memory(world);
-      int64_t psi = 0;
+      int64_t psi = 0, block = 0;
       RunRanks(world, [&](int rank, Communicator* comm) {
         DsConfig config = Config(stage, 8 / world, 1, world);
         config.bf16.enabled = true;
@@ -121,19 +131,32 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
         auto [inputs, targets] = Batch(rank, 1);
         ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
         memory[rank] = (*engine)->Memory();
-        if (rank == 0) psi = model->ParameterCount();
+        if (rank == 0) {
+          psi = model->ParameterCount();
+          for (const auto& p : (*model->blocks)[0]->parameters()) block += p.numel();
+        }
       });
       const double n = world;
-      const double expected = stage == 0 ? 16.0 * psi
+      const double expected = stage == 0   ? 16.0 * psi
                               : stage == 1 ? 4.0 * psi + 12.0 * psi / n
-                                           : 2.0 * psi + 14.0 * psi / n;
+                              : stage == 2 ? 2.0 * psi + 14.0 * psi / n
+                                           : 16.0 * psi / n;
+      const double units = stage == 3 ? 4 : 1;
       for (int rank = 0; rank < world; ++rank) {
         const Engine::MemoryBreakdown& m = memory[rank];
         const double total = m.parameters + m.gradients + m.master_weights + m.optimizer_state;
-        if (stage == 2) {
-          EXPECT_NEAR(m.gradients, 2.0 * psi / n, 2.0 * world);
+        if (stage >= 2) {
+          EXPECT_NEAR(m.gradients, 2.0 * psi / n, 2.0 * world * units);
         }
-        EXPECT_NEAR(total, expected, 16.0 * world)
+        if (stage == 3) {
+          // Between uses only the shard: 2Ψ/N of bf16 parameters, and never
+          // the whole model gathered at once during the step (the embeddings,
+          // the final norm and one block at most).
+          EXPECT_NEAR(m.parameters, 2.0 * psi / n, 2.0 * world * units);
+          EXPECT_GT(m.gathered_peak_elements, 0);
+          EXPECT_LE(m.gathered_peak_elements, psi - block + units * world) << "more than one block gathered";
+        }
+        EXPECT_NEAR(total, expected, 16.0 * world * units)
             << "stage " << stage << " N " << world << " Ψ " << psi;
       }
       const Engine::MemoryBreakdown& m = memory[0];
@@ -144,69 +167,79 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
   }
 }
 
-TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSize) {
+TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
   const std::string dir = "/tmp/zero-ckpt-" + std::to_string(::getpid());
-  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
-  std::vector<double> uninterrupted;
-  std::vector<torch::Tensor> final_params;
-  // World 2, stage 2: 2 steps, save, 2 more steps.
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(2, 4, 1, 2), comm, torch::kCPU);
-    ASSERT_TRUE(engine.ok());
-    Train(**engine, model, 0, 2, 1, 2, rank);
-    ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "step2", {{"consumed_samples", 16}}).ok());
-    auto later = Train(**engine, model, 2, 2, 1, 2, rank);
-    if (rank == 0) {
-      uninterrupted = later;
-      final_params = Parameters(model);
-    }
-  });
-  // Same world: bit for bit.
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    Gpt model(TinyGpt(), 99);
-    auto engine = Engine::Create(model.ptr(), Config(2, 4, 1, 2), comm, torch::kCPU);
-    ASSERT_TRUE(engine.ok());
-    auto client = (*engine)->LoadCheckpoint(dir);
-    ASSERT_TRUE(client.ok()) << client.status();
-    auto later = Train(**engine, model, 2, 2, 1, 2, rank);
-    if (rank == 0) {
-      EXPECT_EQ(later, uninterrupted);
-      EXPECT_EQ(MaxDifference(Parameters(model), final_params), 0.0);
-    }
-  });
-  // World 4 and world 1, no offline conversion: the shards are re-cut at load.
-  for (int world : {4, 1}) {
-    RunRanks(world, [&](int rank, Communicator* comm) {
+  for (int stage : {2, 3}) {
+    ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
+    std::vector<double> uninterrupted;
+    std::vector<torch::Tensor> final_params;
+    // World 2: 2 steps, save, 2 more steps.
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      Gpt model(TinyGpt(), 5);
+      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
+      ASSERT_TRUE(engine.ok());
+      Train(**engine, model, 0, 2, 1, 2, rank);
+      ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "step2", {{"consumed_samples", 16}}).ok());
+      auto later = Train(**engine, model, 2, 2, 1, 2, rank);
+      auto params = TrainedParameters(**engine, model);
+      if (rank == 0) {
+        uninterrupted = later;
+        final_params = params;
+      }
+    });
+    // Same world and stage: bit for bit.
+    RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 99);
-      auto engine = Engine::Create(model.ptr(), Config(2, 8 / world, 1, world), comm, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
       ASSERT_TRUE(engine.ok());
       auto client = (*engine)->LoadCheckpoint(dir);
       ASSERT_TRUE(client.ok()) << client.status();
-      EXPECT_EQ((*engine)->global_steps(), 2);
-      auto later = Train(**engine, model, 2, 2, 1, world, rank);
+      auto later = Train(**engine, model, 2, 2, 1, 2, rank);
+      auto params = TrainedParameters(**engine, model);
       if (rank == 0) {
-        // Same global batches; only the order of sums differs.
-        EXPECT_LT(MaxDifference(Parameters(model), final_params), 1e-4) << "world " << world;
+        EXPECT_EQ(later, uninterrupted) << "stage " << stage;
+        EXPECT_EQ(MaxDifference(params, final_params), 0.0) << "stage " << stage;
       }
     });
+    // World 4 and world 1, and the other stage, no offline conversion: the
+    // shards are re-cut at load.
+    for (auto [world, load_stage] : {std::pair{4, stage}, std::pair{1, stage}, std::pair{2, 5 - stage}}) {
+      RunRanks(world, [&, world = world, load_stage = load_stage](int rank, Communicator* comm) {
+        Gpt model(TinyGpt(), 99);
+        auto engine = Engine::Create(model.ptr(), Config(load_stage, 8 / world, 1, world), comm, torch::kCPU);
+        ASSERT_TRUE(engine.ok());
+        auto client = (*engine)->LoadCheckpoint(dir);
+        ASSERT_TRUE(client.ok()) << client.status();
+        EXPECT_EQ((*engine)->global_steps(), 2);
+        Train(**engine, model, 2, 2, 1, world, rank);
+        auto params = TrainedParameters(**engine, model);
+        if (rank == 0) {
+          // Same global batches; only the order of sums differs.
+          EXPECT_LT(MaxDifference(params, final_params), 1e-4)
+              << "saved at stage " << stage << ", loaded at stage " << load_stage << " world " << world;
+        }
+      });
+    }
   }
   EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
 
 TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
-  for (int stage : {1, 2}) {
+  // Stage 3 also offloads its parameter shard (offload_param).
+  for (int stage : {1, 2, 3}) {
     std::vector<std::vector<torch::Tensor>> params(2), offloaded(2);
     for (bool offload : {false, true}) {
       RunRanks(2, [&](int rank, Communicator* comm) {
         DsConfig config = Config(stage, 4, 1, 2);
         if (offload) config.zero_optimization.offload_optimizer.device = "cpu";
+        if (offload && stage == 3) config.zero_optimization.offload_param.device = "cpu";
         Gpt model(TinyGpt(), 13);
         auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
         ASSERT_TRUE(engine.ok()) << engine.status();
         Train(**engine, model, 0, 3, 1, 2, rank);
         EXPECT_EQ((*engine)->Memory().optimizer_on_host, offload);
-        (offload ? offloaded : params)[rank] = Parameters(model);
+        EXPECT_EQ((*engine)->Memory().parameters_on_host, offload && stage == 3);
+        (offload ? offloaded : params)[rank] = TrainedParameters(**engine, model);
       });
     }
     // The SIMD step fuses the moment updates' multiply-adds (kernels/cpu_adam.h
@@ -218,23 +251,66 @@ TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
   }
 }
 
+TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
+  // Recomputed blocks run inside their gathered unit in backward; bf16 keeps
+  // the arithmetic of stage 0 with mixed precision (same casts, same order
+  // of sums on one rank), so one rank matches exactly and two closely.
+  GptOptions options = TinyGpt();
+  options.checkpointed_blocks = 2;
+  for (int world : {1, 2}) {
+    std::vector<std::vector<torch::Tensor>> params(2, std::vector<torch::Tensor>{});
+    std::vector<std::vector<double>> losses(2);
+    for (int stage : {0, 3}) {
+      RunRanks(world, [&](int rank, Communicator* comm) {
+        DsConfig config = Config(stage, 8 / world, 1, world);
+        config.bf16.enabled = true;
+        Gpt model(options, 17);
+        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        auto trained = Train(**engine, model, 0, 3, 1, world, rank);
+        auto trained_params = TrainedParameters(**engine, model);
+        if (rank == 0) {
+          losses[stage / 3] = trained;
+          params[stage / 3] = trained_params;
+        }
+      });
+    }
+    if (world == 1) {
+      EXPECT_EQ(losses[0], losses[1]);
+      EXPECT_EQ(MaxDifference(params[0], params[1]), 0.0);
+    } else {
+      for (size_t step = 0; step < losses[0].size(); ++step) EXPECT_NEAR(losses[0][step], losses[1][step], 2e-2);
+      EXPECT_LT(MaxDifference(params[0], params[1]), 2e-2);
+    }
+  }
+}
+
 TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   Gpt model(TinyGpt(), 1);
   DsConfig config = Config(0, 8, 1, 1);
   config.zero_optimization.offload_optimizer.device = "cpu";
   auto stage0 = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
   ASSERT_FALSE(stage0.ok());
-  EXPECT_NE(std::string(stage0.status().message()).find("needs zero_optimization.stage 1 or 2"), std::string::npos);
+  EXPECT_NE(std::string(stage0.status().message()).find("needs zero_optimization.stage 1, 2 or 3"), std::string::npos);
   config.zero_optimization.stage = 2;
   config.zero_optimization.offload_optimizer.device = "nvme";
   auto nvme = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
   ASSERT_FALSE(nvme.ok());
   EXPECT_NE(std::string(nvme.status().message()).find("NVMe offload is not yet supported"), std::string::npos);
   config.zero_optimization.offload_optimizer.device = "none";
+  config.zero_optimization.offload_param.device = "cpu";
+  auto param_offload = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  ASSERT_FALSE(param_offload.ok());
+  EXPECT_NE(std::string(param_offload.status().message()).find("offload_param.device=cpu needs zero_optimization.stage 3"),
+            std::string::npos);
+  // Stage 3 needs the model's units; a module that does not name them is refused.
+  config.zero_optimization.offload_param.device = "none";
   config.zero_optimization.stage = 3;
-  auto stage3 = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  torch::nn::Linear plain(4, 4);
+  auto stage3 = Engine::Create(plain.ptr(), config, nullptr, torch::kCPU);
   ASSERT_FALSE(stage3.ok());
-  EXPECT_NE(std::string(stage3.status().message()).find("stage 3 is not yet supported"), std::string::npos);
+  EXPECT_NE(std::string(stage3.status().message()).find("needs a model that names its parameter units"),
+            std::string::npos);
 }
 
 // Reads a safetensors file: (header JSON, data as floats).
@@ -257,7 +333,7 @@ std::pair<std::string, std::vector<float>> ReadSafetensors(const std::string& pa
 
 TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
   const std::string dir = "/tmp/zero-consolidate-" + std::to_string(::getpid());
-  for (int stage : {0, 2}) {
+  for (int stage : {0, 2, 3}) {
     ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
@@ -267,8 +343,9 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
       ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "final", {}).ok());
+      auto trained = TrainedParameters(**engine, model);
       if (rank == 0) {
-        params = Parameters(model);
+        params = trained;
         for (const auto& item : model->named_parameters()) names.push_back(item.key());
       }
     });

@@ -1,0 +1,57 @@
+// What a model provides so that ZeRO stage 3 can partition its parameters
+// (Note [ZeRO-3 units]).
+//
+// LibTorch's C++ modules have no forward hooks, so stage 3 cannot gather a
+// layer's parameters behind the model's back the way DeepSpeed does in
+// Python. Instead the model names its units, FSDP-style, and routes each
+// layer unit's forward through a UnitRunner that the engine installs:
+//
+//   class MyModel : public torch::nn::Module, public PartitionedModel { ... };
+//   torch::Tensor MyModel::forward(x) {
+//     if (runner_) runner_->BeginForward();           // gathers the root units
+//     for (i, block) x = runner_ ? runner_->Run(unit_of(i), block_fn, x) : block_fn(x);
+//   }
+//
+// A unit is a contiguous range of the module's trainable parameters in
+// parameters() order. Layer units are gathered just before their forward,
+// freed right after it, gathered again just before their backward and freed
+// (their gradients reduce-scattered to the owning ranks) right after it.
+// Root units (embeddings used at both ends, final norms, ...) are gathered at
+// BeginForward and freed when the backward pass is over.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/model/activation_checkpoint.h"
+
+namespace dslaunch::runtime {
+
+struct ParameterUnit {
+  int64_t first_parameter = 0;  // index among the trainable parameters
+  int64_t parameter_count = 0;
+  bool layer = false;           // run through UnitRunner::Run; otherwise a root unit
+};
+
+class UnitRunner {
+ public:
+  virtual ~UnitRunner() = default;
+  // Makes every root unit's parameters whole. Call once at the start of forward.
+  virtual void BeginForward() = 0;
+  // y = segment(x) with layer unit `unit` gathered for the forward and again
+  // for the backward. Throws c10::Error when a collective fails.
+  virtual torch::Tensor Run(int unit, const Segment& segment, const torch::Tensor& x) = 0;
+};
+
+class PartitionedModel {
+ public:
+  virtual ~PartitionedModel() = default;
+  // The units, in parameter order, covering every trainable parameter once.
+  virtual std::vector<ParameterUnit> ParameterUnits() const = 0;
+  // nullptr: run without ZeRO-3 (every parameter is whole).
+  virtual void SetUnitRunner(UnitRunner* runner) = 0;
+};
+
+}  // namespace dslaunch::runtime

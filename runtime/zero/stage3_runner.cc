@@ -1,0 +1,97 @@
+#include "runtime/zero/stage3_runner.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+// Identity in forward; in backward, tells the runner the unit's backward is over.
+class UnitEntry : public torch::autograd::Function<UnitEntry> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               Stage3Runner* runner, int64_t unit) {
+    ctx->saved_data["runner"] = reinterpret_cast<int64_t>(runner);
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    reinterpret_cast<Stage3Runner*>(ctx->saved_data["runner"].toInt())
+        ->AfterUnitBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Identity in forward; in backward, tells the runner the unit's backward is next.
+class UnitExit : public torch::autograd::Function<UnitExit> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor y,
+                               Stage3Runner* runner, int64_t unit) {
+    ctx->saved_data["runner"] = reinterpret_cast<int64_t>(runner);
+    ctx->saved_data["unit"] = unit;
+    return y.view_as(y);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    reinterpret_cast<Stage3Runner*>(ctx->saved_data["runner"].toInt())
+        ->BeforeUnitBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void Stage3Runner::Check(const absl::Status& status, const char* what, int unit) const {
+  TORCH_CHECK(status.ok(), "ZeRO-3 ", what, " of unit ", unit, ": ", std::string(status.message()));
+}
+
+void Stage3Runner::BeginForward() {
+  for (int u = 0; u < zero_->units(); ++u) {
+    if (!zero_->unit_is_layer(u)) Check(zero_->GatherUnit(u), "gather", u);
+  }
+}
+
+torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::Tensor& x) {
+  TORCH_CHECK(unit >= 0 && unit < zero_->units() && zero_->unit_is_layer(unit),
+              "ZeRO-3: unit ", unit, " is not a layer unit of this model");
+  Check(zero_->GatherUnit(unit), "gather", unit);
+  torch::Tensor y;
+  if (torch::GradMode::is_enabled() && x.requires_grad()) {
+    y = UnitExit::apply(segment(UnitEntry::apply(x, this, unit)), this, unit);
+  } else if (torch::GradMode::is_enabled()) {
+    // The input needs no gradient (nothing before the unit is trainable):
+    // only the exit marks the unit; FinishBackward collects its gradients.
+    y = UnitExit::apply(segment(x), this, unit);
+  } else {
+    y = segment(x);
+  }
+  zero_->ReleaseUnit(unit);
+  return y;
+}
+
+void Stage3Runner::BeforeUnitBackward(int unit) { Check(zero_->GatherUnit(unit), "gather", unit); }
+
+void Stage3Runner::AfterUnitBackward(int unit) {
+  Check(zero_->AccumulateUnitGradients(unit), "reduce-scatter", unit);
+  zero_->ReleaseUnit(unit);
+}
+
+absl::Status Stage3Runner::FinishBackward() {
+  for (int u = 0; u < zero_->units(); ++u) {
+    if (zero_->UnitHasGradients(u)) {
+      absl::Status s = zero_->AccumulateUnitGradients(u);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("ZeRO-3 reduce-scatter of unit ", u, ": ", s.message()));
+    }
+    zero_->ReleaseUnit(u);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stage3Runner::GatherAll() {
+  for (int u = 0; u < zero_->units(); ++u) {
+    if (absl::Status s = zero_->GatherUnit(u); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dslaunch::runtime

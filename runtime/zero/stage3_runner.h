@@ -1,0 +1,47 @@
+// The engine's UnitRunner for ZeRO stage 3 (Note [ZeRO-3 units]).
+//
+// Run(unit, segment, x) computes Post(segment(Pre(x))) where Pre and Post are
+// identity autograd functions that mark the unit's boundaries for backward:
+//   forward:  gather the unit -> segment -> release it
+//   backward: Post's backward runs before the unit's (gather it again);
+//             Pre's backward runs after it (reduce-scatter the unit's
+//             gradients to their owners, release the unit).
+// Autograd runs a ready node with a higher sequence number first, so the
+// unit's own nodes (created after Pre) and their gradient accumulation finish
+// before Pre's backward. FinishBackward() then sweeps whatever the pass left:
+// root units, gradients that arrived late, units whose input needed no
+// gradient. The sweep visits units in order on every rank, so the
+// collectives stay matched.
+#pragma once
+
+#include "absl/status/status.h"
+#include "runtime/zero/parameter_units.h"
+#include "runtime/zero/zero_partition.h"
+
+namespace dslaunch::runtime {
+
+class Stage3Runner : public UnitRunner {
+ public:
+  explicit Stage3Runner(ZeroPartition* zero) : zero_(zero) {}
+
+  void BeginForward() override;
+  torch::Tensor Run(int unit, const Segment& segment, const torch::Tensor& x) override;
+
+  // After loss.backward(): reduce-scatter every gradient still held, release
+  // every non-persistent unit.
+  absl::Status FinishBackward();
+  // Every unit whole (e.g. to read or export the parameters); they are
+  // released again as the next step uses them.
+  absl::Status GatherAll();
+
+  // Called by the boundary functions.
+  void BeforeUnitBackward(int unit);
+  void AfterUnitBackward(int unit);
+
+ private:
+  void Check(const absl::Status& status, const char* what, int unit) const;
+
+  ZeroPartition* const zero_;
+};
+
+}  // namespace dslaunch::runtime
