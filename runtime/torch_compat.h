@@ -65,3 +65,41 @@ class StoreBase : public c10d::Store {
 #endif
 };
 }  // namespace dslaunch::runtime::compat
+
+// Caps what LibTorch's CUDA caching allocator may hold on `device` (a
+// benchmark stands in for a smaller GPU this way: a model that does not fit
+// fails with out-of-memory instead of using the whole card).
+#include "absl/status/status.h"
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+namespace dslaunch::runtime::compat {
+inline absl::Status LimitCudaMemory(int device, double bytes) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  const double total = static_cast<double>(at::cuda::getDeviceProperties(device)->totalGlobalMem);
+  if (bytes <= 0 || bytes > total) {
+    return absl::InvalidArgumentError("the CUDA memory limit must be between 0 and the device's memory");
+  }
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes / total, device);
+  return absl::OkStatus();
+#else
+  (void)device;
+  (void)bytes;
+  return absl::FailedPreconditionError("a CUDA memory limit needs a LibTorch build with CUDA");
+#endif
+}
+}  // namespace dslaunch::runtime::compat
+
+namespace dslaunch::runtime::compat {
+// The most bytes LibTorch's CUDA allocator has held in tensors on `device`
+// (torch.cuda.max_memory_allocated); 0 without CUDA.
+inline int64_t CudaPeakAllocatedBytes(int device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  return stats.allocated_bytes[0].peak;  // index 0: StatType::AGGREGATE
+#else
+  (void)device;
+  return 0;
+#endif
+}
+}  // namespace dslaunch::runtime::compat

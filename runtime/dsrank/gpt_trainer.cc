@@ -17,6 +17,7 @@
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
+#include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -227,6 +228,10 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
                       "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s\n",
                       m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
                       m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "");
+        if (context.device.is_cuda()) {
+          absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",
+                        compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30));
+        }
         if (ds.zero_optimization.stage == 3) {
           absl::FPrintF(context.out, "  ZeRO-3: at most %d parameter elements gathered at once\n",
                         m.gathered_peak_elements);

@@ -18,6 +18,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/dsrank/gpt_trainer.h"
+#include "runtime/torch_compat.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::vector<ConfigOverride> overrides;
   int64_t exit_at_step = -1;
   int64_t hang_at_step = -1;
+  double cuda_memory_limit_gb = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
       if (!absl::SimpleAtoi(value(), &hang_at_step)) return Fail("--hang_at_step needs a step number");
     } else if (arg.rfind("--exit_at_step", 0) == 0) {
       if (!absl::SimpleAtoi(value(), &exit_at_step)) return Fail("--exit_at_step needs a step number");
+    } else if (arg.rfind("--cuda_memory_limit_gb", 0) == 0) {
+      if (!absl::SimpleAtod(value(), &cuda_memory_limit_gb) || cuda_memory_limit_gb <= 0) {
+        return Fail("--cuda_memory_limit_gb needs a positive number of GiB");
+      }
     } else if (arg.rfind("--device", 0) == 0) {
       device_choice = value();
     } else if (config_path.empty() && arg.rfind("--", 0) != 0) {
@@ -66,7 +72,7 @@ int main(int argc, char** argv) {
     } else {
       return Fail(absl::StrCat("unknown argument '", arg,
                                "'; usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] "
-                               "[--device auto|cpu|cuda] [--exit_at_step N]"));
+                               "[--device auto|cpu|cuda] [--cuda_memory_limit_gb G] [--exit_at_step N]"));
     }
   }
   if (config_path.empty()) return Fail("missing the job file (a train.cfg)");
@@ -98,6 +104,11 @@ int main(int argc, char** argv) {
   if (device_choice == "cuda" && !torch::cuda::is_available()) return Fail("--device cuda: no CUDA device");
   context.device = cuda ? torch::Device(torch::kCUDA, local_rank % std::max<int>(1, torch::cuda::device_count()))
                         : torch::Device(torch::kCPU);
+  if (cuda_memory_limit_gb > 0) {
+    // Stands in for a smaller GPU (benchmarks of what fits only with ZeRO-3 offload).
+    absl::Status limited = compat::LimitCudaMemory(context.device.index(), cuda_memory_limit_gb * (1 << 30));
+    if (!limited.ok()) return Fail(absl::StrCat("--cuda_memory_limit_gb: ", limited.message()));
+  }
 
   std::unique_ptr<StoreClient> store;
   std::unique_ptr<Communicator> world;

@@ -59,9 +59,13 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     const int64_t padded = unit.piece * zero->shards_;
     if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
     torch::Tensor mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
-    master_pieces.push_back(mine.to(torch::kFloat));
+    // Offloaded pieces go to the host one unit at a time: a model that fits
+    // on the device only partitioned never has its fp32 copy there.
+    const torch::Device master_device = options.offload_optimizer ? torch::kCPU : mine.device();
+    master_pieces.push_back(mine.to(master_device, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
     if (options.stage == 3) {
-      param_pieces.push_back(mine.clone());
+      const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
+      param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
       // The module's parameters become views of the unit's flat buffer.
       int64_t offset = 0;
       for (size_t i = unit.first; i < unit.end; ++i) {
@@ -73,19 +77,15 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       zero->gathered_.push_back(true);
     }
   }
-  torch::Tensor shard = torch::cat(master_pieces).clone();
-  if (options.offload_optimizer) {
-    shard = shard.to(torch::kCPU);
-    // Pinned host memory makes the copies to and from the GPU asynchronous.
-    if (first.is_cuda()) shard = shard.pin_memory();
-  }
+  torch::Tensor shard = torch::cat(master_pieces);
+  master_pieces.clear();
+  // Pinned host memory makes the copies to and from the GPU asynchronous.
+  if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
   zero->master_shard_ = shard.requires_grad_(true);
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
-    if (options.offload_param) {
-      params_shard = params_shard.to(torch::kCPU);
-      if (first.is_cuda()) params_shard = params_shard.pin_memory();
-    }
+    param_pieces.clear();
+    if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
     zero->param_shard_ = params_shard;
     for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
