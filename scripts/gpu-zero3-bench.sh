@@ -17,9 +17,12 @@ bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runt
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
 data=${GPU_DATA:-$root/.gpu-data}
-"$bin/runtime_tests" 2>&1 | grep -E -A8 'Failure|^\[  (PASSED|FAILED)' | head -n 30
+"$bin/runtime_tests" >"$out/runtime_tests.log" 2>&1
+echo "runtime_tests: exit $?"
+grep -E -A8 'Failure|^\[  (PASSED|FAILED)' "$out/runtime_tests.log" | head -n 30
 cd "$root"
-common=(--override "data.prepared=$data/fortunes-all-byte" --override ds_config.memory_breakdown=true)
+common=(--override "data.prepared=$data/fortunes-all-byte" --override ds_config.memory_breakdown=true
+        --override train.warmup_steps=1)
 
 printf '%-34s %12s %10s\n' "gpt-124m run" "tokens/s" "loss@40"
 for stage in 0 3; do
