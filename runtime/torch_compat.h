@@ -80,7 +80,13 @@ inline absl::Status LimitCudaMemory(int device, double bytes) {
   if (bytes <= 0 || bytes > total) {
     return absl::InvalidArgumentError("the CUDA memory limit must be between 0 and the device's memory");
   }
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes / total, device);
+  try {
+    // The allocator of a device exists once something was allocated on it.
+    torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, device));
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes / total, device);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
   return absl::OkStatus();
 #else
   (void)device;
