@@ -174,6 +174,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
     std::vector<double> uninterrupted;
     std::vector<torch::Tensor> final_params;
     // World 2: 2 steps, save, 2 more steps.
+    std::fprintf(stderr, "stage %d: train and save at world 2\n", stage);
     RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 5);
       auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
@@ -188,6 +189,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
       }
     });
     // Same world and stage: bit for bit.
+    std::fprintf(stderr, "stage %d: resume at world 2\n", stage);
     RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 99);
       auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
@@ -204,6 +206,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
     // World 4 and world 1, and the other stage, no offline conversion: the
     // shards are re-cut at load.
     for (auto [world, load_stage] : {std::pair{4, stage}, std::pair{1, stage}, std::pair{2, 5 - stage}}) {
+      std::fprintf(stderr, "stage %d: load at world %d, stage %d\n", stage, world, load_stage);
       RunRanks(world, [&, world = world, load_stage = load_stage](int rank, Communicator* comm) {
         Gpt model(TinyGpt(), 99);
         auto engine = Engine::Create(model.ptr(), Config(load_stage, 8 / world, 1, world), comm, torch::kCPU);
