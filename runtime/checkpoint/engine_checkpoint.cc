@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/posix_fs.h"
+#include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/zero_layout.h"
 #include "runtime/engine/engine.h"
 
@@ -125,6 +126,10 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
     return absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
   }
   if (auto s = SyncFile(path); !s.ok()) return s;
+  if (stage3_ && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+    absl::Status written = SaveGatheredWeights(PartialDir(dir, tag));
+    if (!written.ok()) return written;
+  }
   // Every part is on disk before rank 0 commits.
   if (auto s = Barrier(data_parallel_); !s.ok()) return s;
   if (rank == 0) {
@@ -133,6 +138,42 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
   }
   // Nobody moves on (and maybe reads `latest`) before the commit.
   return Barrier(data_parallel_);
+}
+
+absl::Status Engine::SaveGatheredWeights(const std::string& folder) {
+  // A collective: every rank gathers, rank 0 writes. The file is part of the
+  // checkpoint folder, so it is committed (or not) with the shards.
+  if (absl::Status gathered = GatherFullParameters(); !gathered.ok()) return gathered;
+  const int rank = data_parallel_ ? data_parallel_->rank() : 0;
+  absl::Status written = absl::OkStatus();
+  if (rank == 0) {
+    try {
+      std::vector<SafetensorsEntry> entries;
+      std::vector<torch::Tensor> values;
+      for (const auto& item : model_->named_parameters()) {
+        if (!item.value().requires_grad()) continue;
+        entries.push_back(SafetensorsEntry{item.key(), item.value().sizes().vec()});
+        values.push_back(item.value());
+      }
+      auto writer = SafetensorsWriter::Create(folder + "/" + kGatheredWeightsFile, entries);
+      if (!writer.ok()) return writer.status();
+      for (const torch::Tensor& value : values) {
+        // The 16-bit values, widened to fp32 exactly (the writer stores F32).
+        torch::Tensor wide = value.detach().to(torch::kCPU, torch::kFloat).contiguous();
+        written = (*writer)->Append(wide.data_ptr<float>(), wide.numel());
+        if (!written.ok()) break;
+      }
+      if (written.ok()) written = (*writer)->Finish();
+    } catch (const c10::Error& e) {
+      written = absl::InternalError(absl::StrCat("gathered weights: ", e.what_without_backtrace()));
+    }
+  }
+  // The gathered units go again; the next step gathers what it uses.
+  if (stage3_) {
+    absl::Status released = stage3_->FinishBackward();
+    if (written.ok()) written = released;
+  }
+  return written;
 }
 
 absl::Status Engine::LoadZeroShards(const std::string& folder) {

@@ -112,6 +112,13 @@ absl::Status Engine::Initialize() {
       shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(),
                                                 options.offload_optimizer);
       if (stage == 3) {
+        const int64_t needed = zero_->StepLiveElements();
+        if (needed > config_.zero_optimization.stage3_max_live_parameters) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "zero_optimization.stage3_max_live_parameters=", config_.zero_optimization.stage3_max_live_parameters,
+              " is below what a step of this model needs whole at once: ", needed,
+              " elements (the root and persistent units and the largest layer unit)"));
+        }
         stage3_ = std::make_unique<Stage3Runner>(zero_.get());
         partitioned->SetUnitRunner(stage3_.get());
       }

@@ -66,6 +66,10 @@ struct StepResult {
 
 class Engine {
  public:
+  // Written into a ZeRO-3 checkpoint's folder with
+  // stage3_gather_16bit_weights_on_model_save: every parameter, whole.
+  static constexpr char kGatheredWeightsFile[] = "model_weights.safetensors";
+
   // `model` must outlive the engine. `data_parallel` may be null for one rank.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         const DsConfig& config,
@@ -122,6 +126,9 @@ class Engine {
          torch::Device device);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
+  // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
+  // into `folder`/kGatheredWeightsFile (rank 0 writes; every rank gathers).
+  absl::Status SaveGatheredWeights(const std::string& folder);
   // ZeRO: this rank's ranges from a checkpoint of any data-parallel size.
   absl::Status LoadZeroShards(const std::string& folder);
   // The boundary step with ZeRO stages 1-2.

@@ -226,6 +226,19 @@ int64_t ZeroPartition::LiveElements() const {
   return live;
 }
 
+int64_t ZeroPartition::StepLiveElements() const {
+  int64_t always = 0, largest_layer = 0;
+  for (const Unit& unit : units_) {
+    const int64_t whole = unit.piece * shards_;
+    if (unit.layer && !unit.persistent) {
+      largest_layer = std::max(largest_layer, whole);
+    } else {
+      always += whole;
+    }
+  }
+  return always + largest_layer;
+}
+
 absl::Status ZeroPartition::PrepareShardGradient() {
   torch::NoGradGuard no_grad;
   torch::Tensor shard_sum;

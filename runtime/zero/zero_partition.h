@@ -107,6 +107,9 @@ class ZeroPartition {
   // Elements of full (gathered) parameters alive now and at most so far.
   int64_t LiveElements() const;
   int64_t PeakLiveElements() const { return peak_live_; }
+  // What a step holds whole at most: root and persistent units plus the
+  // largest layer unit (one layer is gathered at a time).
+  int64_t StepLiveElements() const;
 
   // Bytes held persistently by this rank.
   int64_t ParameterBytes() const;

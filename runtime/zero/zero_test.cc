@@ -314,6 +314,12 @@ TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   ASSERT_FALSE(stage3.ok());
   EXPECT_NE(std::string(stage3.status().message()).find("needs a model that names its parameter units"),
             std::string::npos);
+  // One block of the tiny GPT has 3280 elements: a bound below a step's need is refused.
+  config.zero_optimization.stage3_max_live_parameters = 1000;
+  auto too_few = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  ASSERT_FALSE(too_few.ok());
+  EXPECT_NE(std::string(too_few.status().message()).find("stage3_max_live_parameters=1000 is below"), std::string::npos)
+      << too_few.status();
 }
 
 // Reads a safetensors file: (header JSON, data as floats).
@@ -342,7 +348,9 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
     std::vector<std::string> names;
     RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 8);
-      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
+      DsConfig config = Config(stage, 4, 1, 2);
+      config.zero_optimization.stage3_gather_16bit_weights_on_model_save = true;  // stage 3 only
+      auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
       ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "final", {}).ok());
@@ -368,6 +376,15 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
     EXPECT_TRUE(torch::equal(written, expected)) << "stage " << stage;
     for (const auto& name : names) EXPECT_NE(header.find("\"" + name + "\""), std::string::npos) << name;
     EXPECT_NE(header.find("\"dtype\":\"F32\""), std::string::npos);
+    // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
+    // beside the shards, equal to the consolidated masters (fp32 training).
+    const std::string gathered = dir + "/final/" + Engine::kGatheredWeightsFile;
+    EXPECT_EQ(posix_fs::Exists(gathered), stage == 3) << gathered;
+    if (stage == 3) {
+      auto [gathered_header, gathered_data] = ReadSafetensors(gathered);
+      EXPECT_EQ(gathered_header, header);
+      EXPECT_EQ(gathered_data, data);
+    }
   }
   EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
