@@ -110,9 +110,27 @@ bool PreemptionRequested(const TrainerContext& context) {
   return t.item<double>() > 0;
 }
 
+absl::Status RunTraining(const JobConfig& job, const TrainerContext& context);
+
 }  // namespace
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
+  // LibTorch reports failures inside forward (out of device memory, a
+  // collective that failed in a ZeRO-3 gather) as exceptions: one clear line
+  // and a non-zero exit instead of an abort with a stack of frames.
+  try {
+    return RunTraining(job, context);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    const bool memory = what.find("out of memory") != std::string::npos;
+    return memory ? absl::ResourceExhaustedError(absl::StrCat("training stopped: ", what))
+                  : absl::InternalError(absl::StrCat("training stopped: ", what));
+  }
+}
+
+namespace {
+
+absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (auto s = EnsureDataset(job, context); !s.ok()) return s;
   auto dataset = IndexedDataset::Open(job.data.prepared);
   if (!dataset.ok()) return dataset.status();
@@ -301,5 +319,7 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 }  // namespace dslaunch::runtime
