@@ -3,14 +3,7 @@
 # with ZeRO stages 0, 1, 2 and stage 2 with CPU offload, through dslaunch and
 # NCCL; prints tokens/s for each (the mean over steps 20-40) and the loss at 40.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$root/gpu-out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runtime_tests >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
-export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-bin="$root/build-gpu/bin"
-data=${GPU_DATA:-$root/.gpu-data}
+source "$(dirname "$0")/gpu-bench-env.sh"
 "$bin/runtime_tests" 2>&1 | grep -E -A8 'Failure|^\[  (PASSED|FAILED)' | head -n 30
 cd "$root"
 printf '%-22s %12s %10s\n' "run" "tokens/s" "loss@40"

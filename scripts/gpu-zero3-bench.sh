@@ -8,15 +8,8 @@
 #     card): ZeRO-0 must run out of memory, ZeRO-3 with offload_optimizer and
 #     offload_param on the CPU must train; prints its step time and memory.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$root/gpu-out}
 limit=${LIMIT_GB:-20}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runtime_tests >"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
-export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-bin="$root/build-gpu/bin"
-data=${GPU_DATA:-$root/.gpu-data}
+source "$(dirname "$0")/gpu-bench-env.sh"
 "$bin/runtime_tests" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} >"$out/runtime_tests.log" 2>&1
 echo "runtime_tests: exit $?"
 grep -E -A8 'Failure|^\[  (PASSED|FAILED)' "$out/runtime_tests.log" | head -n 30

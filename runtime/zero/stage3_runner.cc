@@ -5,8 +5,10 @@
 namespace dslaunch::runtime {
 namespace {
 
-// Identity in forward; in backward, tells the runner the unit's backward is over.
-class UnitEntry : public torch::autograd::Function<UnitEntry> {
+// Identity in forward; in backward, calls `Hook` for the unit: the entry's
+// backward runs once the unit's backward is over, the exit's before it begins.
+template <void (Stage3Runner::*Hook)(int)>
+class UnitBoundary : public torch::autograd::Function<UnitBoundary<Hook>> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                Stage3Runner* runner, int64_t unit) {
@@ -16,28 +18,14 @@ class UnitEntry : public torch::autograd::Function<UnitEntry> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    reinterpret_cast<Stage3Runner*>(ctx->saved_data["runner"].toInt())
-        ->AfterUnitBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    auto* runner = reinterpret_cast<Stage3Runner*>(ctx->saved_data["runner"].toInt());
+    (runner->*Hook)(static_cast<int>(ctx->saved_data["unit"].toInt()));
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
 };
 
-// Identity in forward; in backward, tells the runner the unit's backward is next.
-class UnitExit : public torch::autograd::Function<UnitExit> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor y,
-                               Stage3Runner* runner, int64_t unit) {
-    ctx->saved_data["runner"] = reinterpret_cast<int64_t>(runner);
-    ctx->saved_data["unit"] = unit;
-    return y.view_as(y);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    reinterpret_cast<Stage3Runner*>(ctx->saved_data["runner"].toInt())
-        ->BeforeUnitBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], torch::Tensor(), torch::Tensor()};
-  }
-};
+using UnitEntry = UnitBoundary<&Stage3Runner::AfterUnitBackward>;
+using UnitExit = UnitBoundary<&Stage3Runner::BeforeUnitBackward>;
 
 }  // namespace
 
