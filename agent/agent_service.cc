@@ -1,5 +1,7 @@
 #include "agent/agent_service.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "common/auth_token.h"
 #include "common/log.h"
@@ -95,11 +97,25 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
                                          " on this agent"));
       }
     }
+    job->heartbeat_timeout = std::chrono::milliseconds(std::max<int64_t>(0, request->heartbeat_timeout_ms()));
+    std::string contact;
+    {
+      std::lock_guard<std::mutex> service_lock(mu_);
+      contact = rank_contact_address_;
+    }
     for (const RankSpec& spec : request->ranks()) {
       SpawnRequest spawn;
       spawn.argv.assign(spec.argv().begin(), spec.argv().end());
       spawn.env.insert(spec.env().begin(), spec.env().end());
       spawn.working_dir = spec.working_dir();
+      // Note [Rank heartbeats]: a token of its own, never the agent's.
+      RankHealth& health = job->health[{request->attempt(), spec.global_rank()}];
+      health = RankHealth();
+      health.token = GenerateToken();
+      if (!contact.empty()) {
+        spawn.env["DSLAUNCH_AGENT_ADDR"] = contact;
+        spawn.env["DSLAUNCH_RANK_TOKEN"] = health.token;
+      }
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(
           request->attempt(), spec.global_rank(), std::move(spawn),
@@ -186,6 +202,134 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
   return grpc::Status::OK;
 }
 
+void AgentService::SetRankContactAddress(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rank_contact_address_ = address;
+}
+
+grpc::Status AgentService::Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+                                     HeartbeatReply*) {
+  std::shared_ptr<Job> job = FindJob(request->job_id());
+  const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
+                             "dsagent: heartbeat for an unknown rank or with a wrong rank token");
+  if (!job) return refused;
+  RankEvent event;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    auto it = job->health.find({request->attempt(), request->global_rank()});
+    if (it == job->health.end() || !TokensEqual(it->second.token, request->rank_token())) {
+      LogLine(absl::StrCat("refused Heartbeat from ", context->peer(), " for job ", request->job_id(),
+                           " rank ", request->global_rank(), ": unknown rank or wrong rank token"));
+      return refused;
+    }
+    RankHealth& health = it->second;
+    health.last = std::chrono::steady_clock::now();
+    health.reported = true;
+    health.missed_reported = false;
+    health.progress.Clear();
+    health.progress.set_step(request->step());
+    *health.progress.mutable_recent_collectives() = request->recent_collectives();
+    event.set_attempt(request->attempt());
+    event.set_global_rank(request->global_rank());
+    *event.mutable_progress() = health.progress;
+  }
+  job->events.Push(std::move(event));
+  return grpc::Status::OK;
+}
+
+void AgentService::CheckHeartbeats(Job& job, std::chrono::steady_clock::time_point now) {
+  std::vector<RankEvent> missed;
+  {
+    std::lock_guard<std::mutex> lock(job.mu);
+    if (job.heartbeat_timeout.count() <= 0) return;
+    for (const auto& rank : job.ranks) {
+      if (rank->ended()) continue;
+      auto it = job.health.find({rank->attempt(), rank->global_rank()});
+      if (it == job.health.end() || !it->second.reported || it->second.missed_reported) continue;
+      const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last);
+      if (quiet <= job.heartbeat_timeout) continue;
+      it->second.missed_reported = true;
+      RankEvent event;
+      event.set_attempt(rank->attempt());
+      event.set_global_rank(rank->global_rank());
+      *event.mutable_progress() = it->second.progress;
+      event.mutable_progress()->set_missed_heartbeat_ms(quiet.count());
+      missed.push_back(std::move(event));
+    }
+  }
+  for (auto& event : missed) {
+    LogLine(absl::StrCat("job ", job.id, ": rank ", event.global_rank(), " sent no heartbeat for ",
+                         event.progress().missed_heartbeat_ms(), " ms while its process lives"));
+    job.events.Push(std::move(event));
+  }
+}
+
+namespace {
+
+// Every thread's native stack of `pid` (eu-stack from elfutils), bounded in
+// size and time; a line saying why when it cannot be had.
+std::string NativeStacks(pid_t pid) {
+  constexpr size_t kLimit = 256 * 1024;
+  const std::string command = absl::StrCat("timeout 20 eu-stack -p ", pid, " 2>&1");
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "dsagent: cannot run eu-stack (popen failed)";
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    if (out.size() < kLimit) out.append(buffer, std::min(n, kLimit - out.size()));
+  }
+  const int status = ::pclose(pipe);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return "dsagent: eu-stack is not installed on this host (Debian: apt-get install elfutils)";
+  }
+  if (out.size() >= kLimit) out += "\n[... cut at 256 KiB]\n";
+  return out;
+}
+
+}  // namespace
+
+grpc::Status AgentService::Diagnose(grpc::ServerContext* context, const DiagnoseRequest* request,
+                                    DiagnoseReply* reply) {
+  if (auto s = Authenticate(*context, "Diagnose"); !s.ok()) return s;
+  std::shared_ptr<Job> job = FindJob(request->job_id());
+  if (!job) return grpc::Status::OK;
+  Touch(*job);
+  struct Target {
+    int rank;
+    pid_t pid;
+    RankProgress progress;
+    int64_t age_ms;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& rank : job->ranks) {
+      if (rank->ended() || rank->attempt() != request->attempt()) continue;
+      Target target{rank->global_rank(), rank->pid(), RankProgress(), -1};
+      auto it = job->health.find({rank->attempt(), rank->global_rank()});
+      if (it != job->health.end() && it->second.reported) {
+        target.progress = it->second.progress;
+        target.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last).count();
+      }
+      targets.push_back(std::move(target));
+    }
+  }
+  // Outside the lock: a stack dump takes a moment per process.
+  for (const Target& target : targets) {
+    RankDiagnosis* diagnosis = reply->add_ranks();
+    diagnosis->set_global_rank(target.rank);
+    diagnosis->set_pid(target.pid);
+    diagnosis->set_stacks(target.pid > 0 ? NativeStacks(target.pid) : "dsagent: the rank has no process");
+    *diagnosis->mutable_last_heartbeat() = target.progress;
+    diagnosis->set_heartbeat_age_ms(target.age_ms);
+  }
+  LogLine(absl::StrCat("job ", job->id, " attempt ", request->attempt(), ": diagnosed ",
+                       targets.size(), " rank(s) for the controller"));
+  return grpc::Status::OK;
+}
+
 int AgentService::StopAllJobs(std::chrono::milliseconds grace, const std::string& reason) {
   std::vector<std::shared_ptr<Job>> jobs;
   {
@@ -226,6 +370,7 @@ void AgentService::LeaseLoop() {
     auto now = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Job>> expired;
     std::vector<std::string> forget;
+    for (auto& [id, job] : jobs_) CheckHeartbeats(*job, now);
     for (auto& [id, job] : jobs_) {
       std::lock_guard<std::mutex> job_lock(job->mu);
       if (now - job->last_contact <= job->lease) continue;

@@ -10,6 +10,16 @@
 // ranks behind. Jobs whose ranks have all ended are forgotten after a lease
 // without contact.
 //
+// Note [Rank heartbeats]: every rank gets the agent's address and a token of
+// its own. A rank (dsrank, or a program using common/heartbeat_client.h)
+// reports its step and recent collectives every DSLAUNCH_HEARTBEAT_MS; the
+// agent forwards each report to the controller's Watch stream and reports a
+// rank that went quiet for longer than the job's heartbeat timeout while its
+// process lives (frozen, stopped, swapping). A program that never sends one is
+// judged by its process state only. Diagnose adds every thread's native stack
+// (eu-stack from elfutils) to the last report, for the controller's hang
+// report.
+//
 // Thread-safe: gRPC calls it from many threads.
 #pragma once
 
@@ -54,6 +64,15 @@ class AgentService final : public Agent::Service {
                          KeepAliveReply* reply) override;
   grpc::Status Watch(grpc::ServerContext* context, const WatchRequest* request,
                      grpc::ServerWriter<RankEvent>* writer) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+                         HeartbeatReply* reply) override;
+  grpc::Status Diagnose(grpc::ServerContext* context, const DiagnoseRequest* request,
+                        DiagnoseReply* reply) override;
+
+  // Where ranks of this host send heartbeats (host:port of this service);
+  // set once the server listens, before it takes calls. Ranks get it as
+  // DSLAUNCH_AGENT_ADDR with their own DSLAUNCH_RANK_TOKEN.
+  void SetRankContactAddress(const std::string& address);
 
   // Stops every job's ranks with `grace` and waits until they are gone
   // (daemon shutdown). Returns how many ranks were signalled.
@@ -63,6 +82,15 @@ class AgentService final : public Agent::Service {
   int LiveRankCount(const std::string& job_id);
 
  private:
+  // Note [Rank heartbeats]: what the agent knows of a rank's own reports.
+  struct RankHealth {
+    std::string token;  // DSLAUNCH_RANK_TOKEN of this rank
+    std::chrono::steady_clock::time_point last;  // of the last heartbeat
+    bool reported = false;                       // has sent at least one
+    bool missed_reported = false;                // this silence was reported
+    RankProgress progress;                       // the last heartbeat's content
+  };
+
   struct Job {
     explicit Job(std::string id) : id(std::move(id)) {}
     const std::string id;
@@ -73,6 +101,8 @@ class AgentService final : public Agent::Service {
     std::chrono::milliseconds lease{0};                  // guarded by mu
     bool watched = false;                                // guarded by mu
     bool lease_expired = false;                          // guarded by mu
+    std::chrono::milliseconds heartbeat_timeout{0};      // guarded by mu
+    std::map<std::pair<int, int>, RankHealth> health;    // (attempt, rank); guarded by mu
   };
 
   // UNAUTHENTICATED (and a log line naming the peer) unless the call has the token.
@@ -83,11 +113,14 @@ class AgentService final : public Agent::Service {
   int StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
                 const std::string& reason);
   void LeaseLoop();
+  // Reports ranks that went quiet for longer than the job's heartbeat timeout.
+  void CheckHeartbeats(Job& job, std::chrono::steady_clock::time_point now);
 
   const AgentConfig config_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   bool shutting_down_ = false;                        // guarded by mu_
+  std::string rank_contact_address_;                  // guarded by mu_
   std::condition_variable shutdown_cv_;
   std::thread lease_thread_;
 };

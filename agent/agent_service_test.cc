@@ -32,6 +32,8 @@ class AgentServiceTest : public ::testing::Test {
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_GT(port, 0);
+    address_ = "127.0.0.1:" + std::to_string(port);
+    service_->SetRankContactAddress(address_);
     stub_ = Agent::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                                grpc::InsecureChannelCredentials()));
   }
@@ -65,6 +67,7 @@ class AgentServiceTest : public ::testing::Test {
     return service_->LiveRankCount(job) == live;
   }
 
+  std::string address_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Agent::Stub> stub_;
@@ -125,6 +128,90 @@ TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
     EXPECT_EQ(e.attempt(), 2);
     EXPECT_EQ(e.global_rank(), 4);
   }
+  watch_context.TryCancel();
+}
+
+// Note [Rank heartbeats]: a rank that prints its agent contact and then sleeps.
+TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
+  StartAgent();
+  StartRanksRequest request;
+  request.set_job_id("beating");
+  request.set_attempt(1);
+  request.set_heartbeat_timeout_ms(300);
+  RankSpec* rank = request.add_ranks();
+  rank->set_global_rank(0);
+  for (const char* arg : {"/bin/sh", "-c", "echo \"$DSLAUNCH_AGENT_ADDR $DSLAUNCH_RANK_TOKEN\"; exec sleep 1000"}) {
+    rank->add_argv(arg);
+  }
+  grpc::ClientContext watch_context;
+  Authorize(&watch_context);
+  WatchRequest watch;
+  watch.set_job_id("beating");
+  auto reader = stub_->Watch(&watch_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, request, &reply).ok());
+  }
+  std::string contact;
+  while (contact.empty() && reader->Read(&event)) {
+    if (event.has_output()) contact = event.output().line();
+  }
+  const size_t space = contact.find(' ');
+  ASSERT_NE(space, std::string::npos) << contact;
+  EXPECT_EQ(contact.substr(0, space), address_);
+  const std::string rank_token = contact.substr(space + 1);
+  ASSERT_EQ(rank_token.size(), 64u);  // its own token, not the agent's
+  EXPECT_NE(rank_token, kToken);
+
+  HeartbeatRequest beat;
+  beat.set_job_id("beating");
+  beat.set_attempt(1);
+  beat.set_global_rank(0);
+  beat.set_step(7);
+  beat.add_recent_collectives()->set_seq(3);
+  beat.set_rank_token("not-the-rank-token");
+  {
+    grpc::ClientContext context;
+    HeartbeatReply reply;
+    EXPECT_EQ(stub_->Heartbeat(&context, beat, &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  beat.set_rank_token(rank_token);
+  {
+    grpc::ClientContext context;
+    HeartbeatReply reply;
+    ASSERT_TRUE(stub_->Heartbeat(&context, beat, &reply).ok());
+  }
+  // Forwarded as it came, then (no second beat within 300 ms) reported missing.
+  std::vector<RankProgress> progress;
+  while (progress.size() < 2 && reader->Read(&event)) {
+    if (event.has_progress()) progress.push_back(event.progress());
+  }
+  ASSERT_EQ(progress.size(), 2u);
+  EXPECT_EQ(progress[0].step(), 7);
+  EXPECT_EQ(progress[0].recent_collectives(0).seq(), 3);
+  EXPECT_EQ(progress[0].missed_heartbeat_ms(), 0);
+  EXPECT_GT(progress[1].missed_heartbeat_ms(), 300);
+  EXPECT_EQ(progress[1].step(), 7);
+
+  // Diagnose: the live rank's native stacks (eu-stack) and its last heartbeat.
+  grpc::ClientContext context;
+  Authorize(&context);
+  DiagnoseRequest diagnose;
+  diagnose.set_job_id("beating");
+  diagnose.set_attempt(1);
+  DiagnoseReply diagnosis;
+  ASSERT_TRUE(stub_->Diagnose(&context, diagnose, &diagnosis).ok());
+  ASSERT_EQ(diagnosis.ranks_size(), 1);
+  EXPECT_GT(diagnosis.ranks(0).pid(), 0);
+  EXPECT_EQ(diagnosis.ranks(0).last_heartbeat().step(), 7);
+  EXPECT_GE(diagnosis.ranks(0).heartbeat_age_ms(), 300);
+  EXPECT_NE(diagnosis.ranks(0).stacks().find("TID"), std::string::npos) << diagnosis.ranks(0).stacks();
+  EXPECT_NE(diagnosis.ranks(0).stacks().find("sleep"), std::string::npos) << diagnosis.ranks(0).stacks();
   watch_context.TryCancel();
 }
 

@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
     return Fail(absl::StrCat("cannot listen on ", listen->ToString()));
   }
   dslaunch::HostPort bound{listen->host, bound_port};
+  // Ranks run on this host: a wildcard listen address is reached on loopback.
+  const bool wildcard = listen->host == "0.0.0.0" || listen->host == "::" || listen->host == "[::]";
+  service->SetRankContactAddress(
+      wildcard ? dslaunch::HostPort{"127.0.0.1", bound_port}.ToString() : bound.ToString());
   std::printf("DSAGENT_READY %s\n", bound.ToString().c_str());
   std::fflush(stdout);
   dslaunch::LogLine(absl::StrCat("listening on ", bound.ToString(), ", lease ", flags.lease_ms,

@@ -96,6 +96,11 @@ pid_t RankSupervisor::WaitForSpawn() {
   return pid_;
 }
 
+pid_t RankSupervisor::pid() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pid_;
+}
+
 void RankSupervisor::WaitEnded() {
   std::unique_lock<std::mutex> lock(mu_);
   ended_cv_.wait(lock, [&] { return ended_.load(); });

@@ -52,6 +52,8 @@ class RankSupervisor {
   void WaitEnded();
 
   bool ended() const { return ended_.load(); }
+  // The rank's pid once spawned; 0 before or when the spawn failed.
+  pid_t pid();
   int attempt() const { return attempt_; }
   int global_rank() const { return global_rank_; }
 

@@ -28,6 +28,8 @@ class AgentClient {
   virtual absl::Status StopJob(const std::string& job_id, int attempt,
                                std::chrono::milliseconds grace, const std::string& reason) = 0;
   virtual absl::Status KeepAlive(const std::string& job_id) = 0;
+  // Native stacks and last heartbeats of the attempt's live ranks on this host.
+  virtual absl::StatusOr<DiagnoseReply> Diagnose(const std::string& job_id, int attempt) = 0;
 
   // Opens the job's event stream; returns once the agent has accepted it, so
   // no event of ranks started afterwards can be missed. Handlers run on a

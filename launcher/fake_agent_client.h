@@ -79,6 +79,41 @@ class FakeAgentClient final : public AgentClient {
     return absl::OkStatus();
   }
   absl::Status KeepAlive(const std::string&) override { return absl::OkStatus(); }
+  // Diagnose answers every running rank of the attempt with `stacks_text`
+  // and the last Heartbeat() the test sent for it.
+  std::string stacks_text = "fake stacks";
+  absl::StatusOr<DiagnoseReply> Diagnose(const std::string&, int attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++diagnose_calls_;
+    DiagnoseReply reply;
+    for (const auto& [key, running] : running_) {
+      if (!running || key.first != attempt) continue;
+      RankDiagnosis* rank = reply.add_ranks();
+      rank->set_global_rank(key.second);
+      rank->set_pid(1000 + key.second);
+      rank->set_stacks(stacks_text);
+      auto beat = beats_.find(key);
+      rank->set_heartbeat_age_ms(beat == beats_.end() ? -1 : 10);
+      if (beat != beats_.end()) *rank->mutable_last_heartbeat() = beat->second;
+    }
+    return reply;
+  }
+  int diagnose_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return diagnose_calls_;
+  }
+  // Delivers a heartbeat (or, with missed_heartbeat_ms set, a missed one).
+  void Heartbeat(int attempt, int rank, const RankProgress& progress) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      beats_[{attempt, rank}] = progress;
+    }
+    RankEvent event;
+    event.set_attempt(attempt);
+    event.set_global_rank(rank);
+    *event.mutable_progress() = progress;
+    Deliver(event);
+  }
   absl::Status StartWatch(const std::string&, EventHandler on_event, LostHandler on_lost) override {
     if (!watch_error.ok()) return watch_error;
     std::lock_guard<std::mutex> lock(mu_);
@@ -138,6 +173,8 @@ class FakeAgentClient final : public AgentClient {
   }
 
  private:
+  std::map<std::pair<int, int>, RankProgress> beats_;  // guarded by mu_
+  int diagnose_calls_ = 0;                              // guarded by mu_
   void Deliver(const RankEvent& event) {
     EventHandler handler;
     {

@@ -87,6 +87,20 @@ absl::Status GrpcAgentClient::StopJob(const std::string& job_id, int attempt,
   return Annotate(stub_->StopJob(&context, request, &reply), "StopJob");
 }
 
+absl::StatusOr<DiagnoseReply> GrpcAgentClient::Diagnose(const std::string& job_id, int attempt) {
+  grpc::ClientContext context;
+  AttachToken(&context, token_);
+  // Stack dumps take a moment per rank: longer than an ordinary call.
+  context.set_deadline(std::chrono::system_clock::now() + call_timeout_ + std::chrono::seconds(30));
+  DiagnoseRequest request;
+  request.set_job_id(job_id);
+  request.set_attempt(attempt);
+  DiagnoseReply reply;
+  absl::Status status = Annotate(stub_->Diagnose(&context, request, &reply), "Diagnose");
+  if (!status.ok()) return status;
+  return reply;
+}
+
 absl::Status GrpcAgentClient::KeepAlive(const std::string& job_id) {
   grpc::ClientContext context;
   Prepare(&context);

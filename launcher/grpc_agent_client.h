@@ -29,6 +29,7 @@ class GrpcAgentClient final : public AgentClient {
   absl::Status StopJob(const std::string& job_id, int attempt, std::chrono::milliseconds grace,
                        const std::string& reason) override;
   absl::Status KeepAlive(const std::string& job_id) override;
+  absl::StatusOr<DiagnoseReply> Diagnose(const std::string& job_id, int attempt) override;
   absl::Status StartWatch(const std::string& job_id, EventHandler on_event,
                           LostHandler on_lost) override;
   void StopWatch() override;

@@ -2,12 +2,16 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "launcher/hang_diagnosis.h"
 
 namespace dslaunch {
 namespace {
@@ -357,6 +361,7 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
     requests[node].set_job_id(spec_.job_id);
     requests[node].set_attempt(attempt);
     requests[node].set_lease_ms(spec_.lease.count());
+    requests[node].set_heartbeat_timeout_ms(spec_.heartbeat_timeout.count());
   }
   for (const RankPlacement& rank : plan.ranks) {
     RankSpec* spec = requests[rank.node_index].add_ranks();
@@ -502,18 +507,37 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     if (previous != nullptr) LogRecovery(*previous, report);
   }
 
-  // Hang detection: the progress marker ranks publish (dsrank: rank 0's
-  // step) must change within spec_.hang_timeout once it has appeared.
+  // Hang detection: the progress marker must change within
+  // spec_.hang_timeout once it has appeared. With heartbeats it is every
+  // rank's step (Note [Rank heartbeats]); otherwise what the ranks publish
+  // in the store (dsrank: rank 0's step).
+  std::map<int, RankProgress> heartbeats;  // the newest of each rank
   std::optional<std::string> last_progress;
   auto last_progress_change = std::chrono::steady_clock::now();
   auto next_progress_check = last_progress_change;
+  auto progress_marker = [&]() -> std::optional<std::string> {
+    if (!heartbeats.empty()) {
+      std::vector<std::string> steps;
+      for (const auto& [rank, beat] : heartbeats) steps.push_back(absl::StrCat(beat.step()));
+      if (std::all_of(heartbeats.begin(), heartbeats.end(), [](const auto& b) { return b.second.step() < 0; })) {
+        return std::nullopt;  // no rank finished a step yet: still starting
+      }
+      return absl::StrCat("steps ", absl::StrJoin(steps, ","));
+    }
+    return spec_.read_progress ? spec_.read_progress(attempt) : std::nullopt;
+  };
+  auto fail_as_hang = [&](std::string cause) {
+    if (stopping) return;
+    absl::StrAppend(&cause, DiagnoseHang(attempt, heartbeats));
+    fail(ATTEMPT_HANG, 1, std::move(cause), "", {}, now_us());
+  };
   auto check_progress = [&] {
-    if (spec_.hang_timeout.count() <= 0 || !spec_.read_progress || stopping) return;
+    if (spec_.hang_timeout.count() <= 0 || stopping) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < next_progress_check) return;
     next_progress_check = now + std::min<std::chrono::milliseconds>(
                                     std::chrono::milliseconds(500), spec_.hang_timeout / 4);
-    std::optional<std::string> progress = spec_.read_progress(attempt);
+    std::optional<std::string> progress = progress_marker();
     if (progress != last_progress) {
       last_progress = progress;
       last_progress_change = now;
@@ -521,10 +545,8 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     }
     if (!last_progress || now - last_progress_change < spec_.hang_timeout) return;
     const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_change);
-    fail(ATTEMPT_HANG, 1,
-         absl::StrCat("no training progress for ", idle.count(), " ms while every rank is alive (last: ",
-                      *last_progress, ")"),
-         "", {}, now_us());
+    fail_as_hang(absl::StrCat("no training progress for ", idle.count(),
+                              " ms while every rank is alive (last: ", *last_progress, ")"));
   };
 
   while (!live.empty()) {
@@ -582,6 +604,22 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       }
       continue;
     }
+    if (rank_event.has_progress()) {
+      const RankProgress& progress = rank_event.progress();
+      if (progress.missed_heartbeat_ms() > 0) {
+        log_->Append(JobEvent("heartbeat_missed")
+                         .Int("attempt", attempt)
+                         .Int("rank", rank)
+                         .Text("host", host)
+                         .Int("quiet_ms", progress.missed_heartbeat_ms()));
+        fail_as_hang(absl::StrCat("rank ", rank, " on ", host, " sent no heartbeat for ",
+                                  progress.missed_heartbeat_ms(),
+                                  " ms while its process lives (frozen or stopped)"));
+      } else {
+        heartbeats[rank] = progress;
+      }
+      continue;
+    }
     if (!rank_event.has_ended()) continue;
     const RankEnded& ended = rank_event.ended();
     live.erase(rank);
@@ -618,6 +656,50 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     report.teardown_us = std::max<int64_t>(0, last_stopped_us - report.failed_unix_us);
   }
   return report;
+}
+
+std::string JobController::DiagnoseHang(int attempt, const std::map<int, RankProgress>& last_heartbeats) {
+  const LaunchPlan& plan = plan_;
+  auto host_of = [&](int rank) { return plan.nodes[plan.ranks[rank].node_index].host; };
+  // Every host at once: each agent dumps its ranks' stacks.
+  std::vector<std::future<absl::StatusOr<DiagnoseReply>>> replies;
+  for (size_t node = 0; node < plan.nodes.size(); ++node) {
+    AgentClient* agent = agents_[active_[node]];
+    replies.push_back(std::async(std::launch::async, [agent, this, attempt] {
+      return agent->Diagnose(spec_.job_id, attempt);
+    }));
+  }
+  std::string folder;
+  if (!spec_.diagnosis_dir.empty()) {
+    folder = absl::StrCat(spec_.diagnosis_dir, "/attempt_", attempt, "/diagnosis");
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    if (error) folder.clear();
+  }
+  int written = 0;
+  for (size_t node = 0; node < replies.size(); ++node) {
+    absl::StatusOr<DiagnoseReply> reply = replies[node].get();
+    if (!reply.ok()) {
+      notice_(absl::StrCat("no diagnosis from ", plan.nodes[node].host, ": ", reply.status().message()));
+      continue;
+    }
+    for (const RankDiagnosis& rank : reply->ranks()) {
+      if (folder.empty()) continue;
+      std::ofstream file(absl::StrCat(folder, "/rank_", rank.global_rank(), ".txt"));
+      file << FormatDiagnosis(rank, host_of(rank.global_rank()));
+      if (file) ++written;
+    }
+  }
+  std::string part;
+  const std::string lagging = DescribeHang(last_heartbeats, host_of);
+  if (!lagging.empty()) absl::StrAppend(&part, "; ", lagging);
+  if (written > 0) absl::StrAppend(&part, "; stacks and recent collectives of ", written, " rank(s) in ", folder);
+  log_->Append(JobEvent("hang_diagnosis")
+                   .Int("attempt", attempt)
+                   .Text("lagging", lagging)
+                   .Text("folder", folder)
+                   .Int("ranks_dumped", written));
+  return part;
 }
 
 void JobController::LogRankFailure(int attempt, int rank, const std::string& host,

@@ -76,8 +76,17 @@ struct JobSpec {
   // Hang detection: read_progress(attempt) returns the ranks' progress marker
   // (dsrank: rank 0's step), nullopt before the first one. Once it exists, it
   // must change within hang_timeout or the attempt fails as a hang. 0: off.
+  // With rank heartbeats (Note [Rank heartbeats]) the marker is every rank's
+  // step instead, and before failing the attempt the controller asks every
+  // agent for a diagnosis: it names the lagging rank(s) in the cause and
+  // writes each rank's stacks and recent collectives to
+  // <diagnosis_dir>/attempt_<N>/diagnosis/rank_<R>.txt.
   std::chrono::milliseconds hang_timeout{0};
   std::function<std::optional<std::string>(int attempt)> read_progress;
+  // A rank that sent heartbeats and then none for this long while its
+  // process lives fails the attempt as a hang (the agents watch). 0: off.
+  std::chrono::milliseconds heartbeat_timeout{0};
+  std::string diagnosis_dir;
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;
@@ -160,6 +169,10 @@ class JobController {
                       const std::string& cause);
   void LogAttemptEnd(const AttemptReport& report);
   void LogRecovery(const AttemptReport& failed, const AttemptReport& restarted);
+  // Note [Rank heartbeats]: asks every agent of the attempt for its ranks'
+  // stacks, writes them under spec_.diagnosis_dir and returns the part of
+  // the root cause that names the lagging rank(s) and the folder.
+  std::string DiagnoseHang(int attempt, const std::map<int, RankProgress>& last_heartbeats);
   void Summarize(const JobOutcome& outcome);
   void KeepAliveLoop(AgentClient* agent);
 

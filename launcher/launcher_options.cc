@@ -301,6 +301,11 @@ constexpr OptionRow kOptions[] = {
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.hang_timeout_ms);
      }},
+    {"--heartbeat_timeout_ms", "", ValueKind::kInteger, "MS", "15000",
+     "a rank that stops its heartbeats for MS while alive fails as a hang (0: off)",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.heartbeat_timeout_ms);
+     }},
     {"--agent_binary", "", ValueKind::kText, "PATH", "dsagent beside dslaunch, then PATH",
      "the dsagent executable to start",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {

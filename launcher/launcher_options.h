@@ -45,9 +45,10 @@ struct LauncherOptions {
   bool dry_run = false;           // --dry_run
   std::string job_id;             // --job_id ID (empty: generated)
   int64_t stop_grace_ms = 3000;   // --stop_grace_ms: SIGTERM -> SIGKILL grace
-  int64_t lease_ms = 10000;
-  int64_t preempt_grace_ms = 30000;
-  int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: job files only; 0: off  // --preempt_grace_ms: job files only; 0: stop at once       // --lease_ms: agents stop ranks after this long without the controller
+  int64_t lease_ms = 10000;       // --lease_ms: agents stop ranks after this long without the controller
+  int64_t preempt_grace_ms = 30000;  // --preempt_grace_ms: job files only; 0: stop at once
+  int64_t heartbeat_timeout_ms = 15000;  // --heartbeat_timeout_ms: a frozen rank is a hang; 0: off
+  int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: job files only; 0: off
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
   std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
   std::string controller_addr;    // --controller_addr: address ranks use to reach the store

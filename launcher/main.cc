@@ -480,6 +480,14 @@ int Main(int argc, char** argv) {
   if (spec.hang_timeout.count() > 0) {
     spec.read_progress = [&store](int attempt) { return store.GetForAttempt(attempt, "progress/step"); };
   }
+  // Note [Rank heartbeats]: ranks beat five times per timeout (at most once a
+  // second); hang reports go to the log folder, or a folder of the job's own.
+  spec.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
+  spec.environment.passthrough["DSLAUNCH_HEARTBEAT_MS"] = absl::StrCat(
+      options.heartbeat_timeout_ms > 0 ? std::clamp<int64_t>(options.heartbeat_timeout_ms / 5, 100, 1000) : 1000);
+  spec.diagnosis_dir = !log_dir_job.empty() ? log_dir_job
+                                            : absl::StrCat(std::filesystem::temp_directory_path().string(),
+                                                           "/dslaunch-", spec.job_id);
   JobController controller(
       spec, agents, &output, Notice, [&store](int attempt) { store.DropAttempt(attempt); },
       event_log.get());

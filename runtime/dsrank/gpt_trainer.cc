@@ -285,11 +285,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (!saved.ok()) return saved;
       last_saved = step;
     }
-    // Progress for the controller's hang detection (--hang_timeout_ms).
+    // Progress for the controller's hang detection (--hang_timeout_ms): the
+    // heartbeat thread reports every rank's step through its agent; rank 0
+    // also publishes it in the store (programs without heartbeats do that).
+    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
     if (context.rank == 0 && context.store != nullptr) {
       (void)context.store->Set("progress/step", absl::StrCat("step ", step));
     }
-    if (step == context.hang_at_step && context.attempt == 0) {
+    if (step == context.hang_at_step && context.attempt == 0 &&
+        (context.hang_rank < 0 || context.hang_rank == context.rank)) {
       // Fault injection: stop making progress while staying alive.
       absl::FPrintF(context.out, "dsrank: hanging after step %d on purpose (--hang_at_step)\n", step);
       std::fflush(context.out);

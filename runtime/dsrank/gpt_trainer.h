@@ -6,6 +6,7 @@
 // an interrupted run resumes with exactly the losses of an uninterrupted one.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -33,7 +34,10 @@ struct TrainerContext {
   // this step (checkpoint included) on attempt 0. -1: never.
   int64_t exit_at_step = -1;
   int64_t hang_at_step = -1;  // likewise: stop making progress (but stay alive)
+  int hang_rank = -1;         // only this rank hangs (-1: every rank)
   int attempt = 0;
+  // The last finished step, for the heartbeat thread (Note [Rank heartbeats]).
+  std::atomic<int64_t>* heartbeat_step = nullptr;
 };
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);

@@ -14,8 +14,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/heartbeat_sender.h"
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/flight_recorder.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/dsrank/gpt_trainer.h"
 #include "runtime/torch_compat.h"
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   std::vector<ConfigOverride> overrides;
   int64_t exit_at_step = -1;
   int64_t hang_at_step = -1;
+  int64_t hang_rank = -1;
   double cuda_memory_limit_gb = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -59,6 +62,8 @@ int main(int argc, char** argv) {
       loss_log = value();
     } else if (arg.rfind("--hang_at_step", 0) == 0) {
       if (!absl::SimpleAtoi(value(), &hang_at_step)) return Fail("--hang_at_step needs a step number");
+    } else if (arg.rfind("--hang_rank", 0) == 0) {
+      if (!absl::SimpleAtoi(value(), &hang_rank)) return Fail("--hang_rank needs a rank");
     } else if (arg.rfind("--exit_at_step", 0) == 0) {
       if (!absl::SimpleAtoi(value(), &exit_at_step)) return Fail("--exit_at_step needs a step number");
     } else if (arg.rfind("--cuda_memory_limit_gb", 0) == 0) {
@@ -72,7 +77,8 @@ int main(int argc, char** argv) {
     } else {
       return Fail(absl::StrCat("unknown argument '", arg,
                                "'; usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] "
-                               "[--device auto|cpu|cuda] [--cuda_memory_limit_gb G] [--exit_at_step N]"));
+                               "[--device auto|cpu|cuda] [--cuda_memory_limit_gb G] [--exit_at_step N] "
+                               "[--hang_at_step N [--hang_rank R]]"));
     }
   }
   if (config_path.empty()) return Fail("missing the job file (a train.cfg)");
@@ -83,6 +89,7 @@ int main(int argc, char** argv) {
   context.loss_log = loss_log;
   context.exit_at_step = exit_at_step;
   context.hang_at_step = hang_at_step;
+  context.hang_rank = static_cast<int>(hang_rank);
   context.attempt = EnvInt("DSLAUNCH_ATTEMPT", 0);
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 
@@ -111,6 +118,7 @@ int main(int argc, char** argv) {
   }
 
   std::unique_ptr<StoreClient> store;
+  FlightRecorder recorder;  // outlives `world` and the heartbeat thread
   std::unique_ptr<Communicator> world;
   if (context.world_size > 1 || std::getenv("DSLAUNCH_STORE_ADDR") != nullptr) {
     auto client = StoreClient::FromEnvironment();
@@ -121,9 +129,17 @@ int main(int argc, char** argv) {
     for (int r = 0; r < context.world_size; ++r) group.members.push_back(r);
     auto comm = CreateCommunicator(cuda ? CommBackend::kNccl : CommBackend::kGloo, *store, group);
     if (!comm.ok()) return Fail(std::string(comm.status().message()));
-    world = std::move(*comm);
+    // Every collective goes through the flight recorder the heartbeats carry.
+    world = std::make_unique<RecordingCommunicator>(std::move(*comm), &recorder);
     context.world = world.get();
   }
+  // Note [Rank heartbeats]: step and recent collectives to this host's agent.
+  std::atomic<int64_t> heartbeat_step{-1};
+  context.heartbeat_step = &heartbeat_step;
+  auto heartbeats = HeartbeatSender::StartFromEnvironment([&](HeartbeatRequest* beat) {
+    beat->set_step(heartbeat_step.load());
+    recorder.Snapshot(beat->mutable_recent_collectives());
+  });
   if (cuda) torch::cuda::manual_seed_all(job->train.seed);
   torch::manual_seed(job->train.seed + context.rank);
 

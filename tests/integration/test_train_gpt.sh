@@ -140,16 +140,28 @@ awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 60; s++) print s "\t" last[
 cmp "$WORK/pre_ref.tsv" "$WORK/pre.final.tsv" || fail "losses after preemption differ"
 pass "preemption: checkpoint at step $step on SIGTERM, exit 143, resumed bit-identically"
 
-# 7. Hang: every rank stops making progress after step 10 (alive, stuck) on
+# 7. Hang: rank 1 stops making progress after step 10 (alive, stuck) on
 #    the first attempt. With --hang_timeout_ms the controller fails the
 #    attempt as a hang, restarts from the step-8 checkpoint, and the job ends
 #    with the uninterrupted losses (straight.tsv from part 2).
+#    Only rank 1 hangs: rank 0 goes on into step 11's first all-reduce and
+#    waits there. The heartbeats' flight records name rank 1 as the one
+#    behind, and every rank's native stacks land in the log folder.
 "$DSLAUNCH" --num_gpus 2 --max_restarts 1 --restart_backoff_ms 0 --hang_timeout_ms 2000 "${COMMON[@]}" \
+  --log_dir "$WORK/hang_logs" \
   --override train.steps=16 --override "checkpoint.dir=$WORK/ck_hang" --override checkpoint.interval=4 "$CONFIG" \
-  --loss_log "$WORK/hang.tsv" --hang_at_step 10 >"$WORK/hang.out" 2>"$WORK/hang.err" || fail "hang run exited $?"
-grep -q 'attempt 0: no training progress for [0-9]* ms while every rank is alive (last: step 10)' "$WORK/hang.err" ||
-  fail "no hang diagnosis: $(grep attempt "$WORK/hang.err" | head -3)"
+  --loss_log "$WORK/hang.tsv" --hang_at_step 10 --hang_rank 1 >"$WORK/hang.out" 2>"$WORK/hang.err" ||
+  fail "hang run exited $?"
+grep -q 'attempt 0: no training progress for [0-9]* ms while every rank is alive (last: steps 10,10)' "$WORK/hang.err" ||
+  fail "no hang detected: $(grep attempt "$WORK/hang.err" | head -3)"
+grep -q 'rank 1 (localhost) is behind: newest collective #[0-9]* (all_reduce, finished) while rank 0 (localhost) wait in #[0-9]* (all_reduce)' "$WORK/hang.err" ||
+  fail "the hang report does not name rank 1 as lagging: $(grep attempt "$WORK/hang.err" | head -3)"
+diagnosis=$(ls -d "$WORK"/hang_logs/*/attempt_0/diagnosis)
+grep -q "stacks and recent collectives of 2 rank(s) in $diagnosis" "$WORK/hang.err" || fail "the report does not say where the stacks are"
+grep -q 'nanosleep' "$diagnosis/rank_1.txt" || fail "rank 1's stacks do not show its sleep: $(head -c 600 "$diagnosis/rank_1.txt")"
+grep -q 'NOT FINISHED' "$diagnosis/rank_0.txt" || fail "rank 0's flight record does not show the collective it waits in"
+sed -n 's/.*\(rank 1 (localhost) is behind[^;]*\).*/hang report: \1/p' "$WORK/hang.err" | head -1
 grep -q "resumed from $WORK/ck_hang/global_step8 at step 8" "$WORK/hang.out" || fail "hang restart did not resume from step 8"
 awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 16; s++) print s "\t" last[s] }' "$WORK/hang.tsv" >"$WORK/hang.final.tsv"
 cmp "$WORK/straight.tsv" "$WORK/hang.final.tsv" || fail "losses after the hang restart differ"
-pass "hang after step 10 detected within 2 s, restarted from step 8, same losses"
+pass "rank 1 hung after step 10: detected within 2 s, named as lagging, stacks dumped, restarted from step 8, same losses"

@@ -1,0 +1,55 @@
+// A rank's side of Note [Rank heartbeats] (agent/agent_service.h): a thread
+// that reports the rank's step and recent collectives to its agent every
+// DSLAUNCH_HEARTBEAT_MS. dsrank runs one; any program started by dslaunch can
+// too (link dscommon), or do without and be judged by its process state.
+//
+//   std::atomic<int64_t> step{-1};
+//   auto heartbeats = HeartbeatSender::StartFromEnvironment(
+//       [&](HeartbeatRequest* beat) { beat->set_step(step.load()); });
+//
+// The thread keeps beating while the rank's main thread is stuck (in a
+// collective, say): a missed heartbeat means the whole process is frozen.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "proto/agent.grpc.pb.h"
+
+namespace dslaunch {
+
+class HeartbeatSender {
+ public:
+  // Fills the step and collectives of one heartbeat (called on the sender's thread).
+  using Snapshot = std::function<void(HeartbeatRequest*)>;
+
+  // nullptr when the rank was not started by a dsagent (no DSLAUNCH_AGENT_ADDR
+  // or DSLAUNCH_RANK_TOKEN in the environment).
+  static std::unique_ptr<HeartbeatSender> StartFromEnvironment(Snapshot snapshot);
+  HeartbeatSender(std::string agent_address, HeartbeatRequest identity, std::chrono::milliseconds interval,
+                  Snapshot snapshot);
+  ~HeartbeatSender();  // stops and joins the thread
+
+  // Heartbeats the agent accepted so far (tests).
+  int64_t accepted() const;
+
+ private:
+  void Loop();
+
+  const HeartbeatRequest identity_;  // job, attempt, rank, token
+  const std::chrono::milliseconds interval_;
+  const Snapshot snapshot_;
+  std::unique_ptr<Agent::Stub> stub_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // guarded by mu_
+  int64_t accepted_ = 0;   // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace dslaunch

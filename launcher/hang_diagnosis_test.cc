@@ -1,0 +1,73 @@
+#include "launcher/hang_diagnosis.h"
+
+#include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+// A heartbeat whose newest collective is #seq (`finished` or still running).
+RankProgress Beat(int64_t step, int64_t seq, bool finished, const std::string& op = "all_reduce") {
+  RankProgress progress;
+  progress.set_step(step);
+  for (int64_t s = std::max<int64_t>(1, seq - 2); s <= seq; ++s) {
+    CollectiveRecord* call = progress.add_recent_collectives();
+    call->set_seq(s);
+    call->set_op(op);
+    call->set_completed(s < seq || finished);
+  }
+  return progress;
+}
+
+std::string HostOf(int rank) { return rank < 2 ? "host-a" : "host-b"; }
+
+TEST(DescribeHang, NamesTheRankBehindTheOthersCollective) {
+  // Rank 2 never reached collective #42; the others wait in it.
+  std::map<int, RankProgress> beats = {
+      {0, Beat(9, 42, false)}, {1, Beat(9, 42, false)}, {2, Beat(9, 41, true)}, {3, Beat(9, 42, false)}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "rank 2 (host-b) is behind: newest collective #41 (all_reduce, finished) while ranks 0 (host-a), "
+            "1 (host-a), 3 (host-b) wait in #42 (all_reduce)");
+}
+
+TEST(DescribeHang, EveryRankInTheSameCollectiveBlamesTheCollective) {
+  std::map<int, RankProgress> beats = {{0, Beat(3, 7, false)}, {1, Beat(3, 7, false)}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "every rank waits in collective #7 (all_reduce): no rank is behind; the collective itself is "
+            "stuck (network or backend)");
+}
+
+TEST(DescribeHang, OutsideCommunicationComparesSteps) {
+  std::map<int, RankProgress> beats = {{0, Beat(12, 30, true)}, {1, Beat(11, 30, true)}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "no rank is inside a collective; rank 1 (host-a) behind at step 11 (others at 12)");
+  beats[1] = Beat(12, 30, true);
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "no rank is inside a collective and all are at step 12: every rank is stuck outside communication");
+}
+
+TEST(DescribeHang, RanksWithoutCollectivesAreBehindThoseWithSome) {
+  RankProgress silent;
+  silent.set_step(-1);
+  std::map<int, RankProgress> beats = {{0, Beat(0, 1, false)}, {1, silent}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "rank 1 (host-a) is behind: newest collective no collective yet while rank 0 (host-a) wait in #1 "
+            "(all_reduce)");
+  EXPECT_EQ(DescribeHang({}, HostOf), "");
+}
+
+TEST(FormatDiagnosis, ShowsHeartbeatCollectivesAndStacks) {
+  RankDiagnosis diagnosis;
+  diagnosis.set_global_rank(2);
+  diagnosis.set_pid(4242);
+  diagnosis.set_heartbeat_age_ms(300);
+  *diagnosis.mutable_last_heartbeat() = Beat(9, 41, true);
+  diagnosis.set_stacks("TID 4242:\n#0 nanosleep\n");
+  const std::string text = FormatDiagnosis(diagnosis, "host-b");
+  EXPECT_NE(text.find("rank 2 on host-b, pid 4242"), std::string::npos) << text;
+  EXPECT_NE(text.find("last heartbeat 300 ms ago: step 9"), std::string::npos) << text;
+  EXPECT_NE(text.find("#41 all_reduce"), std::string::npos) << text;
+  EXPECT_NE(text.find("#0 nanosleep"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace dslaunch

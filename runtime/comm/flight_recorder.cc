@@ -1,0 +1,71 @@
+#include "runtime/comm/flight_recorder.h"
+
+#include "absl/time/clock.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+int64_t Bytes(const torch::Tensor& tensor) { return tensor.numel() * tensor.element_size(); }
+
+}  // namespace
+
+int64_t FlightRecorder::Begin(const char* op, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CollectiveRecord record;
+  record.set_seq(next_seq_++);
+  record.set_op(op);
+  record.set_bytes(bytes);
+  record.set_started_unix_us(absl::ToUnixMicros(absl::Now()));
+  calls_.push_back(std::move(record));
+  starts_.push_back(std::chrono::steady_clock::now());
+  while (calls_.size() > kCapacity) {
+    calls_.pop_front();
+    starts_.pop_front();
+  }
+  return calls_.back().seq();
+}
+
+void FlightRecorder::End(int64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = calls_.size(); i-- > 0;) {
+    if (calls_[i].seq() != seq) continue;
+    calls_[i].set_completed(true);
+    calls_[i].set_duration_us(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - starts_[i]).count());
+    return;
+  }
+}
+
+void FlightRecorder::Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecord>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->Clear();
+  for (const auto& call : calls_) *out->Add() = call;
+}
+
+absl::Status RecordingCommunicator::AllReduce(torch::Tensor& tensor, ReduceOp op) {
+  return Record("all_reduce", Bytes(tensor), [&] { return inner_->AllReduce(tensor, op); });
+}
+absl::Status RecordingCommunicator::ReduceScatter(const torch::Tensor& input, torch::Tensor& output,
+                                                  ReduceOp op) {
+  return Record("reduce_scatter", Bytes(input), [&] { return inner_->ReduceScatter(input, output, op); });
+}
+absl::Status RecordingCommunicator::AllGather(const torch::Tensor& input, torch::Tensor& output) {
+  return Record("all_gather", Bytes(output), [&] { return inner_->AllGather(input, output); });
+}
+absl::Status RecordingCommunicator::Broadcast(torch::Tensor& tensor, int root) {
+  return Record("broadcast", Bytes(tensor), [&] { return inner_->Broadcast(tensor, root); });
+}
+absl::Status RecordingCommunicator::Send(const torch::Tensor& tensor, int peer) {
+  return Record("send", Bytes(tensor), [&] { return inner_->Send(tensor, peer); });
+}
+absl::Status RecordingCommunicator::Recv(torch::Tensor& tensor, int peer) {
+  return Record("recv", Bytes(tensor), [&] { return inner_->Recv(tensor, peer); });
+}
+absl::Status RecordingCommunicator::AllToAll(const torch::Tensor& input, torch::Tensor& output) {
+  return Record("all_to_all", Bytes(input), [&] { return inner_->AllToAll(input, output); });
+}
+absl::Status RecordingCommunicator::Barrier() {
+  return Record("barrier", 0, [&] { return inner_->Barrier(); });
+}
+
+}  // namespace dslaunch::runtime

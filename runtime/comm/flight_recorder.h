@@ -1,0 +1,71 @@
+// A flight recorder for collectives (c10d's idea, for Note [Rank heartbeats]):
+// RecordingCommunicator wraps any Communicator and numbers every call; the
+// last kCapacity calls are kept with their size, start time, duration and
+// whether they finished. Every rank of a group numbers the same calls the
+// same way, so when a job hangs, the rank whose newest number is behind the
+// others' is the one that never arrived (launcher/hang_diagnosis.h).
+//
+// Thread-safe: the heartbeat thread takes snapshots while the training thread
+// is inside a call.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "proto/agent.pb.h"
+#include "runtime/comm/communicator.h"
+
+namespace dslaunch::runtime {
+
+class FlightRecorder {
+ public:
+  static constexpr size_t kCapacity = 16;
+
+  // Returns the call's sequence number (1, 2, ...).
+  int64_t Begin(const char* op, int64_t bytes);
+  void End(int64_t seq);
+  // The recorded calls, oldest first.
+  void Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecord>* out) const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t next_seq_ = 1;               // guarded by mu_
+  std::deque<CollectiveRecord> calls_;  // guarded by mu_
+  std::deque<std::chrono::steady_clock::time_point> starts_;  // guarded by mu_, parallel to calls_
+};
+
+class RecordingCommunicator : public Communicator {
+ public:
+  RecordingCommunicator(std::unique_ptr<Communicator> inner, FlightRecorder* recorder)
+      : inner_(std::move(inner)), recorder_(recorder) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& backend() const override { return inner_->backend(); }
+
+  absl::Status AllReduce(torch::Tensor& tensor, ReduceOp op) override;
+  absl::Status ReduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override;
+  absl::Status AllGather(const torch::Tensor& input, torch::Tensor& output) override;
+  absl::Status Broadcast(torch::Tensor& tensor, int root) override;
+  absl::Status Send(const torch::Tensor& tensor, int peer) override;
+  absl::Status Recv(torch::Tensor& tensor, int peer) override;
+  absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) override;
+  absl::Status Barrier() override;
+
+ private:
+  template <typename Call>
+  absl::Status Record(const char* op, int64_t bytes, Call call) {
+    const int64_t seq = recorder_->Begin(op, bytes);
+    absl::Status status = call();
+    recorder_->End(seq);
+    return status;
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  FlightRecorder* const recorder_;
+};
+
+}  // namespace dslaunch::runtime
