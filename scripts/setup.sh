@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev googletest
-  iproute2 procps
+  iproute2 procps elfutils
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes
 )
 
