@@ -345,6 +345,9 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
   RankEnvironmentInputs env = spec_.environment;
   env.attempt = attempt;
   env.max_restarts = spec_.max_restarts;
+  if (spec_.attempt_environment) {
+    for (const auto& [key, value] : spec_.attempt_environment(attempt)) env.passthrough[key] = value;
+  }
   node_started->assign(plan.nodes.size(), false);
   const int rank0_node = plan.ranks.front().node_index;
   if (!spec_.node_addresses.empty()) {

@@ -87,6 +87,9 @@ struct JobSpec {
   // process lives fails the attempt as a hang (the agents watch). 0: off.
   std::chrono::milliseconds heartbeat_timeout{0};
   std::string diagnosis_dir;
+  // Variables added to every rank's environment for one attempt (e.g.
+  // DSLAUNCH_RESUME_TAG, Note [Committed checkpoints]); called before it starts.
+  std::function<std::map<std::string, std::string>(int attempt)> attempt_environment;
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;

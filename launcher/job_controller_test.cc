@@ -709,6 +709,26 @@ TEST_F(JobControllerTest, AMissedHeartbeatFailsTheAttemptAsAHang) {
   EXPECT_EQ(b_.starts().front().heartbeat_timeout_ms(), 3000);  // the agents watch with the job's bound
 }
 
+TEST_F(JobControllerTest, AttemptEnvironmentReachesEveryRankOfThatAttempt) {
+  spec_.max_restarts = 1;
+  spec_.attempt_environment = [](int attempt) {
+    std::map<std::string, std::string> env;
+    if (attempt > 0) env["DSLAUNCH_RESUME_TAG"] = "global_step8";
+    return env;
+  };
+  b_.behaviour = [](int attempt, const RankSpec& rank) -> std::optional<RankEnded> {
+    if (attempt == 0 && rank.global_rank() == 3) return Exited(1);
+    return Exited(0);
+  };
+  a_.behaviour = [](int, const RankSpec&) -> std::optional<RankEnded> { return Exited(0); };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+  ASSERT_EQ(a_.starts().size(), 2u);
+  EXPECT_EQ(a_.starts()[0].ranks(0).env().count("DSLAUNCH_RESUME_TAG"), 0u);
+  EXPECT_EQ(a_.starts()[1].ranks(0).env().at("DSLAUNCH_RESUME_TAG"), "global_step8");
+  EXPECT_EQ(b_.starts()[1].ranks(1).env().at("DSLAUNCH_RESUME_TAG"), "global_step8");
+}
+
 TEST(JobControllerDescribe, NamesRankHostAndCause) {
   RankEnded ended;
   ended.set_state(RANK_KILLED);

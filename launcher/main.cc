@@ -488,9 +488,26 @@ int Main(int argc, char** argv) {
   spec.diagnosis_dir = !log_dir_job.empty() ? log_dir_job
                                             : absl::StrCat(std::filesystem::temp_directory_path().string(),
                                                            "/dslaunch-", spec.job_id);
-  JobController controller(
-      spec, agents, &output, Notice, [&store](int attempt) { store.DropAttempt(attempt); },
-      event_log.get());
+  // Note [Committed checkpoints]: rank 0 of dsrank records each checkpoint
+  // every rank has written ("checkpoint/committed"); the controller keeps the
+  // newest across attempts and hands it to the next one, which resumes from
+  // exactly that tag, never from a partial or unrecorded one.
+  std::string last_committed;
+  spec.attempt_environment = [&last_committed](int) {
+    std::map<std::string, std::string> env;
+    if (!last_committed.empty()) env["DSLAUNCH_RESUME_TAG"] = last_committed;
+    return env;
+  };
+  auto on_attempt_over = [&](int attempt) {
+    if (auto tag = store.GetForAttempt(attempt, "checkpoint/committed"); tag && *tag != last_committed) {
+      last_committed = *tag;
+      if (event_log != nullptr) {
+        event_log->Append(JobEvent("checkpoint_committed").Int("attempt", attempt).Text("tag", last_committed));
+      }
+    }
+    store.DropAttempt(attempt);
+  };
+  JobController controller(spec, agents, &output, Notice, on_attempt_over, event_log.get());
   signals.Attach(&controller);
   JobOutcome outcome = controller.Run();
   signals.Attach(nullptr);

@@ -180,15 +180,35 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
 
   int64_t consumed = 0;
   const std::string& checkpoint_dir = job.checkpoint.dir;
-  if (!checkpoint_dir.empty() && job.checkpoint.resume && ReadLatestTag(checkpoint_dir).ok()) {
-    auto client = (*engine)->LoadCheckpoint(checkpoint_dir);
+  // Note [Committed checkpoints]: a restart resumes from the tag the
+  // controller recorded as committed; a fresh job from `latest`.
+  if (!checkpoint_dir.empty() && job.checkpoint.resume &&
+      (!context.resume_tag.empty() || ReadLatestTag(checkpoint_dir).ok())) {
+    const std::string tag = !context.resume_tag.empty() ? context.resume_tag : *ReadLatestTag(checkpoint_dir);
+    if (!posix_fs::Exists(TagDir(checkpoint_dir, tag))) {
+      return absl::DataLossError(absl::StrCat("the controller recorded checkpoint ", tag, " as committed, but ",
+                                              TagDir(checkpoint_dir, tag), " does not exist"));
+    }
+    auto client = (*engine)->LoadCheckpoint(checkpoint_dir, tag);
     if (!client.ok()) return client.status();
     consumed = (*client)[kConsumedSamples];
     if (context.rank == 0) {
-      absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d\n", checkpoint_dir,
-                    *ReadLatestTag(checkpoint_dir), (*engine)->global_steps());
+      absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, tag,
+                    (*engine)->global_steps(),
+                    context.resume_tag.empty() ? "" : " (the last checkpoint the controller recorded as committed)");
     }
   }
+  // Every rank's part is written once SaveCheckpoint returns (its commit
+  // protocol); rank 0 then records the tag for the controller.
+  auto save = [&](int64_t step) -> absl::Status {
+    const std::string tag = absl::StrCat("global_step", step);
+    absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, tag, {{kConsumedSamples, consumed}},
+                                                   job.checkpoint.keep);
+    if (saved.ok() && context.rank == 0 && context.store != nullptr) {
+      (void)context.store->Set("checkpoint/committed", tag);
+    }
+    return saved;
+  };
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: GPT with %d parameters, %d rank(s), device %s, %s\n",
                   model->ParameterCount(), context.world_size, context.device.str(),
@@ -280,9 +300,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     const bool at_interval = job.checkpoint.interval > 0 && step % job.checkpoint.interval == 0;
     if (!checkpoint_dir.empty() && (at_interval || step == job.train.steps)) {
-      absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, absl::StrCat("global_step", step),
-                                                     {{kConsumedSamples, consumed}}, job.checkpoint.keep);
-      if (!saved.ok()) return saved;
+      if (absl::Status saved = save(step); !saved.ok()) return saved;
       last_saved = step;
     }
     // Progress for the controller's hang detection (--hang_timeout_ms): the
@@ -301,9 +319,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (PreemptionRequested(context)) {
       if (!checkpoint_dir.empty() && last_saved != step) {
-        absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, absl::StrCat("global_step", step),
-                                                       {{kConsumedSamples, consumed}}, job.checkpoint.keep);
-        if (!saved.ok()) return saved;
+        if (absl::Status saved = save(step); !saved.ok()) return saved;
       }
       if (context.rank == 0) {
         absl::FPrintF(context.out, "dsrank: preempted after step %d; checkpoint %s\n", step,

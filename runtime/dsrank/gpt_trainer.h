@@ -36,6 +36,9 @@ struct TrainerContext {
   int64_t hang_at_step = -1;  // likewise: stop making progress (but stay alive)
   int hang_rank = -1;         // only this rank hangs (-1: every rank)
   int attempt = 0;
+  // DSLAUNCH_RESUME_TAG: the checkpoint the controller recorded as committed
+  // (Note [Committed checkpoints]); empty: resume from `latest`, if any.
+  std::string resume_tag;
   // The last finished step, for the heartbeat thread (Note [Rank heartbeats]).
   std::atomic<int64_t>* heartbeat_step = nullptr;
 };

@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   context.hang_at_step = hang_at_step;
   context.hang_rank = static_cast<int>(hang_rank);
   context.attempt = EnvInt("DSLAUNCH_ATTEMPT", 0);
+  if (const char* tag = std::getenv("DSLAUNCH_RESUME_TAG")) context.resume_tag = tag;
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 
   auto job = LoadJobConfig(config_path, overrides, WorldShape{context.world_size});

@@ -79,11 +79,16 @@ pass "stop at 8, resume to 16: every loss bit-identical"
 
 # 3. A rank fails after step 10 on the first attempt: fail-fast, restart from
 #    the checkpoint at step 8, and the job finishes with the uninterrupted losses.
-"$DSLAUNCH" --num_gpus 2 --max_restarts 1 "${COMMON[@]}" --override train.steps=16 \
-  --override "checkpoint.dir=$WORK/ck_crash" --override checkpoint.interval=4 "$CONFIG" \
+#    The restart resumes from the tag the controller recorded as committed
+#    (Note [Committed checkpoints]), and the event log says which.
+"$DSLAUNCH" --num_gpus 2 --max_restarts 1 "${COMMON[@]}" --override train.steps=16 --log_dir "$WORK/crash_logs" \
+  --job_id crash --override "checkpoint.dir=$WORK/ck_crash" --override checkpoint.interval=4 "$CONFIG" \
   --loss_log "$WORK/crash.tsv" --exit_at_step 10 >"$WORK/crash.out" 2>"$WORK/crash.err" || fail "restarted job exited $?"
 grep -q "restarting the job: attempt 1" "$WORK/crash.err" || fail "no restart"
-grep -q "resumed from $WORK/ck_crash/global_step8 at step 8" "$WORK/crash.out" || fail "restart did not resume from step 8"
+grep -q "resumed from $WORK/ck_crash/global_step8 at step 8 (the last checkpoint the controller recorded as committed)" \
+  "$WORK/crash.out" || fail "restart did not resume from the recorded step-8 checkpoint"
+grep -q '"event":"checkpoint_committed", "attempt":0, "tag":"global_step8"' "$WORK/crash_logs/crash/events.jsonl" ||
+  fail "the event log does not record the committed checkpoint: $(grep checkpoint "$WORK/crash_logs/crash/events.jsonl")"
 # The crashed attempt logged steps 1-10, the restart 9-16: the last value per step must match.
 awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 16; s++) print s "\t" last[s] }' "$WORK/crash.tsv" >"$WORK/crash.final.tsv"
 cmp "$WORK/straight.tsv" "$WORK/crash.final.tsv" || fail "losses after the restart differ"
