@@ -171,12 +171,16 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
                                  grpc::ServerWriter<RankEvent>* writer) {
   if (auto s = Authenticate(*context, "Watch"); !s.ok()) return s;
   std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
+  int64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(job->mu);
+    // The newest watcher takes over: after a network partition the old
+    // stream may not have noticed yet that its controller reconnected.
     if (job->watched) {
-      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          absl::StrCat("job ", job->id, " already has a watcher on this agent"));
+      LogLine(absl::StrCat("job ", job->id, ": a new watcher from ", context->peer(),
+                           " replaces the previous one"));
     }
+    generation = ++job->watch_generation;
     job->watched = true;
     job->last_contact = std::chrono::steady_clock::now();
   }
@@ -185,7 +189,11 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
   accepted.set_global_rank(-1);
   accepted.mutable_accepted();
   writer->Write(accepted);
-  while (!context->IsCancelled()) {
+  auto superseded = [&] {
+    std::lock_guard<std::mutex> lock(job->mu);
+    return job->watch_generation != generation;
+  };
+  while (!context->IsCancelled() && !superseded()) {
     auto event = job->events.PopFor(std::chrono::milliseconds(100));
     if (!event) {
       if (job->events.closed()) break;
@@ -198,7 +206,7 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
     }
   }
   std::lock_guard<std::mutex> lock(job->mu);
-  job->watched = false;
+  if (job->watch_generation == generation) job->watched = false;
   return grpc::Status::OK;
 }
 

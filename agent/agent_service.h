@@ -100,6 +100,7 @@ class AgentService final : public Agent::Service {
     std::chrono::steady_clock::time_point last_contact;  // guarded by mu
     std::chrono::milliseconds lease{0};                  // guarded by mu
     bool watched = false;                                // guarded by mu
+    int64_t watch_generation = 0;                        // the newest watcher's; guarded by mu
     bool lease_expired = false;                          // guarded by mu
     std::chrono::milliseconds heartbeat_timeout{0};      // guarded by mu
     std::map<std::pair<int, int>, RankHealth> health;    // (attempt, rank); guarded by mu

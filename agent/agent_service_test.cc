@@ -269,6 +269,34 @@ TEST_F(AgentServiceTest, KeepAliveHoldsTheLease) {
   EXPECT_EQ(service_->LiveRankCount("alive"), 1);
 }
 
+TEST_F(AgentServiceTest, ANewWatcherReplacesTheOldOne) {
+  // After a partition the controller reconnects before the agent noticed the
+  // old stream died: the newest watcher gets the events, the old stream ends.
+  StartAgent();
+  WatchRequest watch;
+  watch.set_job_id("rewatched");
+  grpc::ClientContext first_context;
+  Authorize(&first_context);
+  auto first = stub_->Watch(&first_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(first->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  grpc::ClientContext second_context;
+  Authorize(&second_context);
+  auto second = stub_->Watch(&second_context, watch);
+  ASSERT_TRUE(second->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  EXPECT_FALSE(first->Read(&event));  // ends once superseded
+  EXPECT_TRUE(first->Finish().ok());
+  grpc::ClientContext context;
+  Authorize(&context);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("rewatched", 1), &reply).ok());
+  ASSERT_TRUE(second->Read(&event));
+  EXPECT_TRUE(event.has_started());
+  second_context.TryCancel();
+}
+
 TEST_F(AgentServiceTest, RefusesASecondStartOfTheSameAttempt) {
   StartAgent();
   grpc::ClientContext first;

@@ -126,6 +126,12 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(listen->ToString(), grpc::InsecureServerCredentials(), &bound_port);
+  // Notice a controller whose connection died (a cut link) within seconds.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
