@@ -20,6 +20,9 @@ struct AttemptReport {
   // first on another rank next time still compares equal (RestartPolicy).
   std::string startup_error;
   std::vector<std::string> stderr_tail;  // of the failing rank
+  // The agent (index into the controller's agents) whose host the failure is
+  // blamed on: the failing rank's or the lost one; -1 for none (blacklist).
+  int blamed_agent = -1;
   // Fail-fast figure: from the failing rank's end to the last stopped rank's
   // end (agents' clocks); -1 when nothing had to be stopped.
   int64_t teardown_us = -1;

@@ -78,7 +78,11 @@ class FakeAgentClient final : public AgentClient {
     }
     return absl::OkStatus();
   }
-  absl::Status KeepAlive(const std::string&) override { return absl::OkStatus(); }
+  absl::Status KeepAlive(const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++keepalive_calls_;
+    return reachable_ ? absl::OkStatus() : absl::UnavailableError(host_ + " unreachable");
+  }
   // Diagnose answers every running rank of the attempt with `stacks_text`
   // and the last Heartbeat() the test sent for it.
   std::string stacks_text = "fake stacks";
@@ -117,6 +121,8 @@ class FakeAgentClient final : public AgentClient {
   absl::Status StartWatch(const std::string&, EventHandler on_event, LostHandler on_lost) override {
     if (!watch_error.ok()) return watch_error;
     std::lock_guard<std::mutex> lock(mu_);
+    if (!reachable_) return absl::UnavailableError(host_ + " unreachable");
+    ++watch_starts_;
     on_event_ = std::move(on_event);
     on_lost_ = std::move(on_lost);
     return absl::OkStatus();
@@ -150,13 +156,27 @@ class FakeAgentClient final : public AgentClient {
     event.mutable_output()->set_line(line);
     Deliver(event);
   }
+  // The host becomes unreachable (its stream breaks; calls fail) until Return().
   void Lose(absl::Status why) {
     LostHandler lost;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      reachable_ = false;
       lost = on_lost_;
+      on_event_ = nullptr;
+      on_lost_ = nullptr;
+      // Its ranks are gone with it (the agent's lease stops them).
+      for (auto& [key, running] : running_) running = false;
     }
     if (lost) lost(why);
+  }
+  void Return() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reachable_ = true;
+  }
+  int watch_starts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watch_starts_;
   }
 
   std::vector<StartRanksRequest> starts() {
@@ -173,6 +193,9 @@ class FakeAgentClient final : public AgentClient {
   }
 
  private:
+  bool reachable_ = true;  // guarded by mu_
+  int keepalive_calls_ = 0;  // guarded by mu_
+  int watch_starts_ = 0;     // guarded by mu_
   std::map<std::pair<int, int>, RankProgress> beats_;  // guarded by mu_
   int diagnose_calls_ = 0;                              // guarded by mu_
   void Deliver(const RankEvent& event) {

@@ -58,6 +58,8 @@ std::string AttemptEndName(AttemptEnd end) {
       return "host lost";
     case ATTEMPT_HANG:
       return "hang";
+    case ATTEMPT_RESCALED:
+      return "rescaled";
     case ATTEMPT_CANCELLED:
       return "cancelled";
     default:
@@ -79,6 +81,12 @@ JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
       policy_(spec_.max_restarts, spec_.restart_backoff, spec_.max_restart_backoff),
       plan_(spec_.plan) {
   for (size_t i = 0; i < agents_.size(); ++i) active_.push_back(static_cast<int>(i));
+  lost_flags_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
+  back_reported_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    lost_flags_[i] = false;
+    back_reported_[i] = false;
+  }
 }
 
 std::string JobController::DescribeEnd(int rank, const std::string& host, const RankEnded& ended) {
@@ -132,14 +140,74 @@ void JobController::OnSignal(int signal_number) {
   events_.Push(std::move(event));
 }
 
-void JobController::KeepAliveLoop(AgentClient* agent) {
+void JobController::KeepAliveLoop(int index) {
+  AgentClient* agent = agents_[index];
+  auto last_probe = std::chrono::steady_clock::time_point();
   std::unique_lock<std::mutex> lock(keepalive_mu_);
   while (keepalive_running_) {
     lock.unlock();
-    (void)agent->KeepAlive(spec_.job_id);  // a lost agent shows up as a broken stream
+    const bool lost = lost_flags_[index].load();
+    const auto now = std::chrono::steady_clock::now();
+    if (!lost) {
+      (void)agent->KeepAlive(spec_.job_id);  // a lost agent shows up as a broken stream
+    } else if (spec_.rejoin_check.count() > 0 && now - last_probe >= spec_.rejoin_check) {
+      // Note [Membership]: is the lost host's agent back?
+      last_probe = now;
+      if (agent->KeepAlive(spec_.job_id).ok() && !back_reported_[index].exchange(true)) {
+        Event back;
+        back.kind = Event::kHostBack;
+        back.node = index;
+        events_.Push(std::move(back));
+      }
+    }
     lock.lock();
     keepalive_cv_.wait_for(lock, spec_.keepalive_interval, [&] { return !keepalive_running_; });
   }
+}
+
+absl::Status JobController::WatchAgent(int index) {
+  return agents_[index]->StartWatch(
+      spec_.job_id,
+      [this, index](RankEvent event) {
+        Event e;
+        e.kind = Event::kRank;
+        e.node = index;
+        e.rank_event = std::move(event);
+        events_.Push(std::move(e));
+      },
+      [this, index](absl::Status status) {
+        Event e;
+        e.kind = Event::kAgentLost;
+        e.node = index;
+        e.lost = std::move(status);
+        events_.Push(std::move(e));
+      });
+}
+
+void JobController::MarkLost(int index) {
+  lost_agents_.insert(index);
+  back_reported_[index] = false;
+  lost_flags_[index] = true;
+}
+
+bool JobController::Blacklisted(int index) const {
+  auto it = blacklisted_until_.find(index);
+  return it != blacklisted_until_.end() && std::chrono::steady_clock::now() < it->second;
+}
+
+void JobController::BlameHost(const AttemptReport& report) {
+  if (report.blamed_agent < 0 || spec_.blacklist_after <= 0 || spec_.min_nodes <= 0) return;
+  const int index = report.blamed_agent;
+  if (++host_failures_[index] < spec_.blacklist_after) return;
+  host_failures_[index] = 0;
+  blacklisted_until_[index] = std::chrono::steady_clock::now() + spec_.blacklist_cooldown;
+  notice_(absl::StrCat("blacklisting ", agents_[index]->host(), " for ", spec_.blacklist_cooldown.count(),
+                       " ms: ", spec_.blacklist_after, " failed attempt(s) blamed on it"));
+  log_->Append(JobEvent("blacklist")
+                   .Int("attempt", report.attempt)
+                   .Text("host", agents_[index]->host())
+                   .Int("failures", spec_.blacklist_after)
+                   .Int("cooldown_ms", spec_.blacklist_cooldown.count()));
 }
 
 JobOutcome JobController::Run() {
@@ -159,22 +227,7 @@ JobOutcome JobController::Run() {
                      .Int("attempts", static_cast<int64_t>(outcome.attempts.size())));
   };
   for (size_t node = 0; node < agents_.size(); ++node) {
-    absl::Status watching = agents_[node]->StartWatch(
-        spec_.job_id,
-        [this, node](RankEvent event) {
-          Event e;
-          e.kind = Event::kRank;
-          e.node = static_cast<int>(node);
-          e.rank_event = std::move(event);
-          events_.Push(std::move(e));
-        },
-        [this, node](absl::Status status) {
-          Event e;
-          e.kind = Event::kAgentLost;
-          e.node = static_cast<int>(node);
-          e.lost = std::move(status);
-          events_.Push(std::move(e));
-        });
+    absl::Status watching = WatchAgent(static_cast<int>(node));
     if (!watching.ok()) {
       notice_(absl::StrCat("cannot watch the job on ", agents_[node]->host(), ": ",
                            watching.message()));
@@ -188,8 +241,8 @@ JobOutcome JobController::Run() {
   }
   keepalive_running_ = true;
   std::vector<std::thread> keepalive_threads;
-  for (AgentClient* agent : agents_) {
-    keepalive_threads.emplace_back([this, agent] { KeepAliveLoop(agent); });
+  for (size_t index = 0; index < agents_.size(); ++index) {
+    keepalive_threads.emplace_back([this, index] { KeepAliveLoop(static_cast<int>(index)); });
   }
 
   for (int attempt = 0;; ++attempt) {
@@ -206,8 +259,9 @@ JobOutcome JobController::Run() {
       break;
     }
     ReportAttempt(report);
+    BlameHost(report);
     const RestartDecision decision = DecideRestart(&outcome);
-    if (!decision.restart || !ShrinkToLiveHosts(attempt + 1)) {
+    if (!decision.restart || !ReplanMembership(attempt + 1)) {
       SetState(first_signal_ != 0 ? JOB_CANCELLED : JOB_FAILED);
       break;
     }
@@ -215,8 +269,14 @@ JobOutcome JobController::Run() {
     std::string when = decision.backoff.count() > 0
                            ? absl::StrCat(" in ", decision.backoff.count(), " ms")
                            : std::string();
-    notice_(absl::StrCat("restarting the job: attempt ", attempt + 1, " (restart ", attempt + 1,
-                         " of ", spec_.max_restarts, ")", when));
+    if (report.end == ATTEMPT_RESCALED) {
+      notice_(absl::StrCat("restarting the job: attempt ", attempt + 1, " (a host came back; no restart used)"));
+    } else {
+      int used = 0;
+      for (const auto& earlier : outcome.attempts) used += earlier.end == ATTEMPT_RESCALED ? 0 : 1;
+      notice_(absl::StrCat("restarting the job: attempt ", attempt + 1, " (restart ", used, " of ",
+                           spec_.max_restarts, ")", when));
+    }
     if (!WaitBeforeRestart(attempt + 1, decision.backoff)) {
       outcome.exit_code = 128 + first_signal_;
       outcome.stop_note = absl::StrCat("SIG", sigabbrev_np(first_signal_),
@@ -239,34 +299,49 @@ JobOutcome JobController::Run() {
   return outcome;
 }
 
-bool JobController::ShrinkToLiveHosts(int next_attempt) {
+bool JobController::ReplanMembership(int next_attempt) {
+  if (spec_.min_nodes <= 0) return true;  // not elastic: every planned host, always
+  // Note [Membership]: a lost host whose agent answers again comes back.
+  std::vector<std::string> back;
+  for (int index : std::set<int>(lost_agents_)) {
+    if (Blacklisted(index)) continue;
+    if (!agents_[index]->KeepAlive(spec_.job_id).ok() || !WatchAgent(index).ok()) continue;
+    lost_agents_.erase(index);
+    lost_flags_[index] = false;
+    back.push_back(agents_[index]->host());
+  }
   std::vector<int> remaining;
-  std::vector<std::string> gone;
-  for (int index : active_) {
-    if (lost_agents_.count(index)) {
-      gone.push_back(agents_[index]->host());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    const int index = static_cast<int>(i);
+    if (lost_agents_.count(index) || Blacklisted(index)) {
+      out.push_back(absl::StrCat(agents_[index]->host(), Blacklisted(index) ? " (blacklisted)" : " (lost)"));
     } else {
       remaining.push_back(index);
     }
   }
-  if (gone.empty() || spec_.min_nodes <= 0) return true;  // nothing to do, or not elastic
   if (static_cast<int>(remaining.size()) < spec_.min_nodes) {
-    notice_(absl::StrCat("not restarting: lost ", absl::StrJoin(gone, ", "), "; ", remaining.size(),
+    notice_(absl::StrCat("not restarting: without ", absl::StrJoin(out, ", "), " ", remaining.size(),
                          " host(s) remain, fewer than the minimum of ", spec_.min_nodes));
     log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", false)
                      .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
                      .Int("min_nodes", spec_.min_nodes));
     return false;
   }
+  if (remaining == active_) return true;
   const int old_world = plan_.world_size();
   std::vector<HostSlots> nodes;
   for (int index : remaining) nodes.push_back(spec_.plan.nodes[index]);
   active_ = remaining;
   plan_ = BuildLaunchPlan(nodes);
-  notice_(absl::StrCat("elastic: continuing without ", absl::StrJoin(gone, ", "), " on ",
-                       remaining.size(), " host(s); world size ", old_world, " -> ", plan_.world_size()));
+  std::string what;
+  if (!back.empty()) absl::StrAppend(&what, "taking back ", absl::StrJoin(back, ", "));
+  if (!out.empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", "continuing without ", absl::StrJoin(out, ", "));
+  notice_(absl::StrCat("elastic: ", what, " on ", remaining.size(), " host(s); world size ", old_world, " -> ",
+                       plan_.world_size()));
   log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", true)
                    .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
+                   .Text("back", absl::StrJoin(back, ","))
                    .Int("old_world_size", old_world).Int("world_size", plan_.world_size()));
   return true;
 }
@@ -331,7 +406,7 @@ bool JobController::WaitBeforeRestart(int next_attempt, std::chrono::millisecond
       break;
     }
     if (event->kind == Event::kAgentLost) {
-      lost_agents_.insert(event->node);
+      MarkLost(event->node);
       for_next_attempt.push_back(std::move(*event));
     }
     // Rank events here are late news of the attempt that just ended.
@@ -442,8 +517,9 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     BeginStop(attempt, grace, reason);
   };
   auto fail = [&](AttemptEnd end, int exit_code, std::string cause, std::string startup_error,
-                  std::vector<std::string> tail, int64_t at_us) {
+                  std::vector<std::string> tail, int64_t at_us, int blamed_agent = -1) {
     if (stopping) return;
+    report.blamed_agent = blamed_agent;
     report.end = end;
     report.exit_code = exit_code;
     report.cause = std::move(cause);
@@ -579,8 +655,31 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       on_signal(event->signal_number);
       continue;
     }
+    if (event->kind == Event::kHostBack) {
+      // Note [Membership]: take it back in at a checkpoint boundary.
+      const int index = event->node;
+      const bool planned_out = std::find(active_.begin(), active_.end(), index) == active_.end();
+      if (!lost_agents_.count(index) || !planned_out || Blacklisted(index) || stopping || preempting ||
+          !spec_.request_checkpoint || spec_.min_nodes <= 0) {
+        continue;  // a restart's replan takes it back if it still answers
+      }
+      const std::string& host = agents_[index]->host();
+      log_->Append(JobEvent("host_back").Int("attempt", attempt).Text("host", host));
+      preempting = true;
+      preempt_deadline = std::chrono::steady_clock::now() +
+                         (spec_.preempt_grace.count() > 0 ? spec_.preempt_grace : std::chrono::milliseconds(30000));
+      report.end = ATTEMPT_RESCALED;
+      report.exit_code = 0;
+      report.cause = absl::StrCat("host ", host, " is back");
+      report.failed_unix_us = now_us();
+      notice_(absl::StrCat("host ", host, " is back; asking every rank to save a checkpoint and stop, to restart "
+                           "with it"));
+      SetState(JOB_STOPPING);
+      spec_.request_checkpoint(attempt);
+      continue;
+    }
     if (event->kind == Event::kAgentLost) {
-      lost_agents_.insert(event->node);
+      MarkLost(event->node);
       const auto in_plan = std::find(active_.begin(), active_.end(), event->node);
       if (in_plan == active_.end()) continue;  // dropped from the plan already
       const std::string& host = agents_[event->node]->host();
@@ -590,7 +689,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
                        .Text("host", host)
                        .Text("error", event->lost.message()));
       fail(ATTEMPT_HOST_LOST, 1,
-           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {}, now_us());
+           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {}, now_us(), event->node);
       for (int rank : node_ranks) {
         if (live.erase(rank) > 0) every_end_reported = false;
       }
@@ -635,7 +734,8 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       LogRankFailure(attempt, rank, host, ended, cause);
       fail(ClassifyEnd(ended), ExitCodeOf(ended), cause,
            ended.state() == RANK_LOST ? ended.detail() : std::string(),
-           {ended.stderr_tail().begin(), ended.stderr_tail().end()}, ended.ended_unix_us());
+           {ended.stderr_tail().begin(), ended.stderr_tail().end()}, ended.ended_unix_us(),
+           active_[plan.ranks[rank].node_index]);
     }
   }
 
@@ -643,7 +743,8 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
   stop_threads_.clear();
   if (preempting && !stopping) {
     // Every rank saved its checkpoint and left by itself: a clean
-    // preemption, reported as the signal it answers (CANCELLED, 128+signal).
+    // preemption, reported as the signal it answers (CANCELLED, 128+signal),
+    // or a rescale (RESCALED) that restarts at once.
     notice_("every rank saved its checkpoint and stopped");
     report.all_gone_unix_us = last_end_us;
     return report;

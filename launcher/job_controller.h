@@ -37,6 +37,7 @@
 #include <thread>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <optional>
 #include <string>
@@ -87,6 +88,18 @@ struct JobSpec {
   // process lives fails the attempt as a hang (the agents watch). 0: off.
   std::chrono::milliseconds heartbeat_timeout{0};
   std::string diagnosis_dir;
+  // Note [Membership]: a host that was lost comes back into the plan (up to
+  // the planned hosts) at the next restart once its agent answers again.
+  // With rejoin_check > 0 the controller also tries lost agents that often
+  // during an attempt and, when one answers, asks every rank to checkpoint
+  // and stop (request_checkpoint, as for a preemption) to restart with it at
+  // once (ATTEMPT_RESCALED; no restart budget used). Elastic jobs only.
+  std::chrono::milliseconds rejoin_check{0};
+  // A host blamed for this many failed attempts (its rank failed, or it was
+  // lost) is kept out of the plan for blacklist_cooldown; elastic jobs only,
+  // while at least min_nodes others remain. 0: off.
+  int blacklist_after = 0;
+  std::chrono::milliseconds blacklist_cooldown{300000};
   // Variables added to every rank's environment for one attempt (e.g.
   // DSLAUNCH_RESUME_TAG, Note [Committed checkpoints]); called before it starts.
   std::function<std::map<std::string, std::string>(int attempt)> attempt_environment;
@@ -141,7 +154,7 @@ class JobController {
 
  private:
   struct Event {
-    enum Kind { kRank, kAgentLost, kSignal } kind = kRank;
+    enum Kind { kRank, kAgentLost, kSignal, kHostBack } kind = kRank;
     int node = -1;
     RankEvent rank_event;
     absl::Status lost;
@@ -159,9 +172,18 @@ class JobController {
   // asks the policy (no restart after a stop signal), logs and announces the
   // decision, and sets the outcome's exit code and stop note when it stops.
   RestartDecision DecideRestart(JobOutcome* outcome);
-  // Elastic membership: drops lost hosts from the plan when at least
-  // spec_.min_nodes remain. Returns false when too few hosts remain.
-  bool ShrinkToLiveHosts(int next_attempt);
+  // Elastic membership (Note [Membership]): takes back lost hosts whose
+  // agents answer again, leaves out lost and blacklisted ones, and rebuilds
+  // the plan when at least spec_.min_nodes remain. Returns false when too few
+  // hosts remain.
+  bool ReplanMembership(int next_attempt);
+  // Opens agent `index`'s event stream into the event queue.
+  absl::Status WatchAgent(int index);
+  void MarkLost(int index);
+  bool Blacklisted(int index) const;
+  // After a failed attempt: counts it against the blamed host and
+  // blacklists a host that reached spec_.blacklist_after.
+  void BlameHost(const AttemptReport& report);
   // Waits out the backoff before `next_attempt` on the event queue. Returns
   // false when a stop signal arrived (the job is cancelled). A lost agent's
   // event is kept for the next attempt; late rank events are dropped.
@@ -177,7 +199,7 @@ class JobController {
   // the root cause that names the lagging rank(s) and the folder.
   std::string DiagnoseHang(int attempt, const std::map<int, RankProgress>& last_heartbeats);
   void Summarize(const JobOutcome& outcome);
-  void KeepAliveLoop(AgentClient* agent);
+  void KeepAliveLoop(int index);
 
   const JobSpec spec_;
   const std::vector<AgentClient*> agents_;  // index = the node of spec_.plan it serves
@@ -186,6 +208,12 @@ class JobController {
   LaunchPlan plan_;
   std::vector<int> active_;
   std::set<int> lost_agents_;  // agents whose event stream broke (event loop only)
+  // Per agent, shared with the keep-alive threads: lost, and its return
+  // already reported (kHostBack) since.
+  std::unique_ptr<std::atomic<bool>[]> lost_flags_;
+  std::unique_ptr<std::atomic<bool>[]> back_reported_;
+  std::map<int, int> host_failures_;  // failed attempts blamed on each agent (event loop only)
+  std::map<int, std::chrono::steady_clock::time_point> blacklisted_until_;  // event loop only
   RankOutputSink* const output_;
   const std::function<void(const std::string&)> notice_;
   const std::function<void(int)> on_attempt_over_;

@@ -98,7 +98,8 @@ class JobControllerTest : public ::testing::Test {
   }
 
   // Waits (bounded) until both agents have started `attempt`.
-  bool WaitStarted(int attempt) {
+  // Waits (bounded) until `agents` agents (host-a first) have started `attempt`.
+  bool WaitStarted(int attempt, int agents = 2) {
     for (auto deadline = std::chrono::steady_clock::now() + 10s;
          std::chrono::steady_clock::now() < deadline;) {
       auto started = [&](FakeAgentClient& agent) {
@@ -107,7 +108,7 @@ class JobControllerTest : public ::testing::Test {
         }
         return false;
       };
-      if (started(a_) && started(b_)) return true;
+      if (started(a_) && (agents < 2 || started(b_))) return true;
       std::this_thread::yield();
     }
     return false;
@@ -539,7 +540,83 @@ TEST_F(JobControllerTest, ElasticShrinkContinuesOnTheRemainingHosts) {
   EXPECT_EQ(EnvOf(starts[1].ranks(1), "WORLD_SIZE"), "2");
   EXPECT_EQ(EnvOf(starts[1].ranks(1), "RANK"), "1");
   EXPECT_EQ(EnvOf(starts[1].ranks(1), "MASTER_ADDR"), "10.0.0.1");
-  EXPECT_THAT(Notices(), HasSubstr("elastic: continuing without host-b on 1 host(s); world size 4 -> 2"));
+  EXPECT_THAT(Notices(), HasSubstr("elastic: continuing without host-b (lost) on 1 host(s); world size 4 -> 2"));
+}
+
+TEST_F(JobControllerTest, ALostHostThatAnswersAgainRejoinsAtTheNextRestart) {
+  spec_.max_restarts = 3;
+  spec_.min_nodes = 1;
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  b_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    b_.Lose(absl::UnavailableError("link down"));
+    ASSERT_TRUE(WaitStarted(1, /*agents=*/1));
+    b_.Return();
+    a_.EndRank(1, 0, Exited(1));  // attempt 1 fails on host-a: the restart takes host-b back
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+  ASSERT_EQ(outcome.attempts.size(), 3u);
+  ASSERT_EQ(b_.starts().size(), 2u);  // attempts 0 and 2
+  EXPECT_EQ(EnvOf(b_.starts()[1].ranks(0), "WORLD_SIZE"), "4");
+  EXPECT_EQ(b_.watch_starts(), 2);  // its stream was opened again
+  EXPECT_THAT(Notices(), HasSubstr("elastic: taking back host-b on 2 host(s); world size 2 -> 4"));
+}
+
+TEST_F(JobControllerTest, RejoinCheckTakesAReturningHostBackAtACheckpoint) {
+  spec_.max_restarts = 1;  // the rescale costs no restart
+  spec_.min_nodes = 1;
+  spec_.rejoin_check = 10ms;
+  spec_.preempt_grace = 10s;
+  std::vector<int> checkpoints;
+  // The ranks save a checkpoint and leave by themselves, as dsrank does.
+  spec_.request_checkpoint = [this, &checkpoints](int attempt) {
+    checkpoints.push_back(attempt);
+    for (int rank : {0, 1}) a_.EndRank(attempt, rank, Exited(0));
+  };
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  b_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    b_.Lose(absl::UnavailableError("link down"));
+    ASSERT_TRUE(WaitStarted(1, /*agents=*/1));
+    b_.Return();
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+  ASSERT_EQ(outcome.attempts.size(), 3u);
+  EXPECT_EQ(outcome.attempts[1].end, ATTEMPT_RESCALED);
+  EXPECT_EQ(checkpoints, std::vector<int>{1});
+  EXPECT_THAT(Notices(), HasSubstr("host host-b is back; asking every rank to save a checkpoint and stop"));
+  EXPECT_THAT(Notices(), HasSubstr("restarting the job: attempt 2 (a host came back; no restart used)"));
+  EXPECT_EQ(EnvOf(b_.starts().back().ranks(0), "WORLD_SIZE"), "4");
+}
+
+TEST_F(JobControllerTest, AHostThatKeepsFailingIsBlacklisted) {
+  spec_.max_restarts = 2;
+  spec_.min_nodes = 1;
+  spec_.blacklist_after = 1;
+  spec_.blacklist_cooldown = 1h;
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 1 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  b_.behaviour = [](int attempt, const RankSpec& rank) {
+    return attempt == 0 && rank.global_rank() == 2 ? std::optional<RankEnded>(Exited(3)) : std::nullopt;
+  };
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+  ASSERT_EQ(outcome.attempts.size(), 2u);
+  EXPECT_EQ(outcome.attempts[0].blamed_agent, 1);
+  EXPECT_EQ(b_.starts().size(), 1u);  // kept out of attempt 1
+  EXPECT_THAT(Notices(), HasSubstr("blacklisting host-b for 3600000 ms: 1 failed attempt(s) blamed on it"));
+  EXPECT_THAT(Notices(), HasSubstr("continuing without host-b (blacklisted) on 1 host(s); world size 4 -> 2"));
 }
 
 TEST_F(JobControllerTest, ElasticStopsBelowTheMinimum) {

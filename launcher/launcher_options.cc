@@ -301,8 +301,26 @@ constexpr OptionRow kOptions[] = {
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.hang_timeout_ms);
      }},
+    {"--rejoin_check_ms", "", ValueKind::kInteger, "MS", "0: at restarts",
+     "elastic: probe lost hosts every MS; rejoin at a checkpoint",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.rejoin_check_ms);
+     }},
+    {"--blacklist_after", "", ValueKind::kInteger, "N", "0: off",
+     "elastic: keep out a host blamed for N failed attempts for a cooldown",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       int64_t n = 0;
+       absl::Status parsed = SetInt64(f, v, 0, &n);
+       o.blacklist_after = static_cast<int>(n);
+       return parsed;
+     }},
+    {"--blacklist_cooldown_ms", "", ValueKind::kInteger, "MS", "300000",
+     "how long a blacklisted host stays out",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       return SetInt64(f, v, 0, &o.blacklist_cooldown_ms);
+     }},
     {"--heartbeat_timeout_ms", "", ValueKind::kInteger, "MS", "15000",
-     "a rank that stops its heartbeats for MS while alive fails as a hang (0: off)",
+     "a live rank without heartbeats for MS fails as a hang (0: off)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.heartbeat_timeout_ms);
      }},

@@ -47,6 +47,9 @@ struct LauncherOptions {
   int64_t stop_grace_ms = 3000;   // --stop_grace_ms: SIGTERM -> SIGKILL grace
   int64_t lease_ms = 10000;       // --lease_ms: agents stop ranks after this long without the controller
   int64_t preempt_grace_ms = 30000;  // --preempt_grace_ms: job files only; 0: stop at once
+  int64_t rejoin_check_ms = 0;           // --rejoin_check_ms: elastic; 0: lost hosts rejoin at restarts
+  int blacklist_after = 0;               // --blacklist_after N: elastic; 0: off
+  int64_t blacklist_cooldown_ms = 300000;  // --blacklist_cooldown_ms
   int64_t heartbeat_timeout_ms = 15000;  // --heartbeat_timeout_ms: a frozen rank is a hang; 0: off
   int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: job files only; 0: off
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)

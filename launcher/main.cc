@@ -483,6 +483,9 @@ int Main(int argc, char** argv) {
   // Note [Rank heartbeats]: ranks beat five times per timeout (at most once a
   // second); hang reports go to the log folder, or a folder of the job's own.
   spec.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
+  spec.rejoin_check = std::chrono::milliseconds(options.rejoin_check_ms);
+  spec.blacklist_after = options.blacklist_after;
+  spec.blacklist_cooldown = std::chrono::milliseconds(options.blacklist_cooldown_ms);
   spec.environment.passthrough["DSLAUNCH_HEARTBEAT_MS"] = absl::StrCat(
       options.heartbeat_timeout_ms > 0 ? std::clamp<int64_t>(options.heartbeat_timeout_ms / 5, 100, 1000) : 1000);
   spec.diagnosis_dir = !log_dir_job.empty() ? log_dir_job

@@ -35,7 +35,15 @@ RestartDecision RestartPolicy::Decide(const std::vector<AttemptReport>& history)
     decision.reason = "the job was cancelled";
     return decision;
   }
-  const int restarts_used = static_cast<int>(history.size()) - 1;
+  // A rescale (a returning host taken back in at a checkpoint) is no failure:
+  // it restarts at once and costs nothing from the budget.
+  if (last.end == ATTEMPT_RESCALED) {
+    decision.restart = true;
+    decision.reason = "a host came back";
+    return decision;
+  }
+  int restarts_used = 0;
+  for (size_t i = 0; i + 1 < history.size(); ++i) restarts_used += history[i].end == ATTEMPT_RESCALED ? 0 : 1;
   if (restarts_used >= max_restarts_) {
     decision.reason = max_restarts_ == 0
                           ? "--max_restarts is 0"
@@ -56,7 +64,7 @@ RestartDecision RestartPolicy::Decide(const std::vector<AttemptReport>& history)
     }
   }
   decision.restart = true;
-  decision.backoff = BackoffBefore(last.attempt + 1);
+  decision.backoff = BackoffBefore(restarts_used + 1);
   return decision;
 }
 

@@ -36,6 +36,23 @@ TEST(RestartPolicy, BackoffDoublesUpToTheCap) {
   EXPECT_EQ(policy.BackoffBefore(1000000), 30000ms);  // no overflow
 }
 
+TEST(RestartPolicy, ARescaleRestartsAtOnceAndCostsNothing) {
+  RestartPolicy policy(1, 1000ms, 30000ms);
+  // fail, rescale: the rescale restarts at once, even with the one restart used.
+  std::vector<AttemptReport> history = {Ended(0, ATTEMPT_HOST_LOST), Ended(1, ATTEMPT_RESCALED)};
+  RestartDecision decision = policy.Decide(history);
+  EXPECT_TRUE(decision.restart);
+  EXPECT_EQ(decision.backoff, 0ms);
+  // fail, rescale, fail: one failure restart used before, so a second would
+  // exceed --max_restarts 1; with 2 it waits the second backoff, not the third.
+  history.push_back(Ended(2, ATTEMPT_RANK_ERROR));
+  EXPECT_FALSE(policy.Decide(history).restart);
+  RestartPolicy two(2, 1000ms, 30000ms);
+  decision = two.Decide(history);
+  EXPECT_TRUE(decision.restart);
+  EXPECT_EQ(decision.backoff, 2000ms);
+}
+
 TEST(RestartPolicy, CapBelowTheInitialWaitWins) {
   RestartPolicy policy(3, 5000ms, 2000ms);
   EXPECT_EQ(policy.BackoffBefore(1), 2000ms);
