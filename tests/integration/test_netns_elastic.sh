@@ -5,7 +5,10 @@
 # stops the job, and with --num_nodes 1:2 restarts on host a alone: the data-
 # parallel size goes 2 -> 1, the ZeRO shards are re-cut at load time, the
 # global batch is kept by doubling gradient accumulation, and the job ends
-# with the losses of an uninterrupted two-host run. Needs root.
+# with the losses of an uninterrupted two-host run. Then host b's link comes
+# back: with --rejoin_check_ms the controller notices its agent answers
+# again, asks every rank to save a checkpoint and stop, and restarts on both
+# hosts (world size 1 -> 2, no restart used); the losses still match. Needs root.
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
@@ -16,15 +19,15 @@ AGENT_A=$(start_ns_agent "$NS_A" "$ADDR_A" host-a "$WORK/token")
 AGENT_B=$(start_ns_agent "$NS_B" "$ADDR_B" host-b "$WORK/token")
 COMMON=(--agents "$AGENT_A,$AGENT_B" --token_file "$WORK/token" --num_gpus 1 --lease_ms 2000
   --override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0
-  --override train.warmup_steps=4 --override train.steps=80 --override train.global_batch_size=16
+  --override train.warmup_steps=4 --override train.steps=120 --override train.global_batch_size=16
   --override train.micro_batch_size=8 --override checkpoint.interval=4
   --override ds_config.zero_optimization.stage=2 --override ds_config.steps_per_print=20)
 
 "$DSLAUNCH" "${COMMON[@]}" --override "checkpoint.dir=$WORK/ck_ref" "$CONFIG" \
   --loss_log "$WORK/ref.tsv" >"$WORK/ref.out" 2>"$WORK/ref.err" || fail "uninterrupted run exited $?"
-(($(wc -l <"$WORK/ref.tsv") == 80)) || fail "uninterrupted run: expected 80 losses"
+(($(wc -l <"$WORK/ref.tsv") == 120)) || fail "uninterrupted run: expected 120 losses"
 
-"$DSLAUNCH" "${COMMON[@]}" --num_nodes 1:2 --max_restarts 2 --restart_backoff_ms 0 \
+"$DSLAUNCH" "${COMMON[@]}" --num_nodes 1:2 --max_restarts 1 --restart_backoff_ms 0 --rejoin_check_ms 500 \
   --override "checkpoint.dir=$WORK/ck_elastic" "$CONFIG" \
   --loss_log "$WORK/elastic.tsv" >"$WORK/elastic.out" 2>"$WORK/elastic.err" &
 launcher=$!
@@ -33,22 +36,29 @@ wait_until 120 bash -c "[[ -f '$WORK/elastic.tsv' && \$(wc -l <'$WORK/elastic.ts
   fail "training did not reach step 10"
 ip link set "dsv${tag}b" down
 cut_at=$SECONDS
+wait_until 60 grep -q 'elastic: continuing without host-b (lost) on 1 host(s); world size 2 -> 1' "$WORK/elastic.err" ||
+  fail "no elastic shrink: $(tail -n 5 "$WORK/elastic.err")"
+ip link set "dsv${tag}b" up
+back_at=$SECONDS
 set +e
 wait "$launcher"
 code=$?
 set -e
 ((code == 0)) || fail "elastic job exited $code"
 grep -q 'lost host host-b' "$WORK/elastic.err" || fail "no lost-host cause"
-grep -q 'elastic: continuing without host-b on 1 host(s); world size 2 -> 1' "$WORK/elastic.err" || fail "no elastic shrink"
+grep -q 'host host-b is back; asking every rank to save a checkpoint and stop' "$WORK/elastic.err" ||
+  fail "host b's return was not noticed: $(tail -n 5 "$WORK/elastic.err")"
+grep -q 'restarting the job: attempt 2 (a host came back; no restart used)' "$WORK/elastic.err" || fail "no rescale restart"
+grep -q 'elastic: taking back host-b on 2 host(s); world size 1 -> 2' "$WORK/elastic.err" || fail "host b was not taken back"
 grep -qE 'resumed from .*/global_step[0-9]+ at step [0-9]+' "$WORK/elastic.out" || fail "the restart did not resume from a checkpoint"
 grep -E 'recovery:|resumed from' "$WORK/elastic.err" "$WORK/elastic.out" | sed 's/^[^:]*://' || true
-echo "host b cut; job finished on host a $((SECONDS - cut_at)) s later"
+echo "host b cut; back $((back_at - cut_at)) s later; job finished on both hosts $((SECONDS - back_at)) s after that"
 # The last value logged for every step, against the uninterrupted run: the
 # same samples per step; only the order of sums differs (1 rank x 2 micro-
 # batches vs 2 ranks), so agreement to 1e-4 relative.
-awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 80; s++) print s "\t" last[s] }' "$WORK/elastic.tsv" >"$WORK/elastic.final.tsv"
+awk -F'\t' '{ last[$1] = $2 } END { for (s = 1; s <= 120; s++) print s "\t" last[s] }' "$WORK/elastic.tsv" >"$WORK/elastic.final.tsv"
 paste "$WORK/ref.tsv" "$WORK/elastic.final.tsv" | awk '
   { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
   END { printf "elastic run vs uninterrupted: worst relative loss difference %.2e over %d steps\n", worst, NR; exit bad }' ||
   fail "losses after the elastic restart differ"
-pass "host lost mid-run: restarted on the remaining host from its checkpoint, same losses"
+pass "host lost mid-run: restarted on the remaining host, took it back when it returned, same losses"
