@@ -83,7 +83,11 @@ bool RankSupervisor::Stop(std::chrono::milliseconds grace) {
   stop_requested_ = true;
   // Signal right here rather than from the supervising thread: fail-fast
   // latency is the point.
-  if (pid_ > 0) ::kill(-pid_, grace.count() == 0 ? SIGKILL : (first ? SIGTERM : 0));
+  if (pid_ > 0) {
+    ::kill(-pid_, grace.count() == 0 ? SIGKILL : (first ? SIGTERM : 0));
+    // A stopped (SIGSTOP, frozen) rank only acts on SIGTERM once continued.
+    if (grace.count() > 0 && first) ::kill(-pid_, SIGCONT);
+  }
   uint64_t one = 1;
   ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
   (void)ignored;

@@ -591,6 +591,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
   // rank's step (Note [Rank heartbeats]); otherwise what the ranks publish
   // in the store (dsrank: rank 0's step).
   std::map<int, RankProgress> heartbeats;  // the newest of each rank
+  bool first_step_logged = false;
   std::optional<std::string> last_progress;
   auto last_progress_change = std::chrono::steady_clock::now();
   auto next_progress_check = last_progress_change;
@@ -719,6 +720,17 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
                                   " ms while its process lives (frozen or stopped)"));
       } else {
         heartbeats[rank] = progress;
+        // Recovery timing: the first step any rank finishes after a restart.
+        if (previous != nullptr && !first_step_logged && progress.step() >= 0 && previous->failed_unix_us > 0) {
+          first_step_logged = true;
+          const int64_t after_us = now_us() - previous->failed_unix_us;
+          log_->Append(JobEvent("first_step")
+                           .Int("attempt", attempt)
+                           .Int("step", progress.step())
+                           .Int("failure_to_first_step_us", after_us));
+          notice_(absl::StrCat("recovery: attempt ", attempt, " finished step ", progress.step(), " ",
+                               after_us / 1000.0, " ms after the failure"));
+        }
       }
       continue;
     }

@@ -7,6 +7,10 @@
 // position), so a resumed run continues exactly where it stopped.
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -126,6 +130,11 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
     return absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
   }
   if (auto s = SyncFile(path); !s.ok()) return s;
+  // Fault injection (the chaos suite): every part written, not yet
+  // committed, for this long: a window to interrupt a save in.
+  if (const char* delay = std::getenv("DSLAUNCH_FAULT_COMMIT_DELAY_MS"); delay != nullptr && rank == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(delay)));
+  }
   if (stage3_ && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
     absl::Status written = SaveGatheredWeights(PartialDir(dir, tag));
     if (!written.ok()) return written;
