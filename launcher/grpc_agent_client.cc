@@ -3,6 +3,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -12,15 +13,16 @@
 namespace dslaunch {
 
 GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, std::string token,
-                                 std::chrono::milliseconds call_timeout)
+                                 std::chrono::milliseconds call_timeout, std::chrono::milliseconds keepalive)
     : host_(std::move(host)),
       address_(address),
       token_(std::move(token)),
       call_timeout_(call_timeout) {
   grpc::ChannelArguments args;
   // Notice a dead peer on an idle connection within seconds, not hours.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  const int keepalive_ms = static_cast<int>(std::max<int64_t>(250, keepalive.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // A connection attempt whose first packet is lost (a host or bridge coming
   // up) is abandoned after 1 s and retried quickly, instead of gRPC's default

@@ -18,8 +18,12 @@ namespace dslaunch {
 class GrpcAgentClient final : public AgentClient {
  public:
   // `address` is host:port of the agent; `host` is the name shown to users.
+  // The connection is pinged every `keepalive` and declared dead when a ping
+  // goes unanswered for as long: a lost host is noticed within 2 × keepalive
+  // (dslaunch uses a quarter of the lease, so within half of it).
   GrpcAgentClient(std::string host, const std::string& address, std::string token,
-                  std::chrono::milliseconds call_timeout = std::chrono::milliseconds(10000));
+                  std::chrono::milliseconds call_timeout = std::chrono::milliseconds(10000),
+                  std::chrono::milliseconds keepalive = std::chrono::milliseconds(2000));
   ~GrpcAgentClient() override;
 
   const std::string& host() const override { return host_; }

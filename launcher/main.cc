@@ -41,6 +41,9 @@ extern char** environ;
 namespace dslaunch {
 namespace {
 
+// How long an ordinary call to an agent may take.
+constexpr std::chrono::milliseconds kCallTimeout(10000);
+
 constexpr int kUsageError = 2;
 
 void Notice(const std::string& message) {
@@ -290,7 +293,8 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < described.size(); ++i) {
       const AgentEndpoint& endpoint = fleet->endpoints()[i];
       std::string name = unique ? described[i].hostname() : endpoint.address;
-      clients.push_back(std::make_unique<GrpcAgentClient>(name, endpoint.address, token));
+      clients.push_back(std::make_unique<GrpcAgentClient>(name, endpoint.address, token, kCallTimeout,
+                                                          std::chrono::milliseconds(options.lease_ms / 4)));
       dial_host[name] = endpoint.host;
       context.agent_hosts.push_back(name);
       context.agent_gpu_counts.push_back(described[i].gpu_count());
@@ -442,7 +446,8 @@ int Main(int argc, char** argv) {
     }
     fleet = std::move(*started);
     for (const auto& endpoint : fleet->endpoints()) {
-      clients.push_back(std::make_unique<GrpcAgentClient>(endpoint.host, endpoint.address, token));
+      clients.push_back(std::make_unique<GrpcAgentClient>(endpoint.host, endpoint.address, token, kCallTimeout,
+                                                          std::chrono::milliseconds(options.lease_ms / 4)));
       auto described = clients.back()->Describe();
       if (!described.ok()) {
         Notice(std::string(described.status().message()));

@@ -28,6 +28,7 @@ COMMON=(--agents "$AGENT_A,$AGENT_B" --token_file "$WORK/token" --num_gpus 1 --l
 (($(wc -l <"$WORK/ref.tsv") == 120)) || fail "uninterrupted run: expected 120 losses"
 
 "$DSLAUNCH" "${COMMON[@]}" --num_nodes 1:2 --max_restarts 1 --restart_backoff_ms 0 --rejoin_check_ms 500 \
+  --log_dir "$WORK/logs" --job_id elastic \
   --override "checkpoint.dir=$WORK/ck_elastic" "$CONFIG" \
   --loss_log "$WORK/elastic.tsv" >"$WORK/elastic.out" 2>"$WORK/elastic.err" &
 launcher=$!
@@ -36,6 +37,7 @@ wait_until 120 bash -c "[[ -f '$WORK/elastic.tsv' && \$(wc -l <'$WORK/elastic.ts
   fail "training did not reach step 10"
 ip link set "dsv${tag}b" down
 cut_at=$SECONDS
+cut_us=$(($(date +%s%N) / 1000))
 wait_until 60 grep -q 'elastic: continuing without host-b (lost) on 1 host(s); world size 2 -> 1' "$WORK/elastic.err" ||
   fail "no elastic shrink: $(tail -n 5 "$WORK/elastic.err")"
 ip link set "dsv${tag}b" up
@@ -53,6 +55,12 @@ grep -q 'elastic: taking back host-b on 2 host(s); world size 1 -> 2' "$WORK/ela
 grep -qE 'resumed from .*/global_step[0-9]+ at step [0-9]+' "$WORK/elastic.out" || fail "the restart did not resume from a checkpoint"
 grep -E 'recovery:|resumed from' "$WORK/elastic.err" "$WORK/elastic.out" | sed 's/^[^:]*://' || true
 echo "host b cut; back $((back_at - cut_at)) s later; job finished on both hosts $((SECONDS - back_at)) s after that"
+# Design bound: a lost host is detected within its lease (2000 ms here).
+lost_us=$(grep -o '"time_us":[0-9]*, "event":"host_lost"' "$WORK/logs/elastic/events.jsonl" | head -1 | grep -o '[0-9]*' | head -1)
+[[ -n $lost_us ]] || fail "no host_lost event"
+detect_ms=$(((lost_us - cut_us) / 1000))
+echo "host b's loss detected $detect_ms ms after its link was cut (lease 2000 ms)"
+((detect_ms <= 2000)) || fail "the lost host was detected after $detect_ms ms, beyond its 2000 ms lease"
 # The last value logged for every step, against the uninterrupted run: the
 # same samples per step; only the order of sums differs (1 rank x 2 micro-
 # batches vs 2 ranks), so agreement to 1e-4 relative.
