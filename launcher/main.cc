@@ -318,7 +318,13 @@ int Main(int argc, char** argv) {
     auto overrides = ParseOverrides(options);
     if (!overrides.ok()) return UsageError(overrides.status());
     const std::string job_file = std::filesystem::absolute(options.program[0]).string();
-    auto job = runtime::LoadJobConfig(job_file, *overrides, runtime::WorldShape{spec.plan.world_size()});
+    // Note [Elastic batch]: an elastic job may adjust a global batch this
+    // world size cannot keep (dsrank states it); others must fit as written.
+    std::string batch_note;
+    auto job = options.min_nodes > 0
+                   ? runtime::LoadElasticJobConfig(job_file, *overrides, runtime::WorldShape{spec.plan.world_size()},
+                                                   &batch_note)
+                   : runtime::LoadJobConfig(job_file, *overrides, runtime::WorldShape{spec.plan.world_size()});
     if (!job.ok()) {
       Notice(absl::StrCat(options.program[0], " is not valid for ", spec.plan.world_size(),
                           " rank(s):\n", job.status().message()));
@@ -351,6 +357,8 @@ int Main(int argc, char** argv) {
                                  : local                      ? "127.0.0.1"
                                                               : rank0_host;
   spec.min_nodes = std::max(0, options.min_nodes);
+  // Note [Elastic batch]: dsrank may adjust a global batch the world size cannot keep.
+  if (spec.min_nodes > 0) spec.environment.passthrough["DSLAUNCH_ELASTIC"] = "1";
   if (options.master_addr.empty()) {
     for (const auto& node : spec.plan.nodes) {
       spec.node_addresses.push_back(local ? "127.0.0.1"

@@ -250,4 +250,30 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
   return job;
 }
 
+absl::StatusOr<JobConfig> LoadElasticJobConfig(const std::string& path,
+                                               const std::vector<ConfigOverride>& overrides,
+                                               const WorldShape& world, std::string* note) {
+  auto job = LoadJobConfig(path, overrides, world);
+  if (job.ok()) return job;
+  // At one rank the batch always fits (when global % micro == 0): what fails
+  // there is wrong whatever the world size, and is what to report.
+  auto at_one = LoadJobConfig(path, overrides, WorldShape{1});
+  if (!at_one.ok()) return at_one.status();
+  const int64_t global = at_one->train.global_batch_size;
+  const int64_t micro = at_one->ds.train_micro_batch_size_per_gpu;
+  const int64_t dp = world.world_size / std::max<int64_t>(1, at_one->ds.tensor_parallel.tp_size *
+                                                                 std::max<int64_t>(1, at_one->ds.pipeline.stages));
+  if (global <= 0 || micro <= 0 || dp <= 0) return job.status();
+  const int64_t unit = micro * dp;
+  const int64_t adjusted = std::max<int64_t>(1, (global + unit / 2) / unit) * unit;
+  std::vector<ConfigOverride> with_batch = overrides;
+  with_batch.push_back({"train.global_batch_size", absl::StrCat(adjusted)});
+  auto retried = LoadJobConfig(path, with_batch, world);
+  if (!retried.ok()) return retried.status();
+  *note = absl::StrCat("the global batch of ", global, " cannot be kept on ", dp, " data-parallel rank(s) with micro-batch ",
+                       micro, "; using ", adjusted, " (gradient accumulation ",
+                       retried->ds.gradient_accumulation_steps, ")");
+  return retried;
+}
+
 }  // namespace dslaunch::runtime

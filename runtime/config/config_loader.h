@@ -31,6 +31,15 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
                                         const std::vector<ConfigOverride>& overrides,
                                         const WorldShape& world);
 
+// Note [Elastic batch]: an elastic job's world size is not the user's choice.
+// Like LoadJobConfig, but when the job's global batch is not a multiple of
+// micro-batch x data-parallel size at this world, the nearest multiple is
+// used instead and `note` says so in one line. Any other problem (or a job
+// without train.global_batch_size) is reported as LoadJobConfig does.
+absl::StatusOr<JobConfig> LoadElasticJobConfig(const std::string& path,
+                                               const std::vector<ConfigOverride>& overrides,
+                                               const WorldShape& world, std::string* note);
+
 // A bare ds_config.json/yaml, for `dslaunch --validate ds_config.json`.
 // "auto" values that need a job file are reported as unresolvable only when
 // nothing else can fill them (batch sizes need two of the three numbers).

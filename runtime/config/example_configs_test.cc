@@ -81,5 +81,30 @@ TEST(ExampleConfigs, DsConfigZero0IsWhatADeepSpeedUserWrites) {
   EXPECT_FALSE(config->bf16.enabled);
 }
 
+TEST(ElasticBatch, AGlobalBatchTheWorldCannotKeepIsAdjustedAndStated) {
+  // Note [Elastic batch]: 16 samples of 8 per rank fit 1 and 2 ranks, not 3.
+  const std::string file = kConfigs + "/gpt-tiny.cfg";
+  const std::vector<ConfigOverride> overrides = {{"train.global_batch_size", "16"}, {"train.micro_batch_size", "8"},
+                                                 {"train.steps", "30"}, {"checkpoint.dir", "\"\""}};
+  std::string note;
+  auto kept = LoadElasticJobConfig(file, overrides, WorldShape{2}, &note);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->ds.train_batch_size, 16);
+  EXPECT_EQ(note, "");
+  EXPECT_FALSE(LoadJobConfig(file, overrides, WorldShape{3}).ok());
+  auto adjusted = LoadElasticJobConfig(file, overrides, WorldShape{3}, &note);
+  ASSERT_TRUE(adjusted.ok()) << adjusted.status();
+  EXPECT_EQ(adjusted->ds.train_batch_size, 24);
+  EXPECT_EQ(adjusted->ds.gradient_accumulation_steps, 1);
+  EXPECT_EQ(note, "the global batch of 16 cannot be kept on 3 data-parallel rank(s) with micro-batch 8; using 24 "
+                  "(gradient accumulation 1)");
+  // A problem of its own is reported as such, not hidden behind the batch.
+  std::vector<ConfigOverride> short_run = overrides;
+  short_run.push_back({"train.steps", "12"});  // fewer than the 20 warm-up steps
+  auto refused = LoadElasticJobConfig(file, short_run, WorldShape{3}, &note);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("must be greater than warmup_num_steps=20"));
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime

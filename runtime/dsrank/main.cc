@@ -94,8 +94,14 @@ int main(int argc, char** argv) {
   if (const char* tag = std::getenv("DSLAUNCH_RESUME_TAG")) context.resume_tag = tag;
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 
-  auto job = LoadJobConfig(config_path, overrides, WorldShape{context.world_size});
+  // Note [Elastic batch]: in an elastic job (the launcher says so) a global
+  // batch the world size cannot keep is adjusted, and the change stated.
+  std::string batch_note;
+  auto job = std::getenv("DSLAUNCH_ELASTIC") != nullptr
+                 ? LoadElasticJobConfig(config_path, overrides, WorldShape{context.world_size}, &batch_note)
+                 : LoadJobConfig(config_path, overrides, WorldShape{context.world_size});
   if (!job.ok()) return Fail(std::string(job.status().message()));
+  if (!batch_note.empty() && context.rank == 0) std::fprintf(stderr, "dsrank: %s\n", batch_note.c_str());
   for (const std::string& line : job->not_yet_supported) {
     if (context.rank == 0) std::fprintf(stderr, "dsrank: not yet supported: %s\n", line.c_str());
   }
