@@ -98,6 +98,23 @@ class JobControllerTest : public ::testing::Test {
   }
 
   // Waits (bounded) until both agents have started `attempt`.
+  // Attempt 0 on both hosts; host-b is lost; attempt 1 runs on host-a; host-b
+  // returns, then `after_return` runs. Attempt 2 (whatever it runs on) succeeds.
+  JobOutcome RunLosingHostBThenReturningIt(std::function<void()> after_return) {
+    auto third_succeeds = [](int attempt, const RankSpec&) {
+      return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+    };
+    a_.behaviour = third_succeeds;
+    b_.behaviour = third_succeeds;
+    return Run([this, after_return](JobController&) {
+      ASSERT_TRUE(WaitStarted(0));
+      b_.Lose(absl::UnavailableError("link down"));
+      ASSERT_TRUE(WaitStarted(1, /*agents=*/1));
+      b_.Return();
+      after_return();
+    });
+  }
+
   // Waits (bounded) until `agents` agents (host-a first) have started `attempt`.
   bool WaitStarted(int attempt, int agents = 2) {
     for (auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -546,17 +563,7 @@ TEST_F(JobControllerTest, ElasticShrinkContinuesOnTheRemainingHosts) {
 TEST_F(JobControllerTest, ALostHostThatAnswersAgainRejoinsAtTheNextRestart) {
   spec_.max_restarts = 3;
   spec_.min_nodes = 1;
-  a_.behaviour = [](int attempt, const RankSpec&) {
-    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
-  };
-  b_.behaviour = [](int attempt, const RankSpec&) {
-    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
-  };
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    b_.Lose(absl::UnavailableError("link down"));
-    ASSERT_TRUE(WaitStarted(1, /*agents=*/1));
-    b_.Return();
+  JobOutcome outcome = RunLosingHostBThenReturningIt([this] {
     a_.EndRank(1, 0, Exited(1));  // attempt 1 fails on host-a: the restart takes host-b back
   });
   EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
@@ -578,18 +585,7 @@ TEST_F(JobControllerTest, RejoinCheckTakesAReturningHostBackAtACheckpoint) {
     checkpoints.push_back(attempt);
     for (int rank : {0, 1}) a_.EndRank(attempt, rank, Exited(0));
   };
-  a_.behaviour = [](int attempt, const RankSpec&) {
-    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
-  };
-  b_.behaviour = [](int attempt, const RankSpec&) {
-    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
-  };
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    b_.Lose(absl::UnavailableError("link down"));
-    ASSERT_TRUE(WaitStarted(1, /*agents=*/1));
-    b_.Return();
-  });
+  JobOutcome outcome = RunLosingHostBThenReturningIt([] {});
   EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
   ASSERT_EQ(outcome.attempts.size(), 3u);
   EXPECT_EQ(outcome.attempts[1].end, ATTEMPT_RESCALED);

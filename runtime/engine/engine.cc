@@ -91,6 +91,9 @@ absl::Status Engine::Initialize() {
       options.stage = stage;
       options.offload_optimizer = offload == "cpu";
       options.offload_param = offload_param == "cpu";
+      // reduce_bucket_size cuts the vector for stages 1-2 (each bucket reduced
+      // and gathered on its own; no temporary copy larger than a bucket).
+      options.bucket_elements = config_.zero_optimization.reduce_bucket_size;
       if (options.offload_optimizer) {
         absl::Status simd = kernels::CpuAdamInit();
         if (!simd.ok()) return simd;
@@ -324,6 +327,7 @@ Engine::MemoryBreakdown Engine::Memory() const {
     bytes.parameters = zero_->ParameterBytes();
     bytes.parameters_on_host = zero_->offload_param();
     bytes.gathered_peak_elements = zero_->PeakLiveElements();
+    bytes.partition_units = zero_->units();
     bytes.gradients = zero_->GradientBytes();
     bytes.master_weights = zero_->MasterBytes();
     bytes.optimizer_state = shard_adam_->StateBytes();

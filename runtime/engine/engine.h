@@ -112,6 +112,9 @@ class Engine {
     bool parameters_on_host = false;  // ZeRO-3 offload_param: the parameter shard
     // ZeRO-3: the most parameter elements gathered at once so far.
     int64_t gathered_peak_elements = 0;
+    // Units (stage 3) or buckets (stages 1-2) the ZeRO vector is cut into;
+    // each is padded to a multiple of the data-parallel size.
+    int partition_units = 0;
   };
   MemoryBreakdown Memory() const;
 

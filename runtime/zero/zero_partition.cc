@@ -96,9 +96,23 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
 absl::Status ZeroPartition::BuildUnits() {
   for (const auto& p : params_) total_ += p.numel();
   std::vector<ParameterUnit> spec = options_.units;
-  if (options_.stage != 3 || spec.empty()) {
-    spec = {ParameterUnit{0, static_cast<int64_t>(params_.size()), /*layer=*/false}};
+  if (options_.stage != 3) {
+    spec.clear();
+    if (options_.stage > 0 && options_.bucket_elements > 0) {
+      // Buckets of consecutive parameters up to bucket_elements each.
+      int64_t elements = 0;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const int64_t n = params_[i].numel();
+        if (spec.empty() || elements + n > options_.bucket_elements) {
+          spec.push_back(ParameterUnit{static_cast<int64_t>(i), 0, /*layer=*/false});
+          elements = 0;
+        }
+        ++spec.back().parameter_count;
+        elements += n;
+      }
+    }
   }
+  if (spec.empty()) spec = {ParameterUnit{0, static_cast<int64_t>(params_.size()), /*layer=*/false}};
   size_t next = 0;
   for (const ParameterUnit& s : spec) {
     if (s.first_parameter != static_cast<int64_t>(next) || s.parameter_count <= 0 ||
@@ -161,14 +175,11 @@ void ZeroPartition::AddToAccumulator(const Unit& unit, const torch::Tensor& mine
 
 absl::Status ZeroPartition::AccumulateMicroStep() {
   if (stage() != 2) return absl::OkStatus();
-  torch::NoGradGuard no_grad;
-  const Unit& unit = units_.front();
-  torch::Tensor flat = FlatGradients(unit);
-  torch::Tensor mine = torch::empty({unit.piece}, flat.options());
-  if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
-  AddToAccumulator(unit, mine);
-  // The full gradients are not kept between micro-steps: that is stage 2.
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  // Bucket by bucket; the full gradients are not kept between micro-steps:
+  // that is stage 2.
+  for (int u = 0; u < units(); ++u) {
+    if (absl::Status s = AccumulateUnitGradients(u); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -249,13 +260,16 @@ absl::Status ZeroPartition::PrepareShardGradient() {
     shard_sum = accumulated_ ? grad_accumulator_
                              : torch::zeros({shard_size_}, params_.front().options());
   } else {
-    const Unit& unit = units_.front();
-    torch::Tensor flat = FlatGradients(unit);
-    if (comm_ != nullptr && size_ > 1) {
-      absl::Status reduced = comm_->AllReduce(flat, ReduceOp::kSum);
-      if (!reduced.ok()) return reduced;
+    // Stages 0-1: every bucket all-reduced; this rank keeps its piece of each.
+    shard_sum = torch::empty({shard_size_}, params_.front().options());
+    for (const Unit& unit : units_) {
+      torch::Tensor flat = FlatGradients(unit);
+      if (comm_ != nullptr && size_ > 1) {
+        absl::Status reduced = comm_->AllReduce(flat, ReduceOp::kSum);
+        if (!reduced.ok()) return reduced;
+      }
+      shard_sum.narrow(0, unit.shard_offset, unit.piece).copy_(flat.narrow(0, shard_rank_ * unit.piece, unit.piece));
     }
-    shard_sum = flat.narrow(0, shard_rank_ * unit.piece, unit.piece);
   }
   // Σ over ranks → mean, in fp32, and its squared norm in fp64, a chunk at a
   // time: a whole-shard fp32 and fp64 copy would need 12 bytes per element
@@ -298,20 +312,23 @@ absl::Status ZeroPartition::GatherParameters() {
     }
     return absl::OkStatus();
   }
-  const Unit& unit = units_.front();
   const auto dtype = params_.front().scalar_type();
-  torch::Tensor mine = master_shard_.detach().to(params_.front().device(), dtype);
-  torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
-  if (comm_ != nullptr && shards_ > 1) {
-    absl::Status gathered = comm_->AllGather(mine, all);
-    if (!gathered.ok()) return gathered;
-  } else {
-    all.copy_(mine);
-  }
-  int64_t offset = 0;
-  for (auto& p : params_) {
-    p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
-    offset += p.numel();
+  for (const Unit& unit : units_) {
+    torch::Tensor mine = master_shard_.detach().narrow(0, unit.shard_offset, unit.piece)
+                             .to(params_.front().device(), dtype);
+    torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
+    if (comm_ != nullptr && shards_ > 1) {
+      absl::Status gathered = comm_->AllGather(mine, all);
+      if (!gathered.ok()) return gathered;
+    } else {
+      all.copy_(mine);
+    }
+    int64_t offset = 0;
+    for (size_t i = unit.first; i < unit.end; ++i) {
+      torch::Tensor& p = params_[i];
+      p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,9 @@
 // ZeRO stages 1, 2 and 3 (Note [ZeRO partitioning], Note [ZeRO-3 units]).
 //
 // All trainable parameters are viewed as one flat vector of Ψ elements cut
-// into units (one unit for stages 0-2; the model's units for stage 3). Each
+// into units (for stages 1-2 buckets of reduce_bucket_size elements, so no
+// collective or temporary copy is larger than a bucket; the model's units for
+// stage 3; one unit for stage 0). Each
 // unit is padded to a multiple of the data-parallel size N and rank r owns
 // piece r of every unit: [r·S_u, (r+1)·S_u) with S_u = ceil(Ψ_u / N). With
 // one unit that is the contiguous range [r·S, (r+1)·S) of the whole vector.
@@ -56,6 +58,10 @@ struct ZeroOptions {
   // Stage 3: the model's units (empty: one unit) and the persistence threshold.
   std::vector<ParameterUnit> units;
   int64_t persistence_threshold = 0;
+  // Stages 1-2: the vector is cut into buckets of consecutive parameters of
+  // at most this many elements (a larger parameter is a bucket of its own),
+  // each reduced and gathered on its own: reduce_bucket_size. 0: one bucket.
+  int64_t bucket_elements = 0;
 };
 
 class ZeroPartition {
