@@ -122,7 +122,9 @@ absl::Status Engine::Initialize() {
               " is below what a step of this model needs whole at once: ", needed,
               " elements (the root and persistent units and the largest layer unit)"));
         }
-        stage3_ = std::make_unique<Stage3Runner>(zero_.get());
+        stage3_ = std::make_unique<Stage3Runner>(zero_.get(),
+                                                 config_.zero_optimization.stage3_prefetch_bucket_size,
+                                                 config_.zero_optimization.stage3_max_live_parameters);
         partitioned->SetUnitRunner(stage3_.get());
       }
     } else if (decoupled) {

@@ -39,10 +39,23 @@ void Stage3Runner::BeginForward() {
   }
 }
 
+void Stage3Runner::Prefetch(int unit, int step) {
+  if (prefetch_elements_ <= 0) return;
+  for (int next = unit + step; next >= 0 && next < zero_->units(); next += step) {
+    if (!zero_->unit_is_layer(next)) continue;
+    const int64_t elements = zero_->UnitElements(next);
+    if (elements <= prefetch_elements_ && zero_->LiveElements() + elements <= max_live_elements_) {
+      Check(zero_->StartGather(next), "prefetch", next);
+    }
+    return;
+  }
+}
+
 torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::Tensor& x) {
   TORCH_CHECK(unit >= 0 && unit < zero_->units() && zero_->unit_is_layer(unit),
               "ZeRO-3: unit ", unit, " is not a layer unit of this model");
   Check(zero_->GatherUnit(unit), "gather", unit);
+  Prefetch(unit, +1);
   torch::Tensor y;
   if (torch::GradMode::is_enabled() && x.requires_grad()) {
     y = UnitExit::apply(segment(UnitEntry::apply(x, this, unit)), this, unit);
@@ -57,7 +70,10 @@ torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::T
   return y;
 }
 
-void Stage3Runner::BeforeUnitBackward(int unit) { Check(zero_->GatherUnit(unit), "gather", unit); }
+void Stage3Runner::BeforeUnitBackward(int unit) {
+  Check(zero_->GatherUnit(unit), "gather", unit);
+  Prefetch(unit, -1);
+}
 
 void Stage3Runner::AfterUnitBackward(int unit) {
   Check(zero_->AccumulateUnitGradients(unit), "reduce-scatter", unit);
@@ -72,7 +88,7 @@ absl::Status Stage3Runner::FinishBackward() {
     }
     zero_->ReleaseUnit(u);
   }
-  return absl::OkStatus();
+  return zero_->Drain();
 }
 
 absl::Status Stage3Runner::GatherAll() {

@@ -22,7 +22,13 @@ namespace dslaunch::runtime {
 
 class Stage3Runner : public UnitRunner {
  public:
-  explicit Stage3Runner(ZeroPartition* zero) : zero_(zero) {}
+  // Note [ZeRO-3 prefetch]: while a layer unit runs (forward) or before its
+  // backward, the next layer unit in that direction is gathered ahead when it
+  // has at most `prefetch_elements` elements and the gathered total stays
+  // within `max_live_elements` (stage3_prefetch_bucket_size,
+  // stage3_max_live_parameters). 0: no prefetch.
+  Stage3Runner(ZeroPartition* zero, int64_t prefetch_elements, int64_t max_live_elements)
+      : zero_(zero), prefetch_elements_(prefetch_elements), max_live_elements_(max_live_elements) {}
 
   void BeginForward() override;
   torch::Tensor Run(int unit, const Segment& segment, const torch::Tensor& x) override;
@@ -40,8 +46,13 @@ class Stage3Runner : public UnitRunner {
 
  private:
   void Check(const absl::Status& status, const char* what, int unit) const;
+  // Starts gathering the nearest layer unit after `unit` (step +1) or before
+  // it (step -1), within the prefetch and live bounds.
+  void Prefetch(int unit, int step);
 
   ZeroPartition* const zero_;
+  const int64_t prefetch_elements_;
+  const int64_t max_live_elements_;
 };
 
 }  // namespace dslaunch::runtime

@@ -87,6 +87,8 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     param_pieces.clear();
     if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
     zero->param_shard_ = params_shard;
+    zero->pending_.resize(zero->units_.size());
+    zero->worker_ = std::make_unique<CommWorker>();
     for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
   }
@@ -195,39 +197,64 @@ absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
   torch::NoGradGuard no_grad;
   const Unit& unit = units_[u];
   torch::Tensor flat = FlatGradients(unit);
-  torch::Tensor mine = torch::empty({unit.piece}, flat.options());
-  if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
-  AddToAccumulator(unit, mine);
   for (size_t i = unit.first; i < unit.end; ++i) params_[i].mutable_grad() = torch::Tensor();
+  auto reduce = [this, u, flat]() -> absl::Status {
+    torch::NoGradGuard no_grad_on_worker;
+    const Unit& unit = units_[u];
+    torch::Tensor mine = torch::empty({unit.piece}, flat.options());
+    if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
+    AddToAccumulator(unit, mine);
+    return absl::OkStatus();
+  };
+  if (!worker_) return reduce();
+  worker_->Submit(std::move(reduce));
+  return absl::OkStatus();
+}
+
+absl::Status ZeroPartition::StartGather(int u) {
+  if (gathered_[u]) return absl::OkStatus();
+  const Unit& unit = units_[u];
+  torch::Tensor& full = full_[u];
+  // The memory is taken here, on the training thread; the worker fills it.
+  ResizeStorage(full, static_cast<size_t>(full.numel()) * full.element_size());
+  gathered_[u] = true;
+  peak_live_ = std::max(peak_live_, LiveElements());
+  auto gather = [this, &unit, full]() -> absl::Status {
+    torch::NoGradGuard no_grad_on_worker;
+    torch::Tensor mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
+    if (mine.device() != full.device()) mine = mine.to(full.device());
+    torch::Tensor target = full;
+    if (comm_ != nullptr && shards_ > 1) return comm_->AllGather(mine, target);
+    target.copy_(mine);
+    return absl::OkStatus();
+  };
+  pending_[u] = worker_->Submit(std::move(gather));
   return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::GatherUnit(int u) {
-  if (gathered_[u]) return absl::OkStatus();
-  torch::NoGradGuard no_grad;
-  const Unit& unit = units_[u];
-  torch::Tensor& full = full_[u];
-  ResizeStorage(full, static_cast<size_t>(full.numel()) * full.element_size());
-  torch::Tensor mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
-  if (mine.device() != full.device()) mine = mine.to(full.device(), /*non_blocking=*/true);
-  if (comm_ != nullptr && shards_ > 1) {
-    if (absl::Status s = comm_->AllGather(mine, full); !s.ok()) {
-      ResizeStorage(full, 0);
-      return s;
-    }
-  } else {
-    full.copy_(mine);
+  if (absl::Status s = StartGather(u); !s.ok()) return s;
+  if (!pending_[u]) return absl::OkStatus();
+  absl::Status status = pending_[u]->get();
+  pending_[u].reset();
+  if (!status.ok()) {
+    ResizeStorage(full_[u], 0);
+    gathered_[u] = false;
   }
-  gathered_[u] = true;
-  peak_live_ = std::max(peak_live_, LiveElements());
-  return absl::OkStatus();
+  return status;
 }
 
 void ZeroPartition::ReleaseUnit(int u) {
   if (units_[u].persistent || !gathered_[u]) return;
+  if (pending_[u]) {
+    pending_[u]->wait();  // never free memory the worker is writing
+    pending_[u].reset();
+  }
   ResizeStorage(full_[u], 0);
   gathered_[u] = false;
 }
+
+absl::Status ZeroPartition::Drain() { return worker_ ? worker_->Drain() : absl::OkStatus(); }
 
 int64_t ZeroPartition::LiveElements() const {
   int64_t live = 0;
@@ -257,6 +284,8 @@ absl::Status ZeroPartition::PrepareShardGradient() {
     if (stage() == 2) {
       if (absl::Status s = AccumulateMicroStep(); !s.ok()) return s;
     }
+    // Stage 3: every reduce-scatter submitted during backward has landed.
+    if (absl::Status s = Drain(); !s.ok()) return s;
     shard_sum = accumulated_ ? grad_accumulator_
                              : torch::zeros({shard_size_}, params_.front().options());
   } else {
@@ -301,6 +330,7 @@ double ZeroPartition::LocalGradNormSquared() const { return local_norm_squared_;
 absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
   if (stage() == 3) {
+    if (absl::Status s = Drain(); !s.ok()) return s;
     param_shard_.copy_(master_shard_.detach());
     for (int u = 0; u < units(); ++u) {
       if (units_[u].persistent) {

@@ -36,12 +36,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/zero/comm_worker.h"
 #include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
@@ -101,15 +103,23 @@ class ZeroPartition {
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
 
-  // Stage 3 (Note [ZeRO-3 units]).
+  // Stage 3 (Note [ZeRO-3 units], Note [ZeRO-3 prefetch]). Stage 3's
+  // collectives run on a CommWorker in submission order: StartGather begins a
+  // unit's all-gather (a prefetch) and returns at once; GatherUnit waits for
+  // it (starting it first if need be).
   int units() const { return static_cast<int>(units_.size()); }
   bool unit_is_layer(int unit) const { return units_[unit].layer; }
+  int64_t UnitElements(int unit) const { return units_[unit].piece * shards_; }
+  absl::Status StartGather(int unit);
   absl::Status GatherUnit(int unit);
-  void ReleaseUnit(int unit);  // keeps persistent units
+  void ReleaseUnit(int unit);  // keeps persistent units; waits for a gather in flight
   bool UnitHasGradients(int unit) const;
-  // Reduce-scatters (sum) the unit's gradients into this rank's accumulator
-  // and frees them.
+  // Takes the unit's gradients (the parameters' are freed at once) and
+  // reduce-scatters (sum) them into this rank's accumulator: on the worker at
+  // stage 3 (errors surface at Drain), inline at stage 2.
   absl::Status AccumulateUnitGradients(int unit);
+  // Waits for every collective submitted; the first error, or OK.
+  absl::Status Drain();
   // Elements of full (gathered) parameters alive now and at most so far.
   int64_t LiveElements() const;
   int64_t PeakLiveElements() const { return peak_live_; }
@@ -167,8 +177,10 @@ class ZeroPartition {
   // Stage 3.
   torch::Tensor param_shard_;       // [Σ S_u] in the parameters' dtype
   std::vector<torch::Tensor> full_; // per unit: [N·S_u], storage released when not gathered
-  std::vector<bool> gathered_;
+  std::vector<bool> gathered_;       // storage allocated (the gather may still run)
+  std::vector<std::optional<std::shared_future<absl::Status>>> pending_;  // gathers in flight
   int64_t peak_live_ = 0;
+  std::unique_ptr<CommWorker> worker_;  // stage 3
 };
 
 }  // namespace dslaunch::runtime

@@ -123,6 +123,7 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
       RunRanks(world, [&](int rank, Communicator* comm) {
         DsConfig config = Config(stage, 8 / world, 1, world);
         config.bf16.enabled = true;
+        config.zero_optimization.stage3_prefetch_bucket_size = 0;  // one block at a time (prefetch: below)
         Gpt model(TinyGpt(), 3);
         auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
         ASSERT_TRUE(engine.ok());
@@ -255,6 +256,40 @@ TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
       EXPECT_LT(MaxDifference(params[rank], offloaded[rank]), 1e-5) << "stage " << stage;
     }
   }
+}
+
+TEST_F(ZeroTest, StageThreePrefetchGathersTheNextBlockAheadWithTheSameResults) {
+  // Note [ZeRO-3 prefetch]: the next block's all-gather runs on the comm
+  // worker while the current one computes. Same collectives, same order of
+  // sums: the same parameters bit for bit, with at most two blocks gathered.
+  GptOptions options = TinyGpt();
+  options.layers = 4;
+  std::vector<std::vector<torch::Tensor>> params(2);
+  std::vector<int64_t> peak(2);
+  int64_t psi = 0, block = 0;
+  for (int prefetch : {0, 1}) {
+    RunRanks(2, [&](int rank, Communicator* comm) {
+      DsConfig config = Config(3, 4, 2, 2);
+      config.zero_optimization.stage3_prefetch_bucket_size = prefetch ? 1000000 : 0;
+      Gpt model(options, 29);
+      auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      Train(**engine, model, 0, 3, 2, 2, rank);
+      if (rank == 0) {
+        peak[prefetch] = (*engine)->Memory().gathered_peak_elements;
+        psi = model->ParameterCount();
+        block = 0;
+        for (const auto& p : (*model->blocks)[0]->parameters()) block += p.numel();
+      }
+      auto trained = TrainedParameters(**engine, model);
+      if (rank == 0) params[prefetch] = trained;
+    });
+  }
+  EXPECT_EQ(MaxDifference(params[0], params[1]), 0.0);
+  const int64_t roots = psi - 4 * block;
+  EXPECT_LE(peak[0], roots + block + 16);       // one block at a time
+  EXPECT_GT(peak[1], roots + block + 16);       // the next one arrived early
+  EXPECT_LE(peak[1], roots + 2 * block + 32);   // but never more than two
 }
 
 TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
