@@ -135,7 +135,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
   if (const char* delay = std::getenv("DSLAUNCH_FAULT_COMMIT_DELAY_MS"); delay != nullptr && rank == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(delay)));
   }
-  if (stage3_ && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+  if (zero_ && zero_->stage() == 3 && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
     absl::Status written = SaveGatheredWeights(PartialDir(dir, tag));
     if (!written.ok()) return written;
   }

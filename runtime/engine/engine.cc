@@ -99,6 +99,10 @@ absl::Status Engine::Initialize() {
         if (!simd.ok()) return simd;
       }
       PartitionedModel* partitioned = dynamic_cast<PartitionedModel*>(model_.get());
+      // overlap_comm at stage 2: with the model's units as buckets, each
+      // unit's gradients are reduced while the rest of backward runs.
+      options.overlap_units = stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr;
+      if (options.overlap_units) options.units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {
           return absl::InvalidArgumentError(
@@ -114,6 +118,10 @@ absl::Status Engine::Initialize() {
       zero_ = std::move(*zero);
       shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(),
                                                 options.offload_optimizer);
+      if (options.overlap_units) {
+        stage3_ = Stage3Runner::GradientsOnly(zero_.get());
+        partitioned->SetUnitRunner(stage3_.get());
+      }
       if (stage == 3) {
         const int64_t needed = zero_->StepLiveElements();
         if (needed > config_.zero_optimization.stage3_max_live_parameters) {

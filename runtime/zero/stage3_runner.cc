@@ -34,6 +34,7 @@ void Stage3Runner::Check(const absl::Status& status, const char* what, int unit)
 }
 
 void Stage3Runner::BeginForward() {
+  if (!gather_) return;
   for (int u = 0; u < zero_->units(); ++u) {
     if (!zero_->unit_is_layer(u)) Check(zero_->GatherUnit(u), "gather", u);
   }
@@ -54,8 +55,10 @@ void Stage3Runner::Prefetch(int unit, int step) {
 torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::Tensor& x) {
   TORCH_CHECK(unit >= 0 && unit < zero_->units() && zero_->unit_is_layer(unit),
               "ZeRO-3: unit ", unit, " is not a layer unit of this model");
-  Check(zero_->GatherUnit(unit), "gather", unit);
-  Prefetch(unit, +1);
+  if (gather_) {
+    Check(zero_->GatherUnit(unit), "gather", unit);
+    Prefetch(unit, +1);
+  }
   torch::Tensor y;
   if (torch::GradMode::is_enabled() && x.requires_grad()) {
     y = UnitExit::apply(segment(UnitEntry::apply(x, this, unit)), this, unit);
@@ -71,6 +74,7 @@ torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::T
 }
 
 void Stage3Runner::BeforeUnitBackward(int unit) {
+  if (!gather_) return;
   Check(zero_->GatherUnit(unit), "gather", unit);
   Prefetch(unit, -1);
 }
@@ -92,6 +96,7 @@ absl::Status Stage3Runner::FinishBackward() {
 }
 
 absl::Status Stage3Runner::GatherAll() {
+  if (!gather_) return absl::OkStatus();
   for (int u = 0; u < zero_->units(); ++u) {
     if (absl::Status s = zero_->GatherUnit(u); !s.ok()) return s;
   }

@@ -14,6 +14,8 @@
 // collectives stay matched.
 #pragma once
 
+#include <memory>
+
 #include "absl/status/status.h"
 #include "runtime/zero/parameter_units.h"
 #include "runtime/zero/zero_partition.h"
@@ -29,6 +31,14 @@ class Stage3Runner : public UnitRunner {
   // stage3_max_live_parameters). 0: no prefetch.
   Stage3Runner(ZeroPartition* zero, int64_t prefetch_elements, int64_t max_live_elements)
       : zero_(zero), prefetch_elements_(prefetch_elements), max_live_elements_(max_live_elements) {}
+  // Stage 2 with overlap_comm: the parameters are whole; only the unit
+  // boundaries are kept, so each unit's gradients are reduce-scattered on the
+  // comm worker as soon as its backward is over.
+  static std::unique_ptr<Stage3Runner> GradientsOnly(ZeroPartition* zero) {
+    auto runner = std::make_unique<Stage3Runner>(zero, 0, 0);
+    runner->gather_ = false;
+    return runner;
+  }
 
   void BeginForward() override;
   torch::Tensor Run(int unit, const Segment& segment, const torch::Tensor& x) override;
@@ -53,6 +63,7 @@ class Stage3Runner : public UnitRunner {
   ZeroPartition* const zero_;
   const int64_t prefetch_elements_;
   const int64_t max_live_elements_;
+  bool gather_ = true;  // false: stage 2 (GradientsOnly)
 };
 
 }  // namespace dslaunch::runtime

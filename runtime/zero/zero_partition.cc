@@ -37,6 +37,9 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
   }
   if (params.empty()) return absl::InvalidArgumentError("ZeroPartition: no trainable parameters");
+  if (options.overlap_units && (options.stage != 2 || options.units.empty())) {
+    return absl::InvalidArgumentError("overlapped units need ZeRO stage 2 and the model's units");
+  }
   if (options.offload_param && options.stage != 3) {
     return absl::InvalidArgumentError("offload_param needs ZeRO stage 3");
   }
@@ -82,6 +85,7 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   // Pinned host memory makes the copies to and from the GPU asynchronous.
   if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
   zero->master_shard_ = shard.requires_grad_(true);
+  if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>();
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
     param_pieces.clear();
@@ -98,7 +102,7 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
 absl::Status ZeroPartition::BuildUnits() {
   for (const auto& p : params_) total_ += p.numel();
   std::vector<ParameterUnit> spec = options_.units;
-  if (options_.stage != 3) {
+  if (options_.stage != 3 && !(options_.stage == 2 && options_.overlap_units)) {
     spec.clear();
     if (options_.stage > 0 && options_.bucket_elements > 0) {
       // Buckets of consecutive parameters up to bucket_elements each.
@@ -178,11 +182,13 @@ void ZeroPartition::AddToAccumulator(const Unit& unit, const torch::Tensor& mine
 absl::Status ZeroPartition::AccumulateMicroStep() {
   if (stage() != 2) return absl::OkStatus();
   // Bucket by bucket; the full gradients are not kept between micro-steps:
-  // that is stage 2.
+  // that is stage 2. With overlapped units most were taken during backward
+  // already; the rest (the same on every rank) go now.
   for (int u = 0; u < units(); ++u) {
+    if (options_.overlap_units && !UnitHasGradients(u)) continue;
     if (absl::Status s = AccumulateUnitGradients(u); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return Drain();
 }
 
 bool ZeroPartition::UnitHasGradients(int u) const {
@@ -245,7 +251,7 @@ absl::Status ZeroPartition::GatherUnit(int u) {
 }
 
 void ZeroPartition::ReleaseUnit(int u) {
-  if (units_[u].persistent || !gathered_[u]) return;
+  if (stage() != 3 || units_[u].persistent || !gathered_[u]) return;
   if (pending_[u]) {
     pending_[u]->wait();  // never free memory the worker is writing
     pending_[u].reset();

@@ -64,6 +64,10 @@ struct ZeroOptions {
   // at most this many elements (a larger parameter is a bucket of its own),
   // each reduced and gathered on its own: reduce_bucket_size. 0: one bucket.
   int64_t bucket_elements = 0;
+  // Stage 2 with overlap_comm and a model that names its units: the units
+  // are the buckets, and each one's reduce-scatter runs on the comm worker as
+  // soon as its backward is over (Stage3Runner without gathering).
+  bool overlap_units = false;
 };
 
 class ZeroPartition {

@@ -292,6 +292,33 @@ TEST_F(ZeroTest, StageThreePrefetchGathersTheNextBlockAheadWithTheSameResults) {
   EXPECT_LE(peak[1], roots + 2 * block + 32);   // but never more than two
 }
 
+TEST_F(ZeroTest, StageTwoOverlapCommReducesEachBlockDuringBackwardWithTheSameResults) {
+  // overlap_comm: the model's units are the buckets, and each block's
+  // gradients are reduce-scattered on the comm worker while backward goes
+  // on. Every element is summed over the same ranks: bit-identical.
+  for (int64_t accumulation : {1, 2}) {
+    std::vector<std::vector<torch::Tensor>> params(2);
+    std::vector<int> units(2);
+    for (int overlap : {0, 1}) {
+      RunRanks(2, [&](int rank, Communicator* comm) {
+        DsConfig config = Config(2, 4 / accumulation, accumulation, 2);
+        config.zero_optimization.overlap_comm = overlap == 1;
+        Gpt model(TinyGpt(), 31);
+        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        Train(**engine, model, 0, 3, accumulation, 2, rank);
+        if (rank == 0) {
+          params[overlap] = Parameters(model);
+          units[overlap] = (*engine)->Memory().partition_units;
+        }
+      });
+    }
+    EXPECT_EQ(MaxDifference(params[0], params[1]), 0.0) << "accumulation " << accumulation;
+    EXPECT_EQ(units[1], 4);  // embeddings, two blocks, final norm
+    EXPECT_EQ(units[0], 12);  // reduce_bucket_size buckets
+  }
+}
+
 TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
   // Recomputed blocks run inside their gathered unit in backward; bf16 keeps
   // the arithmetic of stage 0 with mixed precision (same casts, same order
