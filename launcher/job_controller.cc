@@ -3,15 +3,12 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "launcher/hang_diagnosis.h"
 
 namespace dslaunch {
 namespace {
@@ -165,51 +162,6 @@ void JobController::KeepAliveLoop(int index) {
   }
 }
 
-absl::Status JobController::WatchAgent(int index) {
-  return agents_[index]->StartWatch(
-      spec_.job_id,
-      [this, index](RankEvent event) {
-        Event e;
-        e.kind = Event::kRank;
-        e.node = index;
-        e.rank_event = std::move(event);
-        events_.Push(std::move(e));
-      },
-      [this, index](absl::Status status) {
-        Event e;
-        e.kind = Event::kAgentLost;
-        e.node = index;
-        e.lost = std::move(status);
-        events_.Push(std::move(e));
-      });
-}
-
-void JobController::MarkLost(int index) {
-  lost_agents_.insert(index);
-  back_reported_[index] = false;
-  lost_flags_[index] = true;
-}
-
-bool JobController::Blacklisted(int index) const {
-  auto it = blacklisted_until_.find(index);
-  return it != blacklisted_until_.end() && std::chrono::steady_clock::now() < it->second;
-}
-
-void JobController::BlameHost(const AttemptReport& report) {
-  if (report.blamed_agent < 0 || spec_.blacklist_after <= 0 || spec_.min_nodes <= 0) return;
-  const int index = report.blamed_agent;
-  if (++host_failures_[index] < spec_.blacklist_after) return;
-  host_failures_[index] = 0;
-  blacklisted_until_[index] = std::chrono::steady_clock::now() + spec_.blacklist_cooldown;
-  notice_(absl::StrCat("blacklisting ", agents_[index]->host(), " for ", spec_.blacklist_cooldown.count(),
-                       " ms: ", spec_.blacklist_after, " failed attempt(s) blamed on it"));
-  log_->Append(JobEvent("blacklist")
-                   .Int("attempt", report.attempt)
-                   .Text("host", agents_[index]->host())
-                   .Int("failures", spec_.blacklist_after)
-                   .Int("cooldown_ms", spec_.blacklist_cooldown.count()));
-}
-
 JobOutcome JobController::Run() {
   JobOutcome outcome;
   log_->Append(JobEvent("job_start")
@@ -297,53 +249,6 @@ JobOutcome JobController::Run() {
   Summarize(outcome);
   log_job_end();
   return outcome;
-}
-
-bool JobController::ReplanMembership(int next_attempt) {
-  if (spec_.min_nodes <= 0) return true;  // not elastic: every planned host, always
-  // Note [Membership]: a lost host whose agent answers again comes back.
-  std::vector<std::string> back;
-  for (int index : std::set<int>(lost_agents_)) {
-    if (Blacklisted(index)) continue;
-    if (!agents_[index]->KeepAlive(spec_.job_id).ok() || !WatchAgent(index).ok()) continue;
-    lost_agents_.erase(index);
-    lost_flags_[index] = false;
-    back.push_back(agents_[index]->host());
-  }
-  std::vector<int> remaining;
-  std::vector<std::string> out;
-  for (size_t i = 0; i < agents_.size(); ++i) {
-    const int index = static_cast<int>(i);
-    if (lost_agents_.count(index) || Blacklisted(index)) {
-      out.push_back(absl::StrCat(agents_[index]->host(), Blacklisted(index) ? " (blacklisted)" : " (lost)"));
-    } else {
-      remaining.push_back(index);
-    }
-  }
-  if (static_cast<int>(remaining.size()) < spec_.min_nodes) {
-    notice_(absl::StrCat("not restarting: without ", absl::StrJoin(out, ", "), " ", remaining.size(),
-                         " host(s) remain, fewer than the minimum of ", spec_.min_nodes));
-    log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", false)
-                     .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
-                     .Int("min_nodes", spec_.min_nodes));
-    return false;
-  }
-  if (remaining == active_) return true;
-  const int old_world = plan_.world_size();
-  std::vector<HostSlots> nodes;
-  for (int index : remaining) nodes.push_back(spec_.plan.nodes[index]);
-  active_ = remaining;
-  plan_ = BuildLaunchPlan(nodes);
-  std::string what;
-  if (!back.empty()) absl::StrAppend(&what, "taking back ", absl::StrJoin(back, ", "));
-  if (!out.empty()) absl::StrAppend(&what, what.empty() ? "" : "; ", "continuing without ", absl::StrJoin(out, ", "));
-  notice_(absl::StrCat("elastic: ", what, " on ", remaining.size(), " host(s); world size ", old_world, " -> ",
-                       plan_.world_size()));
-  log_->Append(JobEvent("elastic").Int("attempt", next_attempt).Bool("restart", true)
-                   .Int("remaining_hosts", static_cast<int64_t>(remaining.size()))
-                   .Text("back", absl::StrJoin(back, ","))
-                   .Int("old_world_size", old_world).Int("world_size", plan_.world_size()));
-  return true;
 }
 
 RestartDecision JobController::DecideRestart(JobOutcome* outcome) {
@@ -772,50 +677,6 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     report.teardown_us = std::max<int64_t>(0, last_stopped_us - report.failed_unix_us);
   }
   return report;
-}
-
-std::string JobController::DiagnoseHang(int attempt, const std::map<int, RankProgress>& last_heartbeats) {
-  const LaunchPlan& plan = plan_;
-  auto host_of = [&](int rank) { return plan.nodes[plan.ranks[rank].node_index].host; };
-  // Every host at once: each agent dumps its ranks' stacks.
-  std::vector<std::future<absl::StatusOr<DiagnoseReply>>> replies;
-  for (size_t node = 0; node < plan.nodes.size(); ++node) {
-    AgentClient* agent = agents_[active_[node]];
-    replies.push_back(std::async(std::launch::async, [agent, this, attempt] {
-      return agent->Diagnose(spec_.job_id, attempt);
-    }));
-  }
-  std::string folder;
-  if (!spec_.diagnosis_dir.empty()) {
-    folder = absl::StrCat(spec_.diagnosis_dir, "/attempt_", attempt, "/diagnosis");
-    std::error_code error;
-    std::filesystem::create_directories(folder, error);
-    if (error) folder.clear();
-  }
-  int written = 0;
-  for (size_t node = 0; node < replies.size(); ++node) {
-    absl::StatusOr<DiagnoseReply> reply = replies[node].get();
-    if (!reply.ok()) {
-      notice_(absl::StrCat("no diagnosis from ", plan.nodes[node].host, ": ", reply.status().message()));
-      continue;
-    }
-    for (const RankDiagnosis& rank : reply->ranks()) {
-      if (folder.empty()) continue;
-      std::ofstream file(absl::StrCat(folder, "/rank_", rank.global_rank(), ".txt"));
-      file << FormatDiagnosis(rank, host_of(rank.global_rank()));
-      if (file) ++written;
-    }
-  }
-  std::string part;
-  const std::string lagging = DescribeHang(last_heartbeats, host_of);
-  if (!lagging.empty()) absl::StrAppend(&part, "; ", lagging);
-  if (written > 0) absl::StrAppend(&part, "; stacks and recent collectives of ", written, " rank(s) in ", folder);
-  log_->Append(JobEvent("hang_diagnosis")
-                   .Int("attempt", attempt)
-                   .Text("lagging", lagging)
-                   .Text("folder", folder)
-                   .Int("ranks_dumped", written));
-  return part;
 }
 
 void JobController::LogRankFailure(int attempt, int rank, const std::string& host,
