@@ -439,6 +439,13 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
   // have not within the grace are they stopped.
   bool preempting = false;
   std::chrono::steady_clock::time_point preempt_deadline;
+  // The attempt ends as cancelled by this signal (128 + signal).
+  auto cancel_for = [&](int signal_number) {
+    report.end = ATTEMPT_CANCELLED;
+    report.exit_code = 128 + signal_number;
+    report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
+    report.failed_unix_us = now_us();
+  };
   auto on_signal = [&](int signal_number) {
     const bool can_preempt = spec_.preempt_grace.count() > 0 && spec_.request_checkpoint &&
                              (signal_number == SIGTERM || signal_number == SIGUSR1);
@@ -446,10 +453,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       RecordSignal(attempt, signal_number, "checkpoint_and_stop");
       preempting = true;
       preempt_deadline = std::chrono::steady_clock::now() + spec_.preempt_grace;
-      report.end = ATTEMPT_CANCELLED;
-      report.exit_code = 128 + signal_number;
-      report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
-      report.failed_unix_us = now_us();
+      cancel_for(signal_number);
       notice_(absl::StrCat(report.cause, "; asking every rank to save a checkpoint and stop (",
                            spec_.preempt_grace.count(), " ms grace; again to stop now)"));
       SetState(JOB_STOPPING);  // (3): the job is stopping, the ranks first checkpoint
@@ -463,10 +467,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       return;
     }
     if (!stopping) {
-      report.end = ATTEMPT_CANCELLED;
-      report.exit_code = 128 + signal_number;
-      report.cause = absl::StrCat("dslaunch received SIG", sigabbrev_np(signal_number));
-      report.failed_unix_us = now_us();
+      cancel_for(signal_number);
       notice_(absl::StrCat(report.cause, "; stopping every rank (again to skip the ",
                            spec_.stop_grace.count(), " ms grace)"));
       begin_stop(spec_.stop_grace, report.cause);

@@ -1,0 +1,114 @@
+// JobController, Note [Rank heartbeats]: hang detection from the ranks'
+// steps, the hang report naming the lagging rank, missed heartbeats.
+#include "launcher/job_controller_test_fixture.h"
+
+#include <filesystem>
+#include <fstream>
+
+namespace dslaunch::controller_testing {
+namespace {
+
+TEST_F(JobControllerTest, NoProgressIsAHang) {
+  spec_.hang_timeout = 100ms;
+  spec_.read_progress = [](int) { return std::optional<std::string>("step 7"); };  // never moves
+  JobOutcome outcome = Run();
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HANG);
+  EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("no training progress for"));
+  EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("(last: step 7)"));
+  EXPECT_EQ(a_.stops().size(), 1u);
+}
+
+TEST_F(JobControllerTest, NoProgressMarkerYetIsNotAHang) {
+  spec_.hang_timeout = 50ms;
+  spec_.read_progress = [](int) { return std::optional<std::string>(); };  // still starting up
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    std::this_thread::sleep_for(200ms);  // four timeouts without a marker: the thing under test
+    for (int rank : {0, 1}) a_.EndRank(0, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(0, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+}
+
+// A heartbeat at `step` whose newest collective is #seq (finished or not).
+RankProgress Beat(int64_t step, int64_t seq, bool finished) {
+  RankProgress progress;
+  progress.set_step(step);
+  CollectiveRecord* call = progress.add_recent_collectives();
+  call->set_seq(seq);
+  call->set_op("all_reduce");
+  call->set_completed(finished);
+  return progress;
+}
+
+TEST_F(JobControllerTest, HangDiagnosisNamesTheLaggingRankAndWritesStacks) {
+  const std::string dir = ::testing::TempDir() + "/hang-diagnosis-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  spec_.hang_timeout = 100ms;
+  spec_.diagnosis_dir = dir;
+  a_.stacks_text = "#0 nanosleep (host-a)";
+  b_.stacks_text = "#0 gloo::allreduce (host-b)";
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    // Rank 1 stopped before collective #5; the others wait in it. Steps stay put.
+    a_.Heartbeat(0, 0, Beat(4, 5, false));
+    a_.Heartbeat(0, 1, Beat(4, 4, true));
+    b_.Heartbeat(0, 2, Beat(4, 5, false));
+    b_.Heartbeat(0, 3, Beat(4, 5, false));
+  });
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HANG);
+  const std::string& cause = outcome.attempts[0].cause;
+  EXPECT_THAT(cause, HasSubstr("(last: steps 4,4,4,4)"));
+  EXPECT_THAT(cause, HasSubstr("rank 1 (host-a) is behind: newest collective #4 (all_reduce, finished) while "
+                               "ranks 0 (host-a), 2 (host-b), 3 (host-b) wait in #5 (all_reduce)"));
+  EXPECT_THAT(cause, HasSubstr("stacks and recent collectives of 4 rank(s) in " + dir + "/attempt_0/diagnosis"));
+  EXPECT_EQ(a_.diagnose_calls(), 1);
+  EXPECT_EQ(b_.diagnose_calls(), 1);
+  std::ifstream file(dir + "/attempt_0/diagnosis/rank_2.txt");
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("rank 2 on host-b, pid 1002"));
+  EXPECT_THAT(text, HasSubstr("#0 gloo::allreduce (host-b)"));
+  EXPECT_THAT(text, HasSubstr("#5 all_reduce 0 B"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(JobControllerTest, AdvancingStepsAreNotAHang) {
+  spec_.hang_timeout = 500ms;
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    // Every rank advances one step per 40 ms for 40 steps: 1.6 s in all,
+    // three hang timeouts, none of them without progress.
+    for (int step = 0; step < 40; ++step) {
+      for (int rank : {0, 1}) a_.Heartbeat(0, rank, Beat(step, step + 1, true));
+      for (int rank : {2, 3}) b_.Heartbeat(0, rank, Beat(step, step + 1, true));
+      std::this_thread::sleep_for(40ms);
+    }
+    for (int rank : {0, 1}) a_.EndRank(0, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(0, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+  EXPECT_EQ(a_.diagnose_calls(), 0);
+}
+
+TEST_F(JobControllerTest, AMissedHeartbeatFailsTheAttemptAsAHang) {
+  spec_.heartbeat_timeout = 3s;
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RankProgress missed = Beat(6, 12, true);
+    missed.set_missed_heartbeat_ms(3200);
+    b_.Heartbeat(0, 3, missed);
+  });
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  ASSERT_EQ(outcome.attempts.size(), 1u);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HANG);
+  EXPECT_THAT(outcome.attempts[0].cause,
+              HasSubstr("rank 3 on host-b sent no heartbeat for 3200 ms while its process lives"));
+  EXPECT_EQ(b_.starts().front().heartbeat_timeout_ms(), 3000);  // the agents watch with the job's bound
+}
+
+}  // namespace
+}  // namespace dslaunch::controller_testing
