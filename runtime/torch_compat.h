@@ -35,12 +35,12 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
 // Note [CUDA in the LibTorch build]
 // Whether LibTorch itself has CUDA is a build variant (the CPU build links
 // Debian's CPU-only LibTorch even on a machine with the CUDA toolkit). The
-// NCCL backend enqueues on LibTorch's current stream when it can see it, and on
-// the default stream otherwise (CPU builds never hold CUDA tensors anyway).
+// NCCL backend and the fused kernels enqueue on LibTorch's current stream when
+// they can see it, and on the default stream otherwise (CPU builds never hold CUDA tensors anyway).
 #if defined(DSLAUNCH_TORCH_HAS_CUDA)
 #include <ATen/cuda/CUDAContext.h>
 #endif
-#if defined(DSLAUNCH_HAVE_NCCL)
+#if defined(DSLAUNCH_HAVE_NCCL) || defined(DSLAUNCH_HAVE_CUDA_KERNELS)
 #include <cuda_runtime_api.h>
 namespace dslaunch::runtime::compat {
 inline cudaStream_t CurrentCudaStream() {

@@ -208,6 +208,10 @@ struct ModelConfig {
   int sequence_length = 0;
   int vocab_size = 0;        // 0 in the file: taken from the prepared dataset
   double dropout = 0.0;
+  // On GPUs: LayerNorm, bias+GELU and the loss through the fused CUDA kernels
+  // (kernels/cuda). false: LibTorch's ops (for comparison). The optimizer
+  // steps CUDA shards with the fused AdamW kernel either way.
+  bool fused_kernels = true;
 };
 
 struct DataConfig {

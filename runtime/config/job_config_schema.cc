@@ -25,6 +25,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("model.sequence_length", &m->sequence_length).Min(1).Required(),
       Key("model.vocab_size", &m->vocab_size).Min(0),
       Key("model.dropout", &m->dropout).Min(0).Below(1),
+      Key("model.fused_kernels", &m->fused_kernels),
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),

@@ -16,6 +16,7 @@
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/model/gpt.h"
 #include "runtime/torch_compat.h"
 
@@ -169,6 +170,17 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   const ActivationCheckpointingConfig& checkpointing = job.ds.activation_checkpointing;
   options.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
   options.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
+  options.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
+  if (options.fused_kernels && !FusedKernelsBuilt()) {
+    return absl::FailedPreconditionError(
+        "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
+        "configured): rebuild with the CUDA toolkit, or set model.fused_kernels=false");
+  }
+  if (context.rank == 0 && context.device.is_cuda()) {
+    absl::FPrintF(context.out, "dsrank: %s\n",
+                  options.fused_kernels ? "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy"
+                                        : "model.fused_kernels=false: LibTorch LayerNorm, GELU, cross-entropy");
+  }
   Gpt model(options, job.train.seed);
   auto engine = Engine::Create(model.ptr(), job.ds, context.world, context.device);
   if (!engine.ok()) return engine.status();

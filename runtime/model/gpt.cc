@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "runtime/model/fused_ops.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -23,7 +24,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return torch::dropout(projection->forward(y), dropout_, is_training());
 }
 
-GptBlockImpl::GptBlockImpl(const GptOptions& options) : dropout_(options.dropout) {
+bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation) {
+  return options.fused_kernels && activation.is_cuda();
+}
+
+namespace {
+torch::Tensor Normalize(const torch::nn::LayerNorm& norm, const torch::Tensor& x, bool fused) {
+  return LayerNormOp(x, norm->weight, norm->bias, norm->options.eps(), fused);
+}
+}  // namespace
+
+GptBlockImpl::GptBlockImpl(const GptOptions& options) : options_(options) {
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
   attention = register_module("attention", CausalSelfAttention(options));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
@@ -32,9 +43,14 @@ GptBlockImpl::GptBlockImpl(const GptOptions& options) : dropout_(options.dropout
 }
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = x + attention->forward(norm1->forward(x));
-  torch::Tensor m = fc_projection->forward(torch::gelu(fc->forward(norm2->forward(h)), "tanh"));
-  return h + torch::dropout(m, dropout_, is_training());
+  const bool fused = UsesFusedKernels(options_, x);
+  torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused));
+  torch::Tensor n = Normalize(norm2, h, fused);
+  // Fused: the bias joins the GELU instead of the matrix product.
+  torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
+                          : torch::gelu(fc->forward(n), "tanh");
+  torch::Tensor m = fc_projection->forward(a);
+  return h + torch::dropout(m, options_.dropout, is_training());
 }
 
 GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
@@ -90,15 +106,15 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
     // Unit 0 is the embeddings; block i is unit i + 1.
     x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
   }
-  x = final_norm->forward(x);
+  x = Normalize(final_norm, x, UsesFusedKernels(options_, x));
   // Tied head: the token embedding doubles as the output projection.
   return torch::nn::functional::linear(x, token_embedding->weight);
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   torch::Tensor logits = forward(tokens);
-  return torch::nn::functional::cross_entropy(
-      logits.view({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
+  return CrossEntropyOp(logits.view({-1, logits.size(-1)}), targets.reshape({-1}),
+                        UsesFusedKernels(options_, logits));
 }
 
 bool GptImpl::IsCheckpointed(int64_t block) const {

@@ -28,6 +28,9 @@ struct GptOptions {
   // backward instead of keeping their activations (0: none; >= layers: all).
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;  // keep the checkpointed inputs in host memory
+  // On CUDA tensors: LayerNorm, bias+GELU and the loss through the fused
+  // kernels (runtime/model/fused_ops.h); on the CPU the LibTorch ops always.
+  bool fused_kernels = false;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -42,6 +45,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t heads_;
   double dropout_;
 };
+
+// The fused kernels apply to this activation (options ask for them and it
+// lives on a CUDA device).
+bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation);
 TORCH_MODULE(CausalSelfAttention);
 
 class GptBlockImpl : public torch::nn::Module {
@@ -56,7 +63,7 @@ class GptBlockImpl : public torch::nn::Module {
   torch::nn::Linear fc_projection{nullptr};
 
  private:
-  double dropout_;
+  GptOptions options_;
 };
 TORCH_MODULE(GptBlock);
 

@@ -14,6 +14,8 @@ class ShardAdam {
  public:
   // `host_kernel`: step with the SIMD CPU Adam (kernels/cpu_adam.h) instead
   // of LibTorch ops; the tensors must be contiguous fp32 in host memory.
+  // CUDA shards step with the fused AdamW kernel (kernels/cuda/fused_adamw.h)
+  // in builds that have it.
   ShardAdam(const OptimizerConfig& config, const torch::Tensor& like, bool host_kernel = false);
 
   // p ← one step with gradient g (fp32, same shape as p).

@@ -1,0 +1,41 @@
+// Column sums in two steps for kernels that reduce over rows (LayerNorm's
+// weight and bias gradients, the bias gradient of bias+GELU): each block of
+// the first kernel writes its partial sums as one row of a [blocks, width]
+// fp32 scratch, and SumPartialRowsKernel adds those rows up in a fixed
+// order, so the result does not depend on scheduling.
+#pragma once
+
+#include "kernels/cuda/device_math.cuh"
+
+namespace dslaunch::kernels::device {
+
+// out[c] = Σ_b partial[b * row_stride + c], one thread per column.
+template <typename T>
+__global__ void SumPartialRowsKernel(T* out, const float* partial, int blocks, int64_t width,
+                                     int64_t row_stride) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  float sum = 0.f;
+  for (int b = 0; b < blocks; ++b) sum += partial[b * row_stride + c];
+  out[c] = FromFloat<T>(sum);
+}
+
+template <typename T>
+cudaError_t SumPartialRows(T* out, const float* partial, int blocks, int64_t width, cudaStream_t stream,
+                           int64_t row_stride) {
+  constexpr int kThreads = 256;
+  const int grid = static_cast<int>((width + kThreads - 1) / kThreads);
+  SumPartialRowsKernel<T><<<grid, kThreads, 0, stream>>>(out, partial, blocks, width, row_stride);
+  return cudaGetLastError();
+}
+
+// Blocks that keep every SM busy for a grid-stride loop over `work` items.
+inline int ResidentBlocks(int64_t work, int per_sm = 2) {
+  int device = 0, sms = 1;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t wanted = static_cast<int64_t>(sms) * per_sm;
+  return static_cast<int>(work < wanted ? (work > 0 ? work : 1) : wanted);
+}
+
+}  // namespace dslaunch::kernels::device

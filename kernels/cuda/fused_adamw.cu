@@ -1,0 +1,161 @@
+#include "kernels/cuda/fused_adamw.h"
+
+#include <cmath>
+
+#include "kernels/cuda/device_math.cuh"
+
+namespace dslaunch::kernels {
+namespace {
+
+using device::FromFloat;
+using device::ToFloat;
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;  // independent elements in flight per thread
+
+// Per-step scalars, rounded to float once (Note [CPU Adam formula]).
+struct StepScalars {
+  float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor;
+  float step_size, sqrt_bias_correction2, grad_scale;
+  bool decoupled;
+};
+
+template <typename G, typename P>
+__global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
+                                   StepScalars s) {
+  for (int c = blockIdx.x; c < chunk_count; c += gridDim.x) {
+    const AdamWChunk chunk = chunks[c];
+    const AdamWTensor t = tensors[chunk.tensor];
+    float* master = t.master + chunk.offset;
+    const G* grad = static_cast<const G*>(t.grad) + chunk.offset;
+    float* m = t.exp_avg + chunk.offset;
+    float* v = t.exp_avg_sq + chunk.offset;
+    P* param = t.param == nullptr ? nullptr : static_cast<P*>(t.param) + chunk.offset;
+    for (int base = threadIdx.x; base < chunk.length; base += kThreads * kUnroll) {
+      float p[kUnroll], g[kUnroll], mv[kUnroll], vv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads;
+        if (i < chunk.length) {
+          p[u] = master[i];
+          g[u] = ToFloat(grad[i]) * s.grad_scale;
+          mv[u] = m[i];
+          vv[u] = v[i];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads;
+        if (i >= chunk.length) continue;
+        if (s.decoupled) {
+          p[u] = p[u] * s.decay_factor;
+        } else if (s.weight_decay != 0.f) {
+          g[u] = g[u] + s.weight_decay * p[u];
+        }
+        mv[u] = s.beta1 * mv[u] + s.one_minus_beta1 * g[u];
+        vv[u] = s.beta2 * vv[u] + s.one_minus_beta2 * g[u] * g[u];
+        const float denom = sqrtf(vv[u]) / s.sqrt_bias_correction2 + s.eps;
+        p[u] = p[u] - s.step_size * mv[u] / denom;
+        master[i] = p[u];
+        m[i] = mv[u];
+        v[i] = vv[u];
+        if (param != nullptr) param[i] = FromFloat<P>(p[u]);
+      }
+    }
+  }
+}
+
+template <typename G>
+__global__ void grad_sum_squares_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
+                                        float* partials) {
+  __shared__ float scratch[32];
+  for (int c = blockIdx.x; c < chunk_count; c += gridDim.x) {
+    const AdamWChunk chunk = chunks[c];
+    const G* grad = static_cast<const G*>(tensors[chunk.tensor].grad) + chunk.offset;
+    float sum = 0.f;
+    for (int i = threadIdx.x; i < chunk.length; i += kThreads) {
+      const float g = ToFloat(grad[i]);
+      sum += g * g;
+    }
+    sum = device::BlockSum(sum, scratch);
+    if (threadIdx.x == 0) partials[c] = sum;
+  }
+}
+
+__global__ void sum_partials_kernel(const float* partials, int count, double* out) {
+  __shared__ double warp_sums[32];
+  double sum = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];  // fixed order
+    *out = total;
+  }
+}
+
+int Blocks(int chunk_count) {
+  int device = 0, sms = 1;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return chunk_count < sms * 4 ? chunk_count : sms * 4;
+}
+
+}  // namespace
+
+std::vector<AdamWChunk> PlanAdamWChunks(const std::vector<int64_t>& numels) {
+  std::vector<AdamWChunk> chunks;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    for (int64_t offset = 0; offset < numels[t]; offset += kAdamWChunkElements) {
+      const int64_t left = numels[t] - offset;
+      chunks.push_back(AdamWChunk{static_cast<int32_t>(t),
+                                  static_cast<int32_t>(left < kAdamWChunkElements ? left : kAdamWChunkElements),
+                                  offset});
+    }
+  }
+  return chunks;
+}
+
+cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
+                        ElementType grad_type, ElementType param_type, const AdamWHyperparameters& h,
+                        cudaStream_t stream) {
+  if (chunk_count <= 0) return chunk_count == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  StepScalars s;
+  s.lr = static_cast<float>(h.lr);
+  s.beta1 = static_cast<float>(h.beta1);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(s.beta1));
+  s.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(s.beta2));
+  s.eps = static_cast<float>(h.eps);
+  s.weight_decay = static_cast<float>(h.weight_decay);
+  s.decay_factor = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  s.step_size = static_cast<float>(h.lr / bias_correction1);
+  s.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+  s.grad_scale = static_cast<float>(h.grad_scale);
+  s.decoupled = h.decoupled;
+  const int blocks = Blocks(chunk_count);
+  return DSLAUNCH_DISPATCH_ELEMENT_TYPE(grad_type, G, [&] {
+    return DSLAUNCH_DISPATCH_ELEMENT_TYPE(param_type, P, [&] {
+      fused_adamw_kernel<G, P><<<blocks, kThreads, 0, stream>>>(tensors, chunks, chunk_count, s);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t adamw_grad_sum_squares(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
+                                   ElementType grad_type, float* partials, double* out, cudaStream_t stream) {
+  if (chunk_count <= 0) return cudaErrorInvalidValue;
+  const int blocks = Blocks(chunk_count);
+  return DSLAUNCH_DISPATCH_ELEMENT_TYPE(grad_type, G, [&] {
+    grad_sum_squares_kernel<G><<<blocks, kThreads, 0, stream>>>(tensors, chunks, chunk_count, partials);
+    sum_partials_kernel<<<1, 1024, 0, stream>>>(partials, chunk_count, out);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace dslaunch::kernels

@@ -1,0 +1,192 @@
+#include "runtime/model/fused_ops.h"
+
+#include "runtime/torch_compat.h"
+
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+#include "kernels/cuda/bias_gelu.h"
+#include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/softmax_cross_entropy.h"
+#endif
+
+namespace dslaunch::runtime {
+
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+kernels::ElementType ElementTypeOf(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat:
+      return kernels::ElementType::kFloat32;
+    case torch::kBFloat16:
+      return kernels::ElementType::kBFloat16;
+    case torch::kHalf:
+      return kernels::ElementType::kFloat16;
+    default:
+      TORCH_CHECK(false, "fused kernels take float, bfloat16 or half tensors, not ", t.scalar_type());
+  }
+}
+
+void CheckLaunch(cudaError_t status, const char* what) {
+  TORCH_CHECK(status == cudaSuccess, what, ": ", cudaGetErrorString(status));
+}
+
+void CheckSameDtype(const torch::Tensor& a, const torch::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), what, ": input is ", a.scalar_type(), " but parameter is ",
+              b.scalar_type());
+  TORCH_CHECK(a.is_cuda() && b.is_cuda(), what, ": fused kernels need CUDA tensors");
+}
+
+torch::Tensor FloatScratch(int64_t elements, const torch::Tensor& like) {
+  return torch::empty({elements}, like.options().dtype(torch::kFloat));
+}
+
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
+                               double eps) {
+    CheckSameDtype(x, weight, "fused LayerNorm");
+    x = x.contiguous();
+    weight = weight.contiguous();
+    bias = bias.contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor y = torch::empty_like(x);
+    torch::Tensor mean = FloatScratch(rows, x), rstd = FloatScratch(rows, x);
+    CheckLaunch(kernels::layer_norm_forward(ElementTypeOf(x), y.data_ptr(), mean.data_ptr<float>(),
+                                            rstd.data_ptr<float>(), x.data_ptr(), weight.data_ptr(),
+                                            bias.data_ptr(), rows, width, static_cast<float>(eps),
+                                            compat::CurrentCudaStream()),
+                "fused LayerNorm forward");
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3], &rstd = saved[4];
+    torch::Tensor dy = grads[0].contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor dx = torch::empty_like(x), dweight = torch::empty_like(weight), dbias = torch::empty_like(bias);
+    torch::Tensor scratch = FloatScratch(kernels::layer_norm_backward_scratch(rows, width), x);
+    CheckLaunch(kernels::layer_norm_backward(ElementTypeOf(x), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
+                                             dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr<float>(),
+                                             rstd.data_ptr<float>(), rows, width, scratch.data_ptr<float>(),
+                                             compat::CurrentCudaStream()),
+                "fused LayerNorm backward");
+    return {dx, dweight, dbias, torch::Tensor()};
+  }
+};
+
+class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor bias) {
+    CheckSameDtype(x, bias, "fused bias+GELU");
+    x = x.contiguous();
+    bias = bias.contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor y = torch::empty_like(x);
+    CheckLaunch(kernels::bias_gelu_forward(ElementTypeOf(x), y.data_ptr(), x.data_ptr(), bias.data_ptr(), rows,
+                                           width, compat::CurrentCudaStream()),
+                "fused bias+GELU forward");
+    ctx->save_for_backward({x, bias});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &bias = saved[1];
+    torch::Tensor dy = grads[0].contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor dx = torch::empty_like(x), dbias = torch::empty_like(bias);
+    torch::Tensor scratch = FloatScratch(kernels::bias_gelu_backward_scratch(rows, width), x);
+    CheckLaunch(kernels::bias_gelu_backward(ElementTypeOf(x), dx.data_ptr(), dbias.data_ptr(), dy.data_ptr(),
+                                            x.data_ptr(), bias.data_ptr(), rows, width, scratch.data_ptr<float>(),
+                                            compat::CurrentCudaStream()),
+                "fused bias+GELU backward");
+    return {dx, dbias};
+  }
+};
+
+// Returns the per-row losses [rows] (fp32); the caller averages them.
+class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets) {
+    TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "fused cross-entropy: fused kernels need CUDA tensors");
+    TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+                "fused cross-entropy: logits [rows, vocab] and targets [rows], got ", logits.sizes(), " and ",
+                targets.sizes());
+    logits = logits.contiguous();
+    targets = targets.to(torch::kLong).contiguous();
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    torch::Tensor loss = FloatScratch(rows, logits), lse = FloatScratch(rows, logits);
+    CheckLaunch(kernels::softmax_cross_entropy_forward(ElementTypeOf(logits), loss.data_ptr<float>(),
+                                                       lse.data_ptr<float>(), logits.data_ptr(),
+                                                       targets.data_ptr<int64_t>(), rows, vocab,
+                                                       compat::CurrentCudaStream()),
+                "fused cross-entropy forward");
+    ctx->save_for_backward({logits, targets, lse});
+    return loss;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &logits = saved[0], &targets = saved[1], &lse = saved[2];
+    torch::Tensor dloss = grads[0].to(torch::kFloat).contiguous();
+    torch::Tensor dlogits = torch::empty_like(logits);
+    CheckLaunch(kernels::softmax_cross_entropy_backward(
+                    ElementTypeOf(logits), dlogits.data_ptr(), logits.data_ptr(), lse.data_ptr<float>(),
+                    targets.data_ptr<int64_t>(), dloss.data_ptr<float>(), logits.size(0), logits.size(1),
+                    compat::CurrentCudaStream()),
+                "fused cross-entropy backward");
+    return {dlogits, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool FusedKernelsBuilt() { return true; }
+#else
+bool FusedKernelsBuilt() { return false; }
+#endif
+
+namespace {
+void CheckFusedAvailable(const torch::Tensor& x, const char* what) {
+  TORCH_CHECK(x.is_cuda(), what, ": fused kernels run on CUDA tensors, this one is on ", x.device());
+  TORCH_CHECK(FusedKernelsBuilt(), what, ": this build has no CUDA kernels (nvcc was not found at configure time)");
+}
+}  // namespace
+
+torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                          double eps, bool fused) {
+  if (!fused) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  CheckFusedAvailable(x, "LayerNorm");
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return LayerNormFunction::apply(x, weight, bias, eps);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor BiasGeluOp(const torch::Tensor& x, const torch::Tensor& bias, bool fused) {
+  if (!fused) return torch::gelu(x + bias, "tanh");
+  CheckFusedAvailable(x, "bias+GELU");
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return BiasGeluFunction::apply(x, bias);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& targets, bool fused) {
+  if (!fused) return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), targets);
+  CheckFusedAvailable(logits, "cross-entropy");
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return CrossEntropyFunction::apply(logits, targets).mean();
+#else
+  return {};
+#endif
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,30 @@
+// The model's fused operations: LibTorch autograd functions over the CUDA
+// kernels of kernels/cuda, with the plain LibTorch computation as the
+// reference. `fused` picks the kernels; it must only be true for CUDA
+// tensors in a build that has them (FusedKernelsBuilt()), otherwise the call
+// throws: a model asked for fused kernels never quietly runs without them.
+//
+// Each fused function saves what its backward needs and nothing more:
+// LayerNorm its input and the per-row mean and rstd (fp32), bias+GELU its
+// input (the pre-bias linear output), cross-entropy the logits, targets and
+// per-row log-sum-exp (no fp32 copy of the logits, forward or backward).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace dslaunch::runtime {
+
+bool FusedKernelsBuilt();
+
+// torch::layer_norm over the last dimension.
+torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                          double eps, bool fused);
+
+// gelu(x + bias) with the tanh approximation; x [..., width], bias [width].
+torch::Tensor BiasGeluOp(const torch::Tensor& x, const torch::Tensor& bias, bool fused);
+
+// Mean cross-entropy of logits [rows, vocab] (any floating type) against
+// int64 targets [rows], computed in fp32; returns an fp32 scalar.
+torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& targets, bool fused);
+
+}  // namespace dslaunch::runtime

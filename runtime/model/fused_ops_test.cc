@@ -1,0 +1,145 @@
+// The fused model kernels against LibTorch. On a GPU each fused result must
+// be as close to an fp64 reference, computed from the same inputs, as
+// LibTorch's own result in that dtype is (within 2x, or a floor of a few
+// units in the last place of the dtype). Without a GPU only the CPU contract
+// runs: asking for fused kernels on CPU tensors is an error, not a quiet
+// switch to LibTorch.
+#include "runtime/model/fused_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+namespace dslaunch::runtime {
+namespace {
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+double Floor(torch::ScalarType type) { return type == torch::kFloat ? 2e-6 : 8e-3; }
+
+// |fused - exact| ≤ max(2 |libtorch - exact|, floor · max |exact|).
+void ExpectAsAccurateAsLibTorch(const torch::Tensor& fused, const torch::Tensor& libtorch, const torch::Tensor& exact,
+                                torch::ScalarType type, const std::string& what) {
+  ASSERT_EQ(fused.sizes(), exact.sizes()) << what;
+  const double fused_error = MaxAbsDiff(fused, exact);
+  const double libtorch_error = MaxAbsDiff(libtorch, exact);
+  const double scale = exact.to(torch::kDouble).abs().max().item<double>();
+  EXPECT_LE(fused_error, std::max(2 * libtorch_error, Floor(type) * scale))
+      << what << ": fused error " << fused_error << ", LibTorch's " << libtorch_error << ", scale " << scale;
+}
+
+class FusedOpsGpuTest : public ::testing::TestWithParam<torch::ScalarType> {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    if (!FusedKernelsBuilt()) GTEST_SKIP() << "built without the CUDA kernels";
+    torch::manual_seed(7);
+  }
+  torch::TensorOptions Options() const { return torch::TensorOptions().device(torch::kCUDA).dtype(GetParam()); }
+};
+
+// Forward and input gradients of f at (inputs...) in three ways: fused,
+// LibTorch in the dtype, and LibTorch in fp64 from the same values.
+struct Results {
+  std::vector<torch::Tensor> fused, libtorch, exact;
+};
+
+template <typename Fused, typename Reference>
+Results RunThreeWays(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream, Fused fused, Reference reference) {
+  Results results;
+  auto once = [&](auto fn, torch::ScalarType type, std::vector<torch::Tensor>* out) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& x : inputs) leaves.push_back(x.detach().to(type).requires_grad_(true));
+    torch::Tensor y = fn(leaves);
+    y.backward(upstream.to(y.scalar_type()));
+    out->push_back(y.detach());
+    for (const auto& leaf : leaves) out->push_back(leaf.grad());
+  };
+  const torch::ScalarType type = inputs.front().scalar_type();
+  once(fused, type, &results.fused);
+  once(reference, type, &results.libtorch);
+  once(reference, torch::kDouble, &results.exact);
+  return results;
+}
+
+void ExpectAll(const Results& r, torch::ScalarType type, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    ExpectAsAccurateAsLibTorch(r.fused[i], r.libtorch[i], r.exact[i], type, names[i]);
+  }
+}
+
+TEST_P(FusedOpsGpuTest, LayerNormForwardAndBackwardMatchLibTorch) {
+  // 768 and 2048: 16-byte vector path; 100 (bf16) and 99: element path.
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{4096, 768}, {1024, 2048}, {333, 100}, {17, 99}}) {
+    auto x = torch::randn({rows, width}, Options()) * 3 + 1;
+    auto w = torch::randn({width}, Options());
+    auto b = torch::randn({width}, Options());
+    auto upstream = torch::randn({rows, width}, Options());
+    Results r = RunThreeWays(
+        {x, w, b}, upstream, [](const auto& in) { return LayerNormOp(in[0], in[1], in[2], 1e-5, true); },
+        [](const auto& in) { return torch::layer_norm(in[0], {in[0].size(-1)}, in[1], in[2], 1e-5); });
+    ExpectAll(r, GetParam(), {"y", "dx", "dweight", "dbias"});
+  }
+}
+
+TEST_P(FusedOpsGpuTest, BiasGeluForwardAndBackwardMatchLibTorch) {
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{4096, 3072}, {100, 256}, {33, 90}}) {
+    auto x = torch::randn({rows, width}, Options()) * 2;
+    auto b = torch::randn({width}, Options());
+    auto upstream = torch::randn({rows, width}, Options());
+    Results r = RunThreeWays(
+        {x, b}, upstream, [](const auto& in) { return BiasGeluOp(in[0], in[1], true); },
+        [](const auto& in) { return torch::gelu(in[0] + in[1], "tanh"); });
+    ExpectAll(r, GetParam(), {"y", "dx", "dbias"});
+  }
+}
+
+TEST_P(FusedOpsGpuTest, CrossEntropyForwardAndBackwardMatchLibTorch) {
+  // 50304: GPT-2's padded vocabulary (vector path); 257: bytes (element path).
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{2048, 50304}, {300, 257}}) {
+    auto logits = torch::randn({rows, vocab}, Options()) * 4;
+    auto targets = torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
+    auto upstream = torch::ones({}, Options());
+    Results r = RunThreeWays(
+        {logits}, upstream, [&](const auto& in) { return CrossEntropyOp(in[0], targets, true); },
+        [&](const auto& in) {
+          // LibTorch's loss as the model computed it before: on an fp32 copy.
+          const bool exact = in[0].scalar_type() == torch::kDouble;
+          return torch::nn::functional::cross_entropy(exact ? in[0] : in[0].to(torch::kFloat), targets);
+        });
+    // The loss is fp32 in both: the floor is fp32's.
+    ExpectAsAccurateAsLibTorch(r.fused[0], r.libtorch[0], r.exact[0], torch::kFloat, "loss");
+    ExpectAsAccurateAsLibTorch(r.fused[1], r.libtorch[1], r.exact[1], GetParam(), "dlogits");
+    EXPECT_EQ(r.fused[1].scalar_type(), GetParam()) << "dlogits keep the logits' dtype";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FusedOpsGpuTest, ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf),
+                         [](const auto& info) { return std::string(c10::toString(info.param)); });
+
+TEST(FusedOpsTest, AskingForFusedKernelsOnCpuTensorsIsAnError) {
+  auto x = torch::randn({4, 8});
+  auto w = torch::ones({8}), b = torch::zeros({8});
+  try {
+    LayerNormOp(x, w, b, 1e-5, /*fused=*/true);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("CUDA"), std::string::npos) << e.what_without_backtrace();
+  }
+  EXPECT_THROW(BiasGeluOp(x, w, true), c10::Error);
+  EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error);
+}
+
+TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
+  auto x = torch::randn({4, 8});
+  auto w = torch::randn({8}), b = torch::randn({8});
+  EXPECT_TRUE(torch::equal(LayerNormOp(x, w, b, 1e-5, false), torch::layer_norm(x, {8}, w, b, 1e-5)));
+  EXPECT_TRUE(torch::equal(BiasGeluOp(x, b, false), torch::gelu(x + b, "tanh")));
+  auto targets = torch::tensor({1, 2, 3, 0}, torch::kLong);
+  EXPECT_TRUE(torch::equal(CrossEntropyOp(x, targets, false), torch::nn::functional::cross_entropy(x, targets)));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The PyTorch side of the throughput comparison (scripts/gpu-throughput-bench.sh).
+
+The same GPT as dslaunch's (runtime/model/gpt.h: pre-LayerNorm blocks, biases,
+tanh GELU, tied output head, learned positions), trained the way PyTorch users
+do: fp32 parameters, bf16 autocast, fused AdamW, scaled-dot-product attention,
+optionally torch.compile. Prints one line:
+  tokens_per_s=... peak_gib=... params=...
+Random tokens: throughput does not depend on the data.
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.projection = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.fc_projection = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.projection(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.fc_projection(F.gelu(self.fc(self.norm2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, layers, heads, width, sequence, vocab):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab, width)
+        self.position_embedding = nn.Embedding(sequence, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.final_norm = nn.LayerNorm(width)
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                continue
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("projection.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, tokens, targets):
+        t = tokens.size(1)
+        x = self.token_embedding(tokens) + self.position_embedding(torch.arange(t, device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.final_norm(x), self.token_embedding.weight)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, required=True)
+    parser.add_argument("--heads", type=int, required=True)
+    parser.add_argument("--width", type=int, required=True)
+    parser.add_argument("--sequence", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=50304)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--measure_from", type=int, default=10)
+    parser.add_argument("--compile", action="store_true")
+    args = parser.parse_args()
+
+    torch.manual_seed(1234)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = Gpt(args.layers, args.heads, args.width, args.sequence, args.vocab).cuda()
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    step_fn = torch.compile(model) if args.compile else model
+    tokens = torch.randint(args.vocab, (args.batch, args.sequence + 1), device="cuda")
+    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    torch.cuda.reset_peak_memory_stats()
+    start = None
+    for step in range(args.steps):
+        if step == args.measure_from:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    measured = args.steps - args.measure_from
+    print(f"tokens_per_s={measured * args.batch * args.sequence / seconds:.0f} "
+          f"peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} params={params} loss={loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
