@@ -31,12 +31,17 @@ __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2ha
 template <typename T>
 inline constexpr int kVector = 16 / static_cast<int>(sizeof(T));
 
-// `count` elements of T at p, loaded as fp32 (count == kVector<T> with an
-// aligned pointer: one 16-byte load).
+// `count` elements of T at p, loaded as fp32 (one 16- or 8-byte access when
+// count elements make one; the pointer must then be aligned to it).
 template <typename T, int kCount>
 __device__ __forceinline__ void LoadAsFloat(const T* p, float (&out)[kCount]) {
   if constexpr (kCount * sizeof(T) == 16) {
     int4 raw = *reinterpret_cast<const int4*>(p);
+    const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i] = ToFloat(v[i]);
+  } else if constexpr (kCount * sizeof(T) == 8) {
+    int2 raw = *reinterpret_cast<const int2*>(p);
     const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kCount; ++i) out[i] = ToFloat(v[i]);
@@ -54,6 +59,12 @@ __device__ __forceinline__ void StoreFromFloat(T* p, const float (&in)[kCount]) 
 #pragma unroll
     for (int i = 0; i < kCount; ++i) v[i] = FromFloat<T>(in[i]);
     *reinterpret_cast<int4*>(p) = raw;
+  } else if constexpr (kCount * sizeof(T) == 8) {
+    int2 raw;
+    T* v = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) v[i] = FromFloat<T>(in[i]);
+    *reinterpret_cast<int2*>(p) = raw;
   } else {
 #pragma unroll
     for (int i = 0; i < kCount; ++i) p[i] = FromFloat<T>(in[i]);

@@ -11,7 +11,6 @@ using device::FromFloat;
 using device::ToFloat;
 
 constexpr int kThreads = 512;
-constexpr int kUnroll = 4;  // independent elements in flight per thread
 
 // Per-step scalars, rounded to float once (Note [CPU Adam formula]).
 struct StepScalars {
@@ -19,6 +18,48 @@ struct StepScalars {
   float step_size, sqrt_bias_correction2, grad_scale;
   bool decoupled;
 };
+
+// One element group: k consecutive elements of a chunk, in fp32 registers.
+template <int k>
+__device__ __forceinline__ void AdamWUpdate(const StepScalars& s, float (&p)[k], float (&g)[k], float (&m)[k],
+                                            float (&v)[k]) {
+#pragma unroll
+  for (int u = 0; u < k; ++u) {
+    g[u] *= s.grad_scale;
+    if (s.decoupled) {
+      p[u] = p[u] * s.decay_factor;
+    } else if (s.weight_decay != 0.f) {
+      g[u] = g[u] + s.weight_decay * p[u];
+    }
+    m[u] = s.beta1 * m[u] + s.one_minus_beta1 * g[u];
+    v[u] = s.beta2 * v[u] + s.one_minus_beta2 * g[u] * g[u];
+    const float denom = sqrtf(v[u]) / s.sqrt_bias_correction2 + s.eps;
+    p[u] = p[u] - s.step_size * m[u] / denom;
+  }
+}
+
+// Elements [begin, end) of one chunk, kVec at a time (kVec == 4: 16-byte
+// fp32 accesses, the caller checked alignment; 1: any alignment).
+template <typename G, typename P, int kVec>
+__device__ __forceinline__ void StepRange(const StepScalars& s, float* master, const G* grad, float* m, float* v,
+                                          P* param, int begin, int end) {
+  for (int i = begin + static_cast<int>(threadIdx.x) * kVec; i + kVec <= end; i += kThreads * kVec) {
+    float pv[kVec], gv[kVec], mv[kVec], vv[kVec];
+    device::LoadAsFloat<float, kVec>(master + i, pv);
+    device::LoadAsFloat<G, kVec>(grad + i, gv);
+    device::LoadAsFloat<float, kVec>(m + i, mv);
+    device::LoadAsFloat<float, kVec>(v + i, vv);
+    AdamWUpdate<kVec>(s, pv, gv, mv, vv);
+    device::StoreFromFloat<float, kVec>(master + i, pv);
+    device::StoreFromFloat<float, kVec>(m + i, mv);
+    device::StoreFromFloat<float, kVec>(v + i, vv);
+    if (param != nullptr) device::StoreFromFloat<P, kVec>(param + i, pv);
+  }
+}
+
+__device__ __forceinline__ bool AlignedTo(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
 
 template <typename G, typename P>
 __global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
@@ -31,37 +72,14 @@ __global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk*
     float* m = t.exp_avg + chunk.offset;
     float* v = t.exp_avg_sq + chunk.offset;
     P* param = t.param == nullptr ? nullptr : static_cast<P*>(t.param) + chunk.offset;
-    for (int base = threadIdx.x; base < chunk.length; base += kThreads * kUnroll) {
-      float p[kUnroll], g[kUnroll], mv[kUnroll], vv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads;
-        if (i < chunk.length) {
-          p[u] = master[i];
-          g[u] = ToFloat(grad[i]) * s.grad_scale;
-          mv[u] = m[i];
-          vv[u] = v[i];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = base + u * kThreads;
-        if (i >= chunk.length) continue;
-        if (s.decoupled) {
-          p[u] = p[u] * s.decay_factor;
-        } else if (s.weight_decay != 0.f) {
-          g[u] = g[u] + s.weight_decay * p[u];
-        }
-        mv[u] = s.beta1 * mv[u] + s.one_minus_beta1 * g[u];
-        vv[u] = s.beta2 * vv[u] + s.one_minus_beta2 * g[u] * g[u];
-        const float denom = sqrtf(vv[u]) / s.sqrt_bias_correction2 + s.eps;
-        p[u] = p[u] - s.step_size * mv[u] / denom;
-        master[i] = p[u];
-        m[i] = mv[u];
-        v[i] = vv[u];
-        if (param != nullptr) param[i] = FromFloat<P>(p[u]);
-      }
+    const bool vector = AlignedTo(master, 16) && AlignedTo(m, 16) && AlignedTo(v, 16) &&
+                        AlignedTo(grad, 4 * sizeof(G)) && (param == nullptr || AlignedTo(param, 4 * sizeof(P)));
+    int done = 0;
+    if (vector) {
+      done = chunk.length / 4 * 4;
+      StepRange<G, P, 4>(s, master, grad, m, v, param, 0, done);
     }
+    StepRange<G, P, 1>(s, master, grad, m, v, param, done, chunk.length);
   }
 }
 

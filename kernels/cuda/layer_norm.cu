@@ -1,5 +1,7 @@
 #include "kernels/cuda/layer_norm.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/device_math.cuh"
 
@@ -11,6 +13,27 @@ using device::StoreFromFloat;
 using device::WarpSum;
 
 constexpr int kWarpsPerBlock = 8;
+
+// dst[0..kCount) += add, in 16-byte shared-memory accesses when the count
+// allows (a warp's 16-byte accesses go in conflict-free quarter-warp phases;
+// 4-byte ones at a stride of kCount floats would collide on banks).
+template <int kCount>
+__device__ __forceinline__ void AddToShared(float* dst, const float (&add)[kCount]) {
+  if constexpr (kCount % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < kCount / 4; ++q) {
+      float4 v = reinterpret_cast<float4*>(dst)[q];
+      v.x += add[4 * q];
+      v.y += add[4 * q + 1];
+      v.z += add[4 * q + 2];
+      v.w += add[4 * q + 3];
+      reinterpret_cast<float4*>(dst)[q] = v;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) dst[i] += add[i];
+  }
+}
 
 template <typename T, int kVec>
 __global__ void layer_norm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x,
@@ -52,23 +75,27 @@ __global__ void layer_norm_forward_kernel(T* y, float* mean_out, float* rstd_out
   }
 }
 
-// partial: [gridDim.x, 2 * width] (dweight sums, then dbias sums).
+// partial: [gridDim.x, 2 * width] (dweight sums, then dbias sums). Each warp
+// keeps its own column sums in shared memory (a lane always touches the same
+// columns, so no atomics); the block adds its warps' sums at the end.
 template <typename T, int kVec>
 __global__ void layer_norm_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const T* weight,
                                            const float* mean, const float* rstd, int64_t rows, int width) {
-  extern __shared__ float column_sums[];  // [2 * width]
-  for (int i = threadIdx.x; i < 2 * width; i += blockDim.x) column_sums[i] = 0.f;
+  extern __shared__ float column_sums[];  // [warps][2 * width]
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = threadIdx.x; i < 2 * width * warps; i += blockDim.x) column_sums[i] = 0.f;
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+  float* dweight_sums = column_sums + static_cast<int64_t>(warp) * 2 * width;
+  float* dbias_sums = dweight_sums + width;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * warps) {
     const T* g = dy + row * width;
     const T* in = x + row * width;
     const float mu = mean[row], r = rstd[row];
     // dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ · x̂)), ĝ = dy · weight.
     float sum_g = 0.f, sum_gx = 0.f;
     for (int c = lane * kVec; c < width; c += 32 * kVec) {
-      float gv[kVec], xv[kVec], w[kVec];
+      float gv[kVec], xv[kVec], w[kVec], gx[kVec];
       LoadAsFloat<T, kVec>(g + c, gv);
       LoadAsFloat<T, kVec>(in + c, xv);
       LoadAsFloat<T, kVec>(weight + c, w);
@@ -77,9 +104,10 @@ __global__ void layer_norm_backward_kernel(T* dx, float* partial, const T* dy, c
         const float xhat = (xv[i] - mu) * r;
         sum_g += gv[i] * w[i];
         sum_gx += gv[i] * w[i] * xhat;
-        atomicAdd(&column_sums[c + i], gv[i] * xhat);
-        atomicAdd(&column_sums[width + c + i], gv[i]);
+        gx[i] = gv[i] * xhat;
       }
+      AddToShared<kVec>(dweight_sums + c, gx);
+      AddToShared<kVec>(dbias_sums + c, gv);
     }
     const float mean_g = WarpSum(sum_g) / width, mean_gx = WarpSum(sum_gx) / width;
     T* out = dx + row * width;
@@ -98,11 +126,32 @@ __global__ void layer_norm_backward_kernel(T* dx, float* partial, const T* dy, c
   }
   __syncthreads();
   float* mine = partial + static_cast<int64_t>(blockIdx.x) * 2 * width;
-  for (int i = threadIdx.x; i < 2 * width; i += blockDim.x) mine[i] = column_sums[i];
+  for (int i = threadIdx.x; i < 2 * width; i += blockDim.x) {
+    float total = 0.f;
+    for (int w = 0; w < warps; ++w) total += column_sums[static_cast<int64_t>(w) * 2 * width + i];
+    mine[i] = total;
+  }
 }
 
-int BackwardBlocks(int64_t rows) {
-  return device::ResidentBlocks((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, /*per_sm=*/2);
+// The backward grid: warps per block as shared memory allows (each needs
+// 2·width floats), blocks enough to fill the device.
+struct BackwardShape {
+  int warps = 0, blocks = 0;
+  size_t shared = 0;
+};
+
+BackwardShape BackwardLaunch(int64_t rows, int64_t width) {
+  int device = 0, optin = 48 * 1024;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const size_t per_warp = static_cast<size_t>(2 * width) * sizeof(float);
+  BackwardShape shape;
+  shape.warps = static_cast<int>(std::min<size_t>(kWarpsPerBlock, static_cast<size_t>(optin) / per_warp));
+  if (shape.warps == 0) return shape;  // wider than one warp's sums fit
+  shape.shared = per_warp * shape.warps;
+  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(4, 200 * 1024 / shape.shared)));
+  shape.blocks = device::ResidentBlocks((rows + shape.warps - 1) / shape.warps, per_sm);
+  return shape;
 }
 
 }  // namespace
@@ -128,25 +177,24 @@ cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rs
 }
 
 int64_t layer_norm_backward_scratch(int64_t rows, int64_t width) {
-  return static_cast<int64_t>(BackwardBlocks(rows)) * 2 * width;
+  return static_cast<int64_t>(BackwardLaunch(rows, width).blocks) * 2 * width;
 }
 
 cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy,
                                 const void* x, const void* weight, const float* mean, const float* rstd,
                                 int64_t rows, int64_t width, float* scratch, cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return cudaErrorInvalidValue;
-  const size_t shared = static_cast<size_t>(2 * width) * sizeof(float);
+  const BackwardShape shape = BackwardLaunch(rows, width);
+  if (shape.warps == 0) return cudaErrorInvalidValue;  // width beyond one block's shared memory
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
-    const int blocks = BackwardBlocks(rows);
     const int w = static_cast<int>(width);
     auto launch = [&](auto kernel) {
-      // Widths above 6144 need more than the default 48 KiB of shared memory.
-      if (shared > 48 * 1024) {
+      if (shape.shared > 48 * 1024) {
         cudaError_t raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(shared));
+                                                  static_cast<int>(shape.shared));
         if (raised != cudaSuccess) return raised;
       }
-      kernel<<<blocks, 32 * kWarpsPerBlock, shared, stream>>>(
+      kernel<<<shape.blocks, 32 * shape.warps, shape.shared, stream>>>(
           static_cast<T*>(dx), scratch, static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(weight), mean, rstd, rows, w);
       return cudaGetLastError();
@@ -155,11 +203,10 @@ cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void*
                                ? launch(layer_norm_backward_kernel<T, device::kVector<T>>)
                                : launch(layer_norm_backward_kernel<T, 1>);
     if (launched != cudaSuccess) return launched;
-    // scratch rows hold [dweight | dbias]: sum them as one 2·width-wide table,
-    // into dweight and dbias separately (they need not be adjacent).
-    launched = device::SumPartialRows(static_cast<T*>(dweight), scratch, blocks, width, stream, 2 * width);
+    // Scratch rows hold [dweight | dbias]: each half summed into its own output.
+    launched = device::SumPartialRows(static_cast<T*>(dweight), scratch, shape.blocks, width, stream, 2 * width);
     if (launched != cudaSuccess) return launched;
-    return device::SumPartialRows(static_cast<T*>(dbias), scratch + width, blocks, width, stream, 2 * width);
+    return device::SumPartialRows(static_cast<T*>(dbias), scratch + width, shape.blocks, width, stream, 2 * width);
   });
 }
 

@@ -6,8 +6,9 @@
 // Forward: one warp per row, three passes over a row that stays in L1 (sum,
 // centred sum of squares, output); writes y and the row's mean and rstd for
 // backward. Backward: one warp per row computes dx, and adds dy·x̂ and dy to
-// per-block column sums in shared memory, which a second kernel adds up
-// (column_sum.cuh). Rows are read with 16-byte accesses when the width and
+// its own column sums in shared memory (2·width floats per warp, so widths up
+// to ~28K on Hopper); each block writes its warps' total, and a second kernel
+// adds the blocks up (column_sum.cuh). Rows are read with 16-byte accesses when the width and
 // pointers allow it.
 #pragma once
 

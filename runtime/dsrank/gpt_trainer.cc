@@ -240,7 +240,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   int64_t last_saved = -1;
   while ((*engine)->global_steps() < job.train.steps) {
     model->train();
-    double step_loss = 0;
+    // The loss stays on the device until the step is over: reading it after
+    // forward would stall the GPU while backward is being queued.
+    torch::Tensor step_loss_sum;
     StepResult result;
     for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
       absl::Status read;
@@ -249,7 +251,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (!read.ok()) return read;
       auto started = Clock::now();
       torch::Tensor loss = model->Loss(inputs, targets);
-      step_loss += loss.item<double>() / ds.gradient_accumulation_steps;
+      torch::Tensor detached = loss.detach().to(torch::kDouble);
+      step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
       if (auto s = (*engine)->Backward(loss); !s.ok()) return s;
       auto backward_done = Clock::now();
       auto stepped = (*engine)->Step();
@@ -258,6 +261,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
       step_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
     }
+    const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
     ++window_steps;
     const int64_t step = (*engine)->global_steps();

@@ -361,7 +361,32 @@ Engine::MemoryBreakdown Engine::Memory() const {
   return bytes;
 }
 
+absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
+  try {
+    torch::NoGradGuard no_grad;
+    std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
+    const std::optional<double> factor = UnscaleAndClip(FusedGradSumSquares(entries).item<double>(), &result);
+    if (!factor) {
+      ++skipped_steps_;
+    } else {
+      result.lr = schedule_->LrAt(successful_steps_);
+      const double beta1 = schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]);
+      const double beta2 = schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1]);
+      shard_adam_->StepEntries(entries, result.lr, beta1, beta2, *factor);
+      result.stepped = true;
+      ++successful_steps_;
+    }
+    zero_->ZeroGradients();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("fused optimizer step: ", e.what_without_backtrace()));
+  }
+  ++global_steps_;
+  ++micro_steps_;
+  return result;
+}
+
 absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
+  if (zero_->CanStepInPlace()) return InPlaceZeroStep(result);
   try {
     torch::NoGradGuard no_grad;
     absl::Status prepared = zero_->PrepareShardGradient();

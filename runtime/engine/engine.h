@@ -136,6 +136,8 @@ class Engine {
   absl::Status LoadZeroShards(const std::string& folder);
   // The boundary step with ZeRO stages 1-2.
   absl::StatusOr<StepResult> ZeroStep(StepResult result);
+  // Note [In-place fused step] (zero_partition.h): one rank, stages 0-1, GPU.
+  absl::StatusOr<StepResult> InPlaceZeroStep(StepResult result);
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
   void ApplyLrAndMomentum(double lr);

@@ -22,6 +22,26 @@ ShardAdam::ShardAdam(const OptimizerConfig& config, const torch::Tensor& like, b
   }
 }
 
+kernels::AdamWHyperparameters ShardAdam::Hyperparameters(double lr, double beta1, double beta2) const {
+  kernels::AdamWHyperparameters h;
+  h.lr = lr;
+  h.beta1 = beta1;
+  h.beta2 = beta2;
+  h.eps = eps_;
+  h.weight_decay = weight_decay_;
+  h.decoupled = decoupled_;
+  h.step = step_;
+  return h;
+}
+
+void ShardAdam::StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
+                            double grad_scale) {
+  ++step_;
+  kernels::AdamWHyperparameters h = Hyperparameters(lr, beta1, beta2);
+  h.grad_scale = grad_scale;
+  FusedAdamWStep(entries, h);
+}
+
 void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1,
                      double beta2) {
   torch::NoGradGuard no_grad;
@@ -42,15 +62,7 @@ void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double
   }
   if (p.is_cuda() && FusedAdamWAvailable()) {
     // One pass over the shard instead of LibTorch's ten.
-    kernels::AdamWHyperparameters h;
-    h.lr = lr;
-    h.beta1 = beta1;
-    h.beta2 = beta2;
-    h.eps = eps_;
-    h.weight_decay = weight_decay_;
-    h.decoupled = decoupled_;
-    h.step = step_;
-    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), exp_avg_, exp_avg_sq_, {}}}, h);
+    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), exp_avg_, exp_avg_sq_, {}}}, Hyperparameters(lr, beta1, beta2));
     return;
   }
   torch::Tensor grad = g;

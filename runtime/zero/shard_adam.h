@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "runtime/config/job_config.h"
+#include "runtime/zero/fused_adamw_step.h"
 
 namespace dslaunch::runtime {
 
@@ -20,6 +21,10 @@ class ShardAdam {
 
   // p ← one step with gradient g (fp32, same shape as p).
   void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2);
+  // One step over entries that cover the shard in pieces (Note [In-place
+  // fused step]); each gradient is multiplied by grad_scale first.
+  void StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
+                   double grad_scale);
 
   torch::Tensor& exp_avg() { return exp_avg_; }
   torch::Tensor& exp_avg_sq() { return exp_avg_sq_; }
@@ -28,6 +33,8 @@ class ShardAdam {
   int64_t StateBytes() const { return (exp_avg_.numel() + exp_avg_sq_.numel()) * 4; }
 
  private:
+  kernels::AdamWHyperparameters Hyperparameters(double lr, double beta1, double beta2) const;
+
   const double eps_;
   const double weight_decay_;
   const bool decoupled_;

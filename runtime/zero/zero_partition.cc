@@ -369,6 +369,30 @@ absl::Status ZeroPartition::GatherParameters() {
   return absl::OkStatus();
 }
 
+bool ZeroPartition::CanStepInPlace() const {
+  return shards_ == 1 && size_ == 1 && stage() <= 1 && !offload() && master_shard_.is_cuda() &&
+         FusedAdamWAvailable();
+}
+
+std::vector<FusedAdamWEntry> ZeroPartition::InPlaceEntries(const torch::Tensor& exp_avg,
+                                                           const torch::Tensor& exp_avg_sq) {
+  std::vector<FusedAdamWEntry> entries;
+  entries.reserve(params_.size());
+  for (const Unit& unit : units_) {
+    int64_t offset = unit.shard_offset;  // one shard: the unit's piece is the whole unit
+    for (size_t i = unit.first; i < unit.end; ++i) {
+      torch::Tensor& p = params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      const int64_t n = p.numel();
+      entries.push_back(FusedAdamWEntry{master_shard_.detach().narrow(0, offset, n), p.grad().contiguous().view({-1}),
+                                        exp_avg.narrow(0, offset, n), exp_avg_sq.narrow(0, offset, n),
+                                        p.detach().view({-1})});
+      offset += n;
+    }
+  }
+  return entries;
+}
+
 void ZeroPartition::ZeroGradients() {
   for (auto& p : params_) {
     if (p.grad().defined()) p.mutable_grad() = stage() >= 2 ? torch::Tensor() : p.grad().zero_();

@@ -43,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/zero/fused_adamw_step.h"
 #include "runtime/zero/comm_worker.h"
 #include "runtime/zero/parameter_units.h"
 
@@ -106,6 +107,19 @@ class ZeroPartition {
   absl::Status GatherParameters();
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
+
+  // Note [In-place fused step]: with one rank at stage 0 or 1, on a GPU,
+  // without offload, this rank's shard is the whole vector in parameter
+  // order. The optimizer can then read each parameter's gradient where
+  // autograd left it and write the parameter itself (one norm pass and one
+  // fused AdamW pass over all tensors), with no flat gradient, fp32 mean or
+  // gather in between. The results are those of the general path: the same
+  // arithmetic on the same values.
+  bool CanStepInPlace() const;
+  // One entry per parameter: its slice of the master shard and of the two
+  // moments (flat tensors of the shard's size), its gradient (zeros when it
+  // has none) and the parameter itself.
+  std::vector<FusedAdamWEntry> InPlaceEntries(const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
 
   // Stage 3 (Note [ZeRO-3 units], Note [ZeRO-3 prefetch]). Stage 3's
   // collectives run on a CommWorker in submission order: StartGather begins a
