@@ -14,7 +14,7 @@ status=0
 grep -q '^\[  PASSED  \]' "$out/kernel-tests.log" && ! grep -q '^\[  FAILED  \]' "$out/kernel-tests.log" || status=1
 "$bin/cuda_kernel_bench" | tee "$out/kernel-bench.log" || status=1
 tiny=(configs/gpt-tiny.cfg --override "data.prepared=$data/fortunes-byte" --override train.steps=50
-      --override train.eval_interval=0)
+      --override train.eval_interval=0 --override checkpoint.resume=false)
 "$bin/dsrank" "${tiny[@]}" --device cpu --override train.precision=fp32 --loss_log "$out/tiny-cpu-fp32.tsv" >"$out/tiny-cpu.log" 2>&1
 "$bin/dsrank" "${tiny[@]}" --device cuda --override train.precision=bf16 --loss_log "$out/tiny-gpu-bf16.tsv" >"$out/tiny-gpu.log" 2>&1 || tail -n 15 "$out/tiny-gpu.log"
 "$bin/dsrank" "${tiny[@]}" --device cuda --override train.precision=bf16 --override model.fused_kernels=false \

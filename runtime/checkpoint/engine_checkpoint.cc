@@ -239,6 +239,21 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     torch::NoGradGuard no_grad;
     torch::serialize::InputArchive shared;
     shared.load_from(RankFile(folder, 0));
+    // The optimizer state is either one flat fp32 vector cut into ranges (any
+    // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
+    // checkpoint loads only into an engine that keeps it the same way.
+    c10::IValue probe;
+    const bool saved_flat = shared.try_read("zero/shards", probe);
+    if (saved_flat != (zero_ != nullptr)) {
+      auto describe = [](bool flat) {
+        return flat ? "a flat fp32 master and optimizer state (mixed precision, or ZeRO stage 1-3)"
+                    : "per-parameter fp32 optimizer state (fp32 training at ZeRO stage 0)";
+      };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "load checkpoint ", folder, ": it holds ", describe(saved_flat), ", but this job keeps ",
+          describe(zero_ != nullptr), "; resume with the precision and ZeRO stage it was saved with, or start a "
+          "new checkpoint.dir"));
+    }
     for (auto& item : model_->named_parameters()) {
       if (zero_) break;  // rebuilt from the shards below
       torch::Tensor value;
@@ -305,6 +320,8 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
   } catch (const c10::Error& e) {
     return absl::DataLossError(
         absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
+    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what()));
   }
   ApplyLrAndMomentum(schedule_->LrAt(successful_steps_));
   return client;

@@ -370,7 +370,11 @@ absl::Status ZeroPartition::GatherParameters() {
 }
 
 bool ZeroPartition::CanStepInPlace() const {
-  return shards_ == 1 && size_ == 1 && stage() <= 1 && !offload() && master_shard_.is_cuda() &&
+  // Stage 2 qualifies while every gradient is still where autograd put it:
+  // nothing accumulated into the shard from earlier micro-steps and no
+  // overlapped reduction during backward.
+  const bool gradients_in_place = stage() <= 1 || (stage() == 2 && !accumulated_ && !options_.overlap_units);
+  return shards_ == 1 && size_ == 1 && gradients_in_place && !offload() && master_shard_.is_cuda() &&
          FusedAdamWAvailable();
 }
 

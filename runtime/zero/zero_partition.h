@@ -108,9 +108,10 @@ class ZeroPartition {
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
 
-  // Note [In-place fused step]: with one rank at stage 0 or 1, on a GPU,
-  // without offload, this rank's shard is the whole vector in parameter
-  // order. The optimizer can then read each parameter's gradient where
+  // Note [In-place fused step]: with one rank at stage 0 or 1 (or 2, while
+  // no gradient has been moved into the shard yet: one micro-step per step
+  // and no overlap_comm), on a GPU, without offload, this rank's shard is the
+  // whole vector in parameter order. The optimizer can then read each parameter's gradient where
   // autograd left it and write the parameter itself (one norm pass and one
   // fused AdamW pass over all tensors), with no flat gradient, fp32 mean or
   // gather in between. The results are those of the general path: the same

@@ -504,14 +504,15 @@ namespace dslaunch::runtime {
 namespace {
 
 // Note [In-place fused step]: on one GPU, stage 0 steps each parameter where
-// autograd left its gradient; stage 2 goes through the flat shard. Same
-// arithmetic on the same values: the same losses and weights.
+// autograd left its gradient; stage 2 with two micro-steps per step goes
+// through the flat shard. Same arithmetic on the same values: the same
+// losses and weights.
 TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   std::vector<std::vector<double>> losses;
   std::vector<std::vector<torch::Tensor>> params;
   for (int stage : {0, 2}) {
-    DsConfig config = Config(stage, 8, 1, 1);
+    DsConfig config = Config(stage, 4, 2, 1);
     config.bf16.enabled = true;
     GptOptions options = TinyGpt();
     options.fused_kernels = true;
@@ -520,13 +521,15 @@ TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<double> stage_losses;
     for (int step = 0; step < 4; ++step) {
-      auto [inputs, targets] = Batch(step * 8, 8);
-      torch::Tensor loss = model->Loss(inputs.cuda(), targets.cuda());
-      stage_losses.push_back(loss.item<double>());
-      ASSERT_TRUE((*engine)->Backward(loss).ok());
-      auto stepped = (*engine)->Step();
-      ASSERT_TRUE(stepped.ok()) << stepped.status();
-      EXPECT_TRUE(stepped->stepped);
+      for (int micro = 0; micro < 2; ++micro) {
+        auto [inputs, targets] = Batch(step * 8 + micro * 4, 4);
+        torch::Tensor loss = model->Loss(inputs.cuda(), targets.cuda());
+        stage_losses.push_back(loss.item<double>());
+        ASSERT_TRUE((*engine)->Backward(loss).ok());
+        auto stepped = (*engine)->Step();
+        ASSERT_TRUE(stepped.ok()) << stepped.status();
+        EXPECT_EQ(stepped->stepped, micro == 1);
+      }
     }
     losses.push_back(stage_losses);
     params.push_back(Parameters(model));
@@ -536,6 +539,37 @@ TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
   // fp32 bits (the norms are summed in another order) to neighbouring bf16
   // values, one ulp (≤ 2^-8 relative) apart.
   EXPECT_LT(MaxDifference(params[0], params[1]), 1e-2);
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
+
+namespace dslaunch::runtime {
+namespace {
+
+// An fp32 stage-0 checkpoint keeps per-parameter optimizer state; a ZeRO or
+// mixed-precision engine keeps one flat vector. Loading one into the other
+// is refused with the reason, not a crash in the archive reader.
+TEST(ZeroCheckpointTest, ALayoutMismatchIsRefusedWithTheReason) {
+  char pattern[] = "/tmp/zero-layout-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  {
+    Gpt model(TinyGpt(), 5);
+    auto engine = Engine::Create(model.ptr(), Config(0, 8, 1, 1), nullptr, torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "fp32", {}).ok());
+  }
+  for (int stage : {1, 2}) {
+    Gpt model(TinyGpt(), 5);
+    auto engine = Engine::Create(model.ptr(), Config(stage, 8, 1, 1), nullptr, torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto loaded = (*engine)->LoadCheckpoint(dir, "fp32");
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(loaded.status().message()).find("per-parameter fp32 optimizer state"), std::string::npos)
+        << loaded.status();
+  }
+  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
 
 }  // namespace
