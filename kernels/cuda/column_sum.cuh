@@ -9,23 +9,35 @@
 
 namespace dslaunch::kernels::device {
 
-// out[c] = Σ_b partial[b * row_stride + c], one thread per column.
+// out[c] = Σ_b partial[b * row_stride + c]. Block (32, kSumLanes): 32
+// adjacent columns, each summed by kSumLanes threads over every kSumLanes-th
+// row, then added in shared memory in a fixed order: many independent loads
+// in flight instead of one thread walking hundreds of rows.
+inline constexpr int kSumLanes = 16;
+
 template <typename T>
 __global__ void SumPartialRowsKernel(T* out, const float* partial, int blocks, int64_t width,
                                      int64_t row_stride) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= width) return;
+  __shared__ float sums[kSumLanes][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float sum = 0.f;
-  for (int b = 0; b < blocks; ++b) sum += partial[b * row_stride + c];
-  out[c] = FromFloat<T>(sum);
+  if (c < width) {
+    for (int b = threadIdx.y; b < blocks; b += kSumLanes) sum += partial[b * row_stride + c];
+  }
+  sums[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < width) {
+    float total = 0.f;
+    for (int l = 0; l < kSumLanes; ++l) total += sums[l][threadIdx.x];
+    out[c] = FromFloat<T>(total);
+  }
 }
 
 template <typename T>
 cudaError_t SumPartialRows(T* out, const float* partial, int blocks, int64_t width, cudaStream_t stream,
                            int64_t row_stride) {
-  constexpr int kThreads = 256;
-  const int grid = static_cast<int>((width + kThreads - 1) / kThreads);
-  SumPartialRowsKernel<T><<<grid, kThreads, 0, stream>>>(out, partial, blocks, width, row_stride);
+  const int grid = static_cast<int>((width + 31) / 32);
+  SumPartialRowsKernel<T><<<grid, dim3(32, kSumLanes), 0, stream>>>(out, partial, blocks, width, row_stride);
   return cudaGetLastError();
 }
 

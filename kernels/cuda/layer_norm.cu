@@ -149,7 +149,9 @@ BackwardShape BackwardLaunch(int64_t rows, int64_t width) {
   shape.warps = static_cast<int>(std::min<size_t>(kWarpsPerBlock, static_cast<size_t>(optin) / per_warp));
   if (shape.warps == 0) return shape;  // wider than one warp's sums fit
   shape.shared = per_warp * shape.warps;
-  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(4, 200 * 1024 / shape.shared)));
+  // Two blocks per SM at most: every block adds a row of partial sums that
+  // the second kernel must read back.
+  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(2, 200 * 1024 / shape.shared)));
   shape.blocks = device::ResidentBlocks((rows + shape.warps - 1) / shape.warps, per_sm);
   return shape;
 }

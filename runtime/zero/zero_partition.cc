@@ -398,9 +398,9 @@ std::vector<FusedAdamWEntry> ZeroPartition::InPlaceEntries(const torch::Tensor& 
 }
 
 void ZeroPartition::ZeroGradients() {
-  for (auto& p : params_) {
-    if (p.grad().defined()) p.mutable_grad() = stage() >= 2 ? torch::Tensor() : p.grad().zero_();
-  }
+  // Dropped, not zeroed (PyTorch's zero_grad(set_to_none=True)): the next
+  // backward hands its fresh gradients over instead of adding them to zeros.
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   master_shard_.mutable_grad() = torch::Tensor();
   grad_accumulator_ = torch::Tensor();
   accumulated_ = false;
