@@ -109,3 +109,50 @@ inline int64_t CudaPeakAllocatedBytes(int device) {
 #endif
 }
 }  // namespace dslaunch::runtime::compat
+
+// Waits for every kernel queued on `device` (a no-op for the CPU).
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+namespace dslaunch::runtime::compat {
+inline void SynchronizeDevice(const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+}  // namespace dslaunch::runtime::compat
+
+// The CUDA device kernels and NCCL use when they are not told one is the
+// thread's current device. A rank makes its own GPU current once at start-up
+// (SetCurrentCudaDevice); code that launches on a tensor's device holds a
+// CudaDeviceGuard for it. Both do nothing for CPU devices or CPU builds.
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#endif
+namespace dslaunch::runtime::compat {
+inline void SetCurrentCudaDevice(const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#else
+  (void)device;
+#endif
+}
+
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (device.is_cuda()) guard_.set_device(device);
+#else
+    (void)device;
+#endif
+  }
+
+ private:
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  c10::cuda::OptionalCUDAGuard guard_;
+#endif
+};
+}  // namespace dslaunch::runtime::compat

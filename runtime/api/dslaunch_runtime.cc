@@ -1,5 +1,7 @@
 #include "runtime/api/dslaunch_runtime.h"
 
+#include "runtime/torch_compat.h"
+
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +30,8 @@ absl::StatusOr<Session> Initialize(std::shared_ptr<torch::nn::Module> model,
   const bool cuda = torch::cuda::is_available();
   session.device = cuda ? torch::Device(torch::kCUDA, session.local_rank % torch::cuda::device_count())
                         : torch::Device(torch::kCPU);
+  // Kernels and NCCL launch on the current device: make it this rank's GPU.
+  compat::SetCurrentCudaDevice(session.device);
   if (session.world_size > 1) {
     auto store = StoreClient::FromEnvironment();
     if (!store.ok()) return store.status();

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   if (device_choice == "cuda" && !torch::cuda::is_available()) return Fail("--device cuda: no CUDA device");
   context.device = cuda ? torch::Device(torch::kCUDA, local_rank % std::max<int>(1, torch::cuda::device_count()))
                         : torch::Device(torch::kCPU);
+  // Kernels and NCCL launch on the current device: make it this rank's GPU.
+  compat::SetCurrentCudaDevice(context.device);
   if (cuda_memory_limit_gb > 0) {
     // Stands in for a smaller GPU (benchmarks of what fits only with ZeRO-3 offload).
     absl::Status limited = compat::LimitCudaMemory(context.device.index(), cuda_memory_limit_gb * (1 << 30));

@@ -33,10 +33,14 @@ void CheckLaunch(cudaError_t status, const char* what) {
   TORCH_CHECK(status == cudaSuccess, what, ": ", cudaGetErrorString(status));
 }
 
-void CheckSameDtype(const torch::Tensor& a, const torch::Tensor& b, const char* what) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), what, ": input is ", a.scalar_type(), " but parameter is ",
-              b.scalar_type());
-  TORCH_CHECK(a.is_cuda() && b.is_cuda(), what, ": fused kernels need CUDA tensors");
+// A per-feature parameter of x [..., width]: same dtype and device, width elements.
+void CheckParameter(const torch::Tensor& x, const torch::Tensor& p, const char* what) {
+  TORCH_CHECK(x.scalar_type() == p.scalar_type(), what, ": input is ", x.scalar_type(), " but a parameter is ",
+              p.scalar_type());
+  TORCH_CHECK(x.is_cuda() && p.device() == x.device(), what, ": input and parameters must be on one CUDA device, got ",
+              x.device(), " and ", p.device());
+  TORCH_CHECK(p.numel() == x.size(-1), what, ": a parameter has ", p.numel(), " elements for an input of width ",
+              x.size(-1));
 }
 
 torch::Tensor FloatScratch(int64_t elements, const torch::Tensor& like) {
@@ -47,7 +51,9 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
                                double eps) {
-    CheckSameDtype(x, weight, "fused LayerNorm");
+    CheckParameter(x, weight, "fused LayerNorm");
+    CheckParameter(x, bias, "fused LayerNorm");
+    compat::CudaDeviceGuard device(x.device());
     x = x.contiguous();
     weight = weight.contiguous();
     bias = bias.contiguous();
@@ -66,6 +72,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3], &rstd = saved[4];
+    compat::CudaDeviceGuard device(x.device());
     torch::Tensor dy = grads[0].contiguous();
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor dx = torch::empty_like(x), dweight = torch::empty_like(weight), dbias = torch::empty_like(bias);
@@ -82,7 +89,8 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor bias) {
-    CheckSameDtype(x, bias, "fused bias+GELU");
+    CheckParameter(x, bias, "fused bias+GELU");
+    compat::CudaDeviceGuard device(x.device());
     x = x.contiguous();
     bias = bias.contiguous();
     const int64_t width = x.size(-1), rows = x.numel() / width;
@@ -97,6 +105,7 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &bias = saved[1];
+    compat::CudaDeviceGuard device(x.device());
     torch::Tensor dy = grads[0].contiguous();
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor dx = torch::empty_like(x), dbias = torch::empty_like(bias);
@@ -113,7 +122,10 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets) {
-    TORCH_CHECK(logits.is_cuda() && targets.is_cuda(), "fused cross-entropy: fused kernels need CUDA tensors");
+    TORCH_CHECK(logits.is_cuda() && targets.device() == logits.device(),
+                "fused cross-entropy: logits and targets must be on one CUDA device, got ", logits.device(), " and ",
+                targets.device());
+    compat::CudaDeviceGuard device(logits.device());
     TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
                 "fused cross-entropy: logits [rows, vocab] and targets [rows], got ", logits.sizes(), " and ",
                 targets.sizes());
@@ -133,6 +145,7 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &logits = saved[0], &targets = saved[1], &lse = saved[2];
+    compat::CudaDeviceGuard device(logits.device());
     torch::Tensor dloss = grads[0].to(torch::kFloat).contiguous();
     torch::Tensor dlogits = torch::empty_like(logits);
     CheckLaunch(kernels::softmax_cross_entropy_backward(
@@ -162,6 +175,7 @@ torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, c
                           double eps, bool fused) {
   if (!fused) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
   CheckFusedAvailable(x, "LayerNorm");
+  if (x.numel() == 0) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);  // nothing to compute
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return LayerNormFunction::apply(x, weight, bias, eps);
 #else
@@ -172,6 +186,7 @@ torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, c
 torch::Tensor BiasGeluOp(const torch::Tensor& x, const torch::Tensor& bias, bool fused) {
   if (!fused) return torch::gelu(x + bias, "tanh");
   CheckFusedAvailable(x, "bias+GELU");
+  if (x.numel() == 0) return torch::gelu(x + bias, "tanh");  // nothing to compute
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return BiasGeluFunction::apply(x, bias);
 #else
@@ -182,6 +197,7 @@ torch::Tensor BiasGeluOp(const torch::Tensor& x, const torch::Tensor& bias, bool
 torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& targets, bool fused) {
   if (!fused) return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), targets);
   CheckFusedAvailable(logits, "cross-entropy");
+  if (logits.numel() == 0) return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), targets);
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return CrossEntropyFunction::apply(logits, targets).mean();
 #else

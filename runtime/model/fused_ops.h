@@ -4,6 +4,11 @@
 // tensors in a build that has them (FusedKernelsBuilt()), otherwise the call
 // throws: a model asked for fused kernels never quietly runs without them.
 //
+// Inputs are checked (parameters of the input's dtype, device and width;
+// targets on the logits' device); an empty input has nothing to compute and
+// takes LibTorch's path. Kernels launch on the tensors' device and its
+// current stream.
+//
 // Each fused function saves what its backward needs and nothing more:
 // LayerNorm its input and the per-row mean and rstd (fp32), bias+GELU its
 // input (the pre-bias linear output), cross-entropy the logits, targets and

@@ -116,6 +116,19 @@ TEST_P(FusedOpsGpuTest, CrossEntropyForwardAndBackwardMatchLibTorch) {
   }
 }
 
+TEST_P(FusedOpsGpuTest, MismatchedParametersAreRefusedAndEmptyInputsWork) {
+  auto x = torch::randn({4, 64}, Options());
+  auto w = torch::ones({64}, Options()), b = torch::zeros({64}, Options());
+  EXPECT_THROW(LayerNormOp(x, torch::ones({32}, Options()), b, 1e-5, true), c10::Error) << "weight of another width";
+  EXPECT_THROW(LayerNormOp(x, w, b.to(torch::kDouble), 1e-5, true), c10::Error) << "bias of another dtype";
+  EXPECT_THROW(LayerNormOp(x, w, b.cpu(), 1e-5, true), c10::Error) << "bias on another device";
+  EXPECT_THROW(BiasGeluOp(x, torch::zeros({1}, Options()), true), c10::Error) << "a broadcast bias";
+  EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error) << "targets on the CPU";
+  auto empty = torch::randn({0, 64}, Options()).requires_grad_(true);
+  LayerNormOp(empty, w, b, 1e-5, true).sum().backward();
+  EXPECT_EQ(empty.grad().sizes(), empty.sizes());
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedOpsGpuTest, ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 

@@ -97,6 +97,8 @@ DeviceTables Upload(const std::vector<FusedAdamWEntry>& entries, bool need_state
 bool FusedAdamWAvailable() { return true; }
 
 void FusedAdamWStep(const std::vector<FusedAdamWEntry>& entries, const kernels::AdamWHyperparameters& h) {
+  TORCH_CHECK(!entries.empty(), "fused AdamW: no tensors");
+  compat::CudaDeviceGuard device(entries.front().grad.device());
   const DeviceTables tables = Upload(entries, /*need_state=*/true);
   const cudaError_t launched = kernels::fused_adamw(tables.tensors, tables.chunks, tables.chunk_count,
                                                     tables.grad_type, tables.param_type, h,
@@ -105,6 +107,8 @@ void FusedAdamWStep(const std::vector<FusedAdamWEntry>& entries, const kernels::
 }
 
 torch::Tensor FusedGradSumSquares(const std::vector<FusedAdamWEntry>& entries) {
+  TORCH_CHECK(!entries.empty(), "fused gradient norm: no tensors");
+  compat::CudaDeviceGuard device(entries.front().grad.device());
   const DeviceTables tables = Upload(entries, /*need_state=*/false);
   const auto options = entries.front().grad.options();
   torch::Tensor partials = torch::empty({tables.chunk_count}, options.dtype(torch::kFloat));

@@ -114,8 +114,10 @@ class ZeroPartition {
   // whole vector in parameter order. The optimizer can then read each parameter's gradient where
   // autograd left it and write the parameter itself (one norm pass and one
   // fused AdamW pass over all tensors), with no flat gradient, fp32 mean or
-  // gather in between. The results are those of the general path: the same
-  // arithmetic on the same values.
+  // gather in between. The results are those of the general path up to the
+  // gradient norm's summation order (fp32 within 64K-element chunks, fp64
+  // across them, against fp64 throughout), which can move the clipping
+  // coefficient in its last bits.
   bool CanStepInPlace() const;
   // One entry per parameter: its slice of the master shard and of the two
   // moments (flat tensors of the shard's size), its gradient (zeros when it

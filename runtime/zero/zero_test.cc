@@ -505,8 +505,8 @@ namespace {
 
 // Note [In-place fused step]: on one GPU, stage 0 steps each parameter where
 // autograd left its gradient; stage 2 with two micro-steps per step goes
-// through the flat shard. Same arithmetic on the same values: the same
-// losses and weights.
+// through the flat shard. Same arithmetic on the same values up to the
+// gradient norm's summation order: the same losses and weights.
 TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   std::vector<std::vector<double>> losses;

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# On one host with G >= 2 GPUs, one command for the multi-GPU validation:
+#   bash scripts/gpu-multi-validate.sh          (G = every GPU nvidia-smi lists)
+# Environment: SIZES (world sizes to try, default "2 4 8" capped at G),
+# SKIP_SCALING=1, SKIP_PYTORCH=1. Results go to $OUT (or gpu-out/).
+#  1. ZeRO 0/1/2/3 equivalence with NCCL: gpt-tiny in fp32 (LibTorch leaves
+#     TF32 off), global batch 32, 12 steps, at each world size against world
+#     size 1: only the order of floating-point sums differs, so the per-step
+#     losses must agree within 1e-4 relative (a wrong batch moves them ~1e-2),
+#     as the CPU test does (tests/integration/test_train_gpt.sh).
+#  2. Collective bus bandwidth through the Communicator (dscomm_bench, 1 MB -
+#     1 GB) next to NCCL through PyTorch (scripts/bench/pytorch_collectives.py).
+#  3. Data-parallel scaling: tokens/s of ~350M and ~1.3B (sequence 1024, bf16,
+#     micro batch 16 and 8 per GPU) at 1..G GPUs for ZeRO-1 and ZeRO-2;
+#     efficiency = tokens/s(G) / (G · tokens/s(1)); the target is >= 90% at 8.
+#  4. Fail-fast with NCCL: SIGKILL of one rank mid-step under --max_restarts 1
+#     with checkpoints every 5 steps: every other rank gone within 1 s (the
+#     controller's events.jsonl), a restart from the last committed
+#     checkpoint, and final losses equal to an uninterrupted run's (within
+#     1e-4 relative: GPU kernels need not sum in the same order every run).
+# NVLink multicast stays off in every rank (gpu-bench-env.sh exports
+# NCCL_NVLS_ENABLE=0, and dslaunch passes NCCL_* through).
+set -uo pipefail
+source "$(dirname "$0")/gpu-bench-env.sh"
+ninja -C "$root/build-gpu" dscomm_bench >>"$out/build.log" 2>&1 || { tail -n 20 "$out/build.log"; exit 1; }
+cd "$root"
+gpus=$(nvidia-smi -L | wc -l)
+sizes=""
+for g in ${SIZES:-2 4 8}; do ((g <= gpus)) && sizes="$sizes $g"; done
+[[ -n $sizes ]] || { echo "gpu-multi-validate: this host has $gpus GPU(s); it needs 2 or more"; exit 2; }
+echo "GPUs: $gpus; world sizes:$sizes"
+status=0
+
+# 1. Equivalence.
+tiny=(--override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=12
+      --override train.warmup_steps=4 --override train.precision=fp32 --override checkpoint.resume=false
+      --override 'checkpoint.dir=""' --override train.global_batch_size=32)
+for stage in 0 1 2 3; do
+  for world in 1 $sizes; do
+    "$bin/dslaunch" --num_gpus $world "${tiny[@]}" --override train.micro_batch_size=$((32 / world)) \
+      --override ds_config.zero_optimization.stage=$stage configs/gpt-tiny.cfg \
+      --loss_log "$out/eq-zero$stage-w$world.tsv" >"$out/eq-zero$stage-w$world.log" 2>&1 ||
+      { echo "ZeRO-$stage world $world: exit $?"; tail -n 5 "$out/eq-zero$stage-w$world.log"; status=1; }
+  done
+  for world in $sizes; do
+    paste "$out/eq-zero$stage-w1.tsv" "$out/eq-zero$stage-w$world.tsv" | awk -v s=$stage -v w=$world '
+      { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
+      END { printf "ZeRO-%d world %d vs 1: worst relative loss difference %.2e over %d steps%s\n",
+            s, w, worst, NR, (bad || NR != 12) ? "  FAIL" : ""; exit (bad || NR != 12) }' || status=1
+  done
+done
+
+# 2. Collectives.
+for world in $sizes; do
+  "$bin/dslaunch" --num_gpus $world "$bin/dscomm_bench" 2>&1 | sed 's/^\[[^]]*\] //' | tee "$out/comm-w$world.log" |
+    grep -v '^dslaunch' || status=1
+  if [[ -z ${SKIP_PYTORCH:-} ]]; then
+    python3 -m torch.distributed.run --standalone --nproc_per_node $world scripts/bench/pytorch_collectives.py \
+      2>"$out/comm-pytorch-w$world.err" | tee "$out/comm-pytorch-w$world.log"
+  fi
+done
+
+# 3. Scaling.
+if [[ -z ${SKIP_SCALING:-} ]]; then
+  printf '%-8s %-7s %6s %12s %11s\n' model zero gpus tokens/s efficiency | tee "$out/scaling.txt"
+  for model in 350m 1.3b; do
+    case $model in
+      350m) shape=(24 16 1024) micro=16 ;;
+      1.3b) shape=(24 16 2048) micro=8 ;;
+    esac
+    for stage in 1 2; do
+      base=""
+      for world in 1 $sizes; do
+        log="$out/scale-$model-zero$stage-w$world.log"
+        "$bin/dslaunch" --num_gpus $world --override "data.prepared=$data/fortunes-all-byte" \
+          --override model.layers=${shape[0]} --override model.heads=${shape[1]} --override model.width=${shape[2]} \
+          --override model.vocab_size=50304 --override train.micro_batch_size=$micro \
+          --override train.global_batch_size=$((micro * world)) --override train.steps=20 \
+          --override ds_config.steps_per_print=10 --override ds_config.zero_optimization.stage=$stage \
+          configs/gpt-124m.cfg >"$log" 2>&1
+        tps=$(grep -o 'step=20 .*tokens/s=[0-9]*' "$log" | sed 's/.*tokens\/s=//')
+        [[ -n $tps ]] || { tail -n 5 "$log"; status=1; continue; }
+        [[ -n $base ]] || base=$tps
+        awk -v m=$model -v s=$stage -v w=$world -v t=$tps -v b=$base \
+          'BEGIN { printf "%-8s ZeRO-%-2d %6d %12.0f %10.1f%%\n", m, s, w, t, 100 * t / (w * b) }' | tee -a "$out/scaling.txt"
+      done
+    done
+  done
+fi
+
+# 4. Fail-fast and restart with NCCL at the largest world size.
+world=${sizes##* }
+ff=(--num_gpus $world --max_restarts 1 --restart_backoff_ms 0 --log_dir "$out/ff-logs"
+    --override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=30
+    --override train.warmup_steps=4 --override train.global_batch_size=32
+    --override train.micro_batch_size=$((32 / world)) --override checkpoint.interval=5)
+rm -rf "$out/ff-ref" "$out/ff-kill" "$out/ff-logs"
+"$bin/dslaunch" "${ff[@]}" --job_id ff-ref --override "checkpoint.dir=$out/ff-ref" configs/gpt-tiny.cfg \
+  --loss_log "$out/ff-ref.tsv" >"$out/ff-ref.log" 2>&1 || { echo "uninterrupted run: exit $?"; status=1; }
+"$bin/dslaunch" "${ff[@]}" --job_id ff-kill --override "checkpoint.dir=$out/ff-kill" configs/gpt-tiny.cfg \
+  --loss_log "$out/ff-kill.tsv" >"$out/ff-kill.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do (($( [[ -f $out/ff-kill.tsv ]] && wc -l <"$out/ff-kill.tsv" || echo 0) >= 12)) && break; sleep 0.1; done
+victim=""
+for proc in /proc/[0-9]*; do
+  env=$(tr '\0' '\n' <"$proc/environ" 2>/dev/null) || continue
+  grep -qx 'DSLAUNCH_JOB_ID=ff-kill' <<<"$env" && grep -qx "RANK=$((world - 1))" <<<"$env" && victim=${proc#/proc/}
+done
+[[ -n $victim ]] && kill -9 "$victim"
+wait "$launcher" || { echo "killed run: exit $?"; status=1; }
+python3 - "$out/ff-logs/ff-kill/events.jsonl" "$out/ff-ref.tsv" "$out/ff-kill.tsv" <<'PYEOF' || status=1
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+recovery = [e for e in events if e["event"] == "recovery"]
+def final(path):
+    last = {}
+    for line in open(path):
+        step, loss = line.split()
+        last[int(step)] = float(loss)
+    return last
+ref, killed = final(sys.argv[2]), final(sys.argv[3])
+gone = recovery[0]["failure_to_gone_us"] / 1e3 if recovery else float("inf")
+# GPU kernels may sum in a different order from run to run (atomics in
+# attention backward), so "equal" is the equivalence tolerance, not bits.
+worst = max((abs(ref[s] - killed.get(s, float("inf"))) / ref[s] for s in ref), default=float("inf"))
+same = len(ref) == 30 and worst <= 1e-4
+print(f"fail-fast with NCCL: every other rank gone {gone:.0f} ms after the kill; restarted; final losses "
+      f"within {worst:.1e} relative of the uninterrupted run{'' if same else '  FAIL'}")
+sys.exit(0 if gone < 1000 and same else 1)
+PYEOF
+exit $status
