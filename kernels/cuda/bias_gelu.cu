@@ -1,5 +1,4 @@
 #include "kernels/cuda/bias_gelu.h"
-
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/device_math.cuh"
 
@@ -42,8 +41,8 @@ __global__ void bias_gelu_forward_kernel(T* y, const T* x, const T* bias, int64_
 constexpr int kRowLanes = 8;
 
 template <typename T, int kVec>
-__global__ void bias_gelu_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const T* bias,
-                                          int64_t rows, int64_t width) {
+__global__ void bias_gelu_backward_kernel(T* dx, float* partial, const T* dy, const T* x, const T* bias, int64_t rows,
+                                          int64_t width) {
   __shared__ float sums[kRowLanes][32 * kVec];
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * kVec;
   float column[kVec];
@@ -92,20 +91,21 @@ int64_t ColumnTiles(int64_t width, int vec) { return (width + 32 * vec - 1) / (3
 
 }  // namespace
 
-cudaError_t bias_gelu_forward(ElementType type, void* y, const void* x, const void* bias, int64_t rows,
-                              int64_t width, cudaStream_t stream) {
+cudaError_t bias_gelu_forward(ElementType type, void* y, const void* x, const void* bias, int64_t rows, int64_t width,
+                              cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     constexpr int kThreads = 256;
     auto launch = [&](auto kernel, int vec) {
       const int64_t vectors = rows * width / vec;
       const int grid = device::ResidentBlocks((vectors + kThreads - 1) / kThreads, /*per_sm=*/8);
-      kernel<<<grid, kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x),
-                                            static_cast<const T*>(bias), rows, width);
+      kernel<<<grid, kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(bias),
+                                            rows, width);
       return cudaGetLastError();
     };
-    return device::Vectorizable<T>(width, {y, x, bias}) ? launch(bias_gelu_forward_kernel<T, device::kVector<T>>, device::kVector<T>)
-                                                : launch(bias_gelu_forward_kernel<T, 1>, 1);
+    return device::Vectorizable<T>(width, {y, x, bias})
+               ? launch(bias_gelu_forward_kernel<T, device::kVector<T>>, device::kVector<T>)
+               : launch(bias_gelu_forward_kernel<T, 1>, 1);
   });
 }
 
@@ -115,9 +115,8 @@ int64_t bias_gelu_backward_scratch(int64_t rows, int64_t width) {
   return static_cast<int64_t>(BackwardRowBlocks(rows, ColumnTiles(width, 8))) * width;
 }
 
-cudaError_t bias_gelu_backward(ElementType type, void* dx, void* dbias, const void* dy, const void* x,
-                               const void* bias, int64_t rows, int64_t width, float* scratch,
-                               cudaStream_t stream) {
+cudaError_t bias_gelu_backward(ElementType type, void* dx, void* dbias, const void* dy, const void* x, const void* bias,
+                               int64_t rows, int64_t width, float* scratch, cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     auto launch = [&](auto kernel, int vec) {

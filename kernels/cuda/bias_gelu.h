@@ -15,14 +15,13 @@
 
 namespace dslaunch::kernels {
 
-cudaError_t bias_gelu_forward(ElementType type, void* y, const void* x, const void* bias, int64_t rows,
-                              int64_t width, cudaStream_t stream);
+cudaError_t bias_gelu_forward(ElementType type, void* y, const void* x, const void* bias, int64_t rows, int64_t width,
+                              cudaStream_t stream);
 
 int64_t bias_gelu_backward_scratch(int64_t rows, int64_t width);
 
 // dx = dy · gelu'(x + bias); dbias = Σ_rows dx (overwritten).
-cudaError_t bias_gelu_backward(ElementType type, void* dx, void* dbias, const void* dy, const void* x,
-                               const void* bias, int64_t rows, int64_t width, float* scratch,
-                               cudaStream_t stream);
+cudaError_t bias_gelu_backward(ElementType type, void* dx, void* dbias, const void* dy, const void* x, const void* bias,
+                               int64_t rows, int64_t width, float* scratch, cudaStream_t stream);
 
 }  // namespace dslaunch::kernels

@@ -16,8 +16,7 @@ namespace dslaunch::kernels::device {
 inline constexpr int kSumLanes = 16;
 
 template <typename T>
-__global__ void SumPartialRowsKernel(T* out, const float* partial, int blocks, int64_t width,
-                                     int64_t row_stride) {
+__global__ void SumPartialRowsKernel(T* out, const float* partial, int blocks, int64_t width, int64_t row_stride) {
   __shared__ float sums[kSumLanes][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float sum = 0.f;

@@ -21,11 +21,17 @@ __device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // Elements of T in one 16-byte access.
 template <typename T>
@@ -113,21 +119,21 @@ inline bool Vectorizable(int64_t width, std::initializer_list<const void*> point
 }  // namespace dslaunch::kernels::device
 
 // Instantiates a launcher body for the element type named at run time.
-#define DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, ...)                 \
-  [&]() -> cudaError_t {                                             \
-    switch (type) {                                                  \
-      case ::dslaunch::kernels::ElementType::kFloat32: {             \
-        using T = float;                                             \
-        return __VA_ARGS__();                                        \
-      }                                                              \
-      case ::dslaunch::kernels::ElementType::kBFloat16: {            \
-        using T = __nv_bfloat16;                                     \
-        return __VA_ARGS__();                                        \
-      }                                                              \
-      case ::dslaunch::kernels::ElementType::kFloat16: {             \
-        using T = __half;                                            \
-        return __VA_ARGS__();                                        \
-      }                                                              \
-    }                                                                \
-    return cudaErrorInvalidValue;                                    \
+#define DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, ...)      \
+  [&]() -> cudaError_t {                                  \
+    switch (type) {                                       \
+      case ::dslaunch::kernels::ElementType::kFloat32: {  \
+        using T = float;                                  \
+        return __VA_ARGS__();                             \
+      }                                                   \
+      case ::dslaunch::kernels::ElementType::kBFloat16: { \
+        using T = __nv_bfloat16;                          \
+        return __VA_ARGS__();                             \
+      }                                                   \
+      case ::dslaunch::kernels::ElementType::kFloat16: {  \
+        using T = __half;                                 \
+        return __VA_ARGS__();                             \
+      }                                                   \
+    }                                                     \
+    return cudaErrorInvalidValue;                         \
   }()

@@ -1,8 +1,7 @@
-#include "kernels/cuda/fused_adamw.h"
-
 #include <cmath>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/fused_adamw.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -137,9 +136,8 @@ std::vector<AdamWChunk> PlanAdamWChunks(const std::vector<int64_t>& numels) {
   return chunks;
 }
 
-cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
-                        ElementType grad_type, ElementType param_type, const AdamWHyperparameters& h,
-                        cudaStream_t stream) {
+cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count, ElementType grad_type,
+                        ElementType param_type, const AdamWHyperparameters& h, cudaStream_t stream) {
   if (chunk_count <= 0) return chunk_count == 0 ? cudaSuccess : cudaErrorInvalidValue;
   StepScalars s;
   s.lr = static_cast<float>(h.lr);

@@ -25,9 +25,8 @@
 namespace dslaunch::kernels {
 
 // `tensors` and `chunks` are device pointers.
-cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
-                        ElementType grad_type, ElementType param_type, const AdamWHyperparameters& h,
-                        cudaStream_t stream);
+cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count, ElementType grad_type,
+                        ElementType param_type, const AdamWHyperparameters& h, cudaStream_t stream);
 
 // Σ grad² over every tensor's gradient, into *out (one fp64 on the device):
 // fp32 within a chunk, fp64 across chunks. `partials` holds chunk_count

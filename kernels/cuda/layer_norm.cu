@@ -1,9 +1,8 @@
-#include "kernels/cuda/layer_norm.h"
-
 #include <algorithm>
 
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/layer_norm.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -36,9 +35,8 @@ __device__ __forceinline__ void AddToShared(float* dst, const float (&add)[kCoun
 }
 
 template <typename T, int kVec>
-__global__ void layer_norm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x,
-                                          const T* weight, const T* bias, int64_t rows, int width,
-                                          float eps) {
+__global__ void layer_norm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x, const T* weight,
+                                          const T* bias, int64_t rows, int width, float eps) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -158,9 +156,8 @@ BackwardShape BackwardLaunch(int64_t rows, int64_t width) {
 
 }  // namespace
 
-cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rstd, const void* x,
-                               const void* weight, const void* bias, int64_t rows, int64_t width,
-                               float eps, cudaStream_t stream) {
+cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rstd, const void* x, const void* weight,
+                               const void* bias, int64_t rows, int64_t width, float eps, cudaStream_t stream) {
   if (rows <= 0 || width <= 0 || width > (int64_t{1} << 30)) return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
@@ -182,9 +179,9 @@ int64_t layer_norm_backward_scratch(int64_t rows, int64_t width) {
   return static_cast<int64_t>(BackwardLaunch(rows, width).blocks) * 2 * width;
 }
 
-cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy,
-                                const void* x, const void* weight, const float* mean, const float* rstd,
-                                int64_t rows, int64_t width, float* scratch, cudaStream_t stream) {
+cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy, const void* x,
+                                const void* weight, const float* mean, const float* rstd, int64_t rows, int64_t width,
+                                float* scratch, cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return cudaErrorInvalidValue;
   const BackwardShape shape = BackwardLaunch(rows, width);
   if (shape.warps == 0) return cudaErrorInvalidValue;  // width beyond one block's shared memory
@@ -192,8 +189,8 @@ cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void*
     const int w = static_cast<int>(width);
     auto launch = [&](auto kernel) {
       if (shape.shared > 48 * 1024) {
-        cudaError_t raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(shape.shared));
+        cudaError_t raised =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared));
         if (raised != cudaSuccess) return raised;
       }
       kernel<<<shape.blocks, 32 * shape.warps, shape.shared, stream>>>(

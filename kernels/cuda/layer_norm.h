@@ -20,16 +20,15 @@
 
 namespace dslaunch::kernels {
 
-cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rstd, const void* x,
-                               const void* weight, const void* bias, int64_t rows, int64_t width,
-                               float eps, cudaStream_t stream);
+cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rstd, const void* x, const void* weight,
+                               const void* bias, int64_t rows, int64_t width, float eps, cudaStream_t stream);
 
 // fp32 scratch elements layer_norm_backward needs for these sizes.
 int64_t layer_norm_backward_scratch(int64_t rows, int64_t width);
 
 // dweight and dbias are overwritten (not accumulated into).
-cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy,
-                                const void* x, const void* weight, const float* mean, const float* rstd,
-                                int64_t rows, int64_t width, float* scratch, cudaStream_t stream);
+cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy, const void* x,
+                                const void* weight, const float* mean, const float* rstd, int64_t rows, int64_t width,
+                                float* scratch, cudaStream_t stream);
 
 }  // namespace dslaunch::kernels

@@ -1,9 +1,8 @@
-#include "kernels/cuda/softmax_cross_entropy.h"
-
 #include <cmath>
 
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/softmax_cross_entropy.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -30,8 +29,8 @@ __device__ __forceinline__ MaxSum Combine(MaxSum a, MaxSum b) {
 
 // One block per row.
 template <typename T, int kVec>
-__global__ void softmax_cross_entropy_forward_kernel(float* loss, float* lse, const T* logits,
-                                                     const int64_t* targets, int64_t vocab) {
+__global__ void softmax_cross_entropy_forward_kernel(float* loss, float* lse, const T* logits, const int64_t* targets,
+                                                     int64_t vocab) {
   __shared__ MaxSum warp_results[kThreads / 32];
   const int64_t row = blockIdx.x;
   const T* in = logits + row * vocab;
@@ -69,8 +68,8 @@ __global__ void softmax_cross_entropy_forward_kernel(float* loss, float* lse, co
 
 template <typename T, int kVec>
 __global__ void softmax_cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
-                                                      const int64_t* targets, const float* dloss,
-                                                      int64_t rows, int64_t vocab) {
+                                                      const int64_t* targets, const float* dloss, int64_t rows,
+                                                      int64_t vocab) {
   const int64_t vectors_per_row = vocab / kVec;
   const int64_t vectors = rows * vectors_per_row;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
@@ -92,25 +91,24 @@ __global__ void softmax_cross_entropy_backward_kernel(T* dlogits, const T* logit
 }  // namespace
 
 cudaError_t softmax_cross_entropy_forward(ElementType type, float* loss, float* lse, const void* logits,
-                                          const int64_t* targets, int64_t rows, int64_t vocab,
-                                          cudaStream_t stream) {
+                                          const int64_t* targets, int64_t rows, int64_t vocab, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0 || rows > INT32_MAX) return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     const auto grid = static_cast<unsigned>(rows);
     if (device::Vectorizable<T>(vocab, {logits})) {
-      softmax_cross_entropy_forward_kernel<T, device::kVector<T>><<<grid, kThreads, 0, stream>>>(
-          loss, lse, static_cast<const T*>(logits), targets, vocab);
+      softmax_cross_entropy_forward_kernel<T, device::kVector<T>>
+          <<<grid, kThreads, 0, stream>>>(loss, lse, static_cast<const T*>(logits), targets, vocab);
     } else {
-      softmax_cross_entropy_forward_kernel<T, 1><<<grid, kThreads, 0, stream>>>(
-          loss, lse, static_cast<const T*>(logits), targets, vocab);
+      softmax_cross_entropy_forward_kernel<T, 1>
+          <<<grid, kThreads, 0, stream>>>(loss, lse, static_cast<const T*>(logits), targets, vocab);
     }
     return cudaGetLastError();
   });
 }
 
-cudaError_t softmax_cross_entropy_backward(ElementType type, void* dlogits, const void* logits,
-                                           const float* lse, const int64_t* targets, const float* dloss,
-                                           int64_t rows, int64_t vocab, cudaStream_t stream) {
+cudaError_t softmax_cross_entropy_backward(ElementType type, void* dlogits, const void* logits, const float* lse,
+                                           const int64_t* targets, const float* dloss, int64_t rows, int64_t vocab,
+                                           cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     constexpr int kBackwardThreads = 256;

@@ -20,12 +20,11 @@ namespace dslaunch::kernels {
 
 // loss, lse: [rows] fp32.
 cudaError_t softmax_cross_entropy_forward(ElementType type, float* loss, float* lse, const void* logits,
-                                          const int64_t* targets, int64_t rows, int64_t vocab,
-                                          cudaStream_t stream);
+                                          const int64_t* targets, int64_t rows, int64_t vocab, cudaStream_t stream);
 
 // dloss: [rows] fp32. dlogits may be the logits buffer itself.
-cudaError_t softmax_cross_entropy_backward(ElementType type, void* dlogits, const void* logits,
-                                           const float* lse, const int64_t* targets, const float* dloss,
-                                           int64_t rows, int64_t vocab, cudaStream_t stream);
+cudaError_t softmax_cross_entropy_backward(ElementType type, void* dlogits, const void* logits, const float* lse,
+                                           const int64_t* targets, const float* dloss, int64_t rows, int64_t vocab,
+                                           cudaStream_t stream);
 
 }  // namespace dslaunch::kernels

@@ -1,21 +1,9 @@
 #include "runtime/api/dslaunch_runtime.h"
 
+#include "common/env_int.h"
 #include "runtime/torch_compat.h"
 
-#include <cstdlib>
-
-#include "absl/strings/numbers.h"
-
 namespace dslaunch::runtime {
-namespace {
-
-int EnvInt(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  int value = fallback;
-  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
-}
-
-}  // namespace
 
 absl::StatusOr<Session> Initialize(std::shared_ptr<torch::nn::Module> model,
                                    const std::string& ds_config_path,

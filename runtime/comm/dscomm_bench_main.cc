@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_int.h"
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/torch_compat.h"
@@ -29,13 +30,6 @@ namespace {
 
 using dslaunch::runtime::Communicator;
 using dslaunch::runtime::ReduceOp;
-
-int EnvInt(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  int value = fallback;
-  if (text == nullptr || !absl::SimpleAtoi(text, &value)) return fallback;
-  return value;
-}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "dscomm_bench: %s\n", message.c_str());
@@ -198,8 +192,8 @@ int main(int argc, char** argv) {
         const double algbw = total / seconds / 1e9;
         const double factor = op == Op::kAllReduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
         if (rank == 0) {
-          std::printf("%-15s %14lld %12.1f %12.4f %12.4f %6s\n", Name(op), static_cast<long long>(total),
-                      seconds * 1e6, algbw, algbw * factor, correct ? "ok" : "WRONG");
+          std::printf("%-15s %14lld %12.1f %12.4f %12.4f %6s\n", Name(op), static_cast<long long>(total), seconds * 1e6,
+                      algbw, algbw * factor, correct ? "ok" : "WRONG");
           std::fflush(stdout);
         }
       }

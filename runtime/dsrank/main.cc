@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/heartbeat_sender.h"
+#include "common/env_int.h"
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/flight_recorder.h"
@@ -23,13 +24,6 @@
 #include "runtime/torch_compat.h"
 
 namespace {
-
-int EnvInt(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  int value = fallback;
-  if (text == nullptr || !absl::SimpleAtoi(text, &value)) return fallback;
-  return value;
-}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "dsrank: %s\n", message.c_str());

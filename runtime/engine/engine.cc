@@ -361,6 +361,11 @@ Engine::MemoryBreakdown Engine::Memory() const {
   return bytes;
 }
 
+std::pair<double, double> Engine::ScheduledBetas() const {
+  return {schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]),
+          schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1])};
+}
+
 absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
   try {
     torch::NoGradGuard no_grad;
@@ -369,9 +374,8 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
     if (!factor) {
       ++skipped_steps_;
     } else {
+      const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
-      const double beta1 = schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]);
-      const double beta2 = schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1]);
       shard_adam_->StepEntries(entries, result.lr, beta1, beta2, *factor);
       result.stepped = true;
       ++successful_steps_;
@@ -408,9 +412,8 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       torch::Tensor& shard = zero_->master_shard();
       torch::Tensor grad = shard.grad();
       if (coefficient != 1.0) grad.mul_(coefficient);
+      const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
-      const double beta1 = schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]);
-      const double beta2 = schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1]);
       shard_adam_->Step(shard, grad, result.lr, beta1, beta2);
       absl::Status gathered = zero_->GatherParameters();
       if (!gathered.ok()) return gathered;

@@ -141,6 +141,8 @@ class Engine {
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
   void ApplyLrAndMomentum(double lr);
+  // The Adam betas for the next step (a cycle schedule moves them).
+  std::pair<double, double> ScheduledBetas() const;
   // The boundary's shared arithmetic: from the global squared gradient norm
   // (loss-scaled), updates the loss scaler, fills result->grad_norm and
   // returns the factor that unscales and clips in one multiply, or nullopt

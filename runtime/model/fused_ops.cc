@@ -1,5 +1,6 @@
 #include "runtime/model/fused_ops.h"
 
+#include "runtime/kernel_element_type.h"
 #include "runtime/torch_compat.h"
 
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
@@ -16,18 +17,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-kernels::ElementType ElementTypeOf(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat:
-      return kernels::ElementType::kFloat32;
-    case torch::kBFloat16:
-      return kernels::ElementType::kBFloat16;
-    case torch::kHalf:
-      return kernels::ElementType::kFloat16;
-    default:
-      TORCH_CHECK(false, "fused kernels take float, bfloat16 or half tensors, not ", t.scalar_type());
-  }
-}
+kernels::ElementType TypeOf(const torch::Tensor& t) { return KernelElementType(t.scalar_type(), "fused op"); }
 
 void CheckLaunch(cudaError_t status, const char* what) {
   TORCH_CHECK(status == cudaSuccess, what, ": ", cudaGetErrorString(status));
@@ -60,10 +50,9 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor y = torch::empty_like(x);
     torch::Tensor mean = FloatScratch(rows, x), rstd = FloatScratch(rows, x);
-    CheckLaunch(kernels::layer_norm_forward(ElementTypeOf(x), y.data_ptr(), mean.data_ptr<float>(),
-                                            rstd.data_ptr<float>(), x.data_ptr(), weight.data_ptr(),
-                                            bias.data_ptr(), rows, width, static_cast<float>(eps),
-                                            compat::CurrentCudaStream()),
+    CheckLaunch(kernels::layer_norm_forward(TypeOf(x), y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                            x.data_ptr(), weight.data_ptr(), bias.data_ptr(), rows, width,
+                                            static_cast<float>(eps), compat::CurrentCudaStream()),
                 "fused LayerNorm forward");
     ctx->save_for_backward({x, weight, bias, mean, rstd});
     return y;
@@ -77,11 +66,11 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor dx = torch::empty_like(x), dweight = torch::empty_like(weight), dbias = torch::empty_like(bias);
     torch::Tensor scratch = FloatScratch(kernels::layer_norm_backward_scratch(rows, width), x);
-    CheckLaunch(kernels::layer_norm_backward(ElementTypeOf(x), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(),
-                                             dy.data_ptr(), x.data_ptr(), weight.data_ptr(), mean.data_ptr<float>(),
-                                             rstd.data_ptr<float>(), rows, width, scratch.data_ptr<float>(),
-                                             compat::CurrentCudaStream()),
-                "fused LayerNorm backward");
+    CheckLaunch(
+        kernels::layer_norm_backward(TypeOf(x), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), dy.data_ptr(),
+                                     x.data_ptr(), weight.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                     rows, width, scratch.data_ptr<float>(), compat::CurrentCudaStream()),
+        "fused LayerNorm backward");
     return {dx, dweight, dbias, torch::Tensor()};
   }
 };
@@ -95,8 +84,8 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
     bias = bias.contiguous();
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor y = torch::empty_like(x);
-    CheckLaunch(kernels::bias_gelu_forward(ElementTypeOf(x), y.data_ptr(), x.data_ptr(), bias.data_ptr(), rows,
-                                           width, compat::CurrentCudaStream()),
+    CheckLaunch(kernels::bias_gelu_forward(TypeOf(x), y.data_ptr(), x.data_ptr(), bias.data_ptr(), rows, width,
+                                           compat::CurrentCudaStream()),
                 "fused bias+GELU forward");
     ctx->save_for_backward({x, bias});
     return y;
@@ -110,8 +99,8 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
     const int64_t width = x.size(-1), rows = x.numel() / width;
     torch::Tensor dx = torch::empty_like(x), dbias = torch::empty_like(bias);
     torch::Tensor scratch = FloatScratch(kernels::bias_gelu_backward_scratch(rows, width), x);
-    CheckLaunch(kernels::bias_gelu_backward(ElementTypeOf(x), dx.data_ptr(), dbias.data_ptr(), dy.data_ptr(),
-                                            x.data_ptr(), bias.data_ptr(), rows, width, scratch.data_ptr<float>(),
+    CheckLaunch(kernels::bias_gelu_backward(TypeOf(x), dx.data_ptr(), dbias.data_ptr(), dy.data_ptr(), x.data_ptr(),
+                                            bias.data_ptr(), rows, width, scratch.data_ptr<float>(),
                                             compat::CurrentCudaStream()),
                 "fused bias+GELU backward");
     return {dx, dbias};
@@ -133,9 +122,8 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     targets = targets.to(torch::kLong).contiguous();
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     torch::Tensor loss = FloatScratch(rows, logits), lse = FloatScratch(rows, logits);
-    CheckLaunch(kernels::softmax_cross_entropy_forward(ElementTypeOf(logits), loss.data_ptr<float>(),
-                                                       lse.data_ptr<float>(), logits.data_ptr(),
-                                                       targets.data_ptr<int64_t>(), rows, vocab,
+    CheckLaunch(kernels::softmax_cross_entropy_forward(TypeOf(logits), loss.data_ptr<float>(), lse.data_ptr<float>(),
+                                                       logits.data_ptr(), targets.data_ptr<int64_t>(), rows, vocab,
                                                        compat::CurrentCudaStream()),
                 "fused cross-entropy forward");
     ctx->save_for_backward({logits, targets, lse});
@@ -148,10 +136,10 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     compat::CudaDeviceGuard device(logits.device());
     torch::Tensor dloss = grads[0].to(torch::kFloat).contiguous();
     torch::Tensor dlogits = torch::empty_like(logits);
-    CheckLaunch(kernels::softmax_cross_entropy_backward(
-                    ElementTypeOf(logits), dlogits.data_ptr(), logits.data_ptr(), lse.data_ptr<float>(),
-                    targets.data_ptr<int64_t>(), dloss.data_ptr<float>(), logits.size(0), logits.size(1),
-                    compat::CurrentCudaStream()),
+    CheckLaunch(kernels::softmax_cross_entropy_backward(TypeOf(logits), dlogits.data_ptr(), logits.data_ptr(),
+                                                        lse.data_ptr<float>(), targets.data_ptr<int64_t>(),
+                                                        dloss.data_ptr<float>(), logits.size(0), logits.size(1),
+                                                        compat::CurrentCudaStream()),
                 "fused cross-entropy backward");
     return {dlogits, torch::Tensor()};
   }
@@ -171,8 +159,8 @@ void CheckFusedAvailable(const torch::Tensor& x, const char* what) {
 }
 }  // namespace
 
-torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                          double eps, bool fused) {
+torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+                          bool fused) {
   if (!fused) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
   CheckFusedAvailable(x, "LayerNorm");
   if (x.numel() == 0) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);  // nothing to compute

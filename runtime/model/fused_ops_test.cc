@@ -7,7 +7,6 @@
 #include "runtime/model/fused_ops.h"
 
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 namespace dslaunch::runtime {
@@ -47,7 +46,8 @@ struct Results {
 };
 
 template <typename Fused, typename Reference>
-Results RunThreeWays(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream, Fused fused, Reference reference) {
+Results RunThreeWays(const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream, Fused fused,
+                     Reference reference) {
   Results results;
   auto once = [&](auto fn, torch::ScalarType type, std::vector<torch::Tensor>* out) {
     std::vector<torch::Tensor> leaves;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "runtime/kernel_element_type.h"
 #include "runtime/torch_compat.h"
 
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
@@ -12,19 +13,6 @@ namespace dslaunch::runtime {
 
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
 namespace {
-
-kernels::ElementType ElementTypeOf(torch::ScalarType type) {
-  switch (type) {
-    case torch::kFloat:
-      return kernels::ElementType::kFloat32;
-    case torch::kBFloat16:
-      return kernels::ElementType::kBFloat16;
-    case torch::kHalf:
-      return kernels::ElementType::kFloat16;
-    default:
-      TORCH_CHECK(false, "fused AdamW: gradients and parameters are float, bfloat16 or half, not ", type);
-  }
-}
 
 // The kernel's two tables in one device buffer: the tensors, then the chunks.
 // Built per call from the tensors' current addresses (gradients are
@@ -46,14 +34,15 @@ DeviceTables Upload(const std::vector<FusedAdamWEntry>& entries, bool need_state
   std::vector<int64_t> numels;
   DeviceTables tables;
   const torch::Device device = entries.front().grad.device();
-  tables.grad_type = ElementTypeOf(entries.front().grad.scalar_type());
+  tables.grad_type = KernelElementType(entries.front().grad.scalar_type(), "fused AdamW");
   const bool with_param = entries.front().param.defined();
-  if (with_param) tables.param_type = ElementTypeOf(entries.front().param.scalar_type());
+  if (with_param) tables.param_type = KernelElementType(entries.front().param.scalar_type(), "fused AdamW");
   for (const FusedAdamWEntry& e : entries) {
     const int64_t n = e.grad.numel();
     TORCH_CHECK(e.grad.device() == device && e.grad.is_cuda() && e.grad.is_contiguous(),
                 "fused AdamW: gradients must be contiguous and on one CUDA device");
-    TORCH_CHECK(ElementTypeOf(e.grad.scalar_type()) == tables.grad_type, "fused AdamW: mixed gradient dtypes");
+    TORCH_CHECK(KernelElementType(e.grad.scalar_type(), "fused AdamW") == tables.grad_type,
+                "fused AdamW: mixed gradient dtypes");
     kernels::AdamWTensor t;
     t.grad = e.grad.data_ptr();
     t.numel = n;
@@ -70,7 +59,7 @@ DeviceTables Upload(const std::vector<FusedAdamWEntry>& entries, bool need_state
       TORCH_CHECK(e.param.defined() == with_param, "fused AdamW: every entry or none has a parameter copy");
       if (with_param) {
         TORCH_CHECK(e.param.is_contiguous() && e.param.numel() == n && e.param.device() == device &&
-                        ElementTypeOf(e.param.scalar_type()) == tables.param_type,
+                        KernelElementType(e.param.scalar_type(), "fused AdamW") == tables.param_type,
                     "fused AdamW: parameter copies must be contiguous, of one dtype, the gradient's size");
         t.param = e.param.data_ptr();
       }
@@ -81,7 +70,8 @@ DeviceTables Upload(const std::vector<FusedAdamWEntry>& entries, bool need_state
   const std::vector<kernels::AdamWChunk> chunks = kernels::PlanAdamWChunks(numels);
   const size_t tensor_bytes = tensors.size() * sizeof(kernels::AdamWTensor);
   const size_t total = tensor_bytes + chunks.size() * sizeof(kernels::AdamWChunk);
-  torch::Tensor host = torch::empty({static_cast<int64_t>(total)}, torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
+  torch::Tensor host =
+      torch::empty({static_cast<int64_t>(total)}, torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
   std::memcpy(host.data_ptr(), tensors.data(), tensor_bytes);
   std::memcpy(static_cast<char*>(host.data_ptr()) + tensor_bytes, chunks.data(), total - tensor_bytes);
   tables.bytes = host.to(device, /*non_blocking=*/true);
@@ -100,9 +90,8 @@ void FusedAdamWStep(const std::vector<FusedAdamWEntry>& entries, const kernels::
   TORCH_CHECK(!entries.empty(), "fused AdamW: no tensors");
   compat::CudaDeviceGuard device(entries.front().grad.device());
   const DeviceTables tables = Upload(entries, /*need_state=*/true);
-  const cudaError_t launched = kernels::fused_adamw(tables.tensors, tables.chunks, tables.chunk_count,
-                                                    tables.grad_type, tables.param_type, h,
-                                                    compat::CurrentCudaStream());
+  const cudaError_t launched = kernels::fused_adamw(tables.tensors, tables.chunks, tables.chunk_count, tables.grad_type,
+                                                    tables.param_type, h, compat::CurrentCudaStream());
   TORCH_CHECK(launched == cudaSuccess, "fused AdamW: ", cudaGetErrorString(launched));
 }
 
@@ -113,9 +102,9 @@ torch::Tensor FusedGradSumSquares(const std::vector<FusedAdamWEntry>& entries) {
   const auto options = entries.front().grad.options();
   torch::Tensor partials = torch::empty({tables.chunk_count}, options.dtype(torch::kFloat));
   torch::Tensor out = torch::empty({1}, options.dtype(torch::kDouble));
-  const cudaError_t launched = kernels::adamw_grad_sum_squares(
-      tables.tensors, tables.chunks, tables.chunk_count, tables.grad_type, partials.data_ptr<float>(),
-      out.data_ptr<double>(), compat::CurrentCudaStream());
+  const cudaError_t launched =
+      kernels::adamw_grad_sum_squares(tables.tensors, tables.chunks, tables.chunk_count, tables.grad_type,
+                                      partials.data_ptr<float>(), out.data_ptr<double>(), compat::CurrentCudaStream());
   TORCH_CHECK(launched == cudaSuccess, "fused gradient norm: ", cudaGetErrorString(launched));
   return out;
 }

@@ -5,7 +5,6 @@
 #include "runtime/zero/fused_adamw_step.h"
 
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 namespace dslaunch::runtime {

@@ -40,7 +40,8 @@ __global__ void FillKernel(__nv_bfloat16* p, int64_t n, float scale) {
 }
 
 __global__ void FillFloatKernel(float* p, int64_t n, float value) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) p[i] = value;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = value;
 }
 
 __global__ void FillTargetsKernel(int64_t* p, int64_t n, int64_t vocab) {
@@ -126,11 +127,13 @@ int main(int argc, char** argv) {
     float* scratch = Floats(dslaunch::kernels::layer_norm_backward_scratch(rows, width), 0.f);
     const double io = 2.0 * rows * width;
     const std::string shape = "[" + std::to_string(rows) + "," + std::to_string(width) + "]";
-    report("layer_norm_forward " + shape,
-           Milliseconds([&] { return dslaunch::kernels::layer_norm_forward(bf16, y, mean, rstd, x, w, b, rows, width, 1e-5f, nullptr); }),
+    report("layer_norm_forward " + shape, Milliseconds([&] {
+             return dslaunch::kernels::layer_norm_forward(bf16, y, mean, rstd, x, w, b, rows, width, 1e-5f, nullptr);
+           }),
            2 * io + 8.0 * rows);
     report("layer_norm_backward " + shape, Milliseconds([&] {
-             return dslaunch::kernels::layer_norm_backward(bf16, dx, dw, db, dy, x, w, mean, rstd, rows, width, scratch, nullptr);
+             return dslaunch::kernels::layer_norm_backward(bf16, dx, dw, db, dy, x, w, mean, rstd, rows, width, scratch,
+                                                           nullptr);
            }),
            3 * io + 8.0 * rows);
   }
@@ -156,7 +159,8 @@ int main(int argc, char** argv) {
     const double io = 2.0 * rows * vocab;
     const std::string shape = "[" + std::to_string(rows) + "," + std::to_string(vocab) + "]";
     report("softmax_xent_forward " + shape, Milliseconds([&] {
-             return dslaunch::kernels::softmax_cross_entropy_forward(bf16, loss, lse, logits, targets, rows, vocab, nullptr);
+             return dslaunch::kernels::softmax_cross_entropy_forward(bf16, loss, lse, logits, targets, rows, vocab,
+                                                                     nullptr);
            }),
            io);
     report("softmax_xent_backward " + shape, Milliseconds([&] {
@@ -183,7 +187,8 @@ int main(int argc, char** argv) {
     auto* device_table = Alloc<dslaunch::kernels::AdamWTensor>(tensors);
     auto* device_chunks = Alloc<dslaunch::kernels::AdamWChunk>(static_cast<int64_t>(chunks.size()));
     Check(cudaMemcpy(device_table, table.data(), table.size() * sizeof(table[0]), cudaMemcpyHostToDevice), "table");
-    Check(cudaMemcpy(device_chunks, chunks.data(), chunks.size() * sizeof(chunks[0]), cudaMemcpyHostToDevice), "chunks");
+    Check(cudaMemcpy(device_chunks, chunks.data(), chunks.size() * sizeof(chunks[0]), cudaMemcpyHostToDevice),
+          "chunks");
     dslaunch::kernels::AdamWHyperparameters h;
     h.weight_decay = 0.1;
     int64_t step = 0;
@@ -196,8 +201,8 @@ int main(int argc, char** argv) {
     float* partials = Floats(static_cast<int64_t>(chunks.size()), 0.f);
     double* norm = Alloc<double>(1);
     report("grad_sum_squares (bf16)", Milliseconds([&] {
-             return dslaunch::kernels::adamw_grad_sum_squares(device_table, device_chunks, static_cast<int>(chunks.size()),
-                                                              bf16, partials, norm, nullptr);
+             return dslaunch::kernels::adamw_grad_sum_squares(
+                 device_table, device_chunks, static_cast<int>(chunks.size()), bf16, partials, norm, nullptr);
            }),
            2.0 * params);
   }
