@@ -16,6 +16,9 @@ struct StepScalars {
   float lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor;
   float step_size, sqrt_bias_correction2, grad_scale;
   bool decoupled;
+  // When set, grad_scale comes from ClipCoefficient on the device.
+  const double* grad_norm_squared;
+  double unscale, max_norm;
 };
 
 // One element group: k consecutive elements of a chunk, in fp32 registers.
@@ -63,6 +66,9 @@ __device__ __forceinline__ bool AlignedTo(const void* p, uintptr_t bytes) {
 template <typename G, typename P>
 __global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
                                    StepScalars s) {
+  if (s.grad_norm_squared != nullptr) {
+    s.grad_scale = static_cast<float>(ClipCoefficient(sqrt(*s.grad_norm_squared) * s.unscale, s.unscale, s.max_norm));
+  }
   for (int c = blockIdx.x; c < chunk_count; c += gridDim.x) {
     const AdamWChunk chunk = chunks[c];
     const AdamWTensor t = tensors[chunk.tensor];
@@ -154,6 +160,9 @@ cudaError_t fused_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, in
   s.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
   s.grad_scale = static_cast<float>(h.grad_scale);
   s.decoupled = h.decoupled;
+  s.grad_norm_squared = h.grad_norm_squared;
+  s.unscale = h.grad_scale;
+  s.max_norm = h.max_norm;
   const int blocks = Blocks(chunk_count);
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(grad_type, G, [&] {
     return DSLAUNCH_DISPATCH_ELEMENT_TYPE(param_type, P, [&] {

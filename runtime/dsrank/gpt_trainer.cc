@@ -84,7 +84,10 @@ std::pair<torch::Tensor, torch::Tensor> LoadBatch(const GptSamples& samples,
       break;
     }
   }
-  tokens = tokens.to(torch::kLong).to(device);
+  tokens = tokens.to(torch::kLong);
+  // Pinned, the upload does not wait for the work already queued on the GPU.
+  if (device.is_cuda()) tokens = tokens.pin_memory();
+  tokens = tokens.to(device, /*non_blocking=*/true);
   return {tokens.narrow(1, 0, width - 1), tokens.narrow(1, 1, width - 1)};
 }
 
@@ -261,10 +264,21 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
       step_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
     }
+    const int64_t step = (*engine)->global_steps();
+    // What does not need this step's loss runs while the GPU still works on
+    // the step, not after the loss read has drained it: progress for the
+    // controller's hang detection (--hang_timeout_ms; the heartbeat thread
+    // reports every rank's step through its agent, rank 0 also publishes it
+    // in the store, as programs without heartbeats do) and the preemption
+    // flag (a store round trip on rank 0).
+    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
+    if (context.rank == 0 && context.store != nullptr) {
+      (void)context.store->Set("progress/step", absl::StrCat("step ", step));
+    }
+    const bool preempted = PreemptionRequested(context);
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
     ++window_steps;
-    const int64_t step = (*engine)->global_steps();
     const double mean_loss = MeanOverWorld(step_loss, context);
     if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
     if (context.rank == 0 && (step % ds.steps_per_print == 0 || step == job.train.steps)) {
@@ -319,13 +333,6 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (absl::Status saved = save(step); !saved.ok()) return saved;
       last_saved = step;
     }
-    // Progress for the controller's hang detection (--hang_timeout_ms): the
-    // heartbeat thread reports every rank's step through its agent; rank 0
-    // also publishes it in the store (programs without heartbeats do that).
-    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
-    if (context.rank == 0 && context.store != nullptr) {
-      (void)context.store->Set("progress/step", absl::StrCat("step ", step));
-    }
     if (step == context.hang_at_step && context.attempt == 0 &&
         (context.hang_rank < 0 || context.hang_rank == context.rank)) {
       // Fault injection: stop making progress while staying alive.
@@ -333,7 +340,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       std::fflush(context.out);
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    if (PreemptionRequested(context)) {
+    if (preempted) {
       if (!checkpoint_dir.empty() && last_saved != step) {
         if (absl::Status saved = save(step); !saved.ok()) return saved;
       }

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu_adam.h"
+#include "kernels/cuda/fused_adamw_types.h"
 #include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
@@ -265,11 +266,10 @@ std::optional<double> Engine::UnscaleAndClip(double norm_squared, StepResult* re
   // divergence, not a scale problem; the step goes ahead and the loss shows
   // it, as in DeepSpeed.
   const bool skip = scaler_ ? scaler_->Update(overflow) : false;
-  result->grad_norm = std::sqrt(norm_squared) / scale;
+  const double unscale = 1.0 / scale;
+  result->grad_norm = std::sqrt(norm_squared) * unscale;
   if (skip) return std::nullopt;
-  double coefficient = 1.0 / scale;
-  const double clip = config_.gradient_clipping;
-  if (clip > 0 && result->grad_norm > clip) coefficient *= clip / (result->grad_norm + 1e-6);
+  const double coefficient = kernels::ClipCoefficient(result->grad_norm, unscale, config_.gradient_clipping);
   result->clipped_norm = std::sqrt(norm_squared) * coefficient;
   return coefficient;
 }
@@ -370,11 +370,24 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
   try {
     torch::NoGradGuard no_grad;
     std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
-    const std::optional<double> factor = UnscaleAndClip(FusedGradSumSquares(entries).item<double>(), &result);
-    if (!factor) {
+    torch::Tensor norm_squared = FusedGradSumSquares(entries);
+    const auto [beta1, beta2] = ScheduledBetas();
+    if (scaler_ == nullptr) {
+      // Note [Clip on the device]: without a loss scaler no step is skipped,
+      // so the step is queued right behind the norm and the kernel computes
+      // the clip coefficient from it (the same function as UnscaleAndClip).
+      // The norm is read for the result afterwards, which waits for the step
+      // the trainer waits for anyway; reading it first drained the GPU twice
+      // per step.
+      result.lr = schedule_->LrAt(successful_steps_);
+      shard_adam_->StepEntries(entries, result.lr, beta1, beta2, 1.0 / loss_scale(), norm_squared.data_ptr<double>(),
+                               config_.gradient_clipping);
+      (void)UnscaleAndClip(norm_squared.item<double>(), &result);
+      result.stepped = true;
+      ++successful_steps_;
+    } else if (const std::optional<double> factor = UnscaleAndClip(norm_squared.item<double>(), &result); !factor) {
       ++skipped_steps_;
     } else {
-      const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
       shard_adam_->StepEntries(entries, result.lr, beta1, beta2, *factor);
       result.stepped = true;

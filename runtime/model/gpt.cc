@@ -1,11 +1,24 @@
 #include "runtime/model/gpt.h"
 
 #include <cmath>
+#include <vector>
 
 #include "runtime/model/fused_ops.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
+
+namespace {
+// x·Wᵀ + b as one addmm over the rows. With LibTorch's linear() on the 3-D
+// activations, the GPU profile (scripts/gpu-step-profile.sh, LibTorch 2.11,
+// bf16) showed every bias add as a separate broadcast kernel, ~6% of a ~124M
+// step; on 2-D input addmm gives the bias to cuBLASLt's epilogue.
+torch::Tensor Affine(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = layer->weight.size(0);
+  return torch::addmm(layer->bias, x.reshape({-1, x.size(-1)}), layer->weight.t()).view(shape);
+}
+}  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options)
     : heads_(options.heads), dropout_(options.dropout) {
@@ -15,13 +28,13 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
-  auto parts = qkv->forward(x).split(width, /*dim=*/2);
+  auto parts = Affine(qkv, x).split(width, /*dim=*/2);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({batch, time, heads_, width / heads_}).transpose(1, 2);
   };
   torch::Tensor y = compat::CausalAttention(heads(parts[0]), heads(parts[1]), heads(parts[2]));
   y = y.transpose(1, 2).contiguous().view({batch, time, width});
-  return torch::dropout(projection->forward(y), dropout_, is_training());
+  return torch::dropout(Affine(projection, y), dropout_, is_training());
 }
 
 bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation) {
@@ -48,8 +61,8 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor n = Normalize(norm2, h, fused);
   // Fused: the bias joins the GELU instead of the matrix product.
   torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
-                          : torch::gelu(fc->forward(n), "tanh");
-  torch::Tensor m = fc_projection->forward(a);
+                          : torch::gelu(Affine(fc, n), "tanh");
+  torch::Tensor m = Affine(fc_projection, a);
   return h + torch::dropout(m, options_.dropout, is_training());
 }
 

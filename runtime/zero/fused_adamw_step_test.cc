@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 namespace dslaunch::runtime {
 namespace {
 
@@ -85,6 +87,42 @@ TEST_F(FusedAdamWTest, GradSumSquaresMatchesFp64) {
   EXPECT_NEAR(got, expected, 1e-5 * expected);
   entries[1].grad[5] = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(std::isinf(FusedGradSumSquares(entries).item<double>())) << "overflow must show";
+}
+
+// Note [Clip on the device]: the kernel's own clip coefficient, from the norm
+// on the device, gives the same bits as the engine's host coefficient, both
+// when the norm is over the bound and when it is under.
+TEST_F(FusedAdamWTest, ClipOnTheDeviceMatchesTheHostCoefficient) {
+  const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  for (const double max_norm : {0.5, 1e6, 0.0}) {
+    std::vector<FusedAdamWEntry> host, device;
+    for (int64_t n : {3, 65537, 131072}) {
+      torch::Tensor master = torch::randn({n}, f32);
+      torch::Tensor grad = torch::randn({n}, f32).to(torch::kBFloat16);
+      host.push_back(FusedAdamWEntry{master.clone(), grad, torch::zeros({n}, f32), torch::zeros({n}, f32),
+                                     master.to(torch::kBFloat16)});
+      device.push_back(FusedAdamWEntry{master.clone(), grad, torch::zeros({n}, f32), torch::zeros({n}, f32),
+                                       master.to(torch::kBFloat16)});
+    }
+    torch::Tensor norm_squared = FusedGradSumSquares(device);
+    kernels::AdamWHyperparameters h;
+    h.lr = 1e-2;
+    h.weight_decay = 0.1;
+    h.step = 1;
+    h.grad_scale = kernels::ClipCoefficient(std::sqrt(norm_squared.item<double>()), 1.0, max_norm);
+    if (max_norm == 0.5) EXPECT_LT(h.grad_scale, 1.0) << "the norm of ~200K N(0,1) values is far over 0.5";
+    if (max_norm != 0.5) EXPECT_EQ(h.grad_scale, 1.0);
+    FusedAdamWStep(host, h);
+    h.grad_scale = 1.0;
+    h.grad_norm_squared = norm_squared.data_ptr<double>();
+    h.max_norm = max_norm;
+    FusedAdamWStep(device, h);
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_TRUE(torch::equal(host[i].master, device[i].master)) << "max_norm " << max_norm << ", tensor " << i;
+      EXPECT_TRUE(torch::equal(host[i].param, device[i].param)) << "max_norm " << max_norm << ", tensor " << i;
+      EXPECT_TRUE(torch::equal(host[i].exp_avg_sq, device[i].exp_avg_sq)) << "max_norm " << max_norm;
+    }
+  }
 }
 
 }  // namespace

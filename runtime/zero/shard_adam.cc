@@ -35,10 +35,12 @@ kernels::AdamWHyperparameters ShardAdam::Hyperparameters(double lr, double beta1
 }
 
 void ShardAdam::StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
-                            double grad_scale) {
+                            double grad_scale, const double* grad_norm_squared, double max_norm) {
   ++step_;
   kernels::AdamWHyperparameters h = Hyperparameters(lr, beta1, beta2);
   h.grad_scale = grad_scale;
+  h.grad_norm_squared = grad_norm_squared;
+  h.max_norm = max_norm;
   FusedAdamWStep(entries, h);
 }
 

@@ -22,9 +22,11 @@ class ShardAdam {
   // p ← one step with gradient g (fp32, same shape as p).
   void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2);
   // One step over entries that cover the shard in pieces (Note [In-place
-  // fused step]); each gradient is multiplied by grad_scale first.
+  // fused step]); each gradient is multiplied by grad_scale first, or, given
+  // the device Σ grad² (FusedGradSumSquares), by the clip coefficient the
+  // kernel computes from it (kernels::AdamWHyperparameters::grad_norm_squared).
   void StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
-                   double grad_scale);
+                   double grad_scale, const double* grad_norm_squared = nullptr, double max_norm = 0);
 
   torch::Tensor& exp_avg() { return exp_avg_; }
   torch::Tensor& exp_avg_sq() { return exp_avg_sq_; }
