@@ -1,8 +1,10 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
 #include <chrono>
-#include <thread>
 #include <fstream>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -241,16 +243,21 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0;
   int64_t last_saved = -1;
+  // The first micro-batch of the next step, read while the GPU works.
+  std::optional<std::pair<torch::Tensor, torch::Tensor>> prefetched;
   while ((*engine)->global_steps() < job.train.steps) {
     model->train();
     // The loss stays on the device until the step is over: reading it after
     // forward would stall the GPU while backward is being queued.
     torch::Tensor step_loss_sum;
     StepResult result;
+    const int64_t step = (*engine)->global_steps() + 1;
+    bool preempted = false;
     for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
       absl::Status read;
       auto [inputs, targets] =
-          LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed, micro), context.device, &read);
+          prefetched ? *std::exchange(prefetched, std::nullopt)
+                     : LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed, micro), context.device, &read);
       if (!read.ok()) return read;
       auto started = Clock::now();
       torch::Tensor loss = model->Loss(inputs, targets);
@@ -258,24 +265,33 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
       if (auto s = (*engine)->Backward(loss); !s.ok()) return s;
       auto backward_done = Clock::now();
+      if (micro + 1 == ds.gradient_accumulation_steps) {
+        // What does not need the step's results runs while the GPU still
+        // works through backward, not after the optimizer step has drained
+        // it: the preemption flag (a store round trip on rank 0) and the
+        // next step's first micro-batch. Progress waits for the step: it
+        // counts finished steps.
+        preempted = PreemptionRequested(context);
+        if (step < job.train.steps) {
+          prefetched = LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
+                                 context.device, &read);
+          if (!read.ok()) return read;
+        }
+      }
+      auto step_started = Clock::now();
       auto stepped = (*engine)->Step();
       if (!stepped.ok()) return stepped.status();
       result = *stepped;
       forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
-      step_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
+      step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
     }
-    const int64_t step = (*engine)->global_steps();
-    // What does not need this step's loss runs while the GPU still works on
-    // the step, not after the loss read has drained it: progress for the
-    // controller's hang detection (--hang_timeout_ms; the heartbeat thread
-    // reports every rank's step through its agent, rank 0 also publishes it
-    // in the store, as programs without heartbeats do) and the preemption
-    // flag (a store round trip on rank 0).
+    // Progress for the controller's hang detection (--hang_timeout_ms): the
+    // heartbeat thread reports every rank's step through its agent; rank 0
+    // also publishes it in the store (programs without heartbeats do that).
     if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
     if (context.rank == 0 && context.store != nullptr) {
       (void)context.store->Set("progress/step", absl::StrCat("step ", step));
     }
-    const bool preempted = PreemptionRequested(context);
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
     ++window_steps;
@@ -287,8 +303,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                     mean_loss, result.lr, result.loss_scale,
                     seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0);
       if (ds.wall_clock_breakdown) {
-        absl::FPrintF(context.out, "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s\n",
-                      window_steps, forward_backward_seconds, step_seconds);
+        absl::FPrintF(context.out,
+                      "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s, "
+                      "the rest (data, bookkeeping, logging) %.3f s\n",
+                      window_steps, forward_backward_seconds, step_seconds,
+                      seconds - forward_backward_seconds - step_seconds);
       }
       if (ds.memory_breakdown) {
         Engine::MemoryBreakdown m = (*engine)->Memory();
