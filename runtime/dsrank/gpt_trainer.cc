@@ -241,7 +241,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
-  double forward_backward_seconds = 0, step_seconds = 0;
+  double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;
   int64_t last_saved = -1;
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<std::pair<torch::Tensor, torch::Tensor>> prefetched;
@@ -277,6 +277,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                                  context.device, &read);
           if (!read.ok()) return read;
         }
+        overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
       }
       auto step_started = Clock::now();
       auto stepped = (*engine)->Step();
@@ -286,10 +287,13 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
     }
     // Progress for the controller's hang detection (--hang_timeout_ms): the
-    // heartbeat thread reports every rank's step through its agent; rank 0
-    // also publishes it in the store (programs without heartbeats do that).
-    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
-    if (context.rank == 0 && context.store != nullptr) {
+    // heartbeat thread reports every rank's step through its agent. Without
+    // heartbeats rank 0 publishes its step in the store, as other programs
+    // do; with them that round trip (made after the step's last wait, while
+    // the GPU idles) is left out: the controller reads the heartbeats then.
+    if (context.heartbeat_step != nullptr) {
+      context.heartbeat_step->store(step);
+    } else if (context.rank == 0 && context.store != nullptr) {
       (void)context.store->Set("progress/step", absl::StrCat("step ", step));
     }
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
@@ -305,9 +309,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (ds.wall_clock_breakdown) {
         absl::FPrintF(context.out,
                       "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s, "
-                      "the rest (data, bookkeeping, logging) %.3f s\n",
-                      window_steps, forward_backward_seconds, step_seconds,
-                      seconds - forward_backward_seconds - step_seconds);
+                      "preemption check and next batch (while the GPU works) %.3f s, the rest %.3f s\n",
+                      window_steps, forward_backward_seconds, step_seconds, overlapped_seconds,
+                      seconds - forward_backward_seconds - step_seconds - overlapped_seconds);
       }
       if (ds.memory_breakdown) {
         Engine::MemoryBreakdown m = (*engine)->Memory();
@@ -327,7 +331,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       std::fflush(context.out);
       window_start = Clock::now();
       window_steps = 0;
-      forward_backward_seconds = step_seconds = 0;
+      forward_backward_seconds = step_seconds = overlapped_seconds = 0;
     }
     if (eval_samples && step % job.train.eval_interval == 0) {
       torch::NoGradGuard no_grad;
