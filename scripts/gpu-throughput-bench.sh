@@ -11,14 +11,15 @@
 # utilisation against 989 TFLOP/s (H200 datasheet, dense bf16) and against
 # the 8192^3 bf16 matmul ceiling measured here, and peak GPU memory; then the
 # ratio of dslaunch ZeRO-0 to PyTorch. FLOPs per token: 6N + 12·L·d·T.
-# Environment: MODELS, RUNS, PYTORCH (subsets of the lists above), STEPS.
+# Environment: MODELS, RUNS, PYTORCH (subsets of the lists above; PYTORCH=
+# empty for none), STEPS.
 # Results: $OUT/throughput.md (or gpu-out/), logs beside it.
 set -uo pipefail
 source "$(dirname "$0")/gpu-bench-env.sh"
 cd "$root"
 models=${MODELS:-"124m 350m 1.3b"}
 runs=${RUNS:-"0 1 2 3 2-offload 0-unfused"}
-pytorch_modes=${PYTORCH:-"eager compile"}
+pytorch_modes=${PYTORCH-"eager compile"}
 steps=${STEPS:-30}
 ceiling=$(python3 scripts/bench/matmul_ceiling.py)
 table="$out/throughput.md"
