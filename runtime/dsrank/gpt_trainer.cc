@@ -101,19 +101,30 @@ double MeanOverWorld(double value, const TrainerContext& context) {
 }
 
 // Note [Preemption]: dslaunch writes "control/preempt" into the store on
-// SIGTERM/SIGUSR1. Rank 0 looks at every step boundary and the group agrees
-// (an all-reduce of the flag), so every rank saves the same step.
-bool PreemptionRequested(const TrainerContext& context) {
-  if (context.store == nullptr) return false;
-  double flag = 0;
-  if (context.rank == 0) {
-    auto value = context.store->Get("control/preempt");
-    flag = value.ok() && value->has_value() ? 1 : 0;
-  }
-  if (context.world == nullptr || context.world->size() == 1) return flag > 0;
-  torch::Tensor t = torch::full({1}, flag, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
-  if (!context.world->AllReduce(t, ReduceOp::kMax).ok()) return false;
-  return t.item<double>() > 0;
+// SIGTERM/SIGUSR1. Rank 0 looks at every step boundary (a store round trip,
+// made while the GPU works through backward) and the group agrees through
+// the step's loss all-reduce (SummarizeStep), so every rank saves the same
+// step.
+bool PreemptionFlagInStore(const TrainerContext& context) {
+  if (context.store == nullptr || context.rank != 0) return false;
+  auto value = context.store->Get("control/preempt");
+  return value.ok() && value->has_value();
+}
+
+struct StepSummary {
+  double mean_loss = 0;
+  bool preempted = false;
+};
+
+// The loss averaged over the world and whether any rank saw the preemption
+// flag: one all-reduce (and one wait) per step for both.
+StepSummary SummarizeStep(double loss, bool preempt_flag, const TrainerContext& context) {
+  if (context.world == nullptr || context.world->size() == 1) return {loss, preempt_flag};
+  torch::Tensor t = torch::tensor({loss, preempt_flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble))
+                        .to(context.device);
+  if (!context.world->AllReduce(t, ReduceOp::kSum).ok()) return {loss, false};
+  t = t.cpu();
+  return {t.data_ptr<double>()[0] / context.world->size(), t.data_ptr<double>()[1] > 0};
 }
 
 absl::Status RunTraining(const JobConfig& job, const TrainerContext& context);
@@ -252,7 +263,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     torch::Tensor step_loss_sum;
     StepResult result;
     const int64_t step = (*engine)->global_steps() + 1;
-    bool preempted = false;
+    bool preempt_flag = false;
     for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
       absl::Status read;
       auto [inputs, targets] =
@@ -271,7 +282,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         // it: the preemption flag (a store round trip on rank 0) and the
         // next step's first micro-batch. Progress waits for the step: it
         // counts finished steps.
-        preempted = PreemptionRequested(context);
+        preempt_flag = PreemptionFlagInStore(context);
         if (step < job.train.steps) {
           prefetched = LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
                                  context.device, &read);
@@ -299,7 +310,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
     ++window_steps;
-    const double mean_loss = MeanOverWorld(step_loss, context);
+    const StepSummary summary = SummarizeStep(step_loss, preempt_flag, context);
+    const double mean_loss = summary.mean_loss;
     if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
     if (context.rank == 0 && (step % ds.steps_per_print == 0 || step == job.train.steps)) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -363,7 +375,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       std::fflush(context.out);
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    if (preempted) {
+    if (summary.preempted) {
       if (!checkpoint_dir.empty() && last_saved != step) {
         if (absl::Status saved = save(step); !saved.ok()) return saved;
       }
