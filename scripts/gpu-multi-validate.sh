@@ -2,7 +2,9 @@
 # On one host with G >= 2 GPUs, one command for the multi-GPU validation:
 #   bash scripts/gpu-multi-validate.sh          (G = every GPU nvidia-smi lists)
 # Environment: SIZES (world sizes to try, default "2 4 8" capped at G),
-# SKIP_SCALING=1, SKIP_PYTORCH=1. Results go to $OUT (or gpu-out/).
+# SECTIONS (default "equivalence collectives scaling failfast": run a subset
+# to fit a time limit per call), SKIP_SCALING=1, SKIP_PYTORCH=1. Results go to
+# $OUT (or gpu-out/).
 #  1. ZeRO 0/1/2/3 equivalence with NCCL: gpt-tiny in fp32 (LibTorch leaves
 #     TF32 off), global batch 32, 12 steps, at each world size against world
 #     size 1: only the order of floating-point sums differs, so the per-step
@@ -31,43 +33,48 @@ for g in ${SIZES:-2 4 8}; do ((g <= gpus && 32 % g == 0)) && sizes="$sizes $g"; 
 [[ -n $sizes ]] || { echo "gpu-multi-validate: this host has $gpus GPU(s); it needs 2 or more"; exit 2; }
 echo "GPUs: $gpus; world sizes:$sizes"
 status=0
+want() { [[ " ${SECTIONS:-equivalence collectives scaling failfast} " == *" $1 "* ]]; }
 # dsrank appends to loss logs: start from empty ones.
 rm -f "$out"/eq-zero*.tsv "$out"/ff-ref.tsv "$out"/ff-kill.tsv
 
 # 1. Equivalence.
-tiny=(--override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=12
-      --override train.warmup_steps=4 --override train.precision=fp32 --override checkpoint.resume=false
-      --override 'checkpoint.dir=""' --override train.global_batch_size=32)
-for stage in 0 1 2 3; do
-  for world in 1 $sizes; do
-    # Persistence threshold 0: gpt-tiny's units are all below the default, so
-    # stage 3 would otherwise partition nothing.
-    "$bin/dslaunch" --num_gpus $world "${tiny[@]}" --override train.micro_batch_size=$((32 / world)) \
-      --override ds_config.zero_optimization.stage=$stage \
-      --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 configs/gpt-tiny.cfg \
-      --loss_log "$out/eq-zero$stage-w$world.tsv" >"$out/eq-zero$stage-w$world.log" 2>&1 ||
-      { echo "ZeRO-$stage world $world: exit $?"; tail -n 5 "$out/eq-zero$stage-w$world.log"; status=1; }
+if want equivalence; then
+  tiny=(--override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=12
+        --override train.warmup_steps=4 --override train.precision=fp32 --override checkpoint.resume=false
+        --override 'checkpoint.dir=""' --override train.global_batch_size=32)
+  for stage in 0 1 2 3; do
+    for world in 1 $sizes; do
+      # Persistence threshold 0: gpt-tiny's units are all below the default, so
+      # stage 3 would otherwise partition nothing.
+      "$bin/dslaunch" --num_gpus $world "${tiny[@]}" --override train.micro_batch_size=$((32 / world)) \
+        --override ds_config.zero_optimization.stage=$stage \
+        --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 configs/gpt-tiny.cfg \
+        --loss_log "$out/eq-zero$stage-w$world.tsv" >"$out/eq-zero$stage-w$world.log" 2>&1 ||
+        { echo "ZeRO-$stage world $world: exit $?"; tail -n 5 "$out/eq-zero$stage-w$world.log"; status=1; }
+    done
+    for world in $sizes; do
+      paste "$out/eq-zero$stage-w1.tsv" "$out/eq-zero$stage-w$world.tsv" | awk -v s=$stage -v w=$world '
+        { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
+        END { printf "ZeRO-%d world %d vs 1: worst relative loss difference %.2e over %d steps%s\n",
+              s, w, worst, NR, (bad || NR != 12) ? "  FAIL" : ""; exit (bad || NR != 12) }' || status=1
+    done
   done
-  for world in $sizes; do
-    paste "$out/eq-zero$stage-w1.tsv" "$out/eq-zero$stage-w$world.tsv" | awk -v s=$stage -v w=$world '
-      { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
-      END { printf "ZeRO-%d world %d vs 1: worst relative loss difference %.2e over %d steps%s\n",
-            s, w, worst, NR, (bad || NR != 12) ? "  FAIL" : ""; exit (bad || NR != 12) }' || status=1
-  done
-done
+fi
 
 # 2. Collectives.
-for world in $sizes; do
-  "$bin/dslaunch" --num_gpus $world "$bin/dscomm_bench" 2>&1 | sed 's/^\[[^]]*\] //' | tee "$out/comm-w$world.log" |
-    grep -v '^dslaunch' || status=1
-  if [[ -z ${SKIP_PYTORCH:-} ]]; then
-    python3 -m torch.distributed.run --standalone --nproc_per_node $world scripts/bench/pytorch_collectives.py \
-      2>"$out/comm-pytorch-w$world.err" | tee "$out/comm-pytorch-w$world.log" || status=1
-  fi
-done
+if want collectives; then
+  for world in $sizes; do
+    "$bin/dslaunch" --num_gpus $world "$bin/dscomm_bench" 2>&1 | sed 's/^\[[^]]*\] //' | tee "$out/comm-w$world.log" |
+      grep -v '^dslaunch' || status=1
+    if [[ -z ${SKIP_PYTORCH:-} ]]; then
+      python3 -m torch.distributed.run --standalone --nproc_per_node $world scripts/bench/pytorch_collectives.py \
+        2>"$out/comm-pytorch-w$world.err" | tee "$out/comm-pytorch-w$world.log" || status=1
+    fi
+  done
+fi
 
 # 3. Scaling.
-if [[ -z ${SKIP_SCALING:-} ]]; then
+if want scaling && [[ -z ${SKIP_SCALING:-} ]]; then
   printf '%-8s %-7s %6s %12s %11s\n' model zero gpus tokens/s efficiency | tee "$out/scaling.txt"
   for model in 350m 1.3b; do
     case $model in
@@ -104,46 +111,47 @@ fi
 #    steps take milliseconds on these GPUs, so the job is long (200 steps) and
 #    the victim's pid is found before the kill step comes.
 world=${sizes##* }
-steps=200
-ff=(--num_gpus $world --max_restarts 1 --restart_backoff_ms 0 --log_dir "$out/ff-logs"
-    --override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=$steps
-    --override train.warmup_steps=4 --override train.global_batch_size=32
-    --override train.micro_batch_size=$((32 / world)) --override checkpoint.interval=25)
-rm -rf "$out/ff-ref" "$out/ff-kill" "$out/ff-logs"
-"$bin/dslaunch" "${ff[@]}" --job_id ff-ref --override "checkpoint.dir=$out/ff-ref" configs/gpt-tiny.cfg \
-  --loss_log "$out/ff-ref.tsv" >"$out/ff-ref.log" 2>&1 || { echo "uninterrupted run: exit $?"; status=1; }
-"$bin/dslaunch" "${ff[@]}" --job_id ff-kill --override "checkpoint.dir=$out/ff-kill" configs/gpt-tiny.cfg \
-  --loss_log "$out/ff-kill.tsv" >"$out/ff-kill.log" 2>&1 &
-launcher=$!
-victim=""
-for _ in $(seq 3000); do  # up to ~60 s for the rank to start
-  for proc in /proc/[0-9]*; do
-    env=$(tr '\0' '\n' 2>/dev/null <"$proc/environ") || continue
-    if grep -qx 'DSLAUNCH_JOB_ID=ff-kill' <<<"$env" && grep -qx "RANK=$((world - 1))" <<<"$env"; then
-      victim=${proc#/proc/}
-      break 2
-    fi
+if want failfast; then
+  steps=200
+  ff=(--num_gpus $world --max_restarts 1 --restart_backoff_ms 0 --log_dir "$out/ff-logs"
+      --override "data.prepared=$data/fortunes-byte" --override train.eval_interval=0 --override train.steps=$steps
+      --override train.warmup_steps=4 --override train.global_batch_size=32
+      --override train.micro_batch_size=$((32 / world)) --override checkpoint.interval=25)
+  rm -rf "$out/ff-ref" "$out/ff-kill" "$out/ff-logs"
+  "$bin/dslaunch" "${ff[@]}" --job_id ff-ref --override "checkpoint.dir=$out/ff-ref" configs/gpt-tiny.cfg \
+    --loss_log "$out/ff-ref.tsv" >"$out/ff-ref.log" 2>&1 || { echo "uninterrupted run: exit $?"; status=1; }
+  "$bin/dslaunch" "${ff[@]}" --job_id ff-kill --override "checkpoint.dir=$out/ff-kill" configs/gpt-tiny.cfg \
+    --loss_log "$out/ff-kill.tsv" >"$out/ff-kill.log" 2>&1 &
+  launcher=$!
+  victim=""
+  for _ in $(seq 3000); do  # up to ~60 s for the rank to start
+    for proc in /proc/[0-9]*; do
+      env=$(tr '\0' '\n' 2>/dev/null <"$proc/environ") || continue
+      if grep -qx 'DSLAUNCH_JOB_ID=ff-kill' <<<"$env" && grep -qx "RANK=$((world - 1))" <<<"$env"; then
+        victim=${proc#/proc/}
+        break 2
+      fi
+    done
+    sleep 0.02
   done
-  sleep 0.02
-done
-killed_at=""
-if [[ -n $victim ]]; then
-  for _ in $(seq 6000); do  # up to ~60 s to reach step 40
-    if (($( [[ -f $out/ff-kill.tsv ]] && wc -l <"$out/ff-kill.tsv" || echo 0) >= 40)); then
-      kill -9 "$victim" && killed_at=$(wc -l <"$out/ff-kill.tsv")
-      break
-    fi
-    sleep 0.01
-  done
-fi
-[[ -n $killed_at ]] || { echo "fail-fast: rank $((world - 1)) of ff-kill was not found or not killed by step 40"; status=1; }
-wait "$launcher" || { echo "killed run: exit $?"; status=1; }
-resumed=$(grep -o "resumed from $out/ff-kill/global_step[0-9]*" "$out/ff-kill.log" | head -n 1)
-grep -q "rank $((world - 1)) on .* was killed by signal 9" "$out/ff-kill.log" ||
-  { echo "fail-fast: the controller did not report the SIGKILL"; status=1; }
-[[ -n $resumed ]] || { echo "fail-fast: the restart did not resume from a checkpoint"; status=1; }
-python3 - "$out/ff-logs/ff-kill/events.jsonl" "$out/ff-ref.tsv" "$out/ff-kill.tsv" "$steps" "${resumed:-none}" \
-  "${killed_at:-none}" <<'PYEOF' || status=1
+  killed_at=""
+  if [[ -n $victim ]]; then
+    for _ in $(seq 6000); do  # up to ~60 s to reach step 40
+      if (($( [[ -f $out/ff-kill.tsv ]] && wc -l <"$out/ff-kill.tsv" || echo 0) >= 40)); then
+        kill -9 "$victim" && killed_at=$(wc -l <"$out/ff-kill.tsv")
+        break
+      fi
+      sleep 0.01
+    done
+  fi
+  [[ -n $killed_at ]] || { echo "fail-fast: rank $((world - 1)) of ff-kill was not found or not killed by step 40"; status=1; }
+  wait "$launcher" || { echo "killed run: exit $?"; status=1; }
+  resumed=$(grep -o "resumed from $out/ff-kill/global_step[0-9]*" "$out/ff-kill.log" | head -n 1)
+  grep -q "rank $((world - 1)) on .* was killed by signal 9" "$out/ff-kill.log" ||
+    { echo "fail-fast: the controller did not report the SIGKILL"; status=1; }
+  [[ -n $resumed ]] || { echo "fail-fast: the restart did not resume from a checkpoint"; status=1; }
+  python3 - "$out/ff-logs/ff-kill/events.jsonl" "$out/ff-ref.tsv" "$out/ff-kill.tsv" "$steps" "${resumed:-none}" \
+    "${killed_at:-none}" <<'PYEOF' || status=1
 import json, sys
 events = [json.loads(line) for line in open(sys.argv[1])]
 recovery = [e for e in events if e["event"] == "recovery"]
@@ -166,4 +174,5 @@ print(f"fail-fast with NCCL: rank killed after step {killed_at}; every other ran
       f"{resumed}; final losses within {worst:.1e} relative of the uninterrupted run{'' if ok else '  FAIL'}")
 sys.exit(0 if ok else 1)
 PYEOF
+fi
 exit $status
