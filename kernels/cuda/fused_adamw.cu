@@ -67,7 +67,9 @@ template <typename G, typename P>
 __global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
                                    StepScalars s) {
   if (s.grad_norm_squared != nullptr) {
-    s.grad_scale = static_cast<float>(ClipCoefficient(sqrt(*s.grad_norm_squared) * s.unscale, s.unscale, s.max_norm));
+    // __dmul_rn: rounded on its own, as on the host (no fused multiply-add).
+    s.grad_scale =
+        static_cast<float>(ClipCoefficient(__dmul_rn(sqrt(*s.grad_norm_squared), s.unscale), s.unscale, s.max_norm));
   }
   for (int c = blockIdx.x; c < chunk_count; c += gridDim.x) {
     const AdamWChunk chunk = chunks[c];

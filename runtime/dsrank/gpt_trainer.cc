@@ -286,7 +286,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         if (step < job.train.steps) {
           prefetched = LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
                                  context.device, &read);
-          if (!read.ok()) return read;
+          // A failed read is the next step's error: this step finishes (and
+          // saves) first, and the next one reads again and reports it.
+          if (!read.ok()) prefetched.reset();
         }
         overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
       }
@@ -298,13 +300,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
     }
     // Progress for the controller's hang detection (--hang_timeout_ms): the
-    // heartbeat thread reports every rank's step through its agent. Without
-    // heartbeats rank 0 publishes its step in the store, as other programs
-    // do; with them that round trip (made after the step's last wait, while
-    // the GPU idles) is left out: the controller reads the heartbeats then.
-    if (context.heartbeat_step != nullptr) {
-      context.heartbeat_step->store(step);
-    } else if (context.rank == 0 && context.store != nullptr) {
+    // heartbeat thread reports every rank's step through its agent. Until
+    // the agent has accepted a heartbeat (or without heartbeats), rank 0
+    // also publishes its step in the store, as other programs do; after
+    // that, the controller reads the heartbeats and the round trip (made
+    // after the step's last wait, while the GPU idles) is left out.
+    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
+    const bool heartbeats_carry_progress = context.heartbeats_accepted && context.heartbeats_accepted();
+    if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
       (void)context.store->Set("progress/step", absl::StrCat("step ", step));
     }
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;

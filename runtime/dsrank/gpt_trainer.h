@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include <torch/torch.h>
@@ -41,6 +42,9 @@ struct TrainerContext {
   std::string resume_tag;
   // The last finished step, for the heartbeat thread (Note [Rank heartbeats]).
   std::atomic<int64_t>* heartbeat_step = nullptr;
+  // Whether this rank's agent has accepted one of its heartbeats (so the
+  // controller has its step); unset: no heartbeats.
+  std::function<bool()> heartbeats_accepted;
 };
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);

@@ -138,11 +138,12 @@ int main(int argc, char** argv) {
   }
   // Note [Rank heartbeats]: step and recent collectives to this host's agent.
   std::atomic<int64_t> heartbeat_step{-1};
+  context.heartbeat_step = &heartbeat_step;
   auto heartbeats = HeartbeatSender::StartFromEnvironment([&](HeartbeatRequest* beat) {
     beat->set_step(heartbeat_step.load());
     recorder.Snapshot(beat->mutable_recent_collectives());
   });
-  if (heartbeats != nullptr) context.heartbeat_step = &heartbeat_step;
+  if (heartbeats != nullptr) context.heartbeats_accepted = [&heartbeats] { return heartbeats->accepted() > 0; };
   if (cuda) torch::cuda::manual_seed_all(job->train.seed);
   torch::manual_seed(job->train.seed + context.rank);
 
