@@ -408,16 +408,14 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
     torch::NoGradGuard no_grad;
     absl::Status prepared = zero_->PrepareShardGradient();
     if (!prepared.ok()) return prepared;
-    // The global norm: every rank's shard sum, added up over the group.
-    double norm_squared = zero_->LocalGradNormSquared();
+    // The global norm: every rank's shard sum, added up over the group on
+    // the device, then read once.
+    torch::Tensor sum = zero_->LocalGradNormSquared().clone();
     if (data_parallel_ != nullptr && data_parallel_->size() > 1) {
-      torch::Tensor sum = torch::full({1}, norm_squared,
-                                      torch::TensorOptions().dtype(torch::kDouble).device(device_));
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
-      norm_squared = sum.item<double>();
     }
-    const std::optional<double> factor = UnscaleAndClip(norm_squared, &result);
+    const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
     if (!factor) {
       ++skipped_steps_;
     } else {

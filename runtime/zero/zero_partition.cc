@@ -316,7 +316,7 @@ absl::Status ZeroPartition::PrepareShardGradient() {
                                  : torch::empty({shard_size_}, shard_options);
   // The norm where the gradient is (a GPU reduces 86M values in microseconds;
   // the host would take a good part of a second).
-  torch::Tensor norm = torch::zeros({}, shard_options.dtype(torch::kDouble));
+  torch::Tensor norm = torch::zeros({1}, shard_options.dtype(torch::kDouble));
   for (int64_t begin = 0; begin < shard_size_; begin += kChunk) {
     const int64_t length = std::min(kChunk, shard_size_ - begin);
     torch::Tensor chunk =
@@ -326,12 +326,10 @@ absl::Status ZeroPartition::PrepareShardGradient() {
     // copy at full PCIe bandwidth instead of a pageable one.
     mean.narrow(0, begin, length).copy_(chunk, /*non_blocking=*/false);
   }
-  local_norm_squared_ = norm.item<double>();
+  local_norm_squared_ = norm;
   master_shard_.mutable_grad() = mean;
   return absl::OkStatus();
 }
-
-double ZeroPartition::LocalGradNormSquared() const { return local_norm_squared_; }
 
 absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;

@@ -98,8 +98,9 @@ class ZeroPartition {
   // At the boundary: the averaged gradient of this rank's pieces into
   // master_shard().grad() (fp32). Stage 1 first all-reduces the full gradients.
   absl::Status PrepareShardGradient();
-  // Σ g² over this rank's pieces of the prepared gradient, in fp64.
-  double LocalGradNormSquared() const;
+  // Σ g² over this rank's pieces of the prepared gradient: a one-element
+  // fp64 tensor where the gradient was reduced (no wait for the device).
+  const torch::Tensor& LocalGradNormSquared() const { return local_norm_squared_; }
   // After the optimizer stepped the shard: stages 0-2 all-gather every rank's
   // updated pieces into the model parameters; stage 3 refreshes the 16-bit
   // parameter shard and re-gathers the persistent units (the others are
@@ -194,7 +195,7 @@ class ZeroPartition {
   torch::Tensor master_shard_;
   torch::Tensor grad_accumulator_;  // stages 2-3: [Σ S_u] in the gradients' dtype
   bool accumulated_ = false;        // something is in the accumulator
-  double local_norm_squared_ = 0;   // of the prepared shard gradient
+  torch::Tensor local_norm_squared_;  // of the prepared shard gradient, [1] fp64
   // Stage 3.
   torch::Tensor param_shard_;       // [Σ S_u] in the parameters' dtype
   std::vector<torch::Tensor> full_; // per unit: [N·S_u], storage released when not gathered
