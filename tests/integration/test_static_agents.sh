@@ -46,7 +46,20 @@ set -e
 # The agents report a rank stopped once they have reaped it, so the ranks
 # are gone when dslaunch returns; a CI run (2026-11-29) still once saw one
 # listed in /proc right then, so the check allows the kernel a moment.
-wait_until 3 all_pids_gone "$WORK"/pids_a/rank_*.pid || fail "job A left a rank"
+if ! wait_until 3 all_pids_gone "$WORK"/pids_a/rank_*.pid; then
+  # What the survivor is, for the next time this shows up: its state, its
+  # command line and environment (a reused pid would not be job A's), and
+  # what the agents logged.
+  for f in "$WORK"/pids_a/rank_*.pid; do
+    pid=$(cat "$f")
+    pid_gone "$pid" && continue
+    echo "$(basename "$f"): pid $pid: $(cat "/proc/$pid/stat" 2>/dev/null)"
+    echo "  cmdline: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
+    echo "  job: $(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(DSLAUNCH_JOB_ID|RANK)=' | tr '\n' ' ')"
+  done
+  tail -n 20 "$WORK"/agent_*.log
+  fail "job A left a rank"
+fi
 for f in "$WORK"/pids_b/rank_*.pid; do
   pid_gone "$(cat "$f")" && fail "job A's failure killed job B's rank $(basename "$f")"
 done
