@@ -76,7 +76,7 @@ fi
 
 # 3. Scaling.
 if want scaling && [[ -z ${SKIP_SCALING:-} ]]; then
-  printf '%-8s %-14s %6s %12s %11s\n' model zero gpus tokens/s efficiency | tee "$out/scaling.txt"
+  : >"$out/scaling.tsv"
   for model in 350m 1.3b; do
     case $model in
       350m) shape=(24 16 1024) micro=16 ;;
@@ -87,7 +87,6 @@ if want scaling && [[ -z ${SKIP_SCALING:-} ]]; then
       # DeepSpeed's default leaves overlap_comm off below stage 3; the
       # overlapped row reduce-scatters each block's gradients during backward.
       [[ $run == *-overlap ]] && extra=(--override ds_config.zero_optimization.overlap_comm=true)
-      base=""
       for world in 1 $sizes; do
         log="$out/scale-$model-zero$run-w$world.log"
         "$bin/dslaunch" --num_gpus $world --override "data.prepared=$data/fortunes-all-byte" \
@@ -96,20 +95,32 @@ if want scaling && [[ -z ${SKIP_SCALING:-} ]]; then
           --override train.global_batch_size=$((micro * world)) --override train.steps=20 \
           --override ds_config.steps_per_print=10 --override ds_config.zero_optimization.stage=$stage \
           "${extra[@]}" configs/gpt-124m.cfg >"$log" 2>&1
+        # tokens/s over steps 11-20 (the first ten warm up).
         tps=$(grep -o 'step=20 .*tokens/s=[0-9]*' "$log" | sed 's/.*tokens\/s=//')
         if [[ -z $tps ]]; then
           tail -n 5 "$log"
           status=1
-          printf '%-8s ZeRO-%-9s %6d %12s\n' $model $run $world FAILED | tee -a "$out/scaling.txt"
-          ((world == 1)) && break  # no baseline for the efficiencies
-          continue
+          tps=FAILED
         fi
-        [[ -n $base ]] || base=$tps
-        awk -v m=$model -v s=$run -v w=$world -v t=$tps -v b=$base \
-          'BEGIN { printf "%-8s ZeRO-%-9s %6d %12.0f %10.1f%%\n", m, s, w, t, 100 * t / (w * b) }' | tee -a "$out/scaling.txt"
+        printf '%s\t%s\t%s\t%s\n' $model $run $world $tps >>"$out/scaling.tsv"
       done
     done
   done
+  # Efficiency = tokens/s(G) / (G · tokens/s(1)), against the same
+  # configuration's one GPU and against the model's fastest one-GPU run (an
+  # option that only pays off with several GPUs must not flatter itself).
+  awk -F'\t' '
+    { model[NR] = $1; run[NR] = $2; world[NR] = $3; tps[NR] = $4
+      if ($3 == 1 && $4 != "FAILED") { own[$1 "/" $2] = $4; if ($4 > best[$1]) best[$1] = $4 } }
+    END {
+      printf "%-8s %-14s %5s %12s %15s %17s\n", "model", "zero", "gpus", "tokens/s", "eff. vs own 1", "eff. vs best 1"
+      for (i = 1; i <= NR; ++i) {
+        key = model[i] "/" run[i]
+        if (tps[i] == "FAILED" || !(key in own)) { printf "%-8s ZeRO-%-9s %5d %12s\n", model[i], run[i], world[i], tps[i]; continue }
+        printf "%-8s ZeRO-%-9s %5d %12.0f %14.1f%% %16.1f%%\n", model[i], run[i], world[i], tps[i],
+               100 * tps[i] / (world[i] * own[key]), 100 * tps[i] / (world[i] * best[model[i]])
+      }
+    }' "$out/scaling.tsv" | tee "$out/scaling.txt"
 fi
 
 # 4. Fail-fast and restart with NCCL at the largest world size. gpt-tiny

@@ -30,8 +30,10 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
   }
   const std::string folder = TagDir(dir, summary.tag);
   try {
+    // Into host memory, whatever device wrote it: consolidation runs on any
+    // machine, GPUs or not.
     torch::serialize::InputArchive first;
-    first.load_from(RankFile(folder, 0));
+    first.load_from(RankFile(folder, 0), torch::Device(torch::kCPU));
     c10::IValue names_value, shapes_value, world_value;
     if (!first.try_read("layout/names", names_value) || !first.try_read("layout/shapes", shapes_value)) {
       return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
@@ -72,7 +74,7 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
         } else {
           // One rank's file at a time.
           torch::serialize::InputArchive part;
-          part.load_from(RankFile(folder, static_cast<int>(r)));
+          part.load_from(RankFile(folder, static_cast<int>(r)), torch::Device(torch::kCPU));
           part.read("zero/master", shard);
         }
         shard = shard.to(torch::kFloat).contiguous();

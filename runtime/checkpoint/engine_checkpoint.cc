@@ -187,8 +187,10 @@ absl::Status Engine::SaveGatheredWeights(const std::string& folder) {
 
 absl::Status Engine::LoadZeroShards(const std::string& folder) {
   torch::NoGradGuard no_grad;
+  // Saved shards are re-joined in host memory (they may come from GPUs this
+  // host does not have, and all of them at once would not fit on one).
   torch::serialize::InputArchive first;
-  first.load_from(RankFile(folder, 0));
+  first.load_from(RankFile(folder, 0), torch::Device(torch::kCPU));
   // The ranges were cut into this many parts (the saved data-parallel size
   // for stages 1-2, one for stage 0).
   const int64_t saved_world = ReadInt(first, "zero/shards");
@@ -202,7 +204,7 @@ absl::Status Engine::LoadZeroShards(const std::string& folder) {
   int64_t step = 0;
   for (int64_t r = 0; r < saved_world; ++r) {
     torch::serialize::InputArchive part;
-    part.load_from(RankFile(folder, static_cast<int>(r)));
+    part.load_from(RankFile(folder, static_cast<int>(r)), torch::Device(torch::kCPU));
     torch::Tensor m, a, v;
     part.read("zero/master", m);
     part.read("zero/exp_avg", a);
@@ -237,8 +239,11 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
   ClientState client;
   try {
     torch::NoGradGuard no_grad;
+    // Onto this rank's device: tensors remember the device they were saved
+    // from (rank 0's cuda:0), and the optimizer state must live with this
+    // rank's parameters.
     torch::serialize::InputArchive shared;
-    shared.load_from(RankFile(folder, 0));
+    shared.load_from(RankFile(folder, 0), device_);
     // The optimizer state is either one flat fp32 vector cut into ranges (any
     // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
     // checkpoint loads only into an engine that keeps it the same way.
@@ -289,7 +294,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     const std::string own_path = RankFile(folder, rank);
     const bool has_own = posix_fs::Exists(own_path);
     torch::serialize::InputArchive own;
-    if (has_own && rank != 0) own.load_from(own_path);
+    if (has_own && rank != 0) own.load_from(own_path, device_);
     torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
     micro_steps_ = ReadInt(mine, "engine/micro_steps");
     global_steps_ = ReadInt(mine, "engine/global_steps");
@@ -308,6 +313,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     if (has_own) {
       torch::Tensor state;
       mine.read("rng/cpu", state);
+      state = state.to(torch::kCPU);  // the archive was loaded onto the device
       auto generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(state);

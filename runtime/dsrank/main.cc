@@ -148,6 +148,20 @@ int main(int argc, char** argv) {
   torch::manual_seed(job->train.seed + context.rank);
 
   absl::Status trained = TrainGpt(*job, context);
-  if (!trained.ok()) return Fail(std::string(trained.message()));
+  if (!trained.ok()) {
+    if (world == nullptr) return Fail(std::string(trained.message()));
+    // Note [A failed rank leaves at once]: the other ranks may be inside a
+    // collective this rank will never join. Tearing NCCL down then waits for
+    // them (ncclCommDestroy, and ncclCommAbort too, synchronise the ranks of
+    // a node to free shared memory): a rank on cuda:1 that failed its step
+    // sat 15 s in teardown until the hang detector stopped the job. Leaving
+    // without destructors frees the same resources (the driver reclaims the
+    // GPU's) and hands the controller an exit code it acts on in
+    // milliseconds; the trainer has already closed its files.
+    Fail(std::string(trained.message()));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   return 0;
 }

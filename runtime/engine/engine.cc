@@ -12,8 +12,7 @@ namespace dslaunch::runtime {
 namespace {
 
 template <typename Options>
-void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1,
-                   std::optional<double> beta2) {
+void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1, std::optional<double> beta2) {
   options.lr(lr);
   auto betas = options.betas();
   if (beta1) std::get<0>(betas) = *beta1;
@@ -27,14 +26,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
                torch::Device device)
     : model_(std::move(model)), config_(config), data_parallel_(comm), device_(device) {}
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model,
-                                                       const DsConfig& config,
-                                                       Communicator* data_parallel,
-                                                       torch::Device device) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+                                                       Communicator* data_parallel, torch::Device device) {
   if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
-    return absl::InvalidArgumentError(absl::StrCat("zero_optimization.stage=",
-                                                   config.zero_optimization.stage,
-                                                   ": ZeRO stages are 0, 1, 2 and 3"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_optimization.stage=", config.zero_optimization.stage, ": ZeRO stages are 0, 1, 2 and 3"));
   }
   if (config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
@@ -69,23 +65,22 @@ absl::Status Engine::Initialize() {
     const auto& o = config_.optimizer;
     const bool decoupled = type == "adamw" || (type == "adam" && o.adam_w_mode);
     if (type != "adam" && type != "adamw") {
-      return absl::UnimplementedError(absl::StrCat(
-          "optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
+      return absl::UnimplementedError(
+          absl::StrCat("optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
     }
     const std::string& offload = config_.zero_optimization.offload_optimizer.device;
     const std::string& offload_param = config_.zero_optimization.offload_param.device;
     if (offload == "nvme" || offload_param == "nvme") {
-      return absl::UnimplementedError(absl::StrCat(
-          "zero_optimization.", offload == "nvme" ? "offload_optimizer" : "offload_param",
-          ".device=nvme: NVMe offload is not yet supported (use cpu)"));
+      return absl::UnimplementedError(absl::StrCat("zero_optimization.",
+                                                   offload == "nvme" ? "offload_optimizer" : "offload_param",
+                                                   ".device=nvme: NVMe offload is not yet supported (use cpu)"));
     }
     if (offload == "cpu" && stage == 0) {
       return absl::InvalidArgumentError(
           "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 or 3");
     }
     if (offload_param == "cpu" && stage != 3) {
-      return absl::InvalidArgumentError(
-          "zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
+      return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
     }
     if (flat) {
       ZeroOptions options;
@@ -117,8 +112,7 @@ absl::Status Engine::Initialize() {
       auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
-      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(),
-                                                options.offload_optimizer);
+      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(), options.offload_optimizer);
       if (options.overlap_units) {
         stage3_ = Stage3Runner::GradientsOnly(zero_.get());
         partitioned->SetUnitRunner(stage3_.get());
@@ -131,23 +125,18 @@ absl::Status Engine::Initialize() {
               " is below what a step of this model needs whole at once: ", needed,
               " elements (the root and persistent units and the largest layer unit)"));
         }
-        stage3_ = std::make_unique<Stage3Runner>(zero_.get(),
-                                                 config_.zero_optimization.stage3_prefetch_bucket_size,
+        stage3_ = std::make_unique<Stage3Runner>(zero_.get(), config_.zero_optimization.stage3_prefetch_bucket_size,
                                                  config_.zero_optimization.stage3_max_live_parameters);
         partitioned->SetUnitRunner(stage3_.get());
       }
     } else if (decoupled) {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
-          master_params_, torch::optim::AdamWOptions(o.lr)
-                              .betas({o.betas[0], o.betas[1]})
-                              .eps(o.eps)
-                              .weight_decay(o.weight_decay));
+          master_params_,
+          torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
     } else {
       optimizer_ = std::make_unique<torch::optim::Adam>(
-          master_params_, torch::optim::AdamOptions(o.lr)
-                              .betas({o.betas[0], o.betas[1]})
-                              .eps(o.eps)
-                              .weight_decay(o.weight_decay));
+          master_params_,
+          torch::optim::AdamOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("engine initialisation: ", e.what_without_backtrace()));
@@ -402,8 +391,58 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
   return result;
 }
 
+absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
+  try {
+    torch::NoGradGuard no_grad;
+    absl::Status reduced = zero_->ReduceShardGradientSum();
+    if (!reduced.ok()) return reduced;
+    // Σ over ranks of the squared sums: the gradient is the sum over N ranks,
+    // so the mean's squared norm is this over N², and its scale 1/N rides in
+    // the kernel's coefficient (Note [Fused shard step]).
+    torch::Tensor norm_squared = zero_->ShardGradientSumSquares();
+    if (data_parallel_ != nullptr && data_parallel_->size() > 1) {
+      absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
+      if (!summed.ok()) return summed;
+    }
+    const double ranks = zero_->data_parallel_size();
+    const auto [beta1, beta2] = ScheduledBetas();
+    if (scaler_ == nullptr) {
+      // Note [Clip on the device], as in InPlaceZeroStep.
+      result.lr = schedule_->LrAt(successful_steps_);
+      kernels::AdamWHyperparameters h = shard_adam_->CountStep(result.lr, beta1, beta2);
+      h.grad_scale = 1.0 / (ranks * loss_scale());
+      h.grad_norm_squared = norm_squared.data_ptr<double>();
+      h.max_norm = config_.gradient_clipping;
+      absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
+      if (!stepped.ok()) return stepped;
+      (void)UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
+      result.stepped = true;
+      ++successful_steps_;
+    } else if (const std::optional<double> factor =
+                   UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
+               !factor) {
+      ++skipped_steps_;
+    } else {
+      result.lr = schedule_->LrAt(successful_steps_);
+      kernels::AdamWHyperparameters h = shard_adam_->CountStep(result.lr, beta1, beta2);
+      h.grad_scale = *factor / ranks;
+      absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
+      if (!stepped.ok()) return stepped;
+      result.stepped = true;
+      ++successful_steps_;
+    }
+    zero_->ZeroGradients();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("fused ZeRO step: ", e.what_without_backtrace()));
+  }
+  ++global_steps_;
+  ++micro_steps_;
+  return result;
+}
+
 absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
   if (zero_->CanStepInPlace()) return InPlaceZeroStep(result);
+  if (zero_->CanStepFused()) return FusedZeroStep(result);
   try {
     torch::NoGradGuard no_grad;
     absl::Status prepared = zero_->PrepareShardGradient();

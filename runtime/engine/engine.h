@@ -138,6 +138,7 @@ class Engine {
   absl::StatusOr<StepResult> ZeroStep(StepResult result);
   // Note [In-place fused step] (zero_partition.h): one rank, stages 0-1, GPU.
   absl::StatusOr<StepResult> InPlaceZeroStep(StepResult result);
+  absl::StatusOr<StepResult> FusedZeroStep(StepResult result);
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
   void ApplyLrAndMomentum(double lr);

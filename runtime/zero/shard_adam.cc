@@ -34,18 +34,21 @@ kernels::AdamWHyperparameters ShardAdam::Hyperparameters(double lr, double beta1
   return h;
 }
 
+kernels::AdamWHyperparameters ShardAdam::CountStep(double lr, double beta1, double beta2) {
+  ++step_;
+  return Hyperparameters(lr, beta1, beta2);
+}
+
 void ShardAdam::StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
                             double grad_scale, const double* grad_norm_squared, double max_norm) {
-  ++step_;
-  kernels::AdamWHyperparameters h = Hyperparameters(lr, beta1, beta2);
+  kernels::AdamWHyperparameters h = CountStep(lr, beta1, beta2);
   h.grad_scale = grad_scale;
   h.grad_norm_squared = grad_norm_squared;
   h.max_norm = max_norm;
   FusedAdamWStep(entries, h);
 }
 
-void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1,
-                     double beta2) {
+void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2) {
   torch::NoGradGuard no_grad;
   ++step_;
   if (host_kernel_) {

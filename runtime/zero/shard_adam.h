@@ -28,6 +28,11 @@ class ShardAdam {
   void StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
                    double grad_scale, const double* grad_norm_squared = nullptr, double max_norm = 0);
 
+  // Counts one step and returns its hyperparameters, for a caller that
+  // launches the fused kernel itself, piece by piece, with one step count
+  // for all pieces (Note [Fused shard step]).
+  kernels::AdamWHyperparameters CountStep(double lr, double beta1, double beta2);
+
   torch::Tensor& exp_avg() { return exp_avg_; }
   torch::Tensor& exp_avg_sq() { return exp_avg_sq_; }
   int64_t step() const { return step_; }

@@ -26,8 +26,7 @@ int64_t Pieces(int64_t numel, int shards) { return (numel + shards - 1) / shards
 
 }  // namespace
 
-ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params,
-                             Communicator* comm)
+ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm)
     : options_(options), params_(std::move(params)), comm_(comm) {}
 
 absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroOptions& options,
@@ -123,10 +122,10 @@ absl::Status ZeroPartition::BuildUnits() {
   for (const ParameterUnit& s : spec) {
     if (s.first_parameter != static_cast<int64_t>(next) || s.parameter_count <= 0 ||
         next + s.parameter_count > params_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ZeRO-3 units must cover the ", params_.size(),
-          " trainable parameters in order, each once; a unit starts at parameter ", s.first_parameter,
-          " with ", s.parameter_count, " parameters where parameter ", next, " was expected"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZeRO-3 units must cover the ", params_.size(),
+                       " trainable parameters in order, each once; a unit starts at parameter ", s.first_parameter,
+                       " with ", s.parameter_count, " parameters where parameter ", next, " was expected"));
     }
     Unit unit;
     unit.first = next;
@@ -141,8 +140,8 @@ absl::Status ZeroPartition::BuildUnits() {
     next = unit.end;
   }
   if (next != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ZeRO-3 units cover ", next, " of the ",
-                                                   params_.size(), " trainable parameters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeRO-3 units cover ", next, " of the ", params_.size(), " trainable parameters"));
   }
   return absl::OkStatus();
 }
@@ -155,13 +154,21 @@ std::vector<int64_t> ZeroPartition::UnitSizes() const {
 
 torch::Tensor ZeroPartition::FlatGradients(const Unit& unit) const {
   const torch::Tensor& first = params_[unit.first];
-  torch::Tensor all = torch::zeros({unit.piece * shards_}, first.options());
+  // Written once: each gradient copied in, zeros only where there is none
+  // (and in the padding), not a zero fill of the whole unit first.
+  torch::Tensor all = torch::empty({unit.piece * shards_}, first.options());
   int64_t offset = 0;
   for (size_t i = unit.first; i < unit.end; ++i) {
     const torch::Tensor& p = params_[i];
-    if (p.grad().defined()) all.narrow(0, offset, p.numel()).copy_(p.grad().reshape({-1}));
+    torch::Tensor slot = all.narrow(0, offset, p.numel());
+    if (p.grad().defined()) {
+      slot.copy_(p.grad().reshape({-1}));
+    } else {
+      slot.zero_();
+    }
     offset += p.numel();
   }
+  if (offset < all.numel()) all.narrow(0, offset, all.numel() - offset).zero_();
   return all;
 }
 
@@ -283,37 +290,48 @@ int64_t ZeroPartition::StepLiveElements() const {
   return always + largest_layer;
 }
 
-absl::Status ZeroPartition::PrepareShardGradient() {
+absl::Status ZeroPartition::ReduceShardGradientSum() {
   torch::NoGradGuard no_grad;
-  torch::Tensor shard_sum;
   if (stage() >= 2) {
     if (stage() == 2) {
       if (absl::Status s = AccumulateMicroStep(); !s.ok()) return s;
     }
     // Stage 3: every reduce-scatter submitted during backward has landed.
     if (absl::Status s = Drain(); !s.ok()) return s;
-    shard_sum = accumulated_ ? grad_accumulator_
-                             : torch::zeros({shard_size_}, params_.front().options());
-  } else {
-    // Stages 0-1: every bucket all-reduced; this rank keeps its piece of each.
-    shard_sum = torch::empty({shard_size_}, params_.front().options());
-    for (const Unit& unit : units_) {
-      torch::Tensor flat = FlatGradients(unit);
-      if (comm_ != nullptr && size_ > 1) {
-        absl::Status reduced = comm_->AllReduce(flat, ReduceOp::kSum);
-        if (!reduced.ok()) return reduced;
-      }
-      shard_sum.narrow(0, unit.shard_offset, unit.piece).copy_(flat.narrow(0, shard_rank_ * unit.piece, unit.piece));
-    }
+    shard_gradient_sum_ = accumulated_ ? grad_accumulator_ : torch::zeros({shard_size_}, params_.front().options());
+    return absl::OkStatus();
   }
+  shard_gradient_sum_ = torch::empty({shard_size_}, params_.front().options());
+  for (const Unit& unit : units_) {
+    torch::Tensor flat = FlatGradients(unit);
+    torch::Tensor mine = shard_gradient_sum_.narrow(0, unit.shard_offset, unit.piece);
+    if (shards_ > 1) {
+      // Stage 1: each rank needs only the sum of its own piece, which a
+      // reduce-scatter delivers for half the bytes of an all-reduce.
+      if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
+      continue;
+    }
+    if (comm_ != nullptr && size_ > 1) {
+      if (absl::Status s = comm_->AllReduce(flat, ReduceOp::kSum); !s.ok()) return s;
+    }
+    mine.copy_(flat);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroPartition::PrepareShardGradient() {
+  torch::NoGradGuard no_grad;
+  if (absl::Status s = ReduceShardGradientSum(); !s.ok()) return s;
+  const torch::Tensor& shard_sum = shard_gradient_sum_;
   // Σ over ranks → mean, in fp32, and its squared norm in fp64, a chunk at a
   // time: a whole-shard fp32 and fp64 copy would need 12 bytes per element
   // on the device at once (9 GiB for a 1.2B-parameter shard).
   // (prescale_gradients is refused with ZeRO by the config: "not yet supported".)
   constexpr int64_t kChunk = int64_t{1} << 24;
   const auto shard_options = shard_sum.options().dtype(torch::kFloat);
-  torch::Tensor mean = offload() ? torch::empty({shard_size_}, shard_options.device(torch::kCPU).pinned_memory(shard_sum.is_cuda()))
-                                 : torch::empty({shard_size_}, shard_options);
+  torch::Tensor mean =
+      offload() ? torch::empty({shard_size_}, shard_options.device(torch::kCPU).pinned_memory(shard_sum.is_cuda()))
+                : torch::empty({shard_size_}, shard_options);
   // The norm where the gradient is (a GPU reduces 86M values in microseconds;
   // the host would take a good part of a second).
   torch::Tensor norm = torch::zeros({1}, shard_options.dtype(torch::kDouble));
@@ -336,20 +354,12 @@ absl::Status ZeroPartition::GatherParameters() {
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     param_shard_.copy_(master_shard_.detach());
-    for (int u = 0; u < units(); ++u) {
-      if (units_[u].persistent) {
-        gathered_[u] = false;  // stale: fetch the updated values
-        if (absl::Status s = GatherUnit(u); !s.ok()) return s;
-      } else {
-        ReleaseUnit(u);
-      }
-    }
-    return absl::OkStatus();
+    return RegatherPersistentUnits();
   }
   const auto dtype = params_.front().scalar_type();
   for (const Unit& unit : units_) {
-    torch::Tensor mine = master_shard_.detach().narrow(0, unit.shard_offset, unit.piece)
-                             .to(params_.front().device(), dtype);
+    torch::Tensor mine =
+        master_shard_.detach().narrow(0, unit.shard_offset, unit.piece).to(params_.front().device(), dtype);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);
@@ -357,14 +367,18 @@ absl::Status ZeroPartition::GatherParameters() {
     } else {
       all.copy_(mine);
     }
-    int64_t offset = 0;
-    for (size_t i = unit.first; i < unit.end; ++i) {
-      torch::Tensor& p = params_[i];
-      p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
-      offset += p.numel();
-    }
+    CopyIntoParameters(unit, all);
   }
   return absl::OkStatus();
+}
+
+void ZeroPartition::CopyIntoParameters(const Unit& unit, const torch::Tensor& all) {
+  int64_t offset = 0;
+  for (size_t i = unit.first; i < unit.end; ++i) {
+    torch::Tensor& p = params_[i];
+    p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
+  }
 }
 
 bool ZeroPartition::CanStepInPlace() const {
@@ -395,12 +409,72 @@ std::vector<FusedAdamWEntry> ZeroPartition::InPlaceEntries(const torch::Tensor& 
   return entries;
 }
 
+bool ZeroPartition::CanStepFused() const {
+  return !offload() && !offload_param() && master_shard_.is_cuda() && FusedAdamWAvailable();
+}
+
+torch::Tensor ZeroPartition::ShardGradientSumSquares() const {
+  std::vector<FusedAdamWEntry> entries;
+  for (const Unit& unit : units_) {
+    FusedAdamWEntry entry;
+    entry.grad = shard_gradient_sum_.narrow(0, unit.shard_offset, unit.piece);
+    entries.push_back(entry);
+  }
+  return FusedGradSumSquares(entries);
+}
+
+absl::Status ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparameters& h, const torch::Tensor& exp_avg,
+                                               const torch::Tensor& exp_avg_sq) {
+  torch::NoGradGuard no_grad;
+  // Stage 3: no gather of the old values may still read the parameter shard.
+  if (absl::Status s = Drain(); !s.ok()) return s;
+  const torch::Tensor master = master_shard_.detach();
+  for (const Unit& unit : units_) {
+    auto piece = [&unit](const torch::Tensor& flat) { return flat.narrow(0, unit.shard_offset, unit.piece); };
+    // The updated 16-bit values land where they are needed next: this rank's
+    // slot of the unit's all-gather buffer, or (stage 3) the parameter shard.
+    torch::Tensor all;
+    torch::Tensor out;
+    if (stage() == 3) {
+      out = piece(param_shard_);
+    } else {
+      all = torch::empty({unit.piece * shards_}, params_[unit.first].options());
+      out = all.narrow(0, shard_rank_ * unit.piece, unit.piece);
+    }
+    // One launch per unit, so at most one unit's buffer is alive (a bucket
+    // of reduce_bucket_size elements), as in GatherParameters.
+    FusedAdamWStep({FusedAdamWEntry{piece(master), piece(shard_gradient_sum_), piece(exp_avg), piece(exp_avg_sq), out}},
+                   h);
+    if (stage() == 3) continue;
+    if (comm_ != nullptr && shards_ > 1) {
+      // In place: NCCL takes a send buffer that is the rank's own slot of
+      // the receive buffer.
+      if (absl::Status s = comm_->AllGather(out, all); !s.ok()) return s;
+    }
+    CopyIntoParameters(unit, all);
+  }
+  return stage() == 3 ? RegatherPersistentUnits() : absl::OkStatus();
+}
+
+absl::Status ZeroPartition::RegatherPersistentUnits() {
+  for (int u = 0; u < units(); ++u) {
+    if (units_[u].persistent) {
+      gathered_[u] = false;  // stale: fetch the updated values
+      if (absl::Status s = GatherUnit(u); !s.ok()) return s;
+    } else {
+      ReleaseUnit(u);
+    }
+  }
+  return absl::OkStatus();
+}
+
 void ZeroPartition::ZeroGradients() {
   // Dropped, not zeroed (PyTorch's zero_grad(set_to_none=True)): the next
   // backward hands its fresh gradients over instead of adding them to zeros.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   master_shard_.mutable_grad() = torch::Tensor();
   grad_accumulator_ = torch::Tensor();
+  shard_gradient_sum_ = torch::Tensor();
   accumulated_ = false;
 }
 
@@ -443,8 +517,7 @@ torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
   return torch::cat(pieces).to(master_shard_.device());
 }
 
-torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor>& pieces,
-                                     const std::vector<int64_t>& unit_sizes) {
+torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>& unit_sizes) {
   const int world = static_cast<int>(pieces.size());
   std::vector<torch::Tensor> parts;
   int64_t offset = 0;  // of the unit's piece within each saved shard

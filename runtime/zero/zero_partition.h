@@ -35,16 +35,16 @@
 // Not thread-safe; owned by the Engine.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/zero/fused_adamw_step.h"
 #include "runtime/zero/comm_worker.h"
+#include "runtime/zero/fused_adamw_step.h"
 #include "runtime/zero/parameter_units.h"
 
 namespace dslaunch::runtime {
@@ -75,14 +75,13 @@ class ZeroPartition {
  public:
   // `comm` may be null (one rank: the shard is everything).
   static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(const ZeroOptions& options,
-                                                               std::vector<torch::Tensor> params,
-                                                               Communicator* comm);
+                                                               std::vector<torch::Tensor> params, Communicator* comm);
   bool offload() const { return options_.offload_optimizer; }
   bool offload_param() const { return options_.offload_param; }
 
   int stage() const { return options_.stage; }
-  int64_t total() const { return total_; }          // Ψ
-  int64_t shard_size() const { return shard_size_; } // Σ S_u: this rank's elements
+  int64_t total() const { return total_; }            // Ψ
+  int64_t shard_size() const { return shard_size_; }  // Σ S_u: this rank's elements
   // How many pieces each unit is cut into: N for stages 1-3, 1 for stage 0.
   int shards() const { return shards_; }
   // Ψ_u of every unit, in order (what a checkpoint records to re-cut itself).
@@ -95,8 +94,14 @@ class ZeroPartition {
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
   // the shard accumulator and free them. No-op for stages 1 and 3.
   absl::Status AccumulateMicroStep();
+  // At the boundary: the sum over ranks of this rank's pieces of the
+  // gradients, in the gradients' dtype (shard_gradient_sum()). Stages 1-2
+  // reduce-scatter each unit (stage 2 during the micro-steps), stage 3 drains
+  // what backward submitted, stage 0 all-reduces.
+  absl::Status ReduceShardGradientSum();
+  const torch::Tensor& shard_gradient_sum() const { return shard_gradient_sum_; }
   // At the boundary: the averaged gradient of this rank's pieces into
-  // master_shard().grad() (fp32). Stage 1 first all-reduces the full gradients.
+  // master_shard().grad() (fp32), through ReduceShardGradientSum.
   absl::Status PrepareShardGradient();
   // Σ g² over this rank's pieces of the prepared gradient: a one-element
   // fp64 tensor where the gradient was reduced (no wait for the device).
@@ -120,6 +125,25 @@ class ZeroPartition {
   // across them, against fp64 throughout), which can move the clipping
   // coefficient in its last bits.
   bool CanStepInPlace() const;
+
+  // Note [Fused shard step]: on a GPU without offload, every other case
+  // (several ranks, stage 3, accumulated or overlapped stage-2 gradients)
+  // steps with the fused kernel too. It reads the reduced gradient sum in its
+  // own dtype (ShardGradientSumSquares, then StepFusedAndGather with
+  // grad_scale 1/N folded into the coefficient) and writes the 16-bit
+  // parameters straight into the all-gather's buffer (stage 3: the parameter
+  // shard), unit by unit, so no fp32 mean of the shard is ever built.
+  bool CanStepFused() const;
+  // Σ g² over this rank's pieces of shard_gradient_sum() (the sum over ranks,
+  // not yet divided by N): a one-element fp64 tensor on the device.
+  torch::Tensor ShardGradientSumSquares() const;
+  // One fused AdamW step of every unit's pieces with `h` (one step count for
+  // all), each unit's all-gather right behind its step (stages 0-2); stage 3
+  // re-gathers its persistent units as GatherParameters does.
+  absl::Status StepFusedAndGather(const kernels::AdamWHyperparameters& h, const torch::Tensor& exp_avg,
+                                  const torch::Tensor& exp_avg_sq);
+  // Data-parallel ranks the gradients are averaged over (N).
+  int data_parallel_size() const { return size_; }
   // One entry per parameter: its slice of the master shard and of the two
   // moments (flat tensors of the shard's size), its gradient (zeros when it
   // has none) and the parameter itself.
@@ -160,8 +184,7 @@ class ZeroPartition {
   torch::Tensor ShardOf(const torch::Tensor& full_unpadded) const;
   // The inverse over all ranks: the flat Ψ vector from every saved rank's
   // pieces, for units of `unit_sizes` cut into pieces.size() parts.
-  static torch::Tensor Unshard(const std::vector<torch::Tensor>& pieces,
-                               const std::vector<int64_t>& unit_sizes);
+  static torch::Tensor Unshard(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>& unit_sizes);
 
  private:
   struct Unit {
@@ -170,7 +193,7 @@ class ZeroPartition {
     int64_t piece = 0;          // S_u
     int64_t shard_offset = 0;   // where this rank's piece starts in the shard
     bool layer = false;
-    bool persistent = false;    // stage 3: never released
+    bool persistent = false;  // stage 3: never released
   };
 
   ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm);
@@ -181,24 +204,29 @@ class ZeroPartition {
   // Reduce-scatter (or copy on one rank) of a unit's padded flat vector.
   absl::Status ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine);
   void AddToAccumulator(const Unit& unit, const torch::Tensor& mine);
+  // A unit's gathered flat values [N·S_u] into its model parameters.
+  void CopyIntoParameters(const Unit& unit, const torch::Tensor& all);
+  // Stage 3 after a step: persistent units gathered again, the others released.
+  absl::Status RegatherPersistentUnits();
 
   const ZeroOptions options_;
   std::vector<torch::Tensor> params_;
   Communicator* const comm_;
   int rank_ = 0;
-  int size_ = 1;         // data-parallel ranks (gradients are averaged over them)
-  int shards_ = 1;       // pieces each unit is cut into
-  int shard_rank_ = 0;   // which piece this rank owns
+  int size_ = 1;        // data-parallel ranks (gradients are averaged over them)
+  int shards_ = 1;      // pieces each unit is cut into
+  int shard_rank_ = 0;  // which piece this rank owns
   int64_t total_ = 0;
   int64_t shard_size_ = 0;
   std::vector<Unit> units_;
   torch::Tensor master_shard_;
-  torch::Tensor grad_accumulator_;  // stages 2-3: [Σ S_u] in the gradients' dtype
-  bool accumulated_ = false;        // something is in the accumulator
+  torch::Tensor grad_accumulator_;    // stages 2-3: [Σ S_u] in the gradients' dtype
+  bool accumulated_ = false;          // something is in the accumulator
   torch::Tensor local_norm_squared_;  // of the prepared shard gradient, [1] fp64
+  torch::Tensor shard_gradient_sum_;  // [Σ S_u] in the gradients' dtype, at the boundary
   // Stage 3.
-  torch::Tensor param_shard_;       // [Σ S_u] in the parameters' dtype
-  std::vector<torch::Tensor> full_; // per unit: [N·S_u], storage released when not gathered
+  torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
+  std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered
   std::vector<bool> gathered_;       // storage allocated (the gather may still run)
   std::vector<std::optional<std::shared_future<absl::Status>>> pending_;  // gathers in flight
   int64_t peak_live_ = 0;

@@ -505,7 +505,7 @@ namespace {
 
 // Note [In-place fused step]: on one GPU, stage 0 steps each parameter where
 // autograd left its gradient; stage 2 with two micro-steps per step goes
-// through the flat shard. Same arithmetic on the same values up to the
+// through the flat shard's accumulator (Note [Fused shard step]). Same arithmetic on the same values up to the
 // gradient norm's summation order: the same losses and weights.
 TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
@@ -539,6 +539,49 @@ TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
   // fp32 bits (the norms are summed in another order) to neighbouring bf16
   // values, one ulp (≤ 2^-8 relative) apart.
   EXPECT_LT(MaxDifference(params[0], params[1]), 1e-2);
+}
+
+// Note [Fused shard step]: stage 2 with accumulated gradients (and stage 3)
+// step on the GPU with the fused kernel over the reduced gradient sum, the
+// 16-bit values written into the gather buffers; the CPU runs the same stages
+// with LibTorch ops over an fp32 mean. In fp32 (LibTorch leaves TF32 off)
+// the two agree up to summation order, with Config()'s clipping.
+TEST(ZeroGpuTest, FusedShardStepMatchesTheCpuStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (int stage : {2, 3}) {
+    std::vector<std::vector<double>> losses;
+    std::vector<std::vector<torch::Tensor>> params;
+    for (bool cuda : {false, true}) {
+      const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+      DsConfig config = Config(stage, 4, 2, 1);
+      GptOptions options = TinyGpt();
+      options.fused_kernels = false;  // the same model arithmetic on both devices
+      Gpt model(options, 13);
+      auto engine = Engine::Create(model.ptr(), config, nullptr, device);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<double> run_losses;
+      for (int step = 0; step < 4; ++step) {
+        for (int micro = 0; micro < 2; ++micro) {
+          auto [inputs, targets] = Batch(step * 8 + micro * 4, 4);
+          torch::Tensor loss = model->Loss(inputs.to(device), targets.to(device));
+          run_losses.push_back(loss.item<double>());
+          ASSERT_TRUE((*engine)->Backward(loss).ok());
+          auto stepped = (*engine)->Step();
+          ASSERT_TRUE(stepped.ok()) << stepped.status();
+          EXPECT_EQ(stepped->stepped, micro == 1);
+        }
+      }
+      ASSERT_TRUE((*engine)->GatherFullParameters().ok());
+      losses.push_back(run_losses);
+      std::vector<torch::Tensor> values;
+      for (const torch::Tensor& p : Parameters(model)) values.push_back(p.cpu());
+      params.push_back(values);
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_NEAR(losses[0][i], losses[1][i], 1e-4 * losses[0][i]) << "stage " << stage << " micro-step " << i;
+    }
+    EXPECT_LT(MaxDifference(params[0], params[1]), 1e-4) << "stage " << stage;
+  }
 }
 
 }  // namespace
