@@ -156,3 +156,76 @@ class CudaDeviceGuard {
 #endif
 };
 }  // namespace dslaunch::runtime::compat
+
+// Note [Comm stream]
+// Collectives that should overlap computation (ZeRO-3 gathers and
+// reduce-scatters, stage-2 overlap_comm) run on a CommWorker thread, and on
+// a GPU that thread must also have a stream of its own: work on one stream
+// runs in order, so collectives queued behind backward's kernels on the
+// compute stream would wait for them whatever thread queued them. The two
+// streams meet at StreamPoints: a task's side-stream work waits for the
+// compute stream as it was when the task was submitted, and whoever uses the
+// result makes its own stream wait for the point the task ended at. Memory
+// the compute stream allocated and the side stream still reads is kept from
+// reuse until that read is done (KeepUntilCurrentStreamDone). Everything
+// here does nothing for the CPU.
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+#include <memory>
+namespace dslaunch::runtime::compat {
+class StreamPoint {
+ public:
+  StreamPoint() = default;
+  // The work queued so far on this thread's current stream of `device`.
+  static StreamPoint OnCurrentStream(const torch::Device& device) {
+    StreamPoint point;
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (device.is_cuda()) {
+      point.event_ = std::make_shared<at::cuda::CUDAEvent>();
+      point.event_->record(c10::cuda::getCurrentCUDAStream(device.index()));
+      point.device_ = device.index();
+    }
+#else
+    (void)device;
+#endif
+    return point;
+  }
+  // Work queued after this on this thread's current stream (of the point's
+  // device) starts after the point; the host does not wait.
+  void BlockCurrentStream() const {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (event_) event_->block(c10::cuda::getCurrentCUDAStream(device_));
+#endif
+  }
+
+ private:
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  std::shared_ptr<at::cuda::CUDAEvent> event_;
+  c10::DeviceIndex device_ = 0;
+#endif
+};
+
+// Makes `device` this thread's device and a stream of LibTorch's
+// high-priority pool its current stream there (a CommWorker's thread, once).
+inline void UseSideStreamOnThisThread(const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  if (!device.is_cuda()) return;
+  c10::cuda::set_device(device.index());
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index()));
+#else
+  (void)device;
+#endif
+}
+
+// The caching allocator hands `tensor`'s memory out again only after the work
+// queued so far on this thread's current stream is done (record_stream).
+inline void KeepUntilCurrentStreamDone(const torch::Tensor& tensor) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  if (tensor.defined() && tensor.is_cuda()) tensor.record_stream(c10::cuda::getCurrentCUDAStream(tensor.device().index()));
+#else
+  (void)tensor;
+#endif
+}
+}  // namespace dslaunch::runtime::compat

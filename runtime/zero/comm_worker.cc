@@ -2,7 +2,15 @@
 
 namespace dslaunch::runtime {
 
-CommWorker::CommWorker() { thread_ = std::thread([this] { Loop(); }); }
+absl::Status CommTicket::Wait() const {
+  absl::Status status = status_.get();
+  if (done_) done_->BlockCurrentStream();
+  return status;
+}
+
+CommWorker::CommWorker(torch::Device device) : device_(device) {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 CommWorker::~CommWorker() {
   {
@@ -13,15 +21,18 @@ CommWorker::~CommWorker() {
   thread_.join();
 }
 
-std::shared_future<absl::Status> CommWorker::Submit(std::function<absl::Status()> work) {
-  std::promise<absl::Status> done;
-  std::shared_future<absl::Status> result = done.get_future().share();
+CommTicket CommWorker::Submit(std::function<absl::Status()> work) {
+  Task task;
+  task.work = std::move(work);
+  task.submitted = compat::StreamPoint::OnCurrentStream(device_);
+  task.finished = std::make_shared<compat::StreamPoint>();
+  CommTicket ticket(task.done.get_future().share(), task.finished);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(std::move(work), std::move(done));
+    queue_.push_back(std::move(task));
   }
   changed_.notify_all();
-  return result;
+  return ticket;
 }
 
 absl::Status CommWorker::Drain() {
@@ -29,26 +40,32 @@ absl::Status CommWorker::Drain() {
   changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
   absl::Status error = first_error_;
   first_error_ = absl::OkStatus();
+  // The side stream runs its work in order: its last task's end covers all.
+  if (last_finished_) last_finished_->BlockCurrentStream();
   return error;
 }
 
 void CommWorker::Loop() {
+  compat::UseSideStreamOnThisThread(device_);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stopping, nothing left
-    auto [work, done] = std::move(queue_.front());
+    Task task = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
     absl::Status status;
     try {
-      status = work();
+      task.submitted.BlockCurrentStream();
+      status = task.work();
     } catch (const std::exception& e) {
       status = absl::InternalError(e.what());
     }
-    done.set_value(status);
+    *task.finished = compat::StreamPoint::OnCurrentStream(device_);
+    task.done.set_value(status);
     lock.lock();
+    last_finished_ = task.finished;
     busy_ = false;
     if (!status.ok() && first_error_.ok()) first_error_ = status;
     changed_.notify_all();

@@ -84,14 +84,14 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   // Pinned host memory makes the copies to and from the GPU asynchronous.
   if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
   zero->master_shard_ = shard.requires_grad_(true);
-  if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>();
+  if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
     param_pieces.clear();
     if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
     zero->param_shard_ = params_shard;
     zero->pending_.resize(zero->units_.size());
-    zero->worker_ = std::make_unique<CommWorker>();
+    zero->worker_ = std::make_unique<CommWorker>(first.device());
     for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
   }
@@ -215,7 +215,11 @@ absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
     torch::NoGradGuard no_grad_on_worker;
     const Unit& unit = units_[u];
     torch::Tensor mine = torch::empty({unit.piece}, flat.options());
-    if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
+    absl::Status scattered = ScatterInto(flat, unit.piece, mine);
+    // `flat` came from the training thread's stream; on the worker's stream
+    // the scatter may still be reading it when this function returns.
+    if (worker_) compat::KeepUntilCurrentStreamDone(flat);
+    if (!scattered.ok()) return scattered;
     AddToAccumulator(unit, mine);
     return absl::OkStatus();
   };
@@ -248,7 +252,7 @@ absl::Status ZeroPartition::StartGather(int u) {
 absl::Status ZeroPartition::GatherUnit(int u) {
   if (absl::Status s = StartGather(u); !s.ok()) return s;
   if (!pending_[u]) return absl::OkStatus();
-  absl::Status status = pending_[u]->get();
+  absl::Status status = pending_[u]->Wait();
   pending_[u].reset();
   if (!status.ok()) {
     ResizeStorage(full_[u], 0);
@@ -260,7 +264,7 @@ absl::Status ZeroPartition::GatherUnit(int u) {
 void ZeroPartition::ReleaseUnit(int u) {
   if (stage() != 3 || units_[u].persistent || !gathered_[u]) return;
   if (pending_[u]) {
-    pending_[u]->wait();  // never free memory the worker is writing
+    (void)pending_[u]->Wait();  // never free memory the worker is writing (its error surfaces at Drain)
     pending_[u].reset();
   }
   ResizeStorage(full_[u], 0);

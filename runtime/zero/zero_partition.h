@@ -228,9 +228,9 @@ class ZeroPartition {
   torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
   std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered
   std::vector<bool> gathered_;       // storage allocated (the gather may still run)
-  std::vector<std::optional<std::shared_future<absl::Status>>> pending_;  // gathers in flight
+  std::vector<std::optional<CommTicket>> pending_;  // gathers in flight
   int64_t peak_live_ = 0;
-  std::unique_ptr<CommWorker> worker_;  // stage 3
+  std::unique_ptr<CommWorker> worker_;  // stage 3, and stage 2 with overlapped units
 };
 
 }  // namespace dslaunch::runtime
