@@ -239,11 +239,14 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
   ClientState client;
   try {
     torch::NoGradGuard no_grad;
-    // Onto this rank's device: tensors remember the device they were saved
-    // from (rank 0's cuda:0), and the optimizer state must live with this
-    // rank's parameters.
+    // Tensors remember the device they were saved from (rank 0's cuda:0).
+    // The per-parameter optimizer state (fp32 at stage 0, no flat shard) is
+    // used as loaded, so it goes onto this rank's device; everything else is
+    // copied into place, and the flat shards' copies in these files are
+    // never read here, so they stay in host memory (12 bytes per parameter).
+    const torch::Device load_device = zero_ ? torch::Device(torch::kCPU) : device_;
     torch::serialize::InputArchive shared;
-    shared.load_from(RankFile(folder, 0), device_);
+    shared.load_from(RankFile(folder, 0), load_device);
     // The optimizer state is either one flat fp32 vector cut into ranges (any
     // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
     // checkpoint loads only into an engine that keeps it the same way.
@@ -294,7 +297,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     const std::string own_path = RankFile(folder, rank);
     const bool has_own = posix_fs::Exists(own_path);
     torch::serialize::InputArchive own;
-    if (has_own && rank != 0) own.load_from(own_path, device_);
+    if (has_own && rank != 0) own.load_from(own_path, load_device);
     torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
     micro_steps_ = ReadInt(mine, "engine/micro_steps");
     global_steps_ = ReadInt(mine, "engine/global_steps");
@@ -313,7 +316,7 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     if (has_own) {
       torch::Tensor state;
       mine.read("rng/cpu", state);
-      state = state.to(torch::kCPU);  // the archive was loaded onto the device
+      state = state.to(torch::kCPU);  // the archive may have been loaded onto the device
       auto generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(state);

@@ -400,34 +400,34 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
     // so the mean's squared norm is this over N², and its scale 1/N rides in
     // the kernel's coefficient (Note [Fused shard step]).
     torch::Tensor norm_squared = zero_->ShardGradientSumSquares();
-    if (data_parallel_ != nullptr && data_parallel_->size() > 1) {
+    // Stage 0 (one piece) already holds the whole sum on every rank.
+    if (data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1) {
       absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
       if (!summed.ok()) return summed;
     }
     const double ranks = zero_->data_parallel_size();
-    const auto [beta1, beta2] = ScheduledBetas();
-    if (scaler_ == nullptr) {
-      // Note [Clip on the device], as in InPlaceZeroStep.
-      result.lr = schedule_->LrAt(successful_steps_);
-      kernels::AdamWHyperparameters h = shard_adam_->CountStep(result.lr, beta1, beta2);
-      h.grad_scale = 1.0 / (ranks * loss_scale());
-      h.grad_norm_squared = norm_squared.data_ptr<double>();
-      h.max_norm = config_.gradient_clipping;
-      absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
-      if (!stepped.ok()) return stepped;
-      (void)UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
-      result.stepped = true;
-      ++successful_steps_;
-    } else if (const std::optional<double> factor =
-                   UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
-               !factor) {
+    // Note [Clip on the device], as in InPlaceZeroStep: without a loss scaler
+    // no step is skipped, and the kernel computes the coefficient itself.
+    const bool clip_on_device = scaler_ == nullptr;
+    std::optional<double> factor;
+    if (!clip_on_device) factor = UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
+    if (!clip_on_device && !factor) {
       ++skipped_steps_;
     } else {
+      const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
       kernels::AdamWHyperparameters h = shard_adam_->CountStep(result.lr, beta1, beta2);
-      h.grad_scale = *factor / ranks;
+      if (clip_on_device) {
+        h.grad_scale = 1.0 / (ranks * loss_scale());
+        h.grad_norm_squared = norm_squared.data_ptr<double>();
+        h.max_norm = config_.gradient_clipping;
+      } else {
+        h.grad_scale = *factor / ranks;
+      }
       absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
       if (!stepped.ok()) return stepped;
+      // Read once the step is queued (the result's norm and coefficient).
+      if (clip_on_device) (void)UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
       result.stepped = true;
       ++successful_steps_;
     }
@@ -450,7 +450,8 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
     // The global norm: every rank's shard sum, added up over the group on
     // the device, then read once.
     torch::Tensor sum = zero_->LocalGradNormSquared().clone();
-    if (data_parallel_ != nullptr && data_parallel_->size() > 1) {
+    // Stage 0 (one piece) already holds the whole mean on every rank.
+    if (data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1) {
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
     }

@@ -13,12 +13,20 @@ CommWorker::CommWorker(torch::Device device) : device_(device) {
 }
 
 CommWorker::~CommWorker() {
+  std::deque<Task> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    // Nobody waits for what has not started: after an error the peers may
+    // never join those collectives, and running them would hang the exit.
+    dropped.swap(queue_);
   }
+  for (Task& task : dropped) task.done.set_value(absl::CancelledError("comm worker shut down"));
   changed_.notify_all();
   thread_.join();
+  // Memory the side stream may still be writing goes back to the pools of
+  // the destroying thread's stream: that stream waits for the side stream.
+  if (last_finished_) last_finished_->BlockCurrentStream();
 }
 
 CommTicket CommWorker::Submit(std::function<absl::Status()> work) {

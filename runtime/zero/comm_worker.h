@@ -6,6 +6,8 @@
 // work on a stream of its own (Note [Comm stream]).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -13,8 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "runtime/torch_compat.h"
@@ -39,7 +39,9 @@ class CommWorker {
   // `device`: where the collectives run; a CUDA device gives the thread its
   // own stream there.
   explicit CommWorker(torch::Device device = torch::kCPU);
-  ~CommWorker();  // runs what is queued, then joins
+  // Finishes the task in progress, drops (cancels) the ones not started, and
+  // joins. Engines drain before every step ends, so a drop means an error.
+  ~CommWorker();
 
   CommTicket Submit(std::function<absl::Status()> work);
   // Waits until everything submitted so far has run, and makes the caller's
@@ -59,10 +61,10 @@ class CommWorker {
   const torch::Device device_;
   std::mutex mu_;
   std::condition_variable changed_;
-  std::deque<Task> queue_;                       // guarded by mu_
-  bool busy_ = false;                            // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
-  absl::Status first_error_;                     // guarded by mu_
+  std::deque<Task> queue_;                              // guarded by mu_
+  bool busy_ = false;                                   // guarded by mu_
+  bool stopping_ = false;                               // guarded by mu_
+  absl::Status first_error_;                            // guarded by mu_
   std::shared_ptr<compat::StreamPoint> last_finished_;  // guarded by mu_
   std::thread thread_;
 };

@@ -350,6 +350,7 @@ absl::Status ZeroPartition::PrepareShardGradient() {
   }
   local_norm_squared_ = norm;
   master_shard_.mutable_grad() = mean;
+  shard_gradient_sum_ = torch::Tensor();  // not needed past the mean (and 2Ψ/N bytes on the device)
   return absl::OkStatus();
 }
 
@@ -446,7 +447,8 @@ absl::Status ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparamete
       out = all.narrow(0, shard_rank_ * unit.piece, unit.piece);
     }
     // One launch per unit, so at most one unit's buffer is alive (a bucket
-    // of reduce_bucket_size elements), as in GatherParameters.
+    // of reduce_bucket_size elements; at stage 0 the one unit is the whole
+    // model), as in GatherParameters.
     FusedAdamWStep({FusedAdamWEntry{piece(master), piece(shard_gradient_sum_), piece(exp_avg), piece(exp_avg_sq), out}},
                    h);
     if (stage() == 3) continue;

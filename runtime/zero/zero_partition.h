@@ -132,7 +132,9 @@ class ZeroPartition {
   // own dtype (ShardGradientSumSquares, then StepFusedAndGather with
   // grad_scale 1/N folded into the coefficient) and writes the 16-bit
   // parameters straight into the all-gather's buffer (stage 3: the parameter
-  // shard), unit by unit, so no fp32 mean of the shard is ever built.
+  // shard), unit by unit, so no fp32 mean of the shard is ever built. With
+  // several ranks the device clips on sqrt(Σ)·1/(N·S) while the host reports
+  // sqrt(Σ/N²)/S: the reported norm can differ in its last bits.
   bool CanStepFused() const;
   // Σ g² over this rank's pieces of shard_gradient_sum() (the sum over ranks,
   // not yet divided by N): a one-element fp64 tensor on the device.

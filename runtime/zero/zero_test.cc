@@ -111,6 +111,36 @@ TEST_F(ZeroTest, StagesOneTwoAndThreeMatchStageZero) {
   }
 }
 
+// Stage 0 with mixed precision runs through the flat machinery with one
+// piece: every rank holds the whole reduced gradient, so its squared norm is
+// not summed over the ranks again (that reported, and clipped at, a norm √N
+// too large).
+TEST_F(ZeroTest, StageZeroMixedPrecisionNormMatchesOneRank) {
+  std::vector<std::vector<double>> norms(3);
+  for (int world : {1, 2}) {
+    RunRanks(world, [&](int rank, Communicator* comm) {
+      Gpt model(TinyGpt(), 21);
+      DsConfig config = Config(0, 8 / world, 1, world);
+      config.bf16.enabled = true;
+      auto engine = Engine::Create(model.ptr(), config, world > 1 ? comm : nullptr, torch::kCPU);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      for (int step = 0; step < 3; ++step) {
+        auto [inputs, targets] = Batch(step * 8 + rank * (8 / world), 8 / world);
+        ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
+        auto stepped = (*engine)->Step();
+        ASSERT_TRUE(stepped.ok()) << stepped.status();
+        if (rank == 0) norms[world].push_back(stepped->grad_norm);
+      }
+    });
+  }
+  ASSERT_EQ(norms[1].size(), 3u);
+  ASSERT_EQ(norms[2].size(), 3u);
+  for (int step = 0; step < 3; ++step) {
+    // bf16 gradients of half batches summed: a few parts in a thousand.
+    EXPECT_NEAR(norms[2][step], norms[1][step], 0.02 * norms[1][step]) << "step " << step;
+  }
+}
+
 TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
   // bf16 mixed precision with Adam: Ψ parameters, N ranks. Stage 0: 16Ψ;
   // stage 1: 4Ψ + 12Ψ/N; stage 2: 2Ψ + 14Ψ/N; stage 3: 16Ψ/N. Every unit
