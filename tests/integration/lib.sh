@@ -49,6 +49,8 @@ wait_until() {
 # True when the process is gone (or a zombie nobody reaped yet).
 pid_gone() {
   local state
+  # Not a pid (an empty file would make this /proc//stat, which exists).
+  [[ $1 =~ ^[0-9]+$ ]] || { echo "pid_gone: '$1' is not a pid" >&2; return 1; }
   [[ -r /proc/$1/stat ]] || return 0
   state=$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 0
   [[ -z $state || $state == Z ]]

@@ -45,6 +45,19 @@ int Fail(const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+// Written whole or not at all (a temporary file renamed into place): a rank
+// stopped right after it started must not leave an empty pid file, which a
+// test would read as the pid "" (test_static_agents did, under load).
+void WritePidFile(const std::string& path, pid_t pid) {
+  const std::string partial = path + ".partial";
+  { std::ofstream(partial) << pid << "\n"; }
+  std::rename(partial.c_str(), path.c_str());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace std::chrono_literals;
   bool check_env = false, use_store = false, spawn_child = false, ignore_sigterm = false;
@@ -80,18 +93,14 @@ int main(int argc, char** argv) {
   for (int i = 0; i < stderr_lines; ++i) std::fprintf(stderr, "stderr line %d of rank %d\n", i, rank);
   std::fflush(stderr);
 
-  if (!pid_dir.empty()) {
-    std::ofstream(absl::StrCat(pid_dir, "/rank_", rank, ".pid")) << ::getpid() << "\n";
-  }
+  if (!pid_dir.empty()) WritePidFile(absl::StrCat(pid_dir, "/rank_", rank, ".pid"), ::getpid());
   if (spawn_child) {
     pid_t child = ::fork();
     if (child == 0) {
       ::execl("/bin/sleep", "sleep", "1000", nullptr);
       ::_exit(127);
     }
-    if (!pid_dir.empty()) {
-      std::ofstream(absl::StrCat(pid_dir, "/child_", rank, ".pid")) << child << "\n";
-    }
+    if (!pid_dir.empty()) WritePidFile(absl::StrCat(pid_dir, "/child_", rank, ".pid"), child);
   }
 
   if (check_env) {
