@@ -96,8 +96,12 @@ absl::Status Engine::Initialize() {
       }
       PartitionedModel* partitioned = dynamic_cast<PartitionedModel*>(model_.get());
       // overlap_comm at stage 2: with the model's units as buckets, each
-      // unit's gradients are reduced while the rest of backward runs.
-      options.overlap_units = stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr;
+      // unit's gradients are reduced while the rest of backward runs. One
+      // rank has nothing to overlap, and moving each unit's gradients into
+      // the accumulator during backward would cost it the in-place step.
+      const bool several_ranks = data_parallel_ != nullptr && data_parallel_->size() > 1;
+      options.overlap_units =
+          stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr && several_ranks;
       if (options.overlap_units) options.units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {

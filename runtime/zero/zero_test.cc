@@ -348,6 +348,14 @@ TEST_F(ZeroTest, StageTwoOverlapCommReducesEachBlockDuringBackwardWithTheSameRes
     EXPECT_EQ(units[1], 4);  // embeddings, two blocks, final norm
     EXPECT_EQ(units[0], 12);  // reduce_bucket_size buckets
   }
+  // One rank has nothing to overlap: overlap_comm leaves it the plain buckets
+  // (and, on a GPU, the in-place step).
+  DsConfig config = Config(2, 8, 1, 1);
+  config.zero_optimization.overlap_comm = true;
+  Gpt model(TinyGpt(), 31);
+  auto engine = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->Memory().partition_units, 12);
 }
 
 TEST_F(ZeroTest, EveryStageWithAndWithoutOffloadAndRecomputationMatchesStageZero) {
