@@ -7,8 +7,14 @@
 namespace dslaunch {
 
 absl::Status ErrnoStatus(absl::string_view what, int err) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  // "write F: No space left on device (ENOSPC)": the errno's name is what an
+  // operator searches for.
+  const char* name = ::strerrorname_np(err);
+  std::string message = absl::StrCat(what, ": ", std::strerror(err), name != nullptr ? absl::StrCat(" (", name, ")") : "");
   switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
     case ENOENT:
       return absl::NotFoundError(message);
     case EACCES:

@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev googletest
   iproute2 procps elfutils
-  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes
+  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
 )
 
 missing=()

@@ -19,6 +19,8 @@ struct StepScalars {
   // When set, grad_scale comes from ClipCoefficient on the device.
   const double* grad_norm_squared;
   double unscale, max_norm;
+  // The norm is not finite: nothing is updated (Note [Non-finite guard]).
+  bool skip;
 };
 
 // One element group: k consecutive elements of a chunk, in fp32 registers.
@@ -48,6 +50,11 @@ __device__ __forceinline__ void StepRange(const StepScalars& s, float* master, c
   for (int i = begin + static_cast<int>(threadIdx.x) * kVec; i + kVec <= end; i += kThreads * kVec) {
     float pv[kVec], gv[kVec], mv[kVec], vv[kVec];
     device::LoadAsFloat<float, kVec>(master + i, pv);
+    if (s.skip) {
+      // A skipped step still fills the 16-bit copy (a gather buffer's slot).
+      if (param != nullptr) device::StoreFromFloat<P, kVec>(param + i, pv);
+      continue;
+    }
     device::LoadAsFloat<G, kVec>(grad + i, gv);
     device::LoadAsFloat<float, kVec>(m + i, mv);
     device::LoadAsFloat<float, kVec>(v + i, vv);
@@ -66,7 +73,12 @@ __device__ __forceinline__ bool AlignedTo(const void* p, uintptr_t bytes) {
 template <typename G, typename P>
 __global__ void fused_adamw_kernel(const AdamWTensor* tensors, const AdamWChunk* chunks, int chunk_count,
                                    StepScalars s) {
+  s.skip = false;
   if (s.grad_norm_squared != nullptr) {
+    // Note [Non-finite guard] (runtime/engine/engine.cc): a NaN or infinite
+    // norm means the gradient is unusable; the step is skipped here, since
+    // the host reads the norm only after the step is queued.
+    s.skip = !isfinite(*s.grad_norm_squared);
     // __dmul_rn: rounded on its own, as on the host (no fused multiply-add).
     s.grad_scale =
         static_cast<float>(ClipCoefficient(__dmul_rn(sqrt(*s.grad_norm_squared), s.unscale), s.unscale, s.max_norm));

@@ -54,7 +54,8 @@ struct AdamWHyperparameters {
   // Optional: Σ grad² on the device (adamw_grad_sum_squares). The kernel then
   // multiplies the gradients by ClipCoefficient(sqrt(Σ grad²) · grad_scale,
   // grad_scale, max_norm) instead of grad_scale, so a clipped step needs no
-  // round trip through the host.
+  // round trip through the host. A norm that is not finite skips the update
+  // (master, moments unchanged; the 16-bit copy is written from the master).
   const double* grad_norm_squared = nullptr;
   double max_norm = 0;
 };

@@ -1,41 +1,85 @@
-// The on-disk layout of a checkpoint and its atomic commit.
+// The on-disk layout of a checkpoint, its atomic commit, its verification and
+// the choice of the checkpoint to resume from.
 //
 //   <dir>/<tag>/rank_<r>.pt     what rank r saved
-//   <dir>/<tag>/COMPLETE        written last inside the folder
+//   <dir>/<tag>/COMPLETE        the commit record, written last (Note [Checkpoint commit record])
 //   <dir>/latest                the last committed tag (one line)
 //
 // Note [Atomic checkpoint commit]
-// Ranks write into <dir>/.<tag>.partial/. After every rank has written and
-// fsynced its file (a barrier), rank 0 writes COMPLETE, fsyncs the folder,
-// renames it to <dir>/<tag> (replacing an older folder of that tag only after
-// the new one is complete), fsyncs <dir>, then writes <dir>/latest through a
-// temporary file and a rename. A crash at any point leaves the previous
-// `latest` naming a complete checkpoint; a leftover .partial folder is
-// ignored and removed by the next save of that tag.
+// Ranks write into <dir>/.<tag>.partial/, each hashing its file as it writes
+// and recording the digest beside it (rank_<r>.digest). After every rank has
+// written and fsynced its file (a collective), rank 0 writes COMPLETE, which
+// lists every file with its size and hash, fsyncs the folder, renames it to
+// <dir>/<tag> (replacing an older folder of that tag only after the new one
+// is complete), fsyncs <dir>, then writes <dir>/latest through a temporary
+// file and a rename. Every write, fsync, close and rename is checked; a
+// failure before the rename removes the partial folder and leaves `latest`
+// and every older checkpoint as they were. A crash at any point leaves the
+// previous `latest` naming a complete checkpoint; a leftover .partial folder
+// is ignored and removed by the next save of that tag.
+//
+// Note [Resuming from a verified checkpoint]
+// Nothing is loaded before it verifies (every listed file present, of its
+// size and hash). The checkpoint to resume from is the one the controller
+// recorded as committed or, without one, the one `latest` names; when that
+// one is unreadable or fails verification, it is named in one line and the
+// newest committed checkpoint that verifies is used instead. Only when none
+// verifies does training start fresh, and it says so. Rotation
+// (checkpoint.keep) deletes only checkpoints of earlier steps than the one
+// just committed, so a fresh start never deletes the checkpoints it skipped.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/checkpoint/checkpoint_manifest.h"
+#include "runtime/checkpoint/checksummed_file.h"
 
 namespace dslaunch::runtime {
 
 std::string PartialDir(const std::string& dir, const std::string& tag);
 std::string TagDir(const std::string& dir, const std::string& tag);
+std::string RankFileName(int rank);  // rank_<r>.pt
 std::string RankFile(const std::string& folder, int rank);
+
+// A tag is one plain folder name inside the checkpoint folder: not empty, at
+// most 200 bytes, no '/', no leading '.', no control characters. `latest`
+// naming anything else (`../other/global_step30`) is refused.
+absl::Status CheckTag(const std::string& tag);
 
 // Creates a fresh, empty partial folder (rank 0, before the others write).
 absl::Status PreparePartial(const std::string& dir, const std::string& tag);
-// fsyncs one file (each rank, after writing its part).
-absl::Status SyncFile(const std::string& path);
-// Rank 0, after every rank's part is written: the commit steps above. Then
-// removes the oldest committed tags beyond `keep` (0: keep all).
-absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, int keep);
+// Each rank, once its file is written and fsynced: its digest for the record.
+absl::Status RecordRankFile(const std::string& partial_folder, int rank, const FileDigest& digest);
+// Rank 0, after every rank has recorded its file: the commit steps above.
+// Then removes the oldest checkpoints of earlier steps beyond `keep` (0: keep
+// all). `ranks` is the number of rank files there must be.
+absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep);
+// Removes a partial folder (a save that failed).
+absl::Status RemovePartial(const std::string& dir, const std::string& tag);
 
-// The tag `latest` names; NotFound when there is no committed checkpoint.
+// The tag `latest` names. NotFound when there is no `latest`; DataLoss when it
+// is unreadable, empty, not a tag inside `dir`, or names no committed folder.
 absl::StatusOr<std::string> ReadLatestTag(const std::string& dir);
-// Committed tags (folders with COMPLETE), oldest first by modification order.
+// The commit record of <dir>/<tag>, parsed, not verified.
+absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir, const std::string& tag);
+// The record, once every file it lists has its recorded size and hash (and
+// every rank file is listed). DataLoss naming the file otherwise.
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& dir, const std::string& tag);
+// Committed tags (folders with COMPLETE), oldest first: by recorded step,
+// then by the record's modification time.
 std::vector<std::string> CommittedTags(const std::string& dir);
+
+struct ResumeChoice {
+  std::string tag;                 // empty: nothing verifies (or nothing there)
+  std::vector<std::string> notes;  // one line per checkpoint skipped and why
+  int skipped = 0;
+  bool legacy = false;  // chosen from before commit records: not verified
+};
+// Note [Resuming from a verified checkpoint]. `preferred` is the
+// controller's committed tag ("" for none).
+ResumeChoice ChooseResumeCheckpoint(const std::string& dir, const std::string& preferred);
 
 }  // namespace dslaunch::runtime

@@ -20,7 +20,8 @@ bool Has(torch::serialize::InputArchive& archive, const std::string& key) {
 }  // namespace
 
 absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
-                                                         const std::string& output) {
+                                                         const std::string& output,
+                                                         const ConsolidateOptions& options) {
   ConsolidateSummary summary;
   summary.tag = tag;
   if (summary.tag.empty()) {
@@ -29,6 +30,16 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
     summary.tag = *latest;
   }
   const std::string folder = TagDir(dir, summary.tag);
+  if (auto verified = VerifyCheckpoint(dir, summary.tag); !verified.ok()) return verified.status();
+  // Values from a diverged run are refused unless asked for.
+  auto check_finite = [&](const torch::Tensor& values, const std::string& where) -> absl::Status {
+    if (options.allow_nonfinite) return absl::OkStatus();
+    const int64_t bad = torch::logical_not(torch::isfinite(values)).sum().item<int64_t>();
+    if (bad == 0) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat("consolidate ", folder, ": ", bad, " of ", values.numel(), " values in ",
+                                            where, " are not finite (NaN or infinite); refusing to export them "
+                                            "(--allow_nonfinite exports them anyway)"));
+  };
   try {
     // Into host memory, whatever device wrote it: consolidation runs on any
     // machine, GPUs or not.
@@ -78,6 +89,7 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
           part.read("zero/master", shard);
         }
         shard = shard.to(torch::kFloat).contiguous();
+        if (absl::Status finite = check_finite(shard, RankFileName(static_cast<int>(r))); !finite.ok()) return finite;
         // Piece r of every unit (Note [ZeRO partitioning]) goes to its place.
         int64_t unit_offset = 0, in_shard = 0;
         for (int64_t numel : *unit_sizes) {
@@ -101,6 +113,10 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
         torch::Tensor value;
         first.read(mixed ? absl::StrCat("master/", i) : "model/" + entries[i].name, value);
         value = value.to(torch::kFloat).contiguous();
+        if (absl::Status finite = check_finite(value, absl::StrCat(RankFileName(0), " (", entries[i].name, ")"));
+            !finite.ok()) {
+          return finite;
+        }
         absl::Status appended = (*writer)->Append(value.data_ptr<float>(), value.numel());
         if (!appended.ok()) return appended;
         summary.elements += value.numel();

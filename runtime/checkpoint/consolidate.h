@@ -22,8 +22,18 @@ struct ConsolidateSummary {
   int ranks_read = 0;
 };
 
-// `tag` empty: the one `latest` names.
+struct ConsolidateOptions {
+  // Export NaN or infinite values instead of refusing (a diverged run, kept
+  // for inspection).
+  bool allow_nonfinite = false;
+};
+
+// `tag` empty: the one `latest` names. The checkpoint is verified first
+// (VerifyCheckpoint); a value that is not finite fails the export, naming the
+// rank file, unless options.allow_nonfinite. The output appears whole or not
+// at all.
 absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
-                                                         const std::string& output);
+                                                         const std::string& output,
+                                                         const ConsolidateOptions& options = {});
 
 }  // namespace dslaunch::runtime

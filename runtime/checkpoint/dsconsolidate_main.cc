@@ -1,31 +1,97 @@
 // dsconsolidate: one fp32 safetensors file from a dslaunch checkpoint of any
-// ZeRO stage, streamed shard by shard.
+// ZeRO stage, streamed shard by shard; or a check of a checkpoint folder.
 //
-//   dsconsolidate CHECKPOINT_DIR [--tag TAG] --output model.safetensors
+//   dsconsolidate CHECKPOINT_DIR [--tag TAG] --output model.safetensors [--allow_nonfinite]
+//   dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]
 #include <cstdio>
 #include <string>
 
+#include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/consolidate.h"
+#include "runtime/checkpoint/posix_fs.h"
+
+namespace {
+
+using namespace dslaunch::runtime;
+
+constexpr char kUsage[] =
+    "usage: dsconsolidate CHECKPOINT_DIR [--tag TAG] --output FILE.safetensors [--allow_nonfinite]\n"
+    "       dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]\n";
+
+// One line per checkpoint (or the one tag): verified or why not, and what
+// `latest` says. 0 when everything verifies.
+int Verify(const std::string& dir, const std::string& tag) {
+  if (!posix_fs::IsDirectory(dir)) {
+    std::fprintf(stderr, "dsconsolidate: %s is not a folder\n", dir.c_str());
+    return 1;
+  }
+  int failures = 0;
+  std::vector<std::string> tags;
+  if (!tag.empty()) {
+    tags.push_back(tag);
+  } else {
+    tags = CommittedTags(dir);
+    // Folders that look like checkpoints but were never committed.
+    for (const std::string& name : posix_fs::ListDirectory(dir)) {
+      if (!CheckTag(name).ok() || !posix_fs::IsDirectory(TagDir(dir, name))) continue;
+      if (!posix_fs::Exists(TagDir(dir, name) + "/COMPLETE")) {
+        std::printf("uncommitted %s: no commit record (COMPLETE)\n", TagDir(dir, name).c_str());
+      }
+    }
+    auto latest = ReadLatestTag(dir);
+    if (latest.ok()) {
+      std::printf("latest      %s\n", latest->c_str());
+    } else if (absl::IsNotFound(latest.status()) && tags.empty()) {
+      std::printf("latest      none (no checkpoint)\n");
+    } else {
+      std::printf("BAD latest  %s\n", std::string(latest.status().message()).c_str());
+      ++failures;
+    }
+  }
+  for (const std::string& name : tags) {
+    auto manifest = VerifyCheckpoint(dir, name);
+    if (!manifest.ok()) {
+      std::printf("FAILED      %s\n", std::string(manifest.status().message()).c_str());
+      ++failures;
+    } else if (manifest->legacy) {
+      std::printf("unverified  %s: written before commit records had checksums\n", TagDir(dir, name).c_str());
+    } else {
+      int64_t bytes = 0;
+      for (const auto& file : manifest->files) bytes += file.digest.size;
+      std::printf("ok          %s: step %ld, %d rank(s), %zu file(s), %ld bytes verified\n", TagDir(dir, name).c_str(),
+                  static_cast<long>(manifest->step), manifest->ranks, manifest->files.size(), static_cast<long>(bytes));
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string dir, tag, output;
+  bool verify = false;
+  ConsolidateOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if ((arg == "--tag" || arg == "--output") && i + 1 < argc) {
       (arg == "--tag" ? tag : output) = argv[++i];
+    } else if (arg == "--verify") {
+      verify = true;
+    } else if (arg == "--allow_nonfinite") {
+      options.allow_nonfinite = true;
     } else if (dir.empty() && arg.rfind("--", 0) != 0) {
       dir = arg;
     } else {
-      std::fprintf(stderr, "dsconsolidate: unknown argument '%s'\n", arg.c_str());
-      dir.clear();
-      break;
+      std::fprintf(stderr, "dsconsolidate: unknown argument '%s'\n%s", arg.c_str(), kUsage);
+      return 2;
     }
   }
-  if (dir.empty() || output.empty()) {
-    std::fprintf(stderr, "usage: dsconsolidate CHECKPOINT_DIR [--tag TAG] --output FILE.safetensors\n");
+  if (dir.empty() || (verify == !output.empty())) {
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
-  auto summary = dslaunch::runtime::ConsolidateCheckpoint(dir, tag, output);
+  if (verify) return Verify(dir, tag);
+  auto summary = ConsolidateCheckpoint(dir, tag, output, options);
   if (!summary.ok()) {
     std::fprintf(stderr, "dsconsolidate: %s\n", std::string(summary.status().message()).c_str());
     return 1;

@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "runtime/checkpoint/checkpoint_files.h"
+#include "runtime/checkpoint/checksummed_file.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/zero_layout.h"
@@ -24,9 +26,6 @@
 namespace dslaunch::runtime {
 namespace {
 
-absl::Status Barrier(Communicator* comm) {
-  return comm == nullptr ? absl::OkStatus() : comm->Barrier();
-}
 
 int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
@@ -45,13 +44,25 @@ double ReadDouble(torch::serialize::InputArchive& archive, const std::string& ke
 absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag,
                                     const ClientState& client_state, int keep) {
   const int rank = data_parallel_ ? data_parallel_->rank() : 0;
-  if (rank == 0) {
-    absl::Status prepared = PreparePartial(dir, tag);
-    if (!prepared.ok()) return prepared;
-  }
-  if (auto s = Barrier(data_parallel_); !s.ok()) return s;
+  const int ranks = data_parallel_ ? data_parallel_->size() : 1;
+  // Note [Atomic checkpoint commit]: the ranks agree after every phase
+  // (CountFailedRanks), so a failure anywhere stops the save on every rank,
+  // and rank 0 removes the partial folder.
+  auto abandon = [&](absl::Status own, int failed) -> absl::Status {
+    if (rank == 0) (void)RemovePartial(dir, tag);
+    if (!own.ok()) return own;
+    return absl::AbortedError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not saved: ", failed,
+                                           " other rank(s) failed to save their part (their errors say why)"));
+  };
+  absl::Status started = rank == 0 ? PreparePartial(dir, tag) : CheckTag(tag);
+  // Never a checkpoint of non-finite parameters (Note [Non-finite guard]).
+  if (started.ok()) started = CheckFinite(absl::StrCat("checkpoint ", TagDir(dir, tag)));
+  DS_ASSIGN_OR_RETURN(int failed, CountFailedRanks(!started.ok()));
+  if (failed > 0) return abandon(started, failed);
   const std::string path = RankFile(PartialDir(dir, tag), rank);
-  try {
+  auto writer = ChecksummedFileWriter::Create(path);
+  absl::Status written = writer.status();
+  if (written.ok()) try {
     torch::NoGradGuard no_grad;
     torch::serialize::OutputArchive archive;
     archive.write("engine/micro_steps", c10::IValue(micro_steps_));
@@ -125,28 +136,39 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
         archive.write("optimizer", optimizer);
       }
     }
-    archive.save_to(path);
+    // Through our writer: every write checked and hashed as it goes.
+    ChecksummedFileWriter* out = writer->get();
+    archive.save_to([out](const void* data, size_t size) -> size_t { return out->Write(data, size).ok() ? size : 0; });
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
+    // A failed write makes the archive throw: the errno is the cause.
+    written = !(*writer)->status().ok()
+                  ? (*writer)->status()
+                  : absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
   }
-  if (auto s = SyncFile(path); !s.ok()) return s;
+  absl::StatusOr<FileDigest> digest = written.ok() ? (*writer)->Finish() : absl::StatusOr<FileDigest>(written);
+  if (digest.ok()) written = RecordRankFile(PartialDir(dir, tag), rank, *digest);
+  else written = digest.status();
   // Fault injection (the chaos suite): every part written, not yet
   // committed, for this long: a window to interrupt a save in.
   if (const char* delay = std::getenv("DSLAUNCH_FAULT_COMMIT_DELAY_MS"); delay != nullptr && rank == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(delay)));
   }
-  if (zero_ && zero_->stage() == 3 && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
-    absl::Status written = SaveGatheredWeights(PartialDir(dir, tag));
-    if (!written.ok()) return written;
-  }
   // Every part is on disk before rank 0 commits.
-  if (auto s = Barrier(data_parallel_); !s.ok()) return s;
-  if (rank == 0) {
-    absl::Status committed = CommitCheckpoint(dir, tag, keep);
-    if (!committed.ok()) return committed;
+  DS_ASSIGN_OR_RETURN(failed, CountFailedRanks(!written.ok()));
+  if (failed > 0) return abandon(written, failed);
+  if (zero_ && zero_->stage() == 3 && config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+    absl::Status gathered = SaveGatheredWeights(PartialDir(dir, tag));
+    DS_ASSIGN_OR_RETURN(failed, CountFailedRanks(!gathered.ok()));
+    if (failed > 0) return abandon(gathered, failed);
   }
+  absl::Status committed = rank == 0 ? CommitCheckpoint(dir, tag, global_steps_, ranks, keep) : absl::OkStatus();
   // Nobody moves on (and maybe reads `latest`) before the commit.
-  return Barrier(data_parallel_);
+  DS_ASSIGN_OR_RETURN(failed, CountFailedRanks(!committed.ok()));
+  if (failed > 0) {
+    if (!committed.ok()) return committed;
+    return absl::AbortedError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not committed: rank 0 failed to commit it"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Engine::SaveGatheredWeights(const std::string& folder) {
@@ -234,6 +256,10 @@ absl::StatusOr<ClientState> Engine::LoadCheckpoint(const std::string& dir, const
     if (!latest.ok()) return latest.status();
     chosen = *latest;
   }
+  // Note [Resuming from a verified checkpoint]: nothing is read before every
+  // file has its recorded size and hash; a failure leaves the engine as it was.
+  auto manifest = VerifyCheckpoint(dir, chosen);
+  if (!manifest.ok()) return manifest.status();
   const std::string folder = TagDir(dir, chosen);
   const int rank = data_parallel_ ? data_parallel_->rank() : 0;
   ClientState client;

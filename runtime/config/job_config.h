@@ -238,6 +238,9 @@ struct TrainConfig {
   int64_t micro_batch_size = 0;         // what "auto" train_micro_batch_size_per_gpu resolves to (0: unset)
   int64_t global_batch_size = 0;        // what "auto" train_batch_size resolves to (0: unset)
   std::string precision = "fp32";       // what "auto" fp16/bf16.enabled resolve from: fp32 | fp16 | bf16
+  // fp32/bf16: this many steps in a row with a non-finite loss or gradient
+  // norm (each skipped) stop the job (Note [Non-finite guard]).
+  int64_t max_nonfinite_steps = 3;
 };
 
 struct CheckpointConfig {

@@ -49,6 +49,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("train.micro_batch_size", &t->micro_batch_size).Min(1).Nullable(),
       Key("train.global_batch_size", &t->global_batch_size).Min(1).Nullable(),
       Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
+      Key("train.max_nonfinite_steps", &t->max_nonfinite_steps).Min(1),
 
       Key("checkpoint.dir", &c->dir),
       Key("checkpoint.interval", &c->interval).Min(0),

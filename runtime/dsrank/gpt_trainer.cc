@@ -209,22 +209,32 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   int64_t consumed = 0;
   const std::string& checkpoint_dir = job.checkpoint.dir;
   // Note [Committed checkpoints]: a restart resumes from the tag the
-  // controller recorded as committed; a fresh job from `latest`.
-  if (!checkpoint_dir.empty() && job.checkpoint.resume &&
-      (!context.resume_tag.empty() || ReadLatestTag(checkpoint_dir).ok())) {
-    const std::string tag = !context.resume_tag.empty() ? context.resume_tag : *ReadLatestTag(checkpoint_dir);
-    if (!posix_fs::Exists(TagDir(checkpoint_dir, tag))) {
-      return absl::DataLossError(absl::StrCat("the controller recorded checkpoint ", tag, " as committed, but ",
-                                              TagDir(checkpoint_dir, tag), " does not exist"));
-    }
-    auto client = (*engine)->LoadCheckpoint(checkpoint_dir, tag);
-    if (!client.ok()) return client.status();
-    consumed = (*client)[kConsumedSamples];
+  // controller recorded as committed; a fresh job from `latest`. Note
+  // [Resuming from a verified checkpoint]: one that does not verify is named
+  // and skipped for the newest one that does; every rank makes the same
+  // choice from the same files.
+  if (!checkpoint_dir.empty() && job.checkpoint.resume) {
+    const ResumeChoice choice = ChooseResumeCheckpoint(checkpoint_dir, context.resume_tag);
     if (context.rank == 0) {
-      absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, tag,
-                    (*engine)->global_steps(),
-                    context.resume_tag.empty() ? "" : " (the last checkpoint the controller recorded as committed)");
+      for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
     }
+    if (!choice.tag.empty()) {
+      auto client = (*engine)->LoadCheckpoint(checkpoint_dir, choice.tag);
+      if (!client.ok()) return client.status();
+      consumed = (*client)[kConsumedSamples];
+      if (context.rank == 0) {
+        const bool as_recorded = !context.resume_tag.empty() && choice.tag == context.resume_tag;
+        absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, choice.tag,
+                      (*engine)->global_steps(),
+                      as_recorded ? " (the last checkpoint the controller recorded as committed)" : "");
+      }
+    } else if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: %s: training from step 1\n",
+                    choice.skipped > 0 ? absl::StrCat("no checkpoint in ", checkpoint_dir, " verifies (",
+                                                      choice.skipped, " skipped, and kept)")
+                                       : absl::StrCat("no checkpoint in ", checkpoint_dir, " yet"));
+    }
+    std::fflush(context.out);
   }
   // Every rank's part is written once SaveCheckpoint returns (its commit
   // protocol); rank 0 then records the tag for the controller.
@@ -254,6 +264,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;
   int64_t last_saved = -1;
+  int64_t nonfinite_in_a_row = 0;
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<std::pair<torch::Tensor, torch::Tensor>> prefetched;
   while ((*engine)->global_steps() < job.train.steps) {
@@ -309,6 +320,30 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     const bool heartbeats_carry_progress = context.heartbeats_accepted && context.heartbeats_accepted();
     if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
       (void)context.store->Set("progress/step", absl::StrCat("step ", step));
+    }
+    // Note [Non-finite guard]: the engine skipped a step whose loss or
+    // gradient norm was not finite (every rank decides the same); so many in
+    // a row mean training has diverged, and it stops here, before a
+    // checkpoint or another step.
+    if (result.nonfinite) {
+      ++nonfinite_in_a_row;
+      if (context.rank == 0) {
+        absl::FPrintF(context.out,
+                      "dsrank: step %d skipped: its loss or gradient norm is not finite (%d in a row, "
+                      "train.max_nonfinite_steps=%d)\n",
+                      step, nonfinite_in_a_row, job.train.max_nonfinite_steps);
+        std::fflush(context.out);
+      }
+      if (nonfinite_in_a_row >= job.train.max_nonfinite_steps) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "training diverged: the loss or gradient norm was not finite in ", nonfinite_in_a_row,
+            " steps in a row (steps ", step - nonfinite_in_a_row + 1, "-", step,
+            ", train.max_nonfinite_steps=", job.train.max_nonfinite_steps,
+            "); every one was skipped, so the parameters are those after step ", step - nonfinite_in_a_row,
+            last_saved > 0 ? absl::StrCat(", and the last checkpoint is global_step", last_saved) : std::string()));
+      }
+    } else if (result.boundary) {
+      nonfinite_in_a_row = 0;
     }
     const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
@@ -395,8 +430,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
   }
   if (context.rank == 0) {
-    absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped\n", (*engine)->global_steps(),
-                  (*engine)->skipped_steps());
+    absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped (%d with a non-finite loss or gradient norm)\n",
+                  (*engine)->global_steps(), (*engine)->skipped_steps(), (*engine)->nonfinite_steps());
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,11 @@
 #include "runtime/engine/engine.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/cuda/fused_adamw_types.h"
 #include "runtime/zero/parameter_units.h"
@@ -182,6 +184,9 @@ absl::Status Engine::Backward(const torch::Tensor& loss) {
   try {
     double factor = 1.0 / static_cast<double>(config_.gradient_accumulation_steps);
     if (scaler_) factor *= scaler_->scale();
+    // Note [Non-finite guard]: counted on the device, read with the norm.
+    torch::Tensor bad = torch::logical_not(torch::isfinite(loss.detach())).to(torch::kFloat).sum();
+    nonfinite_losses_ = nonfinite_losses_.defined() ? nonfinite_losses_ + bad : bad;
     (loss.to(torch::kFloat) * factor).backward();
     if (stage3_) {
       absl::Status swept = stage3_->FinishBackward();
@@ -252,13 +257,113 @@ void Engine::ApplyLrAndMomentum(double lr) {
   }
 }
 
+// Note [Non-finite guard]
+// A non-finite loss (any micro-batch of the window, on any rank) or gradient
+// norm means the gradient cannot be used. With fp16 the loss scaler treats it
+// as an overflow (DeepSpeed's semantics: halve the scale, skip). With
+// fp32/bf16, where DeepSpeed steps anyway and writes NaN into the
+// parameters, the step is skipped: parameters, optimizer state and the LR
+// schedule stay as they were, skipped_steps and nonfinite_steps count it, and
+// StepResult::nonfinite says so; the caller decides when to give up (dsrank:
+// train.max_nonfinite_steps in a row). The losses are counted on the device
+// in Backward and folded into the norm as NaN before the norm's all-reduce
+// (or all-reduced themselves where the norm is not), so every rank decides
+// the same. On GPU paths that clip on the device the kernel itself skips a
+// non-finite norm (fused_adamw.cu). A checkpoint is never written from
+// non-finite state (CheckFinite in SaveCheckpoint).
+absl::StatusOr<torch::Tensor> Engine::TakeNonFiniteLosses(bool over_group) {
+  torch::Tensor count = nonfinite_losses_.defined()
+                            ? nonfinite_losses_.reshape({1}).clone()
+                            : torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  nonfinite_losses_ = torch::Tensor();
+  if (over_group && data_parallel_ != nullptr && data_parallel_->size() > 1) {
+    absl::Status reduced = data_parallel_->AllReduce(count, ReduceOp::kSum);
+    if (!reduced.ok()) return reduced;
+  }
+  return count;
+}
+
+void Engine::PoisonNorm(torch::Tensor& norm_squared, const torch::Tensor& nonfinite_losses) {
+  norm_squared.masked_fill_(nonfinite_losses.to(norm_squared.device()).gt(0).reshape({}),
+                            std::numeric_limits<double>::quiet_NaN());
+}
+
+void Engine::CountDeviceDecidedStep(double norm_squared, StepResult* result) {
+  if (std::isfinite(norm_squared)) {
+    result->stepped = true;
+    ++successful_steps_;
+    return;
+  }
+  // The kernel skipped the update; the step it counted is taken back
+  // (UnscaleAndClip counted the non-finite step).
+  shard_adam_->set_step(shard_adam_->step() - 1);
+  result->stepped = false;
+  result->lr = 0;
+  ++skipped_steps_;
+}
+
+absl::StatusOr<int> Engine::CountFailedRanks(bool failed) {
+  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return failed ? 1 : 0;
+  try {
+    torch::Tensor flag =
+        torch::full({1}, failed ? 1.0 : 0.0, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+    absl::Status reduced = data_parallel_->AllReduce(flag, ReduceOp::kSum);
+    if (!reduced.ok()) return reduced;
+    return static_cast<int>(flag.item<float>() + 0.5f);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("agreeing on a failure: ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status Engine::CheckFinite(const std::string& what) const {
+  try {
+    torch::NoGradGuard no_grad;
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    if (zero_) {
+      tensors.emplace_back("the fp32 master shard", zero_->master_shard());
+      tensors.emplace_back("the optimizer's exp_avg shard", shard_adam_->exp_avg());
+      tensors.emplace_back("the optimizer's exp_avg_sq shard", shard_adam_->exp_avg_sq());
+    } else {
+      for (const auto& item : model_->named_parameters()) {
+        if (item.value().requires_grad()) tensors.emplace_back(absl::StrCat("parameter ", item.key()), item.value());
+      }
+      if (compute_dtype_ != torch::kFloat) {
+        for (size_t i = 0; i < master_params_.size(); ++i) {
+          tensors.emplace_back(absl::StrCat("fp32 master copy #", i), master_params_[i]);
+        }
+      }
+    }
+    // One host wait for all of them; a second pass only to name the culprit.
+    torch::Tensor bad;
+    for (const auto& [name, tensor] : tensors) {
+      if (!tensor.defined() || tensor.numel() == 0) continue;
+      torch::Tensor count = torch::logical_not(torch::isfinite(tensor)).sum();
+      bad = bad.defined() ? bad + count : count;
+    }
+    if (!bad.defined() || bad.item<int64_t>() == 0) return absl::OkStatus();
+    for (const auto& [name, tensor] : tensors) {
+      if (!tensor.defined() || tensor.numel() == 0) continue;
+      const int64_t count = torch::logical_not(torch::isfinite(tensor)).sum().item<int64_t>();
+      if (count > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(what, ": refused: ", name, " holds ", count, " of ",
+                                                          tensor.numel(), " values that are not finite"));
+      }
+    }
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": checking values: ", e.what_without_backtrace()));
+  }
+}
+
 std::optional<double> Engine::UnscaleAndClip(double norm_squared, StepResult* result) {
   const bool overflow = !std::isfinite(norm_squared);
   const double scale = loss_scale();
-  // Only fp16 skips: with fp32/bf16 a non-finite gradient is a real
-  // divergence, not a scale problem; the step goes ahead and the loss shows
-  // it, as in DeepSpeed.
-  const bool skip = scaler_ ? scaler_->Update(overflow) : false;
+  // Note [Non-finite guard]: fp16 asks its loss scaler; fp32/bf16 skip.
+  const bool skip = scaler_ ? scaler_->Update(overflow) : overflow;
+  if (overflow && !scaler_) {
+    result->nonfinite = true;
+    ++nonfinite_steps_;
+  }
   const double unscale = 1.0 / scale;
   result->grad_norm = std::sqrt(norm_squared) * unscale;
   if (skip) return std::nullopt;
@@ -291,7 +396,10 @@ absl::StatusOr<StepResult> Engine::Step() {
         master_params_[i].mutable_grad() = grad.to(torch::kFloat);
       }
     }
-    const std::optional<double> factor = UnscaleAndClip(GradNormSquared(), &result);
+    // Every rank holds the same reduced gradient; only the losses differ.
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/true));
+    const double norm_squared = bad_losses.item<float>() > 0 ? std::numeric_limits<double>::quiet_NaN() : GradNormSquared();
+    const std::optional<double> factor = UnscaleAndClip(norm_squared, &result);
     if (!factor) {
       ++skipped_steps_;
     } else {
@@ -364,6 +472,9 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
     torch::NoGradGuard no_grad;
     std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
     torch::Tensor norm_squared = FusedGradSumSquares(entries);
+    // One rank: its own losses are the group's (Note [Non-finite guard]).
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/true));
+    PoisonNorm(norm_squared, bad_losses);
     const auto [beta1, beta2] = ScheduledBetas();
     if (scaler_ == nullptr) {
       // Note [Clip on the device]: without a loss scaler no step is skipped,
@@ -375,9 +486,9 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
       result.lr = schedule_->LrAt(successful_steps_);
       shard_adam_->StepEntries(entries, result.lr, beta1, beta2, 1.0 / loss_scale(), norm_squared.data_ptr<double>(),
                                config_.gradient_clipping);
-      (void)UnscaleAndClip(norm_squared.item<double>(), &result);
-      result.stepped = true;
-      ++successful_steps_;
+      const double read = norm_squared.item<double>();
+      (void)UnscaleAndClip(read, &result);
+      CountDeviceDecidedStep(read, &result);
     } else if (const std::optional<double> factor = UnscaleAndClip(norm_squared.item<double>(), &result); !factor) {
       ++skipped_steps_;
     } else {
@@ -405,7 +516,12 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
     // the kernel's coefficient (Note [Fused shard step]).
     torch::Tensor norm_squared = zero_->ShardGradientSumSquares();
     // Stage 0 (one piece) already holds the whole sum on every rank.
-    if (data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1) {
+    const bool norm_over_group = data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1;
+    // Note [Non-finite guard]: a NaN folded in before the sum reaches every
+    // rank; where the norm is not summed, the loss counts are.
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
+    PoisonNorm(norm_squared, bad_losses);
+    if (norm_over_group) {
       absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
       if (!summed.ok()) return summed;
     }
@@ -431,9 +547,14 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
       if (!stepped.ok()) return stepped;
       // Read once the step is queued (the result's norm and coefficient).
-      if (clip_on_device) (void)UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
-      result.stepped = true;
-      ++successful_steps_;
+      if (clip_on_device) {
+        const double read = norm_squared.item<double>() / (ranks * ranks);
+        (void)UnscaleAndClip(read, &result);
+        CountDeviceDecidedStep(read, &result);
+      } else {
+        result.stepped = true;
+        ++successful_steps_;
+      }
     }
     zero_->ZeroGradients();
   } catch (const c10::Error& e) {
@@ -455,7 +576,10 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
     // the device, then read once.
     torch::Tensor sum = zero_->LocalGradNormSquared().clone();
     // Stage 0 (one piece) already holds the whole mean on every rank.
-    if (data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1) {
+    const bool norm_over_group = data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1;
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
+    PoisonNorm(sum, bad_losses);
+    if (norm_over_group) {
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
     }

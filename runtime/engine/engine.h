@@ -62,6 +62,10 @@ struct StepResult {
   double clipped_norm = 0;   // the norm of the gradient the optimizer used
   double lr = 0;             // used for this step
   double loss_scale = 1;     // in effect for this window
+  // Note [Non-finite guard]: with fp32/bf16 a non-finite loss or gradient
+  // norm skips the step (stepped = false); fp16's loss scaler treats it as an
+  // overflow instead.
+  bool nonfinite = false;
 };
 
 class Engine {
@@ -90,6 +94,8 @@ class Engine {
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
+  // Steps skipped by the non-finite guard (fp32/bf16), in all.
+  int64_t nonfinite_steps() const { return nonfinite_steps_; }
   int64_t gradient_accumulation_steps() const { return config_.gradient_accumulation_steps; }
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   double CurrentLr() const;
@@ -123,6 +129,10 @@ class Engine {
   // it), e.g. before reading or exporting them; the next step releases them
   // again. A no-op for stages 0-2.
   absl::Status GatherFullParameters();
+  // Ok when every trainable parameter, master weight and optimizer moment of
+  // this rank is finite; otherwise FailedPrecondition naming the first that is
+  // not, prefixed by `what`. Not a collective.
+  absl::Status CheckFinite(const std::string& what) const;
 
  private:
   Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
@@ -141,6 +151,17 @@ class Engine {
   absl::StatusOr<StepResult> FusedZeroStep(StepResult result);
   // Sum of squares of the master gradients in fp64; inf/nan propagate.
   double GradNormSquared() const;
+  // Note [Non-finite guard]: how many of this window's micro-batch losses
+  // were not finite, as a device scalar (no host wait), summed over the
+  // data-parallel group when `over_group`; the count restarts.
+  absl::StatusOr<torch::Tensor> TakeNonFiniteLosses(bool over_group);
+  // `norm_squared` (a device tensor) becomes NaN when `nonfinite_losses` > 0.
+  static void PoisonNorm(torch::Tensor& norm_squared, const torch::Tensor& nonfinite_losses);
+  // After a step the kernel may have skipped (Note [Clip on the device]): the
+  // counters, from the norm read afterwards.
+  void CountDeviceDecidedStep(double norm_squared, StepResult* result);
+  // Every rank says whether it failed; how many did (a collective).
+  absl::StatusOr<int> CountFailedRanks(bool failed);
   void ApplyLrAndMomentum(double lr);
   // The Adam betas for the next step (a cycle schedule moves them).
   std::pair<double, double> ScheduledBetas() const;
@@ -172,6 +193,8 @@ class Engine {
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t successful_steps_ = 0;  // what the LR schedule counts
+  int64_t nonfinite_steps_ = 0;
+  torch::Tensor nonfinite_losses_;  // this window's, on the device
 
   friend class EngineCheckpoint;
 };
