@@ -21,6 +21,7 @@
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/zero_layout.h"
+#include "runtime/comm/peer_failure.h"
 #include "runtime/engine/engine.h"
 
 namespace dslaunch::runtime {
@@ -51,8 +52,8 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
   auto abandon = [&](absl::Status own, int failed) -> absl::Status {
     if (rank == 0) (void)RemovePartial(dir, tag);
     if (!own.ok()) return own;
-    return absl::AbortedError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not saved: ", failed,
-                                           " other rank(s) failed to save their part (their errors say why)"));
+    return PeerFailureError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not saved: ", failed,
+                                         " other rank(s) failed to save their part (their errors say why)"));
   };
   absl::Status started = rank == 0 ? PreparePartial(dir, tag) : CheckTag(tag);
   // Never a checkpoint of non-finite parameters (Note [Non-finite guard]).
@@ -138,7 +139,13 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
     }
     // Through our writer: every write checked and hashed as it goes.
     ChecksummedFileWriter* out = writer->get();
-    archive.save_to([out](const void* data, size_t size) -> size_t { return out->Write(data, size).ok() ? size : 0; });
+    // After a failed write the rest is dropped, but reported as written:
+    // LibTorch's zip writer throws from its destructor on a short write,
+    // which ends the process; the error is the writer's (Finish below).
+    archive.save_to([out](const void* data, size_t size) -> size_t {
+      (void)out->Write(data, size);
+      return size;
+    });
   } catch (const c10::Error& e) {
     // A failed write makes the archive throw: the errno is the cause.
     written = !(*writer)->status().ok()
@@ -166,7 +173,7 @@ absl::Status Engine::SaveCheckpoint(const std::string& dir, const std::string& t
   DS_ASSIGN_OR_RETURN(failed, CountFailedRanks(!committed.ok()));
   if (failed > 0) {
     if (!committed.ok()) return committed;
-    return absl::AbortedError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not committed: rank 0 failed to commit it"));
+    return PeerFailureError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not committed: rank 0 failed to commit it"));
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -19,6 +20,7 @@
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/comm/flight_recorder.h"
+#include "runtime/comm/peer_failure.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/dsrank/gpt_trainer.h"
 #include "runtime/torch_compat.h"
@@ -161,6 +163,12 @@ int main(int argc, char** argv) {
     Fail(std::string(trained.message()));
     std::fflush(stdout);
     std::fflush(stderr);
+    // Note [A peer's failure is not the root cause]: the failing rank's exit
+    // reaches the controller first, which stops this one; the wait is bounded
+    // for a rank with no controller.
+    if (IsPeerFailure(trained) && context.store != nullptr) {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+    }
     std::_Exit(1);
   }
   return 0;

@@ -90,10 +90,10 @@ pass "dsconsolidate --verify names the bad file; export refuses it"
 
 # 4. Disk full. Calibration on a roomy tmpfs: the pages a 10-step run's
 # checkpoint at step 5 takes (with `latest`), and the rank files of step 10.
-TMPFS=$WORK/tmpfs
-mkdir -p "$TMPFS"
+# (Outside $WORK: the work folder is removed before EXTRA_CLEANUP runs.)
+TMPFS=$(mktemp -d /tmp/dslaunch-tmpfs.XXXXXX)
 unmount_tmpfs() { umount "$TMPFS" 2>/dev/null || true; }
-EXTRA_CLEANUP+=(unmount_tmpfs)
+EXTRA_CLEANUP+=(unmount_tmpfs "rmdir $TMPFS")
 free_pages() { stat -f -c %a "$TMPFS"; }
 fresh_tmpfs() { unmount_tmpfs; mount -t tmpfs -o size=64m tmpfs "$TMPFS"; }
 fresh_tmpfs
@@ -139,8 +139,12 @@ for precision in fp32 bf16; do
   says "diverge_$precision" "training diverged: the loss or gradient norm was not finite in 3 steps in a row" ||
     fail "$precision: no divergence root cause"
   grep -q "root cause" "$WORK/diverge_$precision.err" || fail "$precision: dslaunch named no root cause"
-  [[ -z $(find "$WORK/ck_diverge_$precision" -mindepth 1 -maxdepth 1 -name 'global_step*' 2>/dev/null) ]] ||
-    fail "$precision: a checkpoint was written"
+  # A checkpoint at a skipped step holds the last finite parameters.
+  for ck in "$WORK/ck_diverge_$precision"/global_step*; do
+    [[ -d $ck ]] || continue
+    "$DSCONSOLIDATE" "$WORK/ck_diverge_$precision" --tag "${ck##*/}" --output "$WORK/diverge.safetensors" \
+      >/dev/null 2>"$WORK/diverge_export.err" || fail "$precision: ${ck##*/}: $(cat "$WORK/diverge_export.err")"
+  done
   echo "$precision: $(grep -h 'root cause' "$WORK/diverge_$precision.err" | head -n 1 | cut -c 1-220)"
 done
 pass "a diverging run skips non-finite steps and stops after train.max_nonfinite_steps of them"
