@@ -48,7 +48,7 @@ StepResult TrainStep(Engine& engine, Gpt& model, int step, int dp, int rank, Poi
   StepResult result;
   for (int m = 0; m < 2; ++m) {
     auto [inputs, targets] = Batch(step * 8 + m * 4 + rank * micro, micro);
-    torch::Tensor loss = model->Loss(inputs, targets);
+    torch::Tensor loss = model->Loss(inputs.to(engine.device()), targets.to(engine.device()));
     if (m == 1 && rank == poisoned_rank) {
       // A constant NaN spoils the loss but not the gradient; a NaN factor
       // spoils both.
@@ -106,6 +106,32 @@ TEST_F(NonFiniteGuardTest, ANonFiniteLossOnAnyRankSkipsTheStepEverywhereInEveryS
         });
       }
     }
+  }
+}
+
+// On a GPU without a loss scaler the fused kernels clip on the device and
+// the host reads the norm only after the step is queued (Note [Clip on the
+// device]): the kernel itself must skip. Stages 0-1 take the in-place step,
+// stage 2 with accumulation and stage 3 the fused shard step.
+TEST(NonFiniteGuardGpuTest, TheFusedKernelsSkipANonFiniteStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (int stage : {0, 1, 2, 3}) {
+    const std::string label = absl::StrCat("bf16 on the GPU, stage ", stage);
+    Gpt model(TinyGpt(), 5);
+    auto engine = Engine::Create(model.ptr(), Config(stage, /*bf16=*/true, 1), nullptr, torch::Device(torch::kCUDA, 0));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    TrainStep(**engine, model, 0, 1, 0, Poison::kNone, -1);
+    const auto before = Gathered(**engine, model);
+    for (Poison poison : {Poison::kConstantInLoss, Poison::kTimesLoss}) {
+      StepResult spoiled = TrainStep(**engine, model, 1, 1, 0, poison, 0);
+      EXPECT_TRUE(spoiled.nonfinite && !spoiled.stepped) << label;
+      EXPECT_EQ(MaxDifference(before, Gathered(**engine, model)), 0.0) << label;
+      EXPECT_TRUE((*engine)->CheckFinite("check").ok()) << label;
+    }
+    StepResult clean = TrainStep(**engine, model, 2, 1, 0, Poison::kNone, -1);
+    EXPECT_TRUE(clean.stepped) << label;
+    EXPECT_GT(MaxDifference(before, Gathered(**engine, model)), 0.0) << label;
+    EXPECT_EQ((*engine)->nonfinite_steps(), 2) << label;
   }
 }
 
