@@ -7,6 +7,8 @@
 #   rank_frozen  SIGSTOP of rank 1: its heartbeats stop while it lives
 #   term_in_save SIGTERM to dslaunch while a checkpoint is being written (a
 #                commit delay holds the save open), then the job is run again
+#   corrupt_resume  SIGTERM (a preemption), then 16 bytes of the newest
+#                checkpoint overwritten before the job is run again
 # For every scenario: the job finishes; no process of it remains; the final
 # parameters equal the uninterrupted run's exactly when the world size is
 # unchanged (and within 1e-4 when it changed); every committed checkpoint
@@ -203,3 +205,29 @@ check_nothing_left term_in_save
 check_checkpoints term_in_save
 compare_parameters term_in_save exact
 pass "SIGTERM during the checkpoint of step $((step * 8)): no partial left, resumed, identical parameters"
+
+# 5. A preempted job whose newest checkpoint is then corrupted (16 bytes of
+#    rank 1's file overwritten, as a bad disk or a careless copy would): the
+#    next run names it, skips it, resumes from the one before, and ends with
+#    the uninterrupted run's parameters (issue 13: it used to load it and
+#    train on NaN).
+step=$((6 + RANDOM % 24))
+corrupt_dir="$WORK/ck_corrupt_resume"
+run_job corrupt_resume "$CONFIG" --loss_log "$WORK/corrupt_resume.tsv"
+wait_step "$WORK/corrupt_resume.tsv" "$step"
+kill -TERM "$JOB_PID"
+finish corrupt_resume 143
+check_nothing_left corrupt_resume
+newest=$(cat "$corrupt_dir/latest")
+victim="$corrupt_dir/$newest/rank_1.pt"
+printf 'XXXXXXXXXXXXXXXX' | dd of="$victim" bs=1 seek=$(($(stat -c %s "$victim") / 2)) conv=notrunc status=none
+run_job corrupt_resume "$CONFIG" --loss_log "$WORK/corrupt_resume.tsv"
+finish corrupt_resume 0
+grep -q "checkpoint skipped: $corrupt_dir/$newest: rank_1.pt does not match its checksum" "$WORK/corrupt_resume.out" ||
+  fail "corrupt_resume: the corrupted $newest was not named"
+grep -q "resumed from $corrupt_dir/global_step" "$WORK/corrupt_resume.out" || fail "corrupt_resume: did not resume"
+echo "corrupt_resume: preempted after step $step; $newest corrupted; $(grep -o 'resumed from [^ ]*' "$WORK/corrupt_resume.out" | tail -n 1)"
+check_nothing_left corrupt_resume
+check_checkpoints corrupt_resume
+compare_parameters corrupt_resume exact
+pass "a corrupted newest checkpoint after a preemption at step $step: named, skipped, resumed from the one before, identical parameters"
