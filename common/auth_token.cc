@@ -6,28 +6,37 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/bounded_file.h"
 #include "common/status_macros.h"
 
 namespace dslaunch {
+namespace {
+
+// A token file holds one line of a few dozen characters.
+constexpr size_t kMaxTokenFileBytes = 4096;
+
+}  // namespace
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(absl::StrCat("token file ", path));
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+  // Not a regular file (a device is 0666): ReadConfigFile names the type.
+  if (S_ISREG(st.st_mode) && (st.st_mode & (S_IRWXG | S_IRWXO))) {
     return absl::PermissionDeniedError(absl::StrCat(
         "token file ", path, " is accessible by other users (mode ",
         absl::StrFormat("%04o", st.st_mode & 0777), "); run: chmod 600 ", path));
   }
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty or unreadable"));
+  // Note [Bounded input files]: a token is one short line.
+  absl::StatusOr<std::string> content = ReadConfigFile(path, "token file", kMaxTokenFileBytes);
+  if (!content.ok()) return content.status();
+  std::string line = content->substr(0, content->find('\n'));
+  if (absl::StripAsciiWhitespace(line).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   }
   std::string token(absl::StripAsciiWhitespace(line));
   if (token.size() < 16) {

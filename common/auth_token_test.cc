@@ -69,5 +69,14 @@ TEST(AuthToken, MissingAndShortTokensAreErrorsNamingTheFile) {
   std::filesystem::remove(path);
 }
 
+TEST(AuthToken, NonRegularFilesAreRefusedByName) {
+  EXPECT_EQ(ReadTokenFile("/dev/zero").status().message(),
+            "token file /dev/zero: is a character device, not a regular file");
+  std::string fifo = TempPath("token_fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ReadTokenFile(fifo).status().message(), "token file " + fifo + ": is a FIFO, not a regular file");
+  std::filesystem::remove(fifo);
+}
+
 }  // namespace
 }  // namespace dslaunch

@@ -1,10 +1,8 @@
 #include "launcher/hostfile.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <map>
 
 #include "absl/status/status.h"
@@ -15,12 +13,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "common/status_macros.h"
+#include "common/bounded_file.h"
+#include "launcher/launch_limits.h"
 
 namespace dslaunch {
 namespace {
 
 constexpr absl::string_view kExpected = "expected 'HOST slots=N'";
+
+// A 4 MiB file of bad lines would otherwise make a message of megabytes.
+constexpr size_t kMaxProblemsListed = 20;
 
 // Letters, digits, '.', '-', '_': DNS names and IPv4 addresses. ':' is refused
 // so that "host:slot" in --include/--exclude stays unambiguous.
@@ -35,16 +37,17 @@ bool IsValidHostName(absl::string_view host) {
 }
 
 // A positive int written with digits only: SimpleAtoi alone would also take
-// "+4" and " 4", which a hostfile should not contain.
+// "+4" and " 4", which a hostfile should not contain. Values past INT_MAX
+// saturate, so that the caller's upper bound names them.
 bool ParsePositiveInt(absl::string_view text, int* value) {
-  if (text.empty() || text.size() > 9) return false;  // 9 digits always fit in an int
-  int result = 0;
+  if (text.empty()) return false;
+  int64_t result = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return false;
-    result = result * 10 + (c - '0');
+    result = std::min<int64_t>(result * 10 + (c - '0'), INT_MAX);
   }
   if (result < 1) return false;
-  *value = result;
+  *value = static_cast<int>(result);
   return true;
 }
 
@@ -57,6 +60,7 @@ absl::StatusOr<Hostfile> ParseHostfile(std::string_view content_view, const std:
   hostfile.path = path;
   std::vector<std::string> problems;
   std::map<std::string, int, std::less<>> first_line;  // host -> line of its first valid entry
+  int64_t total_slots = 0;
 
   int line_number = 0;
   for (absl::string_view raw : absl::StrSplit(content, '\n')) {
@@ -95,10 +99,25 @@ absl::StatusOr<Hostfile> ParseHostfile(std::string_view content_view, const std:
                            "'"));
       continue;
     }
+    if (slots > kMaxSlotsPerHost) {
+      problem(absl::StrCat("slots=", count_text, " is more than ", kMaxSlotsPerHost,
+                           ", the most one host may have"));
+      continue;
+    }
     auto [it, inserted] = first_line.emplace(std::string(host), line_number);
     if (!inserted) {
       problem(absl::StrCat("duplicate host '", host, "' (first on line ", it->second, ")"));
       continue;
+    }
+    if (hostfile.hosts.size() == static_cast<size_t>(kMaxHosts)) {
+      problem(absl::StrCat("more than ", kMaxHosts, " hosts, the most a hostfile may list"));
+      break;
+    }
+    total_slots += slots;
+    if (total_slots > kMaxHostfileSlots) {
+      problem(absl::StrCat("more than ", kMaxHostfileSlots,
+                           " slots in all, the most a hostfile may hold"));
+      break;
     }
     hostfile.hosts.push_back(HostfileEntry{std::string(host), slots, line_number});
   }
@@ -106,36 +125,23 @@ absl::StatusOr<Hostfile> ParseHostfile(std::string_view content_view, const std:
   if (problems.empty() && hostfile.hosts.empty()) {
     problems.push_back(absl::StrCat(path, ": no host in file; ", kExpected, " lines"));
   }
+  if (problems.size() > kMaxProblemsListed) {
+    const size_t more = problems.size() - kMaxProblemsListed;
+    problems.resize(kMaxProblemsListed);
+    problems.push_back(absl::StrCat(path, ": ", more, " more bad line(s) not shown"));
+  }
   if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
   return hostfile;
 }
 
 absl::StatusOr<Hostfile> ReadHostfile(const std::string& path) {
-  // Plain POSIX I/O so that the error says why (ENOENT, EACCES, EISDIR), which
-  // a std::ifstream would hide. A missing file is never replaced by localhost
-  // (DeepSpeed #5221): the caller decides, knowing the user asked for it.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("hostfile '", path, "'"));
-  struct stat info {};
-  if (::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("hostfile '", path, "' is a directory"));
-  }
-  std::string content;
-  char buffer[8192];
-  while (true) {
-    ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status status = ErrnoStatus(absl::StrCat("read hostfile '", path, "'"));
-      ::close(fd);
-      return status;
-    }
-    if (n == 0) break;
-    content.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return ParseHostfile(content, path);
+  // Note [Bounded input files]: a FIFO, a device or a directory is refused by
+  // name, a file past the limit by its size. A missing file is never replaced
+  // by localhost (DeepSpeed #5221): the caller decides, knowing the user asked
+  // for it.
+  absl::StatusOr<std::string> content = ReadConfigFile(path, "hostfile");
+  if (!content.ok()) return content.status();
+  return ParseHostfile(*content, path);
 }
 
 }  // namespace dslaunch

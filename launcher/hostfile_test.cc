@@ -1,5 +1,6 @@
 #include "launcher/hostfile.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,9 +8,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launcher/launch_limits.h"
 
 namespace dslaunch {
 namespace {
@@ -81,7 +84,7 @@ TEST(Hostfile, HostWithoutSlotsIsAnError) {
 }
 
 TEST(Hostfile, SlotsMustBeAPositiveInteger) {
-  for (const char* bad : {"0", "-1", "abc", "", "+4", "4.0", "99999999999", "4x"}) {
+  for (const char* bad : {"0", "-1", "abc", "", "+4", "4.0", "4x"}) {
     std::string line = std::string("w slots=") + bad;
     auto hostfile = ParseHostfile(line + "\n", "hosts");
     ASSERT_FALSE(hostfile.ok()) << line;
@@ -89,6 +92,48 @@ TEST(Hostfile, SlotsMustBeAPositiveInteger) {
                 HasSubstr("hosts:1: '" + line + "': slots must be a positive integer, got '" +
                           bad + "'"));
   }
+}
+
+TEST(Hostfile, SlotsAreBoundedPerHost) {
+  auto at_limit = ParseHostfile("w slots=1024\n", "hosts");
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+  EXPECT_EQ(at_limit->hosts[0].slots, kMaxSlotsPerHost);
+  for (const char* big : {"1025", "100000", "100000000", "99999999999999999999"}) {
+    std::string line = std::string("w slots=") + big;
+    auto hostfile = ParseHostfile(line + "\n", "hosts");
+    ASSERT_FALSE(hostfile.ok()) << line;
+    EXPECT_EQ(hostfile.status().message(), "hosts:1: '" + line + "': slots=" + big +
+                                               " is more than 1024, the most one host may have");
+  }
+}
+
+TEST(Hostfile, HostsAndTotalSlotsAreBounded) {
+  std::string many;
+  for (int i = 0; i <= kMaxHosts; ++i) absl::StrAppend(&many, "h", i, " slots=1\n");
+  auto hostfile = ParseHostfile(many, "hosts");
+  ASSERT_FALSE(hostfile.ok());
+  EXPECT_EQ(hostfile.status().message(),
+            absl::StrCat("hosts:", kMaxHosts + 1, ": 'h", kMaxHosts,
+                         " slots=1': more than 65536 hosts, the most a hostfile may list"));
+
+  std::string wide;
+  for (int i = 0; i <= kMaxHostfileSlots / kMaxSlotsPerHost; ++i) {
+    absl::StrAppend(&wide, "h", i, " slots=1024\n");
+  }
+  auto too_wide = ParseHostfile(wide, "hosts");
+  ASSERT_FALSE(too_wide.ok());
+  EXPECT_THAT(too_wide.status().message(),
+              HasSubstr("slots=1024': more than 1048576 slots in all, the most a hostfile may hold"));
+}
+
+TEST(Hostfile, ManyBadLinesAreCappedInTheMessage) {
+  std::string bad;
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&bad, "h", i, " slot=1\n");
+  auto hostfile = ParseHostfile(bad, "hosts");
+  ASSERT_FALSE(hostfile.ok());
+  std::vector<std::string> lines = absl::StrSplit(hostfile.status().message(), '\n');
+  ASSERT_THAT(lines, SizeIs(21));
+  EXPECT_EQ(lines.back(), "hosts: 80 more bad line(s) not shown");
 }
 
 TEST(Hostfile, BadHostNamesAreErrors) {
@@ -207,6 +252,19 @@ TEST(Hostfile, DirectoryIsAnError) {
   ASSERT_FALSE(hostfile.ok());
   EXPECT_THAT(hostfile.status().message(), HasSubstr(dir.path()));
   EXPECT_THAT(hostfile.status().message(), HasSubstr("is a directory"));
+}
+
+// Note [Bounded input files]: before, /dev/zero was read until memory ran
+// out (SIGABRT after ~9 s) and a FIFO with no writer blocked forever.
+TEST(Hostfile, DevicesAndFifosAreRefusedByName) {
+  auto zero = ReadHostfile("/dev/zero");
+  EXPECT_EQ(zero.status().message(), "hostfile /dev/zero: is a character device, not a regular file");
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ReadHostfile(fifo).status().message(),
+            "hostfile " + fifo + ": is a FIFO, not a regular file");
 }
 
 }  // namespace

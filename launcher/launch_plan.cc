@@ -1,11 +1,12 @@
 #include "launcher/launch_plan.h"
 
-#include <fstream>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_file.h"
 
 namespace dslaunch {
 
@@ -101,8 +102,12 @@ std::map<std::string, std::string> SelectPassthroughVariables(char** environ) {
 
 absl::Status ReadDeepspeedEnvFile(const std::string& path,
                                   std::map<std::string, std::string>* out) {
-  std::ifstream in(path);
-  if (!in) return absl::OkStatus();
+  // Note [Bounded input files]: only a missing file is skipped; a FIFO, a
+  // device, a directory or an unreadable file is an error naming it.
+  absl::StatusOr<std::string> content = ReadConfigFile(path, ".deepspeed_env file");
+  if (absl::IsNotFound(content.status())) return absl::OkStatus();
+  if (!content.ok()) return content.status();
+  std::istringstream in(*content);
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {

@@ -329,5 +329,14 @@ TEST_F(LaunchPlanEnvFileTest, MalformedLinesAreErrorsNamingPathLineAndText) {
   }
 }
 
+TEST_F(LaunchPlanEnvFileTest, NonRegularFilesAreErrorsNamingThem) {
+  std::map<std::string, std::string> env;
+  EXPECT_EQ(ReadDeepspeedEnvFile("/dev/zero", &env).message(),
+            ".deepspeed_env file /dev/zero: is a character device, not a regular file");
+  EXPECT_EQ(ReadDeepspeedEnvFile(dir_, &env).message(),
+            ".deepspeed_env file " + dir_ + ": is a directory, not a regular file");
+  EXPECT_TRUE(env.empty());
+}
+
 }  // namespace
 }  // namespace dslaunch

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/net_address.h"
+#include "launcher/launch_limits.h"
 
 namespace dslaunch {
 namespace {
@@ -150,6 +151,10 @@ absl::Status SetAgents(absl::string_view flag, const std::string& value,
     if (std::find(agents.begin(), agents.end(), normalized) != agents.end()) {
       return BadValue(flag, value, absl::StrCat("agent '", normalized, "' is listed twice"));
     }
+    if (agents.size() == static_cast<size_t>(kMaxHosts)) {
+      return BadValue(flag, absl::StrCat(value.substr(0, 64), "..."),
+                      absl::StrCat("more than ", kMaxHosts, " agents"));
+    }
     agents.push_back(std::move(normalized));
   }
   options.agents = std::move(agents);
@@ -179,13 +184,13 @@ constexpr OptionRow kOptions[] = {
        return absl::OkStatus();
      }},
     {"--num_nodes", "", ValueKind::kText, "N|MIN:MAX", "all hosts",
-     "first N hosts; MIN:MAX: elastic (see --min_nodes)",
+     "first N hosts (N <= 65536); MIN:MAX: elastic (see --min_nodes)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        const size_t colon = v.find(':');
-       if (colon == std::string::npos) return SetInt(f, v, 1, INT_MAX, &o.num_nodes);
-       absl::Status min = SetInt(f, v.substr(0, colon), 1, INT_MAX, &o.min_nodes);
+       if (colon == std::string::npos) return SetInt(f, v, 1, kMaxHosts, &o.num_nodes);
+       absl::Status min = SetInt(f, v.substr(0, colon), 1, kMaxHosts, &o.min_nodes);
        if (!min.ok()) return min;
-       absl::Status max = SetInt(f, v.substr(colon + 1), 1, INT_MAX, &o.num_nodes);
+       absl::Status max = SetInt(f, v.substr(colon + 1), 1, kMaxHosts, &o.num_nodes);
        if (!max.ok()) return max;
        if (o.min_nodes > o.num_nodes) return BadValue(f, v, "MIN is larger than MAX");
        return absl::OkStatus();
@@ -193,12 +198,12 @@ constexpr OptionRow kOptions[] = {
     {"--min_nodes", "", ValueKind::kInteger, "N", "all",
      "elastic: restart without lost hosts while N remain",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       return SetInt(f, v, 1, INT_MAX, &o.min_nodes);
+       return SetInt(f, v, 1, kMaxHosts, &o.min_nodes);
      }},
     {"--num_gpus", "", ValueKind::kInteger, "G", "all slots",
-     "run on devices 0..G-1 of each host",
+     "run on devices 0..G-1 of each host (G <= 1024)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       return SetInt(f, v, 1, INT_MAX, &o.num_gpus);
+       return SetInt(f, v, 1, kMaxSlotsPerHost, &o.num_gpus);
      }},
     {"--include", "-i", ValueKind::kText, "HOSTS", "",
      "only these hosts and slots: host[:slot[,slot]][@host[:slot...]]",
@@ -309,10 +314,7 @@ constexpr OptionRow kOptions[] = {
     {"--blacklist_after", "", ValueKind::kInteger, "N", "0: off",
      "elastic: keep out a host blamed for N failed attempts for a cooldown",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       int64_t n = 0;
-       absl::Status parsed = SetInt64(f, v, 0, &n);
-       o.blacklist_after = static_cast<int>(n);
-       return parsed;
+       return SetInt(f, v, 0, INT_MAX, &o.blacklist_after);
      }},
     {"--blacklist_cooldown_ms", "", ValueKind::kInteger, "MS", "300000",
      "how long a blacklisted host stays out",

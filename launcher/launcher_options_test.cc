@@ -207,8 +207,15 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
            {{"--num_gpus", "+2"}, "--num_gpus '+2': not an integer"},
            {{"--num_gpus", "-"}, "--num_gpus '-': not an integer"},
            {{"--num_gpus", "-1"}, "--num_gpus '-1': must not be negative"},
-           {{"--num_nodes=0"}, "--num_nodes '0': must be at least 1"},
-           {{"--num_nodes", "99999999999"}, "--num_nodes '99999999999': too large"},
+           {{"--num_nodes=0"}, "--num_nodes '0': must be in 1..65536"},
+           {{"--num_nodes", "99999999999"}, "--num_nodes '99999999999': must be in 1..65536"},
+           {{"--num_nodes", "65537"}, "--num_nodes '65537': must be in 1..65536"},
+           {{"--num_nodes", "2:65537"}, "--num_nodes '65537': must be in 1..65536"},
+           {{"--min_nodes", "65537"}, "--min_nodes '65537': must be in 1..65536"},
+           // Before: 18 GB of slot lists, then std::bad_alloc (issue 13, finding 7).
+           {{"--num_gpus", "2147483647"}, "--num_gpus '2147483647': must be in 1..1024"},
+           {{"--num_gpus", "1025"}, "--num_gpus '1025': must be in 1..1024"},
+           {{"--blacklist_after", "4294967297"}, "--blacklist_after '4294967297': too large"},
            {{"--master_port", "65536"}, "--master_port '65536': must be in 0..65535"},
            {{"--master_port", "-5"}, "--master_port '-5': must not be negative"},
            {{"--max_restarts", "-1"}, "--max_restarts '-1': must not be negative"},
@@ -224,8 +231,10 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
     EXPECT_THAT(ErrorOf(args), HasSubstr(c.message)) << c.args[0];
   }
   auto edge = Parse({"--master_port", "65535", "--stop_grace_ms", "0", "--max_restarts", "0",
-                     "prog"});
+                     "--num_gpus", "1024", "--num_nodes", "65536", "prog"});
   ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(edge->num_gpus, 1024);
+  EXPECT_EQ(edge->num_nodes, 65536);
   EXPECT_EQ(edge->master_port, 65535);
   EXPECT_EQ(edge->stop_grace_ms, 0);
   auto backoff = Parse({"--restart_backoff_ms", "0", "--max-restart-backoff-ms=86400000", "prog"});

@@ -86,16 +86,29 @@ class TempDir {
   std::string path_;
 };
 
-// Forwards SIGINT/SIGTERM/SIGHUP (blocked in every thread) to the controller.
+// Forwards SIGINT/SIGTERM/SIGHUP/SIGUSR1 (blocked in every thread) to the controller.
+//
+// Note [Interruptible planning]
+// The forwarder runs from Main's first line. Until EndPlanning() nothing has
+// started that must be stopped (no agent, no rank), so a stop signal ends the
+// process at once with 128+signal, after removing `temp_dir`, however long
+// planning takes: reading inputs, a static agent that does not answer
+// Describe, a large --dry_run. From EndPlanning() until Attach() a signal is
+// kept in pending(); after Attach() the controller stops the job.
 class SignalForwarder {
  public:
-  explicit SignalForwarder(sigset_t signals) : signals_(signals) {
+  SignalForwarder(sigset_t signals, std::string temp_dir)
+      : signals_(signals), temp_dir_(std::move(temp_dir)) {
     thread_ = std::thread([this] {
       while (true) {
         int signal_number = 0;
         if (sigwait(&signals_, &signal_number) != 0) continue;
-        if (signal_number == SIGUSR2) return;  // our own shutdown poke
+        if (signal_number == SIGUSR2) {
+          if (stopping_.load()) return;  // our own shutdown poke
+          continue;
+        }
         std::lock_guard<std::mutex> lock(mu_);
+        if (planning_) ExitWhilePlanning(signal_number);
         if (controller_ != nullptr) {
           controller_->OnSignal(signal_number);
         } else if (pending_ == 0) {
@@ -105,8 +118,14 @@ class SignalForwarder {
     });
   }
   ~SignalForwarder() {
+    stopping_.store(true);
     pthread_kill(thread_.native_handle(), SIGUSR2);
     thread_.join();
+  }
+  // From here on, signals wait for the controller (Note [Interruptible planning]).
+  void EndPlanning() {
+    std::lock_guard<std::mutex> lock(mu_);  // waits out an exit in progress
+    planning_ = false;
   }
   void Attach(JobController* controller) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -119,8 +138,20 @@ class SignalForwarder {
   }
 
  private:
+  // REQUIRES: mu_ held (EndPlanning cannot return while the process exits).
+  [[noreturn]] void ExitWhilePlanning(int signal_number) {
+    Notice(absl::StrCat("received SIG", sigabbrev_np(signal_number),
+                        " while planning the job; nothing was started"));
+    std::error_code ignored;
+    if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ignored);
+    ::_exit(128 + signal_number);
+  }
+
   sigset_t signals_;
+  const std::string temp_dir_;
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
+  bool planning_ = true;                  // guarded by mu_
   JobController* controller_ = nullptr;  // guarded by mu_
   int pending_ = 0;                       // guarded by mu_
   std::thread thread_;
@@ -206,6 +237,8 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   SetLogProgramName("dslaunch");
+  TempDir temp_dir;
+  SignalForwarder signals(stop_signals, temp_dir.path());  // Note [Interruptible planning]
 
   auto parsed = ParseLauncherOptions(std::vector<std::string>(argv, argv + argc));
   if (!parsed.ok()) {
@@ -252,7 +285,6 @@ int Main(int argc, char** argv) {
   // Token: required for agents we did not start ourselves.
   bool static_agents = !options.agents.empty();
   std::string token;
-  TempDir temp_dir;
   std::string token_file = options.token_file;
   if (!token_file.empty()) {
     auto read = ReadTokenFile(token_file);
@@ -410,8 +442,6 @@ int Main(int argc, char** argv) {
   }
   spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
 
-  SignalForwarder signals(stop_signals);
-
   std::string log_dir_job;
   if (!options.log_dir.empty()) {
     log_dir_job = absl::StrCat(options.log_dir, "/", spec.job_id);
@@ -431,6 +461,7 @@ int Main(int argc, char** argv) {
     event_log = std::move(*opened);
   }
 
+  signals.EndPlanning();  // agents and ranks start from here on
   if (!static_agents) {
     AgentLaunchOptions launch;
     launch.agent_binary = options.agent_binary;

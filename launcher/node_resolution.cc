@@ -6,6 +6,7 @@
 #include "common/net_address.h"
 #include "common/status_macros.h"
 #include "launcher/hostfile.h"
+#include "launcher/launch_limits.h"
 
 namespace dslaunch {
 namespace {
@@ -25,6 +26,20 @@ bool IsThisMachine(const std::string& host, const std::string& local_hostname) {
   return IsLoopbackHost(host) || host == local_hostname;
 }
 
+// The job's rank count against kMaxWorldSize; `origin` says where the slots
+// came from.
+absl::Status CheckWorldSize(int64_t ranks, absl::string_view origin) {
+  if (ranks <= kMaxWorldSize) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(origin, ": ", ranks, " ranks; the most one job may have is ",
+                                                 kMaxWorldSize));
+}
+
+absl::Status CheckWorldSize(const std::vector<HostSlots>& nodes, absl::string_view origin) {
+  int64_t ranks = 0;
+  for (const HostSlots& node : nodes) ranks += static_cast<int64_t>(node.slots.size());
+  return CheckWorldSize(ranks, origin);
+}
+
 }  // namespace
 
 absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
@@ -40,6 +55,11 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
     std::vector<int> slots;
     for (size_t i = 0; i < hosts.size(); ++i) {
       int gpus = i < context.agent_gpu_counts.size() ? context.agent_gpu_counts[i] : 0;
+      if (options.num_gpus <= 0 && gpus > kMaxSlotsPerHost) {
+        return absl::InvalidArgumentError(absl::StrCat("--agents: the agent on ", hosts[i], " reports ", gpus,
+                                                       " GPUs, more than the ", kMaxSlotsPerHost,
+                                                       " slots one host may have; pass --num_gpus"));
+      }
       slots.push_back(options.num_gpus > 0 ? options.num_gpus : std::max(1, gpus));
     }
     if (options.num_nodes > 0) {
@@ -50,6 +70,9 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
       hosts.resize(options.num_nodes);
       slots.resize(options.num_nodes);
     }
+    int64_t ranks = 0;
+    for (int count : slots) ranks += count;
+    DS_RETURN_IF_ERROR(CheckWorldSize(ranks, absl::StrCat("--agents (", hosts.size(), " agent(s))")));
     DS_ASSIGN_OR_RETURN(result.nodes,
                         SelectResources(SyntheticHostfile(hosts, slots, "--agents"), selection));
     result.launcher = LauncherKind::kStatic;
@@ -66,6 +89,7 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
     DS_ASSIGN_OR_RETURN(Hostfile hostfile, ReadHostfile(hostfile_path));
     ResourceRequest request{options.num_nodes, options.num_gpus, options.include, options.exclude};
     DS_ASSIGN_OR_RETURN(result.nodes, SelectResources(hostfile, request));
+    DS_RETURN_IF_ERROR(CheckWorldSize(result.nodes, absl::StrCat("hostfile ", hostfile_path, " as selected")));
     result.hostfile_used = hostfile_path;
     bool all_local = true;
     for (const auto& node : result.nodes) {
@@ -75,6 +99,8 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
   } else {
     int nodes = options.num_nodes > 0 ? options.num_nodes : 1;
     int slots = options.num_gpus > 0 ? options.num_gpus : std::max(1, context.local_gpu_count);
+    DS_RETURN_IF_ERROR(CheckWorldSize(static_cast<int64_t>(nodes) * slots,
+                                      absl::StrCat("--num_nodes ", nodes, " x --num_gpus ", slots)));
     std::vector<std::string> hosts;
     for (int i = 0; i < nodes; ++i) hosts.push_back(nodes == 1 ? "localhost" : absl::StrCat("node", i));
     DS_ASSIGN_OR_RETURN(result.nodes,

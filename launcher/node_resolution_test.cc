@@ -106,6 +106,32 @@ TEST_F(NodeResolutionTest, NumNodesMakesNamedLocalNodes) {
   EXPECT_THAT(resolution->hostfile_used, IsEmpty());
 }
 
+// The world size is bounded before any slot list is built (issue 13,
+// finding 7: --num_gpus 2147483647 built one, 18 GB, then std::bad_alloc).
+TEST_F(NodeResolutionTest, LocalNodesBeyondTheWorldSizeBoundAreRefused) {
+  options_.num_nodes = 65536;
+  options_.num_gpus = 1024;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().message(),
+            "--num_nodes 65536 x --num_gpus 1024: 67108864 ranks; the most one job may have is 131072");
+  options_.num_nodes = 128;
+  EXPECT_TRUE(ResolveNodes(options_, context_).ok());
+}
+
+TEST_F(NodeResolutionTest, HostfileSelectionBeyondTheWorldSizeBoundIsRefused) {
+  std::string hosts;
+  for (int i = 0; i < 129; ++i) hosts += "h" + std::to_string(i) + " slots=1024\n";
+  UseHostfile(hosts);
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_EQ(resolution.status().message(),
+            "hostfile " + options_.hostfile +
+                " as selected: 132096 ranks; the most one job may have is 131072");
+  options_.num_nodes = 128;  // a prefix of a big cluster's hostfile is fine
+  EXPECT_TRUE(ResolveNodes(options_, context_).ok());
+}
+
 TEST_F(NodeResolutionTest, ExcludeAppliesToLocalNodes) {
   options_.num_nodes = 3;
   options_.num_gpus = 2;
@@ -322,6 +348,15 @@ TEST_F(NodeResolutionTest, AgentsSlotsFromNumGpus) {
   ASSERT_EQ(resolution->nodes.size(), 2u);
   EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1));
   EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0, 1));
+}
+
+TEST_F(NodeResolutionTest, AgentReportingMoreGpusThanAHostMayHaveIsAnError) {
+  UseAgents({"h1"}, {1 << 30});
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(resolution.status().message(), HasSubstr("the agent on h1 reports 1073741824 GPUs"));
+  options_.num_gpus = 2;
+  EXPECT_TRUE(ResolveNodes(options_, context_).ok());
 }
 
 TEST_F(NodeResolutionTest, AgentsNumNodesTakesTheFirstAgents) {

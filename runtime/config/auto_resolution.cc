@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/config/config_limits.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -161,6 +162,13 @@ std::optional<GivenBatchSizes> BatchSizesFromWalk(const WalkResult& walk, const 
        {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
     if (walk.invalid.count(path)) return std::nullopt;
   }
+  // A job-file batch size that "auto" would take was refused (out of bounds):
+  // its problem is reported, and "no batch size" would only follow from it.
+  if (job != nullptr && job->train_walk != nullptr) {
+    for (const char* path : {"train.global_batch_size", "train.micro_batch_size"}) {
+      if (job->train_walk->invalid.count(path)) return std::nullopt;
+    }
+  }
   auto read = [&](const char* path, int64_t value, int64_t job_value) -> std::optional<int64_t> {
     if (walk.IsAuto(path)) {
       if (job != nullptr && job_value > 0) return job_value;
@@ -243,6 +251,18 @@ std::vector<std::string> ResolveBatchSizes(const GivenBatchSizes& given, int wor
         gas ? " alone is not enough" : " optional",
         "); \"auto\" takes train.global_batch_size / train.micro_batch_size from a job file")};
   }
+  // The keys given are bounded by the schema; these are the derived ones.
+  std::vector<std::string> too_large;
+  auto bound = [&](const std::string& key, int64_t value, int64_t max, bool given_value) {
+    if (!given_value && value > max) {
+      too_large.push_back(absl::StrCat(key, " would be ", value, " (derived from the other batch sizes and the ",
+                                       dp_text, "), more than ", max));
+    }
+  };
+  bound(train_key, t, kMaxGlobalBatchSize, train.has_value());
+  bound(micro_key, m, kMaxMicroBatchSize, micro.has_value());
+  bound(gas_key, g, kMaxGradientAccumulationSteps, gas.has_value());
+  if (!too_large.empty()) return too_large;
   config->train_batch_size = t;
   config->train_micro_batch_size_per_gpu = m;
   config->gradient_accumulation_steps = g;

@@ -1,10 +1,6 @@
 #include "runtime/config/config_loader.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,7 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/bounded_file.h"
 #include "runtime/config/auto_resolution.h"
+#include "runtime/config/config_document.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/ds_config_schema.h"
 #include "runtime/config/job_config_schema.h"
@@ -31,25 +29,14 @@ constexpr absl::string_view kDsConfigKey = "ds_config";
 
 std::string OverrideText(const ConfigOverride& o) { return absl::StrCat(o.path, "=", o.value); }
 
-// The file as YAML (JSON is YAML's flow syntax). NotFound when it cannot be
-// read; InvalidArgument with line and column when it does not parse.
-absl::StatusOr<YAML::Node> ReadYamlFile(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a config file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return YAML::Load(text.str());
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML or JSON: ", e.msg));
-  }
+// The file as one YAML document (JSON is YAML's flow syntax); `what` names
+// its role in messages. NotFound when it does not exist; InvalidArgument when
+// it is no regular file, too large (Note [Bounded input files]) or not one
+// well-formed document (Note [One config document]), with line and column.
+absl::StatusOr<YAML::Node> ReadYamlFile(const std::string& path, absl::string_view what) {
+  absl::StatusOr<std::string> text = ReadConfigFile(path, what);
+  if (!text.ok()) return text.status();
+  return ParseConfigDocument(*text, path, ConfigSyntaxOf(path));
 }
 
 // Writes each override into the tree, creating sections on the way, and
@@ -60,14 +47,13 @@ void ApplyOverrides(const std::vector<ConfigOverride>& overrides, const std::str
                     YAML::Node* root, TreeSource* source, Problems* problems) {
   for (const ConfigOverride& o : overrides) {
     const std::string text = absl::StrCat(path_prefix, OverrideText(o));
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.value);
-    } catch (const YAML::Exception& e) {
-      problems->At(absl::StrCat("--override '", text, "'"),
-                   absl::StrCat("the value is not valid YAML: ", e.msg));
+    absl::StatusOr<YAML::Node> parsed =
+        ParseConfigDocument(o.value, absl::StrCat("--override '", text, "'"), ConfigSyntax::kYaml);
+    if (!parsed.ok()) {
+      problems->Add(std::string(parsed.status().message()));
       continue;
     }
+    YAML::Node value = *parsed;
     if (!root->IsMap()) {
       if (root->IsDefined() && !root->IsNull()) continue;  // the walk reports the file's top level
       *root = YAML::Node(YAML::NodeType::Map);
@@ -127,12 +113,9 @@ absl::StatusOr<ConfigOverride> ParseOverride(const std::string& text) {
                                                      result.path, "' has an empty part"));
     }
   }
-  try {
-    YAML::Load(result.value);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--override '", text, "': the value is not valid YAML: ", e.msg));
-  }
+  absl::StatusOr<YAML::Node> value =
+      ParseConfigDocument(result.value, absl::StrCat("--override '", text, "'"), ConfigSyntax::kYaml);
+  if (!value.ok()) return value.status();
   return result;
 }
 
@@ -140,7 +123,7 @@ absl::StatusOr<DsConfig> LoadDsConfig(const std::string& path,
                                       const std::vector<ConfigOverride>& overrides,
                                       const WorldShape& world,
                                       std::vector<std::string>* not_yet_supported) {
-  absl::StatusOr<YAML::Node> root = ReadYamlFile(path);
+  absl::StatusOr<YAML::Node> root = ReadYamlFile(path, "ds_config file");
   if (!root.ok()) return root.status();
   Problems problems;
   TreeSource source{path, "", {}};
@@ -163,7 +146,7 @@ absl::StatusOr<DsConfig> LoadDsConfig(const std::string& path,
 absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
                                         const std::vector<ConfigOverride>& overrides,
                                         const WorldShape& world) {
-  absl::StatusOr<YAML::Node> root = ReadYamlFile(path);
+  absl::StatusOr<YAML::Node> root = ReadYamlFile(path, "job file");
   if (!root.ok()) return root.status();
   const std::string job_dir = std::filesystem::path(path).parent_path().string();
   Problems problems;
@@ -205,11 +188,14 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
       ds_root->reset(node);
     } else if (node.IsScalar()) {
       job.ds_config_path = config_internal::ResolveRelativePath(job_dir, node.Scalar());
-      absl::StatusOr<YAML::Node> file = ReadYamlFile(job.ds_config_path);
+      absl::StatusOr<std::string> text = ReadConfigFile(job.ds_config_path, "ds_config file");
+      absl::StatusOr<YAML::Node> file =
+          text.ok() ? ParseConfigDocument(*text, job.ds_config_path, ConfigSyntaxOf(job.ds_config_path))
+                    : absl::StatusOr<YAML::Node>(text.status());
       if (file.ok()) {
         ds_root = *file;
         ds_source = TreeSource{job.ds_config_path, "", {}};
-      } else if (absl::IsNotFound(file.status())) {
+      } else if (!text.ok()) {  // missing, not a regular file, too large: where the job file names it
         problems.AtKey(job_source, job_walk.WrittenPath(ds_key), job_walk.MarkOf(ds_key),
                        file.status().message());
       } else {
@@ -245,6 +231,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
   config_internal::CheckAgreesWithJob(ds_walk, ds_source, sources, job.ds, &problems);
   ResolveBatchSizesOrReport(ds_walk, ds_source, &sources, world, &job.ds, &problems);
   config_internal::CheckResolvedDsConfig(ds_walk, ds_source, job.ds, &problems);
+  config_internal::CheckJobScale(job_walk, job_source, ds_walk, ds_source, job, &problems);
   if (!problems.empty()) return problems.ToStatus();
   job.not_yet_supported = config_internal::NotYetSupported(ds_walk, job.ds);
   return job;

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/config/config_limits.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -137,10 +138,11 @@ const std::vector<std::string>& OptimizerTypes() {
 std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type) {
   std::vector<KeySpec> keys = {
       // Batch size: any two of the three decide the third (Note ["auto"]).
-      Key("train_batch_size", &c->train_batch_size).Min(1).Auto().Nullable(),
+      Key("train_batch_size", &c->train_batch_size).Min(1).Max(kMaxGlobalBatchSize).Auto().Nullable(),
       Key("train_micro_batch_size_per_gpu", &c->train_micro_batch_size_per_gpu)
-          .Min(1).Auto().Nullable(),
-      Key("gradient_accumulation_steps", &c->gradient_accumulation_steps).Min(1).Auto().Nullable(),
+          .Min(1).Max(kMaxMicroBatchSize).Auto().Nullable(),
+      Key("gradient_accumulation_steps", &c->gradient_accumulation_steps)
+          .Min(1).Max(kMaxGradientAccumulationSteps).Auto().Nullable(),
       Key("gradient_clipping", &c->gradient_clipping).Min(0).Auto(),
       Key("steps_per_print", &c->steps_per_print).Min(1),
       Key("wall_clock_breakdown", &c->wall_clock_breakdown),

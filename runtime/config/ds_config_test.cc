@@ -434,7 +434,7 @@ TEST_F(DsConfigTest, EmptyFileHasNoBatchSize) {
 TEST_F(DsConfigTest, FileProblemsAreNotFoundOrSyntax) {
   auto missing = LoadDsConfig(dir_ + "/absent.json", {}, WorldShape{1});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.status().message(), HasSubstr("absent.json: cannot read"));
+  EXPECT_THAT(missing.status().message(), HasSubstr("absent.json: No such file or directory"));
   auto broken = Load("ds.json", "{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": true\n}");
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(broken.status().message(), HasSubstr(path_ + ":4:"));

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/config/config_limits.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -19,18 +21,18 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
   CheckpointConfig* c = &job->checkpoint;
   return {
       Key("model.type", &m->type).OneOf({"gpt"}),
-      Key("model.layers", &m->layers).Min(1).Required(),
-      Key("model.heads", &m->heads).Min(1).Required(),
-      Key("model.width", &m->width).Min(1).Required(),
-      Key("model.sequence_length", &m->sequence_length).Min(1).Required(),
-      Key("model.vocab_size", &m->vocab_size).Min(0),
+      Key("model.layers", &m->layers).Min(1).Max(kMaxModelLayers).Required(),
+      Key("model.heads", &m->heads).Min(1).Max(kMaxModelHeads).Required(),
+      Key("model.width", &m->width).Min(1).Max(kMaxModelWidth).Required(),
+      Key("model.sequence_length", &m->sequence_length).Min(1).Max(kMaxSequenceLength).Required(),
+      Key("model.vocab_size", &m->vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("model.dropout", &m->dropout).Min(0).Below(1),
       Key("model.fused_kernels", &m->fused_kernels),
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),
       Key("data.tokenizer", &d->tokenizer).OneOf({"byte", "sentencepiece"}),
-      Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size).Min(0),
+      Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("data.validation_fraction", &d->validation_fraction).Min(0).Below(1),
       Key("data.split_on_percent_lines", &d->split_on_percent_lines),
 
@@ -46,8 +48,8 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("train.eps", &t->eps).Min(0),
       Key("train.grad_clip", &t->grad_clip).Min(0),
       // null or absent: not set ("auto" batch sizes then come from the other keys).
-      Key("train.micro_batch_size", &t->micro_batch_size).Min(1).Nullable(),
-      Key("train.global_batch_size", &t->global_batch_size).Min(1).Nullable(),
+      Key("train.micro_batch_size", &t->micro_batch_size).Min(1).Max(kMaxMicroBatchSize).Nullable(),
+      Key("train.global_batch_size", &t->global_batch_size).Min(1).Max(kMaxGlobalBatchSize).Nullable(),
       Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
       Key("train.max_nonfinite_steps", &t->max_nonfinite_steps).Min(1),
 
@@ -64,6 +66,49 @@ WalkResult WalkJobConfig(const YAML::Node& root, const TreeSource& source, JobCo
                          Problems* problems) {
   SchemaWalker walker(JobConfigKeys(job));
   return walker.Walk(root, source, problems);
+}
+
+double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary) {
+  const double width = model.width;
+  const double per_block = 12 * width * width + 13 * width;
+  return (static_cast<double>(vocabulary) + model.sequence_length) * width + model.layers * per_block +
+         2 * width;
+}
+
+void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
+  const ModelConfig& model = job.model;
+  const bool dims_usable = walk.HasValue("model.layers") && walk.HasValue("model.width") &&
+                           walk.HasValue("model.sequence_length") && !walk.invalid.count("model.vocab_size");
+  if (!dims_usable) return;  // their own problems are reported
+  // Vocabulary 0 in the file: the dataset's, which the tokenizer decides.
+  const int64_t vocabulary = model.vocab_size > 0               ? model.vocab_size
+                             : job.data.tokenizer == "byte"     ? kByteVocabularySize
+                                                                : job.data.tokenizer_vocab_size;
+  const double parameters = EstimateGptParameters(model, vocabulary);
+  if (parameters > kMaxModelParameters) {
+    problems->AtKey(source, walk.WrittenPath("model"), walk.MarkOf("model"),
+                    absl::StrFormat("about %.3g parameters (%d layers of width %d, vocabulary %d, "
+                                    "sequence %d): more than the %.0e this runtime accepts (training "
+                                    "state of 16 bytes per parameter: %.3g TB)",
+                                    parameters, model.layers, model.width, vocabulary,
+                                    model.sequence_length, kMaxModelParameters, parameters * 16 / 1e12));
+  }
+  const int64_t micro = job.ds.train_micro_batch_size_per_gpu;
+  const int64_t tokens = micro * model.sequence_length;
+  if (micro > 0 && tokens > kMaxTokensPerMicroBatch) {
+    const bool in_job = walk.HasValue("train.micro_batch_size");
+    const std::string what =
+        absl::StrCat(micro, " x model.sequence_length ", model.sequence_length, " = ", tokens,
+                     " tokens per micro-batch, more than ", kMaxTokensPerMicroBatch);
+    if (in_job) {
+      problems->AtKey(source, walk.WrittenPath("train.micro_batch_size"), walk.MarkOf("train.micro_batch_size"),
+                      what);
+    } else {
+      const std::string key = "train_micro_batch_size_per_gpu";
+      problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key), what);
+    }
+  }
 }
 
 std::string ResolveRelativePath(const std::string& dir, const std::string& path) {

@@ -24,6 +24,18 @@ WalkResult WalkJobConfig(const YAML::Node& root, const TreeSource& source, JobCo
 void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std::string& job_dir,
                      JobConfig* job, Problems* problems);
 
+// The parameters of the GPT that `model` describes (`vocabulary` symbols):
+// token and position embeddings, 12·width² + 13·width per block, the final
+// norm. A double, since the bounds of config_limits.h let it pass int64.
+double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary);
+
+// After batch resolution: the model's parameter estimate against
+// kMaxModelParameters and one micro-batch's tokens against
+// kMaxTokensPerMicroBatch. `ds_walk`/`ds_source` locate the ds_config's
+// micro-batch when the job file does not set train.micro_batch_size.
+void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems);
+
 // `path` relative to `dir` when it is relative, else unchanged.
 std::string ResolveRelativePath(const std::string& dir, const std::string& path);
 

@@ -155,7 +155,7 @@ TEST_F(JobConfigTest, MissingDsConfig) {
   auto job = LoadText(absl::StrCat(kJob, "ds_config: nowhere.json\n"));
   EXPECT_THAT(ProblemLines(job),
               ElementsAre(AllOf(HasSubstr(path_ + ":35: ds_config: "),
-                                HasSubstr(dir_ + "/job/nowhere.json: cannot read"))));
+                                HasSubstr(dir_ + "/job/nowhere.json: No such file or directory"))));
   job = LoadText(kJob);
   EXPECT_THAT(ProblemLines(job), ElementsAre(path_ + ": ds_config: required (a mapping, or the "
                                                      "path of a JSON/YAML file)"));
@@ -274,6 +274,84 @@ TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;
   again->path = job->path;
   EXPECT_EQ(DescribeJobConfig(*again), described);
+}
+
+// Issue 13, finding 7: these passed --validate and the ranks aborted.
+TEST_F(JobConfigTest, ModelDimensionsAndBatchSizesHaveUpperBounds) {
+  const std::string job = absl::StrCat(kJob, kInlineDs);
+  struct Case {
+    ConfigOverride change;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"model.layers", "1000000000"}, "model.layers: 1000000000 must be <= 1024"},
+           {{"model.heads", "1025"}, "model.heads: 1025 must be <= 1024"},
+           {{"model.width", "65537"}, "model.width: 65537 must be <= 65536"},
+           {{"model.sequence_length", "1048577"}, "model.sequence_length: 1048577 must be <= 1048576"},
+           {{"model.vocab_size", "2097153"}, "model.vocab_size: 2097153 must be <= 2097152"},
+           {{"data.tokenizer_vocab_size", "2097153"}, "data.tokenizer_vocab_size: 2097153 must be <= 2097152"},
+           {{"train.micro_batch_size", "2147483647"}, "train.micro_batch_size: 2147483647 must be <= 65536"},
+           {{"train.global_batch_size", "67108865"}, "train.global_batch_size: 67108865 must be <= 67108864"},
+           {{"ds_config.gradient_accumulation_steps", "1048577"},
+            "gradient_accumulation_steps: 1048577 must be <= 1048576"},
+       }) {
+    auto loaded = LoadText(job, {c.change});
+    EXPECT_THAT(ProblemLines(loaded), ElementsAre(HasSubstr(c.message))) << c.change.path;  // one line each
+  }
+}
+
+TEST_F(JobConfigTest, TheParameterEstimateIsBounded) {
+  // 1024 x 65536 passes each key's bound; together they are 5.3e13 parameters.
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
+                      {{"model.layers", "1024"}, {"model.width", "65536"}, {"model.heads", "64"}});
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":1: model: about 5.28e+13 parameters (1024 layers of width 65536, "
+                                  "vocabulary 512, sequence 256): more than the 1e+12 this runtime "
+                                  "accepts (training state of 16 bytes per parameter: 844 TB)"));
+  // A ~1.3B GPT is far inside.
+  job = LoadText(absl::StrCat(kJob, kInlineDs),
+                 {{"model.layers", "24"}, {"model.width", "2048"}, {"model.heads", "16"},
+                  {"model.vocab_size", "50304"}, {"model.sequence_length", "1024"}});
+  EXPECT_TRUE(job.ok()) << job.status();
+}
+
+TEST_F(JobConfigTest, TokensPerMicroBatchAreBounded) {
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
+                      {{"train.micro_batch_size", "65536"}, {"train.global_batch_size", "65536"},
+                       {"model.sequence_length", "1024"}});
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre("--override 'train.micro_batch_size=65536': train.micro_batch_size: 65536 x "
+                          "model.sequence_length 1024 = 67108864 tokens per micro-batch, more than 16777216"));
+}
+
+TEST_F(JobConfigTest, DerivedBatchSizesAreBoundedToo) {
+  // train_batch_size alone at one rank derives a micro-batch of the same size.
+  auto job = LoadText(absl::StrCat(kJob, "ds_config:\n  train_batch_size: 1000000\n"),
+                      {{"train.micro_batch_size", "null"}, {"train.global_batch_size", "null"}});
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":36: ds_config.train_micro_batch_size_per_gpu would be 1000000 (derived "
+                                  "from the other batch sizes and the data-parallel size (1)), more than 65536"));
+}
+
+// Note [Bounded input files], Note [One config document].
+TEST_F(JobConfigTest, FilesThatAreNotOneRegularDocumentAreRefusedByName) {
+  auto zero = LoadJobConfig("/dev/zero", {}, WorldShape{1});
+  EXPECT_EQ(zero.status().message(), "job file /dev/zero: is a character device, not a regular file");
+  auto ds_zero = LoadText(absl::StrCat(kJob, "ds_config: /dev/zero\n"));
+  EXPECT_THAT(ProblemLines(ds_zero),
+              ElementsAre(path_ + ":35: ds_config: ds_config file /dev/zero: is a character device, "
+                                  "not a regular file"));
+  auto dir = LoadText(absl::StrCat(kJob, "ds_config: .\n"));
+  EXPECT_THAT(ProblemLines(dir), ElementsAre(path_ + ":35: ds_config: ds_config file " + dir_ +
+                                             "/job/: is a directory, not a regular file"));
+
+  auto two = LoadText(absl::StrCat(kJob, kInlineDs, "---\ntrain:\n  steps: 1\n"));
+  EXPECT_THAT(ProblemLines(two), ElementsAre(path_ + ":41: a second YAML document starts here; a config "
+                                                     "holds exactly one (remove the '---')"));
+  const std::string comma = Write("job/comma.json", "{\"train_batch_size\": 64,\n \"steps_per_print\": 5,\n}\n");
+  auto with_comma = LoadText(absl::StrCat(kJob, "ds_config: comma.json\n"));
+  EXPECT_THAT(ProblemLines(with_comma),
+              ElementsAre(comma + ":2:22: trailing comma before '}' (JSON allows none)"));
 }
 
 }  // namespace

@@ -129,6 +129,14 @@ TEST_F(PrepareDatasetTest, ErrorsNameTheCulprit) {
   bad_model.tokenizer = "sentencepiece";
   bad_model.sp_model = dir_.File("absent.model");
   EXPECT_THAT(PrepareDataset(bad_model).status().message(), HasSubstr("absent.model"));
+  // Before: sentencepiece's reader threw std::ios_base::failure on a
+  // directory, and dsprep aborted (issue 13, finding 7).
+  bad_model.sp_model = dir_.File("");
+  EXPECT_EQ(PrepareDataset(bad_model).status().message(),
+            "sentencepiece model " + dir_.File("") + ": is a directory, not a regular file");
+  bad_model.sp_model = dir_.Write("garbage.model", "not a model");
+  EXPECT_THAT(PrepareDataset(bad_model).status().message(),
+              HasSubstr("cannot load sentencepiece model " + dir_.File("garbage.model") + ": "));
 
   PrepareOptions empty = FortuneOptions("x");
   empty.inputs = {dir_.Write("empty.txt", "\n")};

@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <exception>
 #include <fstream>
 #include <string>
 #include <unordered_map>
@@ -14,6 +15,18 @@ namespace {
 SpResult FromSp(const sentencepiece::util::Status& status) {
   if (status.ok()) return {};
   return SpResult{static_cast<int>(status.code()), status.message()};
+}
+
+constexpr int kInternalCode = 13;  // absl::StatusCode::kInternal
+
+// Runs a sentencepiece call; an exception becomes an error result.
+template <typename Call>
+SpResult Guarded(const char* what, Call call) {
+  try {
+    return FromSp(call());
+  } catch (const std::exception& e) {
+    return SpResult{kInternalCode, std::string(what) + ": " + e.what()};
+  }
 }
 
 // Feeds the trainer the non-empty lines of each file in order. Using an
@@ -73,16 +86,16 @@ struct SpModel::Impl {
 SpModel::SpModel() : impl_(std::make_unique<Impl>()) {}
 SpModel::~SpModel() = default;
 
-SpResult SpModel::Load(const std::string& model_path) {
-  return FromSp(impl_->processor.Load(model_path));
+SpResult SpModel::LoadSerialized(const std::string& model_bytes) {
+  return Guarded("loading the model", [&] { return impl_->processor.LoadFromSerializedProto(model_bytes); });
 }
 
 SpResult SpModel::Encode(std::string_view text, std::vector<int>* ids) const {
-  return FromSp(impl_->processor.Encode(text, ids));
+  return Guarded("encoding", [&] { return impl_->processor.Encode(text, ids); });
 }
 
 SpResult SpModel::Decode(const std::vector<int>& ids, std::string* text) const {
-  return FromSp(impl_->processor.Decode(ids, text));
+  return Guarded("decoding", [&] { return impl_->processor.Decode(ids, text); });
 }
 
 int SpModel::vocab_size() const { return impl_->processor.GetPieceSize(); }
@@ -125,7 +138,7 @@ SpResult SpTrainBpe(const std::vector<std::string>& text_files, int vocab_size,
   };
   sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
   FileLineIterator lines(text_files);
-  return FromSp(sentencepiece::SentencePieceTrainer::Train(args, &lines, model));
+  return Guarded("training", [&] { return sentencepiece::SentencePieceTrainer::Train(args, &lines, model); });
 }
 
 }  // namespace dslaunch::runtime

@@ -18,7 +18,9 @@
 namespace dslaunch::runtime {
 
 // Outcome of a bridge call. `code` is a canonical status code: sentencepiece's
-// util::StatusCode numbers its codes exactly as absl::StatusCode does.
+// util::StatusCode numbers its codes exactly as absl::StatusCode does. No
+// exception leaves the bridge: one thrown inside sentencepiece (its file
+// reading throws std::ios_base::failure) comes back as code 13 (internal).
 struct SpResult {
   int code = 0;
   std::string message;
@@ -32,7 +34,9 @@ class SpModel {
   SpModel();
   ~SpModel();
 
-  SpResult Load(const std::string& model_path);
+  // Loads a model from its bytes (the caller reads the file: Note [Bounded
+  // input files] in common/bounded_file.h).
+  SpResult LoadSerialized(const std::string& model_bytes);
   SpResult Encode(std::string_view text, std::vector<int>* ids) const;
   SpResult Decode(const std::vector<int>& ids, std::string* text) const;
   int vocab_size() const;

@@ -1,12 +1,17 @@
 #include "runtime/data/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "runtime/data/posix_file.h"
 #include "runtime/data/sentencepiece_bridge.h"
 
 namespace dslaunch::runtime {
 namespace {
+
+// A 2M-piece vocabulary (the most a job file may ask for) serializes to about
+// 60 MB; anything far larger is not a model.
+constexpr size_t kMaxSentencePieceModelBytes = size_t{256} << 20;
 
 absl::Status ToStatus(const SpResult& result, absl::string_view context) {
   if (result.ok()) return absl::OkStatus();
@@ -33,9 +38,15 @@ std::string ByteTokenizer::Decode(const std::vector<int32_t>& ids) const {
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
     const std::string& model_path) {
+  // Note [Bounded input files]: a directory, a FIFO or a device is refused by
+  // name here; sentencepiece's own reader threw std::ios_base::failure on a
+  // directory (an abort in dsprep).
+  absl::StatusOr<std::string> bytes =
+      ReadConfigFile(model_path, "sentencepiece model", kMaxSentencePieceModelBytes);
+  if (!bytes.ok()) return bytes.status();
   auto model = std::make_unique<SpModel>();
-  absl::Status loaded =
-      ToStatus(model->Load(model_path), absl::StrCat("cannot load sentencepiece model ", model_path));
+  absl::Status loaded = ToStatus(model->LoadSerialized(*bytes),
+                                 absl::StrCat("cannot load sentencepiece model ", model_path));
   if (!loaded.ok()) return loaded;
   if (model->eos_id() < 0) {
     return absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <new>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -142,6 +143,12 @@ absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
     const bool memory = what.find("out of memory") != std::string::npos;
     return memory ? absl::ResourceExhaustedError(absl::StrCat("training stopped: ", what))
                   : absl::InternalError(absl::StrCat("training stopped: ", what));
+  } catch (const std::bad_alloc&) {
+    // Host memory, outside LibTorch's allocator (a model or batch too large
+    // for this machine, within the bounds of runtime/config/config_limits.h).
+    return absl::ResourceExhaustedError(
+        absl::StrCat("training stopped: out of host memory (", job.model.layers, " layers of width ",
+                     job.model.width, ", micro-batch ", job.ds.train_micro_batch_size_per_gpu, ")"));
   }
 }
 

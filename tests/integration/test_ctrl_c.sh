@@ -30,3 +30,37 @@ run_and_signal() {
 run_and_signal INT 130 ""
 run_and_signal TERM 143 ""
 run_and_signal INT 130 "--ignore_sigterm"
+
+# Note [Interruptible planning]: a signal while dslaunch is still planning
+# ends it at once with 128+signal. Planning is made slow here by a static
+# agent that is frozen (SIGSTOP): the kernel accepts the connection and
+# Describe waits for its 10 s deadline. Before, signals were blocked and
+# nobody took them until planning ended: exit 1 after 10 s, the SIGINT lost.
+interrupt_planning() {
+  local signal=$1 expected=$2
+  new_token "$WORK/token"
+  start_agent "frozen_$signal" 127.0.0.1:0 "$WORK/token"
+  local agent=$AGENT_PID
+  kill -STOP "$agent"
+  local start=$SECONDS
+  "$DSLAUNCH" --agents "$AGENT_ADDR" --token_file "$WORK/token" "$TEST_RANK" >"$WORK/plan.out" 2>"$WORK/plan.err" &
+  local launcher=$!
+  CLEANUP_PIDS+=("$launcher")
+  # Sent once dslaunch blocks the stop signals (its first line), so that the
+  # signal cannot hit the default disposition during process start-up.
+  blocked() { [[ -r /proc/$launcher/status ]] && (($(printf '%d' "0x$(awk '/^SigBlk/ {print $2}' "/proc/$launcher/status")") & 2)); }
+  wait_until 10 blocked || fail "dslaunch never blocked SIGINT"
+  kill "-$signal" "$launcher"
+  set +e
+  wait "$launcher"
+  local code=$?
+  set -e
+  kill -9 "$agent" 2>/dev/null || true
+  ((code == expected)) || fail "SIG$signal while planning: exit $code after $((SECONDS - start)) s, expected $expected"
+  ((SECONDS - start <= 5)) || fail "SIG$signal while planning took $((SECONDS - start)) s (Describe waits 10 s)"
+  grep -qF "received SIG$signal while planning the job; nothing was started" "$WORK/plan.err" ||
+    fail "SIG$signal while planning: $(cat "$WORK/plan.err")"
+  pass "SIG$signal while planning -> exit $expected at once"
+}
+interrupt_planning INT 130
+interrupt_planning TERM 143
