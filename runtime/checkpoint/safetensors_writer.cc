@@ -98,10 +98,21 @@ absl::Status SafetensorsWriter::Finish() {
   if (written_ != expected_) {
     return absl::DataLossError(absl::StrCat("safetensors: wrote ", written_, " of ", expected_, " values"));
   }
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) return ErrnoStatus("fsync " + path_);
-  std::fclose(file_);
+  if (std::fflush(file_) != 0) return ErrnoStatus("write " + path_ + ".tmp");
+  if (::fsync(::fileno(file_)) != 0) return ErrnoStatus("fsync " + path_ + ".tmp");
+  // fclose reports what a delayed write-back found; the file is gone either way.
+  const int closed = std::fclose(file_);
   file_ = nullptr;
-  if (std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) return ErrnoStatus("rename " + path_);
+  if (closed != 0) {
+    absl::Status failed = ErrnoStatus("close " + path_ + ".tmp");
+    ::unlink((path_ + ".tmp").c_str());
+    return failed;
+  }
+  if (std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
+    absl::Status failed = ErrnoStatus("rename " + path_ + ".tmp to " + path_);
+    ::unlink((path_ + ".tmp").c_str());
+    return failed;
+  }
   return absl::OkStatus();
 }
 
