@@ -16,10 +16,20 @@ struct Flag {
   std::function<absl::Status(const std::string& value, DsprepCommand* command)> apply;
 };
 
-absl::Status ParseInt(const std::string& flag, const std::string& value, int* out) {
-  if (!absl::SimpleAtoi(value, out)) {
+// Upper bounds (docs/inputs.md): the vocabulary a job file may ask for
+// (data.tokenizer_vocab_size), and threads well past any machine's cores.
+constexpr int kMaxVocabSize = 1 << 21;
+constexpr int kMaxWorkers = 1024;
+
+absl::Status ParseInt(const std::string& flag, const std::string& value, int max, int* out) {
+  int parsed = 0;
+  if (!absl::SimpleAtoi(value, &parsed)) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " expects a number, got \"", value, "\""));
   }
+  if (parsed > max) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value, ": at most ", max));
+  }
+  *out = parsed;
   return absl::OkStatus();
 }
 
@@ -42,7 +52,7 @@ const std::vector<Flag>& Flags() {
        }},
       {"vocab_size", "N", "sentencepiece vocabulary to train (default 8000)",
        [](const std::string& v, DsprepCommand* c) {
-         return ParseInt("vocab_size", v, &c->options.vocab_size);
+         return ParseInt("vocab_size", v, kMaxVocabSize, &c->options.vocab_size);
        }},
       {"sp_model", "PATH", "sentencepiece model to use instead of training one",
        [](const std::string& v, DsprepCommand* c) {
@@ -56,7 +66,7 @@ const std::vector<Flag>& Flags() {
        }},
       {"workers", "N", "tokenizing threads (default 1)",
        [](const std::string& v, DsprepCommand* c) {
-         return ParseInt("workers", v, &c->options.workers);
+         return ParseInt("workers", v, kMaxWorkers, &c->options.workers);
        }},
       {"help", nullptr, "print this help",
        [](const std::string&, DsprepCommand* c) {

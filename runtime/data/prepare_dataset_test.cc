@@ -161,6 +161,14 @@ TEST(DsprepOptionsTest, ParsesEveryFlag) {
   EXPECT_TRUE(ParseDsprepArgs({"--help"})->help);
 }
 
+TEST(DsprepOptionsTest, CountsAreBounded) {
+  EXPECT_EQ(ParseDsprepArgs({"--input", "a", "--output", "o", "--vocab_size", "2097153"}).status().message(),
+            "--vocab_size 2097153: at most 2097152");
+  EXPECT_EQ(ParseDsprepArgs({"--input", "a", "--output", "o", "--workers=100000"}).status().message(),
+            "--workers 100000: at most 1024");
+  EXPECT_TRUE(ParseDsprepArgs({"--input", "a", "--output", "o", "--workers=1024"}).ok());
+}
+
 TEST(DsprepOptionsTest, ErrorsNameTheFlag) {
   EXPECT_THAT(ParseDsprepArgs({"--input", "a", "--ouput", "x"}).status().message(),
               HasSubstr("--ouput"));
