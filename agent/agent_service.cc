@@ -108,6 +108,7 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       spawn.argv.assign(spec.argv().begin(), spec.argv().end());
       spawn.env.insert(spec.env().begin(), spec.env().end());
       spawn.working_dir = spec.working_dir();
+      spawn.keeper = config_.keeper_path;
       // Note [Rank heartbeats]: a token of its own, never the agent's.
       RankHealth& health = job->health[{request->attempt(), spec.global_rank()}];
       health = RankHealth();

@@ -25,6 +25,7 @@ class AgentServiceTest : public ::testing::Test {
     config.lease_check_interval = 50ms;
     config.lease_stop_grace = 1s;
     config.hostname = "test-host";
+    config.keeper_path = DSAGENT_KEEPER_FOR_TESTS;
     service_ = std::make_unique<AgentService>(config);
     grpc::ServerBuilder builder;
     int port = 0;

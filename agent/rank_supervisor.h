@@ -4,8 +4,9 @@
 // thread that lives exactly as long as the rank), then polls the rank's
 // stdout, stderr and pidfd: every complete line becomes a RankOutput event,
 // the exit becomes one RankEnded event carrying the last stderr lines. When the
-// rank's main process ends, whatever it left running in its process group is
-// killed: a finished rank leaves no orphans.
+// rank's main process ends, its keeper kills whatever it left running, in its
+// process group or not: a finished rank leaves no orphans (Note [Rank keeper]
+// in agent/process_spawner.h).
 //
 // Thread-safe: Stop() and accessors may be called from any thread.
 #pragma once
