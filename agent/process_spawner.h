@@ -26,7 +26,9 @@
 //   orphan of the tree, so a grandchild that called setsid() or double-forked
 //   is found as well. Then it exits the way the rank did, with the same exit
 //   code or killed by the same signal: the agent's waitpid on the keeper reads
-//   the rank's own status.
+//   the rank's own status. So RankEnded is reported once the rank's whole
+//   tree is gone: a restart never overlaps a leftover of the attempt before
+//   (one that could still hold GPU memory or write a checkpoint).
 // - When the agent dies, SIGKILL included, the kernel sends the keeper SIGTERM
 //   (its parent-death signal, tied to the spawning thread) and the keeper
 //   SIGKILLs the whole tree at once, without a grace: nobody would read the

@@ -1,8 +1,9 @@
 // Supervises one rank process from spawn to reap, on a thread of its own.
 //
-// The thread spawns the process (so the parent-death signal is tied to a
-// thread that lives exactly as long as the rank), then polls the rank's
-// stdout, stderr and pidfd: every complete line becomes a RankOutput event,
+// The thread spawns the rank's keeper (so the keeper's parent-death signal is
+// tied to a thread that lives exactly as long as the keeper), then polls the
+// rank's stdout, stderr and the keeper's pidfd: every complete line becomes a
+// RankOutput event,
 // the exit becomes one RankEnded event carrying the last stderr lines. When the
 // rank's main process ends, its keeper kills whatever it left running, in its
 // process group or not: a finished rank leaves no orphans (Note [Rank keeper]

@@ -5,7 +5,6 @@
 #include "common/start_ranks_environment.h"
 #include "gtest/gtest.h"
 #include "launcher/fake_agent_client.h"
-#include "launcher/grpc_agent_client.h"
 #include "launcher/job_controller.h"
 
 namespace dslaunch {
@@ -91,11 +90,6 @@ TEST(StartRanksRequest, TheControllerSendsTheEnvironmentOncePerHost) {
   EXPECT_EQ(sent.common_env().at("WORLD_SIZE"), "1024");
   EXPECT_EQ(agent.starts()[0].ranks(1023).env().at("RANK"), "1023");
   EXPECT_EQ(agent.starts()[0].ranks(1023).env().at("WORLD_SIZE"), "1024");
-}
-
-TEST(GrpcAgentClient, StartRanksDeadlineGrowsWithTheRanks) {
-  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1), 10s + GrpcAgentClient::kStartAllowancePerRank);
-  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1024), 10s + 1024 * 20ms);
 }
 
 }  // namespace
