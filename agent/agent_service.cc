@@ -6,6 +6,7 @@
 #include "common/auth_token.h"
 #include "common/log.h"
 #include "common/net_address.h"
+#include "common/start_ranks_environment.h"
 
 namespace dslaunch {
 
@@ -106,8 +107,9 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
     for (const RankSpec& spec : request->ranks()) {
       SpawnRequest spawn;
       spawn.argv.assign(spec.argv().begin(), spec.argv().end());
-      spawn.env.insert(spec.env().begin(), spec.env().end());
+      spawn.env = StartRanksEnvironment(*request, spec);
       spawn.working_dir = spec.working_dir();
+      spawn.keeper = config_.keeper_path;
       // Note [Rank heartbeats]: a token of its own, never the agent's.
       RankHealth& health = job->health[{request->attempt(), spec.global_rank()}];
       health = RankHealth();
@@ -125,6 +127,7 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
   }
   // Outside the job lock: a spawn takes milliseconds and StopJob must not wait for it.
   for (RankSupervisor* rank : started) reply->add_pids(rank->WaitForSpawn());
+  reply->set_common_env_applied(true);
   LogLine(absl::StrCat("job ", request->job_id(), " attempt ", request->attempt(), ": started ",
                        request->ranks_size(), " rank(s)"));
   return grpc::Status::OK;

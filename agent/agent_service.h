@@ -44,6 +44,7 @@ struct AgentConfig {
   std::chrono::milliseconds lease_stop_grace{3000};  // SIGTERM -> SIGKILL when a lease expires
   std::string hostname;                             // reported by Describe
   int gpu_count = 0;                                // reported by Describe
+  std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
 };
 
 class AgentService final : public Agent::Service {

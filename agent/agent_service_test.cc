@@ -4,6 +4,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <set>
 #include <thread>
 
 #include "common/auth_token.h"
@@ -25,6 +26,7 @@ class AgentServiceTest : public ::testing::Test {
     config.lease_check_interval = 50ms;
     config.lease_stop_grace = 1s;
     config.hostname = "test-host";
+    config.keeper_path = DSAGENT_KEEPER_FOR_TESTS;
     service_ = std::make_unique<AgentService>(config);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -131,6 +133,44 @@ TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
   watch_context.TryCancel();
 }
 
+// Note [Environment once per node]: the request's common_env reaches every
+// rank, under the rank's own env.
+TEST_F(AgentServiceTest, RanksGetTheCommonEnvironmentUnderTheirOwn) {
+  StartAgent();
+  grpc::ClientContext watch_context;
+  Authorize(&watch_context);
+  WatchRequest watch;
+  watch.set_job_id("job-env");
+  auto reader = stub_->Watch(&watch_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+
+  StartRanksRequest request;
+  request.set_job_id("job-env");
+  (*request.mutable_common_env())["WORLD_SIZE"] = "2";
+  (*request.mutable_common_env())["RANK"] = "shared";
+  for (int r = 0; r < 2; ++r) {
+    RankSpec* rank = request.add_ranks();
+    rank->set_global_rank(r);
+    (*rank->mutable_env())["RANK"] = std::to_string(r);
+    for (const char* arg : {"/bin/sh", "-c", "echo \"$RANK of $WORLD_SIZE\""}) rank->add_argv(arg);
+  }
+  grpc::ClientContext context;
+  Authorize(&context);
+  StartRanksReply reply;
+  ASSERT_TRUE(stub_->StartRanks(&context, request, &reply).ok());
+  EXPECT_TRUE(reply.common_env_applied());
+  std::set<std::string> lines;
+  int ended = 0;
+  while (ended < 2 && reader->Read(&event)) {
+    if (event.has_output()) lines.insert(event.output().line());
+    if (event.has_ended()) ++ended;
+  }
+  EXPECT_EQ(lines, (std::set<std::string>{"0 of 2", "1 of 2"}));
+  watch_context.TryCancel();
+}
+
 // Note [Rank heartbeats]: a rank that prints its agent contact and then sleeps.
 TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   StartAgent();
@@ -212,6 +252,9 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   EXPECT_GE(diagnosis.ranks(0).heartbeat_age_ms(), 300);
   EXPECT_NE(diagnosis.ranks(0).stacks().find("TID"), std::string::npos) << diagnosis.ranks(0).stacks();
   EXPECT_NE(diagnosis.ranks(0).stacks().find("sleep"), std::string::npos) << diagnosis.ranks(0).stacks();
+  // Note [Rank keeper]: the rank's own stacks, not its keeper's.
+  EXPECT_EQ(diagnosis.ranks(0).stacks().find("dsagent_keeper"), std::string::npos)
+      << diagnosis.ranks(0).stacks();
   watch_context.TryCancel();
 }
 

@@ -9,7 +9,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -33,18 +35,30 @@ struct AgentFlags {
   int64_t lease_ms = 10000;
   int64_t stop_grace_ms = 3000;
   std::string name;
+  std::string keeper;  // empty: dsagent_keeper beside this binary
   bool exit_on_stdin_eof = false;
 };
 
 const char kUsage[] =
     "usage: dsagent --token_file FILE [--listen ADDR:PORT] [--lease_ms MS] [--stop_grace_ms MS]\n"
-    "               [--name NAME] [--exit_on_stdin_eof]\n"
+    "               [--name NAME] [--keeper PATH] [--exit_on_stdin_eof]\n"
     "  --listen ADDR:PORT    where to serve (default 127.0.0.1:0: loopback, a free port)\n"
     "  --token_file FILE     the shared secret every call must carry (mode 0600)\n"
     "  --lease_ms MS         stop a job's ranks after this long without its controller (default 10000)\n"
     "  --stop_grace_ms MS    SIGTERM -> SIGKILL grace when a lease expires (default 3000)\n"
     "  --name NAME           host name to report and log (default: the machine's)\n"
+    "  --keeper PATH         the per-rank keeper (default: dsagent_keeper beside dsagent)\n"
     "  --exit_on_stdin_eof   stop everything and exit when stdin closes (ssh launcher)\n";
+
+// The folder of this executable (/proc/self/exe), where dsagent_keeper is installed.
+std::string ThisExecutableDir() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return ".";
+  std::string text(path, static_cast<size_t>(n));
+  size_t slash = text.rfind('/');
+  return slash == std::string::npos ? "." : text.substr(0, slash);
+}
 
 int Fail(const std::string& message) {
   std::cerr << "dsagent: " << message << "\n" << kUsage;
@@ -75,12 +89,13 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--exit_on_stdin_eof") {
       flags.exit_on_stdin_eof = true;
-    } else if (arg == "--listen" || arg == "--token_file" || arg == "--name" ||
+    } else if (arg == "--listen" || arg == "--token_file" || arg == "--name" || arg == "--keeper" ||
                arg == "--lease_ms" || arg == "--stop_grace_ms") {
       if (!take_value()) return Fail(absl::StrCat(arg, " needs a value"));
       if (arg == "--listen") flags.listen = value;
       if (arg == "--token_file") flags.token_file = value;
       if (arg == "--name") flags.name = value;
+      if (arg == "--keeper") flags.keeper = value;
       if (arg == "--lease_ms" || arg == "--stop_grace_ms") {
         int64_t ms = 0;
         if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
@@ -97,6 +112,14 @@ int main(int argc, char** argv) {
   if (!listen.ok()) return Fail(std::string(listen.status().message()));
   auto token = dslaunch::ReadTokenFile(flags.token_file);
   if (!token.ok()) return Fail(std::string(token.status().message()));
+
+  // Note [Rank keeper]: no rank starts without one, so its absence is an
+  // error now, not at the first job.
+  if (flags.keeper.empty()) flags.keeper = ThisExecutableDir() + "/dsagent_keeper";
+  if (::access(flags.keeper.c_str(), X_OK) != 0) {
+    return Fail(absl::StrCat("cannot execute the rank keeper ", flags.keeper, " (", std::strerror(errno),
+                             "); install dsagent_keeper beside dsagent or pass --keeper PATH"));
+  }
 
   if (flags.name.empty()) {
     char host[256] = {0};
@@ -121,6 +144,7 @@ int main(int argc, char** argv) {
   config.lease_stop_grace = std::chrono::milliseconds(flags.stop_grace_ms);
   config.hostname = flags.name;
   config.gpu_count = dslaunch::DetectLocalGpuCount();
+  config.keeper_path = flags.keeper;
   auto service = std::make_unique<dslaunch::AgentService>(config);
 
   grpc::ServerBuilder builder;

@@ -213,8 +213,10 @@ void RankSupervisor::Supervise(const SpawnedProcess& process) {
     if (fds[2].revents) break;
   }
 
+  // The keeper ends with the rank's own status, once it has killed whatever
+  // the rank left running (Note [Rank keeper]).
   int status = 0;
-  while (::waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(process.keeper_pid, &status, 0) < 0 && errno == EINTR) {
   }
   // Whatever the rank wrote before exiting is still in the pipes; take it
   // without waiting for EOF (a leftover child could hold the pipe open).
@@ -222,7 +224,8 @@ void RankSupervisor::Supervise(const SpawnedProcess& process) {
   if (err_open) ReadAvailable(process.stderr_fd, err_lines, emit_stderr);
   out_lines.Flush(emit_stdout);
   err_lines.Flush(emit_stderr);
-  // The group outlives its leader only through leftovers; end them.
+  // Only when the keeper itself was SIGKILLed can the rank's group still have
+  // members (the rank died by its parent-death signal); end them.
   ::kill(-process.pid, SIGKILL);
   ::close(process.stdout_fd);
   ::close(process.stderr_fd);

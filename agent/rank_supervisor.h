@@ -1,11 +1,13 @@
 // Supervises one rank process from spawn to reap, on a thread of its own.
 //
-// The thread spawns the process (so the parent-death signal is tied to a
-// thread that lives exactly as long as the rank), then polls the rank's
-// stdout, stderr and pidfd: every complete line becomes a RankOutput event,
+// The thread spawns the rank's keeper (so the keeper's parent-death signal is
+// tied to a thread that lives exactly as long as the keeper), then polls the
+// rank's stdout, stderr and the keeper's pidfd: every complete line becomes a
+// RankOutput event,
 // the exit becomes one RankEnded event carrying the last stderr lines. When the
-// rank's main process ends, whatever it left running in its process group is
-// killed: a finished rank leaves no orphans.
+// rank's main process ends, its keeper kills whatever it left running, in its
+// process group or not: a finished rank leaves no orphans (Note [Rank keeper]
+// in agent/process_spawner.h).
 //
 // Thread-safe: Stop() and accessors may be called from any thread.
 #pragma once

@@ -1,6 +1,11 @@
 #include "agent/rank_supervisor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iterator>
 
 #include <fstream>
 #include <string>
@@ -37,6 +42,7 @@ struct Recorder {
 SpawnRequest Shell(const std::string& script) {
   SpawnRequest request;
   request.argv = {"/bin/sh", "-c", script};
+  request.keeper = DSAGENT_KEEPER_FOR_TESTS;
   return request;
 }
 
@@ -130,7 +136,7 @@ TEST(RankSupervisor, EscalatesToSigkillAfterTheGrace) {
 
 TEST(RankSupervisor, MissingProgramIsLostWithTheReason) {
   Recorder recorder;
-  SpawnRequest request;
+  SpawnRequest request = Shell("");
   request.argv = {"no-such-program-dslaunch"};
   RankSupervisor rank(0, 3, request, recorder.sink());
   EXPECT_EQ(rank.WaitForSpawn(), 0);
@@ -162,6 +168,123 @@ TEST(RankSupervisor, KillsWhatTheRankLeftRunning) {
     std::this_thread::yield();
   }
   EXPECT_TRUE(gone) << "pid " << leftover << " survived its rank";
+}
+
+// Waits, bounded, until the process is gone (or a zombie).
+bool GoneWithin(int pid, std::chrono::milliseconds bound) {
+  for (auto deadline = std::chrono::steady_clock::now() + bound;
+       std::chrono::steady_clock::now() < deadline;) {
+    if (ProcessGone(pid)) return true;
+    std::this_thread::yield();
+  }
+  return ProcessGone(pid);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Note [Rank keeper]: a grandchild that left the rank's process group and
+// session (setsid) is found through the keeper, the subreaper of the tree.
+TEST(RankSupervisor, KillsALeftoverThatLeftTheProcessGroup) {
+  char dir_template[] = "/tmp/dsagent-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  Recorder recorder;
+  // The grandchild writes its pid (whole: renamed into place) from its own
+  // session; the rank waits for that file, prints the pid and exits 0.
+  RankSupervisor rank(
+      0, 0,
+      Shell("setsid sh -c 'echo $$ >" + dir + "/g.tmp && mv " + dir + "/g.tmp " + dir +
+            "/g; exec sleep 1000' & while [ ! -e " + dir + "/g ]; do sleep 0.01; done; cat " + dir +
+            "/g; exit 0"),
+      recorder.sink());
+  auto events = recorder.UntilEnded();
+  const RankEnded* ended = FindEnded(events);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_EQ(ended->state(), RANK_EXITED);
+  EXPECT_EQ(ended->exit_code(), 0);
+  auto lines = Lines(events, false);
+  ASSERT_EQ(lines.size(), 1u);
+  int grandchild = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(lines[0], &grandchild));
+  EXPECT_TRUE(GoneWithin(grandchild, 10s)) << "pid " << grandchild << " (own session) survived its rank";
+  ::unlink((dir + "/g").c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Note [Rank keeper]: the pid the agent reports, signals and diagnoses is the
+// rank's, which alone carries the rank's environment; its parent is the keeper.
+TEST(RankSupervisor, ReportsTheRanksOwnPidNotTheKeepers) {
+  Recorder recorder;
+  SpawnRequest request = Shell("echo $$; while :; do sleep 1; done");
+  request.env["DS_TEST_RANK_MARK"] = "mark-7";
+  RankSupervisor rank(0, 0, request, recorder.sink());
+  const pid_t pid = rank.WaitForSpawn();
+  ASSERT_GT(pid, 0);
+  std::string printed;
+  while (auto e = recorder.events.PopFor(20s)) {
+    if (e->has_started()) {
+      EXPECT_EQ(e->started().pid(), pid);
+    }
+    if (e->has_output()) {
+      printed = e->output().line();
+      break;
+    }
+  }
+  EXPECT_EQ(printed, std::to_string(pid));  // the shell's own $$
+  EXPECT_NE(ReadFile("/proc/" + std::to_string(pid) + "/environ").find("DS_TEST_RANK_MARK=mark-7"),
+            std::string::npos);
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  ASSERT_NE(paren, std::string::npos);
+  int parent = 0, group = 0;
+  ASSERT_EQ(std::sscanf(stat.c_str() + paren + 2, "%*c %d %d", &parent, &group), 2);
+  EXPECT_EQ(group, pid);  // its own process group
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(parent) + "/comm"), "dsagent_keeper\n");
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(parent) + "/environ").find("DS_TEST_RANK_MARK"),
+            std::string::npos);
+  EXPECT_TRUE(rank.Stop(10s));
+  const auto events = recorder.UntilEnded();
+  const RankEnded* ended = FindEnded(events);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_EQ(ended->signal(), SIGTERM);
+}
+
+// The keeper ends the way the rank did, so the agent reports the rank's signal.
+TEST(RankSupervisor, ReportsTheSignalThatKilledTheRank) {
+  Recorder recorder;
+  RankSupervisor rank(0, 0, Shell("kill -SEGV $$"), recorder.sink());
+  const auto events = recorder.UntilEnded();
+  const RankEnded* ended = FindEnded(events);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_EQ(ended->state(), RANK_KILLED);
+  EXPECT_EQ(ended->signal(), SIGSEGV);
+  EXPECT_FALSE(ended->stopped_by_agent());
+}
+
+// An executable file that execve refuses: the keeper's report names it.
+TEST(RankSupervisor, ProgramThatCannotBeExecutedIsLostWithTheReason) {
+  char path[] = "/tmp/dsagent-not-a-program.XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "\x01\x02\x03\x04", 4), 4);
+  ::close(fd);
+  ::chmod(path, 0755);
+  Recorder recorder;
+  SpawnRequest request = Shell("");
+  request.argv = {path};
+  RankSupervisor rank(0, 2, request, recorder.sink());
+  EXPECT_EQ(rank.WaitForSpawn(), 0);
+  const auto events = recorder.UntilEnded();
+  const RankEnded* ended = FindEnded(events);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_EQ(ended->state(), RANK_LOST);
+  EXPECT_NE(ended->detail().find(std::string("cannot start '") + path + "'"), std::string::npos)
+      << ended->detail();
+  EXPECT_NE(ended->detail().find("Exec format error"), std::string::npos) << ended->detail();
+  ::unlink(path);
 }
 
 TEST(RankSupervisor, SplitsOverlongLines) {

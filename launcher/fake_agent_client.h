@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/start_ranks_environment.h"
 #include "launcher/agent_client.h"
 
 namespace dslaunch {
@@ -38,7 +39,15 @@ class FakeAgentClient final : public AgentClient {
     std::vector<std::pair<int, RankEnded>> immediate;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      starts_.push_back(request);
+      sent_.push_back(request);
+      // As the agent runs them: every rank with its whole environment.
+      StartRanksRequest as_started = request;
+      for (RankSpec& rank : *as_started.mutable_ranks()) {
+        auto env = StartRanksEnvironment(request, rank);
+        rank.mutable_env()->clear();
+        rank.mutable_env()->insert(env.begin(), env.end());
+      }
+      starts_.push_back(std::move(as_started));
       if (!start_error.ok()) return start_error;
       for (const RankSpec& rank : request.ranks()) {
         running_[{request.attempt(), rank.global_rank()}] = true;
@@ -179,9 +188,16 @@ class FakeAgentClient final : public AgentClient {
     return watch_starts_;
   }
 
+  // The StartRanks requests, each rank's env completed with the request's
+  // common_env (StartRanksEnvironment), as the ranks would see it.
   std::vector<StartRanksRequest> starts() {
     std::lock_guard<std::mutex> lock(mu_);
     return starts_;
+  }
+  // The StartRanks requests exactly as the controller sent them.
+  std::vector<StartRanksRequest> sent() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sent_;
   }
   std::vector<std::pair<int, std::chrono::milliseconds>> stops() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -212,7 +228,8 @@ class FakeAgentClient final : public AgentClient {
   EventHandler on_event_;
   LostHandler on_lost_;
   std::map<std::pair<int, int>, bool> running_;  // (attempt, rank) -> running
-  std::vector<StartRanksRequest> starts_;
+  std::vector<StartRanksRequest> starts_;  // guarded by mu_
+  std::vector<StartRanksRequest> sent_;    // guarded by mu_
   std::vector<std::pair<int, std::chrono::milliseconds>> stops_;
   int reserve_calls_ = 0;
 };

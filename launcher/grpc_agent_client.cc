@@ -69,11 +69,26 @@ absl::StatusOr<int> GrpcAgentClient::ReservePort() {
   return reply.port();
 }
 
+std::chrono::milliseconds GrpcAgentClient::StartRanksDeadline(std::chrono::milliseconds call_timeout,
+                                                             int ranks) {
+  return call_timeout + kStartAllowancePerRank * std::max(0, ranks);
+}
+
 absl::Status GrpcAgentClient::StartRanks(const StartRanksRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  AttachToken(&context, token_);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       StartRanksDeadline(call_timeout_, request.ranks_size()));
   StartRanksReply reply;
-  return Annotate(stub_->StartRanks(&context, request, &reply), "StartRanks");
+  absl::Status status = Annotate(stub_->StartRanks(&context, request, &reply), "StartRanks");
+  if (status.ok() && request.common_env_size() > 0 && !reply.common_env_applied()) {
+    // Its ranks started without the shared environment: they are stopped
+    // with the attempt.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "agent ", host_, " (", address_, ") is older than this dslaunch: it ignored the ranks' "
+        "shared environment (StartRanksRequest.common_env); run the dsagent of this release there"));
+  }
+  return status;
 }
 
 absl::Status GrpcAgentClient::StopJob(const std::string& job_id, int attempt,

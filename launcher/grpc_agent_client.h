@@ -38,6 +38,13 @@ class GrpcAgentClient final : public AgentClient {
                           LostHandler on_lost) override;
   void StopWatch() override;
 
+  // StartRanks answers once every rank of the request was exec'd: its deadline
+  // is the call timeout plus kStartAllowancePerRank for each rank (10 s + 20 s
+  // for 1,024 ranks), so a big host is not cut off at a fixed 10 s.
+  static constexpr std::chrono::milliseconds kStartAllowancePerRank{20};
+  static std::chrono::milliseconds StartRanksDeadline(std::chrono::milliseconds call_timeout,
+                                                      int ranks);
+
  private:
   void Prepare(grpc::ClientContext* context) const;
   absl::Status Annotate(const grpc::Status& status, const char* method) const;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "launcher/start_ranks_request.h"
 
 namespace dslaunch {
 namespace {
@@ -339,24 +340,13 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
     if (!port.ok()) return port.status();
     env.master_port = *port;
   }
-  std::vector<StartRanksRequest> requests(plan.nodes.size());
+  std::vector<StartRanksRequest> requests = BuildStartRanksRequests(
+      plan, env, RankProgram{spec_.program, spec_.no_local_rank, spec_.working_dir});
   for (size_t node = 0; node < plan.nodes.size(); ++node) {
     requests[node].set_job_id(spec_.job_id);
     requests[node].set_attempt(attempt);
     requests[node].set_lease_ms(spec_.lease.count());
     requests[node].set_heartbeat_timeout_ms(spec_.heartbeat_timeout.count());
-  }
-  for (const RankPlacement& rank : plan.ranks) {
-    RankSpec* spec = requests[rank.node_index].add_ranks();
-    spec->set_global_rank(rank.global_rank);
-    spec->set_local_rank(rank.local_rank);
-    for (const auto& arg : BuildRankArgv(spec_.program, rank, spec_.no_local_rank)) {
-      spec->add_argv(arg);
-    }
-    for (const auto& [key, value] : BuildRankEnvironment(plan, rank, env)) {
-      (*spec->mutable_env())[key] = value;
-    }
-    spec->set_working_dir(spec_.working_dir);
   }
   // Every host at once: start-up time does not grow with the number of hosts.
   std::vector<std::future<absl::Status>> started;

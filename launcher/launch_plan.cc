@@ -40,23 +40,19 @@ LaunchPlan BuildLaunchPlan(std::vector<HostSlots> nodes) {
   return plan;
 }
 
-std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
-                                                        const RankPlacement& rank,
+std::map<std::string, std::string> BuildNodeEnvironment(const LaunchPlan& plan, int node_index,
                                                         const RankEnvironmentInputs& inputs) {
   std::map<std::string, std::string> env = inputs.passthrough;
   if (!env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
   const std::string world = absl::StrCat(plan.world_size());
-  const std::string local_world = absl::StrCat(rank.local_world_size);
+  const std::string local_world = absl::StrCat(plan.nodes[node_index].slots.size());
   const std::string nodes = absl::StrCat(plan.nodes.size());
-  const std::string node = absl::StrCat(rank.node_index);
-  // torchrun's contract.
-  env["RANK"] = absl::StrCat(rank.global_rank);
-  env["LOCAL_RANK"] = absl::StrCat(rank.local_rank);
+  const std::string node = absl::StrCat(node_index);
+  // torchrun's contract (RANK, LOCAL_RANK and ROLE_RANK: BuildRankOwnEnvironment).
   env["WORLD_SIZE"] = world;
   env["LOCAL_WORLD_SIZE"] = local_world;
   env["GROUP_RANK"] = node;
   env["GROUP_WORLD_SIZE"] = nodes;
-  env["ROLE_RANK"] = env["RANK"];
   env["ROLE_WORLD_SIZE"] = world;
   env["ROLE_NAME"] = "default";
   env["MASTER_ADDR"] = inputs.master_addr;
@@ -68,13 +64,26 @@ std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
   env["CROSS_RANK"] = node;
   env["CROSS_SIZE"] = nodes;
   env["LOCAL_SIZE"] = local_world;
-  env["CUDA_VISIBLE_DEVICES"] = plan.VisibleDevices(rank.node_index);
+  env["CUDA_VISIBLE_DEVICES"] = plan.VisibleDevices(node_index);
   // Ours: Note [Rank environment contract].
   env["DSLAUNCH_JOB_ID"] = inputs.job_id;
   env["DSLAUNCH_ATTEMPT"] = absl::StrCat(inputs.attempt);
   env["DSLAUNCH_STORE_ADDR"] = inputs.store_addr;
   env["DSLAUNCH_STORE_TOKEN"] = inputs.store_token;
   env["DSLAUNCH_ENV_VERSION"] = "1";
+  return env;
+}
+
+std::map<std::string, std::string> BuildRankOwnEnvironment(const RankPlacement& rank) {
+  const std::string global = absl::StrCat(rank.global_rank);
+  return {{"RANK", global}, {"LOCAL_RANK", absl::StrCat(rank.local_rank)}, {"ROLE_RANK", global}};
+}
+
+std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
+                                                        const RankPlacement& rank,
+                                                        const RankEnvironmentInputs& inputs) {
+  std::map<std::string, std::string> env = BuildNodeEnvironment(plan, rank.node_index, inputs);
+  for (auto& [key, value] : BuildRankOwnEnvironment(rank)) env[key] = std::move(value);
   return env;
 }
 

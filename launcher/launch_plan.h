@@ -50,10 +50,21 @@ struct RankEnvironmentInputs {
 };
 
 // The full environment contract of one rank: Note [Rank environment contract]
-// in common/store_client.h, plus torchrun's and DeepSpeed's variables.
+// in common/store_client.h, plus torchrun's and DeepSpeed's variables. It is
+// BuildNodeEnvironment of the rank's node overridden by BuildRankOwnEnvironment.
 std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
                                                         const RankPlacement& rank,
                                                         const RankEnvironmentInputs& inputs);
+
+// Note [Environment once per node]: what every rank of a node shares (world
+// sizes, MASTER_*, the store, CUDA_VISIBLE_DEVICES listing every slot of the
+// node, the passthrough variables) and the few short variables that differ by
+// rank (RANK, LOCAL_RANK, ROLE_RANK). StartRanks sends the first once per host
+// and --dry_run prints it once per host, so both grow linearly with the number
+// of ranks, not with its square (a host of N slots lists N devices).
+std::map<std::string, std::string> BuildNodeEnvironment(const LaunchPlan& plan, int node_index,
+                                                        const RankEnvironmentInputs& inputs);
+std::map<std::string, std::string> BuildRankOwnEnvironment(const RankPlacement& rank);
 
 // PROGRAM ARGS..., plus --local_rank=N unless `no_local_rank`.
 std::vector<std::string> BuildRankArgv(const std::vector<std::string>& program,

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/net_address.h"
 #include "launcher/agent_fleet.h"
+#include "launcher/dry_run.h"
 #include "launcher/grpc_agent_client.h"
 #include "launcher/job_controller.h"
 #include "launcher/job_event_log.h"
@@ -156,33 +157,6 @@ class SignalForwarder {
   int pending_ = 0;                       // guarded by mu_
   std::thread thread_;
 };
-
-void PrintDryRun(const JobSpec& spec, LauncherKind launcher) {
-  const LaunchPlan& plan = spec.plan;
-  const char* kinds[] = {"auto", "local", "ssh", "static"};
-  std::printf("dslaunch dry run: job %s, %d rank(s) on %zu node(s), launcher %s\n",
-              spec.job_id.c_str(), plan.world_size(), plan.nodes.size(),
-              kinds[static_cast<int>(launcher)]);
-  for (const RankPlacement& rank : plan.ranks) {
-    const std::string& host = plan.nodes[rank.node_index].host;
-    std::printf("rank %d: host %s, local rank %d of %d, device %d\n", rank.global_rank,
-                host.c_str(), rank.local_rank, rank.local_world_size, rank.device);
-    std::printf("  argv: %s\n",
-                absl::StrJoin(BuildRankArgv(spec.program, rank, spec.no_local_rank), " ").c_str());
-    for (const auto& [key, value] : BuildRankEnvironment(plan, rank, spec.environment)) {
-      std::string shown = value;
-      if (key == "MASTER_PORT" && spec.environment.master_port == 0) {
-        shown = absl::StrCat("(a free port picked at launch by the agent of ",
-                             plan.nodes[plan.ranks[0].node_index].host, ")");
-      } else if (key == "DSLAUNCH_STORE_ADDR") {
-        shown = "(the controller's store, bound at launch)";
-      } else if (key == "DSLAUNCH_STORE_TOKEN") {
-        shown = "(generated at launch)";
-      }
-      std::printf("  %s=%s\n", key.c_str(), shown.c_str());
-    }
-  }
-}
 
 bool IsJobFile(const std::string& path) {
   return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
@@ -398,7 +372,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (options.dry_run) {
-    PrintDryRun(spec, resolution->launcher);
+    PrintDryRun(spec, resolution->launcher, stdout);
     return 0;
   }
   if (resolution->launcher == LauncherKind::kSsh && token.empty()) {

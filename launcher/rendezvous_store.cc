@@ -1,5 +1,8 @@
 #include "launcher/rendezvous_store.h"
 
+#include <set>
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth_token.h"
@@ -50,11 +53,9 @@ grpc::Status RendezvousStore::Set(grpc::ServerContext* context, const StoreSetRe
                                   StoreSetReply*) {
   std::string key;
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    values_[key] = request->value();
-  }
-  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  values_[key] = request->value();
+  WakeWaitersOf(key);
   return grpc::Status::OK;
 }
 
@@ -80,7 +81,17 @@ grpc::Status RendezvousStore::Wait(grpc::ServerContext* context, const StoreWait
   }
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms()));
+  std::condition_variable changed;
   std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::multimap<std::string, std::condition_variable*>::iterator> registered;
+  for (const auto& key : keys) registered.push_back(waiters_.emplace(key, &changed));
+  struct Unregister {
+    RendezvousStore* store;
+    decltype(registered)* entries;
+    ~Unregister() {  // runs with mu_ held: `lock` is destroyed after this
+      for (auto it : *entries) store->waiters_.erase(it);
+    }
+  } unregister{this, &registered};
   auto all_present = [&] {
     for (const auto& key : keys) {
       if (!values_.count(key)) return false;
@@ -96,7 +107,7 @@ grpc::Status RendezvousStore::Wait(grpc::ServerContext* context, const StoreWait
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     // Wake up now and then to notice a cancelled call.
     auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-    changed_.wait_until(lock, slice);
+    changed.wait_until(lock, slice);
     if (std::chrono::steady_clock::now() >= deadline && !all_present()) {
       std::string missing;
       for (const auto& key : keys) {
@@ -132,8 +143,8 @@ grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRe
     }
     values_[key] = absl::StrCat(current);
     reply->set_value(current);
+    WakeWaitersOf(key);
   }
-  changed_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -151,12 +162,12 @@ grpc::Status RendezvousStore::CompareSet(grpc::ServerContext* context,
     if (matches) {
       values_[key] = request->desired();
       swapped = true;
+      WakeWaitersOf(key);
     }
     reply->set_swapped(swapped);
     auto now = values_.find(key);
     if (now != values_.end()) reply->set_value(now->second);
   }
-  if (swapped) changed_.notify_all();
   return grpc::Status::OK;
 }
 
@@ -170,11 +181,10 @@ grpc::Status RendezvousStore::Delete(grpc::ServerContext* context,
 }
 
 void RendezvousStore::SetForAttempt(int attempt, const std::string& key, const std::string& value) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    values_[AttemptPrefix(attempt) + key] = value;
-  }
-  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string full_key = AttemptPrefix(attempt) + key;
+  values_[full_key] = value;
+  WakeWaitersOf(full_key);
 }
 
 std::optional<std::string> RendezvousStore::GetForAttempt(int attempt, const std::string& key) {
@@ -193,16 +203,38 @@ void RendezvousStore::DropAttempt(int attempt) {
       it = values_.erase(it);
     }
     dropped_below_ = std::max(dropped_below_, attempt + 1);
+    WakeEveryWaiter();
   }
-  changed_.notify_all();
 }
 
 void RendezvousStore::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shut_down_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  WakeEveryWaiter();
+}
+
+void RendezvousStore::WakeWaitersOf(const std::string& key) {
+  auto [begin, end] = waiters_.equal_range(key);
+  for (auto it = begin; it != end; ++it) {
+    it->second->notify_one();
+    ++waiters_woken_;
   }
-  changed_.notify_all();
+}
+
+size_t RendezvousStore::WaitingCalls() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::condition_variable*> calls;
+  for (const auto& [key, changed] : waiters_) calls.insert(changed);
+  return calls.size();
+}
+
+int64_t RendezvousStore::WaitersWoken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_woken_;
+}
+
+void RendezvousStore::WakeEveryWaiter() {
+  for (auto& [key, changed] : waiters_) changed->notify_one();
 }
 
 }  // namespace dslaunch

@@ -50,6 +50,11 @@ class RendezvousStore final : public Store::Service {
   // Ends every waiter with ABORTED (controller shutdown).
   void Shutdown();
 
+  // Wait calls blocked now, and how many times a write has woken one so far
+  // (tests: a write wakes only the waiters of its key).
+  size_t WaitingCalls();
+  int64_t WaitersWoken();
+
  private:
   // Token, job and a live attempt; the reason to refuse the call otherwise.
   grpc::Status CheckCall(const grpc::ServerContext& context, const StoreScope& scope);
@@ -62,9 +67,18 @@ class RendezvousStore final : public Store::Service {
 
   const std::string job_id_;
   const std::string token_;
+  // A write wakes only the waiters of the key it wrote: a barrier of N ranks
+  // is N writes of a counter nobody waits on and one write of the key all N
+  // wait for, so N waiting ranks cost O(N) wake-ups, not O(N^2).
+  // REQUIRES: mu_ held.
+  void WakeWaitersOf(const std::string& key);
+  void WakeEveryWaiter();
+
   std::mutex mu_;
-  std::condition_variable changed_;
   std::map<std::string, std::string> values_;  // guarded by mu_
+  // Each waiting call's condition variable, under every key it waits for.
+  std::multimap<std::string, std::condition_variable*> waiters_;  // guarded by mu_
+  int64_t waiters_woken_ = 0;                                      // guarded by mu_
   int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
 };

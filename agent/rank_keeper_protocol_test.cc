@@ -1,0 +1,56 @@
+#include "agent/rank_keeper_protocol.h"
+
+#include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+TEST(KeeperSpec, RoundTripsEveryField) {
+  KeeperSpec spec;
+  spec.exe = "/usr/bin/env";
+  spec.working_dir = "/tmp/with space";
+  spec.argv = {"/usr/bin/env", "", "a b", "--x=1\n2"};
+  spec.env = {"A=1", "EMPTY=", "LIST=0,1,2"};
+  KeeperSpec decoded;
+  std::string error;
+  ASSERT_TRUE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error)) << error;
+  EXPECT_EQ(decoded.exe, spec.exe);
+  EXPECT_EQ(decoded.working_dir, spec.working_dir);
+  EXPECT_EQ(decoded.argv, spec.argv);
+  EXPECT_EQ(decoded.env, spec.env);
+}
+
+TEST(KeeperSpec, RefusesWhatWasNotEncoded) {
+  KeeperSpec spec;
+  spec.exe = "/bin/true";
+  spec.argv = {"/bin/true"};
+  const std::string good = EncodeKeeperSpec(spec);
+  KeeperSpec decoded;
+  std::string error;
+  EXPECT_FALSE(DecodeKeeperSpec("", &decoded, &error));
+  EXPECT_NE(error.find("version tag"), std::string::npos);
+  EXPECT_FALSE(DecodeKeeperSpec(good.substr(0, good.size() - 1), &decoded, &error));
+  EXPECT_FALSE(DecodeKeeperSpec(good + "x", &decoded, &error));
+  EXPECT_NE(error.find("bytes after"), std::string::npos);
+  spec.argv.clear();
+  EXPECT_FALSE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error));
+  EXPECT_NE(error.find("argv"), std::string::npos);
+}
+
+TEST(KeeperReport, ParsesBothLinesAndNothingElse) {
+  KeeperReport report;
+  ASSERT_TRUE(ParseKeeperReport(KeeperStartedLine(4242), &report));
+  EXPECT_TRUE(report.started);
+  EXPECT_EQ(report.rank_pid, 4242);
+  ASSERT_TRUE(ParseKeeperReport(KeeperFailedLine("cannot start 'x':\nno"), &report));
+  EXPECT_FALSE(report.started);
+  EXPECT_EQ(report.error, "cannot start 'x': no");
+  EXPECT_FALSE(ParseKeeperReport("", &report));
+  EXPECT_FALSE(ParseKeeperReport("started \n", &report));
+  EXPECT_FALSE(ParseKeeperReport("started 12x\n", &report));
+  EXPECT_FALSE(ParseKeeperReport("started 0\n", &report));
+  EXPECT_FALSE(ParseKeeperReport("started 1\nstarted 2\n", &report));
+}
+
+}  // namespace
+}  // namespace dslaunch

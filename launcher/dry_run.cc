@@ -1,0 +1,51 @@
+#include "launcher/dry_run.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dslaunch {
+namespace {
+
+void PrintVariables(const std::map<std::string, std::string>& env, const JobSpec& spec,
+                    std::FILE* out) {
+  const LaunchPlan& plan = spec.plan;
+  for (const auto& [key, value] : env) {
+    std::string shown = value;
+    if (key == "MASTER_PORT" && spec.environment.master_port == 0) {
+      shown = absl::StrCat("(a free port picked at launch by the agent of ",
+                           plan.nodes[plan.ranks[0].node_index].host, ")");
+    } else if (key == "DSLAUNCH_STORE_ADDR") {
+      shown = "(the controller's store, bound at launch)";
+    } else if (key == "DSLAUNCH_STORE_TOKEN") {
+      shown = "(generated at launch)";
+    }
+    std::fprintf(out, "  %s=%s\n", key.c_str(), shown.c_str());
+  }
+}
+
+}  // namespace
+
+void PrintDryRun(const JobSpec& spec, LauncherKind launcher, std::FILE* out) {
+  const LaunchPlan& plan = spec.plan;
+  const char* kinds[] = {"auto", "local", "ssh", "static"};
+  std::fprintf(out, "dslaunch dry run: job %s, %d rank(s) on %zu node(s), launcher %s\n",
+               spec.job_id.c_str(), plan.world_size(), plan.nodes.size(),
+               kinds[static_cast<int>(launcher)]);
+  for (int node = 0; node < static_cast<int>(plan.nodes.size()); ++node) {
+    std::fprintf(out,
+                 "node %d: host %s, %zu rank(s); the environment they share (each rank below "
+                 "adds its own):\n",
+                 node, plan.nodes[node].host.c_str(), plan.nodes[node].slots.size());
+    PrintVariables(BuildNodeEnvironment(plan, node, spec.environment), spec, out);
+  }
+  for (const RankPlacement& rank : plan.ranks) {
+    const std::string& host = plan.nodes[rank.node_index].host;
+    std::fprintf(out, "rank %d: host %s, local rank %d of %d, device %d\n", rank.global_rank,
+                 host.c_str(), rank.local_rank, rank.local_world_size, rank.device);
+    std::fprintf(out, "  argv: %s\n",
+                 absl::StrJoin(BuildRankArgv(spec.program, rank, spec.no_local_rank), " ").c_str());
+    PrintVariables(BuildRankOwnEnvironment(rank), spec, out);
+  }
+}
+
+}  // namespace dslaunch

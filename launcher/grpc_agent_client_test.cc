@@ -1,0 +1,54 @@
+#include "launcher/grpc_agent_client.h"
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dslaunch {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+TEST(GrpcAgentClient, StartRanksDeadlineGrowsWithTheRanks) {
+  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1), 10s + GrpcAgentClient::kStartAllowancePerRank);
+  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1024), 10s + 1024 * 20ms);
+}
+
+// An agent from before StartRanksRequest.common_env: it answers without
+// common_env_applied (it never heard of the field).
+class AgentBeforeCommonEnv final : public Agent::Service {
+ public:
+  grpc::Status StartRanks(grpc::ServerContext*, const StartRanksRequest* request,
+                          StartRanksReply* reply) override {
+    for (int i = 0; i < request->ranks_size(); ++i) reply->add_pids(100 + i);
+    return grpc::Status::OK;
+  }
+};
+
+TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
+  AgentBeforeCommonEnv service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", 10s);
+
+  StartRanksRequest request;
+  request.set_job_id("job");
+  request.add_ranks()->set_global_rank(0);
+  EXPECT_TRUE(client.StartRanks(request).ok());  // nothing shared: nothing lost
+  (*request.mutable_common_env())["WORLD_SIZE"] = "1";
+  absl::Status refused = client.StartRanks(request);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("agent old-host"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("older than this dslaunch"));
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
+}  // namespace
+}  // namespace dslaunch
