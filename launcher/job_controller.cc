@@ -584,6 +584,12 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       // Note [Honest exits]: a stream that broke while dslaunch was frozen
       // says nothing against the host.
       if (auto frozen = AttributeLostStream(host, event->lost, freeze, lease_timing())) {
+        // The host is fine: watch it again, so that the teardown's StopJob
+        // reaches its ranks too rather than waiting for its lease.
+        if (WatchAgent(event->node).ok()) {
+          lost_agents_.erase(event->node);
+          lost_flags_[event->node] = false;
+        }
         fail(frozen->end, 1, frozen->cause, "", {}, now_us());
       } else {
         fail(ATTEMPT_HOST_LOST, 1, absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {},
