@@ -219,6 +219,9 @@ JobOutcome JobController::Run() {
     }
   }
   outcome.state = state_;
+  // Note [Honest exits]: only a job that succeeded exits 0 (a rescale whose
+  // restart finds too few hosts ends FAILED with its attempt's 0).
+  if (outcome.state != JOB_SUCCEEDED && outcome.exit_code == 0) outcome.exit_code = 1;
 
   {
     std::lock_guard<std::mutex> lock(keepalive_mu_);
@@ -356,8 +359,9 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
 }
 
 void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
-                              const std::string& reason) {
+                              const std::string& reason, int only_agent) {
   for (int index : active_) {
+    if (only_agent >= 0 && index != only_agent) continue;
     // A lost agent would only time out; its lease stops its ranks.
     if (lost_agents_.count(index)) continue;
     AgentClient* agent = agents_[index];
@@ -504,6 +508,11 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     if (now < next_progress_check) return;
     next_progress_check = now + std::min<std::chrono::milliseconds>(
                                     std::chrono::milliseconds(500), spec_.hang_timeout / 4);
+    // Note [Honest exits]: time dslaunch itself spent frozen is no time the
+    // ranks went without progress (it just could not look).
+    if (auto freeze = freeze_watch_->LongestSince(last_progress_change)) {
+      last_progress_change = std::max(last_progress_change, freeze->end);
+    }
     std::optional<std::string> progress = progress_marker();
     if (progress != last_progress) {
       last_progress = progress;
@@ -575,7 +584,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       if (in_plan == active_.end()) continue;  // dropped from the plan already
       const std::string& host = agents_[event->node]->host();
       std::vector<int> node_ranks = plan.RanksOfNode(static_cast<int>(in_plan - active_.begin()));
-      const std::optional<FreezeWatch::Freeze> freeze = RecentFreeze();
+      const std::optional<FreezeWatch::Freeze> freeze = RecentFreeze(/*for_lost_stream=*/true);
       log_->Append(JobEvent("host_lost")
                        .Int("attempt", attempt)
                        .Text("host", host)
@@ -584,13 +593,14 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       // Note [Honest exits]: a stream that broke while dslaunch was frozen
       // says nothing against the host.
       if (auto frozen = AttributeLostStream(host, event->lost, freeze, lease_timing())) {
-        // The host is fine: watch it again, so that the teardown's StopJob
-        // reaches its ranks too rather than waiting for its lease.
+        fail(frozen->end, 1, frozen->cause, "", {}, now_us());
+        // The host is fine: watch it again, and stop its ranks too rather
+        // than leave them to its lease.
         if (WatchAgent(event->node).ok()) {
           lost_agents_.erase(event->node);
           lost_flags_[event->node] = false;
+          BeginStop(attempt, spec_.stop_grace, frozen->cause, event->node);
         }
-        fail(frozen->end, 1, frozen->cause, "", {}, now_us());
       } else {
         fail(ATTEMPT_HOST_LOST, 1, absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {},
              now_us(), event->node);

@@ -184,7 +184,9 @@ class JobController {
   AttemptReport RunAttempt(int attempt, const AttemptReport* previous);
   // Starts every rank; `node_started[i]` says whether node i's agent took its ranks.
   absl::Status StartAttempt(int attempt, std::vector<bool>* node_started);
-  void BeginStop(int attempt, std::chrono::milliseconds grace, const std::string& reason);
+  // StopJob to every agent of the attempt (or only `only_agent`) that is not lost.
+  void BeginStop(int attempt, std::chrono::milliseconds grace, const std::string& reason,
+                 int only_agent = -1);
   void ReportAttempt(const AttemptReport& report);
   // After an attempt that did not succeed (the last of outcome->attempts):
   // asks the policy (no restart after a stop signal), logs and announces the
@@ -214,8 +216,9 @@ class JobController {
   void LogRecovery(const AttemptReport& failed, const AttemptReport& restarted);
   // Note [Honest exits]: announces and logs the freezes not reported yet.
   void NoteFreezes(int attempt);
-  // The longest freeze recent enough to explain what the agents report now.
-  std::optional<FreezeWatch::Freeze> RecentFreeze();
+  // The longest freeze recent enough to explain what the agents report now:
+  // a rank stopped by its lease, or (for_lost_stream) a broken event stream.
+  std::optional<FreezeWatch::Freeze> RecentFreeze(bool for_lost_stream = false);
   LeaseTiming lease_timing() const { return LeaseTiming{spec_.lease, spec_.keepalive_interval}; }
   // Note [Rank heartbeats]: asks every agent of the attempt for its ranks'
   // stacks, writes them under spec_.diagnosis_dir and returns the part of

@@ -83,11 +83,14 @@ void JobController::NoteFreezes(int attempt) {
   }
 }
 
-std::optional<FreezeWatch::Freeze> JobController::RecentFreeze() {
+std::optional<FreezeWatch::Freeze> JobController::RecentFreeze(bool for_lost_stream) {
   // A freeze explains what the agents report now if their news could not
-  // have come sooner: a lease runs out, the rank takes up to the grace to
-  // stop, and its end reaches the controller right after it runs again.
-  const auto window = spec_.lease + spec_.stop_grace + spec_.teardown_margin;
+  // have come sooner. A rank's end: the lease runs out, the rank takes up to
+  // the grace to stop, and its end reaches the controller once it runs
+  // again. A broken stream is seen within moments of running again (gRPC's
+  // keep-alive runs every lease/4): a freeze longer ago is not its cause.
+  const auto window = for_lost_stream ? std::max<std::chrono::milliseconds>(spec_.lease, std::chrono::seconds(2))
+                                      : spec_.lease + spec_.stop_grace + spec_.teardown_margin;
   return freeze_watch_->LongestSince(std::chrono::steady_clock::now() - window);
 }
 

@@ -136,6 +136,35 @@ TEST_F(JobControllerTest, AStreamThatBrokeWhileDslaunchWasFrozenIsNoLostHost) {
   EXPECT_EQ(lost[0].GetInt("controller_frozen_ms"), 6000);
 }
 
+TEST_F(JobControllerTest, TheHostOfAFrozenStreamIsWatchedAndStoppedAtOnce) {
+  // Its agent answers: the teardown reaches its ranks at once instead of
+  // leaving them to the agent's lease.
+  on_notice_ = [this](JobController&, const std::string& line) {
+    if (line.find("lost its event stream from host-b") != std::string::npos) b_.Return();
+  };
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RecordFreeze(*freezes_, 6000ms);
+    b_.Lose(absl::UnavailableError("keepalive watchdog timeout"));
+  });
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_CONTROLLER_FROZEN);
+  EXPECT_EQ(b_.watch_starts(), 2);
+  ASSERT_EQ(b_.stops().size(), 1u);
+  EXPECT_EQ(a_.stops().size(), 1u);
+}
+
+TEST_F(JobControllerTest, AFreezeLongBeforeAStreamBreaksIsNotItsCause) {
+  // A stall 30 s ago says nothing about a link cut now.
+  const auto now = std::chrono::steady_clock::now();
+  freezes_->Record(FreezeWatch::Freeze{now - 32s, now - 30s});
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    b_.Lose(absl::UnavailableError("keepalive watchdog timeout"));
+  });
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_HOST_LOST);
+  EXPECT_EQ(outcome.attempts[0].cause, "lost host host-b (keepalive watchdog timeout)");
+}
+
 TEST_F(JobControllerTest, AStreamLostWithoutAFreezeIsALostHost) {
   JobOutcome outcome = Run([this](JobController&) {
     ASSERT_TRUE(WaitStarted(0));
@@ -218,7 +247,8 @@ TEST_F(JobControllerTest, AfterAFrozenStreamTheNextAttemptWatchesThatHostAgain) 
   b_.behaviour = second_succeeds;
   std::atomic<bool> done{false};
   on_notice_ = [&](JobController&, const std::string& line) {
-    if (line.find("lost its event stream from host-b") != std::string::npos) b_.Return();
+    // Back after the attempt's own try to watch it again, before the restart's.
+    if (line.rfind("fail-fast:", 0) == 0) b_.Return();
     if (line.rfind("job job-under-test ", 0) == 0) done = true;  // the summary: Run() is ending
   };
   JobOutcome outcome = Run([&](JobController& controller) {
