@@ -188,14 +188,17 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
     return absl::InvalidArgumentError("local agents need a token (a file or one to hand over on stdin)");
   }
   for (const std::string& host : hosts) {
-    std::vector<std::string> argv = {options.agent_binary, "--listen", "127.0.0.1:0", "--name", host,
-                                     "--lease_ms", absl::StrCat(options.lease_ms),
-                                     "--stop_grace_ms", absl::StrCat(options.stop_grace_ms)};
+    std::vector<std::string> argv = {options.agent_binary, "--listen", "127.0.0.1:0"};
     if (token_on_stdin) {
       argv.push_back("--token_stdin");
     } else {
       argv.push_back("--token_file");
       argv.push_back(options.token_file);
+    }
+    for (const std::string& arg : {std::string("--name"), host, std::string("--lease_ms"),
+                                   absl::StrCat(options.lease_ms), std::string("--stop_grace_ms"),
+                                   absl::StrCat(options.stop_grace_ms)}) {
+      argv.push_back(arg);
     }
     DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options,
                                                            token_on_stdin ? options.token + "\n" : ""));
