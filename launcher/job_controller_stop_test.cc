@@ -89,6 +89,20 @@ TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchRanBlamesTheLink) {
   EXPECT_TRUE(log_.Named("controller_frozen").empty());
 }
 
+TEST_F(JobControllerTest, AFreezeShorterThanTheLeaseIsNotWhatExpiredIt) {
+  spec_.lease = 10000ms;
+  spec_.keepalive_interval = 1000ms;
+  OthersFinish(a_, b_);
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RecordFreeze(*freezes_, 600ms);
+    a_.EndRank(0, 0, StoppedByAgent(STOP_LEASE_EXPIRED, "no word from the controller for 10050 ms", 10050));
+  });
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_RANK_STOPPED);
+  EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("(killed by SIGTERM); dslaunch was frozen for only 600 ms: the "
+                                                   "network to host-a?"));
+}
+
 TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchWasFrozenBlamesTheFreeze) {
   // The reproduction: dslaunch SIGSTOPped for 2 s with a 1 s lease.
   spec_.lease = 1000ms;

@@ -37,10 +37,13 @@ StopAttribution AttributeUnexpectedStop(int rank, const std::string& host, const
         why.cause = absl::StrCat(DescribeFreeze(*freeze), " and the agents' leases (", timing.lease.count(),
                                  " ms) expired: ", lost, " and stopped rank ", rank, " (", how, ")");
       } else {
-        // dslaunch ran all along, so its keep-alives were sent: they did not arrive.
+        // dslaunch ran (long enough), so its keep-alives were sent: they did not arrive.
         why.blame_host = true;
+        const std::string frozen =
+            freeze ? absl::StrCat("dslaunch was frozen for only ", freeze->duration().count(), " ms")
+                   : std::string("dslaunch was not frozen");
         why.cause = absl::StrCat(lost, " (lease ", timing.lease.count(), " ms) and stopped rank ", rank, " (",
-                                 how, "); dslaunch was not frozen: the network to ", host, "?");
+                                 how, "); ", frozen, ": the network to ", host, "?");
       }
       break;
     }
