@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth_token.h"
+#include "common/control_plane_limits.h"
 #include "common/log.h"
 #include "common/net_address.h"
 #include "common/start_ranks_environment.h"
@@ -83,6 +84,11 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
   if (request->job_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "StartRanks: empty job_id");
   }
+  if (request->lease_ms() > kMaxLeaseMs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("StartRanks: lease_ms ", request->lease_ms(), " is above the bound of ",
+                                     kMaxLeaseMs, " ms"));
+  }
   std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
   std::vector<RankSupervisor*> started;
   {
@@ -134,15 +140,15 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
 }
 
 int AgentService::StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
-                            const std::string& reason) {
+                            const RankSupervisor::StopCause& cause) {
   int signalled = 0;
   std::lock_guard<std::mutex> lock(job.mu);
   for (const auto& rank : job.ranks) {
     if (up_to_attempt >= 0 && rank->attempt() > up_to_attempt) continue;
-    if (rank->Stop(grace)) ++signalled;
+    if (rank->Stop(grace, cause)) ++signalled;
   }
   if (signalled > 0) {
-    LogLine(absl::StrCat("job ", job.id, ": stopping ", signalled, " rank(s) (", reason,
+    LogLine(absl::StrCat("job ", job.id, ": stopping ", signalled, " rank(s) (", cause.detail,
                          "; grace ", grace.count(), " ms)"));
   }
   return signalled;
@@ -151,15 +157,27 @@ int AgentService::StopRanks(Job& job, int up_to_attempt, std::chrono::millisecon
 grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRequest* request,
                                    StopJobReply* reply) {
   if (auto s = Authenticate(*context, "StopJob"); !s.ok()) return s;
+  if (request->grace_ms() > kMaxStopGraceMs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("StopJob: grace_ms ", request->grace_ms(), " is above the bound of ",
+                                     kMaxStopGraceMs, " ms"));
+  }
   std::shared_ptr<Job> job = FindJob(request->job_id());
   if (!job) {
     reply->set_signalled(0);
     return grpc::Status::OK;
   }
   Touch(*job);
+  // The stopped ranks' RankEnded name the caller: a controller that did not
+  // send this StopJob can say who did (Note [Honest exits], job_controller.h).
+  RankSupervisor::StopCause cause;
+  cause.reason = STOP_REQUESTED;
+  cause.detail = absl::StrCat("StopJob from ",
+                              request->requester().empty() ? "a caller that gave no name" : request->requester(),
+                              " (", context->peer(), ")",
+                              request->reason().empty() ? "" : ": ", request->reason());
   reply->set_signalled(StopRanks(*job, request->attempt(),
-                                 std::chrono::milliseconds(std::max<int64_t>(0, request->grace_ms())),
-                                 request->reason().empty() ? "controller request" : request->reason()));
+                                 std::chrono::milliseconds(std::max<int64_t>(0, request->grace_ms())), cause));
   return grpc::Status::OK;
 }
 
@@ -348,7 +366,10 @@ int AgentService::StopAllJobs(std::chrono::milliseconds grace, const std::string
     for (auto& [id, job] : jobs_) jobs.push_back(job);
   }
   int signalled = 0;
-  for (auto& job : jobs) signalled += StopRanks(*job, -1, grace, reason);
+  RankSupervisor::StopCause cause;
+  cause.reason = STOP_AGENT_SHUTDOWN;
+  cause.detail = reason;
+  for (auto& job : jobs) signalled += StopRanks(*job, -1, grace, cause);
   // Wait for every rank to be reaped (the supervisors escalate to SIGKILL
   // after the grace themselves), then drop them.
   for (auto& job : jobs) {
@@ -379,7 +400,7 @@ void AgentService::LeaseLoop() {
     shutdown_cv_.wait_for(lock, config_.lease_check_interval);
     if (shutting_down_) break;
     auto now = std::chrono::steady_clock::now();
-    std::vector<std::shared_ptr<Job>> expired;
+    std::vector<std::pair<std::shared_ptr<Job>, RankSupervisor::StopCause>> expired;
     std::vector<std::string> forget;
     for (auto& [id, job] : jobs_) CheckHeartbeats(*job, now);
     for (auto& [id, job] : jobs_) {
@@ -389,17 +410,22 @@ void AgentService::LeaseLoop() {
       for (const auto& rank : job->ranks) live = live || !rank->ended();
       if (live && !job->lease_expired) {
         job->lease_expired = true;
-        expired.push_back(job);
+        RankSupervisor::StopCause cause;
+        cause.reason = STOP_LEASE_EXPIRED;
+        cause.controller_silent_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - job->last_contact).count();
+        cause.detail = absl::StrCat("no word from the controller for ", cause.controller_silent_ms,
+                                    " ms (lease ", job->lease.count(), " ms)");
+        expired.emplace_back(job, std::move(cause));
       } else if (!live && !job->watched) {
         forget.push_back(id);
       }
     }
     for (const auto& id : forget) jobs_.erase(id);
     lock.unlock();
-    for (auto& job : expired) {
-      LogLine(absl::StrCat("job ", job->id, ": no word from the controller for ",
-                           job->lease.count(), " ms (lease); stopping its ranks"));
-      StopRanks(*job, -1, config_.lease_stop_grace, "lease expired");
+    for (auto& [job, cause] : expired) {
+      LogLine(absl::StrCat("job ", job->id, ": ", cause.detail, "; stopping its ranks"));
+      StopRanks(*job, -1, config_.lease_stop_grace, cause);
     }
     lock.lock();
   }

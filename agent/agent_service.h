@@ -76,7 +76,8 @@ class AgentService final : public Agent::Service {
   void SetRankContactAddress(const std::string& address);
 
   // Stops every job's ranks with `grace` and waits until they are gone
-  // (daemon shutdown). Returns how many ranks were signalled.
+  // (daemon shutdown; the ranks' RankEnded say STOP_AGENT_SHUTDOWN and
+  // `reason`). Returns how many ranks were signalled.
   int StopAllJobs(std::chrono::milliseconds grace, const std::string& reason);
 
   // Number of ranks of `job_id` that have not ended (tests).
@@ -112,8 +113,9 @@ class AgentService final : public Agent::Service {
   std::shared_ptr<Job> FindOrCreateJob(const std::string& job_id);
   std::shared_ptr<Job> FindJob(const std::string& job_id);
   void Touch(Job& job);
+  // `cause.detail` is also what the agent logs.
   int StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
-                const std::string& reason);
+                const RankSupervisor::StopCause& cause);
   void LeaseLoop();
   // Reports ranks that went quiet for longer than the job's heartbeat timeout.
   void CheckHeartbeats(Job& job, std::chrono::steady_clock::time_point now);

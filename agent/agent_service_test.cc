@@ -291,6 +291,91 @@ TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {
   EXPECT_TRUE(WaitLive("silent", 0, 20s));
 }
 
+// Note [Honest exits]: a stopped rank's RankEnded says who stopped it and why.
+TEST_F(AgentServiceTest, StoppedRanksReportWhoStoppedThem) {
+  StartAgent();
+  grpc::ClientContext watch_context;
+  Authorize(&watch_context);
+  WatchRequest watch;
+  watch.set_job_id("victim");
+  auto reader = stub_->Watch(&watch_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("victim", 1), &reply).ok());
+  }
+  grpc::ClientContext context;
+  Authorize(&context);
+  StopJobRequest stop;
+  stop.set_job_id("victim");
+  stop.set_attempt(-1);
+  stop.set_grace_ms(5000);
+  stop.set_reason("operator cleanup");
+  stop.set_requester("ops-tool pid 77 on console");
+  StopJobReply stopped;
+  ASSERT_TRUE(stub_->StopJob(&context, stop, &stopped).ok());
+  while (reader->Read(&event) && !event.has_ended()) {
+  }
+  ASSERT_TRUE(event.has_ended());
+  EXPECT_TRUE(event.ended().stopped_by_agent());
+  EXPECT_EQ(event.ended().stop_reason(), STOP_REQUESTED);
+  EXPECT_EQ(event.ended().stop_detail().rfind("StopJob from ops-tool pid 77 on console (ipv4:127.0.0.1:", 0), 0u)
+      << event.ended().stop_detail();
+  EXPECT_NE(event.ended().stop_detail().find("): operator cleanup"), std::string::npos) << event.ended().stop_detail();
+  watch_context.TryCancel();
+}
+
+TEST_F(AgentServiceTest, ALeaseExpiryReportsHowLongTheControllerWasSilent) {
+  StartAgent();
+  grpc::ClientContext watch_context;
+  Authorize(&watch_context);
+  WatchRequest watch;
+  watch.set_job_id("orphaned");
+  auto reader = stub_->Watch(&watch_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("orphaned", 1, /*lease_ms=*/600), &reply).ok());
+  }
+  while (reader->Read(&event) && !event.has_ended()) {
+  }
+  ASSERT_TRUE(event.has_ended());
+  EXPECT_EQ(event.ended().stop_reason(), STOP_LEASE_EXPIRED);
+  EXPECT_GT(event.ended().controller_silent_ms(), 600);
+  EXPECT_NE(event.ended().stop_detail().find("no word from the controller for "), std::string::npos);
+  EXPECT_NE(event.ended().stop_detail().find(" ms (lease 600 ms)"), std::string::npos) << event.ended().stop_detail();
+  watch_context.TryCancel();
+}
+
+TEST_F(AgentServiceTest, RefusesDurationsAboveTheirBounds) {
+  StartAgent();
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    grpc::Status status = stub_->StartRanks(&context, SleepingRanks("long", 1, /*lease_ms=*/86400001), &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("lease_ms 86400001 is above the bound of 86400000 ms"), std::string::npos);
+  }
+  EXPECT_EQ(service_->LiveRankCount("long"), 0);
+  grpc::ClientContext context;
+  Authorize(&context);
+  StopJobRequest stop;
+  stop.set_job_id("long");
+  stop.set_grace_ms(9223372036854);
+  StopJobReply reply;
+  grpc::Status status = stub_->StopJob(&context, stop, &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("grace_ms 9223372036854 is above the bound of 3600000 ms"), std::string::npos);
+}
+
 TEST_F(AgentServiceTest, KeepAliveHoldsTheLease) {
   StartAgent();
   grpc::ClientContext context;

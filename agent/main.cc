@@ -3,6 +3,10 @@
 //
 //   dsagent --listen 127.0.0.1:29700 --token_file ~/.dslaunch/token
 //
+// dslaunch hands the agents it starts on this machine their token on stdin
+// (--token_stdin): no copy of it is ever written to a file, so none is left
+// behind whatever way dslaunch ends (SIGKILL included).
+//
 // On start it prints one line "DSAGENT_READY <host:port>" on stdout (the local
 // and ssh launchers read the port from it). SIGTERM or SIGINT stops every rank
 // it runs and exits.
@@ -23,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/agent_service.h"
 #include "common/auth_token.h"
+#include "common/control_plane_limits.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -32,6 +37,7 @@ namespace {
 struct AgentFlags {
   std::string listen = "127.0.0.1:0";
   std::string token_file;
+  bool token_stdin = false;
   int64_t lease_ms = 10000;
   int64_t stop_grace_ms = 3000;
   std::string name;
@@ -40,12 +46,15 @@ struct AgentFlags {
 };
 
 const char kUsage[] =
-    "usage: dsagent --token_file FILE [--listen ADDR:PORT] [--lease_ms MS] [--stop_grace_ms MS]\n"
-    "               [--name NAME] [--keeper PATH] [--exit_on_stdin_eof]\n"
+    "usage: dsagent --token_file FILE | --token_stdin [--listen ADDR:PORT] [--lease_ms MS]\n"
+    "               [--stop_grace_ms MS] [--name NAME] [--keeper PATH] [--exit_on_stdin_eof]\n"
     "  --listen ADDR:PORT    where to serve (default 127.0.0.1:0: loopback, a free port)\n"
     "  --token_file FILE     the shared secret every call must carry (mode 0600)\n"
-    "  --lease_ms MS         stop a job's ranks after this long without its controller (default 10000)\n"
-    "  --stop_grace_ms MS    SIGTERM -> SIGKILL grace when a lease expires (default 3000)\n"
+    "  --token_stdin         read the secret from the first line of stdin instead (dslaunch's\n"
+    "                        local agents: the token never touches a disk)\n"
+    "  --lease_ms MS         stop a job's ranks after this long without its controller\n"
+    "                        (default 10000; 500..86400000)\n"
+    "  --stop_grace_ms MS    SIGTERM -> SIGKILL grace when a lease expires (default 3000; 0..3600000)\n"
     "  --name NAME           host name to report and log (default: the machine's)\n"
     "  --keeper PATH         the per-rank keeper (default: dsagent_keeper beside dsagent)\n"
     "  --exit_on_stdin_eof   stop everything and exit when stdin closes (ssh launcher)\n";
@@ -58,6 +67,28 @@ std::string ThisExecutableDir() {
   std::string text(path, static_cast<size_t>(n));
   size_t slash = text.rfind('/');
   return slash == std::string::npos ? "." : text.substr(0, slash);
+}
+
+// --token_stdin: the first line of `fd`, read byte by byte so that nothing
+// after it is taken from the stream (--exit_on_stdin_eof reads on).
+absl::StatusOr<std::string> ReadTokenLine(int fd) {
+  constexpr size_t kMaxTokenBytes = 4096;
+  std::string line;
+  while (line.size() <= kMaxTokenBytes) {
+    char c = 0;
+    const ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat("--token_stdin: cannot read stdin: ", std::strerror(errno)));
+    if (n == 0 || c == '\n') break;
+    line.push_back(c);
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--token_stdin: the first line of stdin is longer than ",
+                                                   kMaxTokenBytes, " bytes"));
+  }
+  if (line.empty()) return absl::InvalidArgumentError("--token_stdin: stdin gave no token (an empty first line)");
+  return line;
 }
 
 int Fail(const std::string& message) {
@@ -89,6 +120,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--exit_on_stdin_eof") {
       flags.exit_on_stdin_eof = true;
+    } else if (arg == "--token_stdin") {
+      flags.token_stdin = true;
     } else if (arg == "--listen" || arg == "--token_file" || arg == "--name" || arg == "--keeper" ||
                arg == "--lease_ms" || arg == "--stop_grace_ms") {
       if (!take_value()) return Fail(absl::StrCat(arg, " needs a value"));
@@ -101,16 +134,19 @@ int main(int argc, char** argv) {
         if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
           return Fail(absl::StrCat(arg, " '", value, "' is not a non-negative integer"));
         }
+        const int64_t min = arg == "--lease_ms" ? dslaunch::kMinLeaseMs : 0;
+        const int64_t max = arg == "--lease_ms" ? dslaunch::kMaxLeaseMs : dslaunch::kMaxStopGraceMs;
+        if (ms < min || ms > max) return Fail(absl::StrCat(arg, " '", value, "': must be in ", min, "..", max));
         (arg == "--lease_ms" ? flags.lease_ms : flags.stop_grace_ms) = ms;
       }
     } else {
       return Fail(absl::StrCat("unknown argument '", arg, "'"));
     }
   }
-  if (flags.token_file.empty()) return Fail("--token_file is required");
+  if (flags.token_file.empty() == !flags.token_stdin) return Fail("one of --token_file and --token_stdin is required");
   auto listen = dslaunch::ParseHostPort(flags.listen, "--listen");
   if (!listen.ok()) return Fail(std::string(listen.status().message()));
-  auto token = dslaunch::ReadTokenFile(flags.token_file);
+  auto token = flags.token_stdin ? ReadTokenLine(STDIN_FILENO) : dslaunch::ReadTokenFile(flags.token_file);
   if (!token.ok()) return Fail(std::string(token.status().message()));
 
   // Note [Rank keeper]: no rank starts without one, so its absence is an

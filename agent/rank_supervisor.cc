@@ -74,13 +74,14 @@ RankSupervisor::~RankSupervisor() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-bool RankSupervisor::Stop(std::chrono::milliseconds grace) {
+bool RankSupervisor::Stop(std::chrono::milliseconds grace, StopCause cause) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ended_.load()) return false;
   auto deadline = std::chrono::steady_clock::now() + grace;
   if (!stop_requested_ || deadline < kill_deadline_) kill_deadline_ = deadline;
   bool first = !stop_requested_;
   stop_requested_ = true;
+  if (first) stop_cause_ = std::move(cause);
   // Signal right here rather than from the supervising thread: fail-fast
   // latency is the point.
   if (pid_ > 0) {
@@ -128,6 +129,11 @@ void RankSupervisor::EmitEnded(RankState state, int exit_code, int signal,
   {
     std::lock_guard<std::mutex> lock(mu_);
     ended->set_stopped_by_agent(stop_requested_);
+    if (stop_requested_) {
+      ended->set_stop_reason(stop_cause_.reason);
+      ended->set_stop_detail(stop_cause_.detail);
+      ended->set_controller_silent_ms(stop_cause_.controller_silent_ms);
+    }
     ended_.store(true);
   }
   ended->set_ended_unix_us(absl::ToUnixMicros(absl::Now()));

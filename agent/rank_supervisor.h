@@ -29,6 +29,14 @@
 
 namespace dslaunch {
 
+// Why the agent stops a rank; the first stop's cause is the one its
+// RankEnded reports (stop_reason, stop_detail, controller_silent_ms).
+struct RankStopCause {
+  StopReason reason = STOP_REASON_UNSPECIFIED;
+  std::string detail;
+  int64_t controller_silent_ms = 0;
+};
+
 class RankSupervisor {
  public:
   using EventSink = std::function<void(RankEvent)>;
@@ -42,10 +50,12 @@ class RankSupervisor {
   RankSupervisor(const RankSupervisor&) = delete;
   RankSupervisor& operator=(const RankSupervisor&) = delete;
 
+  using StopCause = RankStopCause;
+
   // Sends SIGTERM to the rank's process group, then SIGKILL after `grace`.
   // Returns false when the rank had already ended. Idempotent; a later call can
-  // only shorten the grace.
-  bool Stop(std::chrono::milliseconds grace);
+  // only shorten the grace (and does not change the cause).
+  bool Stop(std::chrono::milliseconds grace, RankStopCause cause = RankStopCause());
 
   // Waits until the spawn was attempted; returns the pid, or 0 if it failed.
   pid_t WaitForSpawn();
@@ -80,6 +90,7 @@ class RankSupervisor {
   bool spawn_attempted_ = false;         // guarded by mu_
   pid_t pid_ = 0;                        // guarded by mu_
   bool stop_requested_ = false;          // guarded by mu_
+  StopCause stop_cause_;                 // of the first Stop(); guarded by mu_
   std::chrono::steady_clock::time_point kill_deadline_;  // guarded by mu_
   int wake_fd_ = -1;                     // eventfd that interrupts the poll loop
 

@@ -86,6 +86,7 @@ TEST(RankSupervisor, ReportsOutputLinesAndExitCode) {
   EXPECT_EQ(ended->state(), RANK_EXITED);
   EXPECT_EQ(ended->exit_code(), 7);
   EXPECT_FALSE(ended->stopped_by_agent());
+  EXPECT_EQ(ended->stop_reason(), STOP_REASON_UNSPECIFIED);
   ASSERT_EQ(ended->stderr_tail_size(), 1);
   EXPECT_EQ(ended->stderr_tail(0), "oops");
   EXPECT_GT(ended->ended_unix_us(), 0);
@@ -113,6 +114,21 @@ TEST(RankSupervisor, StopSendsSigtermFirst) {
   EXPECT_EQ(ended->signal(), SIGTERM);
   EXPECT_TRUE(ended->stopped_by_agent());
   EXPECT_FALSE(rank.Stop(1s));  // already ended
+}
+
+TEST(RankSupervisor, TheFirstStopsCauseIsReported) {
+  Recorder recorder;
+  RankSupervisor rank(0, 0, Shell("exec sleep 1000"), recorder.sink());
+  ASSERT_GT(rank.WaitForSpawn(), 0);
+  EXPECT_TRUE(rank.Stop(10s, RankStopCause{STOP_LEASE_EXPIRED, "no word from the controller for 1200 ms", 1200}));
+  rank.Stop(0s, RankStopCause{STOP_REQUESTED, "StopJob from someone later", 0});  // shortens the grace only
+  auto events = recorder.UntilEnded();
+  const RankEnded* ended = FindEnded(events);
+  ASSERT_NE(ended, nullptr);
+  EXPECT_TRUE(ended->stopped_by_agent());
+  EXPECT_EQ(ended->stop_reason(), STOP_LEASE_EXPIRED);
+  EXPECT_EQ(ended->stop_detail(), "no word from the controller for 1200 ms");
+  EXPECT_EQ(ended->controller_silent_ms(), 1200);
 }
 
 TEST(RankSupervisor, EscalatesToSigkillAfterTheGrace) {

@@ -27,6 +27,16 @@ namespace {
 
 constexpr char kReadyPrefix[] = "DSAGENT_READY ";
 
+// Note [Token on stdin]: the token of a job's local agents travels on each
+// agent's stdin pipe rather than in a file. A file would need a folder to
+// hold it and someone to remove it: a SIGKILL of dslaunch (or any death that
+// runs no destructor) left /tmp/dslaunch-XXXXXX with the 0600 token behind,
+// and unlinking it once the agents have read it still leaves that window.
+// A pipe's bytes die with its last open end, which the kernel closes on any
+// death, so there is nothing to clean up on any exit path. (Not the
+// environment: a rank inherits its agent's environment, and must never see
+// its token.)
+
 // Runs in the agent's child between fork and exec: its own process group (a
 // Ctrl-C on the terminal reaches only dslaunch, which then stops the job in
 // order) and SIGTERM when dslaunch dies, so a killed controller leaves no
@@ -81,10 +91,23 @@ AgentFleet::~AgentFleet() {
 
 absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
                                                   const std::vector<std::string>& argv,
-                                                  const AgentLaunchOptions& options) {
+                                                  const AgentLaunchOptions& options,
+                                                  const std::string& stdin_text) {
   int in_pipe[2], out_pipe[2];
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    ::close(in_pipe[0]);
+    ::close(in_pipe[1]);
+    return ErrnoStatus("pipe2");
+  }
+  // Note [Token on stdin]: a few bytes into an empty pipe never block
+  // (a pipe holds at least 4 KiB, PIPE_BUF); the agent reads them first.
+  if (!stdin_text.empty() &&
+      ::write(in_pipe[1], stdin_text.data(), stdin_text.size()) != static_cast<ssize_t>(stdin_text.size())) {
+    absl::Status error = ErrnoStatus("write to the agent's stdin");
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]}) ::close(fd);
+    return error;
+  }
   std::string log_path = "/dev/null";
   if (!options.agent_log_dir.empty()) {
     log_path = absl::StrCat(options.agent_log_dir, "/agent_", SafeFileName(host), ".log");
@@ -160,12 +183,25 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
   auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
+  const bool token_on_stdin = options.token_file.empty();
+  if (token_on_stdin && options.token.empty()) {
+    return absl::InvalidArgumentError("local agents need a token (a file or one to hand over on stdin)");
+  }
   for (const std::string& host : hosts) {
-    std::vector<std::string> argv = {options.agent_binary, "--listen", "127.0.0.1:0",
-                                     "--token_file", options.token_file, "--name", host,
-                                     "--lease_ms", absl::StrCat(options.lease_ms),
-                                     "--stop_grace_ms", absl::StrCat(options.stop_grace_ms)};
-    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options));
+    std::vector<std::string> argv = {options.agent_binary, "--listen", "127.0.0.1:0"};
+    if (token_on_stdin) {
+      argv.push_back("--token_stdin");
+    } else {
+      argv.push_back("--token_file");
+      argv.push_back(options.token_file);
+    }
+    for (const std::string& arg : {std::string("--name"), host, std::string("--lease_ms"),
+                                   absl::StrCat(options.lease_ms), std::string("--stop_grace_ms"),
+                                   absl::StrCat(options.stop_grace_ms)}) {
+      argv.push_back(arg);
+    }
+    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options,
+                                                           token_on_stdin ? options.token + "\n" : ""));
     fleet->endpoints_.push_back({host, absl::StrCat("127.0.0.1:", port)});
   }
   return fleet;

@@ -23,6 +23,11 @@ struct AgentEndpoint {
 struct AgentLaunchOptions {
   std::string agent_binary;   // path of dsagent (same path on every host for ssh)
   std::string token_file;     // passed to the agents (same path on every host for ssh)
+  // Local agents only, when token_file is empty: written to each agent's
+  // stdin (dsagent --token_stdin). The token then exists only in the pipe and
+  // in the processes: nothing on disk to remove or to leave behind when
+  // dslaunch is killed (Note [Token on stdin], agent_fleet.cc).
+  std::string token;
   int64_t lease_ms = 10000;
   int64_t stop_grace_ms = 3000;
   std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
@@ -53,9 +58,11 @@ class AgentFleet {
     pid_t pid = -1;
     int stdin_fd = -1;  // kept open: ssh agents exit when it closes
   };
-  // Spawns `argv`, waits for its "DSAGENT_READY host:port" line, returns the port.
+  // Spawns `argv` (with `stdin_text` waiting on its stdin), waits for its
+  // "DSAGENT_READY host:port" line, returns the port.
   absl::StatusOr<int> SpawnAndWaitReady(const std::string& host, const std::vector<std::string>& argv,
-                                        const AgentLaunchOptions& options);
+                                        const AgentLaunchOptions& options,
+                                        const std::string& stdin_text = "");
 
   std::vector<AgentEndpoint> endpoints_;
   std::vector<Started> started_;

@@ -83,6 +83,8 @@ class FakeAgentClient final : public AgentClient {
       ended.set_state(RANK_KILLED);
       ended.set_signal(SIGTERM);
       ended.set_stopped_by_agent(true);
+      ended.set_stop_reason(STOP_REQUESTED);
+      ended.set_stop_detail("StopJob from the controller under test");
       EndRank(rank_attempt, rank, ended);
     }
     return absl::OkStatus();

@@ -3,6 +3,8 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <future>
 
@@ -11,12 +13,22 @@
 #include "common/grpc_status.h"
 
 namespace dslaunch {
+namespace {
+
+std::string ThisProcessName() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return absl::StrCat("dslaunch pid ", ::getpid(), " on ", host);
+}
+
+}  // namespace
 
 GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, std::string token,
                                  std::chrono::milliseconds call_timeout, std::chrono::milliseconds keepalive)
     : host_(std::move(host)),
       address_(address),
       token_(std::move(token)),
+      requester_(ThisProcessName()),
       call_timeout_(call_timeout) {
   grpc::ChannelArguments args;
   // Notice a dead peer on an idle connection within seconds, not hours.
@@ -100,6 +112,7 @@ absl::Status GrpcAgentClient::StopJob(const std::string& job_id, int attempt,
   request.set_attempt(attempt);
   request.set_grace_ms(grace.count());
   request.set_reason(reason);
+  request.set_requester(requester_);
   StopJobReply reply;
   return Annotate(stub_->StopJob(&context, request, &reply), "StopJob");
 }

@@ -52,6 +52,9 @@ class GrpcAgentClient final : public AgentClient {
   const std::string host_;
   const std::string address_;
   const std::string token_;
+  // Sent with every StopJob ("dslaunch pid P on HOST"): the ranks it stops
+  // report it, so a StopJob is never anonymous (Note [Honest exits]).
+  const std::string requester_;
   const std::chrono::milliseconds call_timeout_;
   std::unique_ptr<Agent::Stub> stub_;
 

@@ -14,8 +14,6 @@
 namespace dslaunch {
 namespace {
 
-constexpr size_t kCauseStderrLines = 3;
-
 bool IsFailure(const RankEnded& ended) {
   return ended.state() != RANK_EXITED || ended.exit_code() != 0;
 }
@@ -42,29 +40,6 @@ int ExitCodeOf(const RankEnded& ended) {
   }
 }
 
-std::string AttemptEndName(AttemptEnd end) {
-  switch (end) {
-    case ATTEMPT_SUCCEEDED:
-      return "succeeded";
-    case ATTEMPT_STARTUP_FAILURE:
-      return "startup failure";
-    case ATTEMPT_RANK_ERROR:
-      return "rank error";
-    case ATTEMPT_RANK_SIGNALLED:
-      return "rank killed by a signal";
-    case ATTEMPT_HOST_LOST:
-      return "host lost";
-    case ATTEMPT_HANG:
-      return "hang";
-    case ATTEMPT_RESCALED:
-      return "rescaled";
-    case ATTEMPT_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace
 
 JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
@@ -77,6 +52,12 @@ JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
       on_attempt_over_(std::move(on_attempt_over)),
       log_(event_log != nullptr ? event_log : &null_log_),
       policy_(spec_.max_restarts, spec_.restart_backoff, spec_.max_restart_backoff),
+      freeze_watch_(spec_.freeze_watch != nullptr
+                        ? spec_.freeze_watch
+                        : std::make_shared<FreezeWatch>(std::chrono::milliseconds(100),
+                                                        std::max<std::chrono::milliseconds>(
+                                                            std::chrono::milliseconds(500),
+                                                            2 * spec_.keepalive_interval))),
       plan_(spec_.plan) {
   for (size_t i = 0; i < agents_.size(); ++i) active_.push_back(static_cast<int>(i));
   lost_flags_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
@@ -239,6 +220,9 @@ JobOutcome JobController::Run() {
     }
   }
   outcome.state = state_;
+  // Note [Honest exits]: only a job that succeeded exits 0 (a rescale whose
+  // restart finds too few hosts ends FAILED with its attempt's 0).
+  if (outcome.state != JOB_SUCCEEDED && outcome.exit_code == 0) outcome.exit_code = 1;
 
   {
     std::lock_guard<std::mutex> lock(keepalive_mu_);
@@ -365,8 +349,9 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
 }
 
 void JobController::BeginStop(int attempt, std::chrono::milliseconds grace,
-                              const std::string& reason) {
+                              const std::string& reason, int only_agent) {
   for (int index : active_) {
+    if (only_agent >= 0 && index != only_agent) continue;
     // A lost agent would only time out; its lease stops its ranks.
     if (lost_agents_.count(index)) continue;
     AgentClient* agent = agents_[index];
@@ -513,6 +498,11 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     if (now < next_progress_check) return;
     next_progress_check = now + std::min<std::chrono::milliseconds>(
                                     std::chrono::milliseconds(500), spec_.hang_timeout / 4);
+    // Note [Honest exits]: time dslaunch itself spent frozen is no time the
+    // ranks went without progress (it just could not look).
+    if (auto freeze = freeze_watch_->LongestSince(last_progress_change)) {
+      last_progress_change = std::max(last_progress_change, freeze->end);
+    }
     std::optional<std::string> progress = progress_marker();
     if (progress != last_progress) {
       last_progress = progress;
@@ -532,6 +522,9 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     if (preempting && !stopping) deadline = std::min(deadline, preempt_deadline);
     if (!stopping && spec_.hang_timeout.count() > 0) deadline = std::min(deadline, next_progress_check);
     std::optional<Event> event = events_.PopUntil(deadline);
+    // Note [Honest exits]: before what arrived is judged, so that news of a
+    // freeze comes first.
+    NoteFreezes(attempt);
     if (!event) {
       if (preempting && !stopping && std::chrono::steady_clock::now() >= preempt_deadline) {
         notice_(absl::StrCat(live.size(), " rank(s) did not stop within the ",
@@ -581,12 +574,27 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       if (in_plan == active_.end()) continue;  // dropped from the plan already
       const std::string& host = agents_[event->node]->host();
       std::vector<int> node_ranks = plan.RanksOfNode(static_cast<int>(in_plan - active_.begin()));
+      const std::optional<FreezeWatch::Freeze> freeze = RecentFreeze(/*for_lost_stream=*/true);
       log_->Append(JobEvent("host_lost")
                        .Int("attempt", attempt)
                        .Text("host", host)
-                       .Text("error", event->lost.message()));
-      fail(ATTEMPT_HOST_LOST, 1,
-           absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {}, now_us(), event->node);
+                       .Text("error", event->lost.message())
+                       .Int("controller_frozen_ms", freeze ? freeze->duration().count() : 0));
+      // Note [Honest exits]: a stream that broke while dslaunch was frozen
+      // says nothing against the host.
+      if (auto frozen = AttributeLostStream(host, event->lost, freeze, lease_timing())) {
+        fail(frozen->end, 1, frozen->cause, "", {}, now_us());
+        // The host is fine: watch it again, and stop its ranks too rather
+        // than leave them to its lease.
+        if (WatchAgent(event->node).ok()) {
+          lost_agents_.erase(event->node);
+          lost_flags_[event->node] = false;
+          BeginStop(attempt, spec_.stop_grace, frozen->cause, event->node);
+        }
+      } else {
+        fail(ATTEMPT_HOST_LOST, 1, absl::StrCat("lost host ", host, " (", event->lost.message(), ")"), "", {},
+             now_us(), event->node);
+      }
       for (int rank : node_ranks) {
         if (live.erase(rank) > 0) every_end_reported = false;
       }
@@ -634,9 +642,16 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     const RankEnded& ended = rank_event.ended();
     live.erase(rank);
     last_end_us = std::max(last_end_us, ended.ended_unix_us());
-    if (ended.stopped_by_agent()) {
-      ++report.stopped_ranks;
+    if (ended.stopped_by_agent() && stopping) {
+      ++report.stopped_ranks;  // this controller's own teardown
       last_stopped_us = std::max(last_stopped_us, ended.ended_unix_us());
+    } else if (ended.stopped_by_agent()) {
+      // Note [Honest exits]: stopped, but not by us: the attempt fails,
+      // naming who stopped the rank and why.
+      const StopAttribution why = AttributeUnexpectedStop(rank, host, ended, RecentFreeze(), lease_timing());
+      LogRankFailure(attempt, rank, host, ended, why.cause);
+      fail(why.end, 1, why.cause, "", {ended.stderr_tail().begin(), ended.stderr_tail().end()},
+           ended.ended_unix_us(), why.blame_host ? active_[plan.ranks[rank].node_index] : -1);
     } else if (IsFailure(ended)) {
       std::string cause = DescribeEnd(rank, host, ended);
       LogRankFailure(attempt, rank, host, ended, cause);
@@ -668,99 +683,6 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
     report.teardown_us = std::max<int64_t>(0, last_stopped_us - report.failed_unix_us);
   }
   return report;
-}
-
-void JobController::LogRankFailure(int attempt, int rank, const std::string& host,
-                                   const RankEnded& ended, const std::string& cause) {
-  const int from = std::max(0, ended.stderr_tail_size() - static_cast<int>(kCauseStderrLines));
-  std::vector<std::string> tail(ended.stderr_tail().begin() + from, ended.stderr_tail().end());
-  log_->Append(JobEvent("rank_failed")
-                   .Int("attempt", attempt)
-                   .Int("rank", rank)
-                   .Text("host", host)
-                   .Text("state", RankState_Name(ended.state()))
-                   .Int("exit_code", ended.exit_code())
-                   .Int("signal", ended.signal())
-                   .Int("ended_us", ended.ended_unix_us())
-                   .Text("cause", cause)
-                   .Text("detail", ended.detail())
-                   .Text("stderr_tail", absl::StrJoin(tail, "\n")));
-}
-
-void JobController::LogAttemptEnd(const AttemptReport& report) {
-  JobEvent event("attempt_end");
-  event.Int("attempt", report.attempt)
-      .Text("end", AttemptEnd_Name(report.end))
-      .Text("class", AttemptEndName(report.end))
-      .Int("exit_code", report.exit_code)
-      .Text("cause", report.cause);
-  if (!report.startup_error.empty()) event.Text("startup_error", report.startup_error);
-  event.Int("stopped_ranks", report.stopped_ranks)
-      .Int("teardown_us", report.teardown_us)
-      .Int("started_us", report.started_unix_us)
-      .Int("failed_us", report.failed_unix_us)
-      .Int("all_gone_us", report.all_gone_unix_us);
-  log_->Append(event);
-}
-
-void JobController::LogRecovery(const AttemptReport& failed, const AttemptReport& restarted) {
-  // Note: failed_us comes from the failing rank's agent, the other two from
-  // the controller; across hosts the figures include their clock offset.
-  JobEvent event("recovery");
-  event.Int("attempt", restarted.attempt)
-      .Int("failed_attempt", failed.attempt)
-      .Text("failed_class", AttemptEndName(failed.end))
-      .Int("failed_us", failed.failed_unix_us)
-      .Int("all_gone_us", failed.all_gone_unix_us)
-      .Int("restarted_us", restarted.started_unix_us);
-  if (failed.failed_unix_us > 0) {
-    const int64_t stop_us = failed.all_gone_unix_us - failed.failed_unix_us;
-    const int64_t restart_us = restarted.started_unix_us - failed.all_gone_unix_us;
-    const int64_t total_us = restarted.started_unix_us - failed.failed_unix_us;
-    event.Int("failure_to_gone_us", stop_us)
-        .Int("gone_to_restart_us", restart_us)
-        .Int("failure_to_restart_us", total_us);
-    notice_(absl::StrCat("recovery: attempt ", restarted.attempt, " started ", total_us / 1000.0,
-                         " ms after the failure (every rank gone after ", stop_us / 1000.0,
-                         " ms, then ", restart_us / 1000.0, " ms backoff and start)"));
-  }
-  log_->Append(event);
-}
-
-void JobController::ReportAttempt(const AttemptReport& report) {
-  if (report.end == ATTEMPT_CANCELLED) return;
-  if (report.teardown_us >= 0) {
-    notice_(absl::StrCat("fail-fast: ", report.stopped_ranks, " other rank(s) stopped ",
-                         report.teardown_us / 1000.0, " ms after the failure"));
-  }
-}
-
-void JobController::Summarize(const JobOutcome& outcome) {
-  if (outcome.state == JOB_SUCCEEDED && outcome.attempts.size() == 1) return;
-  std::vector<std::string> parts;
-  for (const auto& attempt : outcome.attempts) {
-    std::string part = absl::StrCat("attempt ", attempt.attempt, ": ", AttemptEndName(attempt.end));
-    if (!attempt.cause.empty()) absl::StrAppend(&part, " (", attempt.cause, ")");
-    parts.push_back(part);
-  }
-  if (!outcome.stop_note.empty()) parts.push_back(outcome.stop_note);
-  std::string state = outcome.state == JOB_SUCCEEDED ? "succeeded"
-                      : outcome.state == JOB_CANCELLED ? "was cancelled"
-                                                       : "failed";
-  notice_(absl::StrCat("job ", spec_.job_id, " ", state, " after ", outcome.attempts.size(),
-                       " attempt(s): ", absl::StrJoin(parts, "; ")));
-  const AttemptReport& last = outcome.attempts.back();
-  if (outcome.state == JOB_FAILED) {
-    std::string cause = absl::StrCat("root cause: ", last.cause);
-    if (!last.stderr_tail.empty()) {
-      size_t from = last.stderr_tail.size() > kCauseStderrLines
-                        ? last.stderr_tail.size() - kCauseStderrLines
-                        : 0;
-      std::vector<std::string> tail(last.stderr_tail.begin() + from, last.stderr_tail.end());
-      absl::StrAppend(&cause, "; last stderr: ", absl::StrJoin(tail, " | "));
-    }
-    notice_(cause);
-  }
 }
 
 }  // namespace dslaunch

@@ -24,6 +24,18 @@
 // seen by its agent through a pidfd and reaches the controller over an open
 // stream, so the other ranks are signalled within milliseconds.
 //
+// Note [Honest exits]: a job reports success only when every rank exited 0
+// by itself. A rank that its agent stopped while this controller was not
+// stopping the attempt (an outside StopJob, the agent's lease to this
+// controller, the agent's own shutdown) fails the attempt, and the cause says
+// who stopped it and why, from the reason the agent reports in RankEnded
+// (stop_reason, stop_detail: StopJob's caller and reason, the lease's
+// silence). A FreezeWatch sees this process's own freezes (SIGSTOP, a
+// suspended machine): the controller says so when it runs again (event
+// `controller_frozen`), and a lease that expired or an event stream that
+// broke meanwhile is blamed on the freeze (ATTEMPT_CONTROLLER_FROZEN), not on
+// a host. docs/control-plane.md has the exit codes with their events.
+//
 // Restarts: RestartPolicy (Note [Restart policy]) decides after every failed
 // attempt; the backoff is spent waiting on the event queue, so a stop signal
 // ends it at once. Every state change, attempt, failing rank, signal, restart
@@ -46,10 +58,12 @@
 #include "common/blocking_queue.h"
 #include "launcher/agent_client.h"
 #include "launcher/attempt_report.h"
+#include "launcher/freeze_watch.h"
 #include "launcher/job_event_log.h"
 #include "launcher/launch_plan.h"
 #include "launcher/rank_output.h"
 #include "launcher/restart_policy.h"
+#include "launcher/stop_attribution.h"
 #include "proto/job.pb.h"
 
 namespace dslaunch {
@@ -115,6 +129,10 @@ struct JobSpec {
   // After StopJob, how long beyond the grace to wait for ranks to report
   // their end before treating them as lost.
   std::chrono::milliseconds teardown_margin{5000};
+  // Note [Honest exits]: sees this process's freezes. Null: the controller
+  // runs its own (a look every 100 ms; a gap of max(500 ms, two keep-alive
+  // periods) is a freeze).
+  std::shared_ptr<FreezeWatch> freeze_watch;
 };
 
 struct JobOutcome {
@@ -166,7 +184,9 @@ class JobController {
   AttemptReport RunAttempt(int attempt, const AttemptReport* previous);
   // Starts every rank; `node_started[i]` says whether node i's agent took its ranks.
   absl::Status StartAttempt(int attempt, std::vector<bool>* node_started);
-  void BeginStop(int attempt, std::chrono::milliseconds grace, const std::string& reason);
+  // StopJob to every agent of the attempt (or only `only_agent`) that is not lost.
+  void BeginStop(int attempt, std::chrono::milliseconds grace, const std::string& reason,
+                 int only_agent = -1);
   void ReportAttempt(const AttemptReport& report);
   // After an attempt that did not succeed (the last of outcome->attempts):
   // asks the policy (no restart after a stop signal), logs and announces the
@@ -194,6 +214,12 @@ class JobController {
                       const std::string& cause);
   void LogAttemptEnd(const AttemptReport& report);
   void LogRecovery(const AttemptReport& failed, const AttemptReport& restarted);
+  // Note [Honest exits]: announces and logs the freezes not reported yet.
+  void NoteFreezes(int attempt);
+  // The longest freeze recent enough to explain what the agents report now:
+  // a rank stopped by its lease, or (for_lost_stream) a broken event stream.
+  std::optional<FreezeWatch::Freeze> RecentFreeze(bool for_lost_stream = false);
+  LeaseTiming lease_timing() const { return LeaseTiming{spec_.lease, spec_.keepalive_interval}; }
   // Note [Rank heartbeats]: asks every agent of the attempt for its ranks'
   // stacks, writes them under spec_.diagnosis_dir and returns the part of
   // the root cause that names the lagging rank(s) and the folder.
@@ -220,6 +246,7 @@ class JobController {
   NullJobEventLog null_log_;
   JobEventLog* const log_;  // event_log or &null_log_
   const RestartPolicy policy_;
+  const std::shared_ptr<FreezeWatch> freeze_watch_;
 
   BlockingQueue<Event> events_;
   JobState state_ = JOB_PLANNING;

@@ -32,6 +32,23 @@ TEST_F(JobControllerTest, NoProgressMarkerYetIsNotAHang) {
   EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
 }
 
+TEST_F(JobControllerTest, TimeDslaunchSpentFrozenIsNoHang) {
+  // Note [Honest exits]: the progress clock restarts when dslaunch runs
+  // again. The recorded freeze ends a minute from now, so for the whole test
+  // the ranks' unchanged marker is never older than the timeout.
+  spec_.hang_timeout = 100ms;
+  spec_.read_progress = [](int) { return std::optional<std::string>("step 7"); };
+  const auto now = std::chrono::steady_clock::now();
+  freezes_->Record(FreezeWatch::Freeze{now, now + 60s});
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    std::this_thread::sleep_for(400ms);  // four hang timeouts: the thing under test
+    for (int rank : {0, 1}) a_.EndRank(0, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(0, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED) << Notices();
+}
+
 // A heartbeat at `step` whose newest collective is #seq (finished or not).
 RankProgress Beat(int64_t step, int64_t seq, bool finished) {
   RankProgress progress;

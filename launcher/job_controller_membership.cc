@@ -56,8 +56,10 @@ void JobController::BlameHost(const AttemptReport& report) {
 }
 
 bool JobController::ReplanMembership(int next_attempt) {
-  if (spec_.min_nodes <= 0) return true;  // not elastic: every planned host, always
-  // Note [Membership]: a lost host whose agent answers again comes back.
+  // Note [Membership]: a lost host whose agent answers again comes back,
+  // with a new event stream. A job that is not elastic needs that too: its
+  // stream may have broken while its agent lived on (a frozen dslaunch, Note
+  // [Honest exits]), and the next attempt's ranks there must be watched.
   std::vector<std::string> back;
   for (int index : std::set<int>(lost_agents_)) {
     if (Blacklisted(index)) continue;
@@ -66,6 +68,7 @@ bool JobController::ReplanMembership(int next_attempt) {
     lost_flags_[index] = false;
     back.push_back(agents_[index]->host());
   }
+  if (spec_.min_nodes <= 0) return true;  // not elastic: every planned host, always
   std::vector<int> remaining;
   std::vector<std::string> out;
   for (size_t i = 0; i < agents_.size(); ++i) {

@@ -42,6 +42,16 @@ inline RankEnded Killed(int signal) {
   return ended;
 }
 
+// A rank its agent stopped (Note [Honest exits]), for `reason`.
+inline RankEnded StoppedByAgent(StopReason reason, const std::string& detail, int64_t silent_ms = 0) {
+  RankEnded ended = Killed(SIGTERM);
+  ended.set_stopped_by_agent(true);
+  ended.set_stop_reason(reason);
+  ended.set_stop_detail(detail);
+  ended.set_controller_silent_ms(silent_ms);
+  return ended;
+}
+
 inline std::string EnvOf(const RankSpec& rank, const std::string& name) {
   auto it = rank.env().find(name);
   return it == rank.env().end() ? "" : it->second;
@@ -77,6 +87,8 @@ class JobControllerTest : public ::testing::Test {
     spec_.keepalive_interval = 50ms;
     spec_.teardown_margin = 2s;
     spec_.restart_backoff = 0ms;  // tests that look at the backoff set their own
+    // Note [Honest exits]: no thread watches; a test records the freezes it plays.
+    spec_.freeze_watch = freezes_;
   }
 
   JobOutcome Run(std::function<void(JobController&)> during = nullptr) {
@@ -139,6 +151,7 @@ class JobControllerTest : public ::testing::Test {
     return false;
   }
 
+  std::shared_ptr<FreezeWatch> freezes_ = std::make_shared<FreezeWatch>(0ms, 500ms);
   JobSpec spec_;
   FakeAgentClient a_, b_;
   RecordingOutput output_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/control_plane_limits.h"
 #include "common/net_address.h"
 #include "launcher/launch_limits.h"
 
@@ -286,15 +287,18 @@ constexpr OptionRow kOptions[] = {
      "job name (letters, digits, - _ .)",
      SetJobId},
     {"--stop_grace_ms", "", ValueKind::kInteger, "MS", "3000",
-     "time between SIGTERM and SIGKILL when stopping ranks",
+     "time between SIGTERM and SIGKILL when stopping ranks; 0..3600000",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       return SetInt64(f, v, 0, &o.stop_grace_ms);
+       auto value = ParseInteger(f, v, 0, kMaxStopGraceMs);
+       if (value.ok()) o.stop_grace_ms = *value;
+       return value.status();
      }},
     {"--lease_ms", "", ValueKind::kInteger, "MS", "10000",
-     "agents stop ranks after this long without the controller; >= 500",
+     "agents stop ranks after this long without the controller; 500..86400000",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
-       // Shorter leases expire on an ordinary scheduling hiccup.
-       return SetInt64(f, v, 500, &o.lease_ms);
+       auto value = ParseInteger(f, v, kMinLeaseMs, kMaxLeaseMs);
+       if (value.ok()) o.lease_ms = *value;
+       return value.status();
      }},
     {"--preempt_grace_ms", "", ValueKind::kInteger, "MS", "30000",
      "job files: on SIGTERM/SIGUSR1 ranks checkpoint within MS (0: stop now)",

@@ -220,8 +220,13 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
            {{"--master_port", "-5"}, "--master_port '-5': must not be negative"},
            {{"--max_restarts", "-1"}, "--max_restarts '-1': must not be negative"},
            {{"--stop_grace_ms", "-100"}, "--stop_grace_ms '-100': must not be negative"},
-           {{"--stop_grace_ms", "99999999999999999999"}, "too large"},
-           {{"--lease_ms", "499"}, "--lease_ms '499': must be at least 500"},
+           {{"--stop_grace_ms", "99999999999999999999"}, "--stop_grace_ms '99999999999999999999': must be in 0..3600000"},
+           // Issue 13: 9223372036854 overflowed the agents' kill deadline and
+           // left a SIGTERM-ignoring rank running; the bounds are checked here.
+           {{"--stop_grace_ms", "9223372036854"}, "--stop_grace_ms '9223372036854': must be in 0..3600000"},
+           {{"--stop_grace_ms", "3600001"}, "--stop_grace_ms '3600001': must be in 0..3600000"},
+           {{"--lease_ms", "499"}, "--lease_ms '499': must be in 500..86400000"},
+           {{"--lease_ms", "8600000000"}, "--lease_ms '8600000000': must be in 500..86400000"},
            {{"--restart_backoff_ms", "-1"}, "--restart_backoff_ms '-1': must not be negative"},
            {{"--max_restart_backoff_ms", "86400001"},
             "--max_restart_backoff_ms '86400001': must be in 0..86400000"},
@@ -237,6 +242,10 @@ TEST(LauncherOptions, NumbersMustBeIntegersInRange) {
   EXPECT_EQ(edge->num_nodes, 65536);
   EXPECT_EQ(edge->master_port, 65535);
   EXPECT_EQ(edge->stop_grace_ms, 0);
+  auto upper = Parse({"--stop_grace_ms", "3600000", "--lease_ms", "86400000", "prog"});
+  ASSERT_TRUE(upper.ok()) << upper.status();
+  EXPECT_EQ(upper->stop_grace_ms, 3600000);
+  EXPECT_EQ(upper->lease_ms, 86400000);
   auto backoff = Parse({"--restart_backoff_ms", "0", "--max-restart-backoff-ms=86400000", "prog"});
   ASSERT_TRUE(backoff.ok()) << backoff.status();
   EXPECT_EQ(backoff->restart_backoff_ms, 0);

@@ -36,6 +36,7 @@
 #include "launcher/rank_output.h"
 #include "launcher/rendezvous_store.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/config/dsrank_arguments.h"
 
 extern char** environ;
 
@@ -70,36 +71,19 @@ std::string LocalHostname() {
   return host;
 }
 
-// Owns a private temporary folder (token file of local agents); removed at exit.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/dslaunch-XXXXXX";
-    if (::mkdtemp(pattern) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // Forwards SIGINT/SIGTERM/SIGHUP/SIGUSR1 (blocked in every thread) to the controller.
 //
 // Note [Interruptible planning]
 // The forwarder runs from Main's first line. Until EndPlanning() nothing has
 // started that must be stopped (no agent, no rank), so a stop signal ends the
-// process at once with 128+signal, after removing `temp_dir`, however long
+// process at once with 128+signal (nothing is on disk to remove: local
+// agents get their token on stdin), however long
 // planning takes: reading inputs, a static agent that does not answer
 // Describe, a large --dry_run. From EndPlanning() until Attach() a signal is
 // kept in pending(); after Attach() the controller stops the job.
 class SignalForwarder {
  public:
-  SignalForwarder(sigset_t signals, std::string temp_dir)
-      : signals_(signals), temp_dir_(std::move(temp_dir)) {
+  explicit SignalForwarder(sigset_t signals) : signals_(signals) {
     thread_ = std::thread([this] {
       while (true) {
         int signal_number = 0;
@@ -143,13 +127,10 @@ class SignalForwarder {
   [[noreturn]] void ExitWhilePlanning(int signal_number) {
     Notice(absl::StrCat("received SIG", sigabbrev_np(signal_number),
                         " while planning the job; nothing was started"));
-    std::error_code ignored;
-    if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ignored);
     ::_exit(128 + signal_number);
   }
 
   sigset_t signals_;
-  const std::string temp_dir_;
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   bool planning_ = true;                  // guarded by mu_
@@ -162,9 +143,9 @@ bool IsJobFile(const std::string& path) {
   return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
 }
 
-absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const LauncherOptions& options) {
+absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const std::vector<std::string>& texts) {
   std::vector<runtime::ConfigOverride> overrides;
-  for (const std::string& text : options.overrides) {
+  for (const std::string& text : texts) {
     auto parsed = runtime::ParseOverride(text);
     if (!parsed.ok()) return parsed.status();
     overrides.push_back(*parsed);
@@ -176,7 +157,7 @@ absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const Launch
 // the world the other options describe. Prints the resolved config or every
 // problem; starts nothing.
 int Validate(const LauncherOptions& options, int world_size) {
-  auto overrides = ParseOverrides(options);
+  auto overrides = ParseOverrides(options.overrides);
   if (!overrides.ok()) return UsageError(overrides.status());
   const std::string& path = options.validate;
   runtime::WorldShape world{world_size};
@@ -211,8 +192,7 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   SetLogProgramName("dslaunch");
-  TempDir temp_dir;
-  SignalForwarder signals(stop_signals, temp_dir.path());  // Note [Interruptible planning]
+  SignalForwarder signals(stop_signals);  // Note [Interruptible planning]
 
   auto parsed = ParseLauncherOptions(std::vector<std::string>(argv, argv + argc));
   if (!parsed.ok()) {
@@ -320,8 +300,17 @@ int Main(int argc, char** argv) {
   spec.plan = BuildLaunchPlan(resolution->nodes);
   if (!options.program.empty() && IsJobFile(options.program[0])) {
     // The embedded runtime: every rank runs dsrank on the job file. The file
-    // is checked for this world before anything starts.
-    auto overrides = ParseOverrides(options);
+    // is checked for this world before anything starts, with every override:
+    // those after the job file (dsrank's own arguments) count as those
+    // before it, in the order dsrank applies them (dslaunch's first).
+    auto rank_arguments = runtime::ParseDsrankArguments(options.program);
+    if (!rank_arguments.ok()) {
+      return UsageError(absl::InvalidArgumentError(
+          absl::StrCat(options.program[0], ": ", rank_arguments.status().message())));
+    }
+    std::vector<std::string> override_texts = options.overrides;
+    override_texts.insert(override_texts.end(), rank_arguments->overrides.begin(), rank_arguments->overrides.end());
+    auto overrides = ParseOverrides(override_texts);
     if (!overrides.ok()) return UsageError(overrides.status());
     const std::string job_file = std::filesystem::absolute(options.program[0]).string();
     // Note [Elastic batch]: an elastic job may adjust a global batch this
@@ -379,16 +368,9 @@ int Main(int argc, char** argv) {
     return UsageError(absl::InvalidArgumentError(
         "--launcher ssh: --token_file is required (the same file must exist on every host)"));
   }
-  if (token.empty()) {
-    if (temp_dir.path().empty()) {
-      return UsageError(absl::InternalError("cannot create a temporary folder in /tmp"));
-    }
-    token = GenerateToken();
-    token_file = temp_dir.path() + "/token";
-    if (absl::Status written = WriteTokenFile(token_file, token); !written.ok()) {
-      return UsageError(written);
-    }
-  }
+  // Local agents without --token_file get a token of this run on their stdin
+  // (Note [Token on stdin], agent_fleet.cc): no file, nothing left behind.
+  if (token.empty()) token = GenerateToken();
 
   // The rendezvous store, before any rank can need it.
   spec.environment.store_token = GenerateToken();
@@ -445,6 +427,7 @@ int Main(int argc, char** argv) {
       launch.agent_binary = ::access(beside.c_str(), X_OK) == 0 ? beside : "dsagent";
     }
     launch.token_file = token_file;
+    launch.token = token;
     launch.lease_ms = options.lease_ms;
     launch.stop_grace_ms = options.stop_grace_ms;
     launch.agent_log_dir = log_dir_job;

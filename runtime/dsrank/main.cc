@@ -2,6 +2,7 @@
 // file (`dslaunch --num_gpus 2 configs/gpt-tiny.cfg`).
 //
 //   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH] [--device auto|cpu|cuda]
+//   (the whole command line: runtime/config/dsrank_arguments.h)
 //
 // It reads the rank environment (RANK, WORLD_SIZE, LOCAL_RANK and the
 // DSLAUNCH_* store variables), joins the job's communicator (NCCL for CUDA,
@@ -22,6 +23,7 @@
 #include "runtime/comm/flight_recorder.h"
 #include "runtime/comm/peer_failure.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/config/dsrank_arguments.h"
 #include "runtime/dsrank/gpt_trainer.h"
 #include "runtime/torch_compat.h"
 
@@ -37,47 +39,21 @@ int Fail(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace dslaunch;
   using namespace dslaunch::runtime;
-  std::string config_path, loss_log, device_choice = "auto";
+  auto arguments = ParseDsrankArguments(std::vector<std::string>(argv + 1, argv + argc));
+  if (!arguments.ok()) return Fail(std::string(arguments.status().message()));
   std::vector<ConfigOverride> overrides;
-  int64_t exit_at_step = -1;
-  int64_t hang_at_step = -1;
-  int64_t hang_rank = -1;
-  double cuda_memory_limit_gb = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) return arg.substr(eq + 1);
-      return i + 1 < argc ? argv[++i] : "";
-    };
-    if (arg.rfind("--local_rank", 0) == 0) continue;  // LOCAL_RANK is in the environment
-    if (arg.rfind("--override", 0) == 0) {
-      auto parsed = ParseOverride(value());
-      if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
-      overrides.push_back(*parsed);
-    } else if (arg.rfind("--loss_log", 0) == 0) {
-      loss_log = value();
-    } else if (arg.rfind("--hang_at_step", 0) == 0) {
-      if (!absl::SimpleAtoi(value(), &hang_at_step)) return Fail("--hang_at_step needs a step number");
-    } else if (arg.rfind("--hang_rank", 0) == 0) {
-      if (!absl::SimpleAtoi(value(), &hang_rank)) return Fail("--hang_rank needs a rank");
-    } else if (arg.rfind("--exit_at_step", 0) == 0) {
-      if (!absl::SimpleAtoi(value(), &exit_at_step)) return Fail("--exit_at_step needs a step number");
-    } else if (arg.rfind("--cuda_memory_limit_gb", 0) == 0) {
-      if (!absl::SimpleAtod(value(), &cuda_memory_limit_gb) || cuda_memory_limit_gb <= 0) {
-        return Fail("--cuda_memory_limit_gb needs a positive number of GiB");
-      }
-    } else if (arg.rfind("--device", 0) == 0) {
-      device_choice = value();
-    } else if (config_path.empty() && arg.rfind("--", 0) != 0) {
-      config_path = arg;
-    } else {
-      return Fail(absl::StrCat("unknown argument '", arg,
-                               "'; usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] "
-                               "[--device auto|cpu|cuda] [--cuda_memory_limit_gb G] [--exit_at_step N] "
-                               "[--hang_at_step N [--hang_rank R]]"));
-    }
+  for (const std::string& text : arguments->overrides) {
+    auto parsed = ParseOverride(text);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    overrides.push_back(*parsed);
   }
-  if (config_path.empty()) return Fail("missing the job file (a train.cfg)");
+  const std::string& config_path = arguments->job_file;
+  const std::string& loss_log = arguments->loss_log;
+  const std::string& device_choice = arguments->device;
+  const int64_t exit_at_step = arguments->exit_at_step;
+  const int64_t hang_at_step = arguments->hang_at_step;
+  const int64_t hang_rank = arguments->hang_rank;
+  const double cuda_memory_limit_gb = arguments->cuda_memory_limit_gb;
 
   TrainerContext context;
   context.rank = EnvInt("RANK", 0);

@@ -7,6 +7,9 @@
 #   rank_frozen  SIGSTOP of rank 1: its heartbeats stop while it lives
 #   term_in_save SIGTERM to dslaunch while a checkpoint is being written (a
 #                commit delay holds the save open), then the job is run again
+#   controller_frozen  SIGSTOP of dslaunch itself past its lease: the agents
+#                stop the ranks; continued, dslaunch names its freeze (never
+#                a success, never a lost host) and restarts
 #   corrupt_resume  SIGTERM (a preemption), then 16 bytes of the newest
 #                checkpoint overwritten before the job is run again
 # For every scenario: the job finishes; no process of it remains; the final
@@ -206,7 +209,32 @@ check_checkpoints term_in_save
 compare_parameters term_in_save exact
 pass "SIGTERM during the checkpoint of step $((step * 8)): no partial left, resumed, identical parameters"
 
-# 5. A preempted job whose newest checkpoint is then corrupted (16 bytes of
+# 5. dslaunch itself frozen (SIGSTOP) past its 2 s lease: the agents stop
+#    both ranks; continued, dslaunch names its own freeze as the cause (it
+#    used to report the attempt as succeeded and exit 0), restarts, and the
+#    job resumes from its last committed checkpoint.
+step=$((6 + RANDOM % 24))
+run_job controller_frozen --lease_ms 2000 "$CONFIG" --loss_log "$WORK/controller_frozen.tsv"
+wait_step "$WORK/controller_frozen.tsv" "$step"
+ranks=("$(rank_pid controller_frozen 0)" "$(rank_pid controller_frozen 1)")
+kill -STOP "$JOB_PID"
+both_gone() { pid_gone "${ranks[0]}" && pid_gone "${ranks[1]}"; }
+wait_until 60 both_gone || { kill -CONT "$JOB_PID"; fail "controller_frozen: the agents did not stop the ranks"; }
+kill -CONT "$JOB_PID"
+finish controller_frozen 0
+# Whichever news came first once it ran again: a rank its agent stopped, or a broken stream.
+grep -qE "attempt 0: dslaunch was frozen for [0-9]+ ms \(SIGSTOP\?\) and (the agents' leases \(2000 ms\) expired|lost its event stream)" \
+  "$WORK/controller_frozen.err" ||
+  fail "controller_frozen: no cause naming the freeze: $(grep attempt "$WORK/controller_frozen.err" | head -3)"
+grep -q 'attempt 0: controller frozen' "$WORK/controller_frozen.err" || fail "controller_frozen: attempt 0's class"
+echo "controller_frozen: dslaunch stopped at step $step"
+check_nothing_left controller_frozen
+check_checkpoints controller_frozen
+compare_parameters controller_frozen exact
+report_times controller_frozen 0
+pass "dslaunch frozen at step $step: its freeze named, restarted, resumed, identical parameters"
+
+# 6. A preempted job whose newest checkpoint is then corrupted (16 bytes of
 #    rank 1's file overwritten, as a bad disk or a careless copy would): the
 #    next run names it, skips it, resumes from the one before, and ends with
 #    the uninterrupted run's parameters (issue 13: it used to load it and

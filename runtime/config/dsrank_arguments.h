@@ -1,0 +1,42 @@
+// dsrank's command line, parsed in one place for both of its readers: dsrank
+// itself and dslaunch, which checks a job file with every override before it
+// starts a rank (an override written after the job file counts exactly as
+// one written before it; issue 13).
+//
+//   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH]
+//          [--device auto|cpu|cuda] [--cuda_memory_limit_gb G]
+//          [--exit_at_step N] [--hang_at_step N [--hang_rank R]]
+//
+// Every flag takes its value as `--flag VALUE` or `--flag=VALUE`; names match
+// exactly. `--local_rank[=N]` is accepted and ignored (LOCAL_RANK is in the
+// environment).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch::runtime {
+
+struct DsrankArguments {
+  std::string job_file;
+  std::vector<std::string> overrides;  // "key.path=value", in the order given
+  std::string loss_log;
+  std::string device = "auto";
+  int64_t exit_at_step = -1;
+  int64_t hang_at_step = -1;
+  int64_t hang_rank = -1;
+  double cuda_memory_limit_gb = 0;
+};
+
+inline constexpr char kDsrankUsage[] =
+    "usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] [--device auto|cpu|cuda] "
+    "[--cuda_memory_limit_gb G] [--exit_at_step N] [--hang_at_step N [--hang_rank R]]";
+
+// `args` without the program name. Errors name the argument; the overrides'
+// own syntax is checked by ParseOverride (config_loader.h), not here.
+absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::string>& args);
+
+}  // namespace dslaunch::runtime
