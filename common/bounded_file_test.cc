@@ -73,7 +73,7 @@ TEST_F(BoundedFileTest, AFileThatReportsNoSizeIsStillBounded) {
 TEST_F(BoundedFileTest, MissingFileIsNotFoundAndNamed) {
   auto content = ReadConfigFile(dir_ + "/absent", "hostfile");
   EXPECT_TRUE(absl::IsNotFound(content.status()));
-  EXPECT_EQ(content.status().message(), "hostfile " + dir_ + "/absent: No such file or directory");
+  EXPECT_EQ(content.status().message(), "hostfile " + dir_ + "/absent: No such file or directory (ENOENT)");
 }
 
 TEST_F(BoundedFileTest, DevicesAreRefusedByNameBeforeReading) {
