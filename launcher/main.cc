@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/auth_token.h"
+#include "common/store_keys.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -475,11 +476,11 @@ int Main(int argc, char** argv) {
   if (spec.preempt_grace.count() > 0) {
     // Note [Preemption]: dsrank polls this key at every step boundary.
     spec.request_checkpoint = [&store](int attempt) {
-      store.SetForAttempt(attempt, "control/preempt", "1");
+      store.SetForAttempt(attempt, store_keys::kPreempt, "1");
     };
   }
   if (spec.hang_timeout.count() > 0) {
-    spec.read_progress = [&store](int attempt) { return store.GetForAttempt(attempt, "progress/step"); };
+    spec.read_progress = [&store](int attempt) { return store.GetForAttempt(attempt, store_keys::kProgressStep); };
   }
   // Note [Rank heartbeats]: ranks beat five times per timeout (at most once a
   // second); hang reports go to the log folder, or a folder of the job's own.
@@ -503,7 +504,7 @@ int Main(int argc, char** argv) {
     return env;
   };
   auto on_attempt_over = [&](int attempt) {
-    if (auto tag = store.GetForAttempt(attempt, "checkpoint/committed"); tag && *tag != last_committed) {
+    if (auto tag = store.GetForAttempt(attempt, store_keys::kCheckpointCommitted); tag && *tag != last_committed) {
       last_committed = *tag;
       if (event_log != nullptr) {
         event_log->Append(JobEvent("checkpoint_committed").Int("attempt", attempt).Text("tag", last_committed));

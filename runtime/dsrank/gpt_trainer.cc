@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/store_client.h"
+#include "common/store_keys.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/config/config_loader.h"
@@ -35,7 +36,7 @@ constexpr char kConsumedSamples[] = "consumed_samples";
 absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) {
   const std::string& prefix = job.data.prepared;
   if (prefix.empty()) return absl::InvalidArgumentError(absl::StrCat(job.path, ": data.prepared is not set"));
-  const std::string key = "data/ready";
+  const std::string key = store_keys::kDataReady;
   if (context.rank == 0) {
     std::string verdict = "ok";
     if (!IndexedDataset::Exists(prefix)) {
@@ -108,7 +109,7 @@ double MeanOverWorld(double value, const TrainerContext& context) {
 // step.
 bool PreemptionFlagInStore(const TrainerContext& context) {
   if (context.store == nullptr || context.rank != 0) return false;
-  auto value = context.store->Get("control/preempt");
+  auto value = context.store->Get(store_keys::kPreempt);
   return value.ok() && value->has_value();
 }
 
@@ -250,7 +251,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, tag, {{kConsumedSamples, consumed}},
                                                    job.checkpoint.keep);
     if (saved.ok() && context.rank == 0 && context.store != nullptr) {
-      (void)context.store->Set("checkpoint/committed", tag);
+      (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
     }
     return saved;
   };
@@ -326,7 +327,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
     const bool heartbeats_carry_progress = context.heartbeats_accepted && context.heartbeats_accepted();
     if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
-      (void)context.store->Set("progress/step", absl::StrCat("step ", step));
+      (void)context.store->Set(store_keys::kProgressStep, absl::StrCat("step ", step));
     }
     // Note [Non-finite guard]: the engine skipped a step whose loss or
     // gradient norm was not finite (every rank decides the same); so many in
