@@ -51,6 +51,14 @@ HeartbeatSender::~HeartbeatSender() {
   thread_.join();
 }
 
+void HeartbeatSender::SendSoon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    send_soon_ = true;
+  }
+  wake_.notify_all();
+}
+
 int64_t HeartbeatSender::accepted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return accepted_;
@@ -69,7 +77,8 @@ void HeartbeatSender::Loop() {
     const bool ok = stub_->Heartbeat(&context, beat, &reply).ok();
     lock.lock();
     if (ok) ++accepted_;
-    wake_.wait_for(lock, interval_, [this] { return stopping_; });
+    wake_.wait_for(lock, interval_, [this] { return stopping_ || send_soon_; });
+    send_soon_ = false;
   }
 }
 

@@ -37,6 +37,10 @@ class HeartbeatSender {
 
   // Heartbeats the agent accepted so far (tests).
   int64_t accepted() const;
+  // Sends the next heartbeat now instead of at the end of the interval (a
+  // rank's first finished step: the controller times recovery from it, and an
+  // attempt whose few steps fit in one interval would otherwise report none).
+  void SendSoon();
 
  private:
   void Loop();
@@ -48,6 +52,7 @@ class HeartbeatSender {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_
+  bool send_soon_ = false;  // guarded by mu_
   int64_t accepted_ = 0;   // guarded by mu_
   std::thread thread_;
 };

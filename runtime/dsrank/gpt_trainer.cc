@@ -324,7 +324,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     // also publishes its step in the store, as other programs do; after
     // that, the controller reads the heartbeats and the round trip (made
     // after the step's last wait, while the GPU idles) is left out.
-    if (context.heartbeat_step != nullptr) context.heartbeat_step->store(step);
+    if (context.heartbeat_step != nullptr) {
+      const bool first_step_here = context.heartbeat_step->exchange(step) < 0;
+      if (first_step_here && context.heartbeat_now) context.heartbeat_now();
+    }
     const bool heartbeats_carry_progress = context.heartbeats_accepted && context.heartbeats_accepted();
     if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
       (void)context.store->Set(store_keys::kProgressStep, absl::StrCat("step ", step));

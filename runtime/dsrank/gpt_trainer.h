@@ -45,6 +45,8 @@ struct TrainerContext {
   // Whether this rank's agent has accepted one of its heartbeats (so the
   // controller has its step); unset: no heartbeats.
   std::function<bool()> heartbeats_accepted;
+  // Sends a heartbeat now (after the first step of this process); may be empty.
+  std::function<void()> heartbeat_now;
 };
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);

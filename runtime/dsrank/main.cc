@@ -121,7 +121,10 @@ int main(int argc, char** argv) {
     beat->set_step(heartbeat_step.load());
     recorder.Snapshot(beat->mutable_recent_collectives());
   });
-  if (heartbeats != nullptr) context.heartbeats_accepted = [&heartbeats] { return heartbeats->accepted() > 0; };
+  if (heartbeats != nullptr) {
+    context.heartbeats_accepted = [&heartbeats] { return heartbeats->accepted() > 0; };
+    context.heartbeat_now = [&heartbeats] { heartbeats->SendSoon(); };
+  }
   if (cuda) torch::cuda::manual_seed_all(job->train.seed);
   torch::manual_seed(job->train.seed + context.rank);
 
