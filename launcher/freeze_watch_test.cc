@@ -43,7 +43,9 @@ TEST(FreezeWatch, SeesItsOwnProcessStoppedAndContinued) {
   if (child == 0) {
     ::close(ready[0]);
     FreezeWatch watch(20ms, 400ms);
-    // Let the thread look once before the stop.
+    // Let the thread look once before the stop. Not a wait for an event:
+    // if the thread has not looked yet, its first look still measures the
+    // freeze from construction, so a short sleep cannot fail the test.
     std::this_thread::sleep_for(100ms);
     char byte = 1;
     if (::write(ready[1], &byte, 1) != 1) ::_exit(3);
@@ -57,7 +59,9 @@ TEST(FreezeWatch, SeesItsOwnProcessStoppedAndContinued) {
       for (const auto& freeze : watch.TakeNew()) seen.push_back(freeze);
       std::this_thread::sleep_for(10ms);
     }
-    // The thread, waking up after the caller, must not report it again.
+    // The thread, waking up after the caller, must not report it again. A
+    // chance for a double report (five of the thread's 20 ms periods); too
+    // short a sleep could only hide a bug, never fail a correct build.
     std::this_thread::sleep_for(100ms);
     for (const auto& freeze : watch.TakeNew()) seen.push_back(freeze);
     ::_exit(long_ones() == 1 ? 0 : 1);
