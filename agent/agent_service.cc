@@ -7,6 +7,7 @@
 #include "common/control_plane_limits.h"
 #include "common/log.h"
 #include "common/net_address.h"
+#include "common/rank_contract.h"
 #include "common/start_ranks_environment.h"
 
 namespace dslaunch {
@@ -121,8 +122,8 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       health = RankHealth();
       health.token = GenerateToken();
       if (!contact.empty()) {
-        spawn.env["DSLAUNCH_AGENT_ADDR"] = contact;
-        spawn.env["DSLAUNCH_RANK_TOKEN"] = health.token;
+        spawn.env[rank_env::kAgentAddr] = contact;
+        spawn.env[rank_env::kRankToken] = health.token;
       }
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(

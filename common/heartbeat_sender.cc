@@ -3,36 +3,21 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <cstdlib>
+#include <algorithm>
 
-#include "absl/strings/numbers.h"
+#include "common/rank_contract.h"
 
 namespace dslaunch {
-namespace {
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
-}
-
-int64_t EnvInt(const char* name, int64_t fallback) {
-  int64_t value = 0;
-  return absl::SimpleAtoi(Env(name), &value) ? value : fallback;
-}
-
-}  // namespace
-
-std::unique_ptr<HeartbeatSender> HeartbeatSender::StartFromEnvironment(Snapshot snapshot) {
-  const std::string address = Env("DSLAUNCH_AGENT_ADDR");
-  const std::string token = Env("DSLAUNCH_RANK_TOKEN");
-  if (address.empty() || token.empty()) return nullptr;
+std::unique_ptr<HeartbeatSender> HeartbeatSender::Start(const RankEnvironment& env, Snapshot snapshot) {
+  if (!env.has_agent()) return nullptr;
   HeartbeatRequest identity;
-  identity.set_job_id(Env("DSLAUNCH_JOB_ID"));
-  identity.set_attempt(static_cast<int32_t>(EnvInt("DSLAUNCH_ATTEMPT", 0)));
-  identity.set_global_rank(static_cast<int32_t>(EnvInt("RANK", 0)));
-  identity.set_rank_token(token);
-  const auto interval = std::chrono::milliseconds(std::max<int64_t>(50, EnvInt("DSLAUNCH_HEARTBEAT_MS", 1000)));
-  return std::make_unique<HeartbeatSender>(address, identity, interval, std::move(snapshot));
+  identity.set_job_id(env.job_id);
+  identity.set_attempt(env.attempt);
+  identity.set_global_rank(env.rank);
+  identity.set_rank_token(env.rank_token);
+  const auto interval = std::chrono::milliseconds(std::max(kMinimumIntervalMs, env.heartbeat_ms));
+  return std::make_unique<HeartbeatSender>(env.agent_addr, identity, interval, std::move(snapshot));
 }
 
 HeartbeatSender::HeartbeatSender(std::string agent_address, HeartbeatRequest identity,

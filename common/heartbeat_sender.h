@@ -1,11 +1,13 @@
 // A rank's side of Note [Rank heartbeats] (agent/agent_service.h): a thread
 // that reports the rank's step and recent collectives to its agent every
-// DSLAUNCH_HEARTBEAT_MS. dsrank runs one; any program started by dslaunch can
-// too (link dscommon), or do without and be judged by its process state.
+// DSLAUNCH_HEARTBEAT_MS. Every rank that starts through the runtime's
+// bootstrap (dsrank, programs using <dslaunch/runtime.h>) runs one; any other
+// program started by dslaunch can too (link dscommon), or do without and be
+// judged by its process state.
 //
 //   std::atomic<int64_t> step{-1};
-//   auto heartbeats = HeartbeatSender::StartFromEnvironment(
-//       [&](HeartbeatRequest* beat) { beat->set_step(step.load()); });
+//   auto heartbeats = HeartbeatSender::Start(
+//       *ReadRankEnvironment(), [&](HeartbeatRequest* beat) { beat->set_step(step.load()); });
 //
 // The thread keeps beating while the rank's main thread is stuck (in a
 // collective, say): a missed heartbeat means the whole process is frozen.
@@ -23,14 +25,19 @@
 
 namespace dslaunch {
 
+struct RankEnvironment;
+
 class HeartbeatSender {
  public:
   // Fills the step and collectives of one heartbeat (called on the sender's thread).
   using Snapshot = std::function<void(HeartbeatRequest*)>;
 
-  // nullptr when the rank was not started by a dsagent (no DSLAUNCH_AGENT_ADDR
-  // or DSLAUNCH_RANK_TOKEN in the environment).
-  static std::unique_ptr<HeartbeatSender> StartFromEnvironment(Snapshot snapshot);
+  // Heartbeats are sent at least this far apart, whatever DSLAUNCH_HEARTBEAT_MS says.
+  static constexpr int kMinimumIntervalMs = 50;
+
+  // nullptr when the rank was not started by a dsagent (the contract has no
+  // agent address or rank token).
+  static std::unique_ptr<HeartbeatSender> Start(const RankEnvironment& env, Snapshot snapshot);
   HeartbeatSender(std::string agent_address, HeartbeatRequest identity, std::chrono::milliseconds interval,
                   Snapshot snapshot);
   ~HeartbeatSender();  // stops and joins the thread

@@ -5,26 +5,16 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth_token.h"
 #include "common/grpc_status.h"
+#include "common/rank_contract.h"
 
 namespace dslaunch {
 namespace {
 
 // Bound for calls that do not wait on other ranks.
 constexpr std::chrono::milliseconds kCallDeadline{30000};
-
-absl::StatusOr<std::string> RequiredEnv(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "environment variable ", name,
-        " is not set: this program must be started by dslaunch to use the rendezvous store"));
-  }
-  return std::string(value);
-}
 
 }  // namespace
 
@@ -36,20 +26,18 @@ StoreClient::StoreClient(const std::string& address, std::string token, std::str
       attempt_(attempt) {}
 
 absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::FromEnvironment() {
-  auto address = RequiredEnv("DSLAUNCH_STORE_ADDR");
-  if (!address.ok()) return address.status();
-  auto token = RequiredEnv("DSLAUNCH_STORE_TOKEN");
-  if (!token.ok()) return token.status();
-  auto job_id = RequiredEnv("DSLAUNCH_JOB_ID");
-  if (!job_id.ok()) return job_id.status();
-  auto attempt_text = RequiredEnv("DSLAUNCH_ATTEMPT");
-  if (!attempt_text.ok()) return attempt_text.status();
-  int attempt = 0;
-  if (!absl::SimpleAtoi(*attempt_text, &attempt) || attempt < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DSLAUNCH_ATTEMPT='", *attempt_text, "' is not a non-negative integer"));
+  absl::StatusOr<RankEnvironment> env = ReadRankEnvironment();
+  if (!env.ok()) return env.status();
+  return FromContract(*env);
+}
+
+absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::FromContract(const RankEnvironment& env) {
+  if (!env.has_store()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "environment variable ", rank_env::kStoreAddr,
+        " is not set: this program must be started by dslaunch to use the rendezvous store"));
   }
-  return std::make_unique<StoreClient>(*address, *token, *job_id, attempt);
+  return std::make_unique<StoreClient>(env.store_addr, env.store_token, env.job_id, env.attempt);
 }
 
 void StoreClient::Prepare(grpc::ClientContext* context, std::chrono::milliseconds deadline) const {

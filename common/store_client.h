@@ -1,13 +1,9 @@
 // Client of the controller's rendezvous store, for rank processes (and the
 // runtime's communicators). Thread-safe: one client may be shared by threads.
 //
-// Note [Rank environment contract]
-// A rank finds the store through the environment that its agent gives it:
-//   DSLAUNCH_STORE_ADDR   host:port of the controller's store
-//   DSLAUNCH_STORE_TOKEN  the job's store credential
-//   DSLAUNCH_JOB_ID       the job id (also TORCHELASTIC_RUN_ID)
-//   DSLAUNCH_ATTEMPT      0 for the first attempt, +1 per restart
-// Keys are scoped by job and attempt on the server, so a restarted attempt
+// A rank finds the store through the rank environment (DSLAUNCH_STORE_ADDR,
+// DSLAUNCH_STORE_TOKEN, DSLAUNCH_JOB_ID, DSLAUNCH_ATTEMPT: Note [Rank
+// environment contract], common/rank_contract.h). Keys are scoped by job and attempt on the server, so a restarted attempt
 // starts from an empty namespace.
 #pragma once
 
@@ -23,6 +19,8 @@
 
 namespace dslaunch {
 
+struct RankEnvironment;
+
 class StoreClient {
  public:
   StoreClient(const std::string& address, std::string token, std::string job_id, int attempt);
@@ -30,6 +28,8 @@ class StoreClient {
   // Builds a client from the rank environment (Note [Rank environment contract]).
   // Errors name the missing or malformed variable.
   static absl::StatusOr<std::unique_ptr<StoreClient>> FromEnvironment();
+  // The same from a contract already read; FailedPrecondition when it has no store.
+  static absl::StatusOr<std::unique_ptr<StoreClient>> FromContract(const RankEnvironment& env);
 
   absl::Status Set(const std::string& key, const std::string& value);
   // nullopt when the key does not exist.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/rank_contract.h"
 #include "kernels/cpu_adam_kernels.h"
 #include "kernels/range_thread_pool.h"
 
@@ -33,9 +34,9 @@ const CpuAdamRuntime& Runtime() {
     auto* r = new CpuAdamRuntime;
     const unsigned hardware = std::thread::hardware_concurrency();
     absl::StatusOr<CpuAdamIsaKind> isa =
-        ResolveCpuAdamIsa(std::getenv("DSLAUNCH_CPU_ADAM_ISA"), DetectCpuIsaSupport());
+        ResolveCpuAdamIsa(std::getenv(rank_env::kCpuAdamIsa), DetectCpuIsaSupport());
     absl::StatusOr<int> threads =
-        ResolveCpuAdamThreads(std::getenv("DSLAUNCH_CPU_ADAM_THREADS"), hardware);
+        ResolveCpuAdamThreads(std::getenv(rank_env::kCpuAdamThreads), hardware);
     if (isa.ok()) {
       r->isa = *isa;
     } else {
@@ -94,7 +95,7 @@ absl::StatusOr<int> ResolveCpuAdamThreads(const char* forced, unsigned hardware_
   int threads = 0;
   if (!absl::SimpleAtoi(forced, &threads) || threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "DSLAUNCH_CPU_ADAM_THREADS=", forced, ": expected a positive integer"));
+        rank_env::kCpuAdamThreads, "=", forced, ": expected a positive integer"));
   }
   return threads;
 }

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "common/rank_contract.h"
 namespace dslaunch {
 namespace {
 
@@ -11,12 +12,12 @@ void PrintVariables(const std::map<std::string, std::string>& env, const JobSpec
   const LaunchPlan& plan = spec.plan;
   for (const auto& [key, value] : env) {
     std::string shown = value;
-    if (key == "MASTER_PORT" && spec.environment.master_port == 0) {
+    if (key == rank_env::kMasterPort && spec.environment.master_port == 0) {
       shown = absl::StrCat("(a free port picked at launch by the agent of ",
                            plan.nodes[plan.ranks[0].node_index].host, ")");
-    } else if (key == "DSLAUNCH_STORE_ADDR") {
+    } else if (key == rank_env::kStoreAddr) {
       shown = "(the controller's store, bound at launch)";
-    } else if (key == "DSLAUNCH_STORE_TOKEN") {
+    } else if (key == rank_env::kStoreToken) {
       shown = "(generated at launch)";
     }
     std::fprintf(out, "  %s=%s\n", key.c_str(), shown.c_str());

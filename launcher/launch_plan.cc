@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bounded_file.h"
+#include "common/rank_contract.h"
 
 namespace dslaunch {
 
@@ -43,40 +44,40 @@ LaunchPlan BuildLaunchPlan(std::vector<HostSlots> nodes) {
 std::map<std::string, std::string> BuildNodeEnvironment(const LaunchPlan& plan, int node_index,
                                                         const RankEnvironmentInputs& inputs) {
   std::map<std::string, std::string> env = inputs.passthrough;
-  if (!env.count("OMP_NUM_THREADS")) env["OMP_NUM_THREADS"] = "1";
+  if (!env.count(rank_env::kOmpNumThreads)) env[rank_env::kOmpNumThreads] = "1";
   const std::string world = absl::StrCat(plan.world_size());
   const std::string local_world = absl::StrCat(plan.nodes[node_index].slots.size());
   const std::string nodes = absl::StrCat(plan.nodes.size());
   const std::string node = absl::StrCat(node_index);
   // torchrun's contract (RANK, LOCAL_RANK and ROLE_RANK: BuildRankOwnEnvironment).
-  env["WORLD_SIZE"] = world;
-  env["LOCAL_WORLD_SIZE"] = local_world;
-  env["GROUP_RANK"] = node;
-  env["GROUP_WORLD_SIZE"] = nodes;
-  env["ROLE_WORLD_SIZE"] = world;
-  env["ROLE_NAME"] = "default";
-  env["MASTER_ADDR"] = inputs.master_addr;
-  env["MASTER_PORT"] = absl::StrCat(inputs.master_port);
-  env["TORCHELASTIC_RESTART_COUNT"] = absl::StrCat(inputs.attempt);
-  env["TORCHELASTIC_MAX_RESTARTS"] = absl::StrCat(inputs.max_restarts);
-  env["TORCHELASTIC_RUN_ID"] = inputs.job_id;
+  env[rank_env::kWorldSize] = world;
+  env[rank_env::kLocalWorldSize] = local_world;
+  env[rank_env::kGroupRank] = node;
+  env[rank_env::kGroupWorldSize] = nodes;
+  env[rank_env::kRoleWorldSize] = world;
+  env[rank_env::kRoleName] = "default";
+  env[rank_env::kMasterAddr] = inputs.master_addr;
+  env[rank_env::kMasterPort] = absl::StrCat(inputs.master_port);
+  env[rank_env::kRestartCount] = absl::StrCat(inputs.attempt);
+  env[rank_env::kMaxRestarts] = absl::StrCat(inputs.max_restarts);
+  env[rank_env::kRunId] = inputs.job_id;
   // DeepSpeed's additions.
-  env["CROSS_RANK"] = node;
-  env["CROSS_SIZE"] = nodes;
-  env["LOCAL_SIZE"] = local_world;
-  env["CUDA_VISIBLE_DEVICES"] = plan.VisibleDevices(node_index);
+  env[rank_env::kCrossRank] = node;
+  env[rank_env::kCrossSize] = nodes;
+  env[rank_env::kLocalSize] = local_world;
+  env[rank_env::kCudaVisibleDevices] = plan.VisibleDevices(node_index);
   // Ours: Note [Rank environment contract].
-  env["DSLAUNCH_JOB_ID"] = inputs.job_id;
-  env["DSLAUNCH_ATTEMPT"] = absl::StrCat(inputs.attempt);
-  env["DSLAUNCH_STORE_ADDR"] = inputs.store_addr;
-  env["DSLAUNCH_STORE_TOKEN"] = inputs.store_token;
-  env["DSLAUNCH_ENV_VERSION"] = "1";
+  env[rank_env::kJobId] = inputs.job_id;
+  env[rank_env::kAttempt] = absl::StrCat(inputs.attempt);
+  env[rank_env::kStoreAddr] = inputs.store_addr;
+  env[rank_env::kStoreToken] = inputs.store_token;
+  env[rank_env::kEnvVersionName] = absl::StrCat(rank_env::kEnvVersion);
   return env;
 }
 
 std::map<std::string, std::string> BuildRankOwnEnvironment(const RankPlacement& rank) {
   const std::string global = absl::StrCat(rank.global_rank);
-  return {{"RANK", global}, {"LOCAL_RANK", absl::StrCat(rank.local_rank)}, {"ROLE_RANK", global}};
+  return {{rank_env::kRank, global}, {rank_env::kLocalRank, absl::StrCat(rank.local_rank)}, {rank_env::kRoleRank, global}};
 }
 
 std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,

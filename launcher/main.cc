@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/auth_token.h"
-#include "common/store_keys.h"
+#include "common/rank_contract.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"

@@ -21,7 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/env_int.h"
+#include "common/rank_contract.h"
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/torch_compat.h"
@@ -140,8 +140,10 @@ int main(int argc, char** argv) {
   }
   if (dtype != "float" && dtype != "bfloat16") return Fail("--dtype is float or bfloat16, not '" + dtype + "'");
   if (min_bytes > max_bytes) return Fail("--min_bytes is larger than --max_bytes");
-  const int rank = EnvInt("RANK", 0), n = EnvInt("WORLD_SIZE", 1), local_rank = EnvInt("LOCAL_RANK", 0);
-  if (std::getenv("DSLAUNCH_STORE_ADDR") == nullptr) {
+  auto env = ReadRankEnvironment();
+  if (!env.ok()) return Fail(std::string(env.status().message()));
+  const int rank = env->rank, n = env->world_size, local_rank = env->local_rank;
+  if (!env->has_store()) {
     return Fail("run it under dslaunch (it needs the job's store): dslaunch --num_gpus G dscomm_bench");
   }
   const bool cuda = device_choice == "cuda" || (device_choice == "auto" && torch::cuda::is_available());
@@ -152,7 +154,7 @@ int main(int argc, char** argv) {
   const auto options = torch::TensorOptions().device(device).dtype(dtype == "float" ? torch::kFloat : torch::kBFloat16);
   const int64_t element_bytes = dtype == "float" ? 4 : 2;
 
-  auto store = StoreClient::FromEnvironment();
+  auto store = StoreClient::FromContract(*env);
   if (!store.ok()) return Fail(std::string(store.status().message()));
   GroupSpec group{"comm-bench", {}, rank};
   for (int r = 0; r < n; ++r) group.members.push_back(r);

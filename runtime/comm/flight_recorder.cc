@@ -9,11 +9,12 @@ int64_t Bytes(const torch::Tensor& tensor) { return tensor.numel() * tensor.elem
 
 }  // namespace
 
-int64_t FlightRecorder::Begin(const char* op, int64_t bytes) {
+int64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord record;
   record.set_seq(next_seq_++);
   record.set_op(op);
+  record.set_group(group);
   record.set_bytes(bytes);
   record.set_started_unix_us(absl::ToUnixMicros(absl::Now()));
   calls_.push_back(std::move(record));

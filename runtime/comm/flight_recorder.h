@@ -5,6 +5,13 @@
 // same way, so when a job hangs, the rank whose newest number is behind the
 // others' is the one that never arrived (launcher/hang_diagnosis.h).
 //
+// One recorder serves every communicator of a rank (runtime/parallel): calls
+// are numbered in the order this rank makes them, whichever group they are
+// in, and each record names its group. With data parallelism alone every rank
+// makes the same calls, so numbers compare across ranks; the tensor and
+// pipeline axes make ranks' call sequences differ, and their issues compare
+// within a group.
+//
 // Thread-safe: the heartbeat thread takes snapshots while the training thread
 // is inside a call.
 #pragma once
@@ -25,7 +32,7 @@ class FlightRecorder {
   static constexpr size_t kCapacity = 16;
 
   // Returns the call's sequence number (1, 2, ...).
-  int64_t Begin(const char* op, int64_t bytes);
+  int64_t Begin(const std::string& group, const char* op, int64_t bytes);
   void End(int64_t seq);
   // The recorded calls, oldest first.
   void Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecord>* out) const;
@@ -39,8 +46,9 @@ class FlightRecorder {
 
 class RecordingCommunicator : public Communicator {
  public:
-  RecordingCommunicator(std::unique_ptr<Communicator> inner, FlightRecorder* recorder)
-      : inner_(std::move(inner)), recorder_(recorder) {}
+  RecordingCommunicator(std::unique_ptr<Communicator> inner, FlightRecorder* recorder,
+                        std::string group = "world")
+      : inner_(std::move(inner)), recorder_(recorder), group_(std::move(group)) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -58,7 +66,7 @@ class RecordingCommunicator : public Communicator {
  private:
   template <typename Call>
   absl::Status Record(const char* op, int64_t bytes, Call call) {
-    const int64_t seq = recorder_->Begin(op, bytes);
+    const int64_t seq = recorder_->Begin(group_, op, bytes);
     absl::Status status = call();
     recorder_->End(seq);
     return status;
@@ -66,6 +74,7 @@ class RecordingCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> inner_;
   FlightRecorder* const recorder_;
+  const std::string group_;
 };
 
 }  // namespace dslaunch::runtime

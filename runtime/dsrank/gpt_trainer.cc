@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rank_contract.h"
 #include "common/store_client.h"
-#include "common/store_keys.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/posix_fs.h"
 #include "runtime/config/config_loader.h"
@@ -21,7 +21,7 @@
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/fused_ops.h"
-#include "runtime/model/gpt.h"
+#include "runtime/model/model_registry.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -181,32 +181,38 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     if (made.ok()) eval_samples = std::move(*made);
   }
 
-  GptOptions options;
-  options.layers = job.model.layers;
-  options.heads = job.model.heads;
-  options.width = job.model.width;
-  options.sequence_length = job.model.sequence_length;
-  options.vocab_size = vocab;
-  options.dropout = job.model.dropout;
+  ModelSpec spec;
+  spec.type = job.model.type;
+  spec.layers = job.model.layers;
+  spec.heads = job.model.heads;
+  spec.width = job.model.width;
+  spec.sequence_length = job.model.sequence_length;
+  spec.vocab_size = vocab;
+  spec.dropout = job.model.dropout;
   // DeepSpeed's activation_checkpointing: number_checkpoints evenly spaced
   // blocks are recomputed in backward; cpu_checkpointing keeps their inputs
   // in host memory.
   const ActivationCheckpointingConfig& checkpointing = job.ds.activation_checkpointing;
-  options.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
-  options.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
-  options.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
-  if (options.fused_kernels && !FusedKernelsBuilt()) {
+  spec.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
+  spec.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
+  spec.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
+  if (spec.fused_kernels && !FusedKernelsBuilt()) {
     return absl::FailedPreconditionError(
         "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
         "configured): rebuild with the CUDA toolkit, or set model.fused_kernels=false");
   }
   if (context.rank == 0 && context.device.is_cuda()) {
     absl::FPrintF(context.out, "dsrank: %s\n",
-                  options.fused_kernels ? "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy"
+                  spec.fused_kernels ? "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy"
                                         : "model.fused_kernels=false: LibTorch LayerNorm, GELU, cross-entropy");
   }
-  Gpt model(options, job.train.seed);
-  auto engine = Engine::Create(model.ptr(), job.ds, context.world, context.device);
+  // Note [Model interface]: the family by name.
+  absl::StatusOr<BuiltModel> built = BuildModel(spec, job.train.seed);
+  if (!built.ok()) return built.status();
+  ModelInterface* model = built->model;
+  auto engine = Engine::Create(built->module, job.ds,
+                               context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr),
+                               context.device);
   if (!engine.ok()) return engine.status();
   const DsConfig& ds = job.ds;
   auto sampler = DistributedSampler::Create(context.rank, context.world_size,
@@ -276,7 +282,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<std::pair<torch::Tensor, torch::Tensor>> prefetched;
   while ((*engine)->global_steps() < job.train.steps) {
-    model->train();
+    built->module->train();
     // The loss stays on the device until the step is over: reading it after
     // forward would stall the GPU while backward is being queued.
     torch::Tensor step_loss_sum;
@@ -324,11 +330,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     // also publishes its step in the store, as other programs do; after
     // that, the controller reads the heartbeats and the round trip (made
     // after the step's last wait, while the GPU idles) is left out.
-    if (context.heartbeat_step != nullptr) {
-      const bool first_step_here = context.heartbeat_step->exchange(step) < 0;
-      if (first_step_here && context.heartbeat_now) context.heartbeat_now();
-    }
-    const bool heartbeats_carry_progress = context.heartbeats_accepted && context.heartbeats_accepted();
+    if (context.rank_runtime != nullptr) context.rank_runtime->ReportStep(step);
+    const bool heartbeats_carry_progress =
+        context.rank_runtime != nullptr && context.rank_runtime->heartbeats_accepted();
     if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
       (void)context.store->Set(store_keys::kProgressStep, absl::StrCat("step ", step));
     }
@@ -396,7 +400,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (eval_samples && step % job.train.eval_interval == 0) {
       torch::NoGradGuard no_grad;
-      model->eval();
+      built->module->eval();
       double eval_loss = 0;
       const int64_t per_eval = ds.train_micro_batch_size_per_gpu * context.world_size;
       for (int64_t i = 0; i < job.train.eval_steps; ++i) {

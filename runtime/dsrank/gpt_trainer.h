@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/status.h"
+#include "runtime/api/rank_bootstrap.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/job_config.h"
 
@@ -23,11 +24,14 @@ class StoreClient;
 
 namespace dslaunch::runtime {
 
+// What the trainer takes from the rank's bootstrap (runtime/api/rank_bootstrap.h)
+// and from dsrank's command line.
 struct TrainerContext {
   int rank = 0;
   int world_size = 1;
   StoreClient* store = nullptr;      // null with one rank and no launcher
-  Communicator* world = nullptr;     // null with one rank
+  std::shared_ptr<const ParallelState> parallel;  // this rank's process groups
+  Communicator* world = nullptr;     // parallel->world(): null with one rank
   torch::Device device = torch::kCPU;
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
@@ -40,13 +44,9 @@ struct TrainerContext {
   // DSLAUNCH_RESUME_TAG: the checkpoint the controller recorded as committed
   // (Note [Committed checkpoints]); empty: resume from `latest`, if any.
   std::string resume_tag;
-  // The last finished step, for the heartbeat thread (Note [Rank heartbeats]).
-  std::atomic<int64_t>* heartbeat_step = nullptr;
-  // Whether this rank's agent has accepted one of its heartbeats (so the
-  // controller has its step); unset: no heartbeats.
-  std::function<bool()> heartbeats_accepted;
-  // Sends a heartbeat now (after the first step of this process); may be empty.
-  std::function<void()> heartbeat_now;
+  // Takes each finished step for the heartbeats (Note [Rank heartbeats]) and
+  // says whether the agent has accepted one; null: no heartbeats.
+  RankRuntime* rank_runtime = nullptr;
 };
 
 absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context);

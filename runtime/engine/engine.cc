@@ -24,12 +24,24 @@ void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1, std
 
 }  // namespace
 
-Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
-               torch::Device device)
-    : model_(std::move(model)), config_(config), data_parallel_(comm), device_(device) {}
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+               std::shared_ptr<const ParallelState> parallel, torch::Device device)
+    : model_(std::move(model)),
+      config_(config),
+      parallel_(std::move(parallel)),
+      data_parallel_(parallel_->data()),
+      device_(device) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
-                                                       Communicator* data_parallel, torch::Device device) {
+                                                       std::shared_ptr<const ParallelState> parallel,
+                                                       torch::Device device) {
+  if (parallel == nullptr) return absl::InvalidArgumentError("Engine::Create: no ParallelState");
+  const ProcessTopology& grid = parallel->topology();
+  if (grid.model_size() > 1 || grid.pipe_size() > 1 || parallel->expert_size() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the engine trains with data parallelism only so far; this rank's groups are ", parallel->Describe(),
+        ": tensor, pipeline and expert parallelism are not yet supported"));
+  }
   if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("zero_optimization.stage=", config.zero_optimization.stage, ": ZeRO stages are 0, 1, 2 and 3"));
@@ -37,7 +49,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
   if (config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
   }
-  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, data_parallel, device));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, std::move(parallel), device));
   absl::Status ready = engine->Initialize();
   if (!ready.ok()) return ready;
   return engine;

@@ -1,6 +1,6 @@
 // The training engine: the C++ counterpart of `deepspeed.initialize`.
 //
-//   auto engine = Engine::Create(model, config.ds, &data_parallel_comm, device);
+//   auto engine = Engine::Create(model, config.ds, parallel_state, device);
 //   for each micro-batch:
 //     torch::Tensor loss = model->Loss(inputs, targets);   // forward: the user's module
 //     engine->Backward(loss);
@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/job_config.h"
+#include "runtime/parallel/parallel_state.h"
 #include "runtime/schedule/loss_scaler.h"
 #include "runtime/schedule/lr_schedule.h"
 #include "runtime/zero/shard_adam.h"
@@ -74,10 +75,12 @@ class Engine {
   // stage3_gather_16bit_weights_on_model_save: every parameter, whole.
   static constexpr char kGatheredWeightsFile[] = "model_weights.safetensors";
 
-  // `model` must outlive the engine. `data_parallel` may be null for one rank.
+  // `parallel` holds this rank's process groups (runtime/parallel); the
+  // engine reduces gradients over its data-parallel group. Tensor, pipeline
+  // and expert degrees other than 1 are refused until their layers exist.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         const DsConfig& config,
-                                                        Communicator* data_parallel,
+                                                        std::shared_ptr<const ParallelState> parallel,
                                                         torch::Device device);
 
   ~Engine();
@@ -100,7 +103,9 @@ class Engine {
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   double CurrentLr() const;
   const DsConfig& config() const { return config_; }
+  // The data-parallel group; null with one data-parallel rank.
   Communicator* data_parallel() const { return data_parallel_; }
+  const ParallelState& parallel() const { return *parallel_; }
 
   // Sharded checkpoint (runtime/checkpoint): every rank calls it. A crash at
   // any point leaves the previous checkpoint and `latest` intact.
@@ -135,8 +140,8 @@ class Engine {
   absl::Status CheckFinite(const std::string& what) const;
 
  private:
-  Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config, Communicator* comm,
-         torch::Device device);
+  Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+         std::shared_ptr<const ParallelState> parallel, torch::Device device);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
   // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
@@ -173,7 +178,8 @@ class Engine {
 
   std::shared_ptr<torch::nn::Module> model_;
   const DsConfig config_;
-  Communicator* const data_parallel_;
+  const std::shared_ptr<const ParallelState> parallel_;
+  Communicator* const data_parallel_;  // parallel_->data()
   const torch::Device device_;
   torch::ScalarType compute_dtype_ = torch::kFloat;
 

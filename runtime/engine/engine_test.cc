@@ -53,8 +53,8 @@ std::vector<double> Train(Engine& engine, Gpt& model, int steps, int64_t micro, 
 
 TEST(Engine, AccumulationMatchesOneLargeBatch) {
   Gpt whole(TinyGpt(), 7), accumulated(TinyGpt(), 7);
-  auto a = Engine::Create(whole.ptr(), BaseConfig(8, 1, 1), nullptr, torch::kCPU);
-  auto b = Engine::Create(accumulated.ptr(), BaseConfig(4, 2, 1), nullptr, torch::kCPU);
+  auto a = Engine::Create(whole.ptr(), BaseConfig(8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  auto b = Engine::Create(accumulated.ptr(), BaseConfig(4, 2, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(a.ok() && b.ok());
   auto la = Train(**a, whole, 3, 8, 1, 1, 0);
   auto lb = Train(**b, accumulated, 3, 4, 2, 1, 0);
@@ -67,7 +67,7 @@ TEST(Engine, AccumulationMatchesOneLargeBatch) {
 
 TEST(Engine, StepsOnlyAtTheAccumulationBoundary) {
   Gpt model(TinyGpt(), 1);
-  auto engine = Engine::Create(model.ptr(), BaseConfig(2, 3, 1), nullptr, torch::kCPU);
+  auto engine = Engine::Create(model.ptr(), BaseConfig(2, 3, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok());
   auto before = Parameters(model);
   for (int m = 0; m < 2; ++m) {
@@ -92,7 +92,7 @@ TEST(Engine, ClippingBoundsTheUpdateNorm) {
   config.optimizer.adam_w_mode = false;
   config.gradient_clipping = 1e-3;
   Gpt model(TinyGpt(), 3);
-  auto engine = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok());
   auto [inputs, targets] = Batch(0, 4);
   ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
@@ -105,7 +105,7 @@ TEST(Engine, ClippingBoundsTheUpdateNorm) {
   DsConfig loose = config;
   loose.gradient_clipping = 1e6;
   Gpt other(TinyGpt(), 3);
-  auto unclipped = Engine::Create(other.ptr(), loose, nullptr, torch::kCPU);
+  auto unclipped = Engine::Create(other.ptr(), loose, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(unclipped.ok());
   ASSERT_TRUE((*unclipped)->Backward(other->Loss(inputs, targets)).ok());
   auto free = (*unclipped)->Step();
@@ -134,7 +134,7 @@ TEST(Engine, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   config.scheduler.warmup_num_steps = 10;
   config.scheduler.warmup_type = "linear";
   auto model = std::make_shared<ElementwiseModel>();
-  auto engine = Engine::Create(model, config, nullptr, torch::kCPU);
+  auto engine = Engine::Create(model, config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->compute_dtype(), torch::kHalf);
   EXPECT_EQ(model->weight.scalar_type(), torch::kHalf);
@@ -172,7 +172,7 @@ TEST(Engine, MixedPrecisionKeepsFp32Masters) {
   DsConfig config = BaseConfig(2, 1, 1);
   config.bf16.enabled = true;
   Gpt model(TinyGpt(), 5);
-  auto engine = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok());
   for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
   Train(**engine, model, 2, 2, 1, 1, 0);
@@ -191,14 +191,14 @@ TEST(Engine, CheckpointResumesBitForBit) {
   config.scheduler.warmup_num_steps = 4;
   config.scheduler.warmup_type = "linear";
   Gpt straight(TinyGpt(), 9);
-  auto engine = Engine::Create(straight.ptr(), config, nullptr, torch::kCPU);
+  auto engine = Engine::Create(straight.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok());
   Train(**engine, straight, 3, 2, 2, 1, 0);
   ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "global_step3", {{"consumed_samples", 12}}).ok());
   auto uninterrupted = Train(**engine, straight, 3, 2, 2, 1, 0, 3);
 
   Gpt resumed(TinyGpt(), 1234);  // different init: everything must come from the checkpoint
-  auto again = Engine::Create(resumed.ptr(), config, nullptr, torch::kCPU);
+  auto again = Engine::Create(resumed.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(again.ok());
   auto client = (*again)->LoadCheckpoint(dir);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -213,7 +213,7 @@ TEST(Engine, CheckpointResumesBitForBit) {
 TEST(Engine, DataParallelMatchesOneRank) {
   testing::InProcessStore store("dp-test");
   Gpt single(TinyGpt(), 11);
-  auto engine = Engine::Create(single.ptr(), BaseConfig(8, 1, 1), nullptr, torch::kCPU);
+  auto engine = Engine::Create(single.ptr(), BaseConfig(8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok());
   auto reference = Train(**engine, single, 3, 8, 1, 1, 0);
   auto reference_params = Parameters(single);
@@ -223,7 +223,7 @@ TEST(Engine, DataParallelMatchesOneRank) {
     std::vector<std::vector<torch::Tensor>> params(world);
     store.RunRanks(world, [&](int rank, Communicator& comm) {
       Gpt model(TinyGpt(), 11);
-      auto dp_engine = Engine::Create(model.ptr(), BaseConfig(8 / world, 1, world), &comm, torch::kCPU);
+      auto dp_engine = Engine::Create(model.ptr(), BaseConfig(8 / world, 1, world), ParallelState::DataParallelOnly(&comm), torch::kCPU);
       ASSERT_TRUE(dp_engine.ok());
       losses[rank] = Train(**dp_engine, model, 3, 8 / world, 1, world, rank);
       params[rank] = Parameters(model);

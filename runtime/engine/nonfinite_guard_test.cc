@@ -80,7 +80,7 @@ TEST_F(NonFiniteGuardTest, ANonFiniteLossOnAnyRankSkipsTheStepEverywhereInEveryS
         const std::string label = absl::StrCat(bf16 ? "bf16" : "fp32", " stage ", stage, " world ", world);
         store_.RunRanks(world, [&](int rank, Communicator& comm) {
           Gpt model(TinyGpt(), 5);
-          auto engine = Engine::Create(model.ptr(), Config(stage, bf16, world), &comm, torch::kCPU);
+          auto engine = Engine::Create(model.ptr(), Config(stage, bf16, world), ParallelState::DataParallelOnly(&comm), torch::kCPU);
           ASSERT_TRUE(engine.ok()) << engine.status();
           TrainStep(**engine, model, 0, world, rank, Poison::kNone, -1);
           const auto before = Gathered(**engine, model);
@@ -118,7 +118,7 @@ TEST(NonFiniteGuardGpuTest, TheFusedKernelsSkipANonFiniteStep) {
   for (int stage : {0, 1, 2, 3}) {
     const std::string label = absl::StrCat("bf16 on the GPU, stage ", stage);
     Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(stage, /*bf16=*/true, 1), nullptr, torch::Device(torch::kCUDA, 0));
+    auto engine = Engine::Create(model.ptr(), Config(stage, /*bf16=*/true, 1), ParallelState::DataParallelOnly(nullptr), torch::Device(torch::kCUDA, 0));
     ASSERT_TRUE(engine.ok()) << engine.status();
     TrainStep(**engine, model, 0, 1, 0, Poison::kNone, -1);
     const auto before = Gathered(**engine, model);
@@ -140,7 +140,7 @@ TEST_F(NonFiniteGuardTest, NoCheckpointIsWrittenFromNonFiniteParameters) {
   const std::string dir = ::mkdtemp(pattern);
   store_.RunRanks(2, [&](int rank, Communicator& comm) {
     Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(0, false, 2), &comm, torch::kCPU);
+    auto engine = Engine::Create(model.ptr(), Config(0, false, 2), ParallelState::DataParallelOnly(&comm), torch::kCPU);
     ASSERT_TRUE(engine.ok()) << engine.status();
     TrainStep(**engine, model, 0, 2, rank, Poison::kNone, -1);
     ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "good", {}).ok());

@@ -1,11 +1,12 @@
 // Example: train your own LibTorch model with the dslaunch runtime.
 //
-//   dslaunch --num_gpus 2 --no_local_rank build/bin/train_custom_model runtime/examples/ds_config.json
+//   dslaunch --num_gpus 2 --no_local_rank build/bin/train_custom_model runtime/examples/ds_config.json [STEPS]
 //
 // A two-layer MLP learns y = sin(x0) + x1·x2 on synthetic data. Each
 // data-parallel rank reads its own slice of every global batch; the engine
 // averages gradients across ranks, so any number of ranks trains the same model.
 #include <cstdio>
+#include <cstdlib>
 
 #include <dslaunch/runtime.h>
 
@@ -22,29 +23,37 @@ struct Regressor : torch::nn::Module {
 int main(int argc, char** argv) {
   using namespace dslaunch::runtime;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: train_custom_model DS_CONFIG.json\n");
+    std::fprintf(stderr, "usage: train_custom_model DS_CONFIG.json [STEPS]\n");
     return 2;
   }
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 300;
   auto model = std::make_shared<Regressor>();
-  auto session = Initialize(model, argv[1]);
-  if (!session.ok()) {
-    std::fprintf(stderr, "train_custom_model: %s\n", std::string(session.status().message()).c_str());
+  auto initialized = Initialize(model, argv[1]);
+  if (!initialized.ok()) {
+    std::fprintf(stderr, "train_custom_model: %s\n", std::string(initialized.status().message()).c_str());
     return 1;
   }
-  Engine& engine = *session->engine;
-  const int64_t micro = session->config.train_micro_batch_size_per_gpu;
-  const int64_t global = session->config.train_batch_size;
-  for (int step = 0; step < 300; ++step) {
-    for (int64_t m = 0; m < engine.gradient_accumulation_steps(); ++m) {
+  Session& session = **initialized;
+  const int64_t micro = session.micro_batch_size();
+  const int64_t accumulation = session.gradient_accumulation_steps();
+  for (int step = 0; step < steps; ++step) {
+    for (int64_t m = 0; m < accumulation; ++m) {
       // Every rank draws the same global batch and keeps its slice of it.
       auto generator = at::make_generator<at::CPUGeneratorImpl>(step * 1000 + m);
-      torch::Tensor x = torch::rand({global / engine.gradient_accumulation_steps(), 3}, generator) * 2 - 1;
-      x = x.narrow(0, session->rank * micro, micro).to(session->device);
+      torch::Tensor x = torch::rand({session.train_batch_size() / accumulation, 3}, generator) * 2 - 1;
+      x = x.narrow(0, session.data_parallel_rank() * micro, micro).to(session.device());
       torch::Tensor y = torch::sin(x.select(1, 0)) + x.select(1, 1) * x.select(1, 2);
       torch::Tensor loss = torch::mse_loss(model->forward(x).squeeze(1), y);
-      if (!engine.Backward(loss).ok() || !engine.Step().ok()) return 1;
-      if (session->rank == 0 && m == 0 && (step + 1) % 50 == 0) {
-        std::printf("step=%d loss=%.5f lr=%.3e\n", step + 1, loss.item<double>(), engine.CurrentLr());
+      if (absl::Status s = session.Backward(loss); !s.ok()) {
+        std::fprintf(stderr, "train_custom_model: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      if (auto s = session.Step(); !s.ok()) {
+        std::fprintf(stderr, "train_custom_model: %s\n", std::string(s.status().message()).c_str());
+        return 1;
+      }
+      if (session.rank() == 0 && m == 0 && (step + 1) % 50 == 0) {
+        std::printf("step=%d loss=%.5f lr=%.3e\n", step + 1, loss.item<double>(), session.current_lr());
         std::fflush(stdout);
       }
     }

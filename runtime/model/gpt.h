@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/activation_checkpoint.h"
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/model_interface.h"
 
 namespace dslaunch::runtime {
 
@@ -69,17 +69,28 @@ TORCH_MODULE(GptBlock);
 
 // For ZeRO-3 each block is a layer unit; the embeddings (the token embedding
 // is also the output head) and the final LayerNorm are root units.
-class GptImpl : public torch::nn::Module, public PartitionedModel {
+//
+// As a model family (Note [Model interface], gpt_layout.cc): layers
+// "embedding" (token + position), "blocks.i", "head" (final norm + the tied
+// output projection); the token embedding is tied between embedding and head;
+// qkv and fc split by column, the two projections by row, the token
+// embedding by vocabulary.
+class GptImpl : public torch::nn::Module, public ModelInterface {
  public:
   GptImpl(const GptOptions& options, uint64_t seed);
 
   // tokens: [batch, time] int64 → logits [batch, time, vocab].
   torch::Tensor forward(const torch::Tensor& tokens);
   // Mean cross-entropy of next-token prediction.
-  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
 
   const GptOptions& options() const { return options_; }
-  int64_t ParameterCount() const;
+  int64_t ParameterCount() const override;
+
+  std::string family() const override { return "gpt"; }
+  std::vector<ModelLayer> Layers() const override;
+  std::vector<TiedParameter> TiedParameters() const override;
+  std::vector<TensorParallelForm> TensorParallelForms() const override;
 
   std::vector<ParameterUnit> ParameterUnits() const override;
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }

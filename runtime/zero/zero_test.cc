@@ -74,7 +74,7 @@ class ZeroTest : public ::testing::Test {
 
 TEST_F(ZeroTest, StagesOneTwoAndThreeMatchStageZero) {
   Gpt reference_model(TinyGpt(), 21);
-  auto reference = Engine::Create(reference_model.ptr(), Config(0, 8, 1, 1), nullptr, torch::kCPU);
+  auto reference = Engine::Create(reference_model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(reference.ok());
   auto reference_losses = Train(**reference, reference_model, 0, 4, 1, 1, 0);
   auto reference_params = Parameters(reference_model);
@@ -88,7 +88,7 @@ TEST_F(ZeroTest, StagesOneTwoAndThreeMatchStageZero) {
         RunRanks(world, [&](int rank, Communicator* comm) {
           Gpt model(TinyGpt(), 21);
           auto engine = Engine::Create(model.ptr(), Config(stage, 8 / (world * accumulation), accumulation, world),
-                                       comm, torch::kCPU);
+                                       ParallelState::DataParallelOnly(comm), torch::kCPU);
           ASSERT_TRUE(engine.ok()) << engine.status();
           losses[rank] = Train(**engine, model, 0, 4, accumulation, world, rank);
           params[rank] = TrainedParameters(**engine, model);
@@ -122,7 +122,7 @@ TEST_F(ZeroTest, StageZeroMixedPrecisionNormMatchesOneRank) {
       Gpt model(TinyGpt(), 21);
       DsConfig config = Config(0, 8 / world, 1, world);
       config.bf16.enabled = true;
-      auto engine = Engine::Create(model.ptr(), config, world > 1 ? comm : nullptr, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(world > 1 ? comm : nullptr), torch::kCPU);
       ASSERT_TRUE(engine.ok()) << engine.status();
       for (int step = 0; step < 3; ++step) {
         auto [inputs, targets] = Batch(step * 8 + rank * (8 / world), 8 / world);
@@ -156,7 +156,7 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
         config.bf16.enabled = true;
         config.zero_optimization.stage3_prefetch_bucket_size = 0;  // one block at a time (prefetch: below)
         Gpt model(TinyGpt(), 3);
-        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok());
         Train(**engine, model, 0, 1, 1, world, rank);
         // Stage 2 holds its gradient shard between backward and step; measure
@@ -212,7 +212,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
     std::fprintf(stderr, "stage %d: train and save at world 2\n", stage);
     RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 5);
-      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
       ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "step2", {{"consumed_samples", 16}}).ok());
@@ -227,7 +227,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
     std::fprintf(stderr, "stage %d: resume at world 2\n", stage);
     RunRanks(2, [&](int rank, Communicator* comm) {
       Gpt model(TinyGpt(), 99);
-      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), comm, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
       auto client = (*engine)->LoadCheckpoint(dir);
       ASSERT_TRUE(client.ok()) << client.status();
@@ -244,7 +244,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
       std::fprintf(stderr, "stage %d: load at world %d, stage %d\n", stage, world, load_stage);
       RunRanks(world, [&, world = world, load_stage = load_stage](int rank, Communicator* comm) {
         Gpt model(TinyGpt(), 99);
-        auto engine = Engine::Create(model.ptr(), Config(load_stage, 8 / world, 1, world), comm, torch::kCPU);
+        auto engine = Engine::Create(model.ptr(), Config(load_stage, 8 / world, 1, world), ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok());
         auto client = (*engine)->LoadCheckpoint(dir);
         ASSERT_TRUE(client.ok()) << client.status();
@@ -272,7 +272,7 @@ TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
         if (offload) config.zero_optimization.offload_optimizer.device = "cpu";
         if (offload && stage == 3) config.zero_optimization.offload_param.device = "cpu";
         Gpt model(TinyGpt(), 13);
-        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok()) << engine.status();
         Train(**engine, model, 0, 3, 1, 2, rank);
         EXPECT_EQ((*engine)->Memory().optimizer_on_host, offload);
@@ -303,7 +303,7 @@ TEST_F(ZeroTest, StageThreePrefetchGathersTheNextBlockAheadWithTheSameResults) {
       DsConfig config = Config(3, 4, 2, 2);
       config.zero_optimization.stage3_prefetch_bucket_size = prefetch ? 1000000 : 0;
       Gpt model(options, 29);
-      auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok()) << engine.status();
       Train(**engine, model, 0, 3, 2, 2, rank);
       if (rank == 0) {
@@ -335,7 +335,7 @@ TEST_F(ZeroTest, StageTwoOverlapCommReducesEachBlockDuringBackwardWithTheSameRes
         DsConfig config = Config(2, 4 / accumulation, accumulation, 2);
         config.zero_optimization.overlap_comm = overlap == 1;
         Gpt model(TinyGpt(), 31);
-        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok()) << engine.status();
         Train(**engine, model, 0, 3, accumulation, 2, rank);
         if (rank == 0) {
@@ -353,7 +353,7 @@ TEST_F(ZeroTest, StageTwoOverlapCommReducesEachBlockDuringBackwardWithTheSameRes
   DsConfig config = Config(2, 8, 1, 1);
   config.zero_optimization.overlap_comm = true;
   Gpt model(TinyGpt(), 31);
-  auto engine = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->Memory().partition_units, 12);
 }
@@ -366,7 +366,7 @@ TEST_F(ZeroTest, EveryStageWithAndWithoutOffloadAndRecomputationMatchesStageZero
   GptOptions recomputed = TinyGpt();
   recomputed.checkpointed_blocks = 2;
   Gpt reference_model(TinyGpt(), 41);
-  auto reference = Engine::Create(reference_model.ptr(), Config(0, 8, 1, 1), nullptr, torch::kCPU);
+  auto reference = Engine::Create(reference_model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_TRUE(reference.ok());
   auto reference_losses = Train(**reference, reference_model, 0, 3, 1, 1, 0);
   auto reference_params = Parameters(reference_model);
@@ -381,7 +381,7 @@ TEST_F(ZeroTest, EveryStageWithAndWithoutOffloadAndRecomputationMatchesStageZero
             if (offload) config.zero_optimization.offload_optimizer.device = "cpu";
             if (offload && stage == 3) config.zero_optimization.offload_param.device = "cpu";
             Gpt model(recompute ? recomputed : TinyGpt(), 41);
-            auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+            auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
             ASSERT_TRUE(engine.ok()) << engine.status();
             losses[rank] = Train(**engine, model, 0, 3, 1, world, rank);
             params[rank] = TrainedParameters(**engine, model);
@@ -414,7 +414,7 @@ TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
         DsConfig config = Config(stage, 8 / world, 1, world);
         config.bf16.enabled = true;
         Gpt model(options, 17);
-        auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok()) << engine.status();
         auto trained = Train(**engine, model, 0, 3, 1, world, rank);
         auto trained_params = TrainedParameters(**engine, model);
@@ -438,17 +438,17 @@ TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   Gpt model(TinyGpt(), 1);
   DsConfig config = Config(0, 8, 1, 1);
   config.zero_optimization.offload_optimizer.device = "cpu";
-  auto stage0 = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto stage0 = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_FALSE(stage0.ok());
   EXPECT_NE(std::string(stage0.status().message()).find("needs zero_optimization.stage 1, 2 or 3"), std::string::npos);
   config.zero_optimization.stage = 2;
   config.zero_optimization.offload_optimizer.device = "nvme";
-  auto nvme = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto nvme = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_FALSE(nvme.ok());
   EXPECT_NE(std::string(nvme.status().message()).find("NVMe offload is not yet supported"), std::string::npos);
   config.zero_optimization.offload_optimizer.device = "none";
   config.zero_optimization.offload_param.device = "cpu";
-  auto param_offload = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto param_offload = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_FALSE(param_offload.ok());
   EXPECT_NE(std::string(param_offload.status().message()).find("offload_param.device=cpu needs zero_optimization.stage 3"),
             std::string::npos);
@@ -456,13 +456,13 @@ TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   config.zero_optimization.offload_param.device = "none";
   config.zero_optimization.stage = 3;
   torch::nn::Linear plain(4, 4);
-  auto stage3 = Engine::Create(plain.ptr(), config, nullptr, torch::kCPU);
+  auto stage3 = Engine::Create(plain.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_FALSE(stage3.ok());
   EXPECT_NE(std::string(stage3.status().message()).find("needs a model that names its parameter units"),
             std::string::npos);
   // One block of the tiny GPT has 3280 elements: a bound below a step's need is refused.
   config.zero_optimization.stage3_max_live_parameters = 1000;
-  auto too_few = Engine::Create(model.ptr(), config, nullptr, torch::kCPU);
+  auto too_few = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
   ASSERT_FALSE(too_few.ok());
   EXPECT_NE(std::string(too_few.status().message()).find("stage3_max_live_parameters=1000 is below"), std::string::npos)
       << too_few.status();
@@ -496,7 +496,7 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
       Gpt model(TinyGpt(), 8);
       DsConfig config = Config(stage, 4, 1, 2);
       config.zero_optimization.stage3_gather_16bit_weights_on_model_save = true;  // stage 3 only
-      auto engine = Engine::Create(model.ptr(), config, comm, torch::kCPU);
+      auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
       ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "final", {}).ok());
@@ -555,7 +555,7 @@ TEST(ZeroGpuTest, InPlaceFusedStepMatchesTheFlatShardStep) {
     GptOptions options = TinyGpt();
     options.fused_kernels = true;
     Gpt model(options, 13);
-    auto engine = Engine::Create(model.ptr(), config, nullptr, torch::Device(torch::kCUDA, 0));
+    auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::Device(torch::kCUDA, 0));
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<double> stage_losses;
     for (int step = 0; step < 4; ++step) {
@@ -595,7 +595,7 @@ TEST(ZeroGpuTest, FusedShardStepMatchesTheCpuStep) {
       GptOptions options = TinyGpt();
       options.fused_kernels = false;  // the same model arithmetic on both devices
       Gpt model(options, 13);
-      auto engine = Engine::Create(model.ptr(), config, nullptr, device);
+      auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), device);
       ASSERT_TRUE(engine.ok()) << engine.status();
       std::vector<double> run_losses;
       for (int step = 0; step < 4; ++step) {
@@ -636,13 +636,13 @@ TEST(ZeroCheckpointTest, ALayoutMismatchIsRefusedWithTheReason) {
   const std::string dir = mkdtemp(pattern);
   {
     Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(0, 8, 1, 1), nullptr, torch::kCPU);
+    auto engine = Engine::Create(model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
     ASSERT_TRUE(engine.ok()) << engine.status();
     ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "fp32", {}).ok());
   }
   for (int stage : {1, 2}) {
     Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(stage, 8, 1, 1), nullptr, torch::kCPU);
+    auto engine = Engine::Create(model.ptr(), Config(stage, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto loaded = (*engine)->LoadCheckpoint(dir, "fp32");
     ASSERT_FALSE(loaded.ok());

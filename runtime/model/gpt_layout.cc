@@ -1,0 +1,50 @@
+// The GPT as a model family (Note [Model interface]): its layer list, tied
+// parameters and tensor-parallel forms, by parameter name.
+#include "absl/strings/str_cat.h"
+#include "runtime/model/gpt.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+std::vector<std::string> NamesUnder(const torch::nn::Module& module, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& item : module.named_parameters()) names.push_back(absl::StrCat(prefix, item.key()));
+  return names;
+}
+
+}  // namespace
+
+std::vector<ModelLayer> GptImpl::Layers() const {
+  std::vector<ModelLayer> layers;
+  ModelLayer embedding{"embedding", "Embedding", NamesUnder(*token_embedding, "token_embedding.")};
+  for (std::string& name : NamesUnder(*position_embedding, "position_embedding.")) {
+    embedding.parameters.push_back(std::move(name));
+  }
+  layers.push_back(std::move(embedding));
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const std::string name = absl::StrCat("blocks.", i);
+    layers.push_back(ModelLayer{name, "GptBlock", NamesUnder(*blocks->ptr(i), name + ".")});
+  }
+  layers.push_back(ModelLayer{"head", "Head", NamesUnder(*final_norm, "final_norm.")});
+  return layers;
+}
+
+std::vector<TiedParameter> GptImpl::TiedParameters() const {
+  return {TiedParameter{"token_embedding.weight", {"embedding", "head"}}};
+}
+
+std::vector<TensorParallelForm> GptImpl::TensorParallelForms() const {
+  std::vector<TensorParallelForm> forms = {{"token_embedding.weight", TensorParallelSplit::kVocab}};
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const std::string block = absl::StrCat("blocks.", i, ".");
+    forms.push_back({block + "attention.qkv.weight", TensorParallelSplit::kColumn, 3});
+    forms.push_back({block + "attention.qkv.bias", TensorParallelSplit::kColumn, 3});
+    forms.push_back({block + "attention.projection.weight", TensorParallelSplit::kRow});
+    forms.push_back({block + "fc.weight", TensorParallelSplit::kColumn});
+    forms.push_back({block + "fc.bias", TensorParallelSplit::kColumn});
+    forms.push_back({block + "fc_projection.weight", TensorParallelSplit::kRow});
+  }
+  return forms;
+}
+
+}  // namespace dslaunch::runtime

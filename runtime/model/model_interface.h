@@ -1,0 +1,68 @@
+// What the runtime needs from a model family (Note [Model interface]).
+//
+// Note [Model interface]
+// The engine and the parallel axes never name an architecture. A family
+// (GPT here; Llama and MoE models next) is a torch::nn::Module that also
+// implements ModelInterface, and is built by name through the registry
+// (model_registry.h), so adding a family touches runtime/model/ and nothing
+// else. What a family declares:
+//   - its parameter units (PartitionedModel): how ZeRO-3 gathers it;
+//   - its layer list, in forward order, each with the parameters it owns:
+//     what a pipeline cuts into stages (partition_method parameters,
+//     uniform or type:REGEX on the layer types);
+//   - its tied parameters: one tensor used by several layers (a GPT's token
+//     embedding is also its output head); a pipeline that puts those layers
+//     on different stages keeps the copies equal;
+//   - its tensor-parallel forms: which weights split by output (column),
+//     by input (row) or by vocabulary; every other parameter is replicated.
+// Every parameter name is one of the module's named_parameters().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/zero/parameter_units.h"
+
+namespace dslaunch::runtime {
+
+struct ModelLayer {
+  std::string name;  // "embedding", "blocks.3", "head"
+  std::string type;  // what partition_method type:REGEX matches: "Embedding", "GptBlock", "Head"
+  std::vector<std::string> parameters;  // owned by this layer (a tied one by its first user)
+};
+
+struct TiedParameter {
+  std::string parameter;            // the owner's name for it
+  std::vector<std::string> layers;  // every layer that uses it, the owner first
+};
+
+enum class TensorParallelSplit {
+  kColumn,  // split along the output dimension (weight dim 0, and its bias)
+  kRow,     // split along the input dimension (weight dim 1); its bias is added after the reduce
+  kVocab,   // an embedding split into contiguous vocabulary ranges (dim 0)
+};
+
+struct TensorParallelForm {
+  std::string parameter;
+  TensorParallelSplit split = TensorParallelSplit::kColumn;
+  // Column splits of fused projections: the output dimension holds this many
+  // equal parts (q, k, v = 3) and each is split on its own.
+  int fused_parts = 1;
+};
+
+class ModelInterface : public PartitionedModel {
+ public:
+  // "gpt".
+  virtual std::string family() const = 0;
+  // Forward order; together they own every trainable parameter exactly once.
+  virtual std::vector<ModelLayer> Layers() const = 0;
+  virtual std::vector<TiedParameter> TiedParameters() const = 0;
+  virtual std::vector<TensorParallelForm> TensorParallelForms() const = 0;
+  // Mean next-token cross-entropy: tokens and targets [batch, time] int64.
+  virtual torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) = 0;
+  virtual int64_t ParameterCount() const = 0;
+};
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,45 @@
+// Model families by name (`model.type` in train.cfg): Note [Model interface].
+// A new family adds its file to runtime/model/ and one entry to the table in
+// model_registry.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/model_interface.h"
+
+namespace dslaunch::runtime {
+
+// What a family is built from: the job's model section, resolved (the
+// vocabulary from the dataset when the file leaves it 0).
+struct ModelSpec {
+  std::string type = "gpt";
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t width = 0;
+  int64_t sequence_length = 0;
+  int64_t vocab_size = 0;
+  double dropout = 0;
+  int64_t checkpointed_blocks = 0;
+  bool checkpoint_to_cpu = false;
+  bool fused_kernels = false;
+};
+
+struct BuiltModel {
+  std::shared_ptr<torch::nn::Module> module;  // what the engine trains
+  ModelInterface* model = nullptr;            // the same object, as a model family
+};
+
+// The same weights on every rank for the same seed. InvalidArgument naming
+// `model.type` and the known families when the type is unknown.
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, uint64_t seed);
+
+// The known families, sorted.
+std::vector<std::string> ModelFamilies();
+
+}  // namespace dslaunch::runtime
