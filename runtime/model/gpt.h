@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/activation_checkpoint.h"
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
 
