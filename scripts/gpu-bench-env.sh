@@ -1,12 +1,12 @@
 # Sourced by the GPU benchmark scripts: builds dsrank, dslaunch, dsagent and
-# runtime_tests for this host (scripts/gpu-build.sh) and sets root, out (the
+# the runtime tests for this host (scripts/gpu-build.sh) and sets root, out (the
 # results folder: $OUT or gpu-out/), bin and data. Leaves the host's NVLink
 # multicast off (the device notes say why).
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runtime_tests cuda_kernel_bench >"$out/build.log" 2>&1 ||
+bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent comm_tests model_tests zero_tests engine_tests checkpoint_tests cuda_kernel_bench >"$out/build.log" 2>&1 ||
   { tail -n 30 "$out/build.log"; exit 1; }
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"

@@ -9,7 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/gpu-bench-env.sh"
 cd "$root"
 status=0
-"$bin/runtime_tests" --gtest_filter="*Fused*:*ZeroGpu*" 2>&1 | tee "$out/kernel-tests.log" |
+bash "$root/scripts/gpu-runtime-tests.sh" "$bin" --gtest_filter="*Fused*:*ZeroGpu*" 2>&1 | tee "$out/kernel-tests.log" |
   grep -E -A8 'Failure|^\[  (PASSED|FAILED|SKIPPED)' | head -n 60
 grep -q '^\[  PASSED  \]' "$out/kernel-tests.log" && ! grep -q '^\[  FAILED  \]' "$out/kernel-tests.log" || status=1
 "$bin/cuda_kernel_bench" | tee "$out/kernel-bench.log" || status=1

@@ -10,13 +10,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi -L
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
 ls "$(python3 -c 'import torch,os; print(os.path.dirname(torch.__file__))')/include" | tr '\n' ' '; echo
-time bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent runtime_tests >"$out/build.log" 2>&1
+time bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" dsrank dslaunch dsagent comm_tests model_tests zero_tests engine_tests checkpoint_tests >"$out/build.log" 2>&1
 status=$?
 tail -n 40 "$out/build.log"
 ((status == 0)) || exit $status
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
-"$bin/runtime_tests" 2>&1 | grep -E -A12 'Failure|^\[  (PASSED|FAILED)' | head -n 60
+bash "$root/scripts/gpu-runtime-tests.sh" "$bin" 2>&1 | grep -E -A12 'Failure|^\[  (PASSED|FAILED)' | head -n 60
 cd "$root"
 # The host has no fortunes package: datasets prepared elsewhere travel in .gpu-data.
 data=${GPU_DATA:-$root/.gpu-data}

@@ -4,7 +4,7 @@
 # NCCL; prints tokens/s for each (the mean over steps 20-40) and the loss at 40.
 set -uo pipefail
 source "$(dirname "$0")/gpu-bench-env.sh"
-"$bin/runtime_tests" 2>&1 | grep -E -A8 'Failure|^\[  (PASSED|FAILED)' | head -n 30
+bash "$root/scripts/gpu-runtime-tests.sh" "$bin" 2>&1 | grep -E -A8 'Failure|^\[  (PASSED|FAILED)' | head -n 30
 cd "$root"
 printf '%-22s %12s %10s\n' "run" "tokens/s" "loss@40"
 # Last field: blocks recomputed by activation checkpointing (0: none).

@@ -10,8 +10,8 @@
 set -uo pipefail
 limit=${LIMIT_GB:-20}
 source "$(dirname "$0")/gpu-bench-env.sh"
-"$bin/runtime_tests" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} >"$out/runtime_tests.log" 2>&1
-echo "runtime_tests: exit $?"
+bash "$root/scripts/gpu-runtime-tests.sh" "$bin" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} >"$out/runtime_tests.log" 2>&1
+echo "runtime tests: exit $?"
 grep -E -A8 'Failure|^\[  (PASSED|FAILED)' "$out/runtime_tests.log" | head -n 30
 cd "$root"
 common=(--override "data.prepared=$data/fortunes-all-byte" --override ds_config.memory_breakdown=true

@@ -23,18 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "runtime/schedule/loss_scaler_config.h"
+#include "runtime/schedule/lr_schedule_config.h"
+
 namespace dslaunch::runtime {
 
-struct Fp16Config {
-  bool enabled = false;
-  bool auto_cast = false;
-  double loss_scale = 0;          // 0: dynamic
-  int initial_scale_power = 16;
-  int loss_scale_window = 1000;
-  int hysteresis = 2;
-  bool consecutive_hysteresis = false;
-  double min_loss_scale = 1;
-};
+// Fp16Config (loss_scaler_config.h) and SchedulerConfig (lr_schedule_config.h)
+// live beside the code that runs them, below this folder (Note [Folder layers]).
 
 struct Bf16Config {
   bool enabled = false;
@@ -48,39 +43,6 @@ struct OptimizerConfig {
   double weight_decay = 0.0;
   bool adam_w_mode = true;        // Adam with adam_w_mode=true behaves as AdamW (DeepSpeed)
   bool present = false;           // false: no "optimizer" section (the job file's train section decides)
-};
-
-// DeepSpeed's scheduler parameters (deepspeed/runtime/lr_schedules.py), all
-// in one struct; `type` says which apply. Empty type: constant lr.
-struct SchedulerConfig {
-  std::string type;  // "", LRRangeTest, OneCycle, WarmupLR, WarmupDecayLR, WarmupCosineLR
-  // LRRangeTest
-  double lr_range_test_min_lr = 1e-3;
-  int64_t lr_range_test_step_size = 2000;
-  double lr_range_test_step_rate = 1.0;
-  bool lr_range_test_staircase = false;
-  // OneCycle
-  double cycle_min_lr = 0;
-  double cycle_max_lr = 0;
-  double decay_lr_rate = 0;
-  int64_t cycle_first_step_size = 2000;
-  int64_t cycle_second_step_size = -1;  // -1: same as first
-  int64_t cycle_first_stair_count = 0;
-  int64_t cycle_second_stair_count = -1;  // -1: same as first
-  int64_t decay_step_size = 0;
-  bool cycle_momentum = true;
-  double cycle_min_mom = 0.8;
-  double cycle_max_mom = 0.9;
-  double decay_mom_rate = 0;
-  // WarmupLR / WarmupDecayLR
-  double warmup_min_lr = 0;
-  double warmup_max_lr = 1e-3;
-  int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";  // log | linear
-  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
-  // WarmupCosineLR (ratios of the optimizer's lr)
-  double warmup_min_ratio = 0;
-  double cos_min_ratio = 1e-4;
 };
 
 struct OffloadConfig {

@@ -8,7 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/cuda/fused_adamw_types.h"
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -121,7 +121,7 @@ absl::Status Engine::Initialize() {
         if (partitioned == nullptr) {
           return absl::InvalidArgumentError(
               "zero_optimization.stage=3 needs a model that names its parameter units "
-              "(implement dslaunch::runtime::PartitionedModel, runtime/zero/parameter_units.h); "
+              "(implement dslaunch::runtime::PartitionedModel, runtime/model/parameter_units.h); "
               "this model does not: use stage 2, or wrap its layers as units");
         }
         options.units = partitioned->ParameterUnits();

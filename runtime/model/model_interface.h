@@ -23,7 +23,7 @@
 
 #include <torch/torch.h>
 
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
 

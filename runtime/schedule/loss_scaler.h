@@ -38,7 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/config/job_config.h"
+#include "runtime/schedule/loss_scaler_config.h"
 
 namespace dslaunch::runtime {
 

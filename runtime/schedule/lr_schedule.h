@@ -53,7 +53,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "runtime/config/job_config.h"
+#include "runtime/schedule/lr_schedule_config.h"
 
 namespace dslaunch::runtime {
 

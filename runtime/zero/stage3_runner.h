@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/parameter_units.h"
 #include "runtime/zero/zero_partition.h"
 
 namespace dslaunch::runtime {

@@ -45,7 +45,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/zero/comm_worker.h"
 #include "runtime/zero/fused_adamw_step.h"
-#include "runtime/zero/parameter_units.h"
+#include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
 
