@@ -9,12 +9,12 @@
 # used to end the script with no word; the ERR trap below names the file,
 # line, command and the functions it was called from, then prints the same
 # log tails as fail. `set -E` hands the trap to functions, command
-# substitutions and subshells. Inside a subshell the trap only ends the
-# subshell (as `shopt -s inherit_errexit` would): its caller sees the failed
-# `$(...)` or `( ... )` and reports it once, with the whole command; a
-# substitution whose failure the caller ignores (`echo "$(grep ...)"`, a
-# condition) stays quiet. Where no match is a possible outcome, write
-# `x=$(grep ... || true)` and check x, or `|| fail "..."`.
+# substitutions and subshells. It acts only where `set -e` would end the
+# script: not between `set +e` and `set -e`, not in conditions, and not in a
+# `$(...)` (bash runs those without -e). Inside a `( ... )` subshell it only
+# ends the subshell; the caller sees the failed `( ... )` or `$(...)` and
+# reports it once, with the whole command. Where no match is a possible
+# outcome, write `x=$(grep ... || true)` and check x, or `|| fail "..."`.
 set -eEuo pipefail
 
 : "${DSLAUNCH:?DSLAUNCH must point at the dslaunch binary}"
@@ -66,6 +66,9 @@ fail() {
 # $BASH_COMMAND where the command failed.
 on_unexpected_error() {
   local code=$1 line=$2 command=$3
+  # Between `set +e` and `set -e` a test reads the status itself. ($? after
+  # the trap is still the command's.)
+  [[ $- == *e* ]] || return 0
   # In a subshell: end it; the caller reports the failed $(...) or ( ... ).
   ((BASH_SUBSHELL == 0)) || exit "$code"
   trap - ERR
