@@ -117,6 +117,7 @@ write_summary() {
 on_exit() {
   local code=$?
   trap - EXIT INT TERM HUP
+  stop_busy_loops
   if [[ -n $ctest_pid ]]; then
     # ctest and its tests are a process group of their own: SIGTERM lets the
     # test scripts run their EXIT traps (namespaces, agents); SIGKILL after
@@ -125,7 +126,6 @@ on_exit() {
     for _ in {1..100}; do kill -0 -- "-$ctest_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$ctest_pid" 2>/dev/null || true
   fi
-  stop_busy_loops
   if [[ -d $out ]]; then
     write_summary
     cat "$out/summary.txt"

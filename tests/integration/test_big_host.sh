@@ -20,7 +20,8 @@ grep -q '^  RANK=1023$' "$WORK/dry.out" || fail "dry run: rank 1023's own variab
 pass "dry run of $N ranks: $bytes bytes, the host's environment once"
 
 # 2. 1,024 ranks start and end. The time is a benchmark figure (under 2 s on
-#    an idle 2-core machine); the bound is generous for a loaded CI.
+#    an idle 2-core machine); the bounds are for a loaded CI: on 2 cores with
+#    a busy loop on each and builds beside, StartRanks took over 30 s.
 started_at=$(date +%s%N)
 "$DSLAUNCH" --log_dir "$WORK/logs" --job_id big --num_gpus $N --no_local_rank /bin/true \
   >"$WORK/true.out" 2>"$WORK/true.err" || fail "$N /bin/true ranks: exit $?"
@@ -33,8 +34,8 @@ running_us=$(event_us '"state":"JOB_RUNNING"')
 [[ -n $attempt_us && -n $running_us ]] || fail "no attempt_start / JOB_RUNNING in events.jsonl"
 start_ms=$(((running_us - attempt_us) / 1000))
 echo "$N ranks on one host: StartRanks answered after ${start_ms} ms; the whole job took ${total_ms} ms"
-((start_ms < 30000)) || fail "starting $N ranks took ${start_ms} ms"
-((total_ms < 60000)) || fail "the job of $N ranks took ${total_ms} ms"
+((start_ms < 90000)) || fail "starting $N ranks took ${start_ms} ms"
+((total_ms < 120000)) || fail "the job of $N ranks took ${total_ms} ms"
 pass "$N /bin/true ranks on one host"
 
 # 3. Each of 1,024 ranks prints a line with its own RANK and the shared WORLD_SIZE.
