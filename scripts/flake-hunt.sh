@@ -68,28 +68,25 @@ selection=(-R "$regex")
 mapfile -t tests < <(ctest --test-dir "$build_dir" -N "${selection[@]}" | sed -nE 's/^ *Test +#[0-9]+: (.*)$/\1/p')
 ((${#tests[@]} > 0)) || die "no test matches -R '$regex'${exclude:+ -E '$exclude'} in $build_dir"
 
-# The busy loops. Each one also ends by itself when this script is gone
-# (even after a SIGKILL, which no trap sees): `setpriv --pdeathsig` where
-# util-linux has it, else a shell loop that checks its owner.
-busy_pids=()
-ctest_pid=''
-start_busy_loops() {
-  local i me=$$
-  for ((i = 0; i < load; i++)); do
+# Each run is one process session: ctest, its tests, and the busy loops
+# beside them, started by a small shell that then becomes ctest. In one
+# session they compete for the CPU as equals (a scheduler that groups by
+# session, like Linux's autogroup, would otherwise share it between the
+# loops' session and the tests' one, whatever the number of loops), and the
+# session ends as one: each loop dies with ctest (`setpriv --pdeathsig`,
+# where util-linux has it; else a shell loop that checks on ctest), also
+# when this script is SIGKILLed, and on_exit stops the whole process group.
+run_with_busy_loops='
+  for ((i = 0; i < $1; i++)); do
     if setpriv --pdeathsig KILL true 2>/dev/null; then
       setpriv --pdeathsig KILL yes >/dev/null &
     else
-      bash -c 'while kill -0 "$1" 2>/dev/null; do for ((n = 0; n < 200000; n++)); do :; done; done' busy "$me" &
+      bash -c "while kill -0 $$ 2>/dev/null; do for ((n = 0; n < 200000; n++)); do :; done; done" &
     fi
-    busy_pids+=($!)
   done
-}
-stop_busy_loops() {
-  local pid
-  for pid in "${busy_pids[@]+"${busy_pids[@]}"}"; do kill -9 "$pid" 2>/dev/null || true; done
-  for pid in "${busy_pids[@]+"${busy_pids[@]}"}"; do wait "$pid" 2>/dev/null || true; done
-  busy_pids=()
-}
+  shift
+  exec "$@"'
+ctest_pid=''
 
 declare -A failures=()   # test -> number of failed runs
 declare -A failed_in=()  # test -> "run numbers"
@@ -117,11 +114,10 @@ write_summary() {
 on_exit() {
   local code=$?
   trap - EXIT INT TERM HUP
-  stop_busy_loops
   if [[ -n $ctest_pid ]]; then
-    # ctest and its tests are a process group of their own: SIGTERM lets the
-    # test scripts run their EXIT traps (namespaces, agents); SIGKILL after
-    # 10 s for what is left.
+    # ctest, its tests and the busy loops are a process group of their own:
+    # SIGTERM lets the test scripts run their EXIT traps (namespaces,
+    # agents); SIGKILL after 10 s for what is left.
     kill -TERM -- "-$ctest_pid" 2>/dev/null || true
     for _ in {1..100}; do kill -0 -- "-$ctest_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$ctest_pid" 2>/dev/null || true
@@ -160,14 +156,13 @@ EOF
 
 printf 'run\tctest_exit\tseconds\tfailed\n' >"$out/runs.tsv"
 echo "flake hunt: ${#tests[@]} test(s) x $runs run(s), ctest -j $jobs, $load busy loop(s); results in $out"
-start_busy_loops
 for ((run = 1; run <= runs; run++)); do
   run_started=$SECONDS
   junit="$out/run-$run.junit.xml"
   code=0
-  # In a session of its own (a background child is no group leader, so
-  # setsid does not fork: $! is ctest and its process group).
-  setsid ctest --test-dir "$build_dir" "${selection[@]}" -j "$jobs" --output-on-failure --output-junit "$junit" \
+  # A background child is no group leader, so setsid does not fork: $! is
+  # the session, its process group and (after the exec) ctest.
+  setsid bash -c "$run_with_busy_loops" busy-loops "$load" ctest --test-dir "$build_dir" "${selection[@]}" -j "$jobs" --output-on-failure --output-junit "$junit" \
     "${extra_ctest_args[@]+"${extra_ctest_args[@]}"}" >"$out/run-$run.log" 2>&1 &
   ctest_pid=$!
   wait "$ctest_pid" || code=$?
