@@ -113,7 +113,10 @@ write_summary() {
 
 on_exit() {
   local code=$?
-  trap - EXIT INT TERM HUP
+  # A second signal (GNU timeout sends one to the child and one to its whole
+  # process group) must not cut the clean-up short: it is bounded anyway.
+  trap - EXIT
+  trap '' INT TERM HUP
   if [[ -n $ctest_pid ]]; then
     # ctest, its tests and the busy loops are a process group of their own:
     # SIGTERM lets the test scripts run their EXIT traps (namespaces,
