@@ -14,7 +14,7 @@ using ::testing::HasSubstr;
 
 TEST(GrpcAgentClient, StartRanksDeadlineGrowsWithTheRanks) {
   EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1), 10s + GrpcAgentClient::kStartAllowancePerRank);
-  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1024), 10s + 1024 * 20ms);
+  EXPECT_EQ(GrpcAgentClient::StartRanksDeadline(10s, 1024), 10s + 1024 * 100ms);
 }
 
 // An agent from before StartRanksRequest.common_env: it answers without

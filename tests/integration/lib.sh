@@ -1,7 +1,21 @@
 # Shared helpers for the integration tests. Each test is a bash script run by
 # ctest with DSLAUNCH, DSAGENT, TEST_RANK and STORE_BARRIER set to the built
 # programs. Waits are bounded polls on an observable condition, never fixed sleeps.
-set -euo pipefail
+#
+# Note [No silent exits]: every way a test ends says why. A check that fails
+# calls `fail "what was expected"`. Anything else that fails under `set -e`
+# (a grep that finds nothing in `x=$(grep ... | ...)`, `((n++))` with n = 0,
+# a `wait` on a rank that failed, a `[[ ]] && ...` that ends a function)
+# used to end the script with no word; the ERR trap below names the file,
+# line, command and the functions it was called from, then prints the same
+# log tails as fail. `set -E` hands the trap to functions, command
+# substitutions and subshells. It acts only where `set -e` would end the
+# script: not between `set +e` and `set -e`, not in conditions, and not in a
+# `$(...)` (bash runs those without -e). Inside a `( ... )` subshell it only
+# ends the subshell; the caller sees the failed `( ... )` or `$(...)` and
+# reports it once, with the whole command. Where no match is a possible
+# outcome, write `x=$(grep ... || true)` and check x, or `|| fail "..."`.
+set -eEuo pipefail
 
 : "${DSLAUNCH:?DSLAUNCH must point at the dslaunch binary}"
 : "${DSAGENT:?DSAGENT must point at the dsagent binary}"
@@ -17,21 +31,56 @@ cleanup_work() {
   done
   rm -rf "$WORK"
 }
-EXTRA_CLEANUP=()  # commands run before the work folder goes (namespaces, ...)
+EXTRA_CLEANUP=()  # commands run after the work folder goes (namespaces, ...)
+# The EXIT trap: every step runs whatever the one before did, and none of them
+# changes the test's exit status (a failed cleanup is reported, not fatal).
 cleanup_all() {
+  trap - ERR
+  set +e
   local command
   cleanup_work
-  for command in "${EXTRA_CLEANUP[@]+"${EXTRA_CLEANUP[@]}"}"; do eval "$command" || true; done
+  for command in "${EXTRA_CLEANUP[@]+"${EXTRA_CLEANUP[@]}"}"; do
+    eval "$command" || echo "cleanup: '$command' exited $?" >&2
+  done
 }
 trap cleanup_all EXIT
 
-fail() {
-  echo "FAIL: $*" >&2
+# print_log_tails: the end of every log the test wrote, for the CI output.
+print_log_tails() {
+  local f
   for f in "$WORK"/*.out "$WORK"/*.err "$WORK"/*.log; do
-    [[ -f $f ]] && { echo "--- $f" >&2; tail -n 30 "$f" >&2; }
+    if [[ -f $f ]]; then
+      echo "--- $f" >&2
+      tail -n 30 "$f" >&2
+    fi
   done
+}
+
+fail() {
+  echo "FAIL: ${0##*/}: $*" >&2
+  print_log_tails
   exit 1
 }
+
+# Note [No silent exits]: the ERR trap. CODE LINE COMMAND are $?, $LINENO and
+# $BASH_COMMAND where the command failed.
+on_unexpected_error() {
+  local code=$1 line=$2 command=$3
+  # Between `set +e` and `set -e` a test reads the status itself. ($? after
+  # the trap is still the command's.)
+  [[ $- == *e* ]] || return 0
+  # In a subshell: end it; the caller reports the failed $(...) or ( ... ).
+  ((BASH_SUBSHELL == 0)) || exit "$code"
+  trap - ERR
+  local i
+  echo "FAIL: ${0##*/}: unexpected exit status $code of '$command' at ${BASH_SOURCE[1]##*/}:$line" >&2
+  for ((i = 1; i < ${#FUNCNAME[@]} - 1; i++)); do
+    echo "  in ${FUNCNAME[i]}(), called from ${BASH_SOURCE[i + 1]##*/}:${BASH_LINENO[i]}" >&2
+  done
+  print_log_tails
+  exit "$code"
+}
+trap 'on_unexpected_error $? $LINENO "$BASH_COMMAND"' ERR
 
 pass() { echo "PASS: $*"; }
 
@@ -153,12 +202,15 @@ setup_two_host_network() {
 }
 
 # start_ns_agent NS ADDR NAME TOKEN_FILE: starts dsagent inside namespace NS
-# listening on ADDR, prints its host:port.
+# listening on ADDR, sets AGENT_ADDR (host:port). (Not called as $(...): the
+# pid must reach CLEANUP_PIDS in this shell, and a fail in a subshell ends
+# only the subshell.)
 start_ns_agent() {
   local out="$WORK/agent_$3.ready"
   ip netns exec "$1" "$DSAGENT" --listen "$2:0" --token_file "$4" --name "$3" --lease_ms 2000 \
     >"$out" 2>"$WORK/agent_$3.log" &
   CLEANUP_PIDS+=($!)
   wait_until 20 grep -q DSAGENT_READY "$out" || fail "agent $3 did not start in $1"
-  awk '/DSAGENT_READY/ {print $2}' "$out"
+  AGENT_ADDR=$(awk '/DSAGENT_READY/ {print $2}' "$out")
+  [[ -n $AGENT_ADDR ]] || fail "agent $3: no address in its ready line: $(cat "$out")"
 }

@@ -84,7 +84,7 @@ check_nothing_left() {
 # Every committed checkpoint of JOB consolidates; the last one becomes JOB.safetensors.
 check_checkpoints() {
   local tag count=0
-  for tag in $(ls "$WORK/ck_$1" | grep -E '^global_step[0-9]+$'); do
+  for tag in $(ls "$WORK/ck_$1" | grep -E '^global_step[0-9]+$' || true); do
     "$DSCONSOLIDATE" "$WORK/ck_$1" --tag "$tag" --output "$WORK/$1.$tag.safetensors" >/dev/null 2>"$WORK/$1.consolidate.err" ||
       fail "$1: committed checkpoint $tag does not load: $(cat "$WORK/$1.consolidate.err")"
     count=$((count + 1))
@@ -145,7 +145,8 @@ echo "reference: 40 steps uninterrupted"
 step=$((6 + RANDOM % 24))
 run_job rank_kill "$CONFIG" --loss_log "$WORK/rank_kill.tsv"
 wait_step "$WORK/rank_kill.tsv" "$step"
-kill -9 "$(rank_pid rank_kill 1)"
+victim=$(rank_pid rank_kill 1) || fail "rank_kill: no process of rank 1 found"
+kill -9 "$victim"
 finish rank_kill 0
 grep -q 'rank 1 on .* was killed by signal 9 (SIGKILL)' "$WORK/rank_kill.err" || fail "rank_kill: no cause"
 echo "rank_kill: rank 1 killed at step $step"
@@ -159,8 +160,7 @@ pass "SIGKILL of a rank at step $step: others stopped within 1 s, resumed, ident
 step=$((6 + RANDOM % 24))
 run_job agent_kill --num_nodes 1:2 "$CONFIG" --loss_log "$WORK/agent_kill.tsv"
 wait_step "$WORK/agent_kill.tsv" "$step"
-agent=$(pgrep -f "[d]sagent .*--token_file $WORK/token --name node1")
-[[ -n $agent ]] || fail "agent_kill: host node1's agent not found"
+agent=$(pgrep -f "[d]sagent .*--token_file $WORK/token --name node1") || fail "agent_kill: host node1's agent not found"
 kill -9 "$agent"
 finish agent_kill 0
 grep -q 'lost host' "$WORK/agent_kill.err" || fail "agent_kill: no lost-host cause: $(grep attempt "$WORK/agent_kill.err" | head -3)"
@@ -176,7 +176,7 @@ pass "SIGKILL of an agent at step $step: host lost, continued on one host, param
 step=$((6 + RANDOM % 24))
 run_job rank_frozen "$CONFIG" --loss_log "$WORK/rank_frozen.tsv"
 wait_step "$WORK/rank_frozen.tsv" "$step"
-frozen=$(rank_pid rank_frozen 1)
+frozen=$(rank_pid rank_frozen 1) || fail "rank_frozen: no process of rank 1 found"
 kill -STOP "$frozen"
 finish rank_frozen 0
 grep -qE 'rank 1 on [^ ]+ sent no heartbeat for [0-9]+ ms while its process lives' "$WORK/rank_frozen.err" ||
@@ -198,7 +198,7 @@ DSLAUNCH_FAULT_COMMIT_DELAY_MS=1500 run_job term_in_save --override checkpoint.i
 wait_until 120 test -d "$save_dir/.global_step$((step * 8)).partial" || fail "term_in_save: the save of step $((step * 8)) never began"
 kill -TERM "$JOB_PID"
 finish term_in_save 143
-[[ -z $(ls -A "$save_dir" | grep partial) ]] || fail "term_in_save: a partial checkpoint was left: $(ls -A "$save_dir")"
+[[ -z $(find "$save_dir" -maxdepth 1 -name '*partial*') ]] || fail "term_in_save: a partial checkpoint was left: $(ls -A "$save_dir")"
 check_nothing_left term_in_save
 run_job term_in_save --override checkpoint.interval=8 "$CONFIG" --loss_log "$WORK/term_in_save.tsv"
 finish term_in_save 0
@@ -216,7 +216,8 @@ pass "SIGTERM during the checkpoint of step $((step * 8)): no partial left, resu
 step=$((6 + RANDOM % 24))
 run_job controller_frozen --lease_ms 2000 "$CONFIG" --loss_log "$WORK/controller_frozen.tsv"
 wait_step "$WORK/controller_frozen.tsv" "$step"
-ranks=("$(rank_pid controller_frozen 0)" "$(rank_pid controller_frozen 1)")
+ranks=()
+for r in 0 1; do ranks+=("$(rank_pid controller_frozen $r)") || fail "controller_frozen: no process of rank $r found"; done
 kill -STOP "$JOB_PID"
 both_gone() { pid_gone "${ranks[0]}" && pid_gone "${ranks[1]}"; }
 wait_until 60 both_gone || { kill -CONT "$JOB_PID"; fail "controller_frozen: the agents did not stop the ranks"; }
@@ -246,7 +247,7 @@ wait_step "$WORK/corrupt_resume.tsv" "$step"
 kill -TERM "$JOB_PID"
 finish corrupt_resume 143
 check_nothing_left corrupt_resume
-newest=$(cat "$corrupt_dir/latest")
+newest=$(cat "$corrupt_dir/latest") || fail "corrupt_resume: no latest after the preemption"
 victim="$corrupt_dir/$newest/rank_1.pt"
 printf 'XXXXXXXXXXXXXXXX' | dd of="$victim" bs=1 seek=$(($(stat -c %s "$victim") / 2)) conv=notrunc status=none
 run_job corrupt_resume "$CONFIG" --loss_log "$WORK/corrupt_resume.tsv"

@@ -46,7 +46,7 @@ grep -q "^ok .*global_step20: step 20, 2 rank(s)" "$WORK/verify_base.out" || fai
 resume_case() {
   local name=$1 expected=$2 note=$3 spoil=$4 dir=$WORK/case_$1
   cp -a "$WORK/base" "$dir"
-  (cd "$dir" && eval "$spoil")
+  (cd "$dir" && eval "$spoil") || fail "$name: could not spoil the copy: $spoil"
   train "$name" "$dir" 21
   ((RC == 0)) || fail "$name: exited $RC"
   says "$name" "resumed from $dir/$expected at step ${expected#global_step}" ||

@@ -12,7 +12,7 @@ run_and_signal() {
   CLEANUP_PIDS+=("$launcher")
   wait_until 30 files_at_least "$WORK/pids" 'child_*.pid' 4 || fail "ranks did not start"
   local agents
-  agents=$(pgrep -P "$launcher" -f dsagent | tr '\n' ' ')
+  agents=$(pgrep -P "$launcher" -f dsagent | tr '\n' ' ' || true)
   [[ $(wc -w <<<"$agents") -eq 2 ]] || fail "expected 2 local agents, found '$agents'"
   kill "-$signal" "$launcher"
   set +e

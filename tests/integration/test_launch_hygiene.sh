@@ -16,8 +16,8 @@ mkdir -p "$WORK/pids"
 launcher=$!
 CLEANUP_PIDS+=("$launcher")
 wait_until 30 files_at_least "$WORK/pids" 'rank_0.pid' 1 || fail "the rank did not start"
-agent=$(pgrep -P "$launcher" -f dsagent | head -n 1)
-[[ -n $agent ]] || fail "no local agent"
+agent=$(pgrep -P "$launcher" -f dsagent) || fail "no local agent under dslaunch $launcher"
+agent=${agent%%$'\n'*}
 agent_args=$(tr '\0' ' ' <"/proc/$agent/cmdline")
 token_dir=$({ grep -oE -- '--token_file [^ ]+' <<<"$agent_args" || true; } | awk '{print $2}' | xargs -r dirname)
 [[ $agent_args == *--token_stdin* && -z $token_dir ]] ||

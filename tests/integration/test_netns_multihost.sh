@@ -10,8 +10,10 @@ setup_two_host_network
 new_token "$WORK/token"
 
 # 1. Static agents, one per "host".
-AGENT_A=$(start_ns_agent "$NS_A" "$ADDR_A" host-a "$WORK/token")
-AGENT_B=$(start_ns_agent "$NS_B" "$ADDR_B" host-b "$WORK/token")
+start_ns_agent "$NS_A" "$ADDR_A" host-a "$WORK/token"
+AGENT_A=$AGENT_ADDR
+start_ns_agent "$NS_B" "$ADDR_B" host-b "$WORK/token"
+AGENT_B=$AGENT_ADDR
 [[ $AGENT_A == "$ADDR_A:"* && $AGENT_B == "$ADDR_B:"* ]] || fail "agents bound $AGENT_A $AGENT_B"
 
 "$DSLAUNCH" --agents "$AGENT_A,$AGENT_B" --token_file "$WORK/token" --num_gpus 2 \

@@ -29,9 +29,12 @@ grep -q 'refused Describe' "$WORK/agent_a.log" || fail "agent did not log the re
 pass "wrong token refused (exit $code), nothing ran"
 
 # 2. Two concurrent jobs on the same agents; job A fails, job B is untouched.
+#    Job B's ranks live until the test has checked them (release_b), not for
+#    a fixed 4 s: on a loaded machine job A can take longer than that, and
+#    B's ranks, ended on their own, read as killed by A's failure.
 mkdir -p "$WORK/pids_a" "$WORK/pids_b"
 "$DSLAUNCH" --agents "$AGENTS" --token_file "$WORK/token" --num_gpus 2 --job_id job-b \
-  "$TEST_RANK" --check_env --store --pid_dir "$WORK/pids_b" --sleep_ms 4000 \
+  "$TEST_RANK" --check_env --store --pid_dir "$WORK/pids_b" --sleep_ms 120000 --until_file "$WORK/release_b" \
   >"$WORK/b.out" 2>"$WORK/b.err" &
 JOB_B=$!
 CLEANUP_PIDS+=("$JOB_B")
@@ -65,6 +68,7 @@ fi
 for f in "$WORK"/pids_b/rank_*.pid; do
   pid_gone "$(cat "$f")" && fail "job A's failure killed job B's rank $(basename "$f")"
 done
+touch "$WORK/release_b"
 set +e
 wait "$JOB_B"
 code_b=$?

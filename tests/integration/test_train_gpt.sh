@@ -100,8 +100,8 @@ pass "rank failure at step 10: restarted from step 8, same losses as uninterrupt
 EXAMPLE_CONFIG=$(cd "$(dirname "$0")/../../runtime/examples" && pwd)/ds_config.json
 "$DSLAUNCH" --num_gpus 2 --no_local_rank "$TRAIN_CUSTOM_MODEL" "$EXAMPLE_CONFIG" \
   >"$WORK/custom.out" 2>"$WORK/custom.err" || fail "custom model example exited $?"
-first=$(grep -o 'step=50 loss=[0-9.]*' "$WORK/custom.out" | sed 's/.*loss=//')
-last=$(grep -o 'step=300 loss=[0-9.]*' "$WORK/custom.out" | sed 's/.*loss=//')
+first=$(sed -nE 's/.*step=50 loss=([0-9.]+).*/\1/p' "$WORK/custom.out")
+last=$(sed -nE 's/.*step=300 loss=([0-9.]+).*/\1/p' "$WORK/custom.out")
 [[ -n $first && -n $last ]] || fail "custom model example printed no losses"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }' || fail "custom model loss did not halve: $first -> $last"
 echo "custom model through the API on 2 ranks: loss $first (step 50) -> $last (step 300)"
@@ -134,8 +134,8 @@ wait "$launcher"
 code=$?
 set -e
 ((code == 143)) || fail "preempted dslaunch exited $code, expected 143"
-step=$(grep -o 'preempted after step [0-9]*' "$WORK/pre.out" | awk '{print $4}')
-[[ -n $step ]] || fail "no rank reported the preemption checkpoint: $(tail -3 "$WORK/pre.err")"
+step=$(sed -nE 's/.*preempted after step ([0-9]+).*/\1/p' "$WORK/pre.out" | sort -u)
+[[ $step =~ ^[0-9]+$ ]] || fail "no rank reported the preemption checkpoint: $(tail -3 "$WORK/pre.err")"
 [[ $(cat "$WORK/ck_pre/latest") == "global_step$step" ]] || fail "latest should name global_step$step"
 echo "SIGTERM at step >= 10: checkpoint global_step$step committed, dslaunch exited 143"
 "$DSLAUNCH" "${PRE[@]}" --override "checkpoint.dir=$WORK/ck_pre" "$CONFIG" \
@@ -161,7 +161,7 @@ grep -q 'attempt 0: no training progress for [0-9]* ms while every rank is alive
   fail "no hang detected: $(grep attempt "$WORK/hang.err" | head -3)"
 grep -q 'rank 1 (localhost) is behind: newest collective #[0-9]* (all_reduce, finished) while rank 0 (localhost) wait in #[0-9]* (all_reduce)' "$WORK/hang.err" ||
   fail "the hang report does not name rank 1 as lagging: $(grep attempt "$WORK/hang.err" | head -3)"
-diagnosis=$(ls -d "$WORK"/hang_logs/*/attempt_0/diagnosis)
+diagnosis=$(ls -d "$WORK"/hang_logs/*/attempt_0/diagnosis) || fail "no diagnosis folder under $WORK/hang_logs"
 grep -q "stacks and recent collectives of 2 rank(s) in $diagnosis" "$WORK/hang.err" || fail "the report does not say where the stacks are"
 grep -q 'nanosleep' "$diagnosis/rank_1.txt" || fail "rank 1's stacks do not show its sleep: $(head -c 600 "$diagnosis/rank_1.txt")"
 grep -q 'NOT FINISHED' "$diagnosis/rank_0.txt" || fail "rank 0's flight record does not show the collective it waits in"

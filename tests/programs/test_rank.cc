@@ -4,12 +4,18 @@
 //   --pid_dir DIR       write DIR/rank_<RANK>.pid (and the child's pid with --spawn_child)
 //   --spawn_child       start a child that sleeps forever (an orphan candidate)
 //   --sleep_ms MS       stay alive this long (after the other steps)
+//   --until_file PATH   with --sleep_ms: end early, with 0, once PATH exists
+//                       (a test ends a rank on its own event, not a guessed time)
+//   --hold_attempt A    on attempt A, stay alive until stopped (up to 120 s)
+//                       instead of --sleep_ms (ranks a failure must stop, however
+//                       slow the stop on a loaded machine)
 //   --fail_rank R --fail_code C [--fail_after_ms MS] [--fail_attempt A]
 //                       rank R exits with C (or, with C > 128, kills itself with C-128),
 //                       only on attempt A when given
 //   --ignore_sigterm    ignore SIGTERM (the agent must escalate to SIGKILL)
 //   --stderr_lines N    write N numbered lines to stderr before anything else
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -62,8 +68,8 @@ int main(int argc, char** argv) {
   using namespace std::chrono_literals;
   bool check_env = false, use_store = false, spawn_child = false, ignore_sigterm = false;
   int sleep_ms = 0, fail_rank = -1, fail_code = 1, fail_after_ms = 0, fail_attempt = -1;
-  int stderr_lines = 0, local_rank_arg = -1;
-  std::string pid_dir;
+  int stderr_lines = 0, local_rank_arg = -1, hold_attempt = -1;
+  std::string pid_dir, until_file;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto next_int = [&](int* out) {
@@ -74,12 +80,14 @@ int main(int argc, char** argv) {
     else if (arg == "--spawn_child") spawn_child = true;
     else if (arg == "--ignore_sigterm") ignore_sigterm = true;
     else if (arg == "--pid_dir" && i + 1 < argc) pid_dir = argv[++i];
+    else if (arg == "--until_file" && i + 1 < argc) until_file = argv[++i];
     else if (arg == "--sleep_ms") next_int(&sleep_ms);
     else if (arg == "--fail_rank") next_int(&fail_rank);
     else if (arg == "--fail_code") next_int(&fail_code);
     else if (arg == "--fail_after_ms") next_int(&fail_after_ms);
     else if (arg == "--fail_attempt") next_int(&fail_attempt);
     else if (arg == "--stderr_lines") next_int(&stderr_lines);
+    else if (arg == "--hold_attempt") next_int(&hold_attempt);
     else if (arg.rfind("--local_rank=", 0) == 0) {
       if (!absl::SimpleAtoi(arg.substr(13), &local_rank_arg)) return Fail("bad " + arg);
     } else {
@@ -158,6 +166,15 @@ int main(int argc, char** argv) {
     if (fail_code > 128) ::kill(::getpid(), fail_code - 128);
     return fail_code;
   }
-  if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+  if (hold_attempt >= 0 && attempt == hold_attempt) sleep_ms = 120000;
+  const auto stay_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(sleep_ms);
+  if (until_file.empty()) {
+    std::this_thread::sleep_until(stay_until);
+    return 0;
+  }
+  struct stat st;
+  while (::stat(until_file.c_str(), &st) != 0 && std::chrono::steady_clock::now() < stay_until) {
+    std::this_thread::sleep_for(10ms);
+  }
   return 0;
 }
