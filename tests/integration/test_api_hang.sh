@@ -42,7 +42,7 @@ set -e
 echo "dslaunch exited $code $((SECONDS - stopped_at)) s after rank 1 was stopped"
 grep -qE 'rank 1 on [^ ]+ sent no heartbeat for [0-9]+ ms while its process lives \(frozen or stopped\)' "$WORK/api.err" ||
   fail "the frozen rank was not named: $(grep -i 'attempt\|rank' "$WORK/api.err" | head -5)"
-diagnosis=$(ls -d "$WORK"/logs/*/attempt_0/diagnosis 2>/dev/null | head -1)
+diagnosis=$(find "$WORK/logs" -path "*/attempt_0/diagnosis" -type d 2>/dev/null | head -1 || true)
 [[ -n $diagnosis ]] || fail "no diagnosis folder under $WORK/logs: $(find "$WORK/logs" | head -20)"
 [[ -s $diagnosis/rank_0.txt ]] || fail "no diagnosis of rank 0 in $diagnosis: $(ls "$diagnosis")"
 grep -q 'all_reduce' "$diagnosis/rank_0.txt" ||
