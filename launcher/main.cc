@@ -28,7 +28,7 @@
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
-#include "common/store_keys.h"
+#include "common/rank_contract.h"
 #include "launcher/agent_fleet.h"
 #include "launcher/dry_run.h"
 #include "launcher/grpc_agent_client.h"
