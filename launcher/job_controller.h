@@ -16,7 +16,12 @@
 //
 // SetState() is the one function that changes the state; it refuses any edge
 // not drawn here. Events arrive on one queue (rank events from every agent's
-// stream, lost agents, signals) and are handled on the thread that calls Run().
+// stream, lost agents, returning hosts, signals) and one loop
+// (launcher/controller_event_loop.h), on the thread that calls Run(), hands
+// each to the method named for it on the phase of the job under way: an
+// attempt (AttemptState, launcher/attempt_state.h, which draws the attempt's
+// own phases: running, checkpointing, stopping) or the backoff before a
+// restart (RestartBackoff).
 //
 // Fail-fast (Note [Fail-fast]): the first rank that ends badly makes the
 // controller send StopJob to every agent at once (SIGTERM, then SIGKILL after
@@ -55,9 +60,9 @@
 #include <string>
 #include <vector>
 
-#include "common/blocking_queue.h"
 #include "launcher/agent_client.h"
 #include "launcher/attempt_report.h"
+#include "launcher/controller_event_loop.h"
 #include "launcher/freeze_watch.h"
 #include "launcher/job_event_log.h"
 #include "launcher/launch_plan.h"
@@ -145,7 +150,10 @@ struct JobOutcome {
   std::string stop_note;
 };
 
-// Runs on the thread that calls Run(); OnSignal may be called from any thread.
+// Thread-safety: Run() runs the job on the calling thread (one call per
+// object); OnSignal may be called from any thread. The members marked "event
+// loop only" are touched only from Run()'s thread, including by the phase
+// objects (AttemptState, RestartBackoff) it runs.
 class JobController {
  public:
   // `agents[i]` serves `spec.plan.nodes[i]`. `notice` receives the
@@ -171,17 +179,22 @@ class JobController {
   static std::string DescribeEnd(int rank, const std::string& host, const RankEnded& ended);
 
  private:
-  struct Event {
-    enum Kind { kRank, kAgentLost, kSignal, kHostBack } kind = kRank;
-    int node = -1;
-    RankEvent rank_event;
-    absl::Status lost;
-    int signal_number = 0;
-  };
+  // The phases of a job the event loop runs: one attempt, and the wait
+  // before the next.
+  class AttemptState;
+  class RestartBackoff;
 
   void SetState(JobState next);
+  // Opens every agent's event stream; false (having said why and closed the
+  // streams opened) when one cannot be opened.
+  bool WatchEveryAgent();
+  // The attempts, one after another, until one succeeds or restarts stop;
+  // fills outcome->attempts, exit_code and stop_note.
+  void RunAttempts(JobOutcome* outcome);
   // `previous` is the attempt before (for the recovery timing), or null.
   AttemptReport RunAttempt(int attempt, const AttemptReport* previous);
+  // "restarting the job: attempt N (restart k of M) in X ms".
+  void AnnounceRestart(const JobOutcome& outcome, std::chrono::milliseconds backoff);
   // Starts every rank; `node_started[i]` says whether node i's agent took its ranks.
   absl::Status StartAttempt(int attempt, std::vector<bool>* node_started);
   // StopJob to every agent of the attempt (or only `only_agent`) that is not lost.
@@ -225,6 +238,12 @@ class JobController {
   // the root cause that names the lagging rank(s) and the folder.
   std::string DiagnoseHang(int attempt, const std::map<int, RankProgress>& last_heartbeats);
   void Summarize(const JobOutcome& outcome);
+  void LogJobStart();
+  void LogJobEnd(const JobOutcome& outcome);
+  // One thread per agent: keep-alives, and (Note [Membership]) probes of a
+  // lost agent that report its return as a kHostBack event.
+  void StartKeepAlives();
+  void StopKeepAlives();
   void KeepAliveLoop(int index);
 
   const JobSpec spec_;
@@ -248,13 +267,14 @@ class JobController {
   const RestartPolicy policy_;
   const std::shared_ptr<FreezeWatch> freeze_watch_;
 
-  BlockingQueue<Event> events_;
+  ControllerEventQueue events_;
   JobState state_ = JOB_PLANNING;
   int attempt_ = 0;  // the attempt running or about to run (event loop only)
   // Signals seen so far (the event loop only).
   int signals_seen_ = 0;
   int first_signal_ = 0;
   std::vector<std::thread> stop_threads_;  // StopJob calls in flight
+  std::vector<std::thread> keepalive_threads_;
   std::atomic<bool> keepalive_running_{false};
   std::mutex keepalive_mu_;
   std::condition_variable keepalive_cv_;

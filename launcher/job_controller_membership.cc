@@ -13,20 +13,8 @@ namespace dslaunch {
 absl::Status JobController::WatchAgent(int index) {
   return agents_[index]->StartWatch(
       spec_.job_id,
-      [this, index](RankEvent event) {
-        Event e;
-        e.kind = Event::kRank;
-        e.node = index;
-        e.rank_event = std::move(event);
-        events_.Push(std::move(e));
-      },
-      [this, index](absl::Status status) {
-        Event e;
-        e.kind = Event::kAgentLost;
-        e.node = index;
-        e.lost = std::move(status);
-        events_.Push(std::move(e));
-      });
+      [this, index](RankEvent event) { events_.Push(ControllerEvent::Rank(index, std::move(event))); },
+      [this, index](absl::Status status) { events_.Push(ControllerEvent::AgentLost(index, std::move(status))); });
 }
 
 void JobController::MarkLost(int index) {

@@ -41,6 +41,24 @@ std::string AttemptEndName(AttemptEnd end) {
 
 }  // namespace
 
+void JobController::LogJobStart() {
+  log_->Append(JobEvent("job_start")
+                   .Text("job_id", spec_.job_id)
+                   .Int("world_size", plan_.world_size())
+                   .Int("nodes", static_cast<int64_t>(plan_.nodes.size()))
+                   .Int("max_restarts", spec_.max_restarts)
+                   .Int("restart_backoff_ms", spec_.restart_backoff.count())
+                   .Int("max_restart_backoff_ms", spec_.max_restart_backoff.count()));
+  log_->Append(JobEvent("state").Text("state", JobState_Name(state_)).Int("attempt", attempt_));
+}
+
+void JobController::LogJobEnd(const JobOutcome& outcome) {
+  log_->Append(JobEvent("job_end")
+                   .Text("state", JobState_Name(outcome.state))
+                   .Int("exit_code", outcome.exit_code)
+                   .Int("attempts", static_cast<int64_t>(outcome.attempts.size())));
+}
+
 void JobController::LogRankFailure(int attempt, int rank, const std::string& host,
                                    const RankEnded& ended, const std::string& cause) {
   const int from = std::max(0, ended.stderr_tail_size() - static_cast<int>(kCauseStderrLines));

@@ -1,0 +1,123 @@
+#include "launcher/job_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "launcher/launcher_notice.h"
+#include "launcher/sibling_binary.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/config/dsrank_arguments.h"
+
+namespace dslaunch {
+namespace {
+
+absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const std::vector<std::string>& texts) {
+  std::vector<runtime::ConfigOverride> overrides;
+  for (const std::string& text : texts) {
+    auto parsed = runtime::ParseOverride(text);
+    if (!parsed.ok()) return parsed.status();
+    overrides.push_back(*parsed);
+  }
+  return overrides;
+}
+
+// dsrank beside dslaunch (build tree, install prefix), else from PATH.
+std::string DsrankBinary() { return BinaryBesideThisOne("dsrank"); }
+
+// Every override of the job: dslaunch's --override, then dsrank's own after the job file.
+absl::StatusOr<std::vector<runtime::ConfigOverride>> JobFileOverrides(const LauncherOptions& options) {
+  auto rank_arguments = runtime::ParseDsrankArguments(options.program);
+  if (!rank_arguments.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.program[0], ": ", rank_arguments.status().message()));
+  }
+  std::vector<std::string> texts = options.overrides;
+  texts.insert(texts.end(), rank_arguments->overrides.begin(), rank_arguments->overrides.end());
+  return ParseOverrides(texts);
+}
+
+absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, int world_size) {
+  auto overrides = JobFileOverrides(options);
+  if (!overrides.ok()) return overrides.status();
+  // Note [Elastic batch]: an elastic job may adjust a global batch this
+  // world size cannot keep (dsrank states it); others must fit as written.
+  std::string batch_note;
+  auto job = options.min_nodes > 0
+                 ? runtime::LoadElasticJobConfig(job_file, *overrides, runtime::WorldShape{world_size}, &batch_note)
+                 : runtime::LoadJobConfig(job_file, *overrides, runtime::WorldShape{world_size});
+  if (!job.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.program[0], " is not valid for ", world_size,
+                                                   " rank(s):\n", job.status().message()));
+  }
+  if (!job->not_yet_supported.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.program[0],
+                                                   " asks for what this runtime does not support yet:\n  ",
+                                                   absl::StrJoin(job->not_yet_supported, "\n  ")));
+  }
+  return absl::OkStatus();
+}
+
+// Prints the resolved config and what is not supported yet; 0 when all is.
+int PrintValid(const std::string& path, int world_size, const std::string& resolved,
+               const std::vector<std::string>& not_yet_supported) {
+  std::printf("%s is valid for %d rank(s); resolved:\n%s\n", path.c_str(), world_size, resolved.c_str());
+  for (const std::string& line : not_yet_supported) std::printf("not yet supported: %s\n", line.c_str());
+  return not_yet_supported.empty() ? 0 : kUsageError;
+}
+
+int PrintInvalid(const std::string& path, int world_size, const absl::Status& status) {
+  Notice(absl::StrCat(path, " is not valid for ", world_size, " rank(s):\n", status.message()));
+  return kUsageError;
+}
+
+}  // namespace
+
+bool IsJobFile(const std::string& path) {
+  return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
+}
+
+absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec) {
+  if (options.program.empty() || !IsJobFile(options.program[0])) {
+    if (options.overrides.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM");
+  }
+  const std::string job_file = std::filesystem::absolute(options.program[0]).string();
+  if (absl::Status checked = CheckJobFile(options, job_file, spec->plan.world_size()); !checked.ok()) {
+    return checked;
+  }
+  std::vector<std::string> program = {DsrankBinary(), job_file};
+  for (const std::string& text : options.overrides) {
+    program.push_back("--override");
+    program.push_back(text);
+  }
+  program.insert(program.end(), options.program.begin() + 1, options.program.end());
+  spec->program = program;
+  spec->no_local_rank = true;
+  spec->preempt_grace = std::chrono::milliseconds(options.preempt_grace_ms);
+  spec->hang_timeout = std::chrono::milliseconds(options.hang_timeout_ms);
+  return absl::OkStatus();
+}
+
+int ValidateConfigFile(const LauncherOptions& options, int world_size) {
+  auto overrides = ParseOverrides(options.overrides);
+  if (!overrides.ok()) return UsageError(overrides.status());
+  const std::string& path = options.validate;
+  runtime::WorldShape world{world_size};
+  if (absl::EndsWith(path, ".json")) {
+    std::vector<std::string> not_yet_supported;
+    auto config = runtime::LoadDsConfig(path, *overrides, world, &not_yet_supported);
+    if (!config.ok()) return PrintInvalid(path, world_size, config.status());
+    return PrintValid(path, world_size, runtime::DescribeDsConfig(*config), not_yet_supported);
+  }
+  auto job = runtime::LoadJobConfig(path, *overrides, world);
+  if (!job.ok()) return PrintInvalid(path, world_size, job.status());
+  return PrintValid(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported);
+}
+
+}  // namespace dslaunch
