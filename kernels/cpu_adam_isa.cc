@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/rank_contract.h"
 
 namespace dslaunch::kernels {
 
@@ -51,13 +52,13 @@ absl::StatusOr<CpuAdamIsaKind> ResolveCpuAdamIsa(const char* forced, const CpuIs
     if (name != CpuAdamIsaName(isa)) continue;
     if (!support.Supports(isa)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "DSLAUNCH_CPU_ADAM_ISA=", name, " but this CPU lacks ",
+          rank_env::kCpuAdamIsa, "=", name, " but this CPU lacks ",
           isa == CpuAdamIsaKind::kAvx2 ? "avx2+fma" : "avx512f"));
     }
     return isa;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "DSLAUNCH_CPU_ADAM_ISA=", name, ": expected scalar, avx2 or avx512"));
+      rank_env::kCpuAdamIsa, "=", name, ": expected scalar, avx2 or avx512"));
 }
 
 }  // namespace dslaunch::kernels
