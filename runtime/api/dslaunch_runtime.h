@@ -12,7 +12,7 @@
 //     engine.Backward(loss);
 //     engine.Step();                              // steps at the accumulation boundary
 //   }
-//   engine.SaveCheckpoint("checkpoints", "step100", {{"consumed_samples", n}});
+//   EngineCheckpointer(engine).Save("checkpoints", "step100", {{"consumed_samples", n}});
 //
 // Launch with `dslaunch --num_gpus N ./my_program`; the process reads its rank
 // from the environment dslaunch sets (RANK, WORLD_SIZE, LOCAL_RANK and the
@@ -30,6 +30,7 @@
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/checkpoint/engine_checkpointer.h"  // EngineCheckpointer: save and load
 #include "runtime/engine/engine.h"
 
 namespace dslaunch::runtime {

@@ -152,16 +152,23 @@ absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std:
     return recorded;
   }
   const std::string final_dir = TagDir(dir, tag);
-  if (fs.Exists(final_dir)) {
+  absl::Status renamed = [&]() -> absl::Status {
+    if (!fs.Exists(final_dir)) return fs.Rename(partial, final_dir);
     // Saving a tag again: move the old one aside first, so a crash leaves
     // either the old or the new complete folder under a name we recognise.
     const std::string old_dir = absl::StrCat(dir, "/.", tag, ".old");
     DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
     DS_RETURN_IF_ERROR(fs.Rename(final_dir, old_dir));
-    DS_RETURN_IF_ERROR(fs.Rename(partial, final_dir));
-    DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
-  } else {
-    DS_RETURN_IF_ERROR(fs.Rename(partial, final_dir));
+    if (absl::Status moved = fs.Rename(partial, final_dir); !moved.ok()) {
+      (void)fs.Rename(old_dir, final_dir);  // the old one back where `latest` may name it
+      return moved;
+    }
+    return fs.RemoveTree(old_dir);
+  }();
+  if (!renamed.ok()) {
+    // A failed rename leaves no partial folder either.
+    (void)fs.RemoveTree(partial);
+    return renamed;
   }
   DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
   DS_RETURN_IF_ERROR(WriteFileAtomically(fs, absl::StrCat(dir, "/latest"), tag + "\n"));

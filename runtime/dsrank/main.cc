@@ -25,6 +25,7 @@
 #include "runtime/config/config_loader.h"
 #include "runtime/config/dsrank_arguments.h"
 #include "runtime/dsrank/gpt_trainer.h"
+#include "runtime/dsrank/rank_file_system.h"
 #include "runtime/torch_compat.h"
 
 namespace {
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   context.hang_at_step = hang_at_step;
   context.hang_rank = static_cast<int>(hang_rank);
   context.attempt = EnvInt("DSLAUNCH_ATTEMPT", 0);
+  context.file_system = &RankFileSystem();
   if (const char* tag = std::getenv("DSLAUNCH_RESUME_TAG")) context.resume_tag = tag;
   const int local_rank = EnvInt("LOCAL_RANK", 0);
 

@@ -139,8 +139,10 @@ void FaultInjectingFileSystem::CorruptNthAppend(int nth, std::string path_part) 
   AddRule(Rule{FsOp::kAppend, std::move(path_part), nth, false, Effect::kCorrupt});
 }
 
-std::shared_ptr<FsPause> FaultInjectingFileSystem::PauseBefore(FsOp op, std::string path_part, int nth) {
+std::shared_ptr<FsPause> FaultInjectingFileSystem::PauseBefore(FsOp op, std::string path_part, int nth,
+                                                               PathMatch match) {
   Rule rule{op, std::move(path_part), nth, false, Effect::kPause};
+  rule.match = match;
   rule.pause = std::make_shared<FsPause>();
   std::shared_ptr<FsPause> pause = rule.pause;
   AddRule(std::move(rule));
@@ -168,9 +170,11 @@ FaultInjectingFileSystem::Decision FaultInjectingFileSystem::Decide(FsOp op, con
     log_.push_back(FsCall{op, path, other_path, what});
     for (Rule& rule : rules_) {
       if (rule.op != op) continue;
-      if (!absl::StrContains(path, rule.path_part) && !(!other_path.empty() && absl::StrContains(other_path, rule.path_part))) {
-        continue;
-      }
+      auto matches = [&](const std::string& candidate) {
+        return rule.match == PathMatch::kWhole ? candidate == rule.path_part
+                                               : absl::StrContains(candidate, rule.path_part);
+      };
+      if (!matches(path) && !(!other_path.empty() && matches(other_path))) continue;
       ++rule.seen;
       if (rule.and_after ? rule.seen < rule.nth : rule.seen != rule.nth) continue;
       switch (rule.effect) {

@@ -13,7 +13,8 @@
 //   pause->Release();
 //
 // A rule matches an operation of its kind whose path (for a rename, either
-// path) contains the rule's `path_part` ("" matches every path). Matching
+// path) contains the rule's `path_part` ("" matches every path), or, with
+// PathMatch::kWhole, equals it. Matching
 // operations are counted per rule from the moment it is added. A failed
 // operation does nothing and returns ErrnoStatus("<op> <path>", errno), as
 // the POSIX one would. Thread-safe.
@@ -29,6 +30,8 @@
 #include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
+
+enum class PathMatch { kContains, kWhole };
 
 enum class FsOp {
   kCreate,             // NewWritableFile
@@ -87,7 +90,8 @@ class FaultInjectingFileSystem final : public FileSystem {
   void CorruptNthAppend(int nth, std::string path_part = "");
   // The thread making the `nth` matching operation waits, before doing it,
   // until the returned pause is released.
-  std::shared_ptr<FsPause> PauseBefore(FsOp op, std::string path_part, int nth = 1);
+  std::shared_ptr<FsPause> PauseBefore(FsOp op, std::string path_part, int nth = 1,
+                                       PathMatch match = PathMatch::kContains);
   // Removes every rule (held threads are not released).
   void ClearFaults();
 
@@ -126,6 +130,7 @@ class FaultInjectingFileSystem final : public FileSystem {
     bool and_after;  // every match from the nth on
     Effect effect;
     int err = 0;
+    PathMatch match = PathMatch::kContains;
     int seen = 0;
     std::shared_ptr<FsPause> pause;
   };
