@@ -3,6 +3,7 @@
 #include <dslaunch/runtime.h>
 
 #include "runtime/api/rank_bootstrap.h"
+#include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/engine/engine.h"
 
@@ -51,12 +52,12 @@ absl::StatusOr<StepInfo> Session::Step() {
 
 absl::Status Session::SaveCheckpoint(const std::string& dir, const std::string& tag,
                                      const std::map<std::string, int64_t>& client_state, int keep) {
-  return state_->engine->SaveCheckpoint(dir, tag, client_state, keep);
+  return EngineCheckpointer(*state_->engine).Save(dir, tag, client_state, keep);
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> Session::LoadCheckpoint(const std::string& dir,
                                                                       const std::string& tag) {
-  return state_->engine->LoadCheckpoint(dir, tag);
+  return EngineCheckpointer(*state_->engine).Load(dir, tag);
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Initialize(std::shared_ptr<torch::nn::Module> model,

@@ -1,11 +1,6 @@
 #include "runtime/checkpoint/checkpoint_files.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <tuple>
 
 #include "absl/strings/ascii.h"
@@ -15,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "runtime/checkpoint/posix_fs.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -27,29 +21,11 @@ constexpr int64_t kMaxRecordBytes = 1 << 20;
 
 // A small regular file, whole. NotFound when missing; DataLoss when it is
 // not a regular file or too big.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxRecordBytes) {
-    ::close(fd);
+absl::StatusOr<std::string> ReadSmallFile(FileSystem& fs, const std::string& path) {
+  absl::StatusOr<std::string> content = fs.ReadFile(path, kMaxRecordBytes);
+  if (absl::IsFailedPrecondition(content.status())) {
     return absl::DataLossError(absl::StrCat(path, " is not a regular file of at most ", kMaxRecordBytes, " bytes"));
   }
-  std::string content(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::read(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status failed = n < 0 ? ErrnoStatus(absl::StrCat("read ", path)) : absl::OkStatus();
-      ::close(fd);
-      if (!failed.ok()) return failed;
-      content.resize(done);
-      return content;
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
   return content;
 }
 
@@ -77,14 +53,17 @@ struct Committed {
   }
 };
 
-std::vector<Committed> ListCommitted(const std::string& dir) {
+std::vector<Committed> ListCommitted(FileSystem& fs, const std::string& dir) {
   std::vector<Committed> found;
-  for (const std::string& name : posix_fs::ListDirectory(dir)) {
-    if (!CheckTag(name).ok() || !posix_fs::IsDirectory(TagDir(dir, name))) continue;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(dir);
+  if (!names.ok()) return found;  // no folder yet: nothing committed
+  for (const std::string& name : *names) {
+    if (!CheckTag(name).ok() || !fs.IsDirectory(TagDir(dir, name))) continue;
     const std::string record = CompletePath(dir, name);
-    if (!posix_fs::Exists(record)) continue;
-    auto manifest = ReadManifest(dir, name);
-    Committed committed{-1, posix_fs::ModificationTimeNs(record), name};
+    absl::StatusOr<FileInfo> record_info = fs.Stat(record);
+    if (!record_info.ok()) continue;
+    auto manifest = ReadManifest(fs, dir, name);
+    Committed committed{-1, record_info->modification_time_ns, name};
     if (manifest.ok()) committed.step = StepOf(*manifest);
     found.push_back(committed);
   }
@@ -115,24 +94,24 @@ absl::Status CheckTag(const std::string& tag) {
   return absl::OkStatus();
 }
 
-absl::Status PreparePartial(const std::string& dir, const std::string& tag) {
+absl::Status PreparePartial(FileSystem& fs, const std::string& dir, const std::string& tag) {
   DS_RETURN_IF_ERROR(CheckTag(tag));
-  DS_RETURN_IF_ERROR(posix_fs::MakeDirectories(dir));
+  DS_RETURN_IF_ERROR(fs.CreateDirectories(dir));
   const std::string partial = PartialDir(dir, tag);
-  DS_RETURN_IF_ERROR(posix_fs::RemoveTree(partial));
-  return posix_fs::MakeDirectories(partial);
+  DS_RETURN_IF_ERROR(fs.RemoveTree(partial));
+  return fs.CreateDirectories(partial);
 }
 
-absl::Status RecordRankFile(const std::string& partial_folder, int rank, const FileDigest& digest) {
-  return WriteFileAtomically(absl::StrCat(partial_folder, "/", RankFileName(rank), kDigestSuffix),
+absl::Status RecordRankFile(FileSystem& fs, const std::string& partial_folder, int rank, const FileDigest& digest) {
+  return WriteFileAtomically(fs, absl::StrCat(partial_folder, "/", RankFileName(rank), kDigestSuffix),
                              absl::StrCat(digest.size, " ", digest.HashHex(), "\n"));
 }
 
-absl::Status RemovePartial(const std::string& dir, const std::string& tag) {
-  return posix_fs::RemoveTree(PartialDir(dir, tag));
+absl::Status RemovePartial(FileSystem& fs, const std::string& dir, const std::string& tag) {
+  return fs.RemoveTree(PartialDir(dir, tag));
 }
 
-absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep) {
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep) {
   const std::string partial = PartialDir(dir, tag);
   // Until the rename, a failure leaves nothing behind.
   absl::Status recorded = [&]() -> absl::Status {
@@ -142,7 +121,7 @@ absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, in
     manifest.ranks = ranks;
     for (int r = 0; r < ranks; ++r) {
       const std::string digest_path = absl::StrCat(partial, "/", RankFileName(r), kDigestSuffix);
-      auto text = ReadSmallFile(digest_path);
+      auto text = ReadSmallFile(fs, digest_path);
       if (!text.ok()) {
         return absl::DataLossError(absl::StrCat("commit ", tag, ": rank ", r, " recorded no file: ", text.status().message()));
       }
@@ -155,56 +134,63 @@ absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, in
       manifest.files.push_back(file);
     }
     // Whatever else the ranks put into the folder (ZeRO-3's gathered weights).
-    std::vector<std::string> names = posix_fs::ListDirectory(partial);
+    DS_ASSIGN_OR_RETURN(std::vector<std::string> names, fs.ListDirectory(partial));
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
       if (manifest.Find(name) != nullptr || name == kCompleteMarker || absl::EndsWith(name, kDigestSuffix)) continue;
-      DS_ASSIGN_OR_RETURN(FileDigest digest, DigestFile(absl::StrCat(partial, "/", name)));
+      DS_ASSIGN_OR_RETURN(FileDigest digest, DigestFile(fs, absl::StrCat(partial, "/", name)));
       manifest.files.push_back({name, digest});
     }
-    DS_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(partial, "/", kCompleteMarker), manifest.Serialize()));
+    DS_RETURN_IF_ERROR(WriteFileAtomically(fs, absl::StrCat(partial, "/", kCompleteMarker), manifest.Serialize()));
     for (int r = 0; r < ranks; ++r) {
-      DS_RETURN_IF_ERROR(posix_fs::RemoveTree(absl::StrCat(partial, "/", RankFileName(r), kDigestSuffix)));
+      DS_RETURN_IF_ERROR(fs.RemoveFile(absl::StrCat(partial, "/", RankFileName(r), kDigestSuffix)));
     }
-    return SyncPath(partial);
+    return fs.SyncDirectory(partial);
   }();
   if (!recorded.ok()) {
-    (void)posix_fs::RemoveTree(partial);
+    (void)fs.RemoveTree(partial);
     return recorded;
   }
   const std::string final_dir = TagDir(dir, tag);
-  if (posix_fs::Exists(final_dir)) {
+  absl::Status renamed = [&]() -> absl::Status {
+    if (!fs.Exists(final_dir)) return fs.Rename(partial, final_dir);
     // Saving a tag again: move the old one aside first, so a crash leaves
     // either the old or the new complete folder under a name we recognise.
     const std::string old_dir = absl::StrCat(dir, "/.", tag, ".old");
-    DS_RETURN_IF_ERROR(posix_fs::RemoveTree(old_dir));
-    DS_RETURN_IF_ERROR(posix_fs::Rename(final_dir, old_dir));
-    DS_RETURN_IF_ERROR(posix_fs::Rename(partial, final_dir));
-    DS_RETURN_IF_ERROR(posix_fs::RemoveTree(old_dir));
-  } else {
-    DS_RETURN_IF_ERROR(posix_fs::Rename(partial, final_dir));
+    DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
+    DS_RETURN_IF_ERROR(fs.Rename(final_dir, old_dir));
+    if (absl::Status moved = fs.Rename(partial, final_dir); !moved.ok()) {
+      (void)fs.Rename(old_dir, final_dir);  // the old one back where `latest` may name it
+      return moved;
+    }
+    return fs.RemoveTree(old_dir);
+  }();
+  if (!renamed.ok()) {
+    // A failed rename leaves no partial folder either.
+    (void)fs.RemoveTree(partial);
+    return renamed;
   }
-  DS_RETURN_IF_ERROR(SyncPath(dir));
-  DS_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(dir, "/latest"), tag + "\n"));
+  DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
+  DS_RETURN_IF_ERROR(WriteFileAtomically(fs, absl::StrCat(dir, "/latest"), tag + "\n"));
 
   if (keep > 0) {
     // Only checkpoints of earlier steps go: one of a later step (a run that
     // did not resume from it) is never ours to delete.
     std::vector<Committed> older;
-    for (const Committed& committed : ListCommitted(dir)) {
+    for (const Committed& committed : ListCommitted(fs, dir)) {
       if (committed.tag != tag && committed.step >= 0 && committed.step < step) older.push_back(committed);
     }
     const size_t keep_older = static_cast<size_t>(keep - 1);
     for (size_t i = 0; i + keep_older < older.size(); ++i) {
-      DS_RETURN_IF_ERROR(posix_fs::RemoveTree(TagDir(dir, older[i].tag)));
+      DS_RETURN_IF_ERROR(fs.RemoveTree(TagDir(dir, older[i].tag)));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadLatestTag(const std::string& dir) {
+absl::StatusOr<std::string> ReadLatestTag(FileSystem& fs, const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/latest");
-  auto text = ReadSmallFile(path);
+  auto text = ReadSmallFile(fs, path);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::NotFoundError(absl::StrCat("no committed checkpoint in ", dir, " (no 'latest')"));
@@ -216,20 +202,20 @@ absl::StatusOr<std::string> ReadLatestTag(const std::string& dir) {
   if (absl::Status valid = CheckTag(tag); !valid.ok()) {
     return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint in ", dir, ": ", valid.message()));
   }
-  if (!posix_fs::IsDirectory(TagDir(dir, tag))) {
+  if (!fs.IsDirectory(TagDir(dir, tag))) {
     return absl::DataLossError(absl::StrCat(path, " names '", tag, "', which is not a folder in ", dir));
   }
-  if (!posix_fs::Exists(CompletePath(dir, tag))) {
+  if (!fs.Exists(CompletePath(dir, tag))) {
     return absl::DataLossError(absl::StrCat(path, " names '", tag, "', which has no commit record (", kCompleteMarker,
                                             "): it was never committed, or the record was deleted"));
   }
   return tag;
 }
 
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir, const std::string& tag) {
+absl::StatusOr<CheckpointManifest> ReadManifest(FileSystem& fs, const std::string& dir, const std::string& tag) {
   DS_RETURN_IF_ERROR(CheckTag(tag));
   const std::string path = CompletePath(dir, tag);
-  auto text = ReadSmallFile(path);
+  auto text = ReadSmallFile(fs, path);
   if (!text.ok()) {
     return absl::DataLossError(absl::StrCat("checkpoint ", TagDir(dir, tag), " has no readable commit record: ",
                                             text.status().message()));
@@ -237,12 +223,12 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir, const st
   return CheckpointManifest::Parse(*text, path);
 }
 
-absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& dir, const std::string& tag) {
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag) {
   const std::string folder = TagDir(dir, tag);
-  if (!posix_fs::IsDirectory(folder)) return absl::DataLossError(absl::StrCat(folder, " is not a folder"));
-  DS_ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(dir, tag));
+  if (!fs.IsDirectory(folder)) return absl::DataLossError(absl::StrCat(folder, " is not a folder"));
+  DS_ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(fs, dir, tag));
   if (manifest.legacy) {
-    if (!posix_fs::Exists(RankFile(folder, 0))) {
+    if (!fs.Exists(RankFile(folder, 0))) {
       return absl::DataLossError(absl::StrCat(folder, ": ", RankFileName(0), " is missing"));
     }
     return manifest;
@@ -255,15 +241,15 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& dir, cons
   }
   for (const CheckpointManifest::File& file : manifest.files) {
     const std::string path = absl::StrCat(folder, "/", file.name);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
+    absl::StatusOr<FileInfo> info = fs.Stat(path);
+    if (!info.ok()) {
       return absl::DataLossError(absl::StrCat(folder, ": ", file.name, " is missing"));
     }
-    if (!S_ISREG(st.st_mode) || st.st_size != file.digest.size) {
-      return absl::DataLossError(absl::StrCat(folder, ": ", file.name, " has ", static_cast<int64_t>(st.st_size),
+    if (info->type != FileType::kRegular || info->size != file.digest.size) {
+      return absl::DataLossError(absl::StrCat(folder, ": ", file.name, " has ", info->size,
                                               " bytes, its commit record says ", file.digest.size));
     }
-    auto digest = DigestFile(path);
+    auto digest = DigestFile(fs, path);
     if (!digest.ok()) return absl::DataLossError(absl::StrCat(folder, ": ", digest.status().message()));
     if (!(*digest == file.digest)) {
       return absl::DataLossError(absl::StrCat(folder, ": ", file.name, " does not match its checksum (xxh3 ",
@@ -274,25 +260,25 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& dir, cons
   return manifest;
 }
 
-std::vector<std::string> CommittedTags(const std::string& dir) {
+std::vector<std::string> CommittedTags(FileSystem& fs, const std::string& dir) {
   std::vector<std::string> tags;
-  for (const Committed& committed : ListCommitted(dir)) tags.push_back(committed.tag);
+  for (const Committed& committed : ListCommitted(fs, dir)) tags.push_back(committed.tag);
   return tags;
 }
 
-ResumeChoice ChooseResumeCheckpoint(const std::string& dir, const std::string& preferred) {
+ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, const std::string& preferred) {
   ResumeChoice choice;
   std::vector<std::string> candidates;
   int64_t newest_step = -1;  // with a preferred tag: nothing newer than it
   if (!preferred.empty()) {
     candidates.push_back(preferred);
-    if (auto manifest = ReadManifest(dir, preferred); manifest.ok()) newest_step = StepOf(*manifest);
-  } else if (auto latest = ReadLatestTag(dir); latest.ok()) {
+    if (auto manifest = ReadManifest(fs, dir, preferred); manifest.ok()) newest_step = StepOf(*manifest);
+  } else if (auto latest = ReadLatestTag(fs, dir); latest.ok()) {
     candidates.push_back(*latest);
   } else if (!absl::IsNotFound(latest.status())) {
     choice.notes.push_back(absl::StrCat(latest.status().message(), "; looking for the newest checkpoint that verifies"));
   }
-  std::vector<Committed> committed = ListCommitted(dir);
+  std::vector<Committed> committed = ListCommitted(fs, dir);
   if (candidates.empty() && choice.notes.empty() && !committed.empty()) {
     choice.notes.push_back(absl::StrCat("no 'latest' in ", dir, ", though it holds ", committed.size(),
                                         " committed checkpoint(s); looking for the newest that verifies"));
@@ -303,7 +289,7 @@ ResumeChoice ChooseResumeCheckpoint(const std::string& dir, const std::string& p
     candidates.push_back(it->tag);
   }
   for (const std::string& tag : candidates) {
-    auto verified = VerifyCheckpoint(dir, tag);
+    auto verified = VerifyCheckpoint(fs, dir, tag);
     if (verified.ok()) {
       choice.tag = tag;
       choice.legacy = verified->legacy;

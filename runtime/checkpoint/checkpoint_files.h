@@ -18,6 +18,11 @@
 // previous `latest` naming a complete checkpoint; a leftover .partial folder
 // is ignored and removed by the next save of that tag.
 //
+// Every function does its I/O through the FileSystem it is given
+// (runtime/fs/file_system.h): FileSystem::Default() in a job, a
+// FaultInjectingFileSystem in the tests that fail or interrupt a save at each
+// of the steps above.
+//
 // Note [Resuming from a verified checkpoint]
 // Nothing is loaded before it verifies (every listed file present, of its
 // size and hash). The checkpoint to resume from is the one the controller
@@ -36,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/checkpoint/checkpoint_manifest.h"
 #include "runtime/checkpoint/checksummed_file.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 
@@ -50,27 +56,27 @@ std::string RankFile(const std::string& folder, int rank);
 absl::Status CheckTag(const std::string& tag);
 
 // Creates a fresh, empty partial folder (rank 0, before the others write).
-absl::Status PreparePartial(const std::string& dir, const std::string& tag);
+absl::Status PreparePartial(FileSystem& fs, const std::string& dir, const std::string& tag);
 // Each rank, once its file is written and fsynced: its digest for the record.
-absl::Status RecordRankFile(const std::string& partial_folder, int rank, const FileDigest& digest);
+absl::Status RecordRankFile(FileSystem& fs, const std::string& partial_folder, int rank, const FileDigest& digest);
 // Rank 0, after every rank has recorded its file: the commit steps above.
 // Then removes the oldest checkpoints of earlier steps beyond `keep` (0: keep
 // all). `ranks` is the number of rank files there must be.
-absl::Status CommitCheckpoint(const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep);
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep);
 // Removes a partial folder (a save that failed).
-absl::Status RemovePartial(const std::string& dir, const std::string& tag);
+absl::Status RemovePartial(FileSystem& fs, const std::string& dir, const std::string& tag);
 
 // The tag `latest` names. NotFound when there is no `latest`; DataLoss when it
 // is unreadable, empty, not a tag inside `dir`, or names no committed folder.
-absl::StatusOr<std::string> ReadLatestTag(const std::string& dir);
+absl::StatusOr<std::string> ReadLatestTag(FileSystem& fs, const std::string& dir);
 // The commit record of <dir>/<tag>, parsed, not verified.
-absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir, const std::string& tag);
+absl::StatusOr<CheckpointManifest> ReadManifest(FileSystem& fs, const std::string& dir, const std::string& tag);
 // The record, once every file it lists has its recorded size and hash (and
 // every rank file is listed). DataLoss naming the file otherwise.
-absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& dir, const std::string& tag);
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag);
 // Committed tags (folders with COMPLETE), oldest first: by recorded step,
 // then by the record's modification time.
-std::vector<std::string> CommittedTags(const std::string& dir);
+std::vector<std::string> CommittedTags(FileSystem& fs, const std::string& dir);
 
 struct ResumeChoice {
   std::string tag;                 // empty: nothing verifies (or nothing there)
@@ -80,6 +86,6 @@ struct ResumeChoice {
 };
 // Note [Resuming from a verified checkpoint]. `preferred` is the
 // controller's committed tag ("" for none).
-ResumeChoice ChooseResumeCheckpoint(const std::string& dir, const std::string& preferred);
+ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, const std::string& preferred);
 
 }  // namespace dslaunch::runtime

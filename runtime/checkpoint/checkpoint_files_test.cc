@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/posix_fs.h"
+#include "runtime/fs/posix_file_system.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -27,21 +27,21 @@ class CheckpointFilesTest : public ::testing::Test {
     char pattern[] = "/tmp/ckpt-files-XXXXXX";
     dir_ = ::mkdtemp(pattern);
   }
-  void TearDown() override { ASSERT_TRUE(posix_fs::RemoveTree(dir_).ok()); }
+  void TearDown() override { ASSERT_TRUE(fs_.RemoveTree(dir_).ok()); }
 
   // What the engine does for `ranks` ranks, with made-up rank files.
   void Save(const std::string& tag, int64_t step, int ranks = 2, int keep = 0) {
-    ASSERT_TRUE(PreparePartial(dir_, tag).ok());
+    ASSERT_TRUE(PreparePartial(fs_, dir_, tag).ok());
     for (int r = 0; r < ranks; ++r) {
-      auto writer = ChecksummedFileWriter::Create(RankFile(PartialDir(dir_, tag), r));
+      auto writer = ChecksummedFileWriter::Create(fs_, RankFile(PartialDir(dir_, tag), r));
       ASSERT_TRUE(writer.ok()) << writer.status();
       const std::string content = absl::StrCat("rank ", r, " of ", tag, std::string(1000, 'x'));
       ASSERT_TRUE((*writer)->Write(content.data(), content.size()).ok());
       auto digest = (*writer)->Finish();
       ASSERT_TRUE(digest.ok()) << digest.status();
-      ASSERT_TRUE(RecordRankFile(PartialDir(dir_, tag), r, *digest).ok());
+      ASSERT_TRUE(RecordRankFile(fs_, PartialDir(dir_, tag), r, *digest).ok());
     }
-    absl::Status committed = CommitCheckpoint(dir_, tag, step, ranks, keep);
+    absl::Status committed = CommitCheckpoint(fs_, dir_, tag, step, ranks, keep);
     ASSERT_TRUE(committed.ok()) << committed;
   }
   void WriteFile(const std::string& path, const std::string& content) {
@@ -58,19 +58,20 @@ class CheckpointFilesTest : public ::testing::Test {
   }
   std::string Path(const std::string& relative) { return absl::StrCat(dir_, "/", relative); }
 
+  PosixFileSystem fs_;
   std::string dir_;
 };
 
 TEST_F(CheckpointFilesTest, ACommittedCheckpointVerifiesAndItsRecordListsEveryFile) {
   Save("global_step5", 5);
-  auto manifest = VerifyCheckpoint(dir_, "global_step5");
+  auto manifest = VerifyCheckpoint(fs_, dir_, "global_step5");
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->step, 5);
   EXPECT_EQ(manifest->ranks, 2);
   ASSERT_EQ(manifest->files.size(), 2u);
   EXPECT_EQ(manifest->files[1].name, "rank_1.pt");
-  EXPECT_FALSE(posix_fs::Exists(Path("global_step5/rank_0.pt.digest")));
-  auto latest = ReadLatestTag(dir_);
+  EXPECT_FALSE(fs_.Exists(Path("global_step5/rank_0.pt.digest")));
+  auto latest = ReadLatestTag(fs_, dir_);
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, "global_step5");
 }
@@ -78,39 +79,39 @@ TEST_F(CheckpointFilesTest, ACommittedCheckpointVerifiesAndItsRecordListsEveryFi
 TEST_F(CheckpointFilesTest, AFlippedTruncatedOrDeletedFileFailsVerificationByName) {
   Save("global_step5", 5);
   FlipByte(Path("global_step5/rank_0.pt"), 500);
-  auto flipped = VerifyCheckpoint(dir_, "global_step5");
+  auto flipped = VerifyCheckpoint(fs_, dir_, "global_step5");
   ASSERT_FALSE(flipped.ok());
   EXPECT_EQ(flipped.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(flipped.status().message()), HasSubstr("rank_0.pt does not match its checksum"));
 
   Save("global_step10", 10);
   ASSERT_EQ(::truncate(Path("global_step10/rank_1.pt").c_str(), 100), 0);
-  auto truncated = VerifyCheckpoint(dir_, "global_step10");
+  auto truncated = VerifyCheckpoint(fs_, dir_, "global_step10");
   ASSERT_FALSE(truncated.ok());
   EXPECT_THAT(std::string(truncated.status().message()), HasSubstr("rank_1.pt has 100 bytes"));
 
   Save("global_step15", 15);
   ASSERT_EQ(::unlink(Path("global_step15/rank_1.pt").c_str()), 0);
-  auto deleted = VerifyCheckpoint(dir_, "global_step15");
+  auto deleted = VerifyCheckpoint(fs_, dir_, "global_step15");
   ASSERT_FALSE(deleted.ok());
   EXPECT_THAT(std::string(deleted.status().message()), HasSubstr("rank_1.pt is missing"));
 }
 
 TEST_F(CheckpointFilesTest, ACommitWithoutEveryRanksFileIsRefusedAndLeavesNothing) {
   Save("global_step5", 5);
-  ASSERT_TRUE(PreparePartial(dir_, "global_step10").ok());
+  ASSERT_TRUE(PreparePartial(fs_, dir_, "global_step10").ok());
   // Only rank 0 recorded its file.
-  auto writer = ChecksummedFileWriter::Create(RankFile(PartialDir(dir_, "global_step10"), 0));
+  auto writer = ChecksummedFileWriter::Create(fs_, RankFile(PartialDir(dir_, "global_step10"), 0));
   ASSERT_TRUE(writer.ok());
   auto digest = (*writer)->Finish();
   ASSERT_TRUE(digest.ok());
-  ASSERT_TRUE(RecordRankFile(PartialDir(dir_, "global_step10"), 0, *digest).ok());
-  absl::Status committed = CommitCheckpoint(dir_, "global_step10", 10, 2, 0);
+  ASSERT_TRUE(RecordRankFile(fs_, PartialDir(dir_, "global_step10"), 0, *digest).ok());
+  absl::Status committed = CommitCheckpoint(fs_, dir_, "global_step10", 10, 2, 0);
   ASSERT_FALSE(committed.ok());
   EXPECT_THAT(std::string(committed.message()), HasSubstr("rank 1 recorded no file"));
-  EXPECT_FALSE(posix_fs::Exists(PartialDir(dir_, "global_step10")));
-  EXPECT_FALSE(posix_fs::Exists(Path("global_step10")));
-  EXPECT_EQ(*ReadLatestTag(dir_), "global_step5");
+  EXPECT_FALSE(fs_.Exists(PartialDir(dir_, "global_step10")));
+  EXPECT_FALSE(fs_.Exists(Path("global_step10")));
+  EXPECT_EQ(*ReadLatestTag(fs_, dir_), "global_step5");
 }
 
 TEST_F(CheckpointFilesTest, EveryUnreadableLatestIsNamedAndTheNewestVerifiedCheckpointIsChosen) {
@@ -130,18 +131,18 @@ TEST_F(CheckpointFilesTest, EveryUnreadableLatestIsNamedAndTheNewestVerifiedChec
       {"latest is deleted", [&] { ::unlink(Path("latest").c_str()); }, "no 'latest'", "global_step20"},
       {"COMPLETE is deleted", [&] { ::unlink(Path("global_step20/COMPLETE").c_str()); }, "no commit record"},
       {"the tag folder is a file", [&] {
-         ASSERT_TRUE(posix_fs::RemoveTree(Path("global_step20")).ok());
+         ASSERT_TRUE(fs_.RemoveTree(Path("global_step20")).ok());
          WriteFile(Path("global_step20"), "x");
        }, "not a folder"},
       {"the newest rank file is flipped", [&] { FlipByte(Path("global_step20/rank_1.pt"), 10); }, "does not match its checksum"},
   };
   for (const Case& c : cases) {
-    ASSERT_TRUE(posix_fs::RemoveTree(dir_).ok());
-    ASSERT_TRUE(posix_fs::MakeDirectories(dir_).ok());
+    ASSERT_TRUE(fs_.RemoveTree(dir_).ok());
+    ASSERT_TRUE(fs_.CreateDirectories(dir_).ok());
     Save("global_step15", 15);
     Save("global_step20", 20);
     c.spoil();
-    ResumeChoice choice = ChooseResumeCheckpoint(dir_, "");
+    ResumeChoice choice = ChooseResumeCheckpoint(fs_, dir_, "");
     EXPECT_EQ(choice.tag, c.chosen) << c.name;
     if (!c.message.empty()) {
       ASSERT_FALSE(choice.notes.empty()) << c.name;
@@ -149,10 +150,10 @@ TEST_F(CheckpointFilesTest, EveryUnreadableLatestIsNamedAndTheNewestVerifiedChec
     }
     // A fresh save after it rotates nothing newer away.
     Save("global_step16", 16, 2, /*keep=*/1);
-    EXPECT_TRUE(posix_fs::Exists(Path("global_step16"))) << c.name;
-    EXPECT_FALSE(posix_fs::Exists(Path("global_step15"))) << c.name << ": rotated (older)";
+    EXPECT_TRUE(fs_.Exists(Path("global_step16"))) << c.name;
+    EXPECT_FALSE(fs_.Exists(Path("global_step15"))) << c.name << ": rotated (older)";
     if (c.name == "the newest rank file is flipped" || c.chosen == "global_step20") {
-      EXPECT_TRUE(posix_fs::Exists(Path("global_step20"))) << c.name << ": a later step is never rotated away";
+      EXPECT_TRUE(fs_.Exists(Path("global_step20"))) << c.name << ": a later step is never rotated away";
     }
   }
 }
@@ -162,26 +163,26 @@ TEST_F(CheckpointFilesTest, WhenNothingVerifiesTrainingStartsFreshAndRotationKee
   Save("global_step20", 20);
   FlipByte(Path("global_step15/rank_0.pt"), 3);
   FlipByte(Path("global_step20/rank_0.pt"), 3);
-  ResumeChoice choice = ChooseResumeCheckpoint(dir_, "");
+  ResumeChoice choice = ChooseResumeCheckpoint(fs_, dir_, "");
   EXPECT_EQ(choice.tag, "");
   EXPECT_EQ(choice.skipped, 2);
   // The fresh run's checkpoints (earlier steps) never delete them.
   Save("global_step5", 5, 2, /*keep=*/2);
   Save("global_step10", 10, 2, /*keep=*/2);
   Save("global_step12", 12, 2, /*keep=*/2);
-  EXPECT_TRUE(posix_fs::Exists(Path("global_step15")));
-  EXPECT_TRUE(posix_fs::Exists(Path("global_step20")));
-  EXPECT_FALSE(posix_fs::Exists(Path("global_step5")));
-  EXPECT_TRUE(posix_fs::Exists(Path("global_step10")));
+  EXPECT_TRUE(fs_.Exists(Path("global_step15")));
+  EXPECT_TRUE(fs_.Exists(Path("global_step20")));
+  EXPECT_FALSE(fs_.Exists(Path("global_step5")));
+  EXPECT_TRUE(fs_.Exists(Path("global_step10")));
 }
 
 TEST_F(CheckpointFilesTest, TheControllersTagIsPreferredAndANewerOneIsNotUsedInstead) {
   Save("global_step15", 15);
   Save("global_step20", 20);
   Save("global_step25", 25);
-  EXPECT_EQ(ChooseResumeCheckpoint(dir_, "global_step20").tag, "global_step20");
+  EXPECT_EQ(ChooseResumeCheckpoint(fs_, dir_, "global_step20").tag, "global_step20");
   FlipByte(Path("global_step20/rank_1.pt"), 0);
-  ResumeChoice choice = ChooseResumeCheckpoint(dir_, "global_step20");
+  ResumeChoice choice = ChooseResumeCheckpoint(fs_, dir_, "global_step20");
   EXPECT_EQ(choice.tag, "global_step15");
   EXPECT_EQ(choice.skipped, 1);
 }
@@ -189,16 +190,17 @@ TEST_F(CheckpointFilesTest, TheControllersTagIsPreferredAndANewerOneIsNotUsedIns
 TEST_F(CheckpointFilesTest, TagsAreOneFolderInsideTheCheckpointDir) {
   for (const char* bad : {"", "../x", "a/b", ".hidden", "..", "tab\there"}) {
     EXPECT_FALSE(CheckTag(bad).ok()) << bad;
-    EXPECT_FALSE(PreparePartial(dir_, bad).ok()) << bad;
+    EXPECT_FALSE(PreparePartial(fs_, dir_, bad).ok()) << bad;
   }
   EXPECT_TRUE(CheckTag("global_step20").ok());
 }
 
 TEST_F(CheckpointFilesTest, AWriteThatFailsNamesTheErrnoAndThePath) {
-  auto writer = ChecksummedFileWriter::Create("/dev/full");
+  auto writer = ChecksummedFileWriter::Create(fs_, "/dev/full");
   ASSERT_TRUE(writer.ok()) << writer.status();
   std::string data(4096, 'x');
   absl::Status written = (*writer)->Write(data.data(), data.size());
+  if (written.ok()) written = (*writer)->Finish().status();  // the write was buffered
   ASSERT_FALSE(written.ok());
   EXPECT_EQ(written.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(written.message()), HasSubstr("write /dev/full: No space left on device (ENOSPC)"));
@@ -206,15 +208,15 @@ TEST_F(CheckpointFilesTest, AWriteThatFailsNamesTheErrnoAndThePath) {
   Save("global_step5", 5);
   ASSERT_EQ(::symlink("/dev/full", Path("latest.tmp").c_str()), 0);
   // The temporary file is a device that is full: the rename never happens.
-  absl::Status atomically = WriteFileAtomically(Path("latest"), "global_step10\n");
+  absl::Status atomically = WriteFileAtomically(fs_, Path("latest"), "global_step10\n");
   EXPECT_FALSE(atomically.ok());
-  EXPECT_EQ(*ReadLatestTag(dir_), "global_step5");
+  EXPECT_EQ(*ReadLatestTag(fs_, dir_), "global_step5");
 }
 
 TEST_F(CheckpointFilesTest, ALegacyRecordLoadsUnverifiedAndSaysSo) {
   Save("global_step5", 5);
   WriteFile(Path("global_step5/COMPLETE"), "global_step5\n");
-  ResumeChoice choice = ChooseResumeCheckpoint(dir_, "");
+  ResumeChoice choice = ChooseResumeCheckpoint(fs_, dir_, "");
   EXPECT_EQ(choice.tag, "global_step5");
   EXPECT_TRUE(choice.legacy);
   ASSERT_FALSE(choice.notes.empty());

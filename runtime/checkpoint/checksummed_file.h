@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 
@@ -27,9 +28,9 @@ struct FileDigest {
 // Writes one file from the start. Not thread-safe.
 class ChecksummedFileWriter {
  public:
-  // Creates (or truncates) `path`.
-  static absl::StatusOr<std::unique_ptr<ChecksummedFileWriter>> Create(const std::string& path);
-  // Closes the descriptor if Finish was not called (the file stays, unsynced).
+  // Creates (or truncates) `path` in `fs`.
+  static absl::StatusOr<std::unique_ptr<ChecksummedFileWriter>> Create(FileSystem& fs, const std::string& path);
+  // Closes the file if Finish was not called (it stays, unsynced).
   ~ChecksummedFileWriter();
 
   // Writes all `size` bytes or fails; after a failure every call fails with
@@ -42,24 +43,16 @@ class ChecksummedFileWriter {
   const std::string& path() const { return path_; }
 
  private:
-  ChecksummedFileWriter(std::string path, int fd);
+  explicit ChecksummedFileWriter(std::unique_ptr<WritableFile> file);
   struct HashState;
   const std::string path_;
-  int fd_;
+  std::unique_ptr<WritableFile> file_;  // null once finished
   std::unique_ptr<HashState> hash_;
   int64_t written_ = 0;
   absl::Status status_;
 };
 
 // The digest of a file as it is on disk now (read in 1 MiB pieces).
-absl::StatusOr<FileDigest> DigestFile(const std::string& path);
-
-// Writes `content` to `path` through `path`.tmp: write, fsync, close, rename,
-// fsync of the folder, every step checked. On failure the temporary file is
-// removed and `path` is as it was.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content);
-
-// fsyncs a file or a folder.
-absl::Status SyncPath(const std::string& path);
+absl::StatusOr<FileDigest> DigestFile(FileSystem& fs, const std::string& path);
 
 }  // namespace dslaunch::runtime

@@ -25,12 +25,12 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
   ConsolidateSummary summary;
   summary.tag = tag;
   if (summary.tag.empty()) {
-    auto latest = ReadLatestTag(dir);
+    auto latest = ReadLatestTag(FileSystem::Default(), dir);
     if (!latest.ok()) return latest.status();
     summary.tag = *latest;
   }
   const std::string folder = TagDir(dir, summary.tag);
-  if (auto verified = VerifyCheckpoint(dir, summary.tag); !verified.ok()) return verified.status();
+  if (auto verified = VerifyCheckpoint(FileSystem::Default(), dir, summary.tag); !verified.ok()) return verified.status();
   // Values from a diverged run are refused unless asked for.
   auto check_finite = [&](const torch::Tensor& values, const std::string& where) -> absl::Status {
     if (options.allow_nonfinite) return absl::OkStatus();

@@ -8,7 +8,7 @@
 
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/consolidate.h"
-#include "runtime/checkpoint/posix_fs.h"
+#include "runtime/fs/file_system.h"
 
 namespace {
 
@@ -21,7 +21,8 @@ constexpr char kUsage[] =
 // One line per checkpoint (or the one tag): verified or why not, and what
 // `latest` says. 0 when everything verifies.
 int Verify(const std::string& dir, const std::string& tag) {
-  if (!posix_fs::IsDirectory(dir)) {
+  FileSystem& fs = FileSystem::Default();
+  if (!fs.IsDirectory(dir)) {
     std::fprintf(stderr, "dsconsolidate: %s is not a folder\n", dir.c_str());
     return 1;
   }
@@ -30,15 +31,15 @@ int Verify(const std::string& dir, const std::string& tag) {
   if (!tag.empty()) {
     tags.push_back(tag);
   } else {
-    tags = CommittedTags(dir);
+    tags = CommittedTags(fs, dir);
     // Folders that look like checkpoints but were never committed.
-    for (const std::string& name : posix_fs::ListDirectory(dir)) {
-      if (!CheckTag(name).ok() || !posix_fs::IsDirectory(TagDir(dir, name))) continue;
-      if (!posix_fs::Exists(TagDir(dir, name) + "/COMPLETE")) {
+    for (const std::string& name : fs.ListDirectory(dir).value_or(std::vector<std::string>{})) {
+      if (!CheckTag(name).ok() || !fs.IsDirectory(TagDir(dir, name))) continue;
+      if (!fs.Exists(TagDir(dir, name) + "/COMPLETE")) {
         std::printf("uncommitted %s: no commit record (COMPLETE)\n", TagDir(dir, name).c_str());
       }
     }
-    auto latest = ReadLatestTag(dir);
+    auto latest = ReadLatestTag(fs, dir);
     if (latest.ok()) {
       std::printf("latest      %s\n", latest->c_str());
     } else if (absl::IsNotFound(latest.status()) && tags.empty()) {
@@ -49,7 +50,7 @@ int Verify(const std::string& dir, const std::string& tag) {
     }
   }
   for (const std::string& name : tags) {
-    auto manifest = VerifyCheckpoint(dir, name);
+    auto manifest = VerifyCheckpoint(fs, dir, name);
     if (!manifest.ok()) {
       std::printf("FAILED      %s\n", std::string(manifest.status().message()).c_str());
       ++failures;

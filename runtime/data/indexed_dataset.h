@@ -11,11 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "runtime/data/indexed_dataset_format.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
-
-class BufferedFileWriter;
-class MappedFile;
 
 // A half-open range [begin, end) of positions in the token stream.
 struct TokenRange {
@@ -29,11 +27,13 @@ struct TokenRange {
 // tokens go to `<prefix>.bin.tmp` and offsets to `<prefix>.idx.tmp`; Finish()
 // fsyncs both, removes the old `.idx`, renames `.bin` then `.idx` into place
 // and fsyncs the directory. A writer destroyed before Finish() removes its
-// temporary files. Thread-compatible.
+// temporary files. Every file operation goes through `fs`, which must outlive
+// the writer. Thread-compatible.
 class IndexedDatasetWriter {
  public:
   static absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> Create(const std::string& prefix,
-                                                                      int64_t vocab_size);
+                                                                      int64_t vocab_size,
+                                                                      FileSystem& fs = FileSystem::Default());
   ~IndexedDatasetWriter();
 
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
@@ -49,13 +49,14 @@ class IndexedDatasetWriter {
   int64_t num_tokens() const { return offsets_.back(); }
 
  private:
-  IndexedDatasetWriter(std::string prefix, int64_t vocab_size,
-                       std::unique_ptr<BufferedFileWriter> bin);
+  IndexedDatasetWriter(FileSystem& fs, std::string prefix, int64_t vocab_size, std::unique_ptr<WritableFile> bin);
+
+  FileSystem& fs_;
 
   const std::string prefix_;
   const int64_t vocab_size_;
   const uint32_t token_bytes_;
-  std::unique_ptr<BufferedFileWriter> bin_;
+  std::unique_ptr<WritableFile> bin_;
   std::vector<int64_t> offsets_ = {0};
   std::string encoded_;  // scratch for one document's bytes
   bool finished_ = false;
@@ -67,9 +68,10 @@ class IndexedDataset {
  public:
   // Maps `<prefix>.idx` and `<prefix>.bin` and checks that they agree. Errors
   // name the file and what is wrong with it.
-  static absl::StatusOr<std::unique_ptr<IndexedDataset>> Open(const std::string& prefix);
+  static absl::StatusOr<std::unique_ptr<IndexedDataset>> Open(const std::string& prefix,
+                                                              FileSystem& fs = FileSystem::Default());
   // True when `<prefix>.idx`, the commit record, exists (it may still be corrupt).
-  static bool Exists(const std::string& prefix);
+  static bool Exists(const std::string& prefix, FileSystem& fs = FileSystem::Default());
   ~IndexedDataset();
 
   int64_t num_documents() const { return header_.document_count; }
@@ -87,11 +89,11 @@ class IndexedDataset {
   absl::Status CopyTokens(int64_t offset, int64_t count, int32_t* out) const;
 
  private:
-  IndexedDataset(std::unique_ptr<MappedFile> idx, std::unique_ptr<MappedFile> bin,
+  IndexedDataset(std::unique_ptr<ReadOnlyMemoryRegion> idx, std::unique_ptr<ReadOnlyMemoryRegion> bin,
                  IndexHeader header, const int64_t* offsets);
 
-  std::unique_ptr<MappedFile> idx_;
-  std::unique_ptr<MappedFile> bin_;
+  std::unique_ptr<ReadOnlyMemoryRegion> idx_;
+  std::unique_ptr<ReadOnlyMemoryRegion> bin_;
   IndexHeader header_;
   const int64_t* offsets_;  // inside idx_, num_documents() + 1 entries
 };

@@ -3,12 +3,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/data/posix_file.h"
+#include "runtime/fs/fault_injecting_file_system.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/data/test_temp_dir.h"
 
 namespace dslaunch::runtime {
@@ -103,7 +106,7 @@ TEST_F(IndexedDatasetTest, TruncatedIndexIsReportedWithItsPath) {
 TEST_F(IndexedDatasetTest, CorruptIndexIsDetected) {
   WriteDataset(Prefix("c"), 257, {{1, 2}, {3}});
   const std::string idx = Prefix("c") + ".idx";
-  auto original = ReadFileToString(idx);
+  auto original = FileSystem::Default().ReadFile(idx);
   ASSERT_TRUE(original.ok());
 
   std::string bad_magic = *original;
@@ -131,8 +134,8 @@ TEST_F(IndexedDatasetTest, TokenFileOfTheWrongSizeIsNamed) {
 TEST_F(IndexedDatasetTest, LeftoverTemporaryFilesDoNotOpen) {
   // A crash after both temporary files were written but before the renames.
   WriteDataset(Prefix("done"), 257, {{1, 2, 3}});
-  ASSERT_TRUE(RenameFile(Prefix("done") + ".bin", Prefix("crashed") + ".bin.tmp").ok());
-  ASSERT_TRUE(RenameFile(Prefix("done") + ".idx", Prefix("crashed") + ".idx.tmp").ok());
+  ASSERT_TRUE(FileSystem::Default().Rename(Prefix("done") + ".bin", Prefix("crashed") + ".bin.tmp").ok());
+  ASSERT_TRUE(FileSystem::Default().Rename(Prefix("done") + ".idx", Prefix("crashed") + ".idx.tmp").ok());
   EXPECT_FALSE(IndexedDataset::Exists(Prefix("crashed")));
   auto dataset = IndexedDataset::Open(Prefix("crashed"));
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kNotFound);
@@ -145,9 +148,9 @@ TEST_F(IndexedDatasetTest, AbandonedWriterLeavesThePreviousDatasetAndNoTemporari
     auto writer = IndexedDatasetWriter::Create(Prefix("p"), 257);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE((*writer)->AddDocument(std::vector<int32_t>{1, 2, 3, 4}).ok());
-    EXPECT_TRUE(FileExists(Prefix("p") + ".bin.tmp"));
+    EXPECT_TRUE(FileSystem::Default().Exists(Prefix("p") + ".bin.tmp"));
   }  // destroyed without Finish
-  EXPECT_FALSE(FileExists(Prefix("p") + ".bin.tmp"));
+  EXPECT_FALSE(FileSystem::Default().Exists(Prefix("p") + ".bin.tmp"));
   auto dataset = IndexedDataset::Open(Prefix("p"));
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_THAT(Tokens(**dataset, 0, 2), ElementsAre(7, 8));
@@ -183,6 +186,35 @@ TEST_F(IndexedDatasetTest, MissingDatasetIsNotFound) {
   auto dataset = IndexedDataset::Open(Prefix("absent"));
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(dataset.status().message(), HasSubstr("absent.idx"));
+}
+
+TEST_F(IndexedDatasetTest, ADiskThatFillsDuringTheCommitLeavesThePreviousDatasetAndNamesTheFile) {
+  WriteDataset(Prefix("full"), 257, {{7, 8}});
+  for (FsOp op : {FsOp::kAppend, FsOp::kSync, FsOp::kRename}) {
+    FaultInjectingFileSystem fs(FileSystem::Default());
+    const std::string victim = op == FsOp::kRename ? ".bin.tmp" : ".idx.tmp";
+    fs.FailNth(op, 1, ENOSPC, victim);
+    {
+      auto writer = IndexedDatasetWriter::Create(Prefix("full"), 257, fs);
+      ASSERT_TRUE(writer.ok());
+      ASSERT_TRUE((*writer)->AddDocument(std::vector<int32_t>{1, 2, 3, 4}).ok());
+      absl::Status finished = (*writer)->Finish();
+      EXPECT_EQ(finished.code(), absl::StatusCode::kResourceExhausted) << FsOpName(op);
+      EXPECT_THAT(finished.message(), HasSubstr(absl::StrCat(FsOpName(op), " ", Prefix("full"))));
+      EXPECT_THAT(finished.message(), HasSubstr("(ENOSPC)"));
+    }
+    EXPECT_FALSE(FileSystem::Default().Exists(Prefix("full") + ".bin.tmp")) << FsOpName(op);
+    EXPECT_FALSE(FileSystem::Default().Exists(Prefix("full") + ".idx.tmp")) << FsOpName(op);
+    if (op == FsOp::kRename) {
+      // The old index goes before the renames (an old index must never
+      // describe new tokens): no dataset, rather than a wrong one.
+      EXPECT_EQ(IndexedDataset::Open(Prefix("full")).status().code(), absl::StatusCode::kNotFound);
+    } else {
+      auto dataset = IndexedDataset::Open(Prefix("full"));
+      ASSERT_TRUE(dataset.ok()) << FsOpName(op) << ": " << dataset.status();
+      EXPECT_THAT(Tokens(**dataset, 0, 2), ElementsAre(7, 8));
+    }
+  }
 }
 
 }  // namespace

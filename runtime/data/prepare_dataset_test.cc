@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "runtime/data/dsprep_options.h"
 #include "runtime/data/indexed_dataset.h"
-#include "runtime/data/posix_file.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/data/test_temp_dir.h"
 #include "runtime/data/text_corpus.h"
 #include "runtime/data/tokenizer.h"
@@ -30,7 +30,7 @@ std::vector<int32_t> DocumentTokens(const IndexedDataset& dataset, int64_t docum
 
 class PrepareDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(FileExists(kFortunes)) << "install Debian's fortunes"; }
+  void SetUp() override { ASSERT_TRUE(FileSystem::Default().Exists(kFortunes)) << "install Debian's fortunes"; }
 
   PrepareOptions FortuneOptions(const std::string& name) const {
     PrepareOptions options;
@@ -77,8 +77,8 @@ TEST_F(PrepareDatasetTest, OutputDoesNotDependOnWorkers) {
   ASSERT_TRUE(PrepareDataset(one).ok());
   ASSERT_TRUE(PrepareDataset(three).ok());
   for (const char* extension : {".bin", ".idx"}) {
-    auto a = ReadFileToString(dir_.File(std::string("one") + extension));
-    auto b = ReadFileToString(dir_.File(std::string("three") + extension));
+    auto a = FileSystem::Default().ReadFile(dir_.File(std::string("one") + extension));
+    auto b = FileSystem::Default().ReadFile(dir_.File(std::string("three") + extension));
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_TRUE(*a == *b) << extension << " differs";
   }
@@ -90,8 +90,8 @@ TEST_F(PrepareDatasetTest, SentencePiecePreparationTrainsThenEncodes) {
   options.vocab_size = 1000;
   auto summary = PrepareDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_TRUE(FileExists(dir_.File("sp.model")));
-  EXPECT_FALSE(FileExists(dir_.File("sp.model.tmp")));
+  EXPECT_TRUE(FileSystem::Default().Exists(dir_.File("sp.model")));
+  EXPECT_FALSE(FileSystem::Default().Exists(dir_.File("sp.model.tmp")));
   EXPECT_EQ(summary->tokenizer, "sentencepiece");
   EXPECT_EQ(summary->vocab_size, 1000);
 
@@ -113,7 +113,7 @@ TEST_F(PrepareDatasetTest, SentencePiecePreparationTrainsThenEncodes) {
   reuse.tokenizer = "sentencepiece";
   reuse.sp_model = dir_.File("sp.model");
   ASSERT_TRUE(PrepareDataset(reuse).ok());
-  EXPECT_EQ(*ReadFileToString(dir_.File("sp2.bin")), *ReadFileToString(dir_.File("sp.bin")));
+  EXPECT_EQ(*FileSystem::Default().ReadFile(dir_.File("sp2.bin")), *FileSystem::Default().ReadFile(dir_.File("sp.bin")));
 }
 
 TEST_F(PrepareDatasetTest, ErrorsNameTheCulprit) {
@@ -142,7 +142,7 @@ TEST_F(PrepareDatasetTest, ErrorsNameTheCulprit) {
   empty.inputs = {dir_.Write("empty.txt", "\n")};
   EXPECT_THAT(PrepareDataset(empty).status().message(), HasSubstr("hold no text"));
   EXPECT_FALSE(IndexedDataset::Exists(dir_.File("x")));
-  EXPECT_FALSE(FileExists(dir_.File("x.bin.tmp")));
+  EXPECT_FALSE(FileSystem::Default().Exists(dir_.File("x.bin.tmp")));
 }
 
 TEST(DsprepOptionsTest, ParsesEveryFlag) {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
-#include "runtime/data/posix_file.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -131,7 +131,7 @@ std::vector<std::string> SplitOnPercentLines(absl::string_view text) {
 
 absl::StatusOr<std::vector<std::string>> ReadTextDocuments(const std::string& path,
                                                            const TextCorpusOptions& options) {
-  DS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  DS_ASSIGN_OR_RETURN(std::string text, FileSystem::Default().ReadFile(path));
   if (options.split_on_percent_lines) return SplitOnPercentLines(text);
   std::vector<std::string> documents;
   if (!absl::StripAsciiWhitespace(text).empty()) documents.push_back(std::move(text));

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
-#include "runtime/data/posix_file.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/data/sentencepiece_bridge.h"
 
 namespace dslaunch::runtime {
@@ -96,11 +96,7 @@ absl::Status TrainSentencePieceBpe(const std::vector<std::string>& text_files, i
   DS_RETURN_IF_ERROR(ToStatus(
       SpTrainBpe(text_files, vocab_size, &model),
       absl::StrCat("training sentencepiece BPE (vocab_size ", vocab_size, ") for ", path)));
-  DS_ASSIGN_OR_RETURN(auto file, BufferedFileWriter::Create(path + ".tmp"));
-  DS_RETURN_IF_ERROR(file->Append(model.data(), model.size()));
-  DS_RETURN_IF_ERROR(file->Sync());
-  DS_RETURN_IF_ERROR(RenameFile(path + ".tmp", path));
-  return SyncParentDirectory(path);
+  return WriteFileAtomically(FileSystem::Default(), path, model);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(absl::string_view kind,

@@ -4,7 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/data/posix_file.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/data/test_temp_dir.h"
 
 namespace dslaunch::runtime {
@@ -57,8 +57,8 @@ class SentencePieceTest : public ::testing::Test {
 TEST_F(SentencePieceTest, TrainsDeterministicModelThatRoundTrips) {
   ASSERT_TRUE(TrainSentencePieceBpe({corpus_}, 320, dir_.File("a")).ok());
   ASSERT_TRUE(TrainSentencePieceBpe({corpus_}, 320, dir_.File("b")).ok());
-  auto a_bytes = ReadFileToString(dir_.File("a.model"));
-  auto b_bytes = ReadFileToString(dir_.File("b.model"));
+  auto a_bytes = FileSystem::Default().ReadFile(dir_.File("a.model"));
+  auto b_bytes = FileSystem::Default().ReadFile(dir_.File("b.model"));
   ASSERT_TRUE(a_bytes.ok() && b_bytes.ok());
   EXPECT_EQ(*a_bytes, *b_bytes) << "two trainings on the same corpus gave different models";
 

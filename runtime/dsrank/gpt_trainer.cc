@@ -13,7 +13,7 @@
 #include "common/rank_contract.h"
 #include "common/store_client.h"
 #include "runtime/checkpoint/checkpoint_files.h"
-#include "runtime/checkpoint/posix_fs.h"
+#include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/data/distributed_sampler.h"
 #include "runtime/data/gpt_samples.h"
@@ -44,15 +44,15 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
         verdict = absl::StrCat(job.path, ": dataset ", prefix,
                                " does not exist and data.text_files is empty");
       } else {
-        const size_t slash = prefix.find_last_of('/');
-        if (slash != std::string::npos) (void)posix_fs::MakeDirectories(prefix.substr(0, slash));
         PrepareOptions options;
         options.inputs = job.data.text_files;
         options.output_prefix = prefix;
         options.tokenizer = job.data.tokenizer;
         options.vocab_size = job.data.tokenizer_vocab_size;
         options.split_on_percent_lines = job.data.split_on_percent_lines;
-        auto summary = PrepareDataset(options);
+        const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
+        absl::StatusOr<PrepareSummary> summary =
+            folder.ok() ? PrepareDataset(options) : absl::StatusOr<PrepareSummary>(folder);
         if (summary.ok()) {
           absl::FPrintF(context.out, "dsrank: prepared %s: %s\n", prefix, summary->ToString());
         } else {
@@ -222,18 +222,19 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
 
   int64_t consumed = 0;
   const std::string& checkpoint_dir = job.checkpoint.dir;
+  EngineCheckpointer checkpointer(**engine, *context.file_system);
   // Note [Committed checkpoints]: a restart resumes from the tag the
   // controller recorded as committed; a fresh job from `latest`. Note
   // [Resuming from a verified checkpoint]: one that does not verify is named
   // and skipped for the newest one that does; every rank makes the same
   // choice from the same files.
   if (!checkpoint_dir.empty() && job.checkpoint.resume) {
-    const ResumeChoice choice = ChooseResumeCheckpoint(checkpoint_dir, context.resume_tag);
+    const ResumeChoice choice = ChooseResumeCheckpoint(*context.file_system, checkpoint_dir, context.resume_tag);
     if (context.rank == 0) {
       for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
     }
     if (!choice.tag.empty()) {
-      auto client = (*engine)->LoadCheckpoint(checkpoint_dir, choice.tag);
+      auto client = checkpointer.Load(checkpoint_dir, choice.tag);
       if (!client.ok()) return client.status();
       consumed = (*client)[kConsumedSamples];
       if (context.rank == 0) {
@@ -250,12 +251,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     std::fflush(context.out);
   }
-  // Every rank's part is written once SaveCheckpoint returns (its commit
+  // Every rank's part is written once Save returns (its commit
   // protocol); rank 0 then records the tag for the controller.
   auto save = [&](int64_t step) -> absl::Status {
     const std::string tag = absl::StrCat("global_step", step);
-    absl::Status saved = (*engine)->SaveCheckpoint(checkpoint_dir, tag, {{kConsumedSamples, consumed}},
-                                                   job.checkpoint.keep);
+    absl::Status saved = checkpointer.Save(checkpoint_dir, tag, {{kConsumedSamples, consumed}}, job.checkpoint.keep);
     if (saved.ok() && context.rank == 0 && context.store != nullptr) {
       (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
     }

@@ -17,6 +17,7 @@
 #include "runtime/api/rank_bootstrap.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/job_config.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch {
 class StoreClient;
@@ -35,6 +36,9 @@ struct TrainerContext {
   torch::Device device = torch::kCPU;
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
+  // Checkpoints and the prepared dataset go through it (a fault-injecting
+  // one in the test build of dsrank: dsrank/rank_file_system.h).
+  FileSystem* file_system = &FileSystem::Default();
   // Fault injection for recovery tests: this rank fails right after finishing
   // this step (checkpoint included) on attempt 0. -1: never.
   int64_t exit_at_step = -1;

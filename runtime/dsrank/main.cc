@@ -21,6 +21,7 @@
 #include "runtime/config/config_loader.h"
 #include "runtime/config/dsrank_arguments.h"
 #include "runtime/dsrank/gpt_trainer.h"
+#include "runtime/dsrank/rank_file_system.h"
 
 namespace {
 
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   context.attempt = env->attempt;
   context.resume_tag = env->resume_tag;
   context.rank_runtime = rank->get();
+  context.file_system = &RankFileSystem();
   if (context.device.is_cuda()) torch::cuda::manual_seed_all(job->train.seed);
   torch::manual_seed(job->train.seed + context.rank);
 

@@ -282,7 +282,7 @@ void Engine::ApplyLrAndMomentum(double lr) {
 // (or all-reduced themselves where the norm is not), so every rank decides
 // the same. On GPU paths that clip on the device the kernel itself skips a
 // non-finite norm (fused_adamw.cu). A checkpoint is never written from
-// non-finite state (CheckFinite in SaveCheckpoint).
+// non-finite state (CheckFinite in EngineCheckpointer::Save).
 absl::StatusOr<torch::Tensor> Engine::TakeNonFiniteLosses(bool over_group) {
   torch::Tensor count = nonfinite_losses_.defined()
                             ? nonfinite_losses_.reshape({1}).clone()

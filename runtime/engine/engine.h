@@ -5,7 +5,7 @@
 //     torch::Tensor loss = model->Loss(inputs, targets);   // forward: the user's module
 //     engine->Backward(loss);
 //     engine->Step();            // optimizer steps only at the accumulation boundary
-//   engine->SaveCheckpoint(dir, tag, client_state);
+//   EngineCheckpointer(*engine).Save(dir, tag, client_state);   // runtime/checkpoint
 //
 // Semantics follow DeepSpeed (REFERENCE.md, "Runtime semantics to match"):
 // Backward scales the loss by 1/gradient_accumulation_steps (and by the loss
@@ -107,13 +107,6 @@ class Engine {
   Communicator* data_parallel() const { return data_parallel_; }
   const ParallelState& parallel() const { return *parallel_; }
 
-  // Sharded checkpoint (runtime/checkpoint): every rank calls it. A crash at
-  // any point leaves the previous checkpoint and `latest` intact.
-  absl::Status SaveCheckpoint(const std::string& dir, const std::string& tag,
-                              const ClientState& client_state, int keep = 0);
-  // Loads `tag` ("" = the one `latest` names). NotFound when there is none.
-  absl::StatusOr<ClientState> LoadCheckpoint(const std::string& dir, const std::string& tag = "");
-
   // Bytes of parameters, gradients, master weights and optimizer state on this
   // rank (memory_breakdown).
   struct MemoryBreakdown {
@@ -144,11 +137,6 @@ class Engine {
          std::shared_ptr<const ParallelState> parallel, torch::Device device);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
-  // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
-  // into `folder`/kGatheredWeightsFile (rank 0 writes; every rank gathers).
-  absl::Status SaveGatheredWeights(const std::string& folder);
-  // ZeRO: this rank's ranges from a checkpoint of any data-parallel size.
-  absl::Status LoadZeroShards(const std::string& folder);
   // The boundary step with ZeRO stages 1-2.
   absl::StatusOr<StepResult> ZeroStep(StepResult result);
   // Note [In-place fused step] (zero_partition.h): one rank, stages 0-1, GPU.
@@ -202,7 +190,9 @@ class Engine {
   int64_t nonfinite_steps_ = 0;
   torch::Tensor nonfinite_losses_;  // this window's, on the device
 
-  friend class EngineCheckpoint;
+  // Checkpoints (runtime/checkpoint/engine_checkpointer.h) save and restore
+  // all of the state above; the engine itself knows nothing of files.
+  friend class EngineCheckpointer;
 };
 
 }  // namespace dslaunch::runtime

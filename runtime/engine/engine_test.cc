@@ -1,6 +1,6 @@
 // The engine against plain arithmetic: accumulation and data parallelism give
 // the gradients of the whole batch, fp16 overflows skip steps, clipping
-// bounds the norm, and a checkpoint resumes bit for bit.
+// bounds the norm (checkpoints: runtime/checkpoint/engine_checkpointer_test.cc).
 #include "runtime/engine/engine.h"
 
 
@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/posix_fs.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
 
@@ -180,34 +179,6 @@ TEST(Engine, MixedPrecisionKeepsFp32Masters) {
   // Ψ parameters: 2Ψ (bf16) + 4Ψ masters + 8Ψ Adam moments.
   EXPECT_EQ(memory.master_weights, memory.parameters * 2);
   EXPECT_EQ(memory.optimizer_state, memory.parameters * 4);
-}
-
-TEST(Engine, CheckpointResumesBitForBit) {
-  const std::string dir = "/tmp/engine-ckpt-" + std::to_string(::getpid());
-  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
-  DsConfig config = BaseConfig(2, 2, 1);
-  config.scheduler.type = "WarmupLR";
-  config.scheduler.warmup_max_lr = 1e-2;
-  config.scheduler.warmup_num_steps = 4;
-  config.scheduler.warmup_type = "linear";
-  Gpt straight(TinyGpt(), 9);
-  auto engine = Engine::Create(straight.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  ASSERT_TRUE(engine.ok());
-  Train(**engine, straight, 3, 2, 2, 1, 0);
-  ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "global_step3", {{"consumed_samples", 12}}).ok());
-  auto uninterrupted = Train(**engine, straight, 3, 2, 2, 1, 0, 3);
-
-  Gpt resumed(TinyGpt(), 1234);  // different init: everything must come from the checkpoint
-  auto again = Engine::Create(resumed.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  ASSERT_TRUE(again.ok());
-  auto client = (*again)->LoadCheckpoint(dir);
-  ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_EQ((*client)["consumed_samples"], 12);
-  EXPECT_EQ((*again)->global_steps(), 3);
-  auto continued = Train(**again, resumed, 3, 2, 2, 1, 0, 3);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(uninterrupted[i], continued[i]) << "step " << 3 + i;
-  EXPECT_EQ(MaxDifference(Parameters(straight), Parameters(resumed)), 0.0);
-  EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
 
 TEST(Engine, DataParallelMatchesOneRank) {

@@ -1,6 +1,7 @@
 // Note [Non-finite guard]: a step whose loss (on any rank) or gradient norm
 // is not finite is skipped on every rank, in every precision and ZeRO stage,
-// and a checkpoint is never written from non-finite values.
+// and a checkpoint is never written from non-finite values (that test:
+// runtime/checkpoint/engine_checkpointer_test.cc).
 #include <unistd.h>
 
 #include <cmath>
@@ -9,8 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/checkpoint/checkpoint_files.h"
-#include "runtime/checkpoint/posix_fs.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
@@ -133,37 +132,6 @@ TEST(NonFiniteGuardGpuTest, TheFusedKernelsSkipANonFiniteStep) {
     EXPECT_GT(MaxDifference(before, Gathered(**engine, model)), 0.0) << label;
     EXPECT_EQ((*engine)->nonfinite_steps(), 2) << label;
   }
-}
-
-TEST_F(NonFiniteGuardTest, NoCheckpointIsWrittenFromNonFiniteParameters) {
-  char pattern[] = "/tmp/nonfinite-ckpt-XXXXXX";
-  const std::string dir = ::mkdtemp(pattern);
-  store_.RunRanks(2, [&](int rank, Communicator& comm) {
-    Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), Config(0, false, 2), ParallelState::DataParallelOnly(&comm), torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    TrainStep(**engine, model, 0, 2, rank, Poison::kNone, -1);
-    ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "good", {}).ok());
-    // A value goes bad on one rank only (memory corruption, a bad kernel).
-    if (rank == 1) {
-      torch::NoGradGuard no_grad;
-      model->parameters()[0].view({-1})[0] = kNaN;
-    }
-    absl::Status saved = (*engine)->SaveCheckpoint(dir, "bad", {});
-    ASSERT_FALSE(saved.ok());
-    if (rank == 1) {
-      EXPECT_THAT(std::string(saved.message()), ::testing::HasSubstr("not finite"));
-      EXPECT_THAT(std::string(saved.message()), ::testing::HasSubstr("parameter "));
-    } else {
-      EXPECT_THAT(std::string(saved.message()), ::testing::HasSubstr("1 other rank(s)"));
-    }
-  });
-  EXPECT_FALSE(posix_fs::Exists(TagDir(dir, "bad")));
-  EXPECT_FALSE(posix_fs::Exists(PartialDir(dir, "bad")));
-  auto latest = ReadLatestTag(dir);
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(*latest, "good");
-  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/consolidate.h"
-#include "runtime/checkpoint/posix_fs.h"
+#include "runtime/checkpoint/engine_checkpointer.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
@@ -205,7 +206,7 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
 TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
   const std::string dir = "/tmp/zero-ckpt-" + std::to_string(::getpid());
   for (int stage : {2, 3}) {
-    ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
+    ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
     std::vector<double> uninterrupted;
     std::vector<torch::Tensor> final_params;
     // World 2: 2 steps, save, 2 more steps.
@@ -215,7 +216,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
       auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
-      ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "step2", {{"consumed_samples", 16}}).ok());
+      ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "step2", {{"consumed_samples", 16}}).ok());
       auto later = Train(**engine, model, 2, 2, 1, 2, rank);
       auto params = TrainedParameters(**engine, model);
       if (rank == 0) {
@@ -229,7 +230,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
       Gpt model(TinyGpt(), 99);
       auto engine = Engine::Create(model.ptr(), Config(stage, 4, 1, 2), ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
-      auto client = (*engine)->LoadCheckpoint(dir);
+      auto client = EngineCheckpointer(**engine).Load(dir);
       ASSERT_TRUE(client.ok()) << client.status();
       auto later = Train(**engine, model, 2, 2, 1, 2, rank);
       auto params = TrainedParameters(**engine, model);
@@ -246,7 +247,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
         Gpt model(TinyGpt(), 99);
         auto engine = Engine::Create(model.ptr(), Config(load_stage, 8 / world, 1, world), ParallelState::DataParallelOnly(comm), torch::kCPU);
         ASSERT_TRUE(engine.ok());
-        auto client = (*engine)->LoadCheckpoint(dir);
+        auto client = EngineCheckpointer(**engine).Load(dir);
         ASSERT_TRUE(client.ok()) << client.status();
         EXPECT_EQ((*engine)->global_steps(), 2);
         Train(**engine, model, 2, 2, 1, world, rank);
@@ -259,7 +260,7 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
       });
     }
   }
-  EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
 }
 
 TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
@@ -489,7 +490,7 @@ std::pair<std::string, std::vector<float>> ReadSafetensors(const std::string& pa
 TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
   const std::string dir = "/tmp/zero-consolidate-" + std::to_string(::getpid());
   for (int stage : {0, 2, 3}) {
-    ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
+    ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
     RunRanks(2, [&](int rank, Communicator* comm) {
@@ -499,7 +500,7 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
       auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
       ASSERT_TRUE(engine.ok());
       Train(**engine, model, 0, 2, 1, 2, rank);
-      ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "final", {}).ok());
+      ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "final", {}).ok());
       auto trained = TrainedParameters(**engine, model);
       if (rank == 0) {
         params = trained;
@@ -525,14 +526,14 @@ TEST_F(ZeroTest, ConsolidationEqualsTheTrainedParameters) {
     // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
     // beside the shards, equal to the consolidated masters (fp32 training).
     const std::string gathered = dir + "/final/" + Engine::kGatheredWeightsFile;
-    EXPECT_EQ(posix_fs::Exists(gathered), stage == 3) << gathered;
+    EXPECT_EQ(FileSystem::Default().Exists(gathered), stage == 3) << gathered;
     if (stage == 3) {
       auto [gathered_header, gathered_data] = ReadSafetensors(gathered);
       EXPECT_EQ(gathered_header, header);
       EXPECT_EQ(gathered_data, data);
     }
   }
-  EXPECT_TRUE(posix_fs::RemoveTree(dir).ok());
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
 }
 
 }  // namespace
@@ -638,19 +639,19 @@ TEST(ZeroCheckpointTest, ALayoutMismatchIsRefusedWithTheReason) {
     Gpt model(TinyGpt(), 5);
     auto engine = Engine::Create(model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    ASSERT_TRUE((*engine)->SaveCheckpoint(dir, "fp32", {}).ok());
+    ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "fp32", {}).ok());
   }
   for (int stage : {1, 2}) {
     Gpt model(TinyGpt(), 5);
     auto engine = Engine::Create(model.ptr(), Config(stage, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    auto loaded = (*engine)->LoadCheckpoint(dir, "fp32");
+    auto loaded = EngineCheckpointer(**engine).Load(dir, "fp32");
     ASSERT_FALSE(loaded.ok());
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(std::string(loaded.status().message()).find("per-parameter fp32 optimizer state"), std::string::npos)
         << loaded.status();
   }
-  ASSERT_TRUE(posix_fs::RemoveTree(dir).ok());
+  ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
 }
 
 }  // namespace

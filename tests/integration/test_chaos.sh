@@ -5,8 +5,9 @@
 #   agent_kill   SIGKILL of host 1's agent (its rank dies with it); the job is
 #                elastic (--num_nodes 1:2) and finishes on host 0 alone
 #   rank_frozen  SIGSTOP of rank 1: its heartbeats stop while it lives
-#   term_in_save SIGTERM to dslaunch while a checkpoint is being written (a
-#                commit delay holds the save open), then the job is run again
+#   term_in_save SIGTERM to dslaunch while a checkpoint is being written (the
+#                test build of dsrank holds rank 0 before the commit until the
+#                test lets it go), then the job is run again
 #   controller_frozen  SIGSTOP of dslaunch itself past its lease: the agents
 #                stop the ranks; continued, dslaunch names its freeze (never
 #                a success, never a lost host) and restarts
@@ -22,6 +23,7 @@
 # network namespaces in test_netns_elastic.sh.
 source "$(dirname "$0")/lib.sh"
 : "${DSCONSOLIDATE:?DSCONSOLIDATE must point at the dsconsolidate binary}"
+: "${DSRANK_FAULT_INJECTION:?DSRANK_FAULT_INJECTION must point at the dsrank_fault_injection binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
 RANDOM=20261129  # the injection steps are drawn from this seed
 new_token "$WORK/token"
@@ -191,12 +193,28 @@ pass "a frozen rank at step $step: found by its missing heartbeats, resumed, ide
 # 4. SIGTERM to dslaunch while a checkpoint is being written: the save
 #    completes, the ranks checkpoint and stop, dslaunch exits 143; the job is
 #    run again and resumes from the last committed checkpoint.
+#    Note [Holding a save from a test]: dslaunch runs the dsrank beside it, so
+#    a copy of dslaunch sits beside the test build of dsrank, which holds rank
+#    0 just before it commits the chosen checkpoint until the test writes to
+#    a FIFO: the SIGTERM lands inside the save whatever the machine's load.
 step=$((2 + RANDOM % 4))
 save_dir="$WORK/ck_term_in_save"
-DSLAUNCH_FAULT_COMMIT_DELAY_MS=1500 run_job term_in_save --override checkpoint.interval=8 "$CONFIG" \
-  --loss_log "$WORK/term_in_save.tsv"
-wait_until 120 test -d "$save_dir/.global_step$((step * 8)).partial" || fail "term_in_save: the save of step $((step * 8)) never began"
+faulty_bin="$WORK/faulty_bin"
+mkdir -p "$faulty_bin"
+cp "$DSLAUNCH" "$faulty_bin/dslaunch"
+ln -s "$DSRANK_FAULT_INJECTION" "$faulty_bin/dsrank"
+ln -s "$DSAGENT" "$faulty_bin/dsagent"
+hold="$WORK/term_in_save.hold"
+mkfifo "$hold"
+DSLAUNCH="$faulty_bin/dslaunch" DSRANK_FAULT_HOLD_COMMIT="$hold" \
+  DSRANK_FAULT_HOLD_COMMIT_OF="$save_dir/global_step$((step * 8))" \
+  run_job term_in_save --override checkpoint.interval=8 "$CONFIG" --loss_log "$WORK/term_in_save.tsv"
+wait_until 120 test -e "$hold.held" || fail "term_in_save: the save of step $((step * 8)) was never held before its commit"
+[[ -d "$save_dir/.global_step$((step * 8)).partial" ]] || fail "term_in_save: held, but no partial folder of step $((step * 8))"
 kill -TERM "$JOB_PID"
+wait_until 30 grep -q 'asking every rank to save a checkpoint and stop' "$WORK/term_in_save.err" ||
+  fail "term_in_save: dslaunch did not take the SIGTERM: $(tail -n 3 "$WORK/term_in_save.err")"
+timeout 60 bash -c 'echo release >"$1"' _ "$hold" || fail "term_in_save: rank 0 no longer waited to commit"
 finish term_in_save 143
 [[ -z $(find "$save_dir" -maxdepth 1 -name '*partial*') ]] || fail "term_in_save: a partial checkpoint was left: $(ls -A "$save_dir")"
 check_nothing_left term_in_save

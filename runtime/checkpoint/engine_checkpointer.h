@@ -1,0 +1,60 @@
+// Saving an Engine's state as a sharded checkpoint and loading it back: what
+// each rank writes, and the commit protocol of checkpoint_files.h around it
+// (Note [Atomic checkpoint commit], Note [Resuming from a verified
+// checkpoint]).
+//
+//   EngineCheckpointer checkpointer(*engine);            // FileSystem::Default()
+//   DS_RETURN_IF_ERROR(checkpointer.Save(dir, "global_step100", {{"consumed_samples", n}}));
+//   DS_ASSIGN_OR_RETURN(ClientState client, checkpointer.Load(dir));  // the tag `latest` names
+//
+// The checkpointer depends on the engine, never the other way round: the
+// engine knows nothing of files. It reads the engine's training state through
+// the friendship Engine grants it (the counters, loss scaler, optimizer and
+// ZeRO shards are the engine's private state, and this is the one place
+// outside it that needs all of them).
+//
+// Every file is written and read through `fs` (runtime/fs/file_system.h), so
+// a test can fail or hold a save at any step with a FaultInjectingFileSystem.
+// Save and Load are collectives over the engine's data-parallel group: every
+// rank calls them. Not thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/checkpoint/checksummed_file.h"
+#include "runtime/engine/engine.h"
+#include "runtime/fs/file_system.h"
+
+namespace dslaunch::runtime {
+
+class EngineCheckpointer {
+ public:
+  // `engine` and `fs` must outlive the checkpointer.
+  explicit EngineCheckpointer(Engine& engine, FileSystem& fs = FileSystem::Default());
+
+  // Writes <dir>/<tag> and points `latest` at it; then removes the oldest
+  // checkpoints of earlier steps beyond `keep` (0: keep all). A failure (or a
+  // crash) at any point leaves the previous checkpoint and `latest` intact
+  // and no partial folder (rank 0 removes it); the error names the file and
+  // the errno, or, on the other ranks, says that a peer failed.
+  absl::Status Save(const std::string& dir, const std::string& tag, const ClientState& client_state, int keep = 0);
+  // Loads `tag` ("" = the one `latest` names) once it verifies. NotFound when
+  // there is none; a failure leaves the engine as it was.
+  absl::StatusOr<ClientState> Load(const std::string& dir, const std::string& tag = "");
+
+ private:
+  // This rank's part, written and hashed as LibTorch's archive streams it.
+  absl::StatusOr<FileDigest> WriteRankFile(const std::string& path, const ClientState& client_state, int rank);
+  // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model
+  // into `folder`/Engine::kGatheredWeightsFile (rank 0 writes; every rank gathers).
+  absl::Status SaveGatheredWeights(const std::string& folder);
+  // ZeRO: this rank's ranges from a checkpoint of any data-parallel size.
+  absl::Status LoadZeroShards(const std::string& folder);
+
+  Engine& engine_;
+  FileSystem& fs_;
+};
+
+}  // namespace dslaunch::runtime
