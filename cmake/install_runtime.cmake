@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 # dependencies must be exported with it).
 set(DSLAUNCH_EXPORTED_TARGETS
   dsbounded_file dsproto dscommon dskernels_cpu
-  dsruntime_schedule dsruntime_config
+  dsruntime_schedule dsruntime_config dsruntime_fs
   dsruntime_topology dsruntime_torch dsruntime_comm dsruntime_parallel dsruntime_model dsruntime_zero
   dsruntime_engine dsruntime_checkpoint
   dsruntime_api)
