@@ -557,7 +557,7 @@ AttemptReport JobController::RunAttempt(int attempt, const AttemptReport* previo
       log_->Append(JobEvent("host_back").Int("attempt", attempt).Text("host", host));
       preempting = true;
       preempt_deadline = std::chrono::steady_clock::now() +
-                         (spec_.preempt_grace.count() > 0 ? spec_.preempt_grace : std::chrono::milliseconds(30000));
+                         (spec_.preempt_grace.count() > 0 ? spec_.preempt_grace : std::chrono::milliseconds(kDefaultPreemptGraceMs));
       report.end = ATTEMPT_RESCALED;
       report.exit_code = 0;
       report.cause = absl::StrCat("host ", host, " is back");

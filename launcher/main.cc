@@ -22,10 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/auth_token.h"
+#include "common/control_plane_defaults.h"
 #include "common/store_keys.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
+#include "common/version.h"
 #include "launcher/agent_fleet.h"
 #include "launcher/dry_run.h"
 #include "launcher/grpc_agent_client.h"
@@ -45,7 +47,7 @@ namespace dslaunch {
 namespace {
 
 // How long an ordinary call to an agent may take.
-constexpr std::chrono::milliseconds kCallTimeout(10000);
+constexpr std::chrono::milliseconds kCallTimeout(kDefaultAgentCallTimeoutMs);
 
 constexpr int kUsageError = 2;
 
@@ -203,6 +205,10 @@ int Main(int argc, char** argv) {
   LauncherOptions options = *parsed;
   if (options.help) {
     std::cout << LauncherUsage();
+    return 0;
+  }
+  if (options.version) {
+    std::cout << VersionLine("dslaunch") << "\n";
     return 0;
   }
 
@@ -380,7 +386,7 @@ int Main(int argc, char** argv) {
   int store_port = 0;
   builder.AddListeningPort(local ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
                            &store_port);
-  builder.RegisterService(&store);
+  store.Serve(builder);
   std::unique_ptr<grpc::Server> store_server = builder.BuildAndStart();
   if (!store_server || store_port == 0) {
     Notice("cannot start the rendezvous store");
