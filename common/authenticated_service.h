@@ -26,6 +26,7 @@
 
 #include <google/protobuf/message.h>
 #include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/rpc_service_method.h>
 #include <grpcpp/impl/service_type.h>
 #include <grpcpp/server_builder.h>

@@ -7,6 +7,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
 #include <chrono>
 #include <memory>
@@ -25,7 +26,8 @@ inline grpc::Status GenericUnaryCall(const std::shared_ptr<grpc::Channel>& chann
   if (!token.empty()) AttachToken(&context, token);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   grpc::CompletionQueue queue;
-  grpc::ByteBuffer request;
+  grpc::Slice empty_message("");  // an empty protobuf message: zero bytes
+  grpc::ByteBuffer request(&empty_message, 1);
   grpc::ByteBuffer reply;
   grpc::Status status;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
