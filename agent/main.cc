@@ -52,7 +52,7 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
   dslaunch::FlagTable table("dsagent", "dsagent --token_file FILE | --token_stdin [flags]");
   table
       .String("--listen", &flags.listen, "ADDR:PORT",
-              "where to serve (127.0.0.1:0: loopback, a free port)")
+              "where to serve (port 0: a free one)")
       .String("--token_file", &flags.token_file, "FILE",
               "the shared secret every call must carry (mode 0600)")
       .Bool("--token_stdin", &flags.token_stdin,
