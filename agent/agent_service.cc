@@ -9,12 +9,33 @@
 #include "common/net_address.h"
 #include "common/rank_contract.h"
 #include "common/start_ranks_environment.h"
+#include "common/version.h"
 
 namespace dslaunch {
 
-AgentService::AgentService(AgentConfig config) : config_(std::move(config)) {
+AgentService::AgentService(AgentConfig config)
+    : config_(std::move(config)),
+      gate_(AgentAuthPolicy(),
+            {{RpcCredential::kAgentToken,
+              [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
+                return CheckAgentToken(context);
+              }},
+             {RpcCredential::kRankToken,
+              [this](const grpc::ServerContext&, const google::protobuf::Message& request) {
+                return CheckRankToken(request);
+              }}}) {
+  gate_.Unary("/dslaunch.Agent/Describe", this, &AgentService::Describe);
+  gate_.Unary("/dslaunch.Agent/ReservePort", this, &AgentService::ReservePort);
+  gate_.Unary("/dslaunch.Agent/StartRanks", this, &AgentService::StartRanks);
+  gate_.Unary("/dslaunch.Agent/StopJob", this, &AgentService::StopJob);
+  gate_.Unary("/dslaunch.Agent/KeepAlive", this, &AgentService::KeepAlive);
+  gate_.ServerStreaming("/dslaunch.Agent/Watch", this, &AgentService::Watch);
+  gate_.Unary("/dslaunch.Agent/Heartbeat", this, &AgentService::Heartbeat);
+  gate_.Unary("/dslaunch.Agent/Diagnose", this, &AgentService::Diagnose);
   lease_thread_ = std::thread([this] { LeaseLoop(); });
 }
+
+void AgentService::Serve(grpc::ServerBuilder& builder) { gate_.Serve(builder); }
 
 AgentService::~AgentService() {
   {
@@ -26,12 +47,38 @@ AgentService::~AgentService() {
   StopAllJobs(std::chrono::milliseconds(0), "agent shutting down");
 }
 
-grpc::Status AgentService::Authenticate(const grpc::ServerContext& context, const char* method) {
+grpc::Status AgentService::CheckAgentToken(const grpc::ServerContext& context) const {
   if (CallHasToken(context, config_.token)) return grpc::Status::OK;
-  LogLine(absl::StrCat("refused ", method, " from ", context.peer(),
-                       ": missing or wrong token (nothing was run)"));
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       "dsagent: missing or wrong token; check --token_file on both sides");
+}
+
+namespace {
+
+const grpc::Status& UnknownRankRefusal() {
+  static const grpc::Status* refused =
+      new grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                       "dsagent: heartbeat for an unknown rank or with a wrong rank token");
+  return *refused;
+}
+
+}  // namespace
+
+grpc::Status AgentService::CheckRankToken(const google::protobuf::Message& request) {
+  // The table lists the rank token for Heartbeat only (rpc_auth_policy.cc).
+  const auto* beat = dynamic_cast<const HeartbeatRequest*>(&request);
+  if (beat == nullptr) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "dsagent: a rank token authenticates Heartbeat only");
+  }
+  std::shared_ptr<Job> job = FindJob(beat->job_id());
+  if (!job) return UnknownRankRefusal();
+  std::lock_guard<std::mutex> lock(job->mu);
+  auto it = job->health.find({beat->attempt(), beat->global_rank()});
+  if (it == job->health.end() || !TokensEqual(it->second.token, beat->rank_token())) {
+    return UnknownRankRefusal();
+  }
+  return grpc::Status::OK;
 }
 
 std::shared_ptr<AgentService::Job> AgentService::FindOrCreateJob(const std::string& job_id) {
@@ -59,17 +106,15 @@ void AgentService::Touch(Job& job) {
 
 grpc::Status AgentService::Describe(grpc::ServerContext* context, const DescribeRequest*,
                                     DescribeReply* reply) {
-  if (auto s = Authenticate(*context, "Describe"); !s.ok()) return s;
   reply->set_hostname(config_.hostname);
   reply->set_gpu_count(config_.gpu_count);
   reply->set_pid(::getpid());
-  reply->set_version("dsagent 0.1 (rank environment contract v1)");
+  reply->set_version(VersionLine("dsagent"));
   return grpc::Status::OK;
 }
 
 grpc::Status AgentService::ReservePort(grpc::ServerContext* context, const ReservePortRequest*,
                                        ReservePortReply* reply) {
-  if (auto s = Authenticate(*context, "ReservePort"); !s.ok()) return s;
   auto port = PickFreePort();
   if (!port.ok()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -81,7 +126,6 @@ grpc::Status AgentService::ReservePort(grpc::ServerContext* context, const Reser
 
 grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
                                       const StartRanksRequest* request, StartRanksReply* reply) {
-  if (auto s = Authenticate(*context, "StartRanks"); !s.ok()) return s;
   if (request->job_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "StartRanks: empty job_id");
   }
@@ -157,7 +201,6 @@ int AgentService::StopRanks(Job& job, int up_to_attempt, std::chrono::millisecon
 
 grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRequest* request,
                                    StopJobReply* reply) {
-  if (auto s = Authenticate(*context, "StopJob"); !s.ok()) return s;
   if (request->grace_ms() > kMaxStopGraceMs) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("StopJob: grace_ms ", request->grace_ms(), " is above the bound of ",
@@ -184,14 +227,12 @@ grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRe
 
 grpc::Status AgentService::KeepAlive(grpc::ServerContext* context, const KeepAliveRequest* request,
                                      KeepAliveReply*) {
-  if (auto s = Authenticate(*context, "KeepAlive"); !s.ok()) return s;
   Touch(*FindOrCreateJob(request->job_id()));
   return grpc::Status::OK;
 }
 
 grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchRequest* request,
                                  grpc::ServerWriter<RankEvent>* writer) {
-  if (auto s = Authenticate(*context, "Watch"); !s.ok()) return s;
   std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
   int64_t generation = 0;
   {
@@ -237,20 +278,18 @@ void AgentService::SetRankContactAddress(const std::string& address) {
   rank_contact_address_ = address;
 }
 
-grpc::Status AgentService::Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+grpc::Status AgentService::Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
                                      HeartbeatReply*) {
+  // The gate checked the rank token (CheckRankToken); a job forgotten since
+  // then is refused the same way.
   std::shared_ptr<Job> job = FindJob(request->job_id());
-  const grpc::Status refused(grpc::StatusCode::UNAUTHENTICATED,
-                             "dsagent: heartbeat for an unknown rank or with a wrong rank token");
-  if (!job) return refused;
+  if (!job) return UnknownRankRefusal();
   RankEvent event;
   {
     std::lock_guard<std::mutex> lock(job->mu);
     auto it = job->health.find({request->attempt(), request->global_rank()});
     if (it == job->health.end() || !TokensEqual(it->second.token, request->rank_token())) {
-      LogLine(absl::StrCat("refused Heartbeat from ", context->peer(), " for job ", request->job_id(),
-                           " rank ", request->global_rank(), ": unknown rank or wrong rank token"));
-      return refused;
+      return UnknownRankRefusal();
     }
     RankHealth& health = it->second;
     health.last = std::chrono::steady_clock::now();
@@ -321,7 +360,6 @@ std::string NativeStacks(pid_t pid) {
 
 grpc::Status AgentService::Diagnose(grpc::ServerContext* context, const DiagnoseRequest* request,
                                     DiagnoseReply* reply) {
-  if (auto s = Authenticate(*context, "Diagnose"); !s.ok()) return s;
   std::shared_ptr<Job> job = FindJob(request->job_id());
   if (!job) return grpc::Status::OK;
   Touch(*job);

@@ -20,6 +20,10 @@
 // (eu-stack from elfutils) to the last report, for the controller's hang
 // report.
 //
+// Every RPC passes the authentication gate first (Note [One authentication
+// gate], common/rpc_auth_policy.h): the controller's calls carry the agent
+// token, a rank's Heartbeat its own rank token.
+//
 // Thread-safe: gRPC calls it from many threads.
 #pragma once
 
@@ -32,43 +36,50 @@
 #include <vector>
 
 #include "agent/rank_supervisor.h"
+#include "common/authenticated_service.h"
 #include "common/blocking_queue.h"
+#include "common/control_plane_defaults.h"
 #include "proto/agent.grpc.pb.h"
 
 namespace dslaunch {
 
 struct AgentConfig {
   std::string token;                                // required on every call
-  std::chrono::milliseconds default_lease{10000};   // when StartRanks gives none
+  std::chrono::milliseconds default_lease{kDefaultLeaseMs};  // when StartRanks gives none
   std::chrono::milliseconds lease_check_interval{200};
-  std::chrono::milliseconds lease_stop_grace{3000};  // SIGTERM -> SIGKILL when a lease expires
+  std::chrono::milliseconds lease_stop_grace{kDefaultStopGraceMs};  // SIGTERM -> SIGKILL when a lease expires
   std::string hostname;                             // reported by Describe
   int gpu_count = 0;                                // reported by Describe
   std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
 };
 
-class AgentService final : public Agent::Service {
+class AgentService final {
  public:
   explicit AgentService(AgentConfig config);
   // Stops every rank of every job (SIGKILL) and joins the lease thread.
-  ~AgentService() override;
+  ~AgentService();
+
+  // Registers the service, behind its authentication gate, with `builder`.
+  void Serve(grpc::ServerBuilder& builder);
+
+  // The RPCs of proto/agent.proto; only the gate calls them.
 
   grpc::Status Describe(grpc::ServerContext* context, const DescribeRequest* request,
-                        DescribeReply* reply) override;
+                        DescribeReply* reply);
   grpc::Status ReservePort(grpc::ServerContext* context, const ReservePortRequest* request,
-                           ReservePortReply* reply) override;
+                           ReservePortReply* reply);
   grpc::Status StartRanks(grpc::ServerContext* context, const StartRanksRequest* request,
-                          StartRanksReply* reply) override;
+                          StartRanksReply* reply);
   grpc::Status StopJob(grpc::ServerContext* context, const StopJobRequest* request,
-                       StopJobReply* reply) override;
+                       StopJobReply* reply);
   grpc::Status KeepAlive(grpc::ServerContext* context, const KeepAliveRequest* request,
-                         KeepAliveReply* reply) override;
+                         KeepAliveReply* reply);
   grpc::Status Watch(grpc::ServerContext* context, const WatchRequest* request,
-                     grpc::ServerWriter<RankEvent>* writer) override;
+                     grpc::ServerWriter<RankEvent>* writer);
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
-                         HeartbeatReply* reply) override;
+                         HeartbeatReply* reply);
   grpc::Status Diagnose(grpc::ServerContext* context, const DiagnoseRequest* request,
-                        DiagnoseReply* reply) override;
+                        DiagnoseReply* reply);
 
   // Where ranks of this host send heartbeats (host:port of this service);
   // set once the server listens, before it takes calls. Ranks get it as
@@ -108,8 +119,9 @@ class AgentService final : public Agent::Service {
     std::map<std::pair<int, int>, RankHealth> health;    // (attempt, rank); guarded by mu
   };
 
-  // UNAUTHENTICATED (and a log line naming the peer) unless the call has the token.
-  grpc::Status Authenticate(const grpc::ServerContext& context, const char* method);
+  // The gate's checks of the agent token and of a Heartbeat's rank token.
+  grpc::Status CheckAgentToken(const grpc::ServerContext& context) const;
+  grpc::Status CheckRankToken(const google::protobuf::Message& request);
   std::shared_ptr<Job> FindOrCreateJob(const std::string& job_id);
   std::shared_ptr<Job> FindJob(const std::string& job_id);
   void Touch(Job& job);
@@ -127,6 +139,7 @@ class AgentService final : public Agent::Service {
   std::string rank_contact_address_;                  // guarded by mu_
   std::condition_variable shutdown_cv_;
   std::thread lease_thread_;
+  AuthenticatedService gate_;
 };
 
 }  // namespace dslaunch

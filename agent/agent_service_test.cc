@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "common/auth_token.h"
+#include "common/generic_unary_call.h"
+#include "common/rpc_auth_policy.h"
 #include "gtest/gtest.h"
 
 namespace dslaunch {
@@ -31,7 +33,7 @@ class AgentServiceTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
+    service_->Serve(builder);
     server_ = builder.BuildAndStart();
     ASSERT_GT(port, 0);
     address_ = "127.0.0.1:" + std::to_string(port);
@@ -89,6 +91,43 @@ TEST_F(AgentServiceTest, RefusesCallsWithoutTheToken) {
   ReservePortReply port;
   EXPECT_EQ(stub_->ReservePort(&context, ReservePortRequest(), &port).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// Note [One authentication gate]: every method of the table, called without
+// or with a wrong credential, is refused before it runs; a method the table
+// does not list is refused by name.
+TEST_F(AgentServiceTest, EveryListedMethodRefusesAMissingOrWrongToken) {
+  StartAgent();
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  const RpcAuthPolicy policy = AgentAuthPolicy();
+  ASSERT_FALSE(policy.methods.empty());
+  for (const auto& [method, credential] : policy.methods) {
+    for (const std::string token : {"", "wrong-token-wrong-token-wrong-tok"}) {
+      grpc::Status status = GenericUnaryCall(channel, method, token);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method << " token '" << token << "'";
+      EXPECT_EQ(status.error_message(),
+                credential == RpcCredential::kRankToken
+                    ? "dsagent: heartbeat for an unknown rank or with a wrong rank token"
+                    : "dsagent: missing or wrong token; check --token_file on both sides")
+          << method;
+    }
+  }
+  // The agent token is not a rank token: Heartbeat still refuses it.
+  EXPECT_EQ(GenericUnaryCall(channel, "/dslaunch.Agent/Heartbeat", kToken).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(GenericUnaryCall(channel, "/dslaunch.Agent/Describe", kToken).ok());
+}
+
+TEST_F(AgentServiceTest, UnlistedMethodsAreRefusedByName) {
+  StartAgent();
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  for (const std::string method : {"/dslaunch.Agent/RunAnything", "/grpc.health.v1.Health/Check",
+                                   "/dslaunch.Store/Set"}) {
+    grpc::Status status = GenericUnaryCall(channel, method, kToken);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+    EXPECT_EQ(status.error_message(),
+              "dsagent: method " + method + " is not in the authentication table; refused");
+  }
 }
 
 TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {

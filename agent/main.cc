@@ -19,15 +19,17 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/agent_service.h"
 #include "common/auth_token.h"
+#include "common/control_plane_defaults.h"
 #include "common/control_plane_limits.h"
+#include "common/flag_table.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -38,26 +40,37 @@ struct AgentFlags {
   std::string listen = "127.0.0.1:0";
   std::string token_file;
   bool token_stdin = false;
-  int64_t lease_ms = 10000;
-  int64_t stop_grace_ms = 3000;
+  int64_t lease_ms = dslaunch::kDefaultLeaseMs;
+  int64_t stop_grace_ms = dslaunch::kDefaultStopGraceMs;
   std::string name;
   std::string keeper;  // empty: dsagent_keeper beside this binary
   bool exit_on_stdin_eof = false;
 };
 
-const char kUsage[] =
-    "usage: dsagent --token_file FILE | --token_stdin [--listen ADDR:PORT] [--lease_ms MS]\n"
-    "               [--stop_grace_ms MS] [--name NAME] [--keeper PATH] [--exit_on_stdin_eof]\n"
-    "  --listen ADDR:PORT    where to serve (default 127.0.0.1:0: loopback, a free port)\n"
-    "  --token_file FILE     the shared secret every call must carry (mode 0600)\n"
-    "  --token_stdin         read the secret from the first line of stdin instead (dslaunch's\n"
-    "                        local agents: the token never touches a disk)\n"
-    "  --lease_ms MS         stop a job's ranks after this long without its controller\n"
-    "                        (default 10000; 500..86400000)\n"
-    "  --stop_grace_ms MS    SIGTERM -> SIGKILL grace when a lease expires (default 3000; 0..3600000)\n"
-    "  --name NAME           host name to report and log (default: the machine's)\n"
-    "  --keeper PATH         the per-rank keeper (default: dsagent_keeper beside dsagent)\n"
-    "  --exit_on_stdin_eof   stop everything and exit when stdin closes (ssh launcher)\n";
+// dsagent's flags: parsing and --help from one table.
+dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
+  dslaunch::FlagTable table("dsagent", "dsagent --token_file FILE | --token_stdin [flags]");
+  table
+      .String("--listen", &flags.listen, "ADDR:PORT",
+              "where to serve (port 0: a free one)")
+      .String("--token_file", &flags.token_file, "FILE",
+              "the shared secret every call must carry (mode 0600)")
+      .Bool("--token_stdin", &flags.token_stdin,
+            "read the secret from the first line of stdin instead (dslaunch's local agents: the "
+            "token never touches a disk)")
+      .Int("--lease_ms", &flags.lease_ms, "MS",
+           "stop a job's ranks after this long without its controller",
+           {dslaunch::kMinLeaseMs, dslaunch::kMaxLeaseMs})
+      .Int("--stop_grace_ms", &flags.stop_grace_ms, "MS",
+           "SIGTERM -> SIGKILL grace when a lease expires or the agent stops",
+           {0, dslaunch::kMaxStopGraceMs})
+      .String("--name", &flags.name, "NAME", "host name to report and log (default: the machine's)")
+      .String("--keeper", &flags.keeper, "PATH",
+              "the per-rank keeper (default: dsagent_keeper beside dsagent)")
+      .Bool("--exit_on_stdin_eof", &flags.exit_on_stdin_eof,
+            "stop everything and exit when stdin closes (ssh launcher)");
+  return table;
+}
 
 // The folder of this executable (/proc/self/exe), where dsagent_keeper is installed.
 std::string ThisExecutableDir() {
@@ -92,7 +105,7 @@ absl::StatusOr<std::string> ReadTokenLine(int fd) {
 }
 
 int Fail(const std::string& message) {
-  std::cerr << "dsagent: " << message << "\n" << kUsage;
+  std::cerr << "dsagent: " << message << "\n(dsagent --help lists the flags)\n";
   return 2;
 }
 
@@ -100,48 +113,20 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   AgentFlags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto take_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--exit_on_stdin_eof") {
-      flags.exit_on_stdin_eof = true;
-    } else if (arg == "--token_stdin") {
-      flags.token_stdin = true;
-    } else if (arg == "--listen" || arg == "--token_file" || arg == "--name" || arg == "--keeper" ||
-               arg == "--lease_ms" || arg == "--stop_grace_ms") {
-      if (!take_value()) return Fail(absl::StrCat(arg, " needs a value"));
-      if (arg == "--listen") flags.listen = value;
-      if (arg == "--token_file") flags.token_file = value;
-      if (arg == "--name") flags.name = value;
-      if (arg == "--keeper") flags.keeper = value;
-      if (arg == "--lease_ms" || arg == "--stop_grace_ms") {
-        int64_t ms = 0;
-        if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
-          return Fail(absl::StrCat(arg, " '", value, "' is not a non-negative integer"));
-        }
-        const int64_t min = arg == "--lease_ms" ? dslaunch::kMinLeaseMs : 0;
-        const int64_t max = arg == "--lease_ms" ? dslaunch::kMaxLeaseMs : dslaunch::kMaxStopGraceMs;
-        if (ms < min || ms > max) return Fail(absl::StrCat(arg, " '", value, "': must be in ", min, "..", max));
-        (arg == "--lease_ms" ? flags.lease_ms : flags.stop_grace_ms) = ms;
-      }
-    } else {
-      return Fail(absl::StrCat("unknown argument '", arg, "'"));
-    }
+  dslaunch::FlagTable table = AgentFlagTable(flags);
+  if (absl::Status parsed = table.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {
+    return Fail(std::string(parsed.message()));
+  }
+  if (table.help_requested()) {
+    std::cout << table.Help();
+    return 0;
+  }
+  if (table.version_requested()) {
+    std::cout << table.Version() << "\n";
+    return 0;
+  }
+  if (!table.positionals().empty()) {
+    return Fail(absl::StrCat("unexpected argument '", table.positionals().front(), "'"));
   }
   if (flags.token_file.empty() == !flags.token_stdin) return Fail("one of --token_file and --token_stdin is required");
   auto listen = dslaunch::ParseHostPort(flags.listen, "--listen");
@@ -192,7 +177,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.RegisterService(service.get());
+  service->Serve(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     return Fail(absl::StrCat("cannot listen on ", listen->ToString()));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/control_plane_defaults.h"
 
 namespace dslaunch {
 
@@ -28,8 +29,8 @@ struct AgentLaunchOptions {
   // in the processes: nothing on disk to remove or to leave behind when
   // dslaunch is killed (Note [Token on stdin], agent_fleet.cc).
   std::string token;
-  int64_t lease_ms = 10000;
-  int64_t stop_grace_ms = 3000;
+  int64_t lease_ms = kDefaultLeaseMs;
+  int64_t stop_grace_ms = kDefaultStopGraceMs;
   std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
   std::vector<std::string> ssh_command{"ssh"};  // host and the agent command are appended
   std::chrono::milliseconds ready_timeout{20000};

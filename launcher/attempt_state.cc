@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/control_plane_defaults.h"
 
 namespace dslaunch {
 namespace {
@@ -15,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 // Note [Membership]: how long the ranks get to checkpoint before a returning
 // host is taken in, when the job sets no preemption grace of its own.
-constexpr std::chrono::milliseconds kRescaleCheckpointGrace(30000);
+constexpr std::chrono::milliseconds kRescaleCheckpointGrace(kDefaultPreemptGraceMs);
 
 int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
 

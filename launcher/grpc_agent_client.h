@@ -10,6 +10,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include "common/control_plane_defaults.h"
 #include "launcher/agent_client.h"
 #include "proto/agent.grpc.pb.h"
 
@@ -22,7 +23,7 @@ class GrpcAgentClient final : public AgentClient {
   // goes unanswered for as long: a lost host is noticed within 2 × keepalive
   // (dslaunch uses a quarter of the lease, so within half of it).
   GrpcAgentClient(std::string host, const std::string& address, std::string token,
-                  std::chrono::milliseconds call_timeout = std::chrono::milliseconds(10000),
+                  std::chrono::milliseconds call_timeout = std::chrono::milliseconds(kDefaultAgentCallTimeoutMs),
                   std::chrono::milliseconds keepalive = std::chrono::milliseconds(2000));
   ~GrpcAgentClient() override;
 

@@ -60,6 +60,8 @@
 #include <string>
 #include <vector>
 
+#include "common/blocking_queue.h"
+#include "common/control_plane_defaults.h"
 #include "launcher/agent_client.h"
 #include "launcher/attempt_report.h"
 #include "launcher/controller_event_loop.h"
@@ -118,7 +120,7 @@ struct JobSpec {
   // lost) is kept out of the plan for blacklist_cooldown; elastic jobs only,
   // while at least min_nodes others remain. 0: off.
   int blacklist_after = 0;
-  std::chrono::milliseconds blacklist_cooldown{300000};
+  std::chrono::milliseconds blacklist_cooldown{kDefaultBlacklistCooldownMs};
   // Variables added to every rank's environment for one attempt (e.g.
   // DSLAUNCH_RESUME_TAG, Note [Committed checkpoints]); called before it starts.
   std::function<std::map<std::string, std::string>(int attempt)> attempt_environment;
@@ -127,9 +129,9 @@ struct JobSpec {
   std::vector<std::string> node_addresses;
   // Wait before attempt k: min(restart_backoff * 2^(k-1), max_restart_backoff).
   std::chrono::milliseconds restart_backoff{1000};
-  std::chrono::milliseconds max_restart_backoff{30000};
-  std::chrono::milliseconds stop_grace{3000};
-  std::chrono::milliseconds lease{10000};
+  std::chrono::milliseconds max_restart_backoff{kDefaultMaxRestartBackoffMs};
+  std::chrono::milliseconds stop_grace{kDefaultStopGraceMs};
+  std::chrono::milliseconds lease{kDefaultLeaseMs};
   std::chrono::milliseconds keepalive_interval{1000};
   // After StopJob, how long beyond the grace to wait for ranks to report
   // their end before treating them as lost.

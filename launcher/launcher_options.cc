@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/control_plane_defaults.h"
 #include "common/control_plane_limits.h"
+#include "common/nearest_name.h"
 #include "common/net_address.h"
 #include "launcher/launch_limits.h"
 
@@ -42,6 +44,9 @@ struct OptionRow {
   absl::string_view default_text;  // shown as "(default: ...)"; empty shows none
   absl::string_view doc;           // one line
   Setter set;
+  // A numeric default from common/control_plane_defaults.h, shown by --help
+  // when default_text is empty (the number is written once, there).
+  int64_t default_number = -1;
 };
 
 absl::Status BadValue(absl::string_view flag, absl::string_view value, absl::string_view why) {
@@ -272,11 +277,12 @@ constexpr OptionRow kOptions[] = {
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetBackoff(f, v, &o.restart_backoff_ms);
      }},
-    {"--max_restart_backoff_ms", "", ValueKind::kInteger, "MS", "30000",
+    {"--max_restart_backoff_ms", "", ValueKind::kInteger, "MS", "",
      "the longest wait between two attempts",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetBackoff(f, v, &o.max_restart_backoff_ms);
-     }},
+     },
+     kDefaultMaxRestartBackoffMs},
     {"--dry_run", "", ValueKind::kFlag, "", "",
      "print what would run and start nothing",
      [](absl::string_view, const std::string&, LauncherOptions& o) {
@@ -286,25 +292,28 @@ constexpr OptionRow kOptions[] = {
     {"--job_id", "", ValueKind::kText, "ID", "generated",
      "job name (letters, digits, - _ .)",
      SetJobId},
-    {"--stop_grace_ms", "", ValueKind::kInteger, "MS", "3000",
+    {"--stop_grace_ms", "", ValueKind::kInteger, "MS", "",
      "time between SIGTERM and SIGKILL when stopping ranks; 0..3600000",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        auto value = ParseInteger(f, v, 0, kMaxStopGraceMs);
        if (value.ok()) o.stop_grace_ms = *value;
        return value.status();
-     }},
-    {"--lease_ms", "", ValueKind::kInteger, "MS", "10000",
+     },
+     kDefaultStopGraceMs},
+    {"--lease_ms", "", ValueKind::kInteger, "MS", "",
      "agents stop ranks after this long without the controller; 500..86400000",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        auto value = ParseInteger(f, v, kMinLeaseMs, kMaxLeaseMs);
        if (value.ok()) o.lease_ms = *value;
        return value.status();
-     }},
-    {"--preempt_grace_ms", "", ValueKind::kInteger, "MS", "30000",
+     },
+     kDefaultLeaseMs},
+    {"--preempt_grace_ms", "", ValueKind::kInteger, "MS", "",
      "job files: on SIGTERM/SIGUSR1 ranks checkpoint within MS (0: stop now)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.preempt_grace_ms);
-     }},
+     },
+     kDefaultPreemptGraceMs},
     {"--hang_timeout_ms", "", ValueKind::kInteger, "MS", "0: off",
      "job files: fail the attempt when training makes no step for MS",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
@@ -320,16 +329,18 @@ constexpr OptionRow kOptions[] = {
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt(f, v, 0, INT_MAX, &o.blacklist_after);
      }},
-    {"--blacklist_cooldown_ms", "", ValueKind::kInteger, "MS", "300000",
+    {"--blacklist_cooldown_ms", "", ValueKind::kInteger, "MS", "",
      "how long a blacklisted host stays out",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.blacklist_cooldown_ms);
-     }},
-    {"--heartbeat_timeout_ms", "", ValueKind::kInteger, "MS", "15000",
+     },
+     kDefaultBlacklistCooldownMs},
+    {"--heartbeat_timeout_ms", "", ValueKind::kInteger, "MS", "",
      "a live rank without heartbeats for MS fails as a hang (0: off)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.heartbeat_timeout_ms);
-     }},
+     },
+     kDefaultHeartbeatTimeoutMs},
     {"--agent_binary", "", ValueKind::kText, "PATH", "dsagent beside dslaunch, then PATH",
      "the dsagent executable to start",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
@@ -368,6 +379,11 @@ constexpr OptionRow kOptions[] = {
        o.help = true;
        return absl::OkStatus();
      }},
+    {"--version", "", ValueKind::kFlag, "", "", "print the version (common/version.h)",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.version = true;
+       return absl::OkStatus();
+     }},
 };
 
 // torchrun spells options with '-' (--max-restarts); accept that spelling for
@@ -388,35 +404,13 @@ const OptionRow* FindOption(absl::string_view name) {
   return nullptr;
 }
 
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 absl::Status UnknownOption(absl::string_view name) {
   std::string normalized = NormalizeName(name);
-  absl::string_view nearest;
-  size_t best = SIZE_MAX;
-  for (const OptionRow& row : kOptions) {
-    size_t distance = EditDistance(normalized, row.name);
-    if (distance < best) {
-      best = distance;
-      nearest = row.name;
-    }
-  }
-  // Suggest only what looks like a typo: naming an unrelated option for
-  // "--nproc_per_node" would mislead more than help.
-  if (best <= std::max<size_t>(2, normalized.size() / 3)) {
+  std::vector<std::string> names;
+  for (const OptionRow& row : kOptions) names.emplace_back(row.name);
+  // Suggest only what looks like a typo (the one rule of common/nearest_name.h):
+  // naming an unrelated option for "--nproc_per_node" would mislead more than help.
+  if (std::string nearest = NearestName(normalized, names); !nearest.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown option '", name, "'; did you mean '", nearest, "'?"));
   }
@@ -476,7 +470,7 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
     }
     absl::Status status = row->set(row->name, *value, options);
     if (!status.ok()) return status;
-    if (options.help) return options;  // the caller prints LauncherUsage()
+    if (options.help || options.version) return options;  // the caller prints LauncherUsage() or the version
   }
   options.program.assign(argv.begin() + std::min(i, argv.size()), argv.end());
 
@@ -517,6 +511,9 @@ std::string LauncherUsage() {
     std::string left = left_column(row);
     absl::StrAppend(&usage, left, std::string(width + 2 - left.size(), ' '), row.doc);
     if (!row.default_text.empty()) absl::StrAppend(&usage, " (default: ", row.default_text, ")");
+    if (row.default_text.empty() && row.default_number >= 0) {
+      absl::StrAppend(&usage, " (default: ", row.default_number, ")");
+    }
     absl::StrAppend(&usage, "\n");
   }
   return usage;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/control_plane_defaults.h"
 
 namespace dslaunch {
 
@@ -41,16 +42,16 @@ struct LauncherOptions {
   std::string token_file;         // --token_file F
   int max_restarts = 0;           // --max_restarts N
   int64_t restart_backoff_ms = 1000;       // --restart_backoff_ms: wait before restart 1, doubling
-  int64_t max_restart_backoff_ms = 30000;  // --max_restart_backoff_ms: cap of that wait
+  int64_t max_restart_backoff_ms = kDefaultMaxRestartBackoffMs;  // --max_restart_backoff_ms: cap of that wait
   bool dry_run = false;           // --dry_run
   std::string job_id;             // --job_id ID (empty: generated)
-  int64_t stop_grace_ms = 3000;   // --stop_grace_ms: SIGTERM -> SIGKILL grace
-  int64_t lease_ms = 10000;       // --lease_ms: agents stop ranks after this long without the controller
-  int64_t preempt_grace_ms = 30000;  // --preempt_grace_ms: job files only; 0: stop at once
+  int64_t stop_grace_ms = kDefaultStopGraceMs; // --stop_grace_ms: SIGTERM -> SIGKILL grace
+  int64_t lease_ms = kDefaultLeaseMs; // --lease_ms: agents stop ranks after this long without the controller
+  int64_t preempt_grace_ms = kDefaultPreemptGraceMs;  // --preempt_grace_ms: job files only; 0: stop at once
   int64_t rejoin_check_ms = 0;           // --rejoin_check_ms: elastic; 0: lost hosts rejoin at restarts
   int blacklist_after = 0;               // --blacklist_after N: elastic; 0: off
-  int64_t blacklist_cooldown_ms = 300000;  // --blacklist_cooldown_ms
-  int64_t heartbeat_timeout_ms = 15000;  // --heartbeat_timeout_ms: a frozen rank is a hang; 0: off
+  int64_t blacklist_cooldown_ms = kDefaultBlacklistCooldownMs;  // --blacklist_cooldown_ms
+  int64_t heartbeat_timeout_ms = kDefaultHeartbeatTimeoutMs;  // --heartbeat_timeout_ms: a frozen rank is a hang; 0: off
   int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: job files only; 0: off
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
   std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
@@ -58,6 +59,7 @@ struct LauncherOptions {
   std::string validate;           // --validate FILE: check a job file or ds_config, start nothing
   std::vector<std::string> overrides;  // --override key.path=value (repeatable)
   bool help = false;              // -h / --help
+  bool version = false;           // --version
   std::vector<std::string> program;  // PROGRAM ARGS... (everything after the first non-option)
 };
 

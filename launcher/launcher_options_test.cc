@@ -312,6 +312,13 @@ TEST(LauncherOptions, JobIdCharacters) {
   EXPECT_THAT(ErrorOf({"--job_id", "..", "prog"}), HasSubstr("--job_id '..'"));
 }
 
+TEST(LauncherOptions, VersionNeedsNoProgram) {
+  auto options = Parse({"--version"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->version);
+  EXPECT_THAT(ErrorOf({"--version=true"}), HasSubstr("takes no value"));
+}
+
 TEST(LauncherOptions, UsageListsEveryOptionWithDefaults) {
   std::string usage = LauncherUsage();
   EXPECT_THAT(usage, HasSubstr("usage: dslaunch [options] PROGRAM [ARGS...]"));
@@ -322,7 +329,7 @@ TEST(LauncherOptions, UsageListsEveryOptionWithDefaults) {
         "--agents LIST", "--token_file", "--max_restarts N", "--restart_backoff_ms MS",
         "--max_restart_backoff_ms MS", "--dry_run", "--job_id ID",
         "--stop_grace_ms MS", "--lease_ms MS", "--agent_binary", "--ssh_command",
-        "--controller_addr", "-h, --help"}) {
+        "--controller_addr", "-h, --help", "--version"}) {
     EXPECT_THAT(usage, HasSubstr(name));
   }
   // The defaults shown must be the struct's defaults.
@@ -332,6 +339,9 @@ TEST(LauncherOptions, UsageListsEveryOptionWithDefaults) {
   EXPECT_THAT(usage, HasSubstr("(default: " + defaults.ssh_command + ")"));
   EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.restart_backoff_ms) + ")"));
   EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.max_restart_backoff_ms) + ")"));
+  EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.preempt_grace_ms) + ")"));
+  EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.heartbeat_timeout_ms) + ")"));
+  EXPECT_THAT(usage, HasSubstr("(default: " + std::to_string(defaults.blacklist_cooldown_ms) + ")"));
   // Flags take no value, so --help shows no metavar for them.
   EXPECT_THAT(usage, testing::ContainsRegex("\n  --dry_run +print what would run"));
   for (absl::string_view line : absl::StrSplit(usage, '\n')) {

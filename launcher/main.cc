@@ -25,10 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/auth_token.h"
+#include "common/control_plane_defaults.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
 #include "common/rank_contract.h"
+#include "common/version.h"
 #include "launcher/agent_fleet.h"
 #include "launcher/dry_run.h"
 #include "launcher/grpc_agent_client.h"
@@ -50,7 +52,7 @@ namespace dslaunch {
 namespace {
 
 // How long an ordinary call to an agent may take.
-constexpr std::chrono::milliseconds kCallTimeout(10000);
+constexpr std::chrono::milliseconds kCallTimeout(kDefaultAgentCallTimeoutMs);
 
 // The agents of the job and how to reach them.
 struct AgentConnections {
@@ -89,6 +91,10 @@ EarlyExit ParseCommandLine(int argc, char** argv, LauncherOptions* options) {
   *options = *parsed;
   if (options->help) {
     std::cout << LauncherUsage();
+    return 0;
+  }
+  if (options->version) {
+    std::cout << VersionLine("dslaunch") << "\n";
     return 0;
   }
   return std::nullopt;
@@ -251,7 +257,7 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   int store_port = 0;
   builder.AddListeningPort(job->local() ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
                            &store_port);
-  builder.RegisterService(store->store.get());
+  store->store->Serve(builder);
   store->server = builder.BuildAndStart();
   if (!store->server || store_port == 0) {
     Notice("cannot start the rendezvous store");

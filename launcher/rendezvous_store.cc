@@ -10,16 +10,29 @@
 namespace dslaunch {
 
 RendezvousStore::RendezvousStore(std::string job_id, std::string token)
-    : job_id_(std::move(job_id)), token_(std::move(token)) {}
+    : job_id_(std::move(job_id)),
+      token_(std::move(token)),
+      gate_(StoreAuthPolicy(),
+            {{RpcCredential::kStoreToken,
+              [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
+                if (CallHasToken(context, token_)) return grpc::Status::OK;
+                return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                    "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN");
+              }}}) {
+  gate_.Unary("/dslaunch.Store/Set", this, &RendezvousStore::Set);
+  gate_.Unary("/dslaunch.Store/Get", this, &RendezvousStore::Get);
+  gate_.Unary("/dslaunch.Store/Wait", this, &RendezvousStore::Wait);
+  gate_.Unary("/dslaunch.Store/Add", this, &RendezvousStore::Add);
+  gate_.Unary("/dslaunch.Store/CompareSet", this, &RendezvousStore::CompareSet);
+  gate_.Unary("/dslaunch.Store/Delete", this, &RendezvousStore::Delete);
+}
+
+void RendezvousStore::Serve(grpc::ServerBuilder& builder) { gate_.Serve(builder); }
 
 std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
 
 grpc::Status RendezvousStore::CheckCall(const grpc::ServerContext& context,
                                         const StoreScope& scope) {
-  if (!CallHasToken(context, token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN");
-  }
   if (scope.job_id() != job_id_) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("rendezvous store serves job '", job_id_, "', not '",

@@ -6,6 +6,9 @@
 // call for another job id is refused. Wait blocks a server thread per waiting
 // call, which is fine for the thousands of ranks of one job.
 //
+// Every call passes the authentication gate first (Note [One authentication
+// gate], common/rpc_auth_policy.h): it carries the job's store token.
+//
 // Thread-safe.
 #pragma once
 
@@ -15,26 +18,32 @@
 #include <mutex>
 #include <string>
 
+#include "common/authenticated_service.h"
 #include "proto/store.grpc.pb.h"
 
 namespace dslaunch {
 
-class RendezvousStore final : public Store::Service {
+class RendezvousStore final {
  public:
   RendezvousStore(std::string job_id, std::string token);
 
+  // Registers the store, behind its authentication gate, with `builder`.
+  void Serve(grpc::ServerBuilder& builder);
+
+  // The RPCs of proto/store.proto; only the gate calls them.
+
   grpc::Status Set(grpc::ServerContext* context, const StoreSetRequest* request,
-                   StoreSetReply* reply) override;
+                   StoreSetReply* reply);
   grpc::Status Get(grpc::ServerContext* context, const StoreGetRequest* request,
-                   StoreGetReply* reply) override;
+                   StoreGetReply* reply);
   grpc::Status Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
-                    StoreWaitReply* reply) override;
+                    StoreWaitReply* reply);
   grpc::Status Add(grpc::ServerContext* context, const StoreAddRequest* request,
-                   StoreAddReply* reply) override;
+                   StoreAddReply* reply);
   grpc::Status CompareSet(grpc::ServerContext* context, const StoreCompareSetRequest* request,
-                          StoreCompareSetReply* reply) override;
+                          StoreCompareSetReply* reply);
   grpc::Status Delete(grpc::ServerContext* context, const StoreDeleteRequest* request,
-                      StoreDeleteReply* reply) override;
+                      StoreDeleteReply* reply);
 
   // The controller's own write into an attempt's namespace (e.g. the
   // preemption request "control/preempt" that ranks poll).
@@ -56,7 +65,8 @@ class RendezvousStore final : public Store::Service {
   int64_t WaitersWoken();
 
  private:
-  // Token, job and a live attempt; the reason to refuse the call otherwise.
+  // Job and a live attempt (the gate checked the token); the reason to
+  // refuse the call otherwise.
   grpc::Status CheckCall(const grpc::ServerContext& context, const StoreScope& scope);
   // CheckCall, then the full key.
   grpc::Status Check(const grpc::ServerContext& context, const StoreScope& scope,
@@ -81,6 +91,7 @@ class RendezvousStore final : public Store::Service {
   int64_t waiters_woken_ = 0;                                      // guarded by mu_
   int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
+  AuthenticatedService gate_;
 };
 
 }  // namespace dslaunch

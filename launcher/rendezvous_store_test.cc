@@ -1,5 +1,7 @@
 #include "launcher/rendezvous_store.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/generic_unary_call.h"
+#include "common/rpc_auth_policy.h"
 #include "common/store_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,7 +44,7 @@ class RendezvousStoreTest : public ::testing::Test {
     store_ = std::make_unique<RendezvousStore>(kJob, kToken);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(store_.get());
+    store_->Serve(builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port_, 0);
@@ -367,6 +371,25 @@ TEST_F(RendezvousStoreTest, WrongTokenIsUnauthenticated) {
   auto k = Client()->Get("k");
   ASSERT_TRUE(k.ok());
   EXPECT_FALSE(k->has_value());
+}
+
+// Note [One authentication gate]: every method of the store's table refuses a
+// call without the store token before it runs; an unlisted method is refused by name.
+TEST_F(RendezvousStoreTest, EveryListedMethodRefusesAMissingOrWrongTokenAndUnlistedOnesAreRefused) {
+  auto channel = grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials());
+  for (const auto& [method, credential] : StoreAuthPolicy().methods) {
+    for (const std::string token : {"", "wrong-token-wrong-token-wrong-tok"}) {
+      grpc::Status status = GenericUnaryCall(channel, method, token);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+      EXPECT_EQ(status.error_message(), "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN") << method;
+    }
+  }
+  for (const std::string method : {"/dslaunch.Store/Scan", "/dslaunch.Agent/StartRanks"}) {
+    grpc::Status status = GenericUnaryCall(channel, method, kToken);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << method;
+    EXPECT_EQ(status.error_message(),
+              "rendezvous store: method " + method + " is not in the authentication table; refused");
+  }
 }
 
 // Every call must carry the token, including a Wait for no key at all.

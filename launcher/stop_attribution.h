@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/control_plane_defaults.h"
 #include "launcher/freeze_watch.h"
 #include "proto/agent.pb.h"
 #include "proto/job.pb.h"
@@ -25,7 +26,7 @@ struct StopAttribution {
 
 // The controller's leases toward its agents.
 struct LeaseTiming {
-  std::chrono::milliseconds lease{10000};
+  std::chrono::milliseconds lease{kDefaultLeaseMs};
   std::chrono::milliseconds keepalive_interval{1000};
   // True when a freeze this long alone lets a lease run out: the agent hears
   // nothing for the freeze plus up to two keep-alive periods around it.

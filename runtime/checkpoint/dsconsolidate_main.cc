@@ -5,6 +5,9 @@
 //   dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include "common/flag_table.h"
 
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/consolidate.h"
@@ -13,10 +16,6 @@
 namespace {
 
 using namespace dslaunch::runtime;
-
-constexpr char kUsage[] =
-    "usage: dsconsolidate CHECKPOINT_DIR [--tag TAG] --output FILE.safetensors [--allow_nonfinite]\n"
-    "       dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]\n";
 
 // One line per checkpoint (or the one tag): verified or why not, and what
 // `latest` says. 0 when everything verifies.
@@ -69,28 +68,35 @@ int Verify(const std::string& dir, const std::string& tag) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir, tag, output;
+  std::string tag, output;
   bool verify = false;
   ConsolidateOptions options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if ((arg == "--tag" || arg == "--output") && i + 1 < argc) {
-      (arg == "--tag" ? tag : output) = argv[++i];
-    } else if (arg == "--verify") {
-      verify = true;
-    } else if (arg == "--allow_nonfinite") {
-      options.allow_nonfinite = true;
-    } else if (dir.empty() && arg.rfind("--", 0) != 0) {
-      dir = arg;
-    } else {
-      std::fprintf(stderr, "dsconsolidate: unknown argument '%s'\n%s", arg.c_str(), kUsage);
-      return 2;
-    }
-  }
-  if (dir.empty() || (verify == !output.empty())) {
-    std::fprintf(stderr, "%s", kUsage);
+  dslaunch::FlagTable flags("dsconsolidate",
+                            "dsconsolidate CHECKPOINT_DIR [--tag TAG] --output FILE.safetensors "
+                            "[--allow_nonfinite]\n       dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]");
+  flags.Positional("CHECKPOINT_DIR", "the checkpoint folder (the one with `latest`)")
+      .String("--tag", &tag, "TAG", "the checkpoint to read (default: the one `latest` names)")
+      .String("--output", &output, "FILE", "the safetensors file to write")
+      .Bool("--verify", &verify, "check every checkpoint (or the one tag) against its commit record")
+      .Bool("--allow_nonfinite", &options.allow_nonfinite, "write NaN/Inf values instead of refusing");
+  if (absl::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {
+    std::fprintf(stderr, "dsconsolidate: %s\n(dsconsolidate --help lists the flags)\n",
+                 std::string(parsed.message()).c_str());
     return 2;
   }
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::printf("%s\n", flags.Version().c_str());
+    return 0;
+  }
+  if (flags.positionals().size() != 1 || (verify == !output.empty())) {
+    std::fputs(flags.Help().c_str(), stderr);
+    return 2;
+  }
+  const std::string dir = flags.positionals()[0];
   if (verify) return Verify(dir, tag);
   auto summary = ConsolidateCheckpoint(dir, tag, output, options);
   if (!summary.ok()) {

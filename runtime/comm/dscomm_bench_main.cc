@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_table.h"
 #include "common/rank_contract.h"
 #include "common/store_client.h"
 #include "runtime/comm/communicator.h"
@@ -103,42 +103,27 @@ int main(int argc, char** argv) {
   using namespace dslaunch::runtime;
   std::string device_choice = "auto", dtype = "float";
   int64_t min_bytes = int64_t{1} << 20, max_bytes = int64_t{1} << 30, iters = 20, warmup = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (auto eq = arg.find('='); eq != std::string::npos) return arg.substr(eq + 1);
-      return i + 1 < argc ? argv[++i] : "";
-    };
-    auto number = [&](const char* flag, int64_t* out) {
-      const std::string text = value();
-      if (!absl::SimpleAtoi(text, out) || *out <= 0) {
-        std::fprintf(stderr, "dscomm_bench: %s needs a positive integer, got '%s'\n", flag, text.c_str());
-        std::exit(2);
-      }
-    };
-    if (arg.rfind("--local_rank", 0) == 0) continue;
-    if (arg.rfind("--device", 0) == 0) {
-      device_choice = value();
-    } else if (arg.rfind("--dtype", 0) == 0) {
-      dtype = value();
-    } else if (arg.rfind("--min_bytes", 0) == 0) {
-      number("--min_bytes", &min_bytes);
-    } else if (arg.rfind("--max_bytes", 0) == 0) {
-      number("--max_bytes", &max_bytes);
-    } else if (arg.rfind("--iters", 0) == 0) {
-      number("--iters", &iters);
-    } else if (arg.rfind("--warmup", 0) == 0) {
-      number("--warmup", &warmup);
-    } else {
-      return Fail(absl::StrCat("unknown argument '", arg,
-                               "' (usage: dscomm_bench [--device auto|cpu|cuda] [--dtype float|bfloat16] "
-                               "[--min_bytes N] [--max_bytes N] [--iters N] [--warmup N])"));
-    }
+  int64_t ignored_local_rank = -1;
+  FlagTable flags("dscomm_bench", "dslaunch --num_gpus G dscomm_bench [flags]");
+  flags.String("--device", &device_choice, "", "where the buffers live", {"auto", "cpu", "cuda"})
+      .String("--dtype", &dtype, "", "element type", {"float", "bfloat16"})
+      .Int("--min_bytes", &min_bytes, "N", "smallest message", {1, INT64_MAX})
+      .Int("--max_bytes", &max_bytes, "N", "largest message (sizes double up to it)", {1, INT64_MAX})
+      .Int("--iters", &iters, "N", "timed iterations per size", {1, INT64_MAX})
+      .Int("--warmup", &warmup, "N", "untimed iterations per size", {1, INT64_MAX})
+      .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment");
+  if (absl::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {
+    return Fail(absl::StrCat(parsed.message(), " (dscomm_bench --help lists the flags)"));
   }
-  if (device_choice != "auto" && device_choice != "cpu" && device_choice != "cuda") {
-    return Fail("--device is auto, cpu or cuda, not '" + device_choice + "'");
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
   }
-  if (dtype != "float" && dtype != "bfloat16") return Fail("--dtype is float or bfloat16, not '" + dtype + "'");
+  if (flags.version_requested()) {
+    std::printf("%s\n", flags.Version().c_str());
+    return 0;
+  }
+  if (!flags.positionals().empty()) return Fail("unexpected argument '" + flags.positionals().front() + "'");
   if (min_bytes > max_bytes) return Fail("--min_bytes is larger than --max_bytes");
   auto env = ReadRankEnvironment();
   if (!env.ok()) return Fail(std::string(env.status().message()));

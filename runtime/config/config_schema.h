@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
+#include "common/nearest_name.h"
 
 namespace dslaunch::runtime::config_internal {
 
@@ -197,9 +198,9 @@ std::string DescribeValue(const YAML::Node& node);
 // The shortest text that reads back as `value` (1e-08, 0.001, 500000000).
 std::string FormatNumber(double value);
 
-// Edit distance with transpositions (optimal string alignment).
-int EditDistance(absl::string_view a, absl::string_view b);
-// The candidate nearest to `name`, or "" when none is close enough to suggest.
-std::string NearestName(absl::string_view name, const std::vector<std::string>& candidates);
+// Typo suggestions for keys and enum values: dslaunch::NearestName
+// (common/nearest_name.h), the one rule of every "did you mean".
+using ::dslaunch::EditDistance;
+using ::dslaunch::NearestName;
 
 }  // namespace dslaunch::runtime::config_internal

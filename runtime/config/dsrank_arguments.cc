@@ -1,73 +1,40 @@
 #include "runtime/config/dsrank_arguments.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_table.h"
 
 namespace dslaunch::runtime {
 
 absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::string>& args) {
   DsrankArguments parsed;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i];
-    std::string value;
-    bool has_value = false;
-    if (name.rfind("--", 0) == 0) {
-      if (const size_t eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        has_value = true;
-      }
-    }
-    auto take_value = [&]() -> absl::Status {
-      if (has_value) return absl::OkStatus();
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-      value = args[++i];
-      return absl::OkStatus();
-    };
-    auto take_int = [&](int64_t* out, const char* what) -> absl::Status {
-      if (absl::Status taken = take_value(); !taken.ok()) return taken;
-      if (!absl::SimpleAtoi(value, out)) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " '", value, "': needs ", what));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status status;
-    if (name == "--local_rank") {
-      int64_t ignored = 0;
-      if (!has_value && i + 1 < args.size() && absl::SimpleAtoi(args[i + 1], &ignored)) ++i;
-    } else if (name == "--override") {
-      status = take_value();
-      if (status.ok()) parsed.overrides.push_back(value);
-    } else if (name == "--loss_log") {
-      status = take_value();
-      if (status.ok()) parsed.loss_log = value;
-    } else if (name == "--device") {
-      status = take_value();
-      if (status.ok() && value != "auto" && value != "cpu" && value != "cuda") {
-        status = absl::InvalidArgumentError(absl::StrCat("--device '", value, "': expected auto, cpu or cuda"));
-      }
-      if (status.ok()) parsed.device = value;
-    } else if (name == "--exit_at_step") {
-      status = take_int(&parsed.exit_at_step, "a step number");
-    } else if (name == "--hang_at_step") {
-      status = take_int(&parsed.hang_at_step, "a step number");
-    } else if (name == "--hang_rank") {
-      status = take_int(&parsed.hang_rank, "a rank");
-    } else if (name == "--cuda_memory_limit_gb") {
-      status = take_value();
-      if (status.ok() && (!absl::SimpleAtod(value, &parsed.cuda_memory_limit_gb) ||
-                          !(parsed.cuda_memory_limit_gb > 0))) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("--cuda_memory_limit_gb '", value, "': needs a positive number of GiB"));
-      }
-    } else if (parsed.job_file.empty() && name.rfind("--", 0) != 0) {
-      parsed.job_file = name;
-    } else {
-      status = absl::InvalidArgumentError(absl::StrCat("unknown argument '", args[i], "'; ", kDsrankUsage));
-    }
-    if (!status.ok()) return status;
+  int64_t ignored_local_rank = -1;
+  FlagTable flags("dsrank", "dsrank JOB.cfg [flags]");
+  flags.Positional("JOB.cfg", "the job file (train.cfg)")
+      .Repeated("--override", &parsed.overrides, "KEY=VALUE",
+                "change a job file key, applied after dslaunch's own --override")
+      .String("--loss_log", &parsed.loss_log, "PATH", "write each step's loss to PATH (rank 0)")
+      .String("--device", &parsed.device, "", "where to train", {"auto", "cpu", "cuda"})
+      .Double("--cuda_memory_limit_gb", &parsed.cuda_memory_limit_gb, "G",
+              "cap this rank's CUDA memory at G GiB (0: no cap)", {0, 65536, /*min_exclusive=*/true})
+      .Int("--exit_at_step", &parsed.exit_at_step, "N", "exit with an error at step N (tests; -1: never)")
+      .Int("--hang_at_step", &parsed.hang_at_step, "N", "stop making progress at step N (tests; -1: never)")
+      .Int("--hang_rank", &parsed.hang_rank, "R", "only rank R hangs (-1: every rank)")
+      .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment");
+  if (absl::Status status = flags.Parse(args); !status.ok()) return status;
+  if (flags.help_requested()) {
+    parsed.print = flags.Help();
+    return parsed;
   }
-  if (parsed.job_file.empty()) return absl::InvalidArgumentError("missing the job file (a train.cfg)");
+  if (flags.version_requested()) {
+    parsed.print = flags.Version() + "\n";
+    return parsed;
+  }
+  if (flags.positionals().empty()) return absl::InvalidArgumentError("missing the job file (a train.cfg)");
+  if (flags.positionals().size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positionals()[1],
+                                                   "' (the job file is ", flags.positionals()[0], ")"));
+  }
+  parsed.job_file = flags.positionals()[0];
   return parsed;
 }
 

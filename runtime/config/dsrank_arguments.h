@@ -7,9 +7,9 @@
 //          [--device auto|cpu|cuda] [--cuda_memory_limit_gb G]
 //          [--exit_at_step N] [--hang_at_step N [--hang_rank R]]
 //
-// Every flag takes its value as `--flag VALUE` or `--flag=VALUE`; names match
-// exactly. `--local_rank[=N]` is accepted and ignored (LOCAL_RANK is in the
-// environment).
+// The flags are a common/flag_table.h table (exact names, `--flag VALUE` or
+// `--flag=VALUE`, --help and --version). `--local_rank=N` is accepted and
+// ignored (LOCAL_RANK is in the environment).
 #pragma once
 
 #include <cstdint>
@@ -29,11 +29,9 @@ struct DsrankArguments {
   int64_t hang_at_step = -1;
   int64_t hang_rank = -1;
   double cuda_memory_limit_gb = 0;
+  // Non-empty for --help or --version: print it and exit 0.
+  std::string print;
 };
-
-inline constexpr char kDsrankUsage[] =
-    "usage: dsrank JOB.cfg [--override key=value]... [--loss_log PATH] [--device auto|cpu|cuda] "
-    "[--cuda_memory_limit_gb G] [--exit_at_step N] [--hang_at_step N [--hang_rank R]]";
 
 // `args` without the program name. Errors name the argument; the overrides'
 // own syntax is checked by ParseOverride (config_loader.h), not here.

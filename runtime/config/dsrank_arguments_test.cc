@@ -32,13 +32,28 @@ TEST(DsrankArguments, TakesEveryFlagInBothSpellings) {
 
 TEST(DsrankArguments, NamesWhatIsWrong) {
   EXPECT_THAT(ErrorOf({"job.cfg", "--override"}), HasSubstr("--override needs a value"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--exit_at_step", "ten"}), HasSubstr("--exit_at_step 'ten': needs a step number"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--device", "tpu"}), HasSubstr("--device 'tpu': expected auto, cpu or cuda"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--cuda_memory_limit_gb", "0"}), HasSubstr("positive number of GiB"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "--exit_at_step", "ten"}), HasSubstr("--exit_at_step 'ten': not an integer"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "--device", "tpu"}), HasSubstr("--device 'tpu': expected one of auto, cpu, cuda"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "--cuda_memory_limit_gb", "0"}), HasSubstr("--cuda_memory_limit_gb '0': must be in (0, 65536]"));
   // Names match exactly: no prefix of a flag is taken for it.
-  EXPECT_THAT(ErrorOf({"job.cfg", "--overrides", "a=1"}), HasSubstr("unknown argument '--overrides'"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "other.cfg"}), HasSubstr("unknown argument 'other.cfg'"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "--overrides", "a=1"}), HasSubstr("unknown flag --overrides; did you mean --override?"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "other.cfg"}), HasSubstr("unexpected argument 'other.cfg' (the job file is job.cfg)"));
   EXPECT_THAT(ErrorOf({"--loss_log", "x"}), HasSubstr("missing the job file"));
+  // Names match exactly: a longer or shorter spelling is refused with the nearest name.
+  EXPECT_THAT(ErrorOf({"job.cfg", "--devicex", "cpu"}), HasSubstr("unknown flag --devicex; did you mean --device?"));
+  EXPECT_THAT(ErrorOf({"job.cfg", "--devic=cpu"}), HasSubstr("unknown flag --devic; did you mean --device?"));
+}
+
+TEST(DsrankArguments, HelpAndVersionNeedNoJobFile) {
+  auto help = ParseDsrankArguments({"--help"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  for (const char* flag : {"--override", "--loss_log", "--device", "--cuda_memory_limit_gb", "--exit_at_step",
+                           "--hang_at_step", "--hang_rank", "--local_rank", "--version", "JOB.cfg"}) {
+    EXPECT_THAT(help->print, HasSubstr(flag));
+  }
+  auto version = ParseDsrankArguments({"--version"});
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_THAT(version->print, HasSubstr("dsrank 0."));
 }
 
 }  // namespace

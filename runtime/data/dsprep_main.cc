@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
     std::fputs(DsprepUsage().c_str(), stdout);
     return 0;
   }
+  if (command->version) {
+    std::printf("%s\n", DsprepVersion().c_str());
+    return 0;
+  }
   absl::StatusOr<PrepareSummary> summary = PrepareDataset(command->options);
   if (!summary.ok()) {
     PrintError(std::string(summary.status().message()));

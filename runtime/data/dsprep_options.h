@@ -4,8 +4,8 @@
 //          [--tokenizer byte|sentencepiece] [--vocab_size N] [--sp_model PATH]
 //          [--split_on_percent_lines] [--workers N]
 //
-// Every flag is one row of the table in dsprep_options.cc, which also
-// generates --help.
+// The flags are a common/flag_table.h table (exact names, `--flag value` or
+// `--flag=value`, --help and --version generated from it).
 #pragma once
 
 #include <string>
@@ -19,13 +19,15 @@ namespace dslaunch::runtime {
 struct DsprepCommand {
   PrepareOptions options;
   bool help = false;
+  bool version = false;
 };
 
-// Parses the arguments after argv[0]. Accepts "--flag value" and
-// "--flag=value". Errors name the flag: unknown, missing value, bad number,
-// and a missing --input or --output (unless --help).
+// Parses the arguments after argv[0]. Errors name the flag: unknown, missing
+// value, bad number, and a missing --input or --output (unless --help or
+// --version).
 absl::StatusOr<DsprepCommand> ParseDsprepArgs(const std::vector<std::string>& args);
 
 std::string DsprepUsage();
+std::string DsprepVersion();
 
 }  // namespace dslaunch::runtime

@@ -159,13 +159,18 @@ TEST(DsprepOptionsTest, ParsesEveryFlag) {
   EXPECT_TRUE(o.split_on_percent_lines);
   EXPECT_EQ(o.workers, 4);
   EXPECT_TRUE(ParseDsprepArgs({"--help"})->help);
+  EXPECT_TRUE(ParseDsprepArgs({"--version"})->version);
+  for (const char* flag : {"--input", "--output", "--tokenizer", "--vocab_size", "--sp_model",
+                           "--split_on_percent_lines", "--workers", "--help", "--version"}) {
+    EXPECT_THAT(DsprepUsage(), HasSubstr(flag));
+  }
 }
 
 TEST(DsprepOptionsTest, CountsAreBounded) {
   EXPECT_EQ(ParseDsprepArgs({"--input", "a", "--output", "o", "--vocab_size", "2097153"}).status().message(),
-            "--vocab_size 2097153: at most 2097152");
+            "--vocab_size '2097153': must be in 0..2097152");
   EXPECT_EQ(ParseDsprepArgs({"--input", "a", "--output", "o", "--workers=100000"}).status().message(),
-            "--workers 100000: at most 1024");
+            "--workers '100000': must be in 1..1024");
   EXPECT_TRUE(ParseDsprepArgs({"--input", "a", "--output", "o", "--workers=1024"}).ok());
 }
 
@@ -176,12 +181,12 @@ TEST(DsprepOptionsTest, ErrorsNameTheFlag) {
               HasSubstr("--output needs a value"));
   EXPECT_THAT(ParseDsprepArgs({"--input", "a", "--output", "o", "--workers", "many"})
                   .status().message(),
-              HasSubstr("--workers expects a number"));
+              HasSubstr("--workers 'many': not an integer"));
   EXPECT_THAT(ParseDsprepArgs({"--output", "o"}).status().message(), HasSubstr("--input"));
   EXPECT_THAT(ParseDsprepArgs({"--input", "a"}).status().message(), HasSubstr("--output"));
   EXPECT_THAT(ParseDsprepArgs({"--input", "a", "--output", "o", "--split_on_percent_lines=1"})
                   .status().message(),
-              HasSubstr("takes no value"));
+              HasSubstr("--split_on_percent_lines '1': expected true or false"));
 }
 
 // Runs `command` through the shell; returns its exit status and output.

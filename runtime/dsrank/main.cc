@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   using namespace dslaunch::runtime;
   auto arguments = ParseDsrankArguments(std::vector<std::string>(argv + 1, argv + argc));
   if (!arguments.ok()) return Fail(std::string(arguments.status().message()));
+  if (!arguments->print.empty()) {  // --help, --version
+    std::fputs(arguments->print.c_str(), stdout);
+    return 0;
+  }
   std::vector<ConfigOverride> overrides;
   for (const std::string& text : arguments->overrides) {
     auto parsed = ParseOverride(text);

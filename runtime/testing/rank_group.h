@@ -30,7 +30,7 @@ class InProcessStore {
       : job_(std::move(job)), store_(job_, kToken) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&store_);
+    store_.Serve(builder);
     server_ = builder.BuildAndStart();
   }
   ~InProcessStore() {

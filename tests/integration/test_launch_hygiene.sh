@@ -44,7 +44,7 @@ expect_refused before "$steps" --override train.steps=3 "$CONFIG"
 expect_refused after "$steps" "$CONFIG" --override train.steps=3
 expect_refused after_eq "$steps" "$CONFIG" --override=train.steps=3
 expect_refused after_typo "unknown key 'train.stepz' (did you mean 'train.steps'?)" "$CONFIG" --override train.stepz=1
-expect_refused after_flag "unknown argument '--bogus'" "$CONFIG" --bogus
+expect_refused after_flag "unknown flag --bogus" "$CONFIG" --bogus
 # Both places together, in dsrank's order: dslaunch's first, so the later one wins.
 "$DSLAUNCH" --num_gpus 1 --dry_run --override train.steps=3 "$CONFIG" --override train.steps=40 >"$WORK/dry.out" 2>&1 ||
   fail "a valid last override refused: $(cat "$WORK/dry.out")"
