@@ -34,6 +34,10 @@ frozen=$(rank_pid api-hang 1) || fail "no process of rank 1 found"
 kill -STOP "$frozen"
 CLEANUP_PIDS+=("$frozen")
 stopped_at=$SECONDS
+# The bound is generous (the heartbeat timeout is 2 s): without heartbeats
+# the job would hang here for good, the failure this test exists to catch.
+wait_until 60 pid_gone "$launcher" ||
+  fail "dslaunch did not end the job within 60 s of rank 1 freezing: no diagnosis"
 set +e
 wait "$launcher"
 code=$?

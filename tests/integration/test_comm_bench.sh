@@ -24,5 +24,5 @@ done
 pass "dscomm_bench at 2 and 4 Gloo ranks: 15 checked rows each, nccl-tests bus bandwidth"
 
 if "$DSLAUNCH" --num_gpus 2 "$DSCOMM_BENCH" --dtype int8 >"$WORK/bad.out" 2>&1; then fail "--dtype int8 was accepted"; fi
-grep -q -- "--dtype is float or bfloat16, not 'int8'" "$WORK/bad.out" || fail "no clear error: $(tail -n 3 "$WORK/bad.out")"
+grep -q -- "--dtype 'int8': expected one of float, bfloat16" "$WORK/bad.out" || fail "no clear error: $(tail -n 3 "$WORK/bad.out")"
 pass "a bad flag is refused with its name"

@@ -24,7 +24,7 @@ code=$?
 set -e
 ((code != 0)) || fail "a job with the wrong token ran"
 grep -q 'missing or wrong token' "$WORK/refused.err" || fail "no UNAUTHENTICATED message"
-grep -q 'refused Describe' "$WORK/agent_a.log" || fail "agent did not log the refused call"
+grep -q 'refused /dslaunch.Agent/Describe' "$WORK/agent_a.log" || fail "agent did not log the refused call"
 (($(count_files "$WORK/pids_refused" '*.pid') == 0)) || fail "a rank ran without the token"
 pass "wrong token refused (exit $code), nothing ran"
 
