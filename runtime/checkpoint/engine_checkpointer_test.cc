@@ -18,6 +18,7 @@
 #include "runtime/fs/posix_file_system.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/testing/train_steps.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -40,23 +41,9 @@ DsConfig Config(int64_t micro, int64_t accumulation, int dp) {
   return config;
 }
 
-// `steps` steps from `first_step` on rows [step*global, ...); the losses.
 std::vector<double> Train(Engine& engine, Gpt& model, int steps, int64_t micro, int64_t accumulation, int dp,
                           int rank, int first_step = 0) {
-  std::vector<double> losses;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    double step_loss = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const int64_t first = step * micro * accumulation * dp + m * micro * dp + rank * micro;
-      auto [inputs, targets] = Batch(first, micro);
-      torch::Tensor loss = model->Loss(inputs, targets);
-      step_loss += loss.item<double>() / accumulation;
-      EXPECT_TRUE(engine.Backward(loss).ok());
-      EXPECT_TRUE(engine.Step().ok());
-    }
-    losses.push_back(step_loss);
-  }
-  return losses;
+  return testing::TrainSteps(engine, model, steps, micro, accumulation, dp, rank, first_step);
 }
 
 class EngineCheckpointerTest : public ::testing::Test {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/testing/train_steps.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -31,23 +32,9 @@ DsConfig BaseConfig(int64_t micro, int64_t accumulation, int dp) {
   return config;
 }
 
-// Trains `steps` steps on rows [step*global, ...) with `micro` rows per micro-batch.
-std::vector<double> Train(Engine& engine, Gpt& model, int steps, int64_t micro, int64_t accumulation,
-                          int dp, int rank, int first_step = 0) {
-  std::vector<double> losses;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    double step_loss = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const int64_t first = step * micro * accumulation * dp + m * micro * dp + rank * micro;
-      auto [inputs, targets] = Batch(first, micro);
-      torch::Tensor loss = model->Loss(inputs, targets);
-      step_loss += loss.item<double>() / accumulation;
-      EXPECT_TRUE(engine.Backward(loss).ok());
-      EXPECT_TRUE(engine.Step().ok());
-    }
-    losses.push_back(step_loss);
-  }
-  return losses;
+std::vector<double> Train(Engine& engine, Gpt& model, int steps, int64_t micro, int64_t accumulation, int dp,
+                          int rank, int first_step = 0) {
+  return testing::TrainSteps(engine, model, steps, micro, accumulation, dp, rank, first_step);
 }
 
 TEST(Engine, AccumulationMatchesOneLargeBatch) {
