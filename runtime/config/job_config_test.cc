@@ -172,7 +172,7 @@ train: {steps: 1}
 ds_config: {train_batch_size: 1}
 )");
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt",
+              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt, llama",
                           path_ + ":1: model.layers: 0 must be >= 1",
                           path_ + ":1: model.sequence_length: required",
                           path_ + ":1: model.width: 100 is not divisible by model.heads (3)"));
