@@ -18,7 +18,8 @@ PY=${REFERENCE_PYTHON:-/usr/bin/python3}
 "$PY" -c 'import torch' 2>/dev/null || fail "$PY has no torch (scripts/setup.sh installs python3-torch)"
 "$PY" "$HF/make_tiny_llama.py" "$WORK/tiny" llama3_gqa --shards 2 --seed 3
 COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/fortunes"
-  --override train.eval_interval=0 --override 'checkpoint.dir=""' --override train.global_batch_size=8)
+  --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
+  --override train.global_batch_size=8)
 
 run() {  # NAME WORLD [dslaunch arguments...]
   local name=$1 world=$2
@@ -48,7 +49,7 @@ awk 'NR <= 2 { first += $2 } { last2[NR % 2] = $2 } END { exit !((last2[0] + las
 pass "Llama from a Hugging Face folder: ZeRO-0 on 1 rank, ZeRO-1 and ZeRO-3 on 2 give the same losses; the loss falls"
 
 # 2. lr 0: the export at ZeRO-3 on 2 ranks is the folder's own tensors, exactly.
-run roundtrip 2 --override train.steps=1 --override train.micro_batch_size=4 --override train.lr=0 \
+run roundtrip 2 --override train.steps=3 --override train.micro_batch_size=4 --override train.lr=0 --override train.warmup_steps=0 \
   --override train.min_lr=0 --override ds_config.zero_optimization.stage=3 \
   --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 \
   --override "export.hf_dir=$WORK/roundtrip_hf" --override export.dtype=float32 --override export.max_shard_size=100KB
@@ -96,7 +97,7 @@ pass "stop at 4, resume to 8 at ZeRO-3: every loss bit-identical"
 cp -r "$WORK/tiny" "$WORK/broken"
 sed -i 's/"intermediate_size": 176/"intermediate_size": 160/' "$WORK/broken/config.json"
 set +e
-"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override "model.from=$WORK/broken" --override train.steps=2 "$CONFIG" \
+"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override "model.from=$WORK/broken" --override train.steps=6 "$CONFIG" \
   --loss_log "$WORK/broken.tsv" >"$WORK/broken.out" 2>&1
 code=$?
 set -e
