@@ -13,10 +13,10 @@ include(CMakePackageConfigHelpers)
 # Every target dslaunch::runtime links, bottom up (an exported target's
 # dependencies must be exported with it).
 set(DSLAUNCH_EXPORTED_TARGETS
-  dsbounded_file dsflags dsproto dscommon dskernels_cpu
+  dsbounded_file dsflags dsjson dsproto dscommon dskernels_cpu
   dsruntime_schedule dsruntime_config dsruntime_fs
   dsruntime_topology dsruntime_torch dsruntime_comm dsruntime_parallel dsruntime_model dsruntime_zero
-  dsruntime_engine dsruntime_checkpoint
+  dsruntime_hf dsruntime_engine dsruntime_checkpoint
   dsruntime_api)
 if(TARGET dskernels_cuda)
   list(APPEND DSLAUNCH_EXPORTED_TARGETS dskernels_cuda)

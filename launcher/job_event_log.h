@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/json_quote.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -57,10 +58,7 @@ class JobEvent {
   std::vector<std::pair<std::string, Value>> fields_;
 };
 
-// `text` as a JSON string literal, quotes included: '"' and '\' escaped,
-// control characters as \n, \t, ... or \u00XX, and bytes that are not valid
-// UTF-8 (ranks print anything) replaced by \ufffd so the line stays valid JSON.
-std::string JsonQuote(absl::string_view text);
+using ::dslaunch::JsonQuote;  // common/json_quote.h
 
 // The event as one line of JSON, without the newline.
 std::string FormatJobEvent(const JobEvent& event);

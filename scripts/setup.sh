@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest
   iproute2 procps elfutils
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
+  python3-torch  # reference implementations for the model tests (tests/hf/)
 )
 
 missing=()

@@ -236,6 +236,25 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
   return written;
 }
 
+absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
+  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+  const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
+  absl::Status written = absl::OkStatus();
+  if (rank == 0) {
+    auto parameters = engine_.model_->named_parameters();
+    std::vector<HfTensorSpec> tensors;
+    for (const auto& item : parameters) tensors.push_back({item.key(), item.value().sizes().vec()});
+    written = ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      return parameters[name].detach();
+    });
+  }
+  if (engine_.stage3_) {
+    absl::Status released = engine_.stage3_->FinishBackward();
+    if (written.ok()) written = released;
+  }
+  return written;
+}
+
 absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
   torch::NoGradGuard no_grad;
   // Saved shards are re-joined in host memory (they may come from GPUs this

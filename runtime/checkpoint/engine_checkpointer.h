@@ -26,6 +26,7 @@
 #include "runtime/checkpoint/checksummed_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/hf/hf_export.h"
 
 namespace dslaunch::runtime {
 
@@ -43,6 +44,13 @@ class EngineCheckpointer {
   // Loads `tag` ("" = the one `latest` names) once it verifies. NotFound when
   // there is none; a failure leaves the engine as it was.
   absl::StatusOr<ClientState> Load(const std::string& dir, const std::string& tag = "");
+
+  // The model as a Hugging Face folder (runtime/hf/hf_export.h): every rank
+  // gathers the parameters (ZeRO-3), rank 0 writes them, one tensor at a
+  // time, in options.dtype. The values are the module's (the 16-bit ones
+  // with fp16/bf16: what the model computes with). A collective; the error of
+  // a failed write is rank 0's.
+  absl::Status ExportHuggingFace(const HfExportOptions& options);
 
  private:
   // This rank's part, written and hashed as LibTorch's archive streams it.

@@ -4,27 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_quote.h"
 #include "common/status_macros.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-      out += buffer;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -46,7 +31,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     int64_t elements = 1;
     for (int64_t d : entry.shape) elements *= d;
     const int64_t end = offset + elements * 4;
-    fields.push_back(absl::StrCat(JsonString(entry.name), ":{\"dtype\":\"F32\",\"shape\":[",
+    fields.push_back(absl::StrCat(JsonQuote(entry.name), ":{\"dtype\":\"F32\",\"shape\":[",
                                   absl::StrJoin(entry.shape, ","), "],\"data_offsets\":[", offset,
                                   ",", end, "]}"));
     offset = end;

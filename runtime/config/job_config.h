@@ -163,7 +163,11 @@ struct DsConfig {
 };
 
 struct ModelConfig {
-  std::string type = "gpt";
+  std::string type = "gpt";  // gpt | llama
+  // A Hugging Face model folder (config.json + safetensors) to start from:
+  // its config.json gives the sizes (model.layers/heads/width are then not
+  // written), its weights replace the random initialisation. llama only.
+  std::string from;
   int layers = 0;
   int heads = 0;
   int width = 0;             // embedding / hidden size
@@ -205,6 +209,13 @@ struct TrainConfig {
   int64_t max_nonfinite_steps = 3;
 };
 
+// The trained model as a Hugging Face folder when the job ends (llama).
+struct ExportConfig {
+  std::string hf_dir;                   // empty: no export
+  std::string dtype = "bfloat16";       // float32 | float16 | bfloat16
+  std::string max_shard_size = "5GB";   // save_pretrained's default
+};
+
 struct CheckpointConfig {
   std::string dir;            // empty: no checkpoints
   int64_t interval = 0;       // steps between saves (0: only at the end)
@@ -221,6 +232,7 @@ struct JobConfig {
   std::string path;  // the train.cfg it came from
   ModelConfig model;
   DataConfig data;
+  ExportConfig export_;  // the `export` section
   TrainConfig train;
   CheckpointConfig checkpoint;
   DsConfig ds;

@@ -20,10 +20,12 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
   TrainConfig* t = &job->train;
   CheckpointConfig* c = &job->checkpoint;
   return {
-      Key("model.type", &m->type).OneOf({"gpt"}),
-      Key("model.layers", &m->layers).Min(1).Max(kMaxModelLayers).Required(),
-      Key("model.heads", &m->heads).Min(1).Max(kMaxModelHeads).Required(),
-      Key("model.width", &m->width).Min(1).Max(kMaxModelWidth).Required(),
+      Key("model.type", &m->type).OneOf({"gpt", "llama"}),
+      Key("model.from", &m->from),
+      // Required unless model.from gives them (FinishJobConfig).
+      Key("model.layers", &m->layers).Min(1).Max(kMaxModelLayers),
+      Key("model.heads", &m->heads).Min(1).Max(kMaxModelHeads),
+      Key("model.width", &m->width).Min(1).Max(kMaxModelWidth),
       Key("model.sequence_length", &m->sequence_length).Min(1).Max(kMaxSequenceLength).Required(),
       Key("model.vocab_size", &m->vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("model.dropout", &m->dropout).Min(0).Below(1),
@@ -53,6 +55,10 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
       Key("train.max_nonfinite_steps", &t->max_nonfinite_steps).Min(1),
 
+      Key("export.hf_dir", &job->export_.hf_dir),
+      Key("export.dtype", &job->export_.dtype).OneOf({"float32", "float16", "bfloat16"}),
+      Key("export.max_shard_size", &job->export_.max_shard_size),
+
       Key("checkpoint.dir", &c->dir),
       Key("checkpoint.interval", &c->interval).Min(0),
       Key("checkpoint.keep", &c->keep).Min(0),
@@ -78,7 +84,7 @@ double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary) {
 void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
   const ModelConfig& model = job.model;
-  const bool dims_usable = walk.HasValue("model.layers") && walk.HasValue("model.width") &&
+  const bool dims_usable = model.from.empty() && walk.HasValue("model.layers") && walk.HasValue("model.width") &&
                            walk.HasValue("model.sequence_length") && !walk.invalid.count("model.vocab_size");
   if (!dims_usable) return;  // their own problems are reported
   // Vocabulary 0 in the file: the dataset's, which the tokenizer decides.
@@ -130,6 +136,25 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
   if (!walk.Has("train")) problem_at("train", "required (at least steps)");
 
   const ModelConfig& model = job->model;
+  if (walk.Has("model")) {
+    for (const char* key : {"model.layers", "model.heads", "model.width"}) {
+      if (model.from.empty() && !walk.Has(key)) {
+        problems->AtKey(source, key, walk.MarkOf("model"),
+                        "required (or model.from: a Hugging Face model folder whose config.json gives it)");
+      } else if (!model.from.empty() && walk.Has(key)) {
+        problem_at(key, absl::StrCat("comes from model.from's config.json (", model.from,
+                                     "): remove it from the job file"));
+      }
+    }
+    if (!model.from.empty() && model.type != "llama") {
+      problem_at("model.from", absl::StrCat("needs model.type: llama (a Hugging Face Llama-family folder), not '",
+                                            model.type, "'"));
+    }
+  }
+  if (!job->export_.hf_dir.empty() && model.type != "llama") {
+    problem_at("export.hf_dir", absl::StrCat("Hugging Face export is built for model.type llama, not '",
+                                             model.type, "'"));
+  }
   if (walk.HasValue("model.width") && walk.HasValue("model.heads") && model.heads > 0 &&
       model.width % model.heads != 0) {
     problem_at("model.width",
@@ -161,6 +186,8 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
   data.prepared = ResolveRelativePath(job_dir, data.prepared);
   for (std::string& file : data.text_files) file = ResolveRelativePath(job_dir, file);
   job->checkpoint.dir = ResolveRelativePath(job_dir, job->checkpoint.dir);
+  job->model.from = ResolveRelativePath(job_dir, job->model.from);
+  job->export_.hf_dir = ResolveRelativePath(job_dir, job->export_.hf_dir);
 }
 
 }  // namespace dslaunch::runtime::config_internal

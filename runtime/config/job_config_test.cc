@@ -172,10 +172,40 @@ train: {steps: 1}
 ds_config: {train_batch_size: 1}
 )");
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt",
+              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt, llama",
                           path_ + ":1: model.layers: 0 must be >= 1",
                           path_ + ":1: model.sequence_length: required",
                           path_ + ":1: model.width: 100 is not divisible by model.heads (3)"));
+}
+
+TEST_F(JobConfigTest, AHuggingFaceFolderGivesTheSizes) {
+  auto job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+export: {hf_dir: out/hf, dtype: float32, max_shard_size: 2GB}
+ds_config: {train_batch_size: 1}
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->model.from, dir_ + "/job/hf/tiny");
+  EXPECT_EQ(job->export_.hf_dir, dir_ + "/job/out/hf");
+  EXPECT_EQ(job->export_.dtype, "float32");
+  job = LoadText(R"(model: {type: gpt, from: hf/tiny, layers: 2, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+export: {hf_dir: out}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model.layers: comes from model.from's config.json"),
+                          HasSubstr("model.from: needs model.type: llama"),
+                          HasSubstr("export.hf_dir: Hugging Face export is built for model.type llama, not 'gpt'")));
+  job = LoadText(R"(model: {type: llama, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model.layers: required (or model.from: a Hugging Face model folder")));
 }
 
 TEST_F(JobConfigTest, RequiredSectionsAndData) {
@@ -262,7 +292,7 @@ TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
                        {"ds_config.zero_optimization.offload_param.device", "nvme"}});
   ASSERT_TRUE(job.ok()) << job.status();
   std::string described = DescribeJobConfig(*job);
-  EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  layers: 4\n"));
+  EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  from: \"\"\n  layers: 4\n"));
   EXPECT_THAT(described, HasSubstr("  betas: [0.9, 0.95]\n"));
   EXPECT_THAT(described, HasSubstr("  dir: \"" + dir_ + "/job/ckpt\"\n"));
   EXPECT_THAT(described, HasSubstr("ds_config:\n  train_batch_size: 64\n"));

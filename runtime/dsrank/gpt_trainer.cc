@@ -20,6 +20,9 @@
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/engine/engine.h"
+#include "runtime/hf/hf_export.h"
+#include "runtime/hf/hf_model_folder.h"
+#include "runtime/hf/hf_weights.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/model_registry.h"
 #include "runtime/torch_compat.h"
@@ -206,10 +209,44 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                   spec.fused_kernels ? "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy"
                                         : "model.fused_kernels=false: LibTorch LayerNorm, GELU, cross-entropy");
   }
+  // model.from: a Hugging Face folder gives the sizes and the weights,
+  // checked whole before the engine starts (runtime/hf/hf_weights.h).
+  std::unique_ptr<HfModelFolder> pretrained;
+  if (!job.model.from.empty()) {
+    auto opened = HfModelFolder::Open(*context.file_system, job.model.from);
+    if (!opened.ok()) return opened.status();
+    pretrained = std::move(*opened);
+    spec.hf_config_text = pretrained->config_text();
+    spec.hf_config_path = pretrained->config_path();
+  }
   // Note [Model interface]: the family by name.
   absl::StatusOr<BuiltModel> built = BuildModel(spec, job.train.seed);
   if (!built.ok()) return built.status();
   ModelInterface* model = built->model;
+  if (pretrained) {
+    if (absl::Status loaded = LoadHfWeights(*pretrained, *built->module); !loaded.ok()) return loaded;
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: loaded %s (%s weights)\n", job.model.from,
+                    pretrained->torch_dtype().empty() ? std::string("F32/F16/BF16") : pretrained->torch_dtype());
+    }
+    pretrained.reset();  // the weights are in the module; the mappings go
+  }
+  HfExportOptions export_options;
+  if (!job.export_.hf_dir.empty()) {
+    if (!built->hf_config_json) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(job.path, ": export.hf_dir: model.type ", job.model.type, " has no Hugging Face form"));
+    }
+    auto dtype = ParseExportDtype(job.export_.dtype, "export.dtype");
+    if (!dtype.ok()) return dtype.status();
+    auto shard = ParseShardSize(job.export_.max_shard_size, absl::StrCat(job.path, ": export.max_shard_size"));
+    if (!shard.ok()) return shard.status();
+    export_options.folder = job.export_.hf_dir;
+    export_options.dtype = *dtype;
+    export_options.max_shard_bytes = *shard;
+    export_options.config_json = built->hf_config_json(job.export_.dtype);
+    export_options.tokenizer_from = job.model.from;
+  }
   auto engine = Engine::Create(built->module, job.ds,
                                context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr),
                                context.device);
@@ -262,8 +299,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     return saved;
   };
   if (context.rank == 0) {
-    absl::FPrintF(context.out, "dsrank: GPT with %d parameters, %d rank(s), device %s, %s\n",
-                  model->ParameterCount(), context.world_size, context.device.str(),
+    absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
+                  model->family() == "gpt" ? std::string("GPT") : model->family(), model->ParameterCount(), context.world_size, context.device.str(),
                   c10::toString((*engine)->compute_dtype()));
     std::fflush(context.out);
   }
@@ -442,6 +479,13 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (step == context.exit_at_step && context.attempt == 0) {
       return absl::AbortedError(absl::StrCat("failing after step ", step, " on purpose (--exit_at_step)"));
+    }
+  }
+  if (!export_options.folder.empty()) {
+    if (absl::Status exported = checkpointer.ExportHuggingFace(export_options); !exported.ok()) return exported;
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: exported the model as a Hugging Face folder: %s (%s)\n",
+                    export_options.folder, job.export_.dtype);
     }
   }
   if (context.rank == 0) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,11 +29,19 @@ struct ModelSpec {
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;
   bool fused_kernels = false;
+  // A Hugging Face model folder's config.json, read by the caller (the
+  // llama family builds from it; empty: the sizes above, from scratch), and
+  // its path for messages.
+  std::string hf_config_text;
+  std::string hf_config_path;
 };
 
 struct BuiltModel {
   std::shared_ptr<torch::nn::Module> module;  // what the engine trains
   ModelInterface* model = nullptr;            // the same object, as a model family
+  // Families with a Hugging Face form: the config.json of this model with
+  // its weights stored as `torch_dtype` ("bfloat16", ...). Empty otherwise.
+  std::function<std::string(const std::string& torch_dtype)> hf_config_json;
 };
 
 // The same weights on every rank for the same seed. InvalidArgument naming

@@ -1,0 +1,179 @@
+// dsgen: try a Hugging Face model folder by continuing a prompt.
+//
+//   dsgen --model DIR --prompt_ids 1,2,3 [--max_new_tokens N]
+//         [--greedy | --temperature T [--top_p P] [--seed S]]
+//         [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16] [--device cpu|cuda[:N]]
+//
+// Prints the new token ids on one line (with --print_logprobs one line per
+// token: id and its log-probability). --dump_logits writes the logits of every
+// prompt position as F32 tensor "logits" [positions, vocab] in a safetensors
+// file (what tests/hf/ compares with an independent implementation).
+// Correct before fast: each new token runs the whole sequence again (no
+// key/value cache yet).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/flag_table.h"
+#include "runtime/fs/file_system.h"
+#include "runtime/generate/sampling.h"
+#include "runtime/hf/hf_export.h"
+#include "runtime/hf/hf_model_folder.h"
+#include "runtime/hf/hf_weights.h"
+#include "runtime/hf/safetensors_stream_writer.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/llama_hf_config.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+struct Options {
+  std::string model;
+  std::string prompt_ids;
+  std::string prompt;
+  int64_t max_new_tokens = 32;
+  bool greedy = false;
+  double temperature = 0;
+  double top_p = 1.0;
+  int64_t seed = 0;
+  bool print_logprobs = false;
+  std::string dump_logits;
+  std::string dtype = "float32";
+  std::string device = "cpu";
+};
+
+absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, int64_t vocab) {
+  std::vector<int64_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(part, &id) || id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt_ids: '", part, "' is not a token id below the vocabulary size ", vocab));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt_ids: no token ids");
+  return ids;
+}
+
+absl::Status Run(const Options& options) {
+  FileSystem& fs = FileSystem::Default();
+  auto folder = HfModelFolder::Open(fs, options.model);
+  if (!folder.ok()) return folder.status();
+  auto config = ParseLlamaHfConfig((*folder)->config_text(), (*folder)->config_path());
+  if (!config.ok()) return config.status();
+  auto dtype = ParseExportDtype(options.dtype, "--dtype");
+  if (!dtype.ok()) return dtype.status();
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(options.device);
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(absl::StrCat("--device '", options.device, "' is not cpu, cuda or cuda:N"));
+  }
+  auto ids = ParseIds(options.prompt_ids, config->options.vocab_size);
+  if (!ids.ok()) return ids.status();
+
+  torch::NoGradGuard no_grad;
+  Llama model(config->options, /*seed=*/0);
+  if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
+  model->to(device, *dtype);
+  model->eval();
+
+  SamplingOptions sampling;
+  sampling.greedy = options.temperature <= 0;
+  sampling.temperature = options.temperature;
+  sampling.top_p = options.top_p;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(options.seed));
+
+  std::vector<int64_t> sequence = *ids;
+  std::vector<SampledToken> generated;
+  for (int64_t step = 0; step <= options.max_new_tokens; ++step) {
+    torch::Tensor tokens = torch::tensor(sequence, torch::kLong).view({1, -1}).to(device);
+    torch::Tensor logits = model->forward(tokens)[0];
+    if (step == 0 && !options.dump_logits.empty()) {
+      std::vector<SafetensorsEntryInfo> entries(1);
+      entries[0].name = "logits";
+      entries[0].dtype = SafetensorsDtype::kF32;
+      entries[0].shape = logits.sizes().vec();
+      auto writer = SafetensorsStreamWriter::Create(fs, options.dump_logits, entries, {});
+      if (!writer.ok()) return writer.status();
+      if (absl::Status s = (*writer)->Append(logits.to(torch::kFloat)); !s.ok()) return s;
+      if (absl::Status s = (*writer)->Finish(); !s.ok()) return s;
+    }
+    if (step == options.max_new_tokens) break;
+    SampledToken next = SampleToken(logits[-1], sampling, generator);
+    generated.push_back(next);
+    sequence.push_back(next.id);
+  }
+  std::vector<std::string> out;
+  for (const SampledToken& token : generated) {
+    if (options.print_logprobs) {
+      absl::PrintF("%d %.6f\n", token.id, token.logprob);
+    } else {
+      out.push_back(absl::StrCat(token.id));
+    }
+  }
+  if (!options.print_logprobs) absl::PrintF("%s\n", absl::StrJoin(out, " "));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
+
+int main(int argc, char** argv) {
+  using dslaunch::runtime::Options;
+  Options options;
+  dslaunch::FlagTable flags("dsgen", "dsgen --model DIR --prompt_ids 1,2,3 [flags]");
+  flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json + safetensors)")
+      .String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
+      .String("--prompt", &options.prompt, "TEXT", "the prompt as text (needs the folder's tokenizer)")
+      .Int("--max_new_tokens", &options.max_new_tokens, "N", "tokens to generate", {0, 1 << 20})
+      .Bool("--greedy", &options.greedy, "always the most probable token (the default)")
+      .Double("--temperature", &options.temperature, "T", "sample at this temperature instead of greedy",
+              {0, 100, /*min_exclusive=*/true})
+      .Double("--top_p", &options.top_p, "P", "with --temperature: sample from the top-p nucleus",
+              {0, 1, /*min_exclusive=*/true})
+      .Int("--seed", &options.seed, "S", "seed of the sampling", {0, INT64_MAX})
+      .Bool("--print_logprobs", &options.print_logprobs, "one line per new token: its id and log-probability")
+      .String("--dump_logits", &options.dump_logits, "FILE",
+              "write the prompt's logits [positions, vocab] as F32 tensor 'logits' in a safetensors file")
+      .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
+      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::Status parsed = flags.Parse(args);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "dsgen: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::printf("%s\n", flags.Version().c_str());
+    return 0;
+  }
+  std::string problem;
+  if (options.model.empty()) problem = "--model is required";
+  if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
+  if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
+  if (!options.prompt.empty()) {
+    problem = "--prompt needs a tokenizer, and reading Hugging Face tokenizers is not built yet: give --prompt_ids";
+  }
+  if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
+  if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
+  if (!problem.empty()) {
+    std::fprintf(stderr, "dsgen: %s (see --help)\n", problem.c_str());
+    return 2;
+  }
+  absl::Status status = dslaunch::runtime::Run(options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dsgen: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#include "runtime/hf/hf_weights.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+std::string SafetensorsNameOfTorchDtype(const std::string& torch_dtype) {
+  if (torch_dtype == "float32") return "F32";
+  if (torch_dtype == "float16") return "F16";
+  if (torch_dtype == "bfloat16") return "BF16";
+  return "";
+}
+
+constexpr size_t kMaxListedProblems = 20;
+
+}  // namespace
+
+absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module) {
+  const std::string& torch_dtype = folder.torch_dtype();
+  std::vector<std::string> problems;
+  auto problem = [&](const std::string& text) { problems.push_back(text); };
+  const std::string expected_dtype = SafetensorsNameOfTorchDtype(torch_dtype);
+  auto parameters = module.named_parameters();
+  const bool tied = !parameters.contains("lm_head.weight") && parameters.contains("model.embed_tokens.weight");
+
+  for (const auto& item : parameters) {
+    const std::string& name = item.key();
+    const SafetensorsEntryInfo* entry = folder.Find(name);
+    if (entry == nullptr) {
+      problem(absl::StrCat("tensor '", name, "' is missing (the model of ", folder.config_path(), " has it)"));
+      continue;
+    }
+    const std::string file = folder.FileOf(name);
+    if (entry->dtype != SafetensorsDtype::kF32 && entry->dtype != SafetensorsDtype::kF16 &&
+        entry->dtype != SafetensorsDtype::kBF16) {
+      problem(absl::StrCat(file, ": tensor '", name, "' is ", entry->dtype_name, " (weights are F32, F16 or BF16)"));
+    } else if (!expected_dtype.empty() && entry->dtype_name != expected_dtype) {
+      problem(absl::StrCat(file, ": tensor '", name, "' is ", entry->dtype_name, " but ", folder.config_path(),
+                           " says torch_dtype ", torch_dtype, " (", expected_dtype, ")"));
+    }
+    if (entry->shape != item.value().sizes().vec()) {
+      problem(absl::StrCat(file, ": tensor '", name, "' has shape [", absl::StrJoin(entry->shape, ", "), "] but ",
+                           folder.config_path(), " gives [", absl::StrJoin(item.value().sizes().vec(), ", "), "]"));
+    }
+  }
+  for (const std::string& name : folder.TensorNames()) {
+    if (parameters.contains(name)) continue;
+    if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;
+    if (tied && name == "lm_head.weight" && folder.Find("model.embed_tokens.weight") != nullptr) {
+      auto head = folder.View(name);
+      auto embedding = folder.View("model.embed_tokens.weight");
+      if (!head.ok()) return head.status();
+      if (!embedding.ok()) return embedding.status();
+      if (head->sizes() == embedding->sizes() && torch::equal(head->to(torch::kFloat), embedding->to(torch::kFloat))) {
+        continue;
+      }
+      problem(absl::StrCat(folder.FileOf(name), ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, "
+                           "but ", folder.config_path(), " says tie_word_embeddings: true"));
+      continue;
+    }
+    problem(absl::StrCat(folder.FileOf(name), ": tensor '", name, "' is not a parameter of the model ",
+                         folder.config_path(), " describes"));
+  }
+  if (!problems.empty()) {
+    const size_t count = problems.size();
+    if (count > kMaxListedProblems) problems.resize(kMaxListedProblems);
+    return absl::InvalidArgumentError(absl::StrCat(folder.folder(), ": the weights do not fit the model (", count,
+                                                   count == 1 ? " problem" : " problems", "): ",
+                                                   absl::StrJoin(problems, "; "),
+                                                   count > kMaxListedProblems ? "; ..." : ""));
+  }
+
+  torch::NoGradGuard no_grad;
+  for (auto& item : parameters) {
+    auto view = folder.View(item.key());
+    if (!view.ok()) return view.status();
+    item.value().copy_(*view);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,27 @@
+// A Hugging Face folder's weights into a module whose parameter names are
+// Hugging Face's (runtime/model/llama.h), checked whole before any value is
+// copied: every parameter has a tensor of its shape, no tensor is left over,
+// every tensor is F32, F16 or BF16 and (when config.json says torch_dtype)
+// of that dtype. Every problem is reported at once, naming the file and the
+// tensor.
+//
+// Two kinds of extra tensor are known and skipped: the rotary tables
+// (`*.rotary_emb.inv_freq`) older conversions saved, which the model computes
+// from config.json; and `lm_head.weight` in a tied model, accepted only when
+// it equals the embedding.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "runtime/hf/hf_model_folder.h"
+
+namespace dslaunch::runtime {
+
+// Values are converted to each parameter's dtype. Without a torch_dtype in
+// config.json any of F32/F16/BF16 is accepted.
+absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module);
+
+}  // namespace dslaunch::runtime

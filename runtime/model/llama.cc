@@ -1,0 +1,182 @@
+#include "runtime/model/llama.h"
+
+#include <tuple>
+#include <vector>
+
+#include "runtime/model/activation_checkpoint.h"
+#include "runtime/torch_compat.h"
+
+namespace dslaunch::runtime {
+
+namespace {
+
+torch::nn::Linear Projection(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+}  // namespace
+
+LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({hidden}));
+}
+
+torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x.to(torch::kFloat);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
+    : heads_(options.heads), kv_heads_(options.kv_heads), head_dim_(options.head_dim) {
+  q_proj = register_module("q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias));
+  k_proj = register_module("k_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
+  v_proj = register_module("v_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
+  o_proj = register_module("o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                          const torch::Tensor& sin) {
+  const int64_t batch = x.size(0), time = x.size(1);
+  auto heads = [&](const torch::Tensor& t, int64_t count) {
+    return t.view({batch, time, count, head_dim_}).transpose(1, 2);
+  };
+  torch::Tensor q = ApplyRotary(heads(q_proj->forward(x), heads_), cos, sin);
+  torch::Tensor k = ApplyRotary(heads(k_proj->forward(x), kv_heads_), cos, sin);
+  torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
+  if (kv_heads_ != heads_) {
+    // Key/value head j serves query heads j·g .. j·g + g - 1.
+    const int64_t group = heads_ / kv_heads_;
+    k = k.repeat_interleave(group, /*dim=*/1);
+    v = v.repeat_interleave(group, /*dim=*/1);
+  }
+  torch::Tensor y = compat::CausalAttention(q, k, v);
+  y = y.transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
+  return o_proj->forward(y);
+}
+
+LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options) {
+  gate_proj = register_module("gate_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
+  up_proj = register_module("up_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
+  down_proj = register_module("down_proj", Projection(options.intermediate, options.hidden, options.mlp_bias));
+}
+
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
+  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
+  // Hugging Face's order, so parameters() lists them as its state dict does.
+  self_attn = register_module("self_attn", LlamaAttention(options));
+  mlp = register_module("mlp", LlamaMlp(options));
+  input_layernorm = register_module("input_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+}
+
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                             const torch::Tensor& sin) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(options.vocab_size, options.hidden));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options));
+  norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+}
+
+LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
+  TORCH_CHECK(options.heads > 0 && options.kv_heads > 0 && options.heads % options.kv_heads == 0,
+              "num_attention_heads (", options.heads, ") must be a multiple of num_key_value_heads (",
+              options.kv_heads, ")");
+  TORCH_CHECK(options.head_dim > 0 && options.head_dim % 2 == 0, "head_dim (", options.head_dim,
+              ") must be even for rotary embeddings");
+  options_.rope.head_dim = options.head_dim;
+  model = register_module("model", LlamaBackbone(options_));
+  if (!options.tie_word_embeddings) {
+    lm_head = register_module("lm_head", Projection(options.hidden, options.vocab_size, /*bias=*/false));
+  }
+  // Each layer as a segment that outlives the backward pass (activation
+  // checkpointing recomputes it then), reading this forward's cos and sin.
+  for (int64_t i = 0; i < options.layers; ++i) {
+    LlamaDecoderLayerImpl* layer = model->layers[i]->as<LlamaDecoderLayer>();
+    segments_.push_back([this, layer](const torch::Tensor& in) { return layer->forward(in, cos_, sin_); });
+  }
+  Initialize(seed);
+}
+
+void LlamaImpl::Initialize(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    torch::Tensor values = torch::empty(p.sizes(), torch::kFloat);
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (name.find("norm") != std::string::npos) {
+      values.fill_(1.0);
+    } else if (is_bias) {
+      values.zero_();
+    } else {
+      values.normal_(0.0, options_.initializer_range, generator);
+    }
+    p.copy_(values);
+  }
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+  if (runner_ != nullptr) runner_->BeginForward();
+  TORCH_CHECK(options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window, "a sequence of ",
+              tokens.size(1), " tokens is longer than the model's sliding_window (", options_.sliding_window,
+              "): sliding-window attention is not built");
+  torch::Tensor x = model->embed_tokens->forward(tokens);
+  std::tie(cos_, sin_) = RotaryCosSin(options_.rope, tokens.size(1), x.device(), x.scalar_type());
+  for (int64_t i = 0; i < options_.layers; ++i) {
+    const Segment& block = segments_[i];
+    const bool recompute = is_training() && IsCheckpointed(i);
+    Segment run = [&, recompute](const torch::Tensor& in) {
+      return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+    };
+    // Unit 0 is the embedding; layer i is unit i + 1.
+    x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
+  }
+  x = model->norm->forward(x);
+  const torch::Tensor& head = options_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+  return torch::nn::functional::linear(x, head);
+}
+
+torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  torch::Tensor logits = forward(tokens);
+  return torch::nn::functional::cross_entropy(
+      logits.view({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+bool LlamaImpl::IsCheckpointed(int64_t layer) const {
+  const int64_t k = std::min(options_.checkpointed_blocks, options_.layers);
+  if (k <= 0) return false;
+  return (layer + 1) * k / options_.layers != layer * k / options_.layers;
+}
+
+std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
+  std::vector<ParameterUnit> units;
+  int64_t next = 0;
+  auto add = [&](int64_t count, bool layer) {
+    units.push_back(ParameterUnit{next, count, layer});
+    next += count;
+  };
+  add(static_cast<int64_t>(model->embed_tokens->parameters().size()), /*layer=*/false);
+  for (const auto& layer : *model->layers) add(static_cast<int64_t>(layer->parameters().size()), /*layer=*/true);
+  add(static_cast<int64_t>(model->norm->parameters().size() + (lm_head ? lm_head->parameters().size() : 0)),
+      /*layer=*/false);
+  return units;
+}
+
+int64_t LlamaImpl::ParameterCount() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace dslaunch::runtime

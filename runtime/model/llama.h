@@ -1,0 +1,155 @@
+// The Llama family (Llama 2/3, and Mistral- and Qwen2-style configs that
+// differ from it only in the keys below) in LibTorch's C++ frontend, with
+// Hugging Face's parameter names, so that a model folder's tensors load by
+// name and save back under the same names (runtime/hf/).
+//
+//   x = embed_tokens(ids)
+//   per layer:  x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))   n = input_layernorm(x)
+//               x += down_proj(silu(gate_proj(n)) * up_proj(n))                      n = post_attention_layernorm(x)
+//   logits = lm_head(norm(x))            (lm_head is embed_tokens when tied)
+//
+// RMSNorm computes its statistics in fp32 (Hugging Face: weight ·
+// (x·rsqrt(mean(x²) + eps)).to(x.dtype)); rotary embeddings follow Note
+// [RoPE convention]; grouped-query attention repeats each key/value head for
+// heads / kv_heads query heads; attention is causal, scaled by 1/sqrt(head_dim),
+// through compat::CausalAttention (SDPA on LibTorch 2.x).
+//
+// Initialisation without a checkpoint is deterministic given the seed
+// (normal(0, initializer_range) for every matrix, RMSNorm weights one, biases
+// zero, as Hugging Face's _init_weights); a checkpoint then overwrites it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/model_interface.h"
+#include "runtime/model/rotary_embedding.h"
+
+namespace dslaunch::runtime {
+
+struct LlamaOptions {
+  int64_t layers = 2;           // num_hidden_layers
+  int64_t hidden = 64;          // hidden_size
+  int64_t intermediate = 172;   // intermediate_size
+  int64_t heads = 4;            // num_attention_heads
+  int64_t kv_heads = 4;         // num_key_value_heads
+  int64_t head_dim = 16;        // head_dim (hidden / heads unless the config says)
+  int64_t vocab_size = 256;
+  double rms_norm_eps = 1e-6;
+  RopeOptions rope;             // head_dim is copied from above
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;        // attention_bias (Llama: q, k, v and o; Qwen2: q, k, v)
+  bool output_bias = false;     // o_proj's bias
+  bool mlp_bias = false;
+  double initializer_range = 0.02;
+  // Mistral's sliding_window (0: none). Only sequences that fit in it run:
+  // for them full causal attention is the same arithmetic.
+  int64_t sliding_window = 0;
+  // Activation checkpointing, as GptOptions.
+  int64_t checkpointed_blocks = 0;
+  bool checkpoint_to_cpu = false;
+};
+
+// Hugging Face's LlamaRMSNorm: one `weight` of width `hidden`.
+class LlamaRmsNormImpl : public torch::nn::Module {
+ public:
+  LlamaRmsNormImpl(int64_t hidden, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(LlamaRmsNorm);
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const LlamaOptions& options);
+  // x [batch, time, hidden]; cos, sin [time, head_dim] in x's dtype.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMlpImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMlpImpl(const LlamaOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit LlamaDecoderLayerImpl(const LlamaOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+  LlamaAttention self_attn{nullptr};
+  LlamaMlp mlp{nullptr};
+  LlamaRmsNorm input_layernorm{nullptr};
+  LlamaRmsNorm post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+// Hugging Face's LlamaModel (the "model." prefix): embeddings, layers, norm.
+class LlamaBackboneImpl : public torch::nn::Module {
+ public:
+  explicit LlamaBackboneImpl(const LlamaOptions& options);
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  LlamaRmsNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaBackbone);
+
+// Hugging Face's LlamaForCausalLM. As a model family (Note [Model
+// interface], llama_layout.cc): layers "embedding", "layers.i", "head" (the
+// final norm and lm_head); with tied embeddings model.embed_tokens.weight is
+// the head too. ZeRO-3 units: the embedding (root), each decoder layer, then
+// the final norm with lm_head (root).
+class LlamaImpl : public torch::nn::Module, public ModelInterface {
+ public:
+  LlamaImpl(const LlamaOptions& options, uint64_t seed);
+
+  // tokens [batch, time] int64 → logits [batch, time, vocab] (in the
+  // parameters' dtype).
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Mean next-token cross-entropy in fp32 over targets that are not -100
+  // (Hugging Face's ignore index: prompt tokens of instruction data).
+  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+
+  const LlamaOptions& options() const { return options_; }
+  int64_t ParameterCount() const override;
+
+  std::string family() const override { return "llama"; }
+  std::vector<ModelLayer> Layers() const override;
+  std::vector<TiedParameter> TiedParameters() const override;
+  std::vector<TensorParallelForm> TensorParallelForms() const override;
+
+  std::vector<ParameterUnit> ParameterUnits() const override;
+  void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
+
+  LlamaBackbone model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // nullptr when tie_word_embeddings
+
+ private:
+  void Initialize(uint64_t seed);
+  bool IsCheckpointed(int64_t layer) const;
+
+  LlamaOptions options_;
+  std::vector<Segment> segments_;  // one per decoder layer
+  // The rotary tables of the last forward, kept for its backward.
+  torch::Tensor cos_, sin_;
+  UnitRunner* runner_ = nullptr;
+};
+TORCH_MODULE(Llama);
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,61 @@
+// The Llama family's layout (Note [Model interface]): its layer list, tied
+// parameters and tensor-parallel forms, by Hugging Face parameter name.
+#include "absl/strings/str_cat.h"
+#include "runtime/model/llama.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+std::vector<std::string> NamesUnder(const torch::nn::Module& module, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& item : module.named_parameters()) names.push_back(absl::StrCat(prefix, item.key()));
+  return names;
+}
+
+}  // namespace
+
+std::vector<ModelLayer> LlamaImpl::Layers() const {
+  std::vector<ModelLayer> layers;
+  layers.push_back(ModelLayer{"embedding", "Embedding", NamesUnder(*model->embed_tokens, "model.embed_tokens.")});
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    layers.push_back(ModelLayer{absl::StrCat("layers.", i), "LlamaDecoderLayer",
+                                NamesUnder(*model->layers->ptr(i), absl::StrCat("model.layers.", i, "."))});
+  }
+  ModelLayer head{"head", "Head", NamesUnder(*model->norm, "model.norm.")};
+  if (lm_head) {
+    for (std::string& name : NamesUnder(*lm_head, "lm_head.")) head.parameters.push_back(std::move(name));
+  }
+  layers.push_back(std::move(head));
+  return layers;
+}
+
+std::vector<TiedParameter> LlamaImpl::TiedParameters() const {
+  if (!options_.tie_word_embeddings) return {};
+  return {TiedParameter{"model.embed_tokens.weight", {"embedding", "head"}}};
+}
+
+std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
+  std::vector<TensorParallelForm> forms = {{"model.embed_tokens.weight", TensorParallelSplit::kVocab}};
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    const std::string layer = absl::StrCat("model.layers.", i, ".");
+    for (const char* projection : {"q_proj", "k_proj", "v_proj"}) {
+      forms.push_back({absl::StrCat(layer, "self_attn.", projection, ".weight"), TensorParallelSplit::kColumn});
+      if (options_.qkv_bias) {
+        forms.push_back({absl::StrCat(layer, "self_attn.", projection, ".bias"), TensorParallelSplit::kColumn});
+      }
+    }
+    forms.push_back({layer + "self_attn.o_proj.weight", TensorParallelSplit::kRow});
+    for (const char* projection : {"gate_proj", "up_proj"}) {
+      forms.push_back({absl::StrCat(layer, "mlp.", projection, ".weight"), TensorParallelSplit::kColumn});
+      if (options_.mlp_bias) {
+        forms.push_back({absl::StrCat(layer, "mlp.", projection, ".bias"), TensorParallelSplit::kColumn});
+      }
+    }
+    forms.push_back({layer + "mlp.down_proj.weight", TensorParallelSplit::kRow});
+  }
+  // The output head split by vocabulary, like the embedding.
+  if (lm_head) forms.push_back({"lm_head.weight", TensorParallelSplit::kColumn});
+  return forms;
+}
+
+}  // namespace dslaunch::runtime

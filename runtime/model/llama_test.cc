@@ -1,0 +1,168 @@
+// The Llama family's arithmetic, by properties an error in it would break.
+// (Logits against an independent PyTorch implementation of Hugging Face's
+// Llama: tests/hf/test_llama_reference.sh.)
+#include "runtime/model/llama.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+LlamaOptions Small() {
+  LlamaOptions o;
+  o.layers = 2;
+  o.hidden = 32;
+  o.intermediate = 48;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 8;
+  o.vocab_size = 50;
+  o.rope.theta = 10000;
+  return o;
+}
+
+torch::Tensor Tokens(int64_t batch, int64_t time) {
+  return (torch::arange(batch * time) * 7 % 50).view({batch, time});
+}
+
+TEST(RotaryEmbeddingTest, AttentionScoresDependOnlyOnTheDistanceBetweenPositions) {
+  RopeOptions rope;
+  rope.head_dim = 8;
+  auto [cos, sin] = RotaryCosSin(rope, 12, torch::kCPU, torch::kDouble);
+  torch::Tensor q = torch::randn({8}, torch::kDouble), k = torch::randn({8}, torch::kDouble);
+  auto at = [&](const torch::Tensor& x, int64_t p) {
+    return ApplyRotary(x.view({1, 1, 1, 8}), cos[p], sin[p]).view({8});
+  };
+  const double score_3_1 = at(q, 3).dot(at(k, 1)).item<double>();
+  const double score_9_7 = at(q, 9).dot(at(k, 7)).item<double>();
+  // cos and sin are computed in fp32 (as Hugging Face does), so ~1e-7.
+  EXPECT_NEAR(score_3_1, score_9_7, 1e-6);
+  EXPECT_NEAR(at(q, 5).norm().item<double>(), q.norm().item<double>(), 1e-6);
+  // Rotate-half pairs element i with i + d/2: at position 1 the first
+  // frequency (1 rad) turns (q0, q4).
+  torch::Tensor turned = at(q, 1);
+  EXPECT_NEAR(turned[0].item<double>(), q[0].item<double>() * std::cos(1.0) - q[4].item<double>() * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(turned[4].item<double>(), q[4].item<double>() * std::cos(1.0) + q[0].item<double>() * std::sin(1.0), 1e-6);
+}
+
+TEST(RotaryEmbeddingTest, ScalingsChangeTheFrequenciesTheWayTheirTypesSay) {
+  RopeOptions rope;
+  rope.head_dim = 64;
+  rope.theta = 500000;
+  rope.max_position_embeddings = 128;
+  const torch::Tensor base = RotaryInverseFrequencies(rope, 16);
+  EXPECT_NEAR(base[1].item<float>(), std::pow(500000.0, -2.0 / 64), 1e-6);
+
+  rope.scaling.type = RopeScaling::Type::kLinear;
+  rope.scaling.factor = 4;
+  EXPECT_TRUE(torch::allclose(RotaryInverseFrequencies(rope, 16), base / 4));
+
+  rope.scaling.type = RopeScaling::Type::kDynamic;
+  EXPECT_TRUE(torch::allclose(RotaryInverseFrequencies(rope, 100), base)) << "within the trained context";
+  EXPECT_TRUE((RotaryInverseFrequencies(rope, 1000) < base).index({torch::indexing::Slice(1)}).all().item<bool>());
+
+  rope.scaling.type = RopeScaling::Type::kLlama3;
+  rope.scaling.factor = 8;
+  rope.scaling.low_freq_factor = 1;
+  rope.scaling.high_freq_factor = 4;
+  rope.scaling.original_max_position_embeddings = 8192;
+  const torch::Tensor llama3 = RotaryInverseFrequencies(rope, 16);
+  const torch::Tensor wavelength = 2 * M_PI / base;
+  for (int64_t i = 0; i < 32; ++i) {
+    const double w = wavelength[i].item<double>(), f = base[i].item<double>(), g = llama3[i].item<double>();
+    if (w < 8192.0 / 4) EXPECT_NEAR(g, f, 1e-6 * f) << i << ": short wavelengths stay";
+    if (w > 8192.0) EXPECT_NEAR(g, f / 8, 1e-6 * f) << i << ": long ones are divided by the factor";
+    if (w > 8192.0 / 4 && w < 8192.0) EXPECT_TRUE(g < f && g > f / 8) << i << ": between, interpolated";
+  }
+}
+
+TEST(LlamaTest, GroupedQueryAttentionEqualsFullAttentionWithRepeatedKeyValueHeads) {
+  torch::NoGradGuard no_grad;
+  LlamaOptions grouped_options = Small();
+  Llama grouped(grouped_options, 3);
+  LlamaOptions full_options = Small();
+  full_options.kv_heads = full_options.heads;
+  Llama full(full_options, 4);
+  // Copy every weight; k and v get each key/value head repeated for its
+  // group of query heads (kv head j serves query heads 2j and 2j + 1).
+  auto full_parameters = full->named_parameters();
+  for (const auto& item : grouped->named_parameters()) {
+    torch::Tensor value = item.value();
+    if (item.key().find("k_proj") != std::string::npos || item.key().find("v_proj") != std::string::npos) {
+      value = value.view({2, 1, 8, 32}).expand({2, 2, 8, 32}).reshape({32, 32});
+    }
+    full_parameters[item.key()].copy_(value);
+  }
+  torch::Tensor tokens = Tokens(2, 9);
+  EXPECT_TRUE(torch::allclose(grouped->forward(tokens), full->forward(tokens), 1e-5, 1e-5));
+}
+
+TEST(LlamaTest, IsCausalAndTiedHeadsUseTheEmbedding) {
+  torch::NoGradGuard no_grad;
+  LlamaOptions options = Small();
+  options.tie_word_embeddings = true;
+  Llama llama(options, 5);
+  EXPECT_FALSE(llama->lm_head);
+  for (const auto& item : llama->named_parameters()) EXPECT_EQ(item.key().rfind("lm_head", 0), std::string::npos);
+  torch::Tensor tokens = Tokens(1, 8);
+  torch::Tensor changed = tokens.clone();
+  changed[0][5] = 1;
+  torch::Tensor a = llama->forward(tokens), b = llama->forward(changed);
+  EXPECT_TRUE(torch::equal(a.narrow(1, 0, 5), b.narrow(1, 0, 5)));
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 5, 1), b.narrow(1, 5, 1)));
+}
+
+TEST(LlamaTest, RmsNormKeepsItsStatisticsInFloat32) {
+  torch::NoGradGuard no_grad;
+  LlamaRmsNorm norm(4, 1e-6);
+  norm->weight.copy_(torch::tensor({1.0, 2.0, 0.5, 1.0}));
+  torch::Tensor x = torch::tensor({{3.0, -1.0, 2.0, 5.0}});
+  const double rms = std::sqrt((9.0 + 1 + 4 + 25) / 4 + 1e-6);
+  torch::Tensor expected = torch::tensor({{3.0 / rms, -2.0 / rms, 1.0 / rms, 5.0 / rms}});
+  EXPECT_TRUE(torch::allclose(norm->forward(x), expected, 1e-6, 1e-6));
+  // In bf16 the statistics are not taken in bf16: large rows do not overflow.
+  torch::Tensor big = torch::full({1, 4}, 3e5, torch::kBFloat16);
+  norm->to(torch::kBFloat16);
+  EXPECT_TRUE(torch::isfinite(norm->forward(big)).all().item<bool>());
+}
+
+TEST(LlamaTest, TheLossIgnoresTargetsOfMinus100) {
+  LlamaOptions options = Small();
+  Llama llama(options, 6);
+  torch::Tensor tokens = Tokens(1, 8);
+  torch::Tensor targets = tokens.roll(-1, 1);
+  torch::Tensor masked = targets.clone();
+  masked.narrow(1, 0, 4).fill_(-100);
+  torch::Tensor logits = llama->forward(tokens).view({8, 50});
+  torch::Tensor expected = torch::nn::functional::cross_entropy(logits.narrow(0, 4, 4), targets.view({8}).narrow(0, 4, 4));
+  EXPECT_NEAR(llama->Loss(tokens, masked).item<double>(), expected.item<double>(), 1e-6);
+}
+
+TEST(LlamaTest, ActivationCheckpointingGivesTheSameGradients) {
+  LlamaOptions options = Small();
+  Llama plain(options, 8);
+  options.checkpointed_blocks = 2;
+  Llama checkpointed(options, 8);
+  torch::Tensor tokens = Tokens(2, 8);
+  plain->train();
+  checkpointed->train();
+  plain->Loss(tokens, tokens.roll(-1, 1)).backward();
+  checkpointed->Loss(tokens, tokens.roll(-1, 1)).backward();
+  auto a = plain->named_parameters(), b = checkpointed->named_parameters();
+  for (const auto& item : a) {
+    EXPECT_TRUE(torch::allclose(item.value().grad(), b[item.key()].grad(), 1e-5, 1e-6)) << item.key();
+  }
+}
+
+TEST(LlamaTest, ASequenceLongerThanTheSlidingWindowIsRefused) {
+  LlamaOptions options = Small();
+  options.sliding_window = 4;
+  Llama llama(options, 9);
+  EXPECT_THROW(llama->forward(Tokens(1, 5)), c10::Error);
+  EXPECT_NO_THROW(llama->forward(Tokens(1, 4)));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

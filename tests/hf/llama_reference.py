@@ -1,0 +1,139 @@
+"""An independent Llama-family forward pass, written from the published
+formulas of Hugging Face's Llama (../shared/MODELS.md), in PyTorch: the
+reference dslaunch's model is compared with.
+
+usage: llama_reference.py logits MODEL_DIR IDS [--compare FILE --atol A --rtol R]
+  prints the logits' shape; with --compare, checks the F32 tensor "logits"
+  of a safetensors file (dsgen --dump_logits) against the reference and exits
+  1 when any element differs by more than atol + rtol * |reference|."""
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+
+def inverse_frequencies(config, d, seq_len):
+    theta = config.get("rope_theta", 10000.0)
+    scaling = config.get("rope_scaling")
+    if config.get("rope_parameters"):
+        scaling = config["rope_parameters"]
+        theta = scaling.get("rope_theta", theta)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    exponents = torch.arange(0, d, 2, dtype=torch.int64).float() / d
+    if kind == "dynamic":
+        factor = scaling["factor"]
+        max_pos = config["max_position_embeddings"]
+        length = max(seq_len, max_pos)
+        theta = theta * ((factor * length / max_pos) - (factor - 1)) ** (d / (d - 2))
+    inv = 1.0 / (theta ** exponents)
+    if kind == "linear":
+        inv = inv / scaling["factor"]
+    elif kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        context = scaling["original_max_position_embeddings"]
+        out = []
+        for f in inv.tolist():
+            wavelength = 2 * math.pi / f
+            if wavelength < context / high:
+                out.append(f)
+            elif wavelength > context / low:
+                out.append(f / factor)
+            else:
+                smooth = (context / wavelength - low) / (high - low)
+                out.append((1 - smooth) * f / factor + smooth * f)
+        inv = torch.tensor(out, dtype=torch.float32)
+    return inv
+
+
+def rms_norm(x, weight, eps):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def forward(config, w, ids, dtype=torch.float32):
+    w = {k: v.to(dtype) for k, v in w.items()}
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    kv = config.get("num_key_value_heads", heads)
+    d = config.get("head_dim") or h // heads
+    eps = config.get("rms_norm_eps", 1e-6)
+    qwen2 = config["model_type"] == "qwen2"
+    t = len(ids)
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)]  # [t, h]
+    inv = inverse_frequencies(config, d, t)
+    angles = torch.outer(torch.arange(t, dtype=torch.float32), inv)
+    emb = torch.cat((angles, angles), dim=-1)
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    mask = torch.full((t, t), float("-inf")).triu(1)
+
+    def linear(x, name):
+        y = x @ w[name + ".weight"].t()
+        if name + ".bias" in w:
+            y = y + w[name + ".bias"]
+        return y
+
+    for i in range(config["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        n = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(n, p + "self_attn.q_proj").view(t, heads, d).transpose(0, 1)
+        k = linear(n, p + "self_attn.k_proj").view(t, kv, d).transpose(0, 1)
+        v = linear(n, p + "self_attn.v_proj").view(t, kv, d).transpose(0, 1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = heads // kv
+        k = k[:, None].expand(kv, group, t, d).reshape(heads, t, d)
+        v = v[:, None].expand(kv, group, t, d).reshape(heads, t, d)
+        scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d) + mask
+        attention = torch.softmax(scores, dim=-1).to(dtype) @ v
+        x = x + linear(attention.transpose(0, 1).reshape(t, heads * d), p + "self_attn.o_proj")
+        n = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = linear(n, p + "mlp.gate_proj")
+        x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.t()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["logits"])
+    parser.add_argument("model")
+    parser.add_argument("ids")
+    parser.add_argument("--compare")
+    parser.add_argument("--atol", type=float, default=1e-4)
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    args = parser.parse_args()
+    config = json.load(open(os.path.join(args.model, "config.json")))
+    weights = safetensors_io.read_folder(args.model)
+    ids = [int(i) for i in args.ids.split(",")]
+    reference = forward(config, {k: v.float() for k, v in weights.items()}, ids)
+    print("reference logits", list(reference.shape))
+    if args.compare:
+        got = safetensors_io.read(args.compare)["logits"]
+        if list(got.shape) != list(reference.shape):
+            print("FAIL: shape %s, reference %s" % (list(got.shape), list(reference.shape)))
+            return 1
+        diff = (got - reference).abs()
+        bound = args.atol + args.rtol * reference.abs()
+        worst = diff.max().item()
+        print("worst absolute difference %.3e (logits up to %.2f); atol %.0e rtol %.0e"
+              % (worst, reference.abs().max().item(), args.atol, args.rtol))
+        if (diff > bound).any():
+            print("FAIL: %d of %d logits beyond the tolerance" % ((diff > bound).sum().item(), diff.numel()))
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

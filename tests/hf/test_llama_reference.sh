@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# dslaunch's Llama family against an independent PyTorch implementation of
+# Hugging Face's Llama (llama_reference.py, Debian's python3-torch): tiny
+# model folders written by make_tiny_llama.py in every variant the loader
+# accepts (GQA + llama3 rope scaling + untied head; tied Mistral; Qwen2 biases
+# with rope_parameters/linear; dynamic NTK past the trained context; plain
+# Llama-2), single-file and sharded, F32/BF16/F16 on disk; dsgen dumps the
+# prompt's logits and the reference checks every one of them.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+: "${DSGEN:?DSGEN names the dsgen binary}"
+python=${REFERENCE_PYTHON:-/usr/bin/python3}
+"$python" -c 'import torch' 2>/dev/null || { echo "FAIL: $python has no torch (scripts/setup.sh installs python3-torch)"; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/dshf-ref.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# 12 prompt tokens: past llama2_dynamic's max_position_embeddings (8), so its
+# dynamic scaling is in play.
+ids=1,5,9,33,200,17,3,99,100,101,7,383
+failures=0
+check() {  # NAME VARIANT DTYPE SHARDS
+  local name=$1 variant=$2 dtype=$3 shards=$4
+  "$python" "$here/make_tiny_llama.py" "$work/$name" "$variant" --dtype "$dtype" --shards "$shards" --seed 7
+  if ! "$DSGEN" --model "$work/$name" --prompt_ids "$ids" --max_new_tokens 0 --dump_logits "$work/$name.logits" \
+      >"$work/$name.out" 2>&1; then
+    echo "FAIL: $name: dsgen failed:"; cat "$work/$name.out"; failures=$((failures + 1)); return
+  fi
+  if "$python" "$here/llama_reference.py" logits "$work/$name" "$ids" --compare "$work/$name.logits" \
+      --atol 2e-5 --rtol 2e-5 >"$work/$name.cmp" 2>&1; then
+    echo "PASS: $name: $(grep worst "$work/$name.cmp")"
+  else
+    echo "FAIL: $name:"; cat "$work/$name.cmp"; failures=$((failures + 1))
+  fi
+}
+check llama3_gqa llama3_gqa float32 2
+check mistral_tied mistral_tied float32 1
+check qwen2_bias qwen2_bias float32 3
+check llama2_dynamic llama2_dynamic float32 1
+check llama2_bf16 llama2 bfloat16 2
+check llama2_fp16 llama2 float16 1
+
+# Generation: greedy continues with the reference's argmax, token by token.
+"$DSGEN" --model "$work/llama3_gqa" --prompt_ids 1,5,9 --max_new_tokens 4 >"$work/gen.out"
+read -r -a generated <"$work/gen.out"
+"$python" - "$work/llama3_gqa" "${generated[@]}" <<PYEOF || { echo "FAIL: greedy generation differs from the reference's argmax"; failures=$((failures + 1)); }
+import json, sys
+sys.path.insert(0, "$here")
+import llama_reference, safetensors_io
+folder, got = sys.argv[1], [int(t) for t in sys.argv[2:]]
+config = json.load(open(folder + "/config.json"))
+weights = {k: v.float() for k, v in safetensors_io.read_folder(folder).items()}
+ids = [1, 5, 9]
+for _ in range(4):
+    ids.append(int(llama_reference.forward(config, weights, ids)[-1].argmax()))
+print("greedy: dsgen", got, "reference", ids[3:])
+sys.exit(0 if got == ids[3:] else 1)
+PYEOF
+
+if ((failures > 0)); then
+  echo "FAIL: $failures check(s) failed"
+  exit 1
+fi
+echo "PASS: every variant's logits match the reference"
