@@ -2,16 +2,27 @@
 // ZeRO stage, streamed shard by shard; or a check of a checkpoint folder.
 //
 //   dsconsolidate CHECKPOINT_DIR [--tag TAG] --output model.safetensors [--allow_nonfinite]
+//   dsconsolidate CHECKPOINT_DIR [--tag TAG] --format hf --hf_from MODEL_DIR --output OUT_DIR
+//                 [--dtype bfloat16] [--max_shard_size 5GB]
 //   dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]
+// --format hf writes a Hugging Face model folder from a checkpoint of a job
+// that started from MODEL_DIR (model.from): its config.json (torch_dtype set
+// to --dtype) and tokenizer files, and the checkpoint's fp32 master weights
+// in --dtype, sharded. Streamed: the masters are consolidated into a
+// temporary file, which the export reads one tensor at a time.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/flag_table.h"
 
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/hf/hf_export.h"
+#include "runtime/hf/safetensors_reader.h"
+#include "runtime/model/llama_hf_config.h"
 
 namespace {
 
@@ -65,12 +76,60 @@ int Verify(const std::string& dir, const std::string& tag) {
   return failures == 0 ? 0 : 1;
 }
 
+struct HfFormat {
+  std::string from;
+  std::string dtype = "bfloat16";
+  std::string max_shard_size = "5GB";
+};
+
+// The checkpoint as a Hugging Face folder at `output`.
+absl::Status ExportHf(const std::string& dir, const std::string& tag, const std::string& output,
+                      const ConsolidateOptions& options, const HfFormat& format) {
+  FileSystem& fs = FileSystem::Default();
+  auto dtype = ParseExportDtype(format.dtype, "--dtype");
+  if (!dtype.ok()) return dtype.status();
+  auto shard = ParseShardSize(format.max_shard_size, "--max_shard_size");
+  if (!shard.ok()) return shard.status();
+  const std::string config_path = format.from + "/config.json";
+  auto text = fs.ReadFile(config_path, 64 << 20);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("--hf_from: ", text.status().message()));
+  auto config = ParseLlamaHfConfig(*text, config_path);
+  if (!config.ok()) return config.status();
+  const std::string masters = output + ".fp32.safetensors";
+  auto summary = ConsolidateCheckpoint(dir, tag, masters, options);
+  if (!summary.ok()) return summary.status();
+  absl::Status status = [&]() -> absl::Status {
+    auto reader = SafetensorsReader::Open(fs, masters);
+    if (!reader.ok()) return reader.status();
+    std::vector<HfTensorSpec> tensors;
+    for (const SafetensorsEntryInfo& entry : (*reader)->entries()) tensors.push_back({entry.name, entry.shape});
+    HfExportOptions export_options;
+    export_options.folder = output;
+    export_options.dtype = *dtype;
+    export_options.max_shard_bytes = *shard;
+    export_options.config_json = LlamaHfConfigJson(*config, TorchDtypeName(*dtype));
+    export_options.tokenizer_from = format.from;
+    absl::Status exported = ExportHfFolder(fs, export_options, tensors, [&](const std::string& name) {
+      return (*reader)->View(name);
+    });
+    if (exported.ok()) {
+      std::printf("dsconsolidate: %s/%s -> %s: a Hugging Face folder, %zu tensors in %s\n", dir.c_str(),
+                  summary->tag.c_str(), output.c_str(), tensors.size(), format.dtype.c_str());
+    }
+    return exported;
+  }();
+  (void)fs.RemoveFile(masters);
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string tag, output;
   bool verify = false;
   ConsolidateOptions options;
+  std::string format = "safetensors";
+  HfFormat hf;
   dslaunch::FlagTable flags("dsconsolidate",
                             "dsconsolidate CHECKPOINT_DIR [--tag TAG] --output FILE.safetensors "
                             "[--allow_nonfinite]\n       dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]");
@@ -78,7 +137,14 @@ int main(int argc, char** argv) {
       .String("--tag", &tag, "TAG", "the checkpoint to read (default: the one `latest` names)")
       .String("--output", &output, "FILE", "the safetensors file to write")
       .Bool("--verify", &verify, "check every checkpoint (or the one tag) against its commit record")
-      .Bool("--allow_nonfinite", &options.allow_nonfinite, "write NaN/Inf values instead of refusing");
+      .Bool("--allow_nonfinite", &options.allow_nonfinite, "write NaN/Inf values instead of refusing")
+      .String("--format", &format, "FORMAT",
+              "safetensors: one fp32 file; hf: a Hugging Face model folder (--output names the folder)",
+              {"safetensors", "hf"})
+      .String("--hf_from", &hf.from, "MODEL_DIR",
+              "--format hf: the Hugging Face folder the job started from (config.json, tokenizer files)")
+      .String("--dtype", &hf.dtype, "DTYPE", "--format hf: the weights' dtype", {"float32", "float16", "bfloat16"})
+      .String("--max_shard_size", &hf.max_shard_size, "SIZE", "--format hf: largest shard (5GB, 500MB, ...)");
   if (absl::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {
     std::fprintf(stderr, "dsconsolidate: %s\n(dsconsolidate --help lists the flags)\n",
                  std::string(parsed.message()).c_str());
@@ -98,6 +164,18 @@ int main(int argc, char** argv) {
   }
   const std::string dir = flags.positionals()[0];
   if (verify) return Verify(dir, tag);
+  if ((format == "hf") != !hf.from.empty()) {
+    std::fprintf(stderr, "dsconsolidate: --format hf and --hf_from go together\n");
+    return 2;
+  }
+  if (format == "hf") {
+    absl::Status status = ExportHf(dir, tag, output, options, hf);
+    if (!status.ok()) {
+      std::fprintf(stderr, "dsconsolidate: %s\n", std::string(status.message()).c_str());
+      return 1;
+    }
+    return 0;
+  }
   auto summary = ConsolidateCheckpoint(dir, tag, output, options);
   if (!summary.ok()) {
     std::fprintf(stderr, "dsconsolidate: %s\n", std::string(summary.status().message()).c_str());

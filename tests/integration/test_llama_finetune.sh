@@ -12,6 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
+: "${DSCONSOLIDATE:?DSCONSOLIDATE must point at the dsconsolidate binary}"
 HF=$(cd "$(dirname "$0")/../hf" && pwd)
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/llama-tiny.cfg
 PY=${REFERENCE_PYTHON:-/usr/bin/python3}
@@ -81,7 +82,8 @@ pass "the trained export (bf16) loads in the reference and gives dsgen's logits"
 # 4. Stop after step 4, resume to 8: bit-identical losses (ZeRO-3, 2 ranks).
 Z3=(--override train.steps=8 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3
   --override checkpoint.interval=4)
-run straight 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_straight"
+run straight 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_straight" --override "export.hf_dir=$WORK/straight_hf" \
+  --override export.dtype=float32
 set +e
 "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_resume" "$CONFIG" \
   --loss_log "$WORK/resumed.tsv" --exit_at_step 4 >"$WORK/first.out" 2>&1
@@ -93,7 +95,24 @@ cat "$WORK/second.tsv" >>"$WORK/resumed.tsv"
 cmp "$WORK/straight.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ: $(diff "$WORK/straight.tsv" "$WORK/resumed.tsv" | head -4)"
 pass "stop at 4, resume to 8 at ZeRO-3: every loss bit-identical"
 
-# 5. A broken folder: refused naming the file and tensor; no step runs.
+# 5. dsconsolidate --format hf: the ZeRO-3 checkpoint of step 8 as a Hugging
+#    Face folder holds exactly what the job exported at its end (fp32).
+"$DSCONSOLIDATE" "$WORK/ck_straight" --format hf --hf_from "$WORK/tiny" --dtype float32 --max_shard_size 200KB \
+  --output "$WORK/consolidated_hf" >"$WORK/consolidate.out" 2>&1 || fail "dsconsolidate --format hf: $(cat "$WORK/consolidate.out")"
+"$PY" - "$HF" "$WORK/straight_hf" "$WORK/consolidated_hf" <<'PYEOF' || fail "the consolidated folder differs from the job's export"
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_io
+a, b = safetensors_io.read_folder(sys.argv[2]), safetensors_io.read_folder(sys.argv[3])
+assert sorted(a) == sorted(b), "different tensor names"
+bad = [n for n in a if not a[n].equal(b[n])]
+assert not bad, "differ: %s" % bad[:5]
+print("consolidated: %d tensors identical to the export" % len(a))
+PYEOF
+cmp "$WORK/straight_hf/config.json" "$WORK/consolidated_hf/config.json" || fail "config.json differs"
+pass "dsconsolidate --format hf: the checkpoint as a Hugging Face folder equals the job's own export"
+
+# 6. A broken folder: refused naming the file and tensor; no step runs.
 cp -r "$WORK/tiny" "$WORK/broken"
 sed -i 's/"intermediate_size": 176/"intermediate_size": 160/' "$WORK/broken/config.json"
 set +e
