@@ -131,10 +131,7 @@ torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& ta
 }
 
 bool GptImpl::IsCheckpointed(int64_t block) const {
-  const int64_t k = std::min(options_.checkpointed_blocks, options_.layers);
-  if (k <= 0) return false;
-  // k evenly spaced blocks: block i is one when floor(i·k/L) steps up.
-  return (block + 1) * k / options_.layers != block * k / options_.layers;
+  return IsCheckpointedLayer(block, options_.checkpointed_blocks, options_.layers);
 }
 
 std::vector<ParameterUnit> GptImpl::ParameterUnits() const {
@@ -151,10 +148,6 @@ std::vector<ParameterUnit> GptImpl::ParameterUnits() const {
   return units;
 }
 
-int64_t GptImpl::ParameterCount() const {
-  int64_t count = 0;
-  for (const auto& p : parameters()) count += p.numel();
-  return count;
-}
+int64_t GptImpl::ParameterCount() const { return CountParameters(*this); }
 
 }  // namespace dslaunch::runtime

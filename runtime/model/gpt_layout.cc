@@ -4,28 +4,19 @@
 #include "runtime/model/gpt.h"
 
 namespace dslaunch::runtime {
-namespace {
-
-std::vector<std::string> NamesUnder(const torch::nn::Module& module, const std::string& prefix) {
-  std::vector<std::string> names;
-  for (const auto& item : module.named_parameters()) names.push_back(absl::StrCat(prefix, item.key()));
-  return names;
-}
-
-}  // namespace
 
 std::vector<ModelLayer> GptImpl::Layers() const {
   std::vector<ModelLayer> layers;
-  ModelLayer embedding{"embedding", "Embedding", NamesUnder(*token_embedding, "token_embedding.")};
-  for (std::string& name : NamesUnder(*position_embedding, "position_embedding.")) {
+  ModelLayer embedding{"embedding", "Embedding", ParameterNamesUnder(*token_embedding, "token_embedding.")};
+  for (std::string& name : ParameterNamesUnder(*position_embedding, "position_embedding.")) {
     embedding.parameters.push_back(std::move(name));
   }
   layers.push_back(std::move(embedding));
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string name = absl::StrCat("blocks.", i);
-    layers.push_back(ModelLayer{name, "GptBlock", NamesUnder(*blocks->ptr(i), name + ".")});
+    layers.push_back(ModelLayer{name, "GptBlock", ParameterNamesUnder(*blocks->ptr(i), name + ".")});
   }
-  layers.push_back(ModelLayer{"head", "Head", NamesUnder(*final_norm, "final_norm.")});
+  layers.push_back(ModelLayer{"head", "Head", ParameterNamesUnder(*final_norm, "final_norm.")});
   return layers;
 }
 

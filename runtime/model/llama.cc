@@ -154,9 +154,7 @@ torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& 
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {
-  const int64_t k = std::min(options_.checkpointed_blocks, options_.layers);
-  if (k <= 0) return false;
-  return (layer + 1) * k / options_.layers != layer * k / options_.layers;
+  return IsCheckpointedLayer(layer, options_.checkpointed_blocks, options_.layers);
 }
 
 std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
@@ -173,10 +171,6 @@ std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
   return units;
 }
 
-int64_t LlamaImpl::ParameterCount() const {
-  int64_t count = 0;
-  for (const auto& p : parameters()) count += p.numel();
-  return count;
-}
+int64_t LlamaImpl::ParameterCount() const { return CountParameters(*this); }
 
 }  // namespace dslaunch::runtime

@@ -4,26 +4,17 @@
 #include "runtime/model/llama.h"
 
 namespace dslaunch::runtime {
-namespace {
-
-std::vector<std::string> NamesUnder(const torch::nn::Module& module, const std::string& prefix) {
-  std::vector<std::string> names;
-  for (const auto& item : module.named_parameters()) names.push_back(absl::StrCat(prefix, item.key()));
-  return names;
-}
-
-}  // namespace
 
 std::vector<ModelLayer> LlamaImpl::Layers() const {
   std::vector<ModelLayer> layers;
-  layers.push_back(ModelLayer{"embedding", "Embedding", NamesUnder(*model->embed_tokens, "model.embed_tokens.")});
+  layers.push_back(ModelLayer{"embedding", "Embedding", ParameterNamesUnder(*model->embed_tokens, "model.embed_tokens.")});
   for (size_t i = 0; i < model->layers->size(); ++i) {
     layers.push_back(ModelLayer{absl::StrCat("layers.", i), "LlamaDecoderLayer",
-                                NamesUnder(*model->layers->ptr(i), absl::StrCat("model.layers.", i, "."))});
+                                ParameterNamesUnder(*model->layers->ptr(i), absl::StrCat("model.layers.", i, "."))});
   }
-  ModelLayer head{"head", "Head", NamesUnder(*model->norm, "model.norm.")};
+  ModelLayer head{"head", "Head", ParameterNamesUnder(*model->norm, "model.norm.")};
   if (lm_head) {
-    for (std::string& name : NamesUnder(*lm_head, "lm_head.")) head.parameters.push_back(std::move(name));
+    for (std::string& name : ParameterNamesUnder(*lm_head, "lm_head.")) head.parameters.push_back(std::move(name));
   }
   layers.push_back(std::move(head));
   return layers;

@@ -65,4 +65,17 @@ class ModelInterface : public PartitionedModel {
   virtual int64_t ParameterCount() const = 0;
 };
 
+// Helpers the families share.
+
+// "PREFIX" + the name of each of `module`'s parameters, in parameters() order.
+std::vector<std::string> ParameterNamesUnder(const torch::nn::Module& module, const std::string& prefix);
+
+// Activation checkpointing of `checkpointed` evenly spaced layers of `layers`
+// (DeepSpeed's number_checkpoints; >= layers: all): whether layer `layer` is
+// one of them (the layers where floor(i·k/L) steps up).
+bool IsCheckpointedLayer(int64_t layer, int64_t checkpointed, int64_t layers);
+
+// Elements of every parameter of `module`.
+int64_t CountParameters(const torch::nn::Module& module);
+
 }  // namespace dslaunch::runtime

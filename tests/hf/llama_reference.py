@@ -62,20 +62,20 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(config, w, ids, dtype=torch.float32):
-    w = {k: v.to(dtype) for k, v in w.items()}
+def forward(config, w, ids, dtype=torch.float32, device="cpu"):
+    w = {k: v.to(device=device, dtype=dtype) for k, v in w.items()}
     h, heads = config["hidden_size"], config["num_attention_heads"]
     kv = config.get("num_key_value_heads", heads)
     d = config.get("head_dim") or h // heads
     eps = config.get("rms_norm_eps", 1e-6)
     qwen2 = config["model_type"] == "qwen2"
     t = len(ids)
-    x = w["model.embed_tokens.weight"][torch.tensor(ids)]  # [t, h]
-    inv = inverse_frequencies(config, d, t)
-    angles = torch.outer(torch.arange(t, dtype=torch.float32), inv)
+    x = w["model.embed_tokens.weight"][torch.tensor(ids, device=device)]  # [t, h]
+    inv = inverse_frequencies(config, d, t).to(device)
+    angles = torch.outer(torch.arange(t, dtype=torch.float32, device=device), inv)
     emb = torch.cat((angles, angles), dim=-1)
     cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
-    mask = torch.full((t, t), float("-inf")).triu(1)
+    mask = torch.full((t, t), float("-inf"), device=device).triu(1)
 
     def linear(x, name):
         y = x @ w[name + ".weight"].t()
@@ -102,7 +102,7 @@ def forward(config, w, ids, dtype=torch.float32):
         x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
-    return x @ head.t()
+    return (x @ head.t()).float().cpu()
 
 
 def main():
