@@ -4,9 +4,10 @@
 #   1. model_tests and hf_tests;
 #   2. for each tiny variant, dsgen's logits on CUDA in fp32 within 1e-4 of
 #      the fp32 reference;
-#   3. in bf16 on CUDA: dsgen's distance from the fp32 reference is no more
-#      than 1.5x (+1e-3) PyTorch's own bf16 distance (the reference run in
-#      bf16 on the same GPU): as close to the exact logits as PyTorch is.
+#   3. in bf16 on CUDA: dsgen's mean distance from the fp32 reference is no
+#      more than 1.25x (+1e-3) PyTorch's own (the reference run in bf16 on the
+#      same GPU as Hugging Face runs it, SDPA on bf16 inputs), its largest no
+#      more than 3x: as close to the exact logits as PyTorch is.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -41,11 +42,12 @@ torch_bf16 = llama_reference.forward(config, weights, ids, dtype=torch.bfloat16,
 fp32 = safetensors_io.read(prefix + ".float32.logits")["logits"]
 bf16 = safetensors_io.read(prefix + ".bfloat16.logits")["logits"]
 e32 = (fp32 - exact).abs().max().item()
-ours = (bf16 - exact).abs().max().item()
-theirs = (torch_bf16 - exact).abs().max().item()
-ok = e32 <= 1e-4 * max(1.0, exact.abs().max().item()) and ours <= 1.5 * theirs + 1e-3
-print("%s: fp32 on CUDA %.2e from the reference; bf16: dslaunch %.3e, PyTorch %.3e from the fp32 reference: %s"
-      % (folder.split("/")[-1], e32, ours, theirs, "ok" if ok else "FAIL"))
+ours, theirs = (bf16 - exact).abs(), (torch_bf16 - exact).abs()
+ok = (e32 <= 1e-4 * max(1.0, exact.abs().max().item()) and ours.mean() <= 1.25 * theirs.mean() + 1e-3
+      and ours.max() <= 3 * theirs.max())
+print("%s: fp32 on CUDA %.2e from the reference (logits up to %.1f); bf16 from the fp32 reference: dslaunch mean %.3e "
+      "max %.3e, PyTorch mean %.3e max %.3e: %s" % (folder.split("/")[-1], e32, exact.abs().max().item(),
+      ours.mean().item(), ours.max().item(), theirs.mean().item(), theirs.max().item(), "ok" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PYEOF
 done

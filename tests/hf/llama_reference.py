@@ -94,8 +94,12 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu"):
         group = heads // kv
         k = k[:, None].expand(kv, group, t, d).reshape(heads, t, d)
         v = v[:, None].expand(kv, group, t, d).reshape(heads, t, d)
-        scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d) + mask
-        attention = torch.softmax(scores, dim=-1).to(dtype) @ v
+        if dtype != torch.float32 and hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            # 16-bit: as Hugging Face runs it (SDPA on 16-bit inputs).
+            attention = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
+        else:
+            scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(d) + mask
+            attention = torch.softmax(scores, dim=-1).to(dtype) @ v
         x = x + linear(attention.transpose(0, 1).reshape(t, heads * d), p + "self_attn.o_proj")
         n = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = linear(n, p + "mlp.gate_proj")
