@@ -107,7 +107,19 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
+    # Other sizes (benchmarks: a TinyLlama-shaped model is
+    # --hidden 2048 --layers 22 --heads 32 --kv_heads 4 --intermediate 5632 --vocab 32000).
+    for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "max_positions"):
+        parser.add_argument("--" + key, type=int)
     args = parser.parse_args()
+    sizes = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+             "kv_heads": "num_key_value_heads", "intermediate": "intermediate_size", "vocab": "vocab_size",
+             "max_positions": "max_position_embeddings"}
+    for key, name in sizes.items():
+        if getattr(args, key) is not None:
+            BASE[name] = getattr(args, key)
+            for variant in VARIANTS.values():
+                variant.pop(name, None)
     config, weights = build(args.variant, args.seed)
     save(args.out, config, weights, args.dtype, args.shards)
 
