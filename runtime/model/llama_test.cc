@@ -72,9 +72,13 @@ TEST(RotaryEmbeddingTest, ScalingsChangeTheFrequenciesTheWayTheirTypesSay) {
   const torch::Tensor wavelength = 2 * M_PI / base;
   for (int64_t i = 0; i < 32; ++i) {
     const double w = wavelength[i].item<double>(), f = base[i].item<double>(), g = llama3[i].item<double>();
-    if (w < 8192.0 / 4) EXPECT_NEAR(g, f, 1e-6 * f) << i << ": short wavelengths stay";
-    if (w > 8192.0) EXPECT_NEAR(g, f / 8, 1e-6 * f) << i << ": long ones are divided by the factor";
-    if (w > 8192.0 / 4 && w < 8192.0) EXPECT_TRUE(g < f && g > f / 8) << i << ": between, interpolated";
+    if (w < 8192.0 / 4) {
+      EXPECT_NEAR(g, f, 1e-6 * f) << i << ": short wavelengths stay";
+    } else if (w > 8192.0) {
+      EXPECT_NEAR(g, f / 8, 1e-6 * f) << i << ": long ones are divided by the factor";
+    } else {
+      EXPECT_TRUE(g < f && g > f / 8) << i << ": between, interpolated";
+    }
   }
 }
 
