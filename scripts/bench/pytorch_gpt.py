@@ -10,11 +10,15 @@ Random tokens: throughput does not depend on the data.
 """
 import argparse
 import math
-import time
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_throughput  # noqa: E402
 
 
 class Block(nn.Module):
@@ -78,28 +82,7 @@ def main():
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
     model = Gpt(args.layers, args.heads, args.width, args.sequence, args.vocab).cuda()
-    params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    step_fn = torch.compile(model) if args.compile else model
-    tokens = torch.randint(args.vocab, (args.batch, args.sequence + 1), device="cuda")
-    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    torch.cuda.reset_peak_memory_stats()
-    start = None
-    for step in range(args.steps):
-        if step == args.measure_from:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_fn(inputs, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    measured = args.steps - args.measure_from
-    print(f"tokens_per_s={measured * args.batch * args.sequence / seconds:.0f} "
-          f"peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} params={params} loss={loss.item():.4f}")
+    train_throughput.measure(model, args, args.vocab, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
 
 if __name__ == "__main__":

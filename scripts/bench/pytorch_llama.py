@@ -9,11 +9,15 @@ torch.compile. A full fine-tune (every parameter trains). Prints one line:
 Random tokens: throughput does not depend on the data.
 """
 import argparse
-import time
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_throughput  # noqa: E402
 
 
 class RmsNorm(nn.Module):
@@ -104,28 +108,7 @@ def main():
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
     model = Llama(args.layers, args.width, args.heads, args.kv_heads, args.ffn, args.vocab).cuda()
-    params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, betas=(0.9, 0.95), weight_decay=0.0, fused=True)
-    step_fn = torch.compile(model) if args.compile else model
-    tokens = torch.randint(args.vocab, (args.batch, args.sequence + 1), device="cuda")
-    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    torch.cuda.reset_peak_memory_stats()
-    start = None
-    for step in range(args.steps):
-        if step == args.measure_from:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_fn(inputs, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    measured = args.steps - args.measure_from
-    print(f"tokens_per_s={measured * args.batch * args.sequence / seconds:.0f} "
-          f"peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} params={params} loss={loss.item():.4f}")
+    train_throughput.measure(model, args, args.vocab, lr=2e-5, betas=(0.9, 0.95), weight_decay=0.0)
 
 
 if __name__ == "__main__":
