@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/data/sample_permutation.h"
-#include "runtime/data/test_temp_dir.h"
+#include "common/test_temp_dir.h"
 
 namespace dslaunch::runtime {
 namespace {

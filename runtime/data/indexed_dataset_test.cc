@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "runtime/fs/fault_injecting_file_system.h"
 #include "runtime/fs/file_system.h"
-#include "runtime/data/test_temp_dir.h"
+#include "common/test_temp_dir.h"
 
 namespace dslaunch::runtime {
 namespace {

@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/text_corpus.h"
-#include "runtime/data/tokenizer.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace dslaunch::runtime {
 namespace {

@@ -9,9 +9,9 @@
 #include "runtime/data/dsprep_options.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/fs/file_system.h"
-#include "runtime/data/test_temp_dir.h"
+#include "common/test_temp_dir.h"
 #include "runtime/data/text_corpus.h"
-#include "runtime/data/tokenizer.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace dslaunch::runtime {
 namespace {

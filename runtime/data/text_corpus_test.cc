@@ -5,7 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/data/test_temp_dir.h"
+#include "common/test_temp_dir.h"
 
 namespace dslaunch::runtime {
 namespace {

@@ -1,11 +1,11 @@
-#include "runtime/data/tokenizer.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/fs/file_system.h"
-#include "runtime/data/test_temp_dir.h"
+#include "common/test_temp_dir.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -23,6 +23,7 @@ TEST(ByteTokenizerTest, RoundTripsEveryByte) {
   EXPECT_EQ(tokenizer.Decode(ids), text);
   EXPECT_EQ(tokenizer.vocab_size(), 257);
   EXPECT_EQ(tokenizer.eos_id(), 256);
+  EXPECT_EQ(tokenizer.bos_id(), -1);
   EXPECT_EQ(tokenizer.name(), "byte");
 }
 
@@ -66,6 +67,7 @@ TEST_F(SentencePieceTest, TrainsDeterministicModelThatRoundTrips) {
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ((*tokenizer)->name(), "sentencepiece");
   EXPECT_EQ((*tokenizer)->eos_id(), 2);
+  EXPECT_EQ((*tokenizer)->bos_id(), 1);
   EXPECT_GT((*tokenizer)->vocab_size(), 259);
   EXPECT_LE((*tokenizer)->vocab_size(), 320);
 

@@ -1,10 +1,10 @@
-#include "runtime/data/tokenizer.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "runtime/fs/file_system.h"
-#include "runtime/data/sentencepiece_bridge.h"
+#include "runtime/tokenizer/sentencepiece_bridge.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -81,6 +81,7 @@ std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) cons
 
 int SentencePieceTokenizer::vocab_size() const { return model_->vocab_size(); }
 int32_t SentencePieceTokenizer::eos_id() const { return model_->eos_id(); }
+int32_t SentencePieceTokenizer::bos_id() const { return model_->bos_id(); }
 
 absl::Status TrainSentencePieceBpe(const std::vector<std::string>& text_files, int vocab_size,
                                    const std::string& model_prefix) {

@@ -1,5 +1,5 @@
 // See Note [SentencePiece and Abseil]: no Abseil header may be included here.
-#include "runtime/data/sentencepiece_bridge.h"
+#include "runtime/tokenizer/sentencepiece_bridge.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -100,6 +100,7 @@ SpResult SpModel::Decode(const std::vector<int>& ids, std::string* text) const {
 
 int SpModel::vocab_size() const { return impl_->processor.GetPieceSize(); }
 int SpModel::eos_id() const { return impl_->processor.eos_id(); }
+int SpModel::bos_id() const { return impl_->processor.bos_id(); }
 
 // Note [BPE training settings]
 // - byte_fallback: the 256 byte pieces are in the vocabulary, so no input is

@@ -41,6 +41,7 @@ class SpModel {
   SpResult Decode(const std::vector<int>& ids, std::string* text) const;
   int vocab_size() const;
   int eos_id() const;
+  int bos_id() const;  // -1 when the model has none
 
  private:
   struct Impl;

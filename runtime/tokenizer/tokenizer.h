@@ -26,6 +26,9 @@ class Tokenizer {
   virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
   virtual int vocab_size() const = 0;
   virtual int32_t eos_id() const = 0;
+  // The id a sequence starts with (Llama's <s>, <|begin_of_text|>); -1 when
+  // the tokenizer has none.
+  virtual int32_t bos_id() const = 0;
   virtual std::string name() const = 0;  // "byte" | "sentencepiece"
 };
 
@@ -38,6 +41,7 @@ class ByteTokenizer : public Tokenizer {
   std::string Decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override { return kEosId + 1; }
   int32_t eos_id() const override { return kEosId; }
+  int32_t bos_id() const override { return -1; }
   std::string name() const override { return "byte"; }
 };
 
@@ -53,6 +57,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string Decode(const std::vector<int32_t>& ids) const override;
   int vocab_size() const override;
   int32_t eos_id() const override;
+  int32_t bos_id() const override;
   std::string name() const override { return "sentencepiece"; }
 
  private:

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-namespace dslaunch::runtime {
+namespace dslaunch {
 
 class TestTempDir {
  public:
@@ -35,4 +35,4 @@ class TestTempDir {
   std::string path_;
 };
 
-}  // namespace dslaunch::runtime
+}  // namespace dslaunch
