@@ -9,6 +9,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +23,7 @@
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/zero_layout.h"
 #include "runtime/comm/peer_failure.h"
+#include "runtime/model/lora.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -237,16 +241,48 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
+  return ExportGathered([&]() -> absl::Status {
+    const torch::nn::Module& module = *engine_.model_;
+    std::vector<HfTensorSpec> tensors;
+    for (const std::string& name : MergedParameterNames(module)) {
+      tensors.push_back({name, module.named_parameters()[name].sizes().vec()});
+    }
+    return ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      return MergedParameter(module, name);
+    });
+  });
+}
+
+absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
+  return ExportGathered([&]() -> absl::Status {
+    auto parameters = engine_.model_->named_parameters();
+    std::vector<HfTensorSpec> tensors;
+    for (const auto& item : parameters) {
+      if (IsLoraParameterName(item.key())) {
+        tensors.push_back({kPeftKeyPrefix + item.key(), item.value().sizes().vec()});
+      }
+    }
+    if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
+    HfExportOptions adapter = options;
+    adapter.weights_stem = "adapter_model";
+    adapter.config_file = kPeftConfigFile;
+    adapter.max_shard_bytes = std::numeric_limits<int64_t>::max();  // PEFT reads one file
+    return ExportHfFolder(fs_, adapter, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      return parameters[name.substr(std::strlen(kPeftKeyPrefix))].detach();
+    });
+  });
+}
+
+absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status()>& write_on_rank0) {
   if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
   const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
   absl::Status written = absl::OkStatus();
   if (rank == 0) {
-    auto parameters = engine_.model_->named_parameters();
-    std::vector<HfTensorSpec> tensors;
-    for (const auto& item : parameters) tensors.push_back({item.key(), item.value().sizes().vec()});
-    written = ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
-      return parameters[name].detach();
-    });
+    try {
+      written = write_on_rank0();
+    } catch (const c10::Error& e) {
+      written = absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
+    }
   }
   if (engine_.stage3_) {
     absl::Status released = engine_.stage3_->FinishBackward();

@@ -19,6 +19,7 @@
 // rank calls them. Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,10 +50,18 @@ class EngineCheckpointer {
   // gathers the parameters (ZeRO-3), rank 0 writes them, one tensor at a
   // time, in options.dtype. The values are the module's (the 16-bit ones
   // with fp16/bf16: what the model computes with). A collective; the error of
-  // a failed write is rank 0's.
+  // a failed write is rank 0's. LoRA adapters (runtime/model/lora.h) are
+  // merged into the weights they adapt: the folder is the fine-tuned model.
   absl::Status ExportHuggingFace(const HfExportOptions& options);
+  // The LoRA adapters alone as a PEFT adapter folder (adapter_config.json
+  // from options.config_json, adapter_model.safetensors with PEFT's names),
+  // in options.dtype; options.folder is where. A collective, as above.
+  absl::Status ExportPeftAdapter(const HfExportOptions& options);
 
  private:
+  // Gathers the parameters (ZeRO-3), runs `write_on_rank0` on rank 0 and
+  // releases them again.
+  absl::Status ExportGathered(const std::function<absl::Status()>& write_on_rank0);
   // This rank's part, written and hashed as LibTorch's archive streams it.
   absl::StatusOr<FileDigest> WriteRankFile(const std::string& path, const ClientState& client_state, int rank);
   // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model

@@ -210,7 +210,21 @@ struct TrainConfig {
 };
 
 // The trained model as a Hugging Face folder when the job ends (llama).
+// The `lora` section: PEFT's LoraConfig keys (Note [LoRA] in
+// runtime/model/lora_linear.h). r 0: no LoRA, every parameter trains.
+struct LoraConfig {
+  int64_t r = 0;
+  double lora_alpha = 8;                     // PEFT's default
+  double lora_dropout = 0;
+  std::vector<std::string> target_modules;  // required with r > 0
+  std::string bias = "none";                 // only none: the base's biases stay frozen
+  bool use_rslora = false;                   // scale lora_alpha / sqrt(r)
+};
+
 struct ExportConfig {
+  // With LoRA, hf_dir gets the base with the adapters merged into it, and
+  // adapter_dir the adapters alone as a PEFT folder.
+  std::string adapter_dir;              // empty: no adapter export
   std::string hf_dir;                   // empty: no export
   std::string dtype = "bfloat16";       // float32 | float16 | bfloat16
   std::string max_shard_size = "5GB";   // save_pretrained's default
@@ -232,6 +246,7 @@ struct JobConfig {
   std::string path;  // the train.cfg it came from
   ModelConfig model;
   DataConfig data;
+  LoraConfig lora;
   ExportConfig export_;  // the `export` section
   TrainConfig train;
   CheckpointConfig checkpoint;

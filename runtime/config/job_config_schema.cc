@@ -55,6 +55,14 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
       Key("train.max_nonfinite_steps", &t->max_nonfinite_steps).Min(1),
 
+      Key("lora.r", &job->lora.r).Min(0).Max(kMaxModelWidth),
+      Key("lora.lora_alpha", &job->lora.lora_alpha).Min(0),
+      Key("lora.lora_dropout", &job->lora.lora_dropout).Min(0).Below(1),
+      Key("lora.target_modules", &job->lora.target_modules),
+      Key("lora.bias", &job->lora.bias).OneOf({"none"}),
+      Key("lora.use_rslora", &job->lora.use_rslora),
+
+      Key("export.adapter_dir", &job->export_.adapter_dir),
       Key("export.hf_dir", &job->export_.hf_dir),
       Key("export.dtype", &job->export_.dtype).OneOf({"float32", "float16", "bfloat16"}),
       Key("export.max_shard_size", &job->export_.max_shard_size),
@@ -155,6 +163,19 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
     problem_at("export.hf_dir", absl::StrCat("Hugging Face export is built for model.type llama, not '",
                                              model.type, "'"));
   }
+  const LoraConfig& lora = job->lora;
+  if (lora.r > 0 && model.type != "llama") {
+    problem_at("lora.r", absl::StrCat("LoRA is built for model.type llama, not '", model.type, "'"));
+  }
+  if (lora.r > 0 && lora.target_modules.empty() && !walk.invalid.count("lora.target_modules")) {
+    problem_at("lora.target_modules", "required with lora.r > 0 (for example [q_proj, k_proj, v_proj, o_proj])");
+  }
+  if (lora.r == 0 && walk.Has("lora") && !walk.invalid.count("lora.r")) {
+    problem_at("lora.r", "required (> 0) when the job has a lora section");
+  }
+  if (!job->export_.adapter_dir.empty() && lora.r == 0) {
+    problem_at("export.adapter_dir", "needs lora.r > 0 (there is no adapter to export)");
+  }
   if (walk.HasValue("model.width") && walk.HasValue("model.heads") && model.heads > 0 &&
       model.width % model.heads != 0) {
     problem_at("model.width",
@@ -188,6 +209,7 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
   job->checkpoint.dir = ResolveRelativePath(job_dir, job->checkpoint.dir);
   job->model.from = ResolveRelativePath(job_dir, job->model.from);
   job->export_.hf_dir = ResolveRelativePath(job_dir, job->export_.hf_dir);
+  job->export_.adapter_dir = ResolveRelativePath(job_dir, job->export_.adapter_dir);
 }
 
 }  // namespace dslaunch::runtime::config_internal

@@ -23,6 +23,7 @@
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
+#include "runtime/model/lora.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/model_registry.h"
 #include "runtime/torch_compat.h"
@@ -231,6 +232,25 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     pretrained.reset();  // the weights are in the module; the mappings go
   }
+  // LoRA: adapters on the targeted projections, the rest frozen (Note [LoRA]).
+  LoraSettings lora;
+  if (job.lora.r > 0) {
+    lora.adapter.r = job.lora.r;
+    lora.adapter.alpha = job.lora.lora_alpha;
+    lora.adapter.dropout = job.lora.lora_dropout;
+    lora.adapter.use_rslora = job.lora.use_rslora;
+    lora.target_modules = job.lora.target_modules;
+    auto applied = ApplyLora(*built->module, lora, job.train.seed);
+    if (!applied.ok()) return absl::Status(applied.status().code(), absl::StrCat(job.path, ": ", applied.status().message()));
+    if (context.rank == 0) {
+      absl::FPrintF(context.out,
+                    "dsrank: LoRA r=%d alpha=%g on %d projections: %d trainable parameters, %d frozen (%.3f%%)\n",
+                    lora.adapter.r, lora.adapter.alpha, applied->adapted_projections, applied->trainable_parameters,
+                    applied->frozen_parameters,
+                    100.0 * applied->trainable_parameters /
+                        std::max<int64_t>(1, applied->trainable_parameters + applied->frozen_parameters));
+    }
+  }
   HfExportOptions export_options;
   if (!job.export_.hf_dir.empty()) {
     if (!built->hf_config_json) {
@@ -246,6 +266,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     export_options.max_shard_bytes = *shard;
     export_options.config_json = built->hf_config_json(job.export_.dtype);
     export_options.tokenizer_from = job.model.from;
+  }
+  HfExportOptions adapter_options;
+  if (!job.export_.adapter_dir.empty()) {
+    auto dtype = ParseExportDtype(job.export_.dtype, "export.dtype");
+    if (!dtype.ok()) return dtype.status();
+    adapter_options.folder = job.export_.adapter_dir;
+    adapter_options.dtype = *dtype;
+    adapter_options.config_json = PeftAdapterConfigJson(lora, job.model.from);
+    adapter_options.tokenizer_from = job.model.from;
   }
   auto engine = Engine::Create(built->module, job.ds,
                                context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr),
@@ -418,9 +447,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (ds.memory_breakdown) {
         Engine::MemoryBreakdown m = (*engine)->Memory();
         absl::FPrintF(context.out,
-                      "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s\n",
+                      "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s, "
+                      "frozen parameters %d B\n",
                       m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
-                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "");
+                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
+                      m.frozen_parameters);
         if (context.device.is_cuda()) {
           absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",
                         compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30));
@@ -484,8 +515,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (!export_options.folder.empty()) {
     if (absl::Status exported = checkpointer.ExportHuggingFace(export_options); !exported.ok()) return exported;
     if (context.rank == 0) {
-      absl::FPrintF(context.out, "dsrank: exported the model as a Hugging Face folder: %s (%s)\n",
-                    export_options.folder, job.export_.dtype);
+      absl::FPrintF(context.out, "dsrank: exported the model as a Hugging Face folder: %s (%s%s)\n",
+                    export_options.folder, job.export_.dtype, job.lora.r > 0 ? ", LoRA merged" : "");
+    }
+  }
+  if (!adapter_options.folder.empty()) {
+    if (absl::Status exported = checkpointer.ExportPeftAdapter(adapter_options); !exported.ok()) return exported;
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: exported the LoRA adapter as a PEFT folder: %s (%s)\n",
+                    adapter_options.folder, job.export_.dtype);
     }
   }
   if (context.rank == 0) {

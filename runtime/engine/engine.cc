@@ -446,6 +446,9 @@ absl::StatusOr<StepResult> Engine::Step() {
 
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
+  for (const auto& p : model_->parameters()) {
+    if (!p.requires_grad()) bytes.frozen_parameters += p.numel() * p.element_size();
+  }
   if (zero_) {
     bytes.parameters = zero_->ParameterBytes();
     bytes.parameters_on_host = zero_->offload_param();

@@ -111,6 +111,9 @@ class Engine {
   // rank (memory_breakdown).
   struct MemoryBreakdown {
     int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
+    // Parameters that do not train (a LoRA base): whole on every rank, in
+    // the compute dtype, with no gradient, master weight or optimizer state.
+    int64_t frozen_parameters = 0;
     // Master weights and optimizer state live in host memory (ZeRO-Offload).
     bool optimizer_on_host = false;
     bool parameters_on_host = false;  // ZeRO-3 offload_param: the parameter shard

@@ -88,8 +88,9 @@ absl::Status ExportHfFolder(FileSystem& fs, const HfExportOptions& options, cons
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   std::vector<std::string> weight_map;
   for (size_t k = 0; k < shards.size(); ++k) {
-    const std::string file = shards.size() == 1 ? std::string(kHfSingleWeightsFile)
-                                                : absl::StrFormat("model-%05d-of-%05d.safetensors", k + 1, shards.size());
+    const std::string file = shards.size() == 1
+                                 ? absl::StrCat(options.weights_stem, ".safetensors")
+                                 : absl::StrFormat("%s-%05d-of-%05d.safetensors", options.weights_stem, k + 1, shards.size());
     auto writer = SafetensorsStreamWriter::Create(fs, partial + "/" + file, shards[k], metadata);
     if (!writer.ok()) return fail(writer.status());
     for (const SafetensorsEntryInfo& entry : shards[k]) {
@@ -103,9 +104,9 @@ absl::Status ExportHfFolder(FileSystem& fs, const HfExportOptions& options, cons
   if (shards.size() > 1) {
     const std::string index = absl::StrCat("{\n  \"metadata\": {\"total_size\": ", total_bytes,
                                            "},\n  \"weight_map\": {\n", absl::StrJoin(weight_map, ",\n"), "\n  }\n}\n");
-    if (absl::Status s = WriteFileAtomically(fs, partial + "/" + kHfWeightsIndexFile, index); !s.ok()) return fail(s);
+    if (absl::Status s = WriteFileAtomically(fs, absl::StrCat(partial, "/", options.weights_stem, ".safetensors.index.json"), index); !s.ok()) return fail(s);
   }
-  if (absl::Status s = WriteFileAtomically(fs, partial + "/" + kHfConfigFile, options.config_json); !s.ok()) {
+  if (absl::Status s = WriteFileAtomically(fs, partial + "/" + options.config_file, options.config_json); !s.ok()) {
     return fail(s);
   }
   if (!options.tokenizer_from.empty()) {

@@ -38,6 +38,10 @@ struct HfExportOptions {
   int64_t max_shard_bytes = 5'000'000'000;     // save_pretrained's "5GB"
   std::string config_json;                     // written as config.json
   std::string tokenizer_from;                  // a folder whose tokenizer files are copied; empty: none
+  // A model folder's names; a PEFT adapter folder is "adapter_model" and
+  // "adapter_config.json" (runtime/model/lora.h).
+  std::string weights_stem = "model";          // model.safetensors, model-00001-of-00002.safetensors
+  std::string config_file = "config.json";
 };
 
 // "5GB", "500MB", "2GiB", "1000" (bytes) → bytes (GB = 10^9, GiB = 2^30, as

@@ -10,8 +10,13 @@ namespace dslaunch::runtime {
 
 namespace {
 
-torch::nn::Linear Projection(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+LoraLinear Projection(int64_t in, int64_t out, bool bias) { return LoraLinear(in, out, bias); }
+
+// Parameter tensors of `module` that train (LoRA freezes the rest).
+int64_t TrainableTensors(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.requires_grad() ? 1 : 0;
+  return count;
 }
 
 }  // namespace
@@ -87,6 +92,7 @@ LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options) {
 }
 
 LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
+  for (int64_t i = 0; i < options.layers; ++i) layer_units_.push_back(static_cast<int>(i) + 1);
   TORCH_CHECK(options.heads > 0 && options.kv_heads > 0 && options.heads % options.kv_heads == 0,
               "num_attention_heads (", options.heads, ") must be a multiple of num_key_value_heads (",
               options.kv_heads, ")");
@@ -138,12 +144,13 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
     Segment run = [&, recompute](const torch::Tensor& in) {
       return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
     };
-    // Unit 0 is the embedding; layer i is unit i + 1.
-    x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
+    // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
+    const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
+    x = unit >= 0 ? runner_->Run(unit, run, x) : run(x);
   }
   x = model->norm->forward(x);
-  const torch::Tensor& head = options_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
-  return torch::nn::functional::linear(x, head);
+  if (options_.tie_word_embeddings) return torch::nn::functional::linear(x, model->embed_tokens->weight);
+  return lm_head->forward(x);
 }
 
 torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
@@ -158,16 +165,20 @@ bool LlamaImpl::IsCheckpointed(int64_t layer) const {
 }
 
 std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
+  // Units count trainable tensors only; with LoRA the frozen embedding and
+  // head hold none and are no unit at all (Note [LoRA]).
   std::vector<ParameterUnit> units;
   int64_t next = 0;
-  auto add = [&](int64_t count, bool layer) {
+  auto add = [&](int64_t count, bool layer) -> int {
+    if (count == 0) return -1;
     units.push_back(ParameterUnit{next, count, layer});
     next += count;
+    return static_cast<int>(units.size()) - 1;
   };
-  add(static_cast<int64_t>(model->embed_tokens->parameters().size()), /*layer=*/false);
-  for (const auto& layer : *model->layers) add(static_cast<int64_t>(layer->parameters().size()), /*layer=*/true);
-  add(static_cast<int64_t>(model->norm->parameters().size() + (lm_head ? lm_head->parameters().size() : 0)),
-      /*layer=*/false);
+  layer_units_.clear();
+  add(TrainableTensors(*model->embed_tokens), /*layer=*/false);
+  for (const auto& layer : *model->layers) layer_units_.push_back(add(TrainableTensors(*layer), /*layer=*/true));
+  add(TrainableTensors(*model->norm) + (lm_head ? TrainableTensors(*lm_head) : 0), /*layer=*/false);
   return units;
 }
 

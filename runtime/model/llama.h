@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
 
@@ -71,7 +72,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // x [batch, time, hidden]; cos, sin [time, head_dim] in x's dtype.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -83,7 +84,7 @@ class LlamaMlpImpl : public torch::nn::Module {
   explicit LlamaMlpImpl(const LlamaOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -114,7 +115,9 @@ TORCH_MODULE(LlamaBackbone);
 // interface], llama_layout.cc): layers "embedding", "layers.i", "head" (the
 // final norm and lm_head); with tied embeddings model.embed_tokens.weight is
 // the head too. ZeRO-3 units: the embedding (root), each decoder layer, then
-// the final norm with lm_head (root).
+// the final norm with lm_head (root); with LoRA (runtime/model/lora.h) only
+// the trainable tensors count, and a unit with none is left out.
+// The projections are LoraLinear: plain linear maps until LoRA adapts them.
 class LlamaImpl : public torch::nn::Module, public ModelInterface {
  public:
   LlamaImpl(const LlamaOptions& options, uint64_t seed);
@@ -138,7 +141,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
 
   LlamaBackbone model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // nullptr when tie_word_embeddings
+  LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings
 
  private:
   void Initialize(uint64_t seed);
@@ -149,6 +152,8 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // The rotary tables of the last forward, kept for its backward.
   torch::Tensor cos_, sin_;
   UnitRunner* runner_ = nullptr;
+  // The unit of each decoder layer in the last ParameterUnits() (-1: none).
+  mutable std::vector<int> layer_units_;
 };
 TORCH_MODULE(Llama);
 

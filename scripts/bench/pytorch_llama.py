@@ -4,7 +4,10 @@
 An HF-style Llama (RMSNorm, rotate-half RoPE, grouped-query attention through
 scaled-dot-product attention, SwiGLU, untied head), trained the way PyTorch
 users do: fp32 parameters, bf16 autocast, fused AdamW, optionally
-torch.compile. A full fine-tune (every parameter trains). Prints one line:
+torch.compile. A full fine-tune (every parameter trains), or with --lora R
+the way PEFT users train LoRA: the base cast to bf16 and frozen, fp32
+adapters (A kaiming-uniform, B zero, scale alpha/r) on q/k/v/o, autocast.
+Prints one line:
   tokens_per_s=... peak_gib=... params=...
 Random tokens: throughput does not depend on the data.
 """
@@ -35,6 +38,34 @@ class RmsNorm(nn.Module):
 def rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LoraLinear(nn.Module):
+    """A frozen base projection with a PEFT-style adapter: base(x) + B(A(x))·scale."""
+
+    def __init__(self, base, r, alpha):
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Linear(base.in_features, r, bias=False)
+        self.lora_B = nn.Linear(r, base.out_features, bias=False)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=5 ** 0.5)
+        nn.init.zeros_(self.lora_B.weight)
+        self.scale = alpha / r
+
+    def forward(self, x):
+        return self.base(x) + self.lora_B(self.lora_A(x)) * self.scale
+
+
+def apply_lora(model, r, alpha):
+    model.to(torch.bfloat16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.layers:
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(layer, name, LoraLinear(getattr(layer, name), r, alpha).to(torch.cuda.current_device()))
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.float()
 
 
 class Layer(nn.Module):
@@ -104,10 +135,14 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--measure_from", type=int, default=8)
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--lora", type=int, default=0, help="LoRA rank on q/k/v/o with a frozen bf16 base (0: full)")
+    parser.add_argument("--lora_alpha", type=float, default=32)
     args = parser.parse_args()
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = True
     model = Llama(args.layers, args.width, args.heads, args.kv_heads, args.ffn, args.vocab).cuda()
+    if args.lora:
+        apply_lora(model, args.lora, args.lora_alpha)
     train_throughput.measure(model, args, args.vocab, lr=2e-5, betas=(0.9, 0.95), weight_decay=0.0)
 
 

@@ -8,7 +8,8 @@ import torch
 
 def measure(model, args, vocab, lr, betas, weight_decay):
     params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, fused=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters
+    optimizer = torch.optim.AdamW(trainable, lr=lr, betas=betas, weight_decay=weight_decay, fused=True)
     step_fn = torch.compile(model) if args.compile else model
     tokens = torch.randint(vocab, (args.batch, args.sequence + 1), device="cuda")
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
@@ -21,11 +22,12 @@ def measure(model, args, vocab, lr, betas, weight_decay):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_fn(inputs, targets)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     measured = args.steps - args.measure_from
     print(f"tokens_per_s={measured * args.batch * args.sequence / seconds:.0f} "
-          f"peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} params={params} loss={loss.item():.4f}")
+          f"peak_gib={torch.cuda.max_memory_allocated() / 2**30:.2f} params={params} "
+          f"trainable={sum(p.numel() for p in trainable)} loss={loss.item():.4f}")

@@ -62,8 +62,28 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(config, w, ids, dtype=torch.float32, device="cpu"):
+def read_peft_adapter(folder):
+    """A PEFT LoRA adapter folder as PEFT reads it: {module name: (A, B, scale)}."""
+    config = json.load(open(os.path.join(folder, "adapter_config.json")))
+    assert config["peft_type"] == "LORA" and config.get("bias", "none") == "none", config
+    r, alpha = config["r"], config["lora_alpha"]
+    scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+    tensors = safetensors_io.read(os.path.join(folder, "adapter_model.safetensors"))
+    prefix = "base_model.model."
+    adapters = {}
+    for key in tensors:
+        assert key.startswith(prefix) and (key.endswith(".lora_A.weight") or key.endswith(".lora_B.weight")), key
+        module = key[len(prefix):-len(".lora_A.weight")]
+        if module not in adapters:
+            a, b = tensors[prefix + module + ".lora_A.weight"], tensors[prefix + module + ".lora_B.weight"]
+            assert a.shape[0] == r and b.shape[1] == r, (module, a.shape, b.shape)
+            adapters[module] = (a.float(), b.float(), scale)
+    return adapters
+
+
+def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
     w = {k: v.to(device=device, dtype=dtype) for k, v in w.items()}
+    adapters = dict(adapters or {})
     h, heads = config["hidden_size"], config["num_attention_heads"]
     kv = config.get("num_key_value_heads", heads)
     d = config.get("head_dim") or h // heads
@@ -81,6 +101,9 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu"):
         y = x @ w[name + ".weight"].t()
         if name + ".bias" in w:
             y = y + w[name + ".bias"]
+        if name in adapters:  # PEFT's unmerged LoRA: x·Aᵀ·Bᵀ·scale beside the frozen base
+            a, b, scale = adapters.pop(name)
+            y = y + (x @ a.to(device, dtype).t()) @ b.to(device, dtype).t() * scale
         return y
 
     for i in range(config["num_hidden_layers"]):
@@ -106,6 +129,7 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu"):
         x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
+    assert not adapters, "adapters for modules the model does not have: %s" % sorted(adapters)
     return (x @ head.t()).float().cpu()
 
 
@@ -114,6 +138,7 @@ def main():
     parser.add_argument("command", choices=["logits"])
     parser.add_argument("model")
     parser.add_argument("ids")
+    parser.add_argument("--adapter", help="a PEFT LoRA adapter folder applied on top of the model")
     parser.add_argument("--compare")
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--rtol", type=float, default=1e-4)
@@ -121,7 +146,10 @@ def main():
     config = json.load(open(os.path.join(args.model, "config.json")))
     weights = safetensors_io.read_folder(args.model)
     ids = [int(i) for i in args.ids.split(",")]
-    reference = forward(config, {k: v.float() for k, v in weights.items()}, ids)
+    adapters = read_peft_adapter(args.adapter) if args.adapter else None
+    if adapters:
+        print("adapter: LoRA on %d modules" % len(adapters))
+    reference = forward(config, {k: v.float() for k, v in weights.items()}, ids, adapters=adapters)
     print("reference logits", list(reference.shape))
     if args.compare:
         got = safetensors_io.read(args.compare)["logits"]

@@ -1,0 +1,139 @@
+#include "runtime/model/lora.h"
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/json_quote.h"
+#include "common/status_macros.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+constexpr char kAllLinear[] = "all-linear";
+
+bool Targets(const std::string& module_name, const std::string& target) {
+  return module_name == target || absl::EndsWith(module_name, "." + target);
+}
+
+// Every LoraLinear of `model` by its full module name, in module order.
+std::vector<std::pair<std::string, LoraLinearImpl*>> Projections(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, LoraLinearImpl*>> found;
+  for (const auto& item : model.named_modules()) {
+    if (auto* projection = const_cast<torch::nn::Module&>(*item.value()).as<LoraLinearImpl>()) {
+      found.emplace_back(item.key(), projection);
+    }
+  }
+  return found;
+}
+
+std::string LastComponent(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+}  // namespace
+
+absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettings& settings, uint64_t seed) {
+  if (settings.adapter.r <= 0) return absl::InvalidArgumentError(absl::StrCat("lora.r must be positive, got ", settings.adapter.r));
+  if (settings.target_modules.empty()) return absl::InvalidArgumentError("lora.target_modules: name at least one projection");
+  const auto projections = Projections(model);
+  if (projections.empty()) {
+    return absl::InvalidArgumentError("this model has no projection that can carry a LoRA adapter");
+  }
+  const bool all_linear =
+      std::find(settings.target_modules.begin(), settings.target_modules.end(), kAllLinear) != settings.target_modules.end();
+  if (all_linear && settings.target_modules.size() > 1) {
+    return absl::InvalidArgumentError("lora.target_modules: 'all-linear' stands alone");
+  }
+  std::vector<std::string> kinds;  // for the error message: the projections there are
+  for (const auto& [name, projection] : projections) {
+    const std::string kind = LastComponent(name);
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  std::vector<LoraLinearImpl*> chosen;
+  std::map<std::string, int> matches;
+  for (const auto& [name, projection] : projections) {
+    bool take = false;
+    if (all_linear) {
+      take = name != "lm_head";  // PEFT's all-linear leaves the output head out
+    } else {
+      for (const std::string& target : settings.target_modules) {
+        if (Targets(name, target)) {
+          take = true;
+          ++matches[target];
+        }
+      }
+    }
+    if (take) chosen.push_back(projection);
+  }
+  if (!all_linear) {
+    for (const std::string& target : settings.target_modules) {
+      if (matches[target] == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: '", target,
+                                                       "' matches no projection of this model (it has ",
+                                                       absl::StrJoin(kinds, ", "), ")"));
+      }
+    }
+  }
+  LoraSummary summary;
+  try {
+    for (auto& p : model.parameters()) p.set_requires_grad(false);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    for (LoraLinearImpl* projection : chosen) projection->EnableAdapter(settings.adapter, generator);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA: ", e.what_without_backtrace()));
+  }
+  summary.adapted_projections = static_cast<int64_t>(chosen.size());
+  for (const auto& p : model.parameters()) {
+    (p.requires_grad() ? summary.trainable_parameters : summary.frozen_parameters) += p.numel();
+  }
+  return summary;
+}
+
+bool IsLoraParameterName(const std::string& name) {
+  return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
+}
+
+std::vector<std::string> MergedParameterNames(const torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (!IsLoraParameterName(item.key())) names.push_back(item.key());
+  }
+  return names;
+}
+
+torch::Tensor MergedParameter(const torch::nn::Module& model, const std::string& name) {
+  if (absl::EndsWith(name, ".weight")) {
+    const std::string module_name = name.substr(0, name.size() - 7);
+    for (const auto& [projection_name, projection] : Projections(model)) {
+      if (projection_name == module_name) return projection->MergedWeight();
+    }
+  }
+  const torch::Tensor* found = model.named_parameters().find(name);
+  TORCH_CHECK(found != nullptr, "no parameter ", name);
+  return found->detach();
+}
+
+std::string PeftAdapterConfigJson(const LoraSettings& settings, const std::string& base_model_name_or_path) {
+  std::vector<std::string> targets;
+  for (const std::string& target : settings.target_modules) targets.push_back(JsonQuote(target));
+  const std::string target_modules =
+      settings.target_modules.size() == 1 && settings.target_modules[0] == kAllLinear
+          ? JsonQuote(kAllLinear)
+          : absl::StrCat("[", absl::StrJoin(targets, ", "), "]");
+  const LoraAdapterOptions& a = settings.adapter;
+  return absl::StrCat("{\n", "  \"alpha_pattern\": {},\n",
+                      "  \"base_model_name_or_path\": ", JsonQuote(base_model_name_or_path), ",\n",
+                      "  \"bias\": \"none\",\n", "  \"fan_in_fan_out\": false,\n", "  \"inference_mode\": true,\n",
+                      "  \"init_lora_weights\": true,\n", "  \"layers_pattern\": null,\n",
+                      "  \"layers_to_transform\": null,\n", "  \"lora_alpha\": ", a.alpha, ",\n",
+                      "  \"lora_dropout\": ", a.dropout, ",\n", "  \"modules_to_save\": null,\n",
+                      "  \"peft_type\": \"LORA\",\n", "  \"r\": ", a.r, ",\n", "  \"rank_pattern\": {},\n",
+                      "  \"revision\": null,\n", "  \"target_modules\": ", target_modules, ",\n",
+                      "  \"task_type\": \"CAUSAL_LM\",\n", "  \"use_dora\": false,\n",
+                      "  \"use_rslora\": ", a.use_rslora ? "true" : "false", "\n}\n");
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,54 @@
+#include "runtime/model/lora_linear.h"
+
+#include <cmath>
+
+namespace dslaunch::runtime {
+
+double LoraAdapterOptions::scale() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, bool with_bias) : in_(in), out_(out) {
+  // torch::nn::Linear's own initialisation; a model initialises or loads it anyway.
+  weight = register_parameter("weight", torch::empty({out, in}));
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
+  }
+}
+
+torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  if (!adapter_) return y;
+  torch::Tensor h = adapter_->dropout > 0 ? torch::dropout(x, adapter_->dropout, is_training()) : x;
+  return y + lora_B->forward(lora_A->forward(h)) * adapter_->scale();
+}
+
+void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Generator generator) {
+  TORCH_CHECK(!adapter_, "a LoRA adapter is already on this projection");
+  TORCH_CHECK(options.r > 0, "LoRA rank r must be positive, got ", options.r);
+  const auto like = torch::TensorOptions().dtype(weight.scalar_type()).device(weight.device());
+  lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, options.r).bias(false)));
+  lora_B = register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(options.r, out_).bias(false)));
+  {
+    torch::NoGradGuard no_grad;
+    // PEFT: kaiming_uniform_(A, a=sqrt(5)) is uniform in ±1/sqrt(fan_in); B = 0.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+    torch::Tensor a = torch::empty({options.r, in_}, torch::kFloat).uniform_(-bound, bound, generator);
+    lora_A->weight.set_data(a.to(like));
+    lora_B->weight.set_data(torch::zeros({out_, options.r}, like));
+  }
+  weight.set_requires_grad(false);
+  if (bias.defined()) bias.set_requires_grad(false);
+  adapter_ = options;
+}
+
+torch::Tensor LoraLinearImpl::MergedWeight() const {
+  torch::NoGradGuard no_grad;
+  if (!adapter_) return weight.detach();
+  torch::Tensor delta = torch::matmul(lora_B->weight.to(torch::kFloat), lora_A->weight.to(torch::kFloat));
+  return (weight.to(torch::kFloat) + delta * adapter_->scale()).to(weight.scalar_type());
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,58 @@
+// A linear projection that can carry a LoRA adapter (Note [LoRA]).
+//
+// Note [LoRA]
+// Hu et al.'s low-rank adaptation, as Hugging Face PEFT computes it:
+//   y = x·Wᵀ + b + scale · (dropout(x)·Aᵀ)·Bᵀ
+// with A [r, in] and B [out, r], scale = lora_alpha / r (rsLoRA:
+// lora_alpha / sqrt(r)). A starts as PEFT's kaiming_uniform(a = sqrt(5))
+// (uniform in ±1/sqrt(in)), B at zero, so an adapted model starts exactly
+// where its base is. The base W (and b) is frozen: requires_grad false, so
+// the engine gives it no gradient, no fp32 master and no optimizer state.
+// Parameter names are PEFT's without its "base_model.model." prefix:
+// "model.layers.0.self_attn.q_proj.lora_A.weight" beside the base's
+// "model.layers.0.self_attn.q_proj.weight", so the base still loads and
+// exports under Hugging Face's names.
+// Merging (for a full export): W' = W + scale · B·A, computed in fp32.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <torch/torch.h>
+
+namespace dslaunch::runtime {
+
+struct LoraAdapterOptions {
+  int64_t r = 8;
+  double alpha = 8;
+  double dropout = 0;
+  bool use_rslora = false;
+  // lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA.
+  double scale() const;
+};
+
+// Registers `weight` [out, in] and, with `bias`, `bias` [out], as
+// torch::nn::Linear does; lora_A and lora_B exist once EnableAdapter ran.
+class LoraLinearImpl : public torch::nn::Module {
+ public:
+  LoraLinearImpl(int64_t in, int64_t out, bool bias);
+
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // Adds the adapter (in the base weight's dtype and device), initialised
+  // from `generator`, and freezes the base weight and bias.
+  void EnableAdapter(const LoraAdapterOptions& options, at::Generator generator);
+  bool adapted() const { return adapter_.has_value(); }
+  // W + scale · B·A in the base weight's dtype (W itself without an adapter).
+  torch::Tensor MergedWeight() const;
+
+  torch::Tensor weight, bias;  // bias undefined without one
+  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+
+ private:
+  int64_t in_, out_;
+  std::optional<LoraAdapterOptions> adapter_;
+};
+TORCH_MODULE(LoraLinear);
+
+}  // namespace dslaunch::runtime

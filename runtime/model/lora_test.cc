@@ -1,0 +1,136 @@
+// LoRA on the Llama family (Note [LoRA]): by properties an error would break.
+// (The PEFT folder against an independent reference: tests/hf/.)
+#include "runtime/model/lora.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/model/llama.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+LlamaOptions Small() {
+  LlamaOptions o;
+  o.layers = 2;
+  o.hidden = 32;
+  o.intermediate = 48;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 8;
+  o.vocab_size = 50;
+  return o;
+}
+
+torch::Tensor Tokens() { return (torch::arange(2 * 7) * 7 % 50).view({2, 7}); }
+
+LoraSettings QkvO(int64_t r = 4) {
+  LoraSettings settings;
+  settings.adapter.r = r;
+  settings.adapter.alpha = 16;
+  settings.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  return settings;
+}
+
+TEST(LoraTest, AnAdaptedModelStartsWhereItsBaseIsAndOnlyTheAdaptersTrain) {
+  Llama llama(Small(), 1);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor before = llama->forward(Tokens());
+  auto summary = ApplyLora(*llama, QkvO(), 5);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->adapted_projections, 8);  // 4 per layer, 2 layers
+  // q: A [4, 32] + B [32, 4]; k and v: B [16, 4]; o: A [4, 32] + B [32, 4].
+  EXPECT_EQ(summary->trainable_parameters, 2 * (4 * 32 + 32 * 4 + 2 * (4 * 32 + 16 * 4) + 4 * 32 + 32 * 4));
+  EXPECT_TRUE(torch::equal(llama->forward(Tokens()), before)) << "lora_B starts at zero";
+  int64_t trainable = 0;
+  for (const auto& item : llama->named_parameters()) {
+    EXPECT_EQ(item.value().requires_grad(), IsLoraParameterName(item.key())) << item.key();
+    trainable += item.value().requires_grad() ? item.value().numel() : 0;
+  }
+  EXPECT_EQ(trainable, summary->trainable_parameters);
+  EXPECT_NE(llama->named_parameters().find("model.layers.1.self_attn.v_proj.lora_B.weight"), nullptr);
+  EXPECT_EQ(llama->named_parameters().find("model.layers.1.mlp.up_proj.lora_A.weight"), nullptr);
+}
+
+TEST(LoraTest, TheAdapterAddsScaleTimesBAxAndMergesIntoTheSameFunction) {
+  Llama llama(Small(), 1);
+  ASSERT_TRUE(ApplyLora(*llama, QkvO(), 5).ok());
+  torch::NoGradGuard no_grad;
+  llama->eval();
+  for (auto& item : llama->named_parameters()) {
+    if (IsLoraParameterName(item.key())) item.value().normal_(0, 0.2);
+  }
+  auto* q = llama->model->layers[0]->as<LlamaDecoderLayer>()->self_attn->q_proj.get();
+  const torch::Tensor x = torch::randn({3, 32});
+  const torch::Tensor expected = torch::matmul(x, q->weight.t()) +
+                                 torch::matmul(torch::matmul(x, q->lora_A->weight.t()), q->lora_B->weight.t()) * 4.0;
+  EXPECT_TRUE(torch::allclose(q->forward(x), expected, 1e-5, 1e-6)) << "scale = lora_alpha / r = 16 / 4";
+
+  // A plain model holding the merged weights computes the same logits.
+  Llama merged(Small(), 2);
+  auto target = merged->named_parameters();
+  for (const std::string& name : MergedParameterNames(*llama)) target[name].copy_(MergedParameter(*llama, name));
+  EXPECT_EQ(MergedParameterNames(*llama).size(), target.size());
+  EXPECT_TRUE(torch::allclose(merged->forward(Tokens()), llama->forward(Tokens()), 1e-4, 1e-5));
+  EXPECT_FALSE(torch::allclose(merged->forward(Tokens()), Llama(Small(), 1)->forward(Tokens()), 1e-3, 1e-3))
+      << "the adapters changed nothing: the test would pass on a broken merge";
+}
+
+TEST(LoraTest, RsLoraScalesByTheSquareRootOfTheRank) {
+  LoraAdapterOptions options;
+  options.r = 16;
+  options.alpha = 8;
+  EXPECT_DOUBLE_EQ(options.scale(), 0.5);
+  options.use_rslora = true;
+  EXPECT_DOUBLE_EQ(options.scale(), 2.0);
+}
+
+TEST(LoraTest, ZeroThreeUnitsHoldOnlyTheAdaptersAndSkipFrozenOnes) {
+  Llama llama(Small(), 1);
+  ASSERT_EQ(llama->ParameterUnits().size(), 4u);  // embedding, 2 layers, head
+  ASSERT_TRUE(ApplyLora(*llama, QkvO(), 5).ok());
+  const std::vector<ParameterUnit> units = llama->ParameterUnits();
+  ASSERT_EQ(units.size(), 2u) << "the frozen embedding and head are no units";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(units[i].layer);
+    EXPECT_EQ(units[i].first_parameter, 8 * i);
+    EXPECT_EQ(units[i].parameter_count, 8);  // A and B of 4 projections
+  }
+}
+
+TEST(LoraTest, TargetsThatMatchNothingAreRefusedByName) {
+  Llama llama(Small(), 1);
+  LoraSettings settings = QkvO();
+  settings.target_modules = {"q_proj", "query_key_value"};
+  auto applied = ApplyLora(*llama, settings, 5);
+  ASSERT_FALSE(applied.ok());
+  EXPECT_THAT(std::string(applied.status().message()), HasSubstr("'query_key_value' matches no projection"));
+  EXPECT_THAT(std::string(applied.status().message()), HasSubstr("gate_proj"));
+  for (const auto& p : llama->parameters()) EXPECT_TRUE(p.requires_grad()) << "nothing was frozen";
+}
+
+TEST(LoraTest, AllLinearAdaptsEveryProjectionButTheHead) {
+  Llama llama(Small(), 1);
+  LoraSettings settings = QkvO();
+  settings.target_modules = {"all-linear"};
+  auto applied = ApplyLora(*llama, settings, 5);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->adapted_projections, 14);  // 7 per layer
+  EXPECT_EQ(llama->named_parameters().find("lm_head.lora_A.weight"), nullptr);
+}
+
+TEST(LoraTest, ThePeftConfigSaysWhatPeftReads) {
+  LoraSettings settings = QkvO(16);
+  settings.adapter.dropout = 0.05;
+  const std::string json = PeftAdapterConfigJson(settings, "/models/llama");
+  EXPECT_THAT(json, HasSubstr("\"peft_type\": \"LORA\""));
+  EXPECT_THAT(json, HasSubstr("\"r\": 16,"));
+  EXPECT_THAT(json, HasSubstr("\"lora_alpha\": 16,"));
+  EXPECT_THAT(json, HasSubstr("\"lora_dropout\": 0.05,"));
+  EXPECT_THAT(json, HasSubstr("\"target_modules\": [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]"));
+  EXPECT_THAT(json, HasSubstr("\"base_model_name_or_path\": \"/models/llama\""));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# LoRA on a Llama-family model from a Hugging Face folder (issue 15, Note
+# [LoRA] in runtime/model/lora_linear.h):
+#  - 1 rank at ZeRO-0 and 2 ranks at ZeRO-2 and ZeRO-3 give the same losses,
+#    and the loss falls; the frozen base has no master weights or optimizer
+#    state (memory_breakdown);
+#  - the PEFT adapter folder, applied on the base by the independent
+#    reference (tests/hf/llama_reference.py --adapter), gives the logits dsgen
+#    computes from the merged export, both written at ZeRO-3 on 2 ranks;
+#  - stop and resume are bit for bit;
+#  - a target that matches no projection is refused by name; nothing runs.
+source "$(dirname "$0")/lib.sh"
+: "${DSGEN:?DSGEN must point at the dsgen binary}"
+HF=$(cd "$(dirname "$0")/../hf" && pwd)
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/llama-tiny.cfg
+PY=${REFERENCE_PYTHON:-/usr/bin/python3}
+"$PY" -c 'import torch' 2>/dev/null || fail "$PY has no torch (scripts/setup.sh installs python3-torch)"
+"$PY" "$HF/make_tiny_llama.py" "$WORK/tiny" llama3_gqa --seed 4
+COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/fortunes"
+  --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
+  --override train.global_batch_size=8 --override train.lr=1e-2
+  --override lora.r=4 --override lora.lora_alpha=8 --override 'lora.target_modules=[q_proj, k_proj, v_proj, o_proj]')
+
+run() {  # NAME WORLD [dslaunch arguments...]
+  local name=$1 world=$2
+  shift 2
+  "$DSLAUNCH" --num_gpus "$world" "${COMMON[@]}" "$@" "$CONFIG" --loss_log "$WORK/$name.tsv" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" || fail "$name exited $?: $(grep -m2 -i error "$WORK/$name.out" "$WORK/$name.err")"
+}
+same_losses() {  # A B LABEL
+  paste "$WORK/$1.tsv" "$WORK/$2.tsv" | awk -v label="$3" '
+    { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
+    END { printf "%s: worst relative loss difference %.2e over %d steps\n", label, worst, NR; exit bad || NR == 0 }' ||
+    fail "$3: losses differ"
+}
+
+# 1. The same losses at ZeRO-0 (1 rank), ZeRO-2 and ZeRO-3 (2 ranks); the loss falls.
+run z0 1 --override train.steps=10 --override train.micro_batch_size=8
+grep -q "dsrank: LoRA r=4 alpha=8 on 8 projections" "$WORK/z0.out" || fail "no LoRA line: $(grep -m3 dsrank "$WORK/z0.out")"
+for stage in 2 3; do
+  run z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
+    --override ds_config.zero_optimization.stage=$stage \
+    --override ds_config.zero_optimization.stage3_param_persistence_threshold=0
+  same_losses z0 z$stage "LoRA: ZeRO-$stage on 2 ranks vs ZeRO-0 on 1"
+done
+awk 'NR <= 2 { first += $2 } { last2[NR % 2] = $2 } END { exit !((last2[0] + last2[1]) < first) }' "$WORK/z0.tsv" ||
+  fail "the loss did not fall over 10 steps with LoRA"
+pass "LoRA: ZeRO-0 on 1 rank, ZeRO-2 and ZeRO-3 on 2 give the same losses; the loss falls"
+
+# 2. bf16: the frozen base is 16-bit parameters only; master weights and
+#    optimizer state are the adapters' (4 + 8 bytes per trainable element).
+run memory 1 --override train.steps=2 --override train.micro_batch_size=8 --override train.precision=bf16 \
+  --override ds_config.memory_breakdown=true --override ds_config.steps_per_print=1
+trainable=$(sed -nE 's/.*LoRA r=4 alpha=8 on 8 projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\1/p' "$WORK/memory.out")
+frozen=$(sed -nE 's/.*LoRA r=4 alpha=8 on 8 projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\2/p' "$WORK/memory.out")
+[[ -n $trainable && -n $frozen ]] || fail "no LoRA summary"
+line=$(grep -m1 "memory: parameters" "$WORK/memory.out") || fail "no memory_breakdown line"
+[[ $line =~ master\ weights\ ([0-9]+)\ B.*optimizer\ state\ ([0-9]+)\ B.*frozen\ parameters\ ([0-9]+)\ B ]] ||
+  fail "unexpected memory line: $line"
+((BASH_REMATCH[1] == 4 * trainable && BASH_REMATCH[2] == 8 * trainable && BASH_REMATCH[3] == 2 * frozen)) ||
+  fail "memory: $line; expected master $((4 * trainable)), optimizer $((8 * trainable)), frozen $((2 * frozen)) bytes"
+pass "LoRA memory: master weights and Adam state for the $trainable adapter elements only; $frozen frozen in bf16"
+
+# 3. The adapter (PEFT) and the merged model, written at ZeRO-3 on 2 ranks:
+#    the reference applies the adapter on the base and gets dsgen's logits of
+#    the merged folder.
+run export 2 --override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3 \
+  --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 --override export.dtype=float32 \
+  --override "export.adapter_dir=$WORK/adapter" --override "export.hf_dir=$WORK/merged"
+grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "no PEFT adapter_config.json"
+"$PY" - "$HF" "$WORK/adapter" <<'PYEOF' || fail "the adapter file is not what PEFT reads"
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_io
+t = safetensors_io.read(sys.argv[2] + "/adapter_model.safetensors")
+assert len(t) == 2 * 8, sorted(t)
+assert all(k.startswith("base_model.model.model.layers.") for k in t), sorted(t)[:3]
+assert all(v.numel() > 0 for v in t.values()), "an empty tensor"
+assert any(v.abs().sum() > 0 for k, v in t.items() if "lora_B" in k), "lora_B never trained"
+print("adapter: %d tensors, PEFT names, none empty" % len(t))
+PYEOF
+"$DSGEN" --model "$WORK/merged" --prompt_ids 1,20,300,41,5 --max_new_tokens 0 --dump_logits "$WORK/merged.logits" \
+  >"$WORK/dsgen.out" 2>&1 || fail "dsgen on the merged export: $(cat "$WORK/dsgen.out")"
+"$PY" "$HF/llama_reference.py" logits "$WORK/tiny" 1,20,300,41,5 --adapter "$WORK/adapter" --compare "$WORK/merged.logits" \
+  --atol 2e-5 --rtol 2e-5 >"$WORK/reference.out" 2>&1 ||
+  fail "the reference (base + adapter) disagrees with dsgen on the merged export: $(cat "$WORK/reference.out")"
+"$PY" "$HF/llama_reference.py" logits "$WORK/tiny" 1,20,300,41,5 --compare "$WORK/merged.logits" \
+  --atol 2e-5 --rtol 2e-5 >/dev/null 2>&1 && fail "the merged export gives the base's logits: the adapter did nothing"
+pass "PEFT adapter + base in the reference = the merged export in dsgen (fp32, written at ZeRO-3 on 2 ranks)"
+
+# 4. Stop after step 3, resume to 6 (ZeRO-2, 2 ranks): bit-identical losses.
+Z2=(--override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=2
+  --override checkpoint.interval=3)
+run straight 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_straight"
+set +e
+"$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_resume" "$CONFIG" \
+  --loss_log "$WORK/resumed.tsv" --exit_at_step 3 >"$WORK/first.out" 2>&1
+code=$?
+set -e
+((code == 1)) || fail "the first half should stop with 1 after step 3, got $code"
+run second 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_resume"
+cat "$WORK/second.tsv" >>"$WORK/resumed.tsv"
+cmp "$WORK/straight.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ: $(diff "$WORK/straight.tsv" "$WORK/resumed.tsv" | head -4)"
+pass "LoRA: stop at 3, resume to 6 at ZeRO-2: every loss bit-identical"
+
+# 5. A target that matches nothing: refused by name, no step.
+set +e
+"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override 'lora.target_modules=[q_proj, qkv_proj]' --override train.steps=2 \
+  "$CONFIG" --loss_log "$WORK/bad.tsv" >"$WORK/bad.out" 2>&1
+code=$?
+set -e
+((code != 0)) || fail "an unknown LoRA target trained"
+grep -q "lora.target_modules: 'qkv_proj' matches no projection of this model" "$WORK/bad.out" ||
+  fail "the error does not name the target: $(grep -m2 -i error "$WORK/bad.out")"
+[[ ! -s $WORK/bad.tsv ]] || fail "steps ran with a bad LoRA target"
+pass "a LoRA target that matches no projection is refused by name; nothing runs"
