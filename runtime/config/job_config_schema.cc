@@ -170,8 +170,8 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
   if (lora.r > 0 && lora.target_modules.empty() && !walk.invalid.count("lora.target_modules")) {
     problem_at("lora.target_modules", "required with lora.r > 0 (for example [q_proj, k_proj, v_proj, o_proj])");
   }
-  if (lora.r == 0 && walk.Has("lora") && !walk.invalid.count("lora.r")) {
-    problem_at("lora.r", "required (> 0) when the job has a lora section");
+  if (lora.r == 0 && !lora.target_modules.empty() && !walk.invalid.count("lora.r")) {
+    problem_at("lora.target_modules", "set, but lora.r is 0 (LoRA off): set lora.r > 0 or remove the targets");
   }
   if (!job->export_.adapter_dir.empty() && lora.r == 0) {
     problem_at("export.adapter_dir", "needs lora.r > 0 (there is no adapter to export)");

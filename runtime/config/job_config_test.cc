@@ -208,6 +208,42 @@ ds_config: {train_batch_size: 1}
               ElementsAre(HasSubstr("model.layers: required (or model.from: a Hugging Face model folder")));
 }
 
+TEST_F(JobConfigTest, TheLoraSectionIsPeftsLoraConfig) {
+  auto job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+lora: {r: 16, lora_alpha: 32, lora_dropout: 0.05, target_modules: [q_proj, v_proj], use_rslora: true}
+export: {adapter_dir: out/adapter}
+ds_config: {train_batch_size: 1}
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->lora.r, 16);
+  EXPECT_EQ(job->lora.lora_alpha, 32);
+  EXPECT_EQ(job->lora.lora_dropout, 0.05);
+  EXPECT_THAT(job->lora.target_modules, ElementsAre("q_proj", "v_proj"));
+  EXPECT_TRUE(job->lora.use_rslora);
+  EXPECT_EQ(job->export_.adapter_dir, dir_ + "/job/out/adapter");
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+lora: {r: 8, bias: all, lora_dropout: 1.5}
+export: {adapter_dir: out}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("lora.bias: 'all' is not one of none"), HasSubstr("lora.lora_dropout"),
+                                             HasSubstr("lora.r: LoRA is built for model.type llama, not 'gpt'"),
+                                             HasSubstr("lora.target_modules: required with lora.r > 0")));
+  job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+lora: {target_modules: [q_proj]}
+export: {adapter_dir: out}
+ds_config: {train_batch_size: 1}
+)");
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("lora.target_modules: set, but lora.r is 0"),
+                                             HasSubstr("export.adapter_dir: needs lora.r > 0")));
+}
+
 TEST_F(JobConfigTest, RequiredSectionsAndData) {
   auto job = LoadText("ds_config: {train_batch_size: 1}\n");
   EXPECT_THAT(ProblemLines(job),

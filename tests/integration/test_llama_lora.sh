@@ -36,7 +36,9 @@ same_losses() {  # A B LABEL
 
 # 1. The same losses at ZeRO-0 (1 rank), ZeRO-2 and ZeRO-3 (2 ranks); the loss falls.
 run z0 1 --override train.steps=10 --override train.micro_batch_size=8
-grep -q "dsrank: LoRA r=4 alpha=8 on 8 projections" "$WORK/z0.out" || fail "no LoRA line: $(grep -m3 dsrank "$WORK/z0.out")"
+projections=$(sed -nE 's/.*dsrank: LoRA r=4 alpha=8 on ([0-9]+) projections.*/\1/p' "$WORK/z0.out")
+layers=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_hidden_layers"])' "$WORK/tiny/config.json")
+[[ $projections == $((4 * layers)) ]] || fail "LoRA on '$projections' projections, expected q/k/v/o of $layers layers: $(grep -m3 dsrank "$WORK/z0.out")"
 for stage in 2 3; do
   run z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
     --override ds_config.zero_optimization.stage=$stage \
@@ -49,10 +51,10 @@ pass "LoRA: ZeRO-0 on 1 rank, ZeRO-2 and ZeRO-3 on 2 give the same losses; the l
 
 # 2. bf16: the frozen base is 16-bit parameters only; master weights and
 #    optimizer state are the adapters' (4 + 8 bytes per trainable element).
-run memory 1 --override train.steps=2 --override train.micro_batch_size=8 --override train.precision=bf16 \
+run memory 1 --override train.steps=3 --override train.warmup_steps=2 --override train.micro_batch_size=8 --override train.precision=bf16 \
   --override ds_config.memory_breakdown=true --override ds_config.steps_per_print=1
-trainable=$(sed -nE 's/.*LoRA r=4 alpha=8 on 8 projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\1/p' "$WORK/memory.out")
-frozen=$(sed -nE 's/.*LoRA r=4 alpha=8 on 8 projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\2/p' "$WORK/memory.out")
+trainable=$(sed -nE 's/.*LoRA r=4 alpha=8 on [0-9]+ projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\1/p' "$WORK/memory.out")
+frozen=$(sed -nE 's/.*LoRA r=4 alpha=8 on [0-9]+ projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\2/p' "$WORK/memory.out")
 [[ -n $trainable && -n $frozen ]] || fail "no LoRA summary"
 line=$(grep -m1 "memory: parameters" "$WORK/memory.out") || fail "no memory_breakdown line"
 [[ $line =~ master\ weights\ ([0-9]+)\ B.*optimizer\ state\ ([0-9]+)\ B.*frozen\ parameters\ ([0-9]+)\ B ]] ||
@@ -68,12 +70,12 @@ run export 2 --override train.steps=6 --override train.micro_batch_size=4 --over
   --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 --override export.dtype=float32 \
   --override "export.adapter_dir=$WORK/adapter" --override "export.hf_dir=$WORK/merged"
 grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "no PEFT adapter_config.json"
-"$PY" - "$HF" "$WORK/adapter" <<'PYEOF' || fail "the adapter file is not what PEFT reads"
+"$PY" - "$HF" "$WORK/adapter" "$projections" <<'PYEOF' || fail "the adapter file is not what PEFT reads"
 import sys
 sys.path.insert(0, sys.argv[1])
 import safetensors_io
 t = safetensors_io.read(sys.argv[2] + "/adapter_model.safetensors")
-assert len(t) == 2 * 8, sorted(t)
+assert len(t) == 2 * int(sys.argv[3]), sorted(t)
 assert all(k.startswith("base_model.model.model.layers.") for k in t), sorted(t)[:3]
 assert all(v.numel() > 0 for v in t.values()), "an empty tensor"
 assert any(v.abs().sum() > 0 for k, v in t.items() if "lora_B" in k), "lora_B never trained"
@@ -105,7 +107,7 @@ pass "LoRA: stop at 3, resume to 6 at ZeRO-2: every loss bit-identical"
 
 # 5. A target that matches nothing: refused by name, no step.
 set +e
-"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override 'lora.target_modules=[q_proj, qkv_proj]' --override train.steps=2 \
+"$DSLAUNCH" --num_gpus 1 "${COMMON[@]}" --override 'lora.target_modules=[q_proj, qkv_proj]' --override train.steps=6 \
   "$CONFIG" --loss_log "$WORK/bad.tsv" >"$WORK/bad.out" 2>&1
 code=$?
 set -e
