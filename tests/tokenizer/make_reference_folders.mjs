@@ -18,7 +18,7 @@
 // Usage: node make_reference_folders.mjs OUT
 import fs from "node:fs";
 import path from "node:path";
-import { Llama3Tokenizer } from "llama3-tokenizer-js";
+import llama3 from "llama3-tokenizer-js";
 import llama2 from "llama-tokenizer-js";
 
 const out = process.argv[2];
@@ -56,7 +56,7 @@ function mergePairs(tokenizer) {
 }
 
 // ---- Llama 3 ----
-const llama3 = new Llama3Tokenizer();
+// The package builds its tokenizer when imported (its default export).
 const kLlama3BaseVocab = 128000;
 const vocab3 = {};
 for (let id = 0; id < kLlama3BaseVocab; ++id) vocab3[llama3.vocabById[id]] = id;
@@ -89,7 +89,7 @@ const llama3Config = JSON.stringify({
 }, null, 2);
 write("llama3", "tokenizer.json", JSON.stringify(llama3Json({ type: "Sequence", pretokenizers: [
   { type: "Split", pattern: { Regex: llama3Regex }, behavior: "Isolated", invert: false },
-  byteLevel({ use_regex: false })] }, merges3), null, 2));
+  byteLevel({ use_regex: false })] }, merges3)));
 write("llama3", "tokenizer_config.json", llama3Config);
 write("llama3_gpt2", "tokenizer.json", JSON.stringify(llama3Json(byteLevel({}), merges3.map((p) => p.join(" ")))));
 write("llama3_gpt2", "tokenizer_config.json", llama3Config);
