@@ -11,7 +11,12 @@ packages=(
   iproute2 procps elfutils
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
   python3-torch  # reference implementations for the model tests (tests/hf/)
+  libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
+  nodejs  # the npm reference tokenizers (tests/tokenizer/)
 )
+# npm: Debian's package, unless the nodejs present already brings its own
+# (NodeSource's nodejs carries npm and conflicts with Debian's npm package).
+if ! command -v npm >/dev/null; then packages+=(npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -30,3 +35,6 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+# The npm reference tokenizers (pinned, into a git-ignored folder).
+"$(dirname "$0")/setup-tokenizer-reference.sh"

@@ -102,6 +102,14 @@ int SpModel::vocab_size() const { return impl_->processor.GetPieceSize(); }
 int SpModel::eos_id() const { return impl_->processor.eos_id(); }
 int SpModel::bos_id() const { return impl_->processor.bos_id(); }
 
+// PieceToId answers unk's id for an unknown piece: only a piece that maps
+// back to itself is in the model.
+int SpModel::PieceToId(std::string_view piece) const {
+  const int id = impl_->processor.PieceToId(piece);
+  if (id < 0 || id >= impl_->processor.GetPieceSize() || impl_->processor.IdToPiece(id) != piece) return -1;
+  return id;
+}
+
 // Note [BPE training settings]
 // - byte_fallback: the 256 byte pieces are in the vocabulary, so no input is
 //   ever <unk>; vocab_size must exceed 259 + the distinct characters kept.

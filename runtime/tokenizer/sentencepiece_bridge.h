@@ -42,6 +42,8 @@ class SpModel {
   int vocab_size() const;
   int eos_id() const;
   int bos_id() const;  // -1 when the model has none
+  // The id of `piece`, or -1 when the model has no such piece.
+  int PieceToId(std::string_view piece) const;
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/tokenizer/model_tokenizer.h"
 #include "runtime/tokenizer/sentencepiece_bridge.h"
 
 namespace dslaunch::runtime {
@@ -37,7 +38,7 @@ std::string ByteTokenizer::Decode(const std::vector<int32_t>& ids) const {
 }
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
-    const std::string& model_path) {
+    const std::string& model_path, bool adds_bos, bool adds_eos) {
   // Note [Bounded input files]: a directory, a FIFO or a device is refused by
   // name here; sentencepiece's own reader threw std::ios_base::failure on a
   // directory (an abort in dsprep).
@@ -53,11 +54,16 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
         absl::StrCat("sentencepiece model ", model_path,
                      " has no eos piece; documents could not be separated"));
   }
-  return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(model)));
+  if (adds_bos && model->bos_id() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sentencepiece model ", model_path, " has no bos piece, but sequences should start with one"));
+  }
+  return std::unique_ptr<SentencePieceTokenizer>(
+      new SentencePieceTokenizer(std::move(model), adds_bos, adds_eos));
 }
 
-SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<SpModel> model)
-    : model_(std::move(model)) {}
+SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<SpModel> model, bool adds_bos, bool adds_eos)
+    : model_(std::move(model)), adds_bos_(adds_bos), adds_eos_(adds_eos) {}
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 // SentencePiece's Encode fails only on an unloaded model, which Load rules
@@ -72,7 +78,7 @@ std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) cons
   std::vector<int> known;
   known.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id >= 0 && id < vocab_size() && id != eos_id()) known.push_back(id);
+    if (id >= 0 && id < vocab_size() && id != eos_id() && id != bos_id()) known.push_back(id);
   }
   std::string text;
   model_->Decode(known, &text);
@@ -82,6 +88,12 @@ std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) cons
 int SentencePieceTokenizer::vocab_size() const { return model_->vocab_size(); }
 int32_t SentencePieceTokenizer::eos_id() const { return model_->eos_id(); }
 int32_t SentencePieceTokenizer::bos_id() const { return model_->bos_id(); }
+
+std::optional<int32_t> SentencePieceTokenizer::TokenId(absl::string_view token) const {
+  const int id = model_->PieceToId(std::string_view(token.data(), token.size()));
+  if (id < 0) return std::nullopt;
+  return id;
+}
 
 absl::Status TrainSentencePieceBpe(const std::vector<std::string>& text_files, int vocab_size,
                                    const std::string& model_prefix) {
@@ -111,8 +123,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(absl::string_view kind,
     if (!tokenizer.ok()) return tokenizer.status();
     return std::unique_ptr<Tokenizer>(std::move(*tokenizer));
   }
+  if (kind == "hf") {
+    if (model_path.empty()) {
+      return absl::InvalidArgumentError(
+          "tokenizer hf needs a path (a tokenizer.json, a tokenizer.model or a model folder)");
+    }
+    return LoadModelTokenizer(model_path);
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown tokenizer \"", kind, "\" (expected byte or sentencepiece)"));
+      absl::StrCat("unknown tokenizer \"", kind, "\" (expected byte, sentencepiece or hf)"));
 }
 
 }  // namespace dslaunch::runtime

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,19 +18,49 @@ class SpModel;
 
 // Implementations are immutable after construction, so every method is
 // thread-safe (PrepareDataset encodes from several threads).
+//
+// Note [Special tokens in text]
+// Encode never adds bos or eos: a caller that follows the model's convention
+// adds bos_id() itself when adds_bos() says so (dstokenize --add_bos, the
+// data module's prompt builder). Strings of special tokens inside the text:
+//  - Encode(text) does what the tokenizer does by default: a Hugging Face
+//    tokenizer.json matches its added tokens in the text, so
+//    "<|start_header_id|>user<|end_header_id|>" gives the three special ids
+//    128006, 882, 128007, exactly as transformers' tokenizer(text,
+//    add_special_tokens=False); SentencePiece and byte tokenizers have no
+//    such step and encode "<s>" as the characters '<', 's', '>'.
+//  - EncodePlainText(text) never yields a special id from the text (a
+//    "<|eot_id|>" typed by a user is ordinary characters; transformers'
+//    split_special_tokens=True): for user content in instruction data.
+//  - TokenId("<|eot_id|>") is the id to put between such pieces.
+// So a chat prompt is built as TokenId(header) + EncodePlainText(role) + ...,
+// and no user text can forge a special token.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  // Ids of `text`, without bos/eos (Note [Special tokens in text]).
   virtual std::vector<int32_t> Encode(absl::string_view text) const = 0;
-  // Ids the tokenizer cannot render (eos, out of range) are left out.
+  // Ids of `text` with special-token strings encoded as ordinary text.
+  virtual std::vector<int32_t> EncodePlainText(absl::string_view text) const { return Encode(text); }
+  // Ids the tokenizer cannot render (bos, eos and other special tokens, out
+  // of range) are left out.
   virtual std::string Decode(const std::vector<int32_t>& ids) const = 0;
   virtual int vocab_size() const = 0;
   virtual int32_t eos_id() const = 0;
   // The id a sequence starts with (Llama's <s>, <|begin_of_text|>); -1 when
   // the tokenizer has none.
   virtual int32_t bos_id() const = 0;
-  virtual std::string name() const = 0;  // "byte" | "sentencepiece"
+  // Whether the model's own pipeline starts each sequence with bos_id() /
+  // ends it with eos_id() (a tokenizer.json post_processor template,
+  // tokenizer_config.json's add_bos_token/add_eos_token, Llama 2's
+  // SentencePiece default). Encode adds neither; callers do.
+  virtual bool adds_bos() const { return false; }
+  virtual bool adds_eos() const { return false; }
+  // The id of one token string: a special token ("<|eot_id|>", "</s>") or a
+  // vocabulary piece ("▁the"); nullopt when the vocabulary has no such token.
+  virtual std::optional<int32_t> TokenId(absl::string_view token) const { return std::nullopt; }
+  virtual std::string name() const = 0;  // "byte" | "sentencepiece" | "hf"
 };
 
 // Ids 0..255 are the bytes of the text, 256 is eos; vocab_size 257.
@@ -45,12 +76,15 @@ class ByteTokenizer : public Tokenizer {
   std::string name() const override { return "byte"; }
 };
 
-// A trained SentencePiece model (see TrainSentencePieceBpe).
+// A SentencePiece model: one dsprep trained (see TrainSentencePieceBpe) or
+// a model folder's tokenizer.model (LoadModelTokenizer). The model's own
+// normalization applies (Llama 2's dummy prefix: "Hi" is encoded as " Hi").
 class SentencePieceTokenizer : public Tokenizer {
  public:
   // Fails when the file is missing or not a model, or when it has no eos id.
+  // `adds_bos`/`adds_eos`: the model's convention (Llama 2: bos, no eos).
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(
-      const std::string& model_path);
+      const std::string& model_path, bool adds_bos = false, bool adds_eos = false);
   ~SentencePieceTokenizer() override;
 
   std::vector<int32_t> Encode(absl::string_view text) const override;
@@ -58,12 +92,17 @@ class SentencePieceTokenizer : public Tokenizer {
   int vocab_size() const override;
   int32_t eos_id() const override;
   int32_t bos_id() const override;
+  bool adds_bos() const override { return adds_bos_; }
+  bool adds_eos() const override { return adds_eos_; }
+  std::optional<int32_t> TokenId(absl::string_view token) const override;
   std::string name() const override { return "sentencepiece"; }
 
  private:
-  explicit SentencePieceTokenizer(std::unique_ptr<SpModel> model);
+  SentencePieceTokenizer(std::unique_ptr<SpModel> model, bool adds_bos, bool adds_eos);
 
   std::unique_ptr<SpModel> model_;
+  const bool adds_bos_;
+  const bool adds_eos_;
 };
 
 // Trains a deterministic byte-fallback BPE model on the lines of `text_files`
@@ -76,7 +115,10 @@ class SentencePieceTokenizer : public Tokenizer {
 absl::Status TrainSentencePieceBpe(const std::vector<std::string>& text_files, int vocab_size,
                                    const std::string& model_prefix);
 
-// kind "byte" (model_path ignored) or "sentencepiece" (loads model_path).
+// kind "byte" (model_path ignored), "sentencepiece" (loads model_path, a
+// model dsprep trained), or "hf" (a model's own tokenizer: model_path is a
+// tokenizer.json, a tokenizer.model or a folder holding one; see
+// LoadModelTokenizer in model_tokenizer.h).
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(absl::string_view kind,
                                                          const std::string& model_path);
 
