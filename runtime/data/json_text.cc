@@ -1,6 +1,7 @@
 #include "runtime/data/json_text.h"
 
 #include <cctype>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,89 @@ int HexQuad(absl::string_view text, size_t at) {
     value = value * 16 + digit;
   }
   return value;
+}
+
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+// Note [JSON through yaml-cpp]: what yaml-cpp would accept but JSON does not,
+// checked on the text: YAML syntax outside strings (quotes ', anchors,
+// comments, bare words other than true/false/null), raw control characters
+// inside strings (yaml-cpp folds a raw newline into a space), and text after
+// the value (yaml-cpp reads `{...} {...}` as its first value).
+absl::Status CheckJsonSyntax(absl::string_view text) {
+  auto error = [&](size_t at, absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON (", Where(text, at), "): ", what));
+  };
+  int depth = 0;
+  bool in_string = false;
+  bool ended = false;  // a whole value has been read
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (static_cast<unsigned char>(c) < 0x20) {
+        return error(i, absl::StrFormat("a raw control character (U+%04X) in a string; JSON escapes it", static_cast<int>(c)));
+      }
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        ended = depth == 0;
+      }
+      continue;
+    }
+    if (IsBlank(c)) continue;
+    if (ended) return error(i, "text after the JSON value");
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+      if (depth < 0) return error(i, absl::StrCat("'", std::string(1, c), "' without its opening bracket"));
+      ended = depth == 0;
+    } else if (c == ',' || c == ':') {
+      continue;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.') {
+      size_t end = i;
+      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-' ||
+                                   text[end] == '+' || text[end] == '.')) {
+        ++end;
+      }
+      absl::string_view word = text.substr(i, end - i);
+      const bool number = std::isdigit(static_cast<unsigned char>(c)) || c == '-';
+      if (!number && word != "true" && word != "false" && word != "null") {
+        return error(i, absl::StrCat("'", word, "' is not a JSON value (strings are in double quotes)"));
+      }
+      i = end - 1;
+      ended = depth == 0;
+    } else {
+      return error(i, absl::StrCat("'", std::string(1, c), "' is not JSON"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// JSON parsers differ on a repeated key (Python keeps the last, yaml-cpp the
+// first): an error naming it.
+absl::Status CheckUniqueKeys(const YAML::Node& node, const std::string& path) {
+  if (node.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const std::string at = path.empty() ? key : absl::StrCat(path, ".", key);
+      if (!seen.insert(key).second) {
+        return absl::InvalidArgumentError(absl::StrCat("invalid JSON: key '", at, "' appears twice"));
+      }
+      absl::Status inner = CheckUniqueKeys(it->second, at);
+      if (!inner.ok()) return inner;
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      absl::Status inner = CheckUniqueKeys(node[i], absl::StrCat(path, "[", i, "]"));
+      if (!inner.ok()) return inner;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Note [JSON through yaml-cpp]: surrogate pairs -> \UXXXXXXXX.
@@ -83,7 +167,6 @@ absl::StatusOr<std::string> RewriteSurrogatePairs(absl::string_view text) {
   return out;
 }
 
-bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 absl::string_view WithoutByteOrderMark(absl::string_view contents) {
   if (contents.substr(0, 3) == "\xEF\xBB\xBF") contents.remove_prefix(3);
@@ -176,14 +259,18 @@ absl::StatusOr<std::vector<RecordText>> SplitArray(absl::string_view contents) {
 }  // namespace
 
 absl::StatusOr<YAML::Node> ParseJsonValue(absl::string_view text) {
+  if (absl::Status syntax = CheckJsonSyntax(text); !syntax.ok()) return syntax;
   absl::StatusOr<std::string> rewritten = RewriteSurrogatePairs(text);
   if (!rewritten.ok()) return rewritten.status();
+  YAML::Node node;
   try {
-    return YAML::Load(*rewritten);
+    node = YAML::Load(*rewritten);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid JSON (line ", e.mark.line + 1, ", column ", e.mark.column + 1, "): ", e.msg));
   }
+  if (absl::Status keys = CheckUniqueKeys(node, ""); !keys.ok()) return keys;
+  return node;
 }
 
 bool IsJsonString(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "!"; }

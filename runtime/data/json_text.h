@@ -10,9 +10,13 @@
 //     surrogate pair, "\ud83d\ude00"; yaml-cpp refuses each half ("invalid
 //     unicode"). The pair is rewritten as YAML's "\U0001f600" first. A lone
 //     surrogate is not a character and is an error.
-//   - YAML has plain (unquoted) scalars: `"output": yes` parses. Callers that
-//     need a JSON string check IsJsonString (a quoted scalar), so numbers,
-//     booleans and null are told apart from strings.
+//   - yaml-cpp accepts much that JSON does not: unquoted words and keys,
+//     single quotes, comments, a raw newline inside a string (folded into a
+//     space), text after the value (`{...} {...}` reads as the first), and a
+//     repeated key (it keeps the first; Python's json keeps the last). These
+//     are checked on the text and on the parsed tree and are errors. Callers
+//     that need a JSON string check IsJsonString (a quoted scalar), so
+//     numbers, booleans and null are told apart from strings.
 // ParseJsonValue is the one place that parses; a strict JSON reader can
 // replace it without touching its callers.
 #pragma once

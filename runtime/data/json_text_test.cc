@@ -41,6 +41,32 @@ TEST(JsonTextTest, SyntaxErrorsSayWhere) {
   EXPECT_THAT(value.status().message(), HasSubstr("invalid JSON (line 2"));
 }
 
+TEST(JsonTextTest, WhatYamlAcceptsButJsonDoesNotIsRefused) {
+  struct Case {
+    const char* text;
+    const char* what;
+  };
+  for (const Case& c : {
+           Case{R"({"a": "x"} {"b": 1})", "(line 1, column 12): text after the JSON value"},
+           Case{R"({"a": "x"} trailing)", "text after the JSON value"},
+           Case{R"({a: "x"})", "(line 1, column 2): 'a' is not a JSON value (strings are in double quotes)"},
+           Case{R"({"a": yes})", "'yes' is not a JSON value"},
+           Case{R"({"a": 'x'})", "''' is not JSON"},
+           Case{"{\"a\": \"x\" # note\n}", "'#' is not JSON"},
+           Case{"{\"a\": \"line\nbreak\"}", "(line 1, column 12): a raw control character (U+000A) in a string"},
+           Case{"]", "']' without its opening bracket"},
+           Case{R"({"a": "x", "b": {"c": 1, "c": 2}})", "key 'b.c' appears twice"},
+       }) {
+    auto value = ParseJsonValue(c.text);
+    ASSERT_FALSE(value.ok()) << c.text;
+    EXPECT_THAT(value.status().message(), HasSubstr(c.what)) << c.text;
+  }
+  // Numbers, booleans, null and nesting stay valid.
+  auto value = ParseJsonValue(R"( {"n": -1.5e+3, "t": true, "f": false, "z": null, "l": [0, {"k": [1]}]} )");
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ((*value)["n"].Scalar(), "-1.5e+3");
+}
+
 TEST(JsonTextTest, StringsAreToldApartFromOtherScalars) {
   auto value = ParseJsonValue(R"({"s": "5", "n": 5, "b": true, "z": null, "l": [], "o": {}})");
   ASSERT_TRUE(value.ok()) << value.status();
