@@ -55,7 +55,7 @@ FlagTable DsprepFlagTable(DsprepFlags& flags) {
       .Bool("--split_on_percent_lines", &flags.options.split_on_percent_lines,
             "text, fortune files: documents end at lines of just %")
       .Int("--sequence_length", &flags.sequence_length, "N",
-           "records: the model's sequence length, for --on_long_record", {1, kMaxSequenceLength})
+           "records (required): the model's sequence length; longer records follow --on_long_record", {1, kMaxSequenceLength})
       .String("--prompt_field", &flags.prompt_field, "NAME", "prompt_response: the prompt's field")
       .String("--response_field", &flags.response_field, "NAME", "prompt_response: the response's field")
       .String("--chat_template", &flags.chat_template, "FILE",

@@ -161,7 +161,7 @@ absl::StatusOr<InstructionPrepareSummary> PrepareInstructionDataset(const Instru
     DS_ASSIGN_OR_RETURN(std::string contents, FileSystem::Default().ReadFile(file, kMaxRecordsFileBytes));
     absl::StatusOr<std::vector<RecordText>> records = SplitRecords(contents);
     if (!records.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", records.status().message()));
-    contents.clear();
+    std::string().swap(contents);  // the records hold their own text
     for (size_t begin = 0; begin < records->size(); begin += kBatchRecords) {
       const size_t end = std::min(records->size(), begin + kBatchRecords);
       EncodeBatch(*records, begin, end, options, *tokenizer, &encoded);

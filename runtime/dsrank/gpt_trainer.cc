@@ -76,6 +76,7 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
         options.inputs = job.data.text_files;
         options.output_prefix = prefix;
         options.tokenizer = job.data.tokenizer;
+        options.model_dir = job.model.from;
         options.vocab_size = job.data.tokenizer_vocab_size;
         options.split_on_percent_lines = job.data.split_on_percent_lines;
         const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
