@@ -180,13 +180,42 @@ struct ModelConfig {
   bool fused_kernels = true;
 };
 
+// One role of a chat template: the text before and after each turn's content
+// (Note [Instruction formats] in runtime/data/instruction_format.h).
+struct ChatRoleConfig {
+  std::string prefix;
+  std::string suffix;
+};
+
 struct DataConfig {
   std::string prepared;                 // prefix of a prepared dataset (<prefix>.bin/.idx)
   std::vector<std::string> text_files;  // files or globs to prepare when `prepared` does not exist yet
-  std::string tokenizer = "byte";       // byte | sentencepiece
+  // byte | sentencepiece | model (the tokenizer of model.from's folder:
+  // Note [Model folder tokenizer] in runtime/data/model_tokenizer.h).
+  std::string tokenizer = "byte";
   int tokenizer_vocab_size = 0;         // sentencepiece: the BPE vocabulary to train
   double validation_fraction = 0.0;     // held-out documents for eval
   bool split_on_percent_lines = false;  // fortune files: documents end at lines holding just "%"
+
+  // Instruction data (runtime/data/prepare_instructions.h): every format but
+  // text reads JSON / JSON Lines records from `records` into `prepared`
+  // (tokens and a loss mask).
+  std::string format = "text";          // text | alpaca | prompt_response | chat
+  std::vector<std::string> records;     // files or globs to prepare when `prepared` does not exist yet
+  std::string prompt_field = "prompt";  // prompt_response
+  std::string response_field = "response";
+  // chat: data.chat_template.{system,user,assistant}.{prefix,suffix}; user
+  // and assistant are required; records may have system turns when the
+  // system role has a prefix or suffix (chat_has_system).
+  ChatRoleConfig chat_system;
+  ChatRoleConfig chat_user;
+  ChatRoleConfig chat_assistant;
+  bool chat_has_system = false;
+  bool packing = false;                 // several whole records per sample (else one, padded)
+  std::string on_bad_record = "refuse";   // refuse | skip
+  std::string on_long_record = "refuse";  // refuse | skip | truncate (Note [Long records])
+
+  bool instruction() const { return format != "text"; }
 };
 
 struct TrainConfig {

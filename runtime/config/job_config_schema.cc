@@ -1,6 +1,7 @@
 #include "runtime/config/job_config_schema.h"
 
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +12,78 @@ namespace {
 
 // The byte tokenizer's vocabulary: one symbol per byte value.
 constexpr int kByteVocabularySize = 256;
+
+constexpr char kJinjaRefusal[] =
+    "Jinja chat templates (tokenizer_config.json's chat_template) are not interpreted: write the template as "
+    "data.chat_template.{system,user,assistant}.{prefix,suffix} strings (docs/runtime.md, Instruction data)";
+
+// The instruction-data keys of `data` (FinishJobConfig).
+void CheckInstructionData(const WalkResult& walk, const JobConfig& job,
+                          const std::function<void(const std::string&, absl::string_view)>& problem_at,
+                          const std::function<void(const std::string&, absl::string_view)>& problem_in_data) {
+  const DataConfig& data = job.data;
+  if (walk.invalid.count("data.chat_template") && walk.given.at("data.chat_template").node.IsScalar()) {
+    problem_at("data.chat_template", kJinjaRefusal);
+  }
+  const std::string format = absl::StrCat("data.format ", data.format);
+  // Keys of the other mode are refused when they would change something
+  // (their defaults are what `dsrank --describe` writes back).
+  const DataConfig defaults;
+  const bool chat_template_written = data.chat_has_system || !data.chat_user.prefix.empty() ||
+                                     !data.chat_user.suffix.empty() || !data.chat_assistant.prefix.empty() ||
+                                     !data.chat_assistant.suffix.empty();
+  if (!data.instruction()) {
+    const std::pair<const char*, bool> set[] = {
+        {"data.records", !data.records.empty()},
+        {"data.prompt_field", data.prompt_field != defaults.prompt_field},
+        {"data.response_field", data.response_field != defaults.response_field},
+        {"data.chat_template", chat_template_written},
+        {"data.packing", data.packing},
+        {"data.on_bad_record", data.on_bad_record != defaults.on_bad_record},
+        {"data.on_long_record", data.on_long_record != defaults.on_long_record}};
+    for (const auto& [key, written] : set) {
+      if (written) {
+        problem_at(key, "is for instruction records (data.format alpaca, prompt_response or chat), not data.format text");
+      }
+    }
+    return;
+  }
+  if (!data.text_files.empty()) {
+    problem_at("data.text_files", absl::StrCat("is for data.format text; ", format, " reads data.records"));
+  }
+  if (data.prepared.empty()) {
+    problem_in_data("data.prepared", absl::StrCat("required with ", format, " (where the tokenized records go)"));
+  }
+  if (data.tokenizer == "sentencepiece") {
+    problem_at("data.tokenizer",
+               "sentencepiece trains a new vocabulary; instruction records need the model's own tokenizer (model: "
+               "model.from's folder) or byte");
+  }
+  if (data.tokenizer_vocab_size != 0) {
+    problem_at("data.tokenizer_vocab_size", absl::StrCat("is for a trained sentencepiece tokenizer, not ", format));
+  }
+  if (data.split_on_percent_lines) {
+    problem_at("data.split_on_percent_lines", absl::StrCat("is for text files, not ", format));
+  }
+  if (data.format != "prompt_response") {
+    if (data.prompt_field != defaults.prompt_field) {
+      problem_at("data.prompt_field", absl::StrCat("is for data.format prompt_response, not ", data.format));
+    }
+    if (data.response_field != defaults.response_field) {
+      problem_at("data.response_field", absl::StrCat("is for data.format prompt_response, not ", data.format));
+    }
+  }
+  if (data.format != "chat" && chat_template_written) {
+    problem_at("data.chat_template", absl::StrCat("is for data.format chat, not ", data.format));
+  }
+  if (data.format == "chat" && !walk.invalid.count("data.chat_template")) {
+    for (const char* role : {"data.chat_template.user", "data.chat_template.assistant"}) {
+      if (!walk.Has(role)) {
+        problem_in_data(role, "required with data.format chat (prefix and suffix strings; Jinja is not interpreted)");
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -33,10 +106,23 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),
-      Key("data.tokenizer", &d->tokenizer).OneOf({"byte", "sentencepiece"}),
+      Key("data.tokenizer", &d->tokenizer).OneOf({"byte", "sentencepiece", "model"}),
       Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("data.validation_fraction", &d->validation_fraction).Min(0).Below(1),
       Key("data.split_on_percent_lines", &d->split_on_percent_lines),
+      Key("data.format", &d->format).OneOf({"text", "alpaca", "prompt_response", "chat"}),
+      Key("data.records", &d->records),
+      Key("data.prompt_field", &d->prompt_field),
+      Key("data.response_field", &d->response_field),
+      Key("data.chat_template.system.prefix", &d->chat_system.prefix),
+      Key("data.chat_template.system.suffix", &d->chat_system.suffix),
+      Key("data.chat_template.user.prefix", &d->chat_user.prefix),
+      Key("data.chat_template.user.suffix", &d->chat_user.suffix),
+      Key("data.chat_template.assistant.prefix", &d->chat_assistant.prefix),
+      Key("data.chat_template.assistant.suffix", &d->chat_assistant.suffix),
+      Key("data.packing", &d->packing),
+      Key("data.on_bad_record", &d->on_bad_record).OneOf({"refuse", "skip"}),
+      Key("data.on_long_record", &d->on_long_record).OneOf({"refuse", "skip", "truncate"}),
 
       Key("train.steps", &t->steps).Min(1).Required(),
       Key("train.seed", &t->seed),
@@ -79,6 +165,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
 WalkResult WalkJobConfig(const YAML::Node& root, const TreeSource& source, JobConfig* job,
                          Problems* problems) {
   SchemaWalker walker(JobConfigKeys(job));
+  walker.AddMisplacedKey("data.chat_template.jinja", kJinjaRefusal);
   return walker.Walk(root, source, problems);
 }
 
@@ -183,9 +270,19 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
   }
 
   DataConfig& data = job->data;
-  if (data.prepared.empty() && data.text_files.empty()) {
+  if (!data.instruction() && data.prepared.empty() && data.text_files.empty()) {
     problem_at("data",
                "set prepared (a prepared dataset) or text_files (files to prepare), or both");
+  }
+  // A key missing from `data` is reported at `data` (its own mark is null).
+  auto problem_in_data = [&](const std::string& key, absl::string_view what) {
+    problems->AtKey(source, key, walk.MarkOf("data"), what);
+  };
+  // System turns are allowed when the template gives them text.
+  data.chat_has_system = !data.chat_system.prefix.empty() || !data.chat_system.suffix.empty();
+  CheckInstructionData(walk, *job, problem_at, problem_in_data);
+  if (data.tokenizer == "model" && model.from.empty()) {
+    problem_at("data.tokenizer", "model needs model.from (the Hugging Face folder whose tokenizer it is)");
   }
   if (data.tokenizer == "sentencepiece" && data.tokenizer_vocab_size == 0 &&
       !walk.invalid.count("data.tokenizer_vocab_size")) {
@@ -206,6 +303,7 @@ void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std
 
   data.prepared = ResolveRelativePath(job_dir, data.prepared);
   for (std::string& file : data.text_files) file = ResolveRelativePath(job_dir, file);
+  for (std::string& file : data.records) file = ResolveRelativePath(job_dir, file);
   job->checkpoint.dir = ResolveRelativePath(job_dir, job->checkpoint.dir);
   job->model.from = ResolveRelativePath(job_dir, job->model.from);
   job->export_.hf_dir = ResolveRelativePath(job_dir, job->export_.hf_dir);

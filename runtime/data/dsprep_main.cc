@@ -1,6 +1,8 @@
 // dsprep: text files -> tokenized, memory-mappable dataset for dsrank.
 //
 //   dsprep --input '/usr/share/games/fortunes/*' --split_on_percent_lines --output data/fortunes
+//   dsprep --format alpaca --records alpaca_data.json --tokenizer model --model_dir llama-2-7b \
+//          --sequence_length 512 --output data/alpaca
 //
 // Prints one summary line on success; on failure the error (naming the flag
 // or file) and exit status 1, or 2 for a bad command line.
@@ -37,6 +39,16 @@ int main(int argc, char** argv) {
   }
   if (command->version) {
     std::printf("%s\n", DsprepVersion().c_str());
+    return 0;
+  }
+  if (command->instruction) {
+    absl::StatusOr<InstructionPrepareSummary> summary = PrepareInstructionDataset(command->instruction_options);
+    if (!summary.ok()) {
+      PrintError(std::string(summary.status().message()));
+      return kFailure;
+    }
+    for (const std::string& skipped : summary->skipped_examples) PrintError("skipped " + skipped);
+    std::printf("dsprep: %s\n", summary->ToString().c_str());
     return 0;
   }
   absl::StatusOr<PrepareSummary> summary = PrepareDataset(command->options);

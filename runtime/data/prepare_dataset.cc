@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "runtime/data/indexed_dataset.h"
+#include "runtime/data/model_tokenizer.h"
 #include "runtime/data/text_corpus.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -29,9 +30,9 @@ double SecondsSince(Clock::time_point start) {
 absl::Status CheckOptions(const PrepareOptions& options) {
   if (options.inputs.empty()) return absl::InvalidArgumentError("no --input given");
   if (options.output_prefix.empty()) return absl::InvalidArgumentError("no --output prefix given");
-  if (options.tokenizer != "byte" && options.tokenizer != "sentencepiece") {
+  if (options.tokenizer != "byte" && options.tokenizer != "sentencepiece" && options.tokenizer != "model") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tokenizer ", options.tokenizer, " is unknown (expected byte or sentencepiece)"));
+        "--tokenizer ", options.tokenizer, " is unknown (expected byte, sentencepiece or model)"));
   }
   if (options.vocab_size < 0) {
     return absl::InvalidArgumentError(
@@ -93,7 +94,7 @@ absl::StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options) {
     DS_ASSIGN_OR_RETURN(model_path, TrainModel(options, files, &summary.files_written));
   }
   DS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                      MakeTokenizer(options.tokenizer, model_path));
+                      LoadPreparationTokenizer(options.tokenizer, model_path, options.model_dir));
   summary.tokenizer = tokenizer->name();
   summary.vocab_size = tokenizer->vocab_size();
 

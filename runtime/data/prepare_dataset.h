@@ -15,9 +15,10 @@ inline constexpr int kDefaultSentencePieceVocab = 8000;
 struct PrepareOptions {
   std::vector<std::string> inputs;   // files, directories or globs (ExpandInputPaths)
   std::string output_prefix;         // writes <prefix>.bin, <prefix>.idx (and <prefix>.model)
-  std::string tokenizer = "byte";    // byte | sentencepiece
+  std::string tokenizer = "byte";    // byte | sentencepiece | model (model_dir's: Note [Model folder tokenizer])
   int vocab_size = 0;                // sentencepiece training; 0: kDefaultSentencePieceVocab
   std::string sp_model;              // sentencepiece: use this model instead of training one
+  std::string model_dir;             // model: a Hugging Face model folder
   bool split_on_percent_lines = false;  // fortune files (TextCorpusOptions)
   int workers = 1;                   // tokenizing threads
 };

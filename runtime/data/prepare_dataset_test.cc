@@ -70,6 +70,21 @@ TEST_F(PrepareDatasetTest, BytePreparationOfFortunes) {
   }
 }
 
+TEST_F(PrepareDatasetTest, TheModelTokenizerIsTheFoldersOwn) {
+  ASSERT_TRUE(FileSystem::Default().CreateDirectories(dir_.File("model")).ok());
+  ASSERT_TRUE(TrainSentencePieceBpe({kFortunes}, 400, dir_.File("model/tokenizer")).ok());
+  PrepareOptions options = FortuneOptions("m");
+  options.tokenizer = "model";
+  options.model_dir = dir_.File("model");
+  auto summary = PrepareDataset(options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->tokenizer, "sentencepiece");
+  EXPECT_EQ(summary->vocab_size, 400);
+  EXPECT_EQ(summary->files_written.size(), 2u);  // no model trained
+  options.model_dir.clear();
+  EXPECT_THAT(PrepareDataset(options).status().message(), HasSubstr("needs the model folder"));
+}
+
 TEST_F(PrepareDatasetTest, OutputDoesNotDependOnWorkers) {
   PrepareOptions one = FortuneOptions("one");
   PrepareOptions three = FortuneOptions("three");

@@ -18,7 +18,9 @@
 #include "runtime/data/distributed_sampler.h"
 #include "runtime/data/gpt_samples.h"
 #include "runtime/data/indexed_dataset.h"
+#include "runtime/data/instruction_dataset.h"
 #include "runtime/data/prepare_dataset.h"
+#include "runtime/dsrank/instruction_data.h"
 #include "runtime/engine/engine.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -35,6 +37,27 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kConsumedSamples[] = "consumed_samples";
 
+// Instruction records (data.format other than text) -> data.prepared when
+// the pair does not exist yet: "ok" or what went wrong.
+std::string PrepareInstructionsIfMissing(const JobConfig& job, const TrainerContext& context) {
+  const std::string& prefix = job.data.prepared;
+  if (InstructionDataset::Exists(prefix)) return "ok";
+  if (job.data.records.empty()) {
+    return absl::StrCat(job.path, ": instruction dataset ", prefix, " does not exist and data.records is empty");
+  }
+  absl::StatusOr<InstructionPrepareOptions> options = InstructionPrepareOptionsFor(job);
+  if (!options.ok()) return std::string(options.status().message());
+  const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
+  absl::StatusOr<InstructionPrepareSummary> summary =
+      folder.ok() ? PrepareInstructionDataset(*options) : absl::StatusOr<InstructionPrepareSummary>(folder);
+  if (!summary.ok()) return absl::StrCat("preparing ", prefix, ": ", summary.status().message());
+  for (const std::string& skipped : summary->skipped_examples) {
+    absl::FPrintF(context.out, "dsrank: skipped %s\n", skipped);
+  }
+  absl::FPrintF(context.out, "dsrank: prepared %s (%s): %s\n", prefix, job.data.format, summary->ToString());
+  return "ok";
+}
+
 // Rank 0 prepares the dataset when it does not exist yet; the others wait for
 // its verdict in the store.
 absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) {
@@ -43,7 +66,9 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
   const std::string key = store_keys::kDataReady;
   if (context.rank == 0) {
     std::string verdict = "ok";
-    if (!IndexedDataset::Exists(prefix)) {
+    if (job.data.instruction()) {
+      verdict = PrepareInstructionsIfMissing(job, context);
+    } else if (!IndexedDataset::Exists(prefix)) {
       if (job.data.text_files.empty()) {
         verdict = absl::StrCat(job.path, ": dataset ", prefix,
                                " does not exist and data.text_files is empty");
@@ -52,6 +77,7 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
         options.inputs = job.data.text_files;
         options.output_prefix = prefix;
         options.tokenizer = job.data.tokenizer;
+        options.model_dir = job.model.from;
         options.vocab_size = job.data.tokenizer_vocab_size;
         options.split_on_percent_lines = job.data.split_on_percent_lines;
         const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
@@ -161,6 +187,14 @@ namespace {
 
 absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (auto s = EnsureDataset(job, context); !s.ok()) return s;
+  if (job.data.instruction()) {
+    // Prepared above; its batches (InstructionSamples: targets, position and
+    // segment ids) are not read by this trainer yet, and reading the tokens
+    // as a GPT stream would train on the prompts.
+    return absl::UnimplementedError(absl::StrCat(job.path, ": data.format ", job.data.format,
+                                                 ": training on instruction data is not wired into the trainer yet "
+                                                 "(the dataset ", job.data.prepared, " is prepared)"));
+  }
   auto dataset = IndexedDataset::Open(job.data.prepared);
   if (!dataset.ok()) return dataset.status();
   const int64_t vocab = job.model.vocab_size > 0 ? job.model.vocab_size : (*dataset)->vocab_size();
