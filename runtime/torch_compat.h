@@ -30,6 +30,22 @@ inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor
 #endif
 }
 
+// Attention over [batch, heads, time, head_dim] tensors where `allowed`
+// ([batch or 1, 1, time, time] bool) says which keys each query may see (packed
+// records: causal within each record). Every row allows at least one key.
+inline torch::Tensor MaskedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& allowed) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/allowed, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), v);
+#endif
+}
+
 }  // namespace dslaunch::runtime::compat
 
 // Note [CUDA in the LibTorch build]

@@ -14,6 +14,7 @@ packages=(
   libboost-system1.74-dev libboost-system1.74.0 libc-ares2 libc-ares-dev libre2-9 libre2-dev
   libssl3 libssl-dev zlib1g-dev libupb-dev libsentencepiece-dev libsentencepiece0
   libgtest-dev libgmock-dev libgloo-dev libxxhash-dev
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
 )
 cd "$out"
 apt-get download "${packages[@]}"

@@ -14,7 +14,9 @@ EncodedRecord EncodeRecord(const Tokenizer& tokenizer, const std::vector<TextSeg
   };
   if (tokenizer.bos_id() >= 0) add({tokenizer.bos_id()}, false);
   for (const TextSegment& segment : segments) {
-    add(segment.template_text ? EncodeTemplateText(tokenizer, segment.text) : tokenizer.Encode(segment.text),
+    // Note [Special tokens in text]: a record's own text never yields a
+    // special id (a user's "<|eot_id|>" stays characters).
+    add(segment.template_text ? EncodeTemplateText(tokenizer, segment.text) : tokenizer.EncodePlainText(segment.text),
         segment.trained);
   }
   add({tokenizer.eos_id()}, true);

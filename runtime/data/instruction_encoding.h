@@ -15,13 +15,13 @@
 // label, so the model learns to stop.
 //
 // Note [Template text and special tokens]
-// Template text (a chat role's prefix and suffix) is encoded with the same
-// Tokenizer::Encode as the content. Whether "<|eot_id|>" in it becomes the
-// one special id or the ids of its characters is the tokenizer's rule: a
-// Hugging Face tokenizer.json tokenizer splits out its added (special) tokens
-// from text, as Hugging Face's does; the byte and SentencePiece tokenizers
-// encode them as plain text. EncodeTemplateText is the one place to change if
-// template text needs a different entry point of the tokenizer.
+// Template text (a chat role's prefix and suffix, from the job file) goes
+// through Tokenizer::Encode, so "<|eot_id|>" in it becomes the one special id
+// where the tokenizer has one (a Hugging Face tokenizer.json matches its
+// added tokens in text, as Hugging Face does; the byte and SentencePiece
+// tokenizers encode it as characters). A record's own text goes through
+// EncodePlainText (Note [Special tokens in text] in tokenizer.h): a user's
+// "<|eot_id|>" stays characters and can never forge a turn boundary.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,9 @@
-// The tokenizer of a Hugging Face model folder (job key `data.tokenizer:
-// model`, dsprep `--tokenizer model --model_dir DIR`).
-//
-// Note [Model folder tokenizer]
-// A folder's tokenizer.json is what Hugging Face's AutoTokenizer loads by
-// default (the "fast" tokenizer), so it is chosen first, as MakeTokenizer kind
-// "hf"; a folder with only tokenizer.model (older Llama-2 uploads) gets
-// SentencePiece. A folder with neither is an error naming the folder. The
-// choice is reported (ModelTokenizerFile::kind) so a summary can show it.
+// The tokenizer a dataset is prepared with (job key `data.tokenizer`, dsprep
+// `--tokenizer`): dsprep's own byte or SentencePiece tokenizers, or "model",
+// the tokenizer of a Hugging Face model folder (model.from, dsprep
+// `--model_dir DIR`), loaded by LoadModelTokenizer (runtime/tokenizer/
+// model_tokenizer.h: tokenizer.json first, as transformers' AutoTokenizer,
+// else tokenizer.model).
 #pragma once
 
 #include <memory>
@@ -16,14 +13,6 @@
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace dslaunch::runtime {
-
-struct ModelTokenizerFile {
-  std::string kind;  // a MakeTokenizer kind: "hf" or "sentencepiece"
-  std::string path;  // the file in the folder
-};
-
-// Note [Model folder tokenizer].
-absl::StatusOr<ModelTokenizerFile> FindModelTokenizer(const std::string& model_dir);
 
 // kind "byte"; "sentencepiece" (loads `sp_model`); "model" (the tokenizer of
 // the Hugging Face folder `model_dir`). Errors name the kind, file or folder.

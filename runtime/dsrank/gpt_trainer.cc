@@ -19,8 +19,10 @@
 #include "runtime/data/gpt_samples.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/instruction_dataset.h"
+#include "runtime/data/instruction_samples.h"
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/dsrank/instruction_data.h"
+#include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -104,27 +106,6 @@ absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) 
   return absl::OkStatus();
 }
 
-// [rows, L+1] token ids → (inputs [rows, L], targets [rows, L]) as int64 on `device`.
-std::pair<torch::Tensor, torch::Tensor> LoadBatch(const GptSamples& samples,
-                                                  const std::vector<int64_t>& indices,
-                                                  torch::Device device, absl::Status* status) {
-  const int width = samples.tokens_per_sample();
-  torch::Tensor tokens = torch::empty({static_cast<int64_t>(indices.size()), width}, torch::kInt);
-  int32_t* data = tokens.data_ptr<int32_t>();
-  for (size_t row = 0; row < indices.size(); ++row) {
-    absl::Status read = samples.GetSample(indices[row], data + row * width);
-    if (!read.ok()) {
-      *status = read;
-      break;
-    }
-  }
-  tokens = tokens.to(torch::kLong);
-  // Pinned, the upload does not wait for the work already queued on the GPU.
-  if (device.is_cuda()) tokens = tokens.pin_memory();
-  tokens = tokens.to(device, /*non_blocking=*/true);
-  return {tokens.narrow(1, 0, width - 1), tokens.narrow(1, 1, width - 1)};
-}
-
 double MeanOverWorld(double value, const TrainerContext& context) {
   if (context.world == nullptr || context.world->size() == 1) return value;
   torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
@@ -187,36 +168,65 @@ namespace {
 
 absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (auto s = EnsureDataset(job, context); !s.ok()) return s;
+  // The dataset: its vocabulary, and its documents split into training and
+  // held-out evaluation (the last validation_fraction of them).
+  std::unique_ptr<IndexedDataset> text_dataset;
+  std::unique_ptr<InstructionDataset> instruction_dataset;
+  int64_t dataset_vocab = 0, documents = 0;
   if (job.data.instruction()) {
-    // Prepared above; its batches (InstructionSamples: targets, position and
-    // segment ids) are not read by this trainer yet, and reading the tokens
-    // as a GPT stream would train on the prompts.
-    return absl::UnimplementedError(absl::StrCat(job.path, ": data.format ", job.data.format,
-                                                 ": training on instruction data is not wired into the trainer yet "
-                                                 "(the dataset ", job.data.prepared, " is prepared)"));
+    auto opened = InstructionDataset::Open(job.data.prepared);
+    if (!opened.ok()) return opened.status();
+    instruction_dataset = std::move(*opened);
+    dataset_vocab = instruction_dataset->vocab_size();
+    documents = instruction_dataset->num_documents();
+  } else {
+    auto opened = IndexedDataset::Open(job.data.prepared);
+    if (!opened.ok()) return opened.status();
+    text_dataset = std::move(*opened);
+    dataset_vocab = text_dataset->vocab_size();
+    documents = text_dataset->num_documents();
   }
-  auto dataset = IndexedDataset::Open(job.data.prepared);
-  if (!dataset.ok()) return dataset.status();
-  const int64_t vocab = job.model.vocab_size > 0 ? job.model.vocab_size : (*dataset)->vocab_size();
-  if (vocab < (*dataset)->vocab_size()) {
+  const int64_t vocab = job.model.vocab_size > 0 ? job.model.vocab_size : dataset_vocab;
+  if (vocab < dataset_vocab) {
     return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.vocab_size ", vocab,
-                                                   " is smaller than the dataset's vocabulary (",
-                                                   (*dataset)->vocab_size(), ")"));
+                                                   " is smaller than the dataset's vocabulary (", dataset_vocab, ")"));
   }
-  // Held-out documents for evaluation: the last validation_fraction of them.
-  const int64_t documents = (*dataset)->num_documents();
   int64_t train_documents = documents;
   if (job.data.validation_fraction > 0) {
     train_documents = std::max<int64_t>(1, static_cast<int64_t>(documents * (1 - job.data.validation_fraction)));
   }
-  auto train_samples = GptSamples::Create(dataset->get(), (*dataset)->DocumentTokens(0, train_documents),
-                                          job.model.sequence_length, job.train.seed);
-  if (!train_samples.ok()) return train_samples.status();
-  std::unique_ptr<GptSamples> eval_samples;
-  if (train_documents < documents && job.train.eval_interval > 0) {
-    auto made = GptSamples::Create(dataset->get(), (*dataset)->DocumentTokens(train_documents, documents),
-                                   job.model.sequence_length, job.train.seed);
-    if (made.ok()) eval_samples = std::move(*made);
+  const bool evaluate = train_documents < documents && job.train.eval_interval > 0;
+  std::unique_ptr<TrainingBatches> train_samples, eval_samples;
+  if (instruction_dataset) {
+    // Padding is never a target and never attended to; its id only has to exist.
+    auto batches = [&](int64_t first, int64_t end) -> absl::StatusOr<std::unique_ptr<TrainingBatches>> {
+      auto options = InstructionSamplesOptionsFor(job, /*pad_id=*/0, first, end);
+      if (!options.ok()) return options.status();
+      auto samples = InstructionSamples::Create(instruction_dataset.get(), *options);
+      if (!samples.ok()) return samples.status();
+      if (context.rank == 0) {
+        absl::FPrintF(context.out, "dsrank: %s data: %s\n", first == 0 ? "training" : "evaluation",
+                      (*samples)->Summary());
+      }
+      return TrainingBatches::Instructions(std::move(*samples), job.data.packing);
+    };
+    auto train = batches(0, train_documents);
+    if (!train.ok()) return train.status();
+    train_samples = std::move(*train);
+    if (evaluate) {
+      auto held_out = batches(train_documents, documents);
+      if (held_out.ok()) eval_samples = std::move(*held_out);
+    }
+  } else {
+    auto train = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(0, train_documents),
+                                    job.model.sequence_length, job.train.seed);
+    if (!train.ok()) return train.status();
+    train_samples = TrainingBatches::Text(std::move(*train));
+    if (evaluate) {
+      auto held_out = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(train_documents, documents),
+                                         job.model.sequence_length, job.train.seed);
+      if (held_out.ok()) eval_samples = TrainingBatches::Text(std::move(*held_out));
+    }
   }
 
   ModelSpec spec;
@@ -380,7 +390,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   int64_t last_saved = -1;
   int64_t nonfinite_in_a_row = 0;
   // The first micro-batch of the next step, read while the GPU works.
-  std::optional<std::pair<torch::Tensor, torch::Tensor>> prefetched;
+  std::optional<TokenBatch> prefetched;
   while ((*engine)->global_steps() < job.train.steps) {
     built->module->train();
     // The loss stays on the device until the step is over: reading it after
@@ -391,12 +401,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     bool preempt_flag = false;
     for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
       absl::Status read;
-      auto [inputs, targets] =
-          prefetched ? *std::exchange(prefetched, std::nullopt)
-                     : LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed, micro), context.device, &read);
+      TokenBatch batch = prefetched ? *std::exchange(prefetched, std::nullopt)
+                                    : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device, &read);
       if (!read.ok()) return read;
       auto started = Clock::now();
-      torch::Tensor loss = model->Loss(inputs, targets);
+      torch::Tensor loss = model->BatchLoss(batch);
       torch::Tensor detached = loss.detach().to(torch::kDouble);
       step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
       if (auto s = (*engine)->Backward(loss); !s.ok()) return s;
@@ -409,8 +418,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         // counts finished steps.
         preempt_flag = PreemptionFlagInStore(context);
         if (step < job.train.steps) {
-          prefetched = LoadBatch(**train_samples, sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
-                                 context.device, &read);
+          prefetched = train_samples->Load(sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
+                                           context.device, &read);
           // A failed read is the next step's error: this step finishes (and
           // saves) first, and the next one reads again and reports it.
           if (!read.ok()) prefetched.reset();
@@ -507,10 +516,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       const int64_t per_eval = ds.train_micro_batch_size_per_gpu * context.world_size;
       for (int64_t i = 0; i < job.train.eval_steps; ++i) {
         absl::Status read;
-        auto [inputs, targets] = LoadBatch(*eval_samples, sampler->MicroBatchIndices(i * per_eval, 0),
-                                           context.device, &read);
+        TokenBatch batch = eval_samples->Load(sampler->MicroBatchIndices(i * per_eval, 0), context.device, &read);
         if (!read.ok()) return read;
-        eval_loss += model->Loss(inputs, targets).item<double>() / job.train.eval_steps;
+        eval_loss += model->BatchLoss(batch).item<double>() / job.train.eval_steps;
       }
       eval_loss = MeanOverWorld(eval_loss, context);
       if (context.rank == 0) {

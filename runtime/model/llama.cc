@@ -40,7 +40,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                          const torch::Tensor& sin) {
+                                          const torch::Tensor& sin, const torch::Tensor& allowed) {
   const int64_t batch = x.size(0), time = x.size(1);
   auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
@@ -54,7 +54,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     k = k.repeat_interleave(group, /*dim=*/1);
     v = v.repeat_interleave(group, /*dim=*/1);
   }
-  torch::Tensor y = compat::CausalAttention(q, k, v);
+  torch::Tensor y = allowed.defined() ? compat::MaskedAttention(q, k, v, allowed) : compat::CausalAttention(q, k, v);
   y = y.transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
   return o_proj->forward(y);
 }
@@ -79,8 +79,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                             const torch::Tensor& sin) {
-  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin);
+                                             const torch::Tensor& sin, const torch::Tensor& allowed) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -107,7 +107,7 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   // checkpointing recomputes it then), reading this forward's cos and sin.
   for (int64_t i = 0; i < options.layers; ++i) {
     LlamaDecoderLayerImpl* layer = model->layers[i]->as<LlamaDecoderLayer>();
-    segments_.push_back([this, layer](const torch::Tensor& in) { return layer->forward(in, cos_, sin_); });
+    segments_.push_back([this, layer](const torch::Tensor& in) { return layer->forward(in, cos_, sin_, allowed_); });
   }
   Initialize(seed);
 }
@@ -131,13 +131,31 @@ void LlamaImpl::Initialize(uint64_t seed) {
   }
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) { return forward(tokens, {}, {}); }
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& segments) {
   if (runner_ != nullptr) runner_->BeginForward();
   TORCH_CHECK(options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window, "a sequence of ",
               tokens.size(1), " tokens is longer than the model's sliding_window (", options_.sliding_window,
               "): sliding-window attention is not built");
   torch::Tensor x = model->embed_tokens->forward(tokens);
   std::tie(cos_, sin_) = RotaryCosSin(options_.rope, tokens.size(1), x.device(), x.scalar_type());
+  allowed_ = torch::Tensor();
+  if (positions.defined()) {
+    // Each token's own position: [batch, 1, time, head_dim], broadcast over heads.
+    cos_ = cos_.index({positions}).unsqueeze(1);
+    sin_ = sin_.index({positions}).unsqueeze(1);
+  }
+  if (segments.defined()) {
+    // Causal within a segment; a padding position (0) sees itself only, so
+    // no softmax row is empty.
+    const int64_t time = tokens.size(1);
+    const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(tokens.device());
+    torch::Tensor same = segments.unsqueeze(2).eq(segments.unsqueeze(1)).logical_and(segments.ne(0).unsqueeze(1));
+    torch::Tensor causal = torch::ones({time, time}, bool_options).tril();
+    allowed_ = same.logical_and(causal).logical_or(torch::eye(time, bool_options)).unsqueeze(1);
+  }
   for (int64_t i = 0; i < options_.layers; ++i) {
     const Segment& block = segments_[i];
     const bool recompute = is_training() && IsCheckpointed(i);
@@ -154,9 +172,13 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor logits = forward(tokens);
+  return BatchLoss(TokenBatch{tokens, targets});
+}
+
+torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
+  torch::Tensor logits = forward(batch.tokens, batch.positions, batch.segments);
   return torch::nn::functional::cross_entropy(
-      logits.view({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+      logits.view({-1, logits.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
 }
 

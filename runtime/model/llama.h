@@ -69,8 +69,11 @@ TORCH_MODULE(LlamaRmsNorm);
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   explicit LlamaAttentionImpl(const LlamaOptions& options);
-  // x [batch, time, hidden]; cos, sin [time, head_dim] in x's dtype.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // x [batch, time, hidden]; cos, sin [time, head_dim] (or [batch, 1, time,
+  // head_dim]) in x's dtype; `allowed` undefined (causal) or the
+  // [batch, 1, time, time] mask of packed records.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& allowed = {});
 
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
@@ -91,7 +94,8 @@ TORCH_MODULE(LlamaMlp);
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   explicit LlamaDecoderLayerImpl(const LlamaOptions& options);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& allowed = {});
 
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
@@ -125,9 +129,14 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // tokens [batch, time] int64 → logits [batch, time, vocab] (in the
   // parameters' dtype).
   torch::Tensor forward(const torch::Tensor& tokens);
+  // Packed records (TokenBatch): rotary positions from `positions`, and
+  // attention only between earlier tokens of the same segment, so each
+  // record computes exactly what it would alone.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments);
   // Mean next-token cross-entropy in fp32 over targets that are not -100
   // (Hugging Face's ignore index: prompt tokens of instruction data).
   torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+  torch::Tensor BatchLoss(const TokenBatch& batch) override;
 
   const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
@@ -149,8 +158,9 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
 
   LlamaOptions options_;
   std::vector<Segment> segments_;  // one per decoder layer
-  // The rotary tables of the last forward, kept for its backward.
-  torch::Tensor cos_, sin_;
+  // The rotary tables and the packed-record mask (undefined: causal) of the
+  // last forward, kept for its backward.
+  torch::Tensor cos_, sin_, allowed_;
   UnitRunner* runner_ = nullptr;
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;

@@ -160,6 +160,34 @@ TEST(LlamaTest, ActivationCheckpointingGivesTheSameGradients) {
   }
 }
 
+TEST(LlamaTest, PackedRecordsComputeWhatEachComputesAlone) {
+  Llama llama(Small(), 10);
+  torch::NoGradGuard no_grad;
+  // Row: record A (5 tokens), record B (4 tokens), 3 padding positions.
+  const torch::Tensor a = Tokens(1, 5), b = (Tokens(1, 4) + 3) % 50;
+  const torch::Tensor packed = torch::cat({a, b, torch::zeros({1, 3}, torch::kLong)}, 1);
+  const torch::Tensor positions =
+      torch::cat({torch::arange(5), torch::arange(4), torch::zeros({3}, torch::kLong)}).view({1, 12});
+  const torch::Tensor segments = torch::tensor({1, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0}, torch::kLong).view({1, 12});
+  const torch::Tensor logits = llama->forward(packed, positions, segments);
+  EXPECT_TRUE(torch::allclose(logits.narrow(1, 0, 5), llama->forward(a), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(logits.narrow(1, 5, 4), llama->forward(b), 1e-5, 1e-5));
+  EXPECT_FALSE(torch::isnan(logits).any().item<bool>()) << "padding rows see themselves";
+  // Without the mask, B would attend to A: the test would catch a mask that does nothing.
+  EXPECT_FALSE(torch::allclose(llama->forward(packed).narrow(1, 5, 4), llama->forward(b), 1e-3, 1e-3));
+
+  const torch::Tensor targets =
+      torch::cat({a.roll(-1, 1), b.roll(-1, 1), torch::full({1, 3}, -100, torch::kLong)}, 1);
+  targets.index_put_({0, 4}, -100);
+  targets.index_put_({0, 8}, -100);
+  const double packed_loss = llama->BatchLoss(TokenBatch{packed, targets, positions, segments}).item<double>();
+  torch::Tensor ta = a.roll(-1, 1), tb = b.roll(-1, 1);
+  ta.index_put_({0, 4}, -100);
+  tb.index_put_({0, 3}, -100);
+  const double sum = llama->Loss(a, ta).item<double>() * 4 + llama->Loss(b, tb).item<double>() * 3;
+  EXPECT_NEAR(packed_loss, sum / 7, 1e-5) << "the mean over the 7 labels of both records";
+}
+
 TEST(LlamaTest, ASequenceLongerThanTheSlidingWindowIsRefused) {
   LlamaOptions options = Small();
   options.sliding_window = 4;

@@ -52,6 +52,17 @@ struct TensorParallelForm {
   int fused_parts = 1;
 };
 
+// One micro-batch of next-token prediction. Text batches are tokens and
+// targets; instruction batches (runtime/data/instruction_samples.h) packed
+// several records into a row also carry each token's position within its
+// record and the record it belongs to, so that attention stays inside it.
+struct TokenBatch {
+  torch::Tensor tokens;     // [batch, time] int64
+  torch::Tensor targets;    // [batch, time] int64; -100: no loss
+  torch::Tensor positions;  // [batch, time] int64, or undefined: 0 .. time-1 in every row
+  torch::Tensor segments;   // [batch, time] int64: 1, 2, ... per record, 0 on padding; or undefined: one per row
+};
+
 class ModelInterface : public PartitionedModel {
  public:
   // "gpt".
@@ -62,6 +73,13 @@ class ModelInterface : public PartitionedModel {
   virtual std::vector<TensorParallelForm> TensorParallelForms() const = 0;
   // Mean next-token cross-entropy: tokens and targets [batch, time] int64.
   virtual torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) = 0;
+  // The same for a batch that may hold packed records (positions and
+  // segments defined); a family without attention masks refuses those.
+  virtual torch::Tensor BatchLoss(const TokenBatch& batch) {
+    TORCH_CHECK(!batch.positions.defined() && !batch.segments.defined(), "model family ", family(),
+                " cannot train on packed records (set data.packing: false)");
+    return Loss(batch.tokens, batch.targets);
+  }
   virtual int64_t ParameterCount() const = 0;
 };
 
