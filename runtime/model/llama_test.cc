@@ -176,7 +176,7 @@ TEST(LlamaTest, PackedRecordsComputeWhatEachComputesAlone) {
   // Without the mask, B would attend to A: the test would catch a mask that does nothing.
   EXPECT_FALSE(torch::allclose(llama->forward(packed).narrow(1, 5, 4), llama->forward(b), 1e-3, 1e-3));
 
-  const torch::Tensor targets =
+  torch::Tensor targets =
       torch::cat({a.roll(-1, 1), b.roll(-1, 1), torch::full({1, 3}, -100, torch::kLong)}, 1);
   targets.index_put_({0, 4}, -100);
   targets.index_put_({0, 8}, -100);
