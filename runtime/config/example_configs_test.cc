@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/config/config_loader.h"
@@ -43,6 +44,9 @@ TEST(ExampleConfigs, EveryDsConfigLoads) {
   std::vector<std::string> files = ExampleFiles({".json", ".yaml", ".yml"});
   ASSERT_THAT(files, Not(IsEmpty()));
   for (const std::string& file : files) {
+    // Hugging Face's style of DeepSpeed config: its "auto" values come from a
+    // job file (llama-finetune*.cfg loads it above).
+    if (absl::EndsWith(file, "/ds_zero2_config.json")) continue;
     auto config = LoadDsConfig(file, {}, WorldShape{1});
     EXPECT_TRUE(config.ok()) << file << ":\n" << config.status();
   }

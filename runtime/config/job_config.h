@@ -191,7 +191,7 @@ struct DataConfig {
   std::string prepared;                 // prefix of a prepared dataset (<prefix>.bin/.idx)
   std::vector<std::string> text_files;  // files or globs to prepare when `prepared` does not exist yet
   // byte | sentencepiece | model (the tokenizer of model.from's folder:
-  // Note [Model folder tokenizer] in runtime/data/model_tokenizer.h).
+  // LoadModelTokenizer in runtime/tokenizer/model_tokenizer.h).
   std::string tokenizer = "byte";
   int tokenizer_vocab_size = 0;         // sentencepiece: the BPE vocabulary to train
   double validation_fraction = 0.0;     // held-out documents for eval

@@ -15,7 +15,7 @@ inline constexpr int kDefaultSentencePieceVocab = 8000;
 struct PrepareOptions {
   std::vector<std::string> inputs;   // files, directories or globs (ExpandInputPaths)
   std::string output_prefix;         // writes <prefix>.bin, <prefix>.idx (and <prefix>.model)
-  std::string tokenizer = "byte";    // byte | sentencepiece | model (model_dir's: Note [Model folder tokenizer])
+  std::string tokenizer = "byte";    // byte | sentencepiece | model (model_dir's: LoadModelTokenizer)
   int vocab_size = 0;                // sentencepiece training; 0: kDefaultSentencePieceVocab
   std::string sp_model;              // sentencepiece: use this model instead of training one
   std::string model_dir;             // model: a Hugging Face model folder

@@ -20,7 +20,7 @@ struct InstructionPrepareOptions {
   RecordFormatOptions format;
   std::string tokenizer = "byte";    // byte | sentencepiece (sp_model) | model (model_dir)
   std::string sp_model;
-  std::string model_dir;             // a Hugging Face folder (Note [Model folder tokenizer])
+  std::string model_dir;             // a Hugging Face folder (LoadModelTokenizer, runtime/tokenizer/model_tokenizer.h)
   int sequence_length = 0;           // > 0: the long-record policy is applied against it
   BadRecordPolicy on_bad_record = BadRecordPolicy::kRefuse;
   LongRecordPolicy on_long_record = LongRecordPolicy::kRefuse;

@@ -210,11 +210,11 @@ TEST_F(PrepareInstructionsTest, ModelTokenizerNeedsAFolderWithOne) {
   InstructionPrepareOptions options = Options(dir_.Write("a.jsonl", kAlpacaJsonl), "m");
   options.tokenizer = "model";
   options.model_dir = dir_.File("no-such-model");
-  EXPECT_THAT(PrepareInstructionDataset(options).status().message(), HasSubstr("no-such-model does not exist"));
+  EXPECT_THAT(PrepareInstructionDataset(options).status().message(), HasSubstr("no-such-model: no such file or folder"));
   ASSERT_TRUE(FileSystem::Default().CreateDirectories(dir_.File("empty-model")).ok());
   options.model_dir = dir_.File("empty-model");
   EXPECT_THAT(PrepareInstructionDataset(options).status().message(),
-              HasSubstr("has no tokenizer.json or tokenizer.model"));
+              HasSubstr("the folder holds no tokenizer.json or tokenizer.model"));
   // A folder with a SentencePiece tokenizer.model (Llama-2 style).
   ASSERT_TRUE(FileSystem::Default().CreateDirectories(dir_.File("sp-model")).ok());
   const std::string corpus = dir_.Write("corpus.txt", "Name a color. Blue. Add five\n");

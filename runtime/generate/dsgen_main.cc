@@ -1,11 +1,15 @@
 // dsgen: try a Hugging Face model folder by continuing a prompt.
 //
-//   dsgen --model DIR --prompt_ids 1,2,3 [--max_new_tokens N]
+//   dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_p P] [--seed S]]
-//         [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16] [--device cpu|cuda[:N]]
+//         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
+//         [--device cpu|cuda[:N]]
 //
-// Prints the new token ids on one line (with --print_logprobs one line per
-// token: id and its log-probability). --dump_logits writes the logits of every
+// With --prompt_ids, prints the new token ids on one line (with
+// --print_logprobs one line per token: id and its log-probability). With
+// --prompt, the folder's own tokenizer encodes the text (bos where the model
+// adds it), the continuation stops at eos and is printed as text (after its
+// ids with --print_ids). --dump_logits writes the logits of every
 // prompt position as F32 tensor "logits" [positions, vocab] in a safetensors
 // file (what tests/hf/ compares with an independent implementation).
 // Correct before fast: each new token runs the whole sequence again (no
@@ -28,6 +32,7 @@
 #include "runtime/hf/safetensors_stream_writer.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/tokenizer/model_tokenizer.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -42,6 +47,7 @@ struct Options {
   double top_p = 1.0;
   int64_t seed = 0;
   bool print_logprobs = false;
+  bool print_ids = false;
   std::string dump_logits;
   std::string dtype = "float32";
   std::string device = "cpu";
@@ -74,7 +80,25 @@ absl::Status Run(const Options& options) {
   } catch (const c10::Error&) {
     return absl::InvalidArgumentError(absl::StrCat("--device '", options.device, "' is not cpu, cuda or cuda:N"));
   }
-  auto ids = ParseIds(options.prompt_ids, config->options.vocab_size);
+  // --prompt TEXT: the folder's own tokenizer (runtime/tokenizer/), with
+  // bos where the model adds it; the continuation stops at eos.
+  std::unique_ptr<Tokenizer> tokenizer;
+  absl::StatusOr<std::vector<int64_t>> ids = std::vector<int64_t>{};
+  if (!options.prompt.empty()) {
+    auto loaded = LoadModelTokenizer(options.model);
+    if (!loaded.ok()) return loaded.status();
+    tokenizer = std::move(*loaded);
+    if (tokenizer->adds_bos() && tokenizer->bos_id() >= 0) ids->push_back(tokenizer->bos_id());
+    for (int32_t id : tokenizer->Encode(options.prompt)) ids->push_back(id);
+    for (int64_t id : *ids) {
+      if (id >= config->options.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model, " gives id ", id,
+                                                       ", outside the model's vocabulary (", config->options.vocab_size, ")"));
+      }
+    }
+  } else {
+    ids = ParseIds(options.prompt_ids, config->options.vocab_size);
+  }
   if (!ids.ok()) return ids.status();
 
   torch::NoGradGuard no_grad;
@@ -108,6 +132,7 @@ absl::Status Run(const Options& options) {
     SampledToken next = SampleToken(logits[-1], sampling, generator);
     generated.push_back(next);
     sequence.push_back(next.id);
+    if (tokenizer && next.id == tokenizer->eos_id()) break;
   }
   std::vector<std::string> out;
   for (const SampledToken& token : generated) {
@@ -116,6 +141,15 @@ absl::Status Run(const Options& options) {
     } else {
       out.push_back(absl::StrCat(token.id));
     }
+  }
+  if (tokenizer) {
+    // Text in, text out: the continuation decoded (eos and other special
+    // tokens left out); the ids too with --print_ids.
+    std::vector<int32_t> continuation;
+    for (const SampledToken& token : generated) continuation.push_back(static_cast<int32_t>(token.id));
+    if (options.print_ids && !options.print_logprobs) absl::PrintF("%s\n", absl::StrJoin(out, " "));
+    absl::PrintF("%s\n", tokenizer->Decode(continuation));
+    return absl::OkStatus();
   }
   if (!options.print_logprobs) absl::PrintF("%s\n", absl::StrJoin(out, " "));
   return absl::OkStatus();
@@ -127,7 +161,7 @@ absl::Status Run(const Options& options) {
 int main(int argc, char** argv) {
   using dslaunch::runtime::Options;
   Options options;
-  dslaunch::FlagTable flags("dsgen", "dsgen --model DIR --prompt_ids 1,2,3 [flags]");
+  dslaunch::FlagTable flags("dsgen", "dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [flags]");
   flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json + safetensors)")
       .String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
       .String("--prompt", &options.prompt, "TEXT", "the prompt as text (needs the folder's tokenizer)")
@@ -139,6 +173,7 @@ int main(int argc, char** argv) {
               {0, 1, /*min_exclusive=*/true})
       .Int("--seed", &options.seed, "S", "seed of the sampling", {0, INT64_MAX})
       .Bool("--print_logprobs", &options.print_logprobs, "one line per new token: its id and log-probability")
+      .Bool("--print_ids", &options.print_ids, "with --prompt: the new token ids too, on a line before the text")
       .String("--dump_logits", &options.dump_logits, "FILE",
               "write the prompt's logits [positions, vocab] as F32 tensor 'logits' in a safetensors file")
       .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
@@ -161,9 +196,7 @@ int main(int argc, char** argv) {
   if (options.model.empty()) problem = "--model is required";
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
-  if (!options.prompt.empty()) {
-    problem = "--prompt needs a tokenizer, and reading Hugging Face tokenizers is not built yet: give --prompt_ids";
-  }
+  if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
   if (!problem.empty()) {
