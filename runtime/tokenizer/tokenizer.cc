@@ -1,5 +1,6 @@
 #include "runtime/tokenizer/tokenizer.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
@@ -48,6 +49,16 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   auto model = std::make_unique<SpModel>();
   absl::Status loaded = ToStatus(model->LoadSerialized(*bytes),
                                  absl::StrCat("cannot load sentencepiece model ", model_path));
+  if (!loaded.ok() && absl::StrContains(loaded.message(), "Protocol Buffer")) {
+    // Note [protobuf before sentencepiece] (runtime/dsrank/CMakeLists.txt):
+    // in a process that also loads LibTorch's libprotobuf (dsrank, dsgen),
+    // libsentencepiece's own protobuf code binds to it and refuses the model.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot load sentencepiece model ", model_path,
+        " in this process: Debian's libsentencepiece carries its own protobuf, which clashes with the one "
+        "LibTorch loads; use a tokenizer.json (Hugging Face Llama folders carry one beside tokenizer.model), "
+        "or prepare the data with dsprep and point data.prepared at it"));
+  }
   if (!loaded.ok()) return loaded;
   if (model->eos_id() < 0) {
     return absl::InvalidArgumentError(
