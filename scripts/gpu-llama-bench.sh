@@ -9,6 +9,7 @@
 #   lora7b     a Llama-2-7B-shaped LoRA fine-tune (32 layers, width 4096, 32
 #              heads, FFN 11008, vocabulary 32000), sequence 2048, batch 4,
 #              r=16 alpha 32 on q/k/v/o, the base frozen in bf16.
+# MODES picks the measurements (default all): dsrank eager compile.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -20,8 +21,10 @@ bin="$root/build-gpu/bin"
 data=${GPU_DATA:-$root/.gpu-data}
 steps=${STEPS:-20}
 
+modes=" ${MODES:-dsrank eager compile} "
 bench() {  # NAME BATCH "FOLDER SHAPE..." "DSRANK OVERRIDES..." "PYTORCH ARGS..."
   local name=$1 batch=$2 shape=$3 overrides=$4 pytorch=$5
+  if [[ $modes == *" dsrank "* ]]; then
   # shellcheck disable=SC2086
   python3 "$root/tests/hf/make_tiny_llama.py" "$out/$name-model" llama2 --dtype bfloat16 $shape || return 1
   # shellcheck disable=SC2086
@@ -37,7 +40,11 @@ bench() {  # NAME BATCH "FOLDER SHAPE..." "DSRANK OVERRIDES..." "PYTORCH ARGS...
   tps=$(grep -o 'tokens/s=[0-9]*' "$out/$name-dsrank.log" | tail -1 | cut -d= -f2)
   peak=$(grep -o 'peak GPU memory allocated: [0-9.]*' "$out/$name-dsrank.log" | tail -1 | awk '{print $NF}')
   echo "$name dsrank ZeRO-0 bf16: tokens/s=$tps peak_gib=$peak"
+  grep -m1 'LoRA r=' "$out/$name-dsrank.log"
+  grep -m1 'memory: parameters' "$out/$name-dsrank.log"
+  fi
   for mode in eager compile; do
+    [[ $modes == *" $mode "* ]] || continue
     local flag=()
     [[ $mode == compile ]] && flag=(--compile)
     # shellcheck disable=SC2086
