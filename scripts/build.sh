@@ -8,5 +8,11 @@ jobs=${JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 # Clones in other folders share the cache (paths are hashed relative to here).
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} >/dev/null
+# DEBUG_INFO=0 drops -g: a third less compile time and far smaller objects
+# and links (CI sets it; nothing in the suite reads debug info). Passed on
+# every configure so one build folder follows the variable both ways.
+debug_flag=-g
+[[ ${DEBUG_INFO:-1} == 0 ]] && debug_flag=
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 $debug_flag -DNDEBUG" >/dev/null
 ninja -C "$build_dir" -j "$jobs" "$@"
