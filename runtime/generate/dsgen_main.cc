@@ -4,6 +4,8 @@
 //         [--greedy | --temperature T [--top_p P] [--seed S]]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
 //         [--device cpu|cuda[:N]]
+//   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
+//         [--masked_prefix N] [--checkpointed_layers N]
 //
 // With --prompt_ids, prints the new token ids on one line (with
 // --print_logprobs one line per token: id and its log-probability). With
@@ -12,6 +14,12 @@
 // ids with --print_ids). --dump_logits writes the logits of every
 // prompt position as F32 tensor "logits" [positions, vocab] in a safetensors
 // file (what tests/hf/ compares with an independent implementation).
+// --dump_gradients treats the prompt as one training record instead (each
+// position predicts the next token, the first --masked_prefix targets are
+// -100 as an instruction prompt's are), runs the loss the trainer runs
+// (ModelInterface::BatchLoss) and its backward, and writes the F32 tensor
+// "loss" and every parameter's gradient under its Hugging Face name: what
+// tests/hf/ checks against the reference's autograd.
 // Correct before fast: each new token runs the whole sequence again (no
 // key/value cache yet).
 #include <cstdio>
@@ -49,6 +57,9 @@ struct Options {
   bool print_logprobs = false;
   bool print_ids = false;
   std::string dump_logits;
+  std::string dump_gradients;
+  int64_t masked_prefix = 0;
+  int64_t checkpointed_layers = 0;
   std::string dtype = "float32";
   std::string device = "cpu";
 };
@@ -64,6 +75,55 @@ absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, int64_t v
   }
   if (ids.empty()) return absl::InvalidArgumentError("--prompt_ids: no token ids");
   return ids;
+}
+
+absl::Status WriteTensors(FileSystem& fs, const std::string& path,
+                          const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  std::vector<SafetensorsEntryInfo> entries;
+  for (const auto& [name, tensor] : tensors) {
+    SafetensorsEntryInfo entry;
+    entry.name = name;
+    entry.dtype = SafetensorsDtype::kF32;
+    entry.shape = tensor.sizes().vec();
+    entries.push_back(std::move(entry));
+  }
+  auto writer = SafetensorsStreamWriter::Create(fs, path, entries, {});
+  if (!writer.ok()) return writer.status();
+  for (const auto& [name, tensor] : tensors) {
+    if (absl::Status s = (*writer)->Append(tensor.detach().to(torch::kCPU, torch::kFloat)); !s.ok()) return s;
+  }
+  return (*writer)->Finish();
+}
+
+// One training record's loss and gradients (--dump_gradients).
+absl::Status DumpGradients(FileSystem& fs, const Options& options, Llama& model, const std::vector<int64_t>& ids,
+                           torch::Device device) {
+  const int64_t t = static_cast<int64_t>(ids.size());
+  if (t < 2) return absl::InvalidArgumentError("--dump_gradients: the prompt needs at least 2 tokens");
+  if (options.masked_prefix >= t - 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--masked_prefix ", options.masked_prefix, " masks every one of the ",
+                                                   t - 1, " targets"));
+  }
+  std::vector<int64_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(-100);
+  for (int64_t i = 0; i < options.masked_prefix; ++i) targets[i] = -100;
+  TokenBatch batch;
+  batch.tokens = torch::tensor(ids, torch::kLong).view({1, -1}).to(device);
+  batch.targets = torch::tensor(targets, torch::kLong).view({1, -1}).to(device);
+  model->train();
+  torch::Tensor loss = model->BatchLoss(batch);
+  loss.backward();
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  tensors.emplace_back("loss", loss.detach().reshape({1}));
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().grad().defined()) {
+      return absl::InternalError(absl::StrCat("--dump_gradients: parameter ", item.key(), " got no gradient"));
+    }
+    tensors.emplace_back(item.key(), item.value().grad());
+  }
+  if (absl::Status s = WriteTensors(fs, options.dump_gradients, tensors); !s.ok()) return s;
+  absl::PrintF("loss %.8f\n", loss.item<double>());
+  return absl::OkStatus();
 }
 
 absl::Status Run(const Options& options) {
@@ -101,10 +161,14 @@ absl::Status Run(const Options& options) {
   }
   if (!ids.ok()) return ids.status();
 
-  torch::NoGradGuard no_grad;
-  Llama model(config->options, /*seed=*/0);
+  LlamaOptions model_options = config->options;
+  model_options.checkpointed_blocks = options.checkpointed_layers;
+  Llama model(model_options, /*seed=*/0);
   if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
   model->to(device, *dtype);
+  // Dropout is off either way (Llama has none; config.json's attention_dropout is refused unless 0).
+  if (!options.dump_gradients.empty()) return DumpGradients(fs, options, model, *ids, device);
+  torch::NoGradGuard no_grad;
   model->eval();
 
   SamplingOptions sampling;
@@ -119,14 +183,7 @@ absl::Status Run(const Options& options) {
     torch::Tensor tokens = torch::tensor(sequence, torch::kLong).view({1, -1}).to(device);
     torch::Tensor logits = model->forward(tokens)[0];
     if (step == 0 && !options.dump_logits.empty()) {
-      std::vector<SafetensorsEntryInfo> entries(1);
-      entries[0].name = "logits";
-      entries[0].dtype = SafetensorsDtype::kF32;
-      entries[0].shape = logits.sizes().vec();
-      auto writer = SafetensorsStreamWriter::Create(fs, options.dump_logits, entries, {});
-      if (!writer.ok()) return writer.status();
-      if (absl::Status s = (*writer)->Append(logits.to(torch::kFloat)); !s.ok()) return s;
-      if (absl::Status s = (*writer)->Finish(); !s.ok()) return s;
+      if (absl::Status s = WriteTensors(fs, options.dump_logits, {{"logits", logits}}); !s.ok()) return s;
     }
     if (step == options.max_new_tokens) break;
     SampledToken next = SampleToken(logits[-1], sampling, generator);
@@ -176,6 +233,15 @@ int main(int argc, char** argv) {
       .Bool("--print_ids", &options.print_ids, "with --prompt: the new token ids too, on a line before the text")
       .String("--dump_logits", &options.dump_logits, "FILE",
               "write the prompt's logits [positions, vocab] as F32 tensor 'logits' in a safetensors file")
+      .String("--dump_gradients", &options.dump_gradients, "FILE",
+              "instead of generating: the prompt as one training record; write F32 'loss' and every parameter's "
+              "gradient (Hugging Face names) in a safetensors file")
+      .Int("--masked_prefix", &options.masked_prefix, "N",
+           "with --dump_gradients: the first N targets carry no loss (-100), as an instruction prompt's",
+           {0, 1 << 30})
+      .Int("--checkpointed_layers", &options.checkpointed_layers, "N",
+           "with --dump_gradients: recompute N evenly spaced layers in backward (activation checkpointing)",
+           {0, 1 << 20})
       .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
       .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N");
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -199,6 +265,12 @@ int main(int argc, char** argv) {
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
+  if (!options.dump_gradients.empty() && options.max_new_tokens != 0) {
+    problem = "--dump_gradients computes a training step instead of generating: give --max_new_tokens 0";
+  }
+  if (options.dump_gradients.empty() && (options.masked_prefix != 0 || options.checkpointed_layers != 0)) {
+    problem = "--masked_prefix and --checkpointed_layers go with --dump_gradients";
+  }
   if (!problem.empty()) {
     std::fprintf(stderr, "dsgen: %s (see --help)\n", problem.c_str());
     return 2;

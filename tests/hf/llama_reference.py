@@ -5,7 +5,13 @@ reference dslaunch's model is compared with.
 usage: llama_reference.py logits MODEL_DIR IDS [--compare FILE --atol A --rtol R]
   prints the logits' shape; with --compare, checks the F32 tensor "logits"
   of a safetensors file (dsgen --dump_logits) against the reference and exits
-  1 when any element differs by more than atol + rtol * |reference|."""
+  1 when any element differs by more than atol + rtol * |reference|.
+       llama_reference.py gradients MODEL_DIR IDS --compare FILE [--masked_prefix N] [--rtol R]
+  the prompt as one training record (position i predicts token i+1, the
+  first N targets ignored, the mean cross-entropy over the rest), its loss
+  and every weight's gradient by autograd, checked against dsgen
+  --dump_gradients: the loss within rtol, and each tensor's gradient within
+  rtol of that tensor's largest reference gradient."""
 import argparse
 import json
 import math
@@ -133,19 +139,60 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
     return (x @ head.t()).float().cpu()
 
 
+def check_gradients(config, weights, ids, args):
+    weights = {k: v.float().requires_grad_() for k, v in weights.items()
+               if not k.endswith(".rotary_emb.inv_freq")}
+    if config.get("tie_word_embeddings"):
+        weights.pop("lm_head.weight", None)
+    logits = forward(config, weights, ids)
+    targets = torch.tensor(ids[1:] + [-100])
+    targets[:args.masked_prefix] = -100
+    loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100)
+    loss.backward()
+    got = safetensors_io.read(args.compare)
+    failures = []
+    got_loss = got.pop("loss").item()
+    if abs(got_loss - loss.item()) > args.rtol * abs(loss.item()):
+        failures.append("loss %.8f, reference %.8f" % (got_loss, loss.item()))
+    if sorted(got) != sorted(weights):
+        failures.append("gradients of %s, reference has %s" % (sorted(set(got) - set(weights)), sorted(set(weights) - set(got))))
+    worst, worst_name = 0.0, ""
+    for name, weight in weights.items():
+        if name not in got:
+            continue
+        reference = weight.grad
+        scale = reference.abs().max().item()
+        if scale == 0:
+            failures.append("%s: the reference gradient is all zeros (nothing is checked)" % name)
+            continue
+        relative = (got[name].float() - reference).abs().max().item() / scale
+        if relative > worst:
+            worst, worst_name = relative, name
+        if relative > args.rtol:
+            failures.append("%s: gradient differs by %.2e of its largest element" % (name, relative))
+    print("loss %.8f (dsgen %.8f); %d gradients, worst %.2e of the tensor's largest element (%s)"
+          % (loss.item(), got_loss, len(weights), worst, worst_name))
+    for failure in failures[:10]:
+        print("FAIL: " + failure)
+    return 1 if failures else 0
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["logits"])
+    parser.add_argument("command", choices=["logits", "gradients"])
     parser.add_argument("model")
     parser.add_argument("ids")
     parser.add_argument("--adapter", help="a PEFT LoRA adapter folder applied on top of the model")
     parser.add_argument("--compare")
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--masked_prefix", type=int, default=0)
     args = parser.parse_args()
     config = json.load(open(os.path.join(args.model, "config.json")))
     weights = safetensors_io.read_folder(args.model)
     ids = [int(i) for i in args.ids.split(",")]
+    if args.command == "gradients":
+        return check_gradients(config, weights, ids, args)
     adapters = read_peft_adapter(args.adapter) if args.adapter else None
     if adapters:
         print("adapter: LoRA on %d modules" % len(adapters))

@@ -5,7 +5,8 @@
 # accepts (GQA + llama3 rope scaling + untied head; tied Mistral; Qwen2 biases
 # with rope_parameters/linear; dynamic NTK past the trained context; plain
 # Llama-2), single-file and sharded, F32/BF16/F16 on disk; dsgen dumps the
-# prompt's logits and the reference checks every one of them.
+# prompt's logits and the reference checks every one of them; a fine-tune
+# step's loss and gradients (dsgen --dump_gradients) against its autograd.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${DSGEN:?DSGEN names the dsgen binary}"
@@ -39,6 +40,30 @@ check llama2_dynamic llama2_dynamic float32 1
 check llama2_bf16 llama2 bfloat16 2
 check llama2_fp16 llama2 float16 1
 
+# A fine-tune step: the loss the trainer computes (ModelInterface::BatchLoss)
+# and every weight's gradient against the reference's autograd, with an
+# instruction-style masked prompt and with recomputed (checkpointed) layers.
+gradients() {  # NAME FOLDER [dsgen flags...]
+  local name=$1 folder=$2
+  shift 2
+  local prefix=0
+  for ((i = 1; i <= $#; i++)); do [[ ${!i} == --masked_prefix ]] && { j=$((i + 1)); prefix=${!j}; }; done
+  if ! "$DSGEN" --model "$work/$folder" --prompt_ids "$ids" --max_new_tokens 0 --dump_gradients "$work/$name.grads" "$@" \
+      >"$work/$name.gout" 2>&1; then
+    echo "FAIL: $name: dsgen --dump_gradients failed:"; cat "$work/$name.gout"; failures=$((failures + 1)); return
+  fi
+  if "$python" "$here/llama_reference.py" gradients "$work/$folder" "$ids" --compare "$work/$name.grads" \
+      --masked_prefix "$prefix" --rtol 1e-4 >"$work/$name.gcmp" 2>&1; then
+    echo "PASS: $name: $(cat "$work/$name.gcmp")"
+  else
+    echo "FAIL: $name:"; cat "$work/$name.gcmp"; failures=$((failures + 1))
+  fi
+}
+gradients grad_llama3_gqa llama3_gqa
+gradients grad_mistral_tied mistral_tied --masked_prefix 5
+gradients grad_qwen2_bias qwen2_bias --checkpointed_layers 2
+gradients grad_llama2_dynamic llama2_dynamic --masked_prefix 3 --checkpointed_layers 1
+
 # Generation: greedy continues with the reference's argmax, token by token.
 "$DSGEN" --model "$work/llama3_gqa" --prompt_ids 1,5,9 --max_new_tokens 4 >"$work/gen.out"
 read -r -a generated <"$work/gen.out"
@@ -60,4 +85,4 @@ if ((failures > 0)); then
   echo "FAIL: $failures check(s) failed"
   exit 1
 fi
-echo "PASS: every variant's logits match the reference"
+echo "PASS: every variant's logits, loss and gradients match the reference"
