@@ -41,7 +41,11 @@ struct Candidate {
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     absl::flat_hash_map<std::string, int32_t> vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options) {
+    const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+    const std::vector<int32_t>& ranks) {
+  if (!ranks.empty() && ranks.size() != merges.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ranks.size(), " ranks for ", merges.size(), " merges"));
+  }
   auto model = std::unique_ptr<BpeModel>(new BpeModel(std::move(vocab), options));
   model->merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -57,7 +61,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(
     }
     // A pair listed twice keeps its first (lowest) rank, as tokenizers does.
     model->merges_.try_emplace(PairKey(l->second, r->second),
-                               Merge{static_cast<int32_t>(rank), merged->second});
+                               Merge{ranks.empty() ? static_cast<int32_t>(rank) : ranks[rank], merged->second});
   }
   model->byte_fallback_ids_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {

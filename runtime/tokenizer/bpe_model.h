@@ -38,12 +38,15 @@ struct BpeOptions {
 // Thread-safe: immutable but for a word cache behind a mutex.
 class BpeModel {
  public:
-  // `merges` in rank order (rank = index). Fails, naming the merge's index,
-  // when a merge names a token that is not in `vocab` or makes one that is
-  // not.
+  // `merges` in rank order (rank = index), or with `ranks` (one per merge)
+  // each merge's rank, several merges sharing one (SentencePiece: every
+  // split of a piece has the piece's rank; sentencepiece_model.h). Fails,
+  // naming the merge's index, when a merge names a token that is not in
+  // `vocab` or makes one that is not.
   static absl::StatusOr<std::unique_ptr<BpeModel>> Create(
       absl::flat_hash_map<std::string, int32_t> vocab,
-      const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
+      const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+      const std::vector<int32_t>& ranks = {});
 
   // Appends the ids of `word` to `ids`.
   void EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const;

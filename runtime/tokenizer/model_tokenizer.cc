@@ -11,6 +11,7 @@
 #include "runtime/tokenizer/hf_tokenizer.h"
 #include "runtime/tokenizer/hf_tokenizer_json.h"
 #include "runtime/tokenizer/json_value.h"
+#include "runtime/tokenizer/sentencepiece_model.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -114,19 +115,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
   return std::unique_ptr<Tokenizer>(new HfTokenizer(std::move(spec), sequence));
 }
 
+// Note [Our own tokenizer.model reader] (sentencepiece_model.h): the file is
+// read without libsentencepiece, so dsrank and dsgen can use it too. The
+// sequence is framed as Llama 2's SentencePiece does by default: bos before,
+// no eos after, unless tokenizer_config.json says otherwise; its bos_token
+// and eos_token must be the model's own.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerModel(const std::string& path,
                                                               const std::filesystem::path& folder) {
   DS_ASSIGN_OR_RETURN(TokenizerConfig config, ReadTokenizerConfig(folder));
-  DS_ASSIGN_OR_RETURN(auto tokenizer, SentencePieceTokenizer::Load(path, config.add_bos_token.value_or(true),
-                                                                   config.add_eos_token.value_or(false)));
-  for (auto [key, token, id] : {std::tuple{"bos_token", config.bos_token, tokenizer->bos_id()},
-                                std::tuple{"eos_token", config.eos_token, tokenizer->eos_id()}}) {
-    if (token.has_value() && tokenizer->TokenId(*token) != std::optional<int32_t>(id)) {
+  DS_ASSIGN_OR_RETURN(HfTokenizerSpec spec, ReadSentencePieceModel(path));
+  HfSequenceTokens sequence;
+  sequence.bos_id = spec.template_bos.value_or(-1);
+  sequence.eos_id = spec.template_eos.value_or(-1);
+  sequence.adds_bos = config.add_bos_token.value_or(true);
+  sequence.adds_eos = config.add_eos_token.value_or(false);
+  for (auto [key, token, id] : {std::tuple{"bos_token", config.bos_token, sequence.bos_id},
+                                std::tuple{"eos_token", config.eos_token, sequence.eos_id}}) {
+    if (token.has_value() && SpecTokenId(spec, *token) != std::optional<int32_t>(id)) {
       return absl::InvalidArgumentError(absl::StrCat((folder / "tokenizer_config.json").string(), ": ", key, " \"",
                                                      *token, "\" is not the ", key, " of ", path));
     }
   }
-  return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+  if (sequence.adds_bos && sequence.bos_id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": sequences should start with bos (add_bos_token) but "
+                                                         "the model has no bos piece"));
+  }
+  return std::unique_ptr<Tokenizer>(new HfTokenizer(std::move(spec), sequence));
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 namespace dslaunch::runtime {
 
 // `path` is a tokenizer.json (Hugging Face, hf_tokenizer_json.h), a
-// tokenizer.model (SentencePiece, through libsentencepiece) or a folder
+// tokenizer.model (SentencePiece BPE, read by our own code:
+// sentencepiece_model.h, usable beside LibTorch) or a folder
 // holding one of them (tokenizer.json preferred when both are there).
 //
 // The folder's tokenizer_config.json, when present, is read strictly for

@@ -10,7 +10,8 @@
 #     those vocabularies (Llama 3 with a Split regex and with GPT-2's
 #     ByteLevel regex; Llama 2 with the Prepend/Replace normalizer and with
 #     the Metaspace pre-tokenizer);
-#   - Debian's spm_encode on the generated Llama 2 tokenizer.model.
+#   - Debian's spm_encode on the generated Llama 2 tokenizer.model (which
+#     dstokenize reads with our own reader, not libsentencepiece).
 # Every id of every string must agree. The npm packages come from
 # scripts/setup.sh (scripts/setup-tokenizer-reference.sh); without them the
 # test fails.
@@ -57,8 +58,12 @@ ds llama3_gpt2 "$work/strings.jsonl" --json_lines --tokenizer "$work/llama3_gpt2
 ds llama2 "$work/strings.jsonl" --json_lines --tokenizer "$work/llama2/tokenizer.json"
 ds llama2_plain "$work/strings.jsonl" --json_lines --plain_text --tokenizer "$work/llama2/tokenizer.json"
 ds llama2_metaspace "$work/strings.jsonl" --json_lines --tokenizer "$work/llama2_metaspace"
+# tokenizer.model through our own reader (runtime/tokenizer/sentencepiece_model.h):
+# "<s>" in text is special, as Hugging Face reads it; SentencePiece and
+# llama-tokenizer-js read it as text (--plain_text).
 ds llama2_sp "$work/strings.jsonl" --json_lines --tokenizer "$work/llama2/tokenizer.model"
-ds llama2_sp_lines "$work/lines.txt" --tokenizer "$work/llama2/tokenizer.model"
+ds llama2_sp_plain "$work/strings.jsonl" --json_lines --plain_text --tokenizer "$work/llama2/tokenizer.model"
+ds llama2_sp_lines "$work/lines.txt" --plain_text --tokenizer "$work/llama2/tokenizer.model"
 
 failures=0
 compare() {  # LABEL EXPECTED ACTUAL STRINGS
@@ -72,8 +77,9 @@ compare "Llama 2 tokenizer.json vs @huggingface/tokenizers" "$work/hfjs.llama2.e
 # llama-tokenizer-js has no special tokens: "<s>" in the text is text.
 compare "Llama 2 tokenizer.json --plain_text vs llama-tokenizer-js" "$work/llama2js.llama2.expected" "$work/llama2_plain.actual" "$s"
 compare "Llama 2 tokenizer.json (Metaspace) vs @huggingface/tokenizers" "$work/hfjs.llama2_metaspace.expected" "$work/llama2_metaspace.actual" "$s"
-compare "Llama 2 tokenizer.model vs llama-tokenizer-js" "$work/llama2js.llama2.expected" "$work/llama2_sp.actual" "$s"
-compare "Llama 2 tokenizer.model vs spm_encode" "$work/spm.expected" "$work/llama2_sp_lines.actual" "$work/lines.jsonl"
+compare "Llama 2 tokenizer.model --plain_text vs llama-tokenizer-js" "$work/llama2js.llama2.expected" "$work/llama2_sp_plain.actual" "$s"
+compare "Llama 2 tokenizer.model vs @huggingface/tokenizers on its tokenizer.json" "$work/hfjs.llama2.expected" "$work/llama2_sp.actual" "$s"
+compare "Llama 2 tokenizer.model --plain_text vs spm_encode" "$work/spm.expected" "$work/llama2_sp_lines.actual" "$work/lines.jsonl"
 
 # Defaults: each folder's own bos convention (llama3-tokenizer-js and
 # llama-tokenizer-js start "I" with 128000 and 1), and special tokens.
