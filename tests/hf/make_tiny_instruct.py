@@ -107,6 +107,8 @@ def main():
     subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={prefix}", f"--vocab_size={args.vocab}",
                     "--model_type=bpe", "--byte_fallback=true", "--unk_id=0", "--bos_id=1", "--eos_id=2",
                     "--pad_id=-1", "--num_threads=1", "--shuffle_input_sentence=false", "--character_coverage=1.0",
+                    # Llama 2's normalization: none, spaces kept as they are, a dummy prefix.
+                    "--normalization_rule_name=identity", "--remove_extra_whitespaces=false",
                     "--minloglevel=2"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     here = os.path.dirname(os.path.abspath(__file__))
     model = os.path.join(args.out, "model")

@@ -69,6 +69,16 @@ new_ids=$(head -1 "$WORK/gen_text.out")
 [[ -n $new_ids && $(head -1 "$WORK/gen_ids.out") == "$new_ids"* ]] ||
   fail "dsgen --prompt and --prompt_ids (bos + spm_encode's ids) continue differently: '$new_ids' vs '$(head -1 "$WORK/gen_ids.out")'"
 pass "dsgen --prompt: the folder's tokenizer gives spm_encode's ids (with bos); the continuation '$(sed -n 2p "$WORK/gen_text.out")'"
+# The same folder with only a tokenizer.model (SentencePiece, read by our
+# own reader inside dsgen, beside LibTorch): the same ids and text.
+cp -r "$WORK/merged" "$WORK/merged_sp"
+rm "$WORK/merged_sp/tokenizer.json"
+cp "$WORK/ti/sp.model" "$WORK/merged_sp/tokenizer.model"
+"$DSGEN" --model "$WORK/merged_sp" --prompt "$prompt" --max_new_tokens 6 --print_ids >"$WORK/gen_sp.out" 2>&1 ||
+  fail "dsgen --prompt with tokenizer.model only: $(cat "$WORK/gen_sp.out")"
+cmp -s "$WORK/gen_text.out" "$WORK/gen_sp.out" ||
+  fail "tokenizer.model and tokenizer.json continue differently: $(cat "$WORK/gen_sp.out") vs $(cat "$WORK/gen_text.out")"
+pass "a folder with only tokenizer.model: dsgen --prompt gives the same ids and text"
 
 # 2. Packed records: 1 rank ZeRO-0 = 2 ranks ZeRO-3; stop at 3, resume to 6, bit for bit.
 PACK=(--override data.packing=true --override train.steps=6 --override train.eval_interval=0 --override train.warmup_steps=2)
