@@ -10,6 +10,7 @@
 #              heads, FFN 11008, vocabulary 32000), sequence 2048, batch 4,
 #              r=16 alpha 32 on q/k/v/o, the base frozen in bf16.
 # MODES picks the measurements (default all): dsrank eager compile.
+# DSRANK_OVERRIDES adds dsrank arguments (e.g. "--override model.fused_kernels=false").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -33,13 +34,15 @@ bench() {  # NAME BATCH "FOLDER SHAPE..." "DSRANK OVERRIDES..." "PYTORCH ARGS...
     --override train.micro_batch_size=$batch --override train.global_batch_size=$batch --override train.precision=bf16 \
     --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""' \
     --override train.warmup_steps=2 --override ds_config.zero_optimization.stage=0 \
-    --override ds_config.steps_per_print=4 --override ds_config.memory_breakdown=true $overrides >"$out/$name-dsrank.log" 2>&1 ||
+    --override ds_config.steps_per_print=4 --override ds_config.memory_breakdown=true $overrides ${DSRANK_OVERRIDES:-} \
+    >"$out/$name-dsrank.log" 2>&1 ||
     { tail -n 20 "$out/$name-dsrank.log"; return 1; }
   rm -rf "$out/$name-model"
   local tps peak
   tps=$(grep -o 'tokens/s=[0-9]*' "$out/$name-dsrank.log" | tail -1 | cut -d= -f2)
   peak=$(grep -o 'peak GPU memory allocated: [0-9.]*' "$out/$name-dsrank.log" | tail -1 | awk '{print $NF}')
-  echo "$name dsrank ZeRO-0 bf16: tokens/s=$tps peak_gib=$peak"
+  echo "$name dsrank ZeRO-0 bf16 ${DSRANK_OVERRIDES:-}: tokens/s=$tps peak_gib=$peak"
+  grep -m1 'fused CUDA kernels\|model.fused_kernels=false' "$out/$name-dsrank.log"
   grep -m1 'LoRA r=' "$out/$name-dsrank.log"
   grep -m1 'memory: parameters' "$out/$name-dsrank.log"
   fi

@@ -40,6 +40,27 @@ cudaError_t SumPartialRows(T* out, const float* partial, int blocks, int64_t wid
   return cudaGetLastError();
 }
 
+// dst[0..kCount) += add, in 16-byte shared-memory accesses when the count
+// allows (a warp's 16-byte accesses go in conflict-free quarter-warp phases;
+// 4-byte ones at a stride of kCount floats would collide on banks).
+template <int kCount>
+__device__ __forceinline__ void AddToShared(float* dst, const float (&add)[kCount]) {
+  if constexpr (kCount % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < kCount / 4; ++q) {
+      float4 v = reinterpret_cast<float4*>(dst)[q];
+      v.x += add[4 * q];
+      v.y += add[4 * q + 1];
+      v.z += add[4 * q + 2];
+      v.w += add[4 * q + 3];
+      reinterpret_cast<float4*>(dst)[q] = v;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) dst[i] += add[i];
+  }
+}
+
 // Blocks that keep every SM busy for a grid-stride loop over `work` items.
 inline int ResidentBlocks(int64_t work, int per_sm = 2) {
   int device = 0, sms = 1;

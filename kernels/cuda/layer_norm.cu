@@ -9,30 +9,10 @@ namespace {
 
 using device::LoadAsFloat;
 using device::StoreFromFloat;
+using device::AddToShared;
 using device::WarpSum;
 
 constexpr int kWarpsPerBlock = 8;
-
-// dst[0..kCount) += add, in 16-byte shared-memory accesses when the count
-// allows (a warp's 16-byte accesses go in conflict-free quarter-warp phases;
-// 4-byte ones at a stride of kCount floats would collide on banks).
-template <int kCount>
-__device__ __forceinline__ void AddToShared(float* dst, const float (&add)[kCount]) {
-  if constexpr (kCount % 4 == 0) {
-#pragma unroll
-    for (int q = 0; q < kCount / 4; ++q) {
-      float4 v = reinterpret_cast<float4*>(dst)[q];
-      v.x += add[4 * q];
-      v.y += add[4 * q + 1];
-      v.z += add[4 * q + 2];
-      v.w += add[4 * q + 3];
-      reinterpret_cast<float4*>(dst)[q] = v;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kCount; ++i) dst[i] += add[i];
-  }
-}
 
 template <typename T, int kVec>
 __global__ void layer_norm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x, const T* weight,

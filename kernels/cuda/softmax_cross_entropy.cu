@@ -62,7 +62,9 @@ __global__ void softmax_cross_entropy_forward_kernel(float* loss, float* lse, co
     const float row_lse = all.max + logf(all.sum);
     const int64_t target = targets[row];
     lse[row] = row_lse;
-    loss[row] = (target >= 0 && target < vocab) ? row_lse - device::ToFloat(in[target]) : NAN;
+    loss[row] = target == kIgnoredTarget                ? 0.f
+                : (target >= 0 && target < vocab) ? row_lse - device::ToFloat(in[target])
+                                                  : NAN;
   }
 }
 
@@ -76,8 +78,8 @@ __global__ void softmax_cross_entropy_backward_kernel(T* dlogits, const T* logit
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = v / vectors_per_row;
     const int64_t c = (v - row * vectors_per_row) * kVec;
-    const float row_lse = lse[row], scale = dloss[row];
     const int64_t target = targets[row];
+    const float row_lse = lse[row], scale = target == kIgnoredTarget ? 0.f : dloss[row];
     float x[kVec];
     LoadAsFloat<T, kVec>(logits + row * vocab + c, x);
 #pragma unroll

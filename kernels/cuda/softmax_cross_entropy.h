@@ -7,7 +7,9 @@
 //   loss[r]  = lse[r] - logits[r, target[r]],  lse[r] = log Σ_v exp(logits[r, v])
 //   dlogits[r, v] = (exp(logits[r, v] - lse[r]) - [v == target[r]]) · dloss[r]
 //
-// A target outside [0, vocab) gives a NaN loss for its row (no ignore_index).
+// A target of -100 (kIgnoredTarget, PyTorch's default ignore_index: an
+// instruction prompt's tokens) gives its row a loss of 0 and a gradient of
+// 0; any other target outside [0, vocab) gives a NaN loss for its row.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +19,8 @@
 #include "kernels/cuda/element_type.h"
 
 namespace dslaunch::kernels {
+
+inline constexpr int64_t kIgnoredTarget = -100;
 
 // loss, lse: [rows] fp32.
 cudaError_t softmax_cross_entropy_forward(ElementType type, float* loss, float* lse, const void* logits,

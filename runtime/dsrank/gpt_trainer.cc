@@ -251,8 +251,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   }
   if (context.rank == 0 && context.device.is_cuda()) {
     absl::FPrintF(context.out, "dsrank: %s\n",
-                  spec.fused_kernels ? "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy"
-                                        : "model.fused_kernels=false: LibTorch LayerNorm, GELU, cross-entropy");
+                  spec.fused_kernels ? (spec.type == "llama" ? "fused CUDA kernels: RMSNorm, SwiGLU, cross-entropy"
+                                                             : "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy")
+                                     : "model.fused_kernels=false: LibTorch ops");
   }
   // model.from: a Hugging Face folder gives the sizes and the weights,
   // checked whole before the engine starts (runtime/hf/hf_weights.h).

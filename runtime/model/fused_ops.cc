@@ -6,7 +6,9 @@
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
 #include "kernels/cuda/bias_gelu.h"
 #include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/softmax_cross_entropy.h"
+#include "kernels/cuda/swiglu.h"
 #endif
 
 namespace dslaunch::runtime {
@@ -107,7 +109,73 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
   }
 };
 
-// Returns the per-row losses [rows] (fp32); the caller averages them.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, double eps) {
+    CheckParameter(x, weight, "fused RMSNorm");
+    compat::CudaDeviceGuard device(x.device());
+    x = x.contiguous();
+    weight = weight.contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor y = torch::empty_like(x);
+    torch::Tensor rstd = FloatScratch(rows, x);
+    CheckLaunch(kernels::rms_norm_forward(TypeOf(x), y.data_ptr(), rstd.data_ptr<float>(), x.data_ptr(),
+                                          weight.data_ptr(), rows, width, static_cast<float>(eps),
+                                          compat::CurrentCudaStream()),
+                "fused RMSNorm forward");
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    compat::CudaDeviceGuard device(x.device());
+    torch::Tensor dy = grads[0].contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    torch::Tensor dx = torch::empty_like(x), dweight = torch::empty_like(weight);
+    torch::Tensor scratch = FloatScratch(kernels::rms_norm_backward_scratch(rows, width), x);
+    CheckLaunch(kernels::rms_norm_backward(TypeOf(x), dx.data_ptr(), dweight.data_ptr(), dy.data_ptr(), x.data_ptr(),
+                                           weight.data_ptr(), rstd.data_ptr<float>(), rows, width,
+                                           scratch.data_ptr<float>(), compat::CurrentCudaStream()),
+                "fused RMSNorm backward");
+    return {dx, dweight, torch::Tensor()};
+  }
+};
+
+class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor gate, torch::Tensor up) {
+    TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type() && gate.is_cuda() &&
+                    up.device() == gate.device(),
+                "fused SwiGLU: gate and up must have one shape, dtype and CUDA device, got ", gate.sizes(), " ",
+                gate.scalar_type(), " ", gate.device(), " and ", up.sizes(), " ", up.scalar_type(), " ", up.device());
+    compat::CudaDeviceGuard device(gate.device());
+    gate = gate.contiguous();
+    up = up.contiguous();
+    torch::Tensor y = torch::empty_like(gate);
+    CheckLaunch(kernels::swiglu_forward(TypeOf(gate), y.data_ptr(), gate.data_ptr(), up.data_ptr(), gate.numel(),
+                                        compat::CurrentCudaStream()),
+                "fused SwiGLU forward");
+    ctx->save_for_backward({gate, up});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &gate = saved[0], &up = saved[1];
+    compat::CudaDeviceGuard device(gate.device());
+    torch::Tensor dy = grads[0].contiguous();
+    torch::Tensor dgate = torch::empty_like(gate), dup = torch::empty_like(up);
+    CheckLaunch(kernels::swiglu_backward(TypeOf(gate), dgate.data_ptr(), dup.data_ptr(), dy.data_ptr(),
+                                         gate.data_ptr(), up.data_ptr(), gate.numel(), compat::CurrentCudaStream()),
+                "fused SwiGLU backward");
+    return {dgate, dup};
+  }
+};
+
+// Returns the per-row losses [rows] (fp32, 0 where the target is -100); the
+// caller averages them over the rows that count.
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets) {
@@ -187,7 +255,35 @@ torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& t
   CheckFusedAvailable(logits, "cross-entropy");
   if (logits.numel() == 0) return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), targets);
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
-  return CrossEntropyFunction::apply(logits, targets).mean();
+  return CrossEntropyFunction::apply(logits, targets).sum() /
+         targets.ne(kernels::kIgnoredTarget).sum().to(torch::kFloat);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool fused) {
+  auto reference = [&] {
+    torch::Tensor h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * h.to(x.scalar_type());
+  };
+  if (!fused) return reference();
+  CheckFusedAvailable(x, "RMSNorm");
+  if (x.numel() == 0) return reference();  // nothing to compute
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return RmsNormFunction::apply(x, weight, eps);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor SwiGluOp(const torch::Tensor& gate, const torch::Tensor& up, bool fused) {
+  if (!fused) return torch::silu(gate) * up;
+  CheckFusedAvailable(gate, "SwiGLU");
+  if (gate.numel() == 0) return torch::silu(gate) * up;  // nothing to compute
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return SwiGluFunction::apply(gate, up);
 #else
   return {};
 #endif

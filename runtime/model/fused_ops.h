@@ -10,9 +10,10 @@
 // current stream.
 //
 // Each fused function saves what its backward needs and nothing more:
-// LayerNorm its input and the per-row mean and rstd (fp32), bias+GELU its
-// input (the pre-bias linear output), cross-entropy the logits, targets and
-// per-row log-sum-exp (no fp32 copy of the logits, forward or backward).
+// LayerNorm its input and the per-row mean and rstd (fp32), RMSNorm its input
+// and rstd, bias+GELU its input (the pre-bias linear output), SwiGLU its two
+// inputs, cross-entropy the logits, targets and per-row log-sum-exp (no fp32
+// copy of the logits, forward or backward).
 #pragma once
 
 #include <torch/torch.h>
@@ -29,7 +30,16 @@ torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, c
 torch::Tensor BiasGeluOp(const torch::Tensor& x, const torch::Tensor& bias, bool fused);
 
 // Mean cross-entropy of logits [rows, vocab] (any floating type) against
-// int64 targets [rows], computed in fp32; returns an fp32 scalar.
+// int64 targets [rows], computed in fp32; returns an fp32 scalar. Targets of
+// -100 carry no loss and the mean is over the others (PyTorch's
+// ignore_index), NaN when there are none.
 torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& targets, bool fused);
+
+// Hugging Face's LlamaRMSNorm over the last dimension: h = x·rsqrt(mean(x²) +
+// eps) in fp32, rounded to x's type, times weight [width].
+torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool fused);
+
+// silu(gate) · up, Llama's gated MLP activation (same shapes).
+torch::Tensor SwiGluOp(const torch::Tensor& gate, const torch::Tensor& up, bool fused);
 
 }  // namespace dslaunch::runtime

@@ -116,6 +116,51 @@ TEST_P(FusedOpsGpuTest, CrossEntropyForwardAndBackwardMatchLibTorch) {
   }
 }
 
+TEST_P(FusedOpsGpuTest, CrossEntropyIgnoresTargetsOfMinus100) {
+  const int64_t rows = 512, vocab = 32000;
+  auto logits = torch::randn({rows, vocab}, Options()) * 4;
+  auto targets = torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
+  targets.index_put_({torch::arange(0, rows, 3, targets.options())}, -100);  // a third of the rows: a prompt
+  auto upstream = torch::ones({}, Options());
+  Results r = RunThreeWays(
+      {logits}, upstream, [&](const auto& in) { return CrossEntropyOp(in[0], targets, true); },
+      [&](const auto& in) {
+        const bool exact = in[0].scalar_type() == torch::kDouble;
+        return torch::nn::functional::cross_entropy(exact ? in[0] : in[0].to(torch::kFloat), targets);
+      });
+  ExpectAsAccurateAsLibTorch(r.fused[0], r.libtorch[0], r.exact[0], torch::kFloat, "loss");
+  ExpectAsAccurateAsLibTorch(r.fused[1], r.libtorch[1], r.exact[1], GetParam(), "dlogits");
+  EXPECT_EQ(r.fused[1].index({0}).abs().max().item<double>(), 0.0) << "an ignored row has no gradient";
+}
+
+TEST_P(FusedOpsGpuTest, RmsNormForwardAndBackwardMatchLibTorch) {
+  // 2048 and 4096: 16-byte vector path; 100 (bf16) and 99: element path.
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{4096, 2048}, {512, 4096}, {333, 100}, {17, 99}}) {
+    auto x = torch::randn({rows, width}, Options()) * 3 + 1;
+    auto w = torch::randn({width}, Options());
+    auto upstream = torch::randn({rows, width}, Options());
+    Results r = RunThreeWays(
+        {x, w}, upstream, [](const auto& in) { return RmsNormOp(in[0], in[1], 1e-5, true); },
+        [](const auto& in) {
+          if (in[0].scalar_type() != torch::kDouble) return RmsNormOp(in[0], in[1], 1e-5, false);
+          return in[1] * (in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + 1e-5));  // exact: fp64 throughout
+        });
+    ExpectAll(r, GetParam(), {"y", "dx", "dweight"});
+  }
+}
+
+TEST_P(FusedOpsGpuTest, SwiGluForwardAndBackwardMatchLibTorch) {
+  for (int64_t elements : {int64_t{8192} * 5632, int64_t{1000}, int64_t{999}}) {
+    auto gate = torch::randn({elements}, Options()) * 3;
+    auto up = torch::randn({elements}, Options());
+    auto upstream = torch::randn({elements}, Options());
+    Results r = RunThreeWays(
+        {gate, up}, upstream, [](const auto& in) { return SwiGluOp(in[0], in[1], true); },
+        [](const auto& in) { return torch::silu(in[0]) * in[1]; });
+    ExpectAll(r, GetParam(), {"y", "dgate", "dup"});
+  }
+}
+
 TEST_P(FusedOpsGpuTest, MismatchedParametersAreRefusedAndEmptyInputsWork) {
   auto x = torch::randn({4, 64}, Options());
   auto w = torch::ones({64}, Options()), b = torch::zeros({64}, Options());
@@ -124,6 +169,8 @@ TEST_P(FusedOpsGpuTest, MismatchedParametersAreRefusedAndEmptyInputsWork) {
   EXPECT_THROW(LayerNormOp(x, w, b.cpu(), 1e-5, true), c10::Error) << "bias on another device";
   EXPECT_THROW(BiasGeluOp(x, torch::zeros({1}, Options()), true), c10::Error) << "a broadcast bias";
   EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error) << "targets on the CPU";
+  EXPECT_THROW(RmsNormOp(x, torch::ones({32}, Options()), 1e-5, true), c10::Error) << "RMSNorm weight of another width";
+  EXPECT_THROW(SwiGluOp(x, torch::randn({4, 32}, Options()), true), c10::Error) << "SwiGLU inputs of two shapes";
   auto empty = torch::randn({0, 64}, Options()).requires_grad_(true);
   LayerNormOp(empty, w, b, 1e-5, true).sum().backward();
   EXPECT_EQ(empty.grad().sizes(), empty.sizes());
@@ -143,6 +190,8 @@ TEST(FusedOpsTest, AskingForFusedKernelsOnCpuTensorsIsAnError) {
   }
   EXPECT_THROW(BiasGeluOp(x, w, true), c10::Error);
   EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error);
+  EXPECT_THROW(RmsNormOp(x, w, 1e-5, true), c10::Error);
+  EXPECT_THROW(SwiGluOp(x, x, true), c10::Error);
 }
 
 TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
@@ -152,6 +201,9 @@ TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
   EXPECT_TRUE(torch::equal(BiasGeluOp(x, b, false), torch::gelu(x + b, "tanh")));
   auto targets = torch::tensor({1, 2, 3, 0}, torch::kLong);
   EXPECT_TRUE(torch::equal(CrossEntropyOp(x, targets, false), torch::nn::functional::cross_entropy(x, targets)));
+  EXPECT_TRUE(torch::equal(SwiGluOp(x, w.expand({4, 8}), false), torch::silu(x) * w));
+  torch::Tensor h = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+  EXPECT_TRUE(torch::allclose(RmsNormOp(x, w, 1e-6, false), w * h));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -21,15 +22,11 @@ int64_t TrainableTensors(const torch::nn::Module& module) {
 
 }  // namespace
 
-LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps) : eps_(eps) {
+LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused) : eps_(eps), fused_(fused) {
   weight = register_parameter("weight", torch::ones({hidden}));
 }
 
-torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = x.to(torch::kFloat);
-  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * h.to(x.scalar_type());
-}
+torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) { return RmsNormOp(x, weight, eps_, fused_); }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
     : heads_(options.heads), kv_heads_(options.kv_heads), head_dim_(options.head_dim) {
@@ -59,23 +56,23 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return o_proj->forward(y);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options) {
+LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options) : fused_(options.fused_kernels) {
   gate_proj = register_module("gate_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
   up_proj = register_module("up_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
   down_proj = register_module("down_proj", Projection(options.intermediate, options.hidden, options.mlp_bias));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
   self_attn = register_module("self_attn", LlamaAttention(options));
   mlp = register_module("mlp", LlamaMlp(options));
-  input_layernorm = register_module("input_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+  input_layernorm = register_module("input_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+      register_module("post_attention_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -88,7 +85,7 @@ LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(options.vocab_size, options.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options));
-  norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps));
+  norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
 }
 
 LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
@@ -177,9 +174,8 @@ torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& 
 
 torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
   torch::Tensor logits = forward(batch.tokens, batch.positions, batch.segments);
-  return torch::nn::functional::cross_entropy(
-      logits.view({-1, logits.size(-1)}).to(torch::kFloat), batch.targets.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  // Targets of -100 (an instruction prompt, padding) carry no loss.
+  return CrossEntropyOp(logits.view({-1, logits.size(-1)}), batch.targets.reshape({-1}), options_.fused_kernels);
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {

@@ -52,17 +52,20 @@ struct LlamaOptions {
   // Activation checkpointing, as GptOptions.
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;
+  // CUDA kernels for RMSNorm, SwiGLU and the loss (fused_ops.h); CUDA only.
+  bool fused_kernels = false;
 };
 
 // Hugging Face's LlamaRMSNorm: one `weight` of width `hidden`.
 class LlamaRmsNormImpl : public torch::nn::Module {
  public:
-  LlamaRmsNormImpl(int64_t hidden, double eps);
+  LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool fused_;
 };
 TORCH_MODULE(LlamaRmsNorm);
 
@@ -88,6 +91,9 @@ class LlamaMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  bool fused_;
 };
 TORCH_MODULE(LlamaMlp);
 

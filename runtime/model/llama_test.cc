@@ -4,7 +4,9 @@
 #include "runtime/model/llama.h"
 
 #include <cmath>
+#include <vector>
 
+#include "runtime/model/fused_ops.h"
 #include "gtest/gtest.h"
 
 namespace dslaunch::runtime {
@@ -186,6 +188,42 @@ TEST(LlamaTest, PackedRecordsComputeWhatEachComputesAlone) {
   tb.index_put_({0, 3}, -100);
   const double sum = llama->Loss(a, ta).item<double>() * 4 + llama->Loss(b, tb).item<double>() * 3;
   EXPECT_NEAR(packed_loss, sum / 7, 1e-5) << "the mean over the 7 labels of both records";
+}
+
+// The fused CUDA kernels (RMSNorm, SwiGLU, cross-entropy with ignored
+// targets) against the LibTorch path, on the whole model: the loss and
+// every parameter's gradient, in fp32 and bf16. Runs where a GPU is.
+TEST(LlamaTest, FusedKernelsGiveLibTorchsLossAndGradientsOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!FusedKernelsBuilt()) GTEST_SKIP() << "built without the CUDA kernels";
+  for (torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
+    LlamaOptions options = Small();
+    options.hidden = 64;
+    options.intermediate = 176;
+    options.head_dim = 16;
+    Llama plain(options, 5);
+    options.fused_kernels = true;
+    Llama fused(options, 5);
+    torch::Tensor tokens = Tokens(4, 24).cuda();
+    torch::Tensor targets = tokens.roll(-1, 1);
+    targets.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, 5)}, -100);  // a prompt
+    std::vector<torch::Tensor> losses;
+    for (Llama* model : {&plain, &fused}) {
+      (*model)->to(torch::kCUDA, type);
+      losses.push_back((*model)->Loss(tokens, targets));
+      losses.back().backward();
+    }
+    const double tolerance = type == torch::kFloat ? 1e-5 : 2e-2;
+    EXPECT_NEAR(losses[0].item<double>(), losses[1].item<double>(), tolerance * losses[0].item<double>());
+    auto plain_parameters = plain->named_parameters(), fused_parameters = fused->named_parameters();
+    for (const auto& item : plain_parameters) {
+      torch::Tensor a = item.value().grad().to(torch::kDouble), b = fused_parameters[item.key()].grad().to(torch::kDouble);
+      const double scale = a.abs().max().item<double>();
+      ASSERT_GT(scale, 0) << item.key();
+      EXPECT_LE((a - b).abs().max().item<double>(), (type == torch::kFloat ? 1e-4 : 5e-2) * scale)
+          << item.key() << " in " << c10::toString(type);
+    }
+  }
 }
 
 TEST(LlamaTest, ASequenceLongerThanTheSlidingWindowIsRefused) {

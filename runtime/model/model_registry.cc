@@ -59,6 +59,7 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   }
   options.checkpointed_blocks = spec.checkpointed_blocks;
   options.checkpoint_to_cpu = spec.checkpoint_to_cpu;
+  options.fused_kernels = spec.fused_kernels;
   auto llama = std::make_shared<LlamaImpl>(options, seed);
   return BuiltModel{llama, llama.get(),
                     [hf](const std::string& torch_dtype) { return LlamaHfConfigJson(hf, torch_dtype); }};

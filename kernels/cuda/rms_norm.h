@@ -1,0 +1,33 @@
+// Fused RMSNorm over the last dimension with Hugging Face's LlamaRMSNorm
+// arithmetic: h = x · rsqrt(mean(x²) + eps) in fp32, rounded to the input's
+// type, then y = weight · h (rounded again), for fp32, bf16 or fp16
+// activations and a weight of the same type. Statistics and sums are fp32.
+//
+// Forward: one warp per row, two passes over a row that stays in L1 (sum of
+// squares, output); writes y and the row's rstd for backward. Backward: one
+// warp per row computes dx = rstd · (ĝ - h · mean(ĝ · h)), ĝ = dy · weight,
+// and adds dy · h (h rounded as forward stored it) to its own column sums in
+// shared memory (width floats per warp); a second kernel adds the blocks up
+// (column_sum.cuh), so dweight does not depend on scheduling.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/element_type.h"
+
+namespace dslaunch::kernels {
+
+cudaError_t rms_norm_forward(ElementType type, void* y, float* rstd, const void* x, const void* weight, int64_t rows,
+                             int64_t width, float eps, cudaStream_t stream);
+
+// fp32 scratch elements rms_norm_backward needs for these sizes.
+int64_t rms_norm_backward_scratch(int64_t rows, int64_t width);
+
+// dweight is overwritten (not accumulated into).
+cudaError_t rms_norm_backward(ElementType type, void* dx, void* dweight, const void* dy, const void* x,
+                              const void* weight, const float* rstd, int64_t rows, int64_t width, float* scratch,
+                              cudaStream_t stream);
+
+}  // namespace dslaunch::kernels
