@@ -1,12 +1,14 @@
 #include "runtime/model/fused_ops.h"
 
 #include "runtime/kernel_element_type.h"
+#include "runtime/model/rotary_embedding.h"
 #include "runtime/torch_compat.h"
 
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
 #include "kernels/cuda/bias_gelu.h"
 #include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rotary.h"
 #include "kernels/cuda/softmax_cross_entropy.h"
 #include "kernels/cuda/swiglu.h"
 #endif
@@ -174,6 +176,63 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
   }
 };
 
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
+    TORCH_CHECK(x.dim() == 4 && x.is_cuda() && cos.device() == x.device() && sin.device() == x.device() &&
+                    cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type() &&
+                    cos.sizes() == sin.sizes(),
+                "fused rotary: x [batch, heads, time, head_dim] with cos and sin of its dtype on its CUDA device, got ",
+                x.sizes(), " ", x.scalar_type(), " ", x.device(), ", cos ", cos.sizes(), " ", cos.scalar_type(), " ",
+                cos.device());
+    const int64_t batch = x.size(0), time = x.size(2), dim = x.size(3);
+    const bool per_sequence = cos.dim() == 4;
+    TORCH_CHECK((cos.dim() == 2 && cos.size(0) == time && cos.size(1) == dim) ||
+                    (per_sequence && cos.size(0) == batch && cos.size(1) == 1 && cos.size(2) == time &&
+                     cos.size(3) == dim),
+                "fused rotary: cos and sin must be [time, head_dim] or [batch, 1, time, head_dim] for x ", x.sizes(),
+                ", got ", cos.sizes());
+    compat::CudaDeviceGuard device(x.device());
+    if (x.stride(3) != 1) x = x.contiguous();
+    cos = cos.contiguous();
+    sin = sin.contiguous();
+    torch::Tensor y = torch::empty_like(x);  // x's layout (dense: the strides are kept)
+    Launch(y, x, cos, sin, per_sequence, /*transpose=*/false);
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["per_sequence"] = per_sequence;
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    torch::Tensor dy = grads[0];
+    compat::CudaDeviceGuard device(dy.device());
+    if (dy.stride(3) != 1 || !dy.is_non_overlapping_and_dense()) dy = dy.contiguous();
+    torch::Tensor dx = torch::empty_like(dy);
+    Launch(dx, dy, saved[0], saved[1], ctx->saved_data["per_sequence"].toBool(), /*transpose=*/true);
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static void Launch(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& cos,
+                     const torch::Tensor& sin, bool per_sequence, bool transpose) {
+    kernels::RotaryShape shape;
+    shape.batch = x.size(0);
+    shape.heads = x.size(1);
+    shape.time = x.size(2);
+    shape.head_dim = x.size(3);
+    for (int d = 0; d < 3; ++d) {
+      shape.in_strides[d] = x.stride(d);
+      shape.out_strides[d] = y.stride(d);
+    }
+    TORCH_CHECK(y.stride(3) == 1, "fused rotary: the output's last dimension is not contiguous");
+    shape.cos_batch_stride = per_sequence ? shape.time * shape.head_dim : 0;
+    CheckLaunch(kernels::rotary_apply(TypeOf(x), y.data_ptr(), x.data_ptr(), cos.data_ptr(), sin.data_ptr(), shape,
+                                      transpose, compat::CurrentCudaStream()),
+                transpose ? "fused rotary backward" : "fused rotary forward");
+  }
+};
+
 // Returns the per-row losses [rows] (fp32, 0 where the target is -100); the
 // caller averages them over the rows that count.
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
@@ -273,6 +332,17 @@ torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, dou
   if (x.numel() == 0) return reference();  // nothing to compute
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return RmsNormFunction::apply(x, weight, eps);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor RotaryOp(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool fused) {
+  if (!fused) return ApplyRotary(x, cos, sin);
+  CheckFusedAvailable(x, "rotary");
+  if (x.numel() == 0) return ApplyRotary(x, cos, sin);  // nothing to compute
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return RotaryFunction::apply(x, cos, sin);
 #else
   return {};
 #endif

@@ -39,6 +39,11 @@ torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& t
 // eps) in fp32, rounded to x's type, times weight [width].
 torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool fused);
 
+// Rotary embedding (rotate-half) of x [batch, heads, time, head_dim] with cos
+// and sin [time, head_dim] or [batch, 1, time, head_dim] in x's dtype:
+// ApplyRotary's arithmetic (rotary_embedding.h); the result has x's layout.
+torch::Tensor RotaryOp(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool fused);
+
 // silu(gate) · up, Llama's gated MLP activation (same shapes).
 torch::Tensor SwiGluOp(const torch::Tensor& gate, const torch::Tensor& up, bool fused);
 

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/model/rotary_embedding.h"
+
 namespace dslaunch::runtime {
 namespace {
 
@@ -161,6 +163,28 @@ TEST_P(FusedOpsGpuTest, SwiGluForwardAndBackwardMatchLibTorch) {
   }
 }
 
+TEST_P(FusedOpsGpuTest, RotaryForwardAndBackwardMatchLibTorch) {
+  // x as the attention makes it: [batch, time, heads, d] transposed to
+  // [batch, heads, time, d]; one table for all sequences, or one per sequence.
+  for (bool per_sequence : {false, true}) {
+    const int64_t batch = 3, time = 37, heads = 5, dim = 64;
+    auto x = torch::randn({batch, time, heads, dim}, Options()).transpose(1, 2);
+    auto angles = torch::rand({per_sequence ? batch : 1, time, dim / 2}, Options().dtype(torch::kFloat)) * 6;
+    angles = torch::cat({angles, angles}, -1);
+    torch::Tensor cos = angles.cos().to(GetParam()), sin = angles.sin().to(GetParam());
+    cos = per_sequence ? cos.unsqueeze(1) : cos[0];
+    sin = per_sequence ? sin.unsqueeze(1) : sin[0];
+    auto upstream = torch::randn({batch, heads, time, dim}, Options());
+    Results r = RunThreeWays(
+        {x}, upstream, [&](const auto& in) { return RotaryOp(in[0], cos, sin, true); },
+        [&](const auto& in) {
+          return RotaryOp(in[0], cos.to(in[0].scalar_type()), sin.to(in[0].scalar_type()), false);
+        });
+    ExpectAll(r, GetParam(), {"y", "dx"});
+    EXPECT_EQ(r.fused[0].strides(), x.strides()) << "the result keeps x's layout";
+  }
+}
+
 TEST_P(FusedOpsGpuTest, MismatchedParametersAreRefusedAndEmptyInputsWork) {
   auto x = torch::randn({4, 64}, Options());
   auto w = torch::ones({64}, Options()), b = torch::zeros({64}, Options());
@@ -192,6 +216,7 @@ TEST(FusedOpsTest, AskingForFusedKernelsOnCpuTensorsIsAnError) {
   EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error);
   EXPECT_THROW(RmsNormOp(x, w, 1e-5, true), c10::Error);
   EXPECT_THROW(SwiGluOp(x, x, true), c10::Error);
+  EXPECT_THROW(RotaryOp(x.view({1, 1, 4, 8}), w.view({1, 8}), w.view({1, 8}), true), c10::Error);
 }
 
 TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
@@ -204,6 +229,8 @@ TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
   EXPECT_TRUE(torch::equal(SwiGluOp(x, w.expand({4, 8}), false), torch::silu(x) * w));
   torch::Tensor h = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
   EXPECT_TRUE(torch::allclose(RmsNormOp(x, w, 1e-6, false), w * h));
+  auto q = torch::randn({1, 2, 4, 8}), cos = torch::randn({4, 8}), sin = torch::randn({4, 8});
+  EXPECT_TRUE(torch::equal(RotaryOp(q, cos, sin, false), ApplyRotary(q, cos, sin)));
 }
 
 }  // namespace

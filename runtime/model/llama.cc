@@ -29,7 +29,7 @@ LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused) : eps
 torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) { return RmsNormOp(x, weight, eps_, fused_); }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
-    : heads_(options.heads), kv_heads_(options.kv_heads), head_dim_(options.head_dim) {
+    : heads_(options.heads), kv_heads_(options.kv_heads), head_dim_(options.head_dim), fused_(options.fused_kernels) {
   q_proj = register_module("q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias));
   k_proj = register_module("k_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
   v_proj = register_module("v_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
@@ -42,8 +42,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
-  torch::Tensor q = ApplyRotary(heads(q_proj->forward(x), heads_), cos, sin);
-  torch::Tensor k = ApplyRotary(heads(k_proj->forward(x), kv_heads_), cos, sin);
+  torch::Tensor q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
+  torch::Tensor k = RotaryOp(heads(k_proj->forward(x), kv_heads_), cos, sin, fused_);
   torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
   if (kv_heads_ != heads_) {
     // Key/value head j serves query heads j·g .. j·g + g - 1.

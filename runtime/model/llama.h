@@ -82,6 +82,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
+  bool fused_;
 };
 TORCH_MODULE(LlamaAttention);
 
