@@ -84,6 +84,24 @@ trap 'on_unexpected_error $? $LINENO "$BASH_COMMAND"' ERR
 
 pass() { echo "PASS: $*"; }
 
+# The job tests' two steps (test_llama_*.sh): run_job runs the job file
+# $CONFIG on WORLD ranks with the test's COMMON overrides and more
+# arguments, its losses in $WORK/NAME.tsv and its output in NAME.out and
+# NAME.err; same_losses compares two runs' losses step by step (relative
+# 1e-4) and prints the worst difference.
+run_job() {  # NAME WORLD [dslaunch arguments...]
+  local name=$1 world=$2
+  shift 2
+  "$DSLAUNCH" --num_gpus "$world" "${COMMON[@]+"${COMMON[@]}"}" "$@" "$CONFIG" --loss_log "$WORK/$name.tsv" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" || fail "$name exited $?: $(grep -m2 -i error "$WORK/$name.out" "$WORK/$name.err")"
+}
+same_losses() {  # A B LABEL
+  paste "$WORK/$1.tsv" "$WORK/$2.tsv" | awk -v label="$3" '
+    { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
+    END { printf "%s: worst relative loss difference %.2e over %d steps\n", label, worst, NR; exit bad || NR == 0 }' ||
+    fail "$3: losses differ"
+}
+
 # wait_until SECONDS COMMAND...: polls COMMAND every 20 ms until it succeeds.
 wait_until() {
   local bound=$1

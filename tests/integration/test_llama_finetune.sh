@@ -22,25 +22,13 @@ COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/
   --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
   --override train.global_batch_size=8)
 
-run() {  # NAME WORLD [dslaunch arguments...]
-  local name=$1 world=$2
-  shift 2
-  "$DSLAUNCH" --num_gpus "$world" "${COMMON[@]}" "$@" "$CONFIG" --loss_log "$WORK/$name.tsv" \
-    >"$WORK/$name.out" 2>"$WORK/$name.err" || fail "$name exited $?"
-}
-same_losses() {  # A B LABEL
-  paste "$WORK/$1.tsv" "$WORK/$2.tsv" | awk -v label="$3" '
-    { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
-    END { printf "%s: worst relative loss difference %.2e over %d steps\n", label, worst, NR; exit bad || NR == 0 }' ||
-    fail "$3: losses differ"
-}
 
 # 1. One rank, ZeRO-0; two ranks at ZeRO-1 and ZeRO-3: the same losses.
-run z0 1 --override train.steps=10 --override train.micro_batch_size=8
+run_job z0 1 --override train.steps=10 --override train.micro_batch_size=8
 grep -q "dsrank: loaded $WORK/tiny" "$WORK/z0.out" || fail "no 'loaded' line"
 grep -q "dsrank: llama with" "$WORK/z0.out" || fail "not built as a llama"
 for stage in 1 3; do
-  run z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
+  run_job z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
     --override ds_config.zero_optimization.stage=$stage \
     --override ds_config.zero_optimization.stage3_param_persistence_threshold=0
   same_losses z0 z$stage "ZeRO-$stage on 2 ranks vs ZeRO-0 on 1"
@@ -50,7 +38,7 @@ awk 'NR <= 2 { first += $2 } { last2[NR % 2] = $2 } END { exit !((last2[0] + las
 pass "Llama from a Hugging Face folder: ZeRO-0 on 1 rank, ZeRO-1 and ZeRO-3 on 2 give the same losses; the loss falls"
 
 # 2. lr 0: the export at ZeRO-3 on 2 ranks is the folder's own tensors, exactly.
-run roundtrip 2 --override train.steps=3 --override train.micro_batch_size=4 --override train.lr=0 --override train.warmup_steps=0 \
+run_job roundtrip 2 --override train.steps=3 --override train.micro_batch_size=4 --override train.lr=0 --override train.warmup_steps=0 \
   --override train.min_lr=0 --override ds_config.zero_optimization.stage=3 \
   --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 \
   --override "export.hf_dir=$WORK/roundtrip_hf" --override export.dtype=float32 --override export.max_shard_size=100KB
@@ -70,7 +58,7 @@ PYEOF
 pass "export at ZeRO-3 on 2 ranks: every tensor identical to the loaded folder"
 
 # 3. A trained bf16 export: the reference computes dsgen's logits from it.
-run trained 2 --override train.steps=6 --override train.micro_batch_size=4 \
+run_job trained 2 --override train.steps=6 --override train.micro_batch_size=4 \
   --override ds_config.zero_optimization.stage=2 --override "export.hf_dir=$WORK/trained_hf"
 grep -q '"torch_dtype": "bfloat16"' "$WORK/trained_hf/config.json" || fail "the export is not bfloat16"
 "$DSGEN" --model "$WORK/trained_hf" --prompt_ids 1,20,300,41,5 --max_new_tokens 0 --dump_logits "$WORK/trained.logits" \
@@ -82,7 +70,7 @@ pass "the trained export (bf16) loads in the reference and gives dsgen's logits"
 # 4. Stop after step 4, resume to 8: bit-identical losses (ZeRO-3, 2 ranks).
 Z3=(--override train.steps=8 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3
   --override checkpoint.interval=4)
-run straight 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_straight" --override "export.hf_dir=$WORK/straight_hf" \
+run_job straight 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_straight" --override "export.hf_dir=$WORK/straight_hf" \
   --override export.dtype=float32
 set +e
 "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_resume" "$CONFIG" \
@@ -90,7 +78,7 @@ set +e
 code=$?
 set -e
 ((code == 1)) || fail "the first half should stop with 1 after step 4, got $code"
-run second 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_resume"
+run_job second 2 "${Z3[@]}" --override "checkpoint.dir=$WORK/ck_resume"
 cat "$WORK/second.tsv" >>"$WORK/resumed.tsv"
 cmp "$WORK/straight.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ: $(diff "$WORK/straight.tsv" "$WORK/resumed.tsv" | head -4)"
 pass "stop at 4, resume to 8 at ZeRO-3: every loss bit-identical"

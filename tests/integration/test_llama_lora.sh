@@ -21,26 +21,14 @@ COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/
   --override train.global_batch_size=8 --override train.lr=1e-2
   --override lora.r=4 --override lora.lora_alpha=8 --override 'lora.target_modules=[q_proj, k_proj, v_proj, o_proj]')
 
-run() {  # NAME WORLD [dslaunch arguments...]
-  local name=$1 world=$2
-  shift 2
-  "$DSLAUNCH" --num_gpus "$world" "${COMMON[@]}" "$@" "$CONFIG" --loss_log "$WORK/$name.tsv" \
-    >"$WORK/$name.out" 2>"$WORK/$name.err" || fail "$name exited $?: $(grep -m2 -i error "$WORK/$name.out" "$WORK/$name.err")"
-}
-same_losses() {  # A B LABEL
-  paste "$WORK/$1.tsv" "$WORK/$2.tsv" | awk -v label="$3" '
-    { d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r; if (r > 1e-4) bad = 1 }
-    END { printf "%s: worst relative loss difference %.2e over %d steps\n", label, worst, NR; exit bad || NR == 0 }' ||
-    fail "$3: losses differ"
-}
 
 # 1. The same losses at ZeRO-0 (1 rank), ZeRO-2 and ZeRO-3 (2 ranks); the loss falls.
-run z0 1 --override train.steps=10 --override train.micro_batch_size=8
+run_job z0 1 --override train.steps=10 --override train.micro_batch_size=8
 projections=$(sed -nE 's/.*dsrank: LoRA r=4 alpha=8 on ([0-9]+) projections.*/\1/p' "$WORK/z0.out")
 layers=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_hidden_layers"])' "$WORK/tiny/config.json")
 [[ $projections == $((4 * layers)) ]] || fail "LoRA on '$projections' projections, expected q/k/v/o of $layers layers: $(grep -m3 dsrank "$WORK/z0.out")"
 for stage in 2 3; do
-  run z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
+  run_job z$stage 2 --override train.steps=10 --override train.micro_batch_size=4 \
     --override ds_config.zero_optimization.stage=$stage \
     --override ds_config.zero_optimization.stage3_param_persistence_threshold=0
   same_losses z0 z$stage "LoRA: ZeRO-$stage on 2 ranks vs ZeRO-0 on 1"
@@ -51,7 +39,7 @@ pass "LoRA: ZeRO-0 on 1 rank, ZeRO-2 and ZeRO-3 on 2 give the same losses; the l
 
 # 2. bf16: the frozen base is 16-bit parameters only; master weights and
 #    optimizer state are the adapters' (4 + 8 bytes per trainable element).
-run memory 1 --override train.steps=3 --override train.warmup_steps=2 --override train.micro_batch_size=8 --override train.precision=bf16 \
+run_job memory 1 --override train.steps=3 --override train.warmup_steps=2 --override train.micro_batch_size=8 --override train.precision=bf16 \
   --override ds_config.memory_breakdown=true --override ds_config.steps_per_print=1
 trainable=$(sed -nE 's/.*LoRA r=4 alpha=8 on [0-9]+ projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\1/p' "$WORK/memory.out")
 frozen=$(sed -nE 's/.*LoRA r=4 alpha=8 on [0-9]+ projections: ([0-9]+) trainable parameters, ([0-9]+) frozen.*/\2/p' "$WORK/memory.out")
@@ -66,7 +54,7 @@ pass "LoRA memory: master weights and Adam state for the $trainable adapter elem
 # 3. The adapter (PEFT) and the merged model, written at ZeRO-3 on 2 ranks:
 #    the reference applies the adapter on the base and gets dsgen's logits of
 #    the merged folder.
-run export 2 --override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3 \
+run_job export 2 --override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3 \
   --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 --override export.dtype=float32 \
   --override "export.adapter_dir=$WORK/adapter" --override "export.hf_dir=$WORK/merged"
 grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "no PEFT adapter_config.json"
@@ -93,14 +81,14 @@ pass "PEFT adapter + base in the reference = the merged export in dsgen (fp32, w
 # 4. Stop after step 3, resume to 6 (ZeRO-2, 2 ranks): bit-identical losses.
 Z2=(--override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=2
   --override checkpoint.interval=3)
-run straight 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_straight"
+run_job straight 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_straight"
 set +e
 "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_resume" "$CONFIG" \
   --loss_log "$WORK/resumed.tsv" --exit_at_step 3 >"$WORK/first.out" 2>&1
 code=$?
 set -e
 ((code == 1)) || fail "the first half should stop with 1 after step 3, got $code"
-run second 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_resume"
+run_job second 2 "${Z2[@]}" --override "checkpoint.dir=$WORK/ck_resume"
 cat "$WORK/second.tsv" >>"$WORK/resumed.tsv"
 cmp "$WORK/straight.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ: $(diff "$WORK/straight.tsv" "$WORK/resumed.tsv" | head -4)"
 pass "LoRA: stop at 3, resume to 6 at ZeRO-2: every loss bit-identical"
