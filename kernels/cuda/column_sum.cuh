@@ -5,6 +5,8 @@
 // order, so the result does not depend on scheduling.
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/cuda/device_math.cuh"
 
 namespace dslaunch::kernels::device {
@@ -68,6 +70,45 @@ inline int ResidentBlocks(int64_t work, int per_sm = 2) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int64_t wanted = static_cast<int64_t>(sms) * per_sm;
   return static_cast<int>(work < wanted ? (work > 0 ? work : 1) : wanted);
+}
+
+// The grid of a row-reduction backward kernel (LayerNorm, RMSNorm) whose
+// warps each keep `floats_per_warp` column sums in dynamic shared memory:
+// as many warps per block (up to max_warps) as the device's opt-in shared
+// memory allows, and blocks to fill the device, two per SM at most (every
+// block adds a row of partial sums that SumPartialRows must read back).
+// warps == 0: one warp's sums do not fit.
+struct WarpColumnSumsShape {
+  int warps = 0, blocks = 0;
+  size_t shared = 0;
+};
+
+inline WarpColumnSumsShape PlanWarpColumnSums(int64_t rows, int64_t floats_per_warp, int max_warps) {
+  int device = 0, optin = 48 * 1024;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const size_t per_warp = static_cast<size_t>(floats_per_warp) * sizeof(float);
+  WarpColumnSumsShape shape;
+  shape.warps = static_cast<int>(std::min<size_t>(max_warps, static_cast<size_t>(optin) / per_warp));
+  if (shape.warps == 0) return shape;
+  shape.shared = per_warp * shape.warps;
+  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(2, 200 * 1024 / shape.shared)));
+  shape.blocks = ResidentBlocks((rows + shape.warps - 1) / shape.warps, per_sm);
+  return shape;
+}
+
+// Launches `kernel` on that grid, raising its shared-memory limit first when
+// the shape needs more than the default 48 KiB.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchWarpColumnSums(Kernel kernel, const WarpColumnSumsShape& shape, cudaStream_t stream,
+                                 Args... args) {
+  if (shape.shared > 48 * 1024) {
+    cudaError_t raised =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared));
+    if (raised != cudaSuccess) return raised;
+  }
+  kernel<<<shape.blocks, 32 * shape.warps, shape.shared, stream>>>(args...);
+  return cudaGetLastError();
 }
 
 }  // namespace dslaunch::kernels::device

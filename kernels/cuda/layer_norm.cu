@@ -111,29 +111,6 @@ __global__ void layer_norm_backward_kernel(T* dx, float* partial, const T* dy, c
   }
 }
 
-// The backward grid: warps per block as shared memory allows (each needs
-// 2·width floats), blocks enough to fill the device.
-struct BackwardShape {
-  int warps = 0, blocks = 0;
-  size_t shared = 0;
-};
-
-BackwardShape BackwardLaunch(int64_t rows, int64_t width) {
-  int device = 0, optin = 48 * 1024;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  const size_t per_warp = static_cast<size_t>(2 * width) * sizeof(float);
-  BackwardShape shape;
-  shape.warps = static_cast<int>(std::min<size_t>(kWarpsPerBlock, static_cast<size_t>(optin) / per_warp));
-  if (shape.warps == 0) return shape;  // wider than one warp's sums fit
-  shape.shared = per_warp * shape.warps;
-  // Two blocks per SM at most: every block adds a row of partial sums that
-  // the second kernel must read back.
-  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(2, 200 * 1024 / shape.shared)));
-  shape.blocks = device::ResidentBlocks((rows + shape.warps - 1) / shape.warps, per_sm);
-  return shape;
-}
-
 }  // namespace
 
 cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rstd, const void* x, const void* weight,
@@ -156,27 +133,21 @@ cudaError_t layer_norm_forward(ElementType type, void* y, float* mean, float* rs
 }
 
 int64_t layer_norm_backward_scratch(int64_t rows, int64_t width) {
-  return static_cast<int64_t>(BackwardLaunch(rows, width).blocks) * 2 * width;
+  return static_cast<int64_t>(device::PlanWarpColumnSums(rows, 2 * width, kWarpsPerBlock).blocks) * 2 * width;
 }
 
 cudaError_t layer_norm_backward(ElementType type, void* dx, void* dweight, void* dbias, const void* dy, const void* x,
                                 const void* weight, const float* mean, const float* rstd, int64_t rows, int64_t width,
                                 float* scratch, cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return cudaErrorInvalidValue;
-  const BackwardShape shape = BackwardLaunch(rows, width);
+  const device::WarpColumnSumsShape shape = device::PlanWarpColumnSums(rows, 2 * width, kWarpsPerBlock);
   if (shape.warps == 0) return cudaErrorInvalidValue;  // width beyond one block's shared memory
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     const int w = static_cast<int>(width);
     auto launch = [&](auto kernel) {
-      if (shape.shared > 48 * 1024) {
-        cudaError_t raised =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared));
-        if (raised != cudaSuccess) return raised;
-      }
-      kernel<<<shape.blocks, 32 * shape.warps, shape.shared, stream>>>(
+      return device::LaunchWarpColumnSums(kernel, shape, stream,
           static_cast<T*>(dx), scratch, static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(weight), mean, rstd, rows, w);
-      return cudaGetLastError();
     };
     cudaError_t launched = device::Vectorizable<T>(width, {dx, dy, x, weight})
                                ? launch(layer_norm_backward_kernel<T, device::kVector<T>>)

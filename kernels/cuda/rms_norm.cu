@@ -99,27 +99,6 @@ __global__ void rms_norm_backward_kernel(T* dx, float* partial, const T* dy, con
   }
 }
 
-struct BackwardShape {
-  int warps = 0, blocks = 0;
-  size_t shared = 0;
-};
-
-// Warps per block as shared memory allows (width floats each), blocks
-// enough to fill the device (two per SM: each adds a row of partial sums).
-BackwardShape BackwardLaunch(int64_t rows, int64_t width) {
-  int device = 0, optin = 48 * 1024;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  const size_t per_warp = static_cast<size_t>(width) * sizeof(float);
-  BackwardShape shape;
-  shape.warps = static_cast<int>(std::min<size_t>(kWarpsPerBlock, static_cast<size_t>(optin) / per_warp));
-  if (shape.warps == 0) return shape;
-  shape.shared = per_warp * shape.warps;
-  const int per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(2, 200 * 1024 / shape.shared)));
-  shape.blocks = device::ResidentBlocks((rows + shape.warps - 1) / shape.warps, per_sm);
-  return shape;
-}
-
 }  // namespace
 
 cudaError_t rms_norm_forward(ElementType type, void* y, float* rstd, const void* x, const void* weight, int64_t rows,
@@ -140,27 +119,21 @@ cudaError_t rms_norm_forward(ElementType type, void* y, float* rstd, const void*
 }
 
 int64_t rms_norm_backward_scratch(int64_t rows, int64_t width) {
-  return static_cast<int64_t>(BackwardLaunch(rows, width).blocks) * width;
+  return static_cast<int64_t>(device::PlanWarpColumnSums(rows, width, kWarpsPerBlock).blocks) * width;
 }
 
 cudaError_t rms_norm_backward(ElementType type, void* dx, void* dweight, const void* dy, const void* x,
                               const void* weight, const float* rstd, int64_t rows, int64_t width, float* scratch,
                               cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return cudaErrorInvalidValue;
-  const BackwardShape shape = BackwardLaunch(rows, width);
+  const device::WarpColumnSumsShape shape = device::PlanWarpColumnSums(rows, width, kWarpsPerBlock);
   if (shape.warps == 0) return cudaErrorInvalidValue;  // width beyond one block's shared memory
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     const int w = static_cast<int>(width);
     auto launch = [&](auto kernel) {
-      if (shape.shared > 48 * 1024) {
-        cudaError_t raised =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared));
-        if (raised != cudaSuccess) return raised;
-      }
-      kernel<<<shape.blocks, 32 * shape.warps, shape.shared, stream>>>(
+      return device::LaunchWarpColumnSums(kernel, shape, stream,
           static_cast<T*>(dx), scratch, static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(weight), rstd, rows, w);
-      return cudaGetLastError();
     };
     cudaError_t launched = device::Vectorizable<T>(width, {dx, dy, x, weight})
                                ? launch(rms_norm_backward_kernel<T, device::kVector<T>>)
