@@ -98,23 +98,29 @@ TEST_P(FusedOpsGpuTest, BiasGeluForwardAndBackwardMatchLibTorch) {
   }
 }
 
+// The fused loss and its logits gradient against LibTorch's loss as the
+// model computed it before (on an fp32 copy); returns the fused gradient.
+torch::Tensor ExpectCrossEntropyAsAccurateAsLibTorch(const torch::Tensor& logits, const torch::Tensor& targets,
+                                                     torch::ScalarType type) {
+  Results r = RunThreeWays(
+      {logits}, torch::ones({}, logits.options()), [&](const auto& in) { return CrossEntropyOp(in[0], targets, true); },
+      [&](const auto& in) {
+        const bool exact = in[0].scalar_type() == torch::kDouble;
+        return torch::nn::functional::cross_entropy(exact ? in[0] : in[0].to(torch::kFloat), targets);
+      });
+  // The loss is fp32 in both: the floor is fp32's.
+  ExpectAsAccurateAsLibTorch(r.fused[0], r.libtorch[0], r.exact[0], torch::kFloat, "loss");
+  ExpectAsAccurateAsLibTorch(r.fused[1], r.libtorch[1], r.exact[1], type, "dlogits");
+  EXPECT_EQ(r.fused[1].scalar_type(), type) << "dlogits keep the logits' dtype";
+  return r.fused[1];
+}
+
 TEST_P(FusedOpsGpuTest, CrossEntropyForwardAndBackwardMatchLibTorch) {
   // 50304: GPT-2's padded vocabulary (vector path); 257: bytes (element path).
   for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{2048, 50304}, {300, 257}}) {
     auto logits = torch::randn({rows, vocab}, Options()) * 4;
     auto targets = torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
-    auto upstream = torch::ones({}, Options());
-    Results r = RunThreeWays(
-        {logits}, upstream, [&](const auto& in) { return CrossEntropyOp(in[0], targets, true); },
-        [&](const auto& in) {
-          // LibTorch's loss as the model computed it before: on an fp32 copy.
-          const bool exact = in[0].scalar_type() == torch::kDouble;
-          return torch::nn::functional::cross_entropy(exact ? in[0] : in[0].to(torch::kFloat), targets);
-        });
-    // The loss is fp32 in both: the floor is fp32's.
-    ExpectAsAccurateAsLibTorch(r.fused[0], r.libtorch[0], r.exact[0], torch::kFloat, "loss");
-    ExpectAsAccurateAsLibTorch(r.fused[1], r.libtorch[1], r.exact[1], GetParam(), "dlogits");
-    EXPECT_EQ(r.fused[1].scalar_type(), GetParam()) << "dlogits keep the logits' dtype";
+    ExpectCrossEntropyAsAccurateAsLibTorch(logits, targets, GetParam());
   }
 }
 
@@ -123,16 +129,8 @@ TEST_P(FusedOpsGpuTest, CrossEntropyIgnoresTargetsOfMinus100) {
   auto logits = torch::randn({rows, vocab}, Options()) * 4;
   auto targets = torch::randint(vocab, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kLong));
   targets.index_put_({torch::arange(0, rows, 3, targets.options())}, -100);  // a third of the rows: a prompt
-  auto upstream = torch::ones({}, Options());
-  Results r = RunThreeWays(
-      {logits}, upstream, [&](const auto& in) { return CrossEntropyOp(in[0], targets, true); },
-      [&](const auto& in) {
-        const bool exact = in[0].scalar_type() == torch::kDouble;
-        return torch::nn::functional::cross_entropy(exact ? in[0] : in[0].to(torch::kFloat), targets);
-      });
-  ExpectAsAccurateAsLibTorch(r.fused[0], r.libtorch[0], r.exact[0], torch::kFloat, "loss");
-  ExpectAsAccurateAsLibTorch(r.fused[1], r.libtorch[1], r.exact[1], GetParam(), "dlogits");
-  EXPECT_EQ(r.fused[1].index({0}).abs().max().item<double>(), 0.0) << "an ignored row has no gradient";
+  torch::Tensor dlogits = ExpectCrossEntropyAsAccurateAsLibTorch(logits, targets, GetParam());
+  EXPECT_EQ(dlogits.index({0}).abs().max().item<double>(), 0.0) << "an ignored row has no gradient";
 }
 
 TEST_P(FusedOpsGpuTest, RmsNormForwardAndBackwardMatchLibTorch) {
