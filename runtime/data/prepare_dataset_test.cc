@@ -78,7 +78,7 @@ TEST_F(PrepareDatasetTest, TheModelTokenizerIsTheFoldersOwn) {
   options.model_dir = dir_.File("model");
   auto summary = PrepareDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(summary->tokenizer, "sentencepiece");
+  EXPECT_EQ(summary->tokenizer, "hf");  // the folder's tokenizer.model, through our reader
   EXPECT_EQ(summary->vocab_size, 400);
   EXPECT_EQ(summary->files_written.size(), 2u);  // no model trained
   options.model_dir.clear();

@@ -222,7 +222,7 @@ TEST_F(PrepareInstructionsTest, ModelTokenizerNeedsAFolderWithOne) {
   options.model_dir = dir_.File("sp-model");
   auto summary = PrepareInstructionDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(summary->tokenizer, "sentencepiece");
+  EXPECT_EQ(summary->tokenizer, "hf");  // the folder's tokenizer.model, through our reader
 }
 
 // Runs `command` through the shell; returns its exit status and output.
