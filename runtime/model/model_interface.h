@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include "runtime/model/parameter_units.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
 namespace dslaunch::runtime {
 
@@ -36,20 +37,6 @@ struct ModelLayer {
 struct TiedParameter {
   std::string parameter;            // the owner's name for it
   std::vector<std::string> layers;  // every layer that uses it, the owner first
-};
-
-enum class TensorParallelSplit {
-  kColumn,  // split along the output dimension (weight dim 0, and its bias)
-  kRow,     // split along the input dimension (weight dim 1); its bias is added after the reduce
-  kVocab,   // an embedding split into contiguous vocabulary ranges (dim 0)
-};
-
-struct TensorParallelForm {
-  std::string parameter;
-  TensorParallelSplit split = TensorParallelSplit::kColumn;
-  // Column splits of fused projections: the output dimension holds this many
-  // equal parts (q, k, v = 3) and each is split on its own.
-  int fused_parts = 1;
 };
 
 // One micro-batch of next-token prediction. Text batches are tokens and

@@ -1,0 +1,81 @@
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/testing/rank_group.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::InProcessStore;
+
+TEST(TensorParallelLayoutTest, PaddedVocabularyIsAMultipleOfSizeTimesDivisor) {
+  EXPECT_EQ(PaddedVocabSize(257, 1, 1), 257);
+  EXPECT_EQ(PaddedVocabSize(257, 2, 1), 258);
+  EXPECT_EQ(PaddedVocabSize(257, 4, 8), 288);
+  EXPECT_EQ(PaddedVocabSize(32000, 8, 128), 32768);
+  EXPECT_EQ(PaddedVocabSize(256, 4, 1), 256);
+}
+
+TEST(TensorParallelLayoutTest, FusedColumnSlicesTakeTheirShareOfEachPart) {
+  // q, k, v of 4 rows each; rank 1 of 2 holds rows 2-3 of each.
+  torch::Tensor whole = torch::arange(12 * 3, torch::kFloat).view({12, 3});
+  auto mine = SliceForRank(whole, {"qkv.weight", TensorParallelSplit::kColumn, 3}, 1, 2);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  torch::Tensor expected = torch::cat({whole.narrow(0, 2, 2), whole.narrow(0, 6, 2), whole.narrow(0, 10, 2)});
+  EXPECT_TRUE(torch::equal(*mine, expected));
+}
+
+TEST(TensorParallelLayoutTest, RowSlicesSplitTheInputDimension) {
+  torch::Tensor whole = torch::arange(3 * 8, torch::kFloat).view({3, 8});
+  auto mine = SliceForRank(whole, {"down.weight", TensorParallelSplit::kRow}, 3, 4);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_TRUE(torch::equal(*mine, whole.narrow(1, 6, 2)));
+}
+
+TEST(TensorParallelLayoutTest, VocabularySlicesArePaddedWithZeroRows) {
+  torch::Tensor whole = torch::ones({5, 2});
+  TensorParallelForm form{"embed.weight", TensorParallelSplit::kVocab, 1, 5, PaddedVocabSize(5, 2, 1)};
+  auto last = SliceForRank(whole, form, 1, 2);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->size(0), 3);
+  EXPECT_TRUE(torch::equal(last->sum(1), torch::tensor({2.0f, 2.0f, 0.0f})));
+}
+
+TEST(TensorParallelLayoutTest, RefusesASplitThatDoesNotDivideNamingTheParameter) {
+  auto sliced = SliceForRank(torch::ones({6, 2}), {"fc.weight", TensorParallelSplit::kColumn}, 0, 4);
+  ASSERT_FALSE(sliced.ok());
+  EXPECT_THAT(sliced.status().message(), HasSubstr("fc.weight: dimension 0 (6) does not split into 1 part(s) of 4"));
+}
+
+// Slicing then gathering gives the whole tensor back on every rank, for each
+// kind of split, at group sizes 2 and 4.
+TEST(TensorParallelLayoutTest, GatherWholeUndoesSliceForRankOnGloo) {
+  torch::manual_seed(3);
+  const torch::Tensor fused = torch::randn({24, 5});
+  const torch::Tensor row = torch::randn({5, 8});
+  const torch::Tensor vocab = torch::randn({13, 4});
+  for (int size : {2, 4}) {
+    const std::vector<std::pair<TensorParallelForm, torch::Tensor>> cases = {
+        {{"qkv.weight", TensorParallelSplit::kColumn, 3}, fused},
+        {{"qkv.bias", TensorParallelSplit::kColumn, 3}, fused.select(1, 0).contiguous()},
+        {{"proj.weight", TensorParallelSplit::kRow}, row},
+        {{"embed.weight", TensorParallelSplit::kVocab, 1, 13, PaddedVocabSize(13, size, 1)}, vocab},
+    };
+    InProcessStore store;
+    store.RunRanks(size, [&](int rank, Communicator& comm) {
+      TensorParallelGroup group{&comm, rank, size};
+      for (const auto& [form, whole] : cases) {
+        auto mine = SliceForRank(whole, form, rank, size);
+        ASSERT_TRUE(mine.ok()) << mine.status();
+        auto back = GatherWhole(*mine, form, group);
+        ASSERT_TRUE(back.ok()) << back.status();
+        EXPECT_TRUE(torch::equal(*back, whole)) << form.parameter << " at size " << size << " rank " << rank;
+      }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,135 @@
+#include "runtime/tensor_parallel/tensor_parallel_ops.h"
+
+#include <atomic>
+#include <vector>
+
+namespace dslaunch::runtime {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kSequenceDim = 1;
+
+std::atomic<BrokenReduction> broken_reduction{BrokenReduction::kNone};
+
+void Check(const absl::Status& status, const char* what) {
+  TORCH_CHECK(status.ok(), "tensor-parallel ", what, ": ", status.ToString());
+}
+
+// The communicator travels through the autograd context as an integer.
+int64_t Handle(const TensorParallelGroup& group) { return reinterpret_cast<int64_t>(group.comm); }
+Communicator* FromHandle(AutogradContext* ctx) {
+  return reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+}
+
+torch::Tensor AllReduce(const torch::Tensor& x, Communicator* comm) {
+  torch::Tensor out = x.contiguous().clone();
+  Check(comm->AllReduce(out, ReduceOp::kSum), "all-reduce");
+  return out;
+}
+
+torch::Tensor AllGatherSequence(const torch::Tensor& x, Communicator* comm) {
+  torch::Tensor moved = x.movedim(kSequenceDim, 0).contiguous();
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] *= comm->size();
+  torch::Tensor all = torch::empty(sizes, moved.options());
+  Check(comm->AllGather(moved, all), "all-gather along the sequence");
+  return all.movedim(0, kSequenceDim).contiguous();
+}
+
+torch::Tensor ReduceScatterSequence(const torch::Tensor& x, Communicator* comm) {
+  TORCH_CHECK(x.size(kSequenceDim) % comm->size() == 0, "sequence parallelism: a sequence of ",
+              x.size(kSequenceDim), " steps does not split over ", comm->size(), " tensor-parallel ranks");
+  torch::Tensor moved = x.movedim(kSequenceDim, 0).contiguous();
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] /= comm->size();
+  torch::Tensor mine = torch::empty(sizes, moved.options());
+  Check(comm->ReduceScatter(moved, mine, ReduceOp::kSum), "reduce-scatter along the sequence");
+  return mine.movedim(0, kSequenceDim).contiguous();
+}
+
+torch::Tensor SequenceChunk(const torch::Tensor& x, Communicator* comm) {
+  TORCH_CHECK(x.size(kSequenceDim) % comm->size() == 0, "sequence parallelism: a sequence of ",
+              x.size(kSequenceDim), " steps does not split over ", comm->size(), " tensor-parallel ranks");
+  const int64_t chunk = x.size(kSequenceDim) / comm->size();
+  return x.narrow(kSequenceDim, comm->rank() * chunk, chunk).contiguous();
+}
+
+bool ColumnGradientBroken() { return broken_reduction.load() == BrokenReduction::kColumnInputGradient; }
+
+struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor grad = ColumnGradientBroken() ? grads[0] : AllReduce(grads[0], FromHandle(ctx));
+    return {grad, torch::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : torch::autograd::Function<ReduceFromRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    return AllReduce(x, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+struct GatherFromSequence : torch::autograd::Function<GatherFromSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return AllGatherSequence(x, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Communicator* comm = FromHandle(ctx);
+    torch::Tensor grad = ColumnGradientBroken() ? SequenceChunk(grads[0], comm) : ReduceScatterSequence(grads[0], comm);
+    return {grad, torch::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return ReduceScatterSequence(x, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {AllGatherSequence(grads[0], FromHandle(ctx)), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor CopyToTensorParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.split() ? CopyToRegion::apply(x, Handle(group)) : x;
+}
+
+torch::Tensor ReduceFromTensorParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.split() ? ReduceFromRegion::apply(x, Handle(group)) : x;
+}
+
+torch::Tensor GatherFromSequenceParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.split() ? GatherFromSequence::apply(x, Handle(group)) : x;
+}
+
+torch::Tensor ReduceScatterToSequenceParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.split() ? ReduceScatterToSequence::apply(x, Handle(group)) : x;
+}
+
+torch::Tensor EnterColumnParallel(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.sequence_parallel ? GatherFromSequenceParallelRegion(x, group) : CopyToTensorParallelRegion(x, group);
+}
+
+torch::Tensor ExitRowParallel(const torch::Tensor& partial, const TensorParallelGroup& group) {
+  return group.sequence_parallel ? ReduceScatterToSequenceParallelRegion(partial, group)
+                                 : ReduceFromTensorParallelRegion(partial, group);
+}
+
+torch::Tensor ReplicatedWithPartialGradient(const torch::Tensor& parameter, const TensorParallelGroup& group) {
+  return CopyToTensorParallelRegion(parameter, group);
+}
+
+void BreakReductionForTesting(BrokenReduction broken) { broken_reduction.store(broken); }
+
+}  // namespace dslaunch::runtime
