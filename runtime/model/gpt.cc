@@ -4,6 +4,10 @@
 #include <vector>
 
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/next_token_loss.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
+#include "runtime/tensor_parallel/tensor_parallel_ops.h"
+#include "runtime/tensor_parallel/vocab_parallel.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -20,21 +24,36 @@ torch::Tensor Affine(const torch::nn::Linear& layer, const torch::Tensor& x) {
 }
 }  // namespace
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options)
-    : heads_(options.heads), dropout_(options.dropout) {
-  qkv = register_module("qkv", torch::nn::Linear(options.width, 3 * options.width));
-  projection = register_module("projection", torch::nn::Linear(options.width, options.width));
+namespace {
+// A row-parallel layer: the partial products summed across the tensor group
+// (or reduce-scattered along the sequence), then the bias, which is whole.
+torch::Tensor RowParallelAffine(const torch::nn::Linear& layer, const torch::Tensor& x,
+                                const TensorParallelGroup& group) {
+  if (!group.split()) return Affine(layer, x);
+  torch::Tensor sum = ExitRowParallel(torch::nn::functional::linear(x, layer->weight), group);
+  return sum + SequenceRegionParameter(layer->bias, group);
+}
+}  // namespace
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options) : options_(options) {
+  const int64_t slices = std::max(1, options.tensor_parallel.size);
+  qkv = register_module("qkv", torch::nn::Linear(options.width, 3 * options.width / slices));
+  projection = register_module("projection", torch::nn::Linear(options.width / slices, options.width));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
-  auto parts = Affine(qkv, x).split(width, /*dim=*/2);
-  auto heads = [&](const torch::Tensor& t) {
-    return t.view({batch, time, heads_, width / heads_}).transpose(1, 2);
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  torch::Tensor whole = EnterColumnParallel(x, group);
+  const int64_t batch = whole.size(0), time = whole.size(1);
+  const int64_t width = qkv->weight.size(0) / 3;  // this rank's heads
+  const int64_t heads = options_.heads / std::max(1, group.size);
+  auto parts = Affine(qkv, whole).split(width, /*dim=*/2);
+  auto split_heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, heads, width / heads}).transpose(1, 2);
   };
-  torch::Tensor y = compat::CausalAttention(heads(parts[0]), heads(parts[1]), heads(parts[2]));
+  torch::Tensor y = compat::CausalAttention(split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2]));
   y = y.transpose(1, 2).contiguous().view({batch, time, width});
-  return torch::dropout(Affine(projection, y), dropout_, is_training());
+  return torch::dropout(RowParallelAffine(projection, y, group), options_.dropout, is_training());
 }
 
 bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation) {
@@ -42,33 +61,50 @@ bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation
 }
 
 namespace {
-torch::Tensor Normalize(const torch::nn::LayerNorm& norm, const torch::Tensor& x, bool fused) {
-  return LayerNormOp(x, norm->weight, norm->bias, norm->options.eps(), fused);
+// Under sequence parallelism a norm sees this rank's time steps only: its
+// weight and bias gradients are summed across the tensor group.
+torch::Tensor Normalize(const torch::nn::LayerNorm& norm, const torch::Tensor& x, bool fused,
+                        const TensorParallelGroup& group) {
+  return LayerNormOp(x, SequenceRegionParameter(norm->weight, group), SequenceRegionParameter(norm->bias, group),
+                     norm->options.eps(), fused);
 }
 }  // namespace
+
+int64_t LocalVocabRows(const GptOptions& options) {
+  const int slices = std::max(1, options.tensor_parallel.size);
+  return PaddedVocabSize(options.vocab_size, slices, options.vocab_divisor) / slices;
+}
 
 GptBlockImpl::GptBlockImpl(const GptOptions& options) : options_(options) {
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
   attention = register_module("attention", CausalSelfAttention(options));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
-  fc = register_module("fc", torch::nn::Linear(options.width, 4 * options.width));
-  fc_projection = register_module("fc_projection", torch::nn::Linear(4 * options.width, options.width));
+  const int64_t slices = std::max(1, options.tensor_parallel.size);
+  fc = register_module("fc", torch::nn::Linear(options.width, 4 * options.width / slices));
+  fc_projection = register_module("fc_projection", torch::nn::Linear(4 * options.width / slices, options.width));
 }
 
 torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   const bool fused = UsesFusedKernels(options_, x);
-  torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused));
-  torch::Tensor n = Normalize(norm2, h, fused);
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused, group));
+  torch::Tensor n = EnterColumnParallel(Normalize(norm2, h, fused, group), group);
   // Fused: the bias joins the GELU instead of the matrix product.
   torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
                           : torch::gelu(Affine(fc, n), "tanh");
-  torch::Tensor m = Affine(fc_projection, a);
+  torch::Tensor m = RowParallelAffine(fc_projection, a, group);
   return h + torch::dropout(m, options_.dropout, is_training());
 }
 
 GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
+  const TensorParallelGroup& group = options.tensor_parallel;
+  const int slices = std::max(1, group.size);
+  TORCH_CHECK(options.heads % slices == 0 && options.width % options.heads == 0, "model.heads (", options.heads,
+              ") must be a multiple of the tensor-parallel size (", slices, ")");
+  TORCH_CHECK(!group.split() || options.dropout == 0, "model.dropout=", options.dropout,
+              ": dropout with tensor parallelism is not yet supported (it needs per-rank random streams)");
   token_embedding =
-      register_module("token_embedding", torch::nn::Embedding(options.vocab_size, options.width));
+      register_module("token_embedding", torch::nn::Embedding(LocalVocabRows(options), options.width));
   position_embedding = register_module(
       "position_embedding", torch::nn::Embedding(options.sequence_length, options.width));
   blocks = register_module("blocks", torch::nn::ModuleList());
@@ -83,32 +119,33 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
 }
 
 void GptImpl::Initialize(uint64_t seed) {
-  torch::NoGradGuard no_grad;
   // A private generator: the model's weights do not depend on what else has
-  // drawn random numbers before.
+  // drawn random numbers before. Each tensor is drawn whole, so every
+  // tensor-parallel split starts from the weights of the unsplit model.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers));
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    torch::Tensor values = torch::empty(p.sizes(), torch::kFloat);
-    if (name.find("norm") != std::string::npos) {
-      values.fill_(name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
-    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-      values.zero_();
-    } else {
-      bool residual = name.find("projection.weight") != std::string::npos;
-      values.normal_(0.0, residual ? residual_std : 0.02, generator);
-    }
-    p.copy_(values);
-  }
+  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel,
+                   [&](const std::string& name, torch::Tensor& values) {
+                     if (name.find("norm") != std::string::npos) {
+                       values.fill_(name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
+                     } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+                       values.zero_();
+                     } else {
+                       bool residual = name.find("projection.weight") != std::string::npos;
+                       values.normal_(0.0, residual ? residual_std : 0.02, generator);
+                     }
+                   });
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   if (runner_ != nullptr) runner_->BeginForward();
+  const TensorParallelGroup& group = options_.tensor_parallel;
   const int64_t time = tokens.size(1);
   torch::Tensor positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
-  torch::Tensor x = token_embedding->forward(tokens) + position_embedding->forward(positions);
+  // Under sequence parallelism this rank holds time steps [r·T/n, (r+1)·T/n).
+  torch::Tensor x = VocabParallelEmbedding(tokens, token_embedding->weight, group);
+  if (group.split() && group.sequence_parallel) positions = positions.narrow(0, group.rank * x.size(1), x.size(1));
+  x = x + torch::embedding(SequenceRegionParameter(position_embedding->weight, group), positions);
   x = torch::dropout(x, options_.dropout, is_training());
   for (int64_t i = 0; i < options_.layers; ++i) {
     const bool recompute = is_training() && IsCheckpointed(i);
@@ -119,15 +156,16 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
     // Unit 0 is the embeddings; block i is unit i + 1.
     x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
   }
-  x = Normalize(final_norm, x, UsesFusedKernels(options_, x));
-  // Tied head: the token embedding doubles as the output projection.
-  return torch::nn::functional::linear(x, token_embedding->weight);
+  x = Normalize(final_norm, x, UsesFusedKernels(options_, x), group);
+  // Tied head: the token embedding doubles as the output projection; each
+  // rank computes the logits of its vocabulary range for every time step.
+  return torch::nn::functional::linear(EnterColumnParallel(x, group), token_embedding->weight);
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   torch::Tensor logits = forward(tokens);
-  return CrossEntropyOp(logits.view({-1, logits.size(-1)}), targets.reshape({-1}),
-                        UsesFusedKernels(options_, logits));
+  return NextTokenLoss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), options_.vocab_size,
+                       options_.label_smoothing, options_.tensor_parallel, UsesFusedKernels(options_, logits));
 }
 
 bool GptImpl::IsCheckpointed(int64_t block) const {

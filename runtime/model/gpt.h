@@ -14,6 +14,7 @@
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/model_interface.h"
+#include "runtime/tensor_parallel/tensor_parallel_group.h"
 
 namespace dslaunch::runtime {
 
@@ -31,7 +32,17 @@ struct GptOptions {
   // On CUDA tensors: LayerNorm, bias+GELU and the loss through the fused
   // kernels (runtime/model/fused_ops.h); on the CPU the LibTorch ops always.
   bool fused_kernels = false;
+  // Note [Tensor parallelism]: this rank's group; qkv and fc split by
+  // column, the projections by row, the vocabulary into ranges (padded to a
+  // multiple of tensor_parallel.size · vocab_divisor).
+  TensorParallelGroup tensor_parallel;
+  int vocab_divisor = 1;
+  // The loss's label smoothing ε (PyTorch's cross_entropy(label_smoothing)).
+  double label_smoothing = 0;
 };
+
+// The vocabulary rows the token embedding holds on this rank.
+int64_t LocalVocabRows(const GptOptions& options);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
@@ -42,8 +53,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Linear projection{nullptr};
 
  private:
-  int64_t heads_;
-  double dropout_;
+  GptOptions options_;
 };
 
 // The fused kernels apply to this activation (options ask for them and it
@@ -74,7 +84,8 @@ TORCH_MODULE(GptBlock);
 // "embedding" (token + position), "blocks.i", "head" (final norm + the tied
 // output projection); the token embedding is tied between embedding and head;
 // qkv and fc split by column, the two projections by row, the token
-// embedding by vocabulary.
+// embedding by vocabulary; split over options.tensor_parallel, the module
+// holds this rank's slices (Note [Tensor parallelism]).
 class GptImpl : public torch::nn::Module, public ModelInterface {
  public:
   GptImpl(const GptOptions& options, uint64_t seed);

@@ -25,7 +25,9 @@ std::vector<TiedParameter> GptImpl::TiedParameters() const {
 }
 
 std::vector<TensorParallelForm> GptImpl::TensorParallelForms() const {
-  std::vector<TensorParallelForm> forms = {{"token_embedding.weight", TensorParallelSplit::kVocab}};
+  const int slices = std::max(1, options_.tensor_parallel.size);
+  std::vector<TensorParallelForm> forms = {
+      {"token_embedding.weight", TensorParallelSplit::kVocab, 1, options_.vocab_size, LocalVocabRows(options_) * slices}};
   for (size_t i = 0; i < blocks->size(); ++i) {
     const std::string block = absl::StrCat("blocks.", i, ".");
     forms.push_back({block + "attention.qkv.weight", TensorParallelSplit::kColumn, 3});

@@ -5,6 +5,10 @@
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/next_token_loss.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
+#include "runtime/tensor_parallel/tensor_parallel_ops.h"
+#include "runtime/tensor_parallel/vocab_parallel.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -20,31 +24,75 @@ int64_t TrainableTensors(const torch::nn::Module& module) {
   return count;
 }
 
+int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_parallel.size); }
+
+// A row-parallel projection: the partial products summed across the group
+// (or reduce-scattered along the sequence), then the bias, which is whole.
+torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (!group.split()) return projection->forward(x);
+  torch::Tensor sum = ExitRowParallel(torch::nn::functional::linear(x, projection->weight), group);
+  return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
+}
+
 }  // namespace
 
-LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused) : eps_(eps), fused_(fused) {
+int64_t LocalVocabRows(const LlamaOptions& options) {
+  return PaddedVocabSize(options.vocab_size, Slices(options), options.vocab_divisor) / Slices(options);
+}
+
+bool KeyValueHeadsReplicated(const LlamaOptions& options) { return options.kv_heads < Slices(options); }
+
+LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused, TensorParallelGroup group)
+    : eps_(eps), fused_(fused), group_(group) {
   weight = register_parameter("weight", torch::ones({hidden}));
 }
 
-torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) { return RmsNormOp(x, weight, eps_, fused_); }
+torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
+  return RmsNormOp(x, SequenceRegionParameter(weight, group_), eps_, fused_);
+}
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
-    : heads_(options.heads), kv_heads_(options.kv_heads), head_dim_(options.head_dim), fused_(options.fused_kernels) {
+    : options_(options),
+      heads_(options.heads / Slices(options)),
+      kv_heads_(KeyValueHeadsReplicated(options) ? 1 : options.kv_heads / Slices(options)),
+      head_dim_(options.head_dim),
+      fused_(options.fused_kernels) {
+  const int64_t kv_rows = (KeyValueHeadsReplicated(options) ? options.kv_heads : kv_heads_) * head_dim_;
   q_proj = register_module("q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias));
-  k_proj = register_module("k_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
-  v_proj = register_module("v_proj", Projection(options.hidden, kv_heads_ * head_dim_, options.qkv_bias));
+  k_proj = register_module("k_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
+  v_proj = register_module("v_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
   o_proj = register_module("o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias));
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const {
+  const int64_t batch = x.size(0), time = x.size(1);
+  if (!KeyValueHeadsReplicated(options_)) return projection->forward(x).view({batch, time, kv_heads_, head_dim_});
+  // Every rank holds all key/value heads and computes the one its query heads
+  // read (ranks r·kv/T share head r/(T/kv)); each rank's gradient reaches
+  // only that head's rows, and the sum across the group is the whole one.
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  const int64_t head = group.rank / (group.size / options_.kv_heads);
+  torch::Tensor weight =
+      ReplicatedWithPartialGradient(projection->weight, group).narrow(0, head * head_dim_, head_dim_);
+  torch::Tensor bias;
+  if (projection->bias.defined()) {
+    bias = ReplicatedWithPartialGradient(projection->bias, group).narrow(0, head * head_dim_, head_dim_);
+  }
+  return torch::nn::functional::linear(x, weight, bias).view({batch, time, 1, head_dim_});
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
                                           const torch::Tensor& sin, const torch::Tensor& allowed) {
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  // Every time step, on every rank (under sequence parallelism, gathered).
+  const torch::Tensor x = EnterColumnParallel(input, group);
   const int64_t batch = x.size(0), time = x.size(1);
   auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
   torch::Tensor q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
-  torch::Tensor k = RotaryOp(heads(k_proj->forward(x), kv_heads_), cos, sin, fused_);
-  torch::Tensor v = heads(v_proj->forward(x), kv_heads_);
+  torch::Tensor k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
+  torch::Tensor v = KeyValueHeads(v_proj, x).transpose(1, 2);
   if (kv_heads_ != heads_) {
     // Key/value head j serves query heads j·g .. j·g + g - 1.
     const int64_t group = heads_ / kv_heads_;
@@ -53,26 +101,32 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   }
   torch::Tensor y = allowed.defined() ? compat::MaskedAttention(q, k, v, allowed) : compat::CausalAttention(q, k, v);
   y = y.transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
-  return o_proj->forward(y);
+  return RowParallel(o_proj, y, group);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options) : fused_(options.fused_kernels) {
-  gate_proj = register_module("gate_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
-  up_proj = register_module("up_proj", Projection(options.hidden, options.intermediate, options.mlp_bias));
-  down_proj = register_module("down_proj", Projection(options.intermediate, options.hidden, options.mlp_bias));
+LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
+    : group_(options.tensor_parallel), fused_(options.fused_kernels) {
+  const int64_t intermediate = options.intermediate / Slices(options);
+  gate_proj = register_module("gate_proj", Projection(options.hidden, intermediate, options.mlp_bias));
+  up_proj = register_module("up_proj", Projection(options.hidden, intermediate, options.mlp_bias));
+  down_proj = register_module("down_proj", Projection(intermediate, options.hidden, options.mlp_bias));
 }
 
-torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj->forward(SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_));
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
+  const torch::Tensor x = EnterColumnParallel(input, group_);
+  return RowParallel(down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_), group_);
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
   self_attn = register_module("self_attn", LlamaAttention(options));
   mlp = register_module("mlp", LlamaMlp(options));
-  input_layernorm = register_module("input_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
+  input_layernorm = register_module(
+      "input_layernorm",
+      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm",
+      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -82,10 +136,11 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
 }
 
 LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(options.vocab_size, options.hidden));
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(LocalVocabRows(options), options.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options));
-  norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels));
+  norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels,
+                                              options.tensor_parallel));
 }
 
 LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
@@ -95,10 +150,18 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
               options.kv_heads, ")");
   TORCH_CHECK(options.head_dim > 0 && options.head_dim % 2 == 0, "head_dim (", options.head_dim,
               ") must be even for rotary embeddings");
+  const int slices = Slices(options);
+  TORCH_CHECK(options.heads % slices == 0, "num_attention_heads (", options.heads,
+              ") must be a multiple of the tensor-parallel size (", slices, ")");
+  TORCH_CHECK(options.kv_heads % slices == 0 || slices % options.kv_heads == 0, "num_key_value_heads (",
+              options.kv_heads, ") and the tensor-parallel size (", slices,
+              ") must divide one another: key/value heads are split, or shared by whole groups of ranks");
+  TORCH_CHECK(options.intermediate % slices == 0, "intermediate_size (", options.intermediate,
+              ") must be a multiple of the tensor-parallel size (", slices, ")");
   options_.rope.head_dim = options.head_dim;
   model = register_module("model", LlamaBackbone(options_));
   if (!options.tie_word_embeddings) {
-    lm_head = register_module("lm_head", Projection(options.hidden, options.vocab_size, /*bias=*/false));
+    lm_head = register_module("lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
   }
   // Each layer as a segment that outlives the backward pass (activation
   // checkpointing recomputes it then), reading this forward's cos and sin.
@@ -110,22 +173,20 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
 }
 
 void LlamaImpl::Initialize(uint64_t seed) {
-  torch::NoGradGuard no_grad;
+  // Each tensor drawn whole, so every tensor-parallel split starts from the
+  // weights of the unsplit model.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    torch::Tensor values = torch::empty(p.sizes(), torch::kFloat);
-    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    if (name.find("norm") != std::string::npos) {
-      values.fill_(1.0);
-    } else if (is_bias) {
-      values.zero_();
-    } else {
-      values.normal_(0.0, options_.initializer_range, generator);
-    }
-    p.copy_(values);
-  }
+  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel,
+                   [&](const std::string& name, torch::Tensor& values) {
+                     const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+                     if (name.find("norm") != std::string::npos) {
+                       values.fill_(1.0);
+                     } else if (is_bias) {
+                       values.zero_();
+                     } else {
+                       values.normal_(0.0, options_.initializer_range, generator);
+                     }
+                   });
 }
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) { return forward(tokens, {}, {}); }
@@ -136,7 +197,9 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   TORCH_CHECK(options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window, "a sequence of ",
               tokens.size(1), " tokens is longer than the model's sliding_window (", options_.sliding_window,
               "): sliding-window attention is not built");
-  torch::Tensor x = model->embed_tokens->forward(tokens);
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  // Under sequence parallelism this rank's time steps only.
+  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, group);
   std::tie(cos_, sin_) = RotaryCosSin(options_.rope, tokens.size(1), x.device(), x.scalar_type());
   allowed_ = torch::Tensor();
   if (positions.defined()) {
@@ -163,7 +226,8 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
     const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
     x = unit >= 0 ? runner_->Run(unit, run, x) : run(x);
   }
-  x = model->norm->forward(x);
+  // Each rank's logits are its vocabulary range, for every time step.
+  x = EnterColumnParallel(model->norm->forward(x), group);
   if (options_.tie_word_embeddings) return torch::nn::functional::linear(x, model->embed_tokens->weight);
   return lm_head->forward(x);
 }
@@ -175,7 +239,8 @@ torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& 
 torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
   torch::Tensor logits = forward(batch.tokens, batch.positions, batch.segments);
   // Targets of -100 (an instruction prompt, padding) carry no loss.
-  return CrossEntropyOp(logits.view({-1, logits.size(-1)}), batch.targets.reshape({-1}), options_.fused_kernels);
+  return NextTokenLoss(logits.view({-1, logits.size(-1)}), batch.targets.reshape({-1}), options_.vocab_size,
+                       options_.label_smoothing, options_.tensor_parallel, options_.fused_kernels);
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {

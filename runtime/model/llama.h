@@ -28,6 +28,7 @@
 #include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
+#include "runtime/tensor_parallel/tensor_parallel_group.h"
 
 namespace dslaunch::runtime {
 
@@ -54,18 +55,34 @@ struct LlamaOptions {
   bool checkpoint_to_cpu = false;
   // CUDA kernels for RMSNorm, SwiGLU and the loss (fused_ops.h); CUDA only.
   bool fused_kernels = false;
+  // Note [Tensor parallelism]: this rank's group. q/k/v, gate and up split by
+  // column (by heads), o_proj and down_proj by row, the embedding and
+  // lm_head by vocabulary (padded to a multiple of tensor_parallel.size ·
+  // vocab_divisor). Key/value heads fewer than the ranks are whole on every
+  // rank, each rank using the one its query heads read.
+  TensorParallelGroup tensor_parallel;
+  int vocab_divisor = 1;
+  // The loss's label smoothing ε (PyTorch's cross_entropy(label_smoothing)).
+  double label_smoothing = 0;
 };
+
+// The vocabulary rows the embedding (and lm_head) hold on this rank.
+int64_t LocalVocabRows(const LlamaOptions& options);
+// Whether k_proj and v_proj are whole on every rank: fewer key/value heads
+// than tensor-parallel ranks.
+bool KeyValueHeadsReplicated(const LlamaOptions& options);
 
 // Hugging Face's LlamaRMSNorm: one `weight` of width `hidden`.
 class LlamaRmsNormImpl : public torch::nn::Module {
  public:
-  LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false);
+  LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false, TensorParallelGroup group = {});
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
   bool fused_;
+  TensorParallelGroup group_;
 };
 TORCH_MODULE(LlamaRmsNorm);
 
@@ -81,7 +98,12 @@ class LlamaAttentionImpl : public torch::nn::Module {
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  // The key/value projection's output as this rank's key/value heads
+  // [batch, time, local kv heads, head_dim].
+  torch::Tensor KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const;
+
+  LlamaOptions options_;
+  int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   bool fused_;
 };
 TORCH_MODULE(LlamaAttention);
@@ -94,6 +116,7 @@ class LlamaMlpImpl : public torch::nn::Module {
   LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
  private:
+  TensorParallelGroup group_;
   bool fused_;
 };
 TORCH_MODULE(LlamaMlp);

@@ -26,10 +26,17 @@ std::vector<TiedParameter> LlamaImpl::TiedParameters() const {
 }
 
 std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
-  std::vector<TensorParallelForm> forms = {{"model.embed_tokens.weight", TensorParallelSplit::kVocab}};
+  const int slices = std::max(1, options_.tensor_parallel.size);
+  const TensorParallelForm vocab{"model.embed_tokens.weight", TensorParallelSplit::kVocab, 1, options_.vocab_size,
+                                 LocalVocabRows(options_) * slices};
+  std::vector<TensorParallelForm> forms = {vocab};
+  // With fewer key/value heads than ranks, k_proj and v_proj are whole on
+  // every rank (KeyValueHeadsReplicated).
+  std::vector<const char*> split_projections = {"q_proj"};
+  if (!KeyValueHeadsReplicated(options_)) split_projections = {"q_proj", "k_proj", "v_proj"};
   for (size_t i = 0; i < model->layers->size(); ++i) {
     const std::string layer = absl::StrCat("model.layers.", i, ".");
-    for (const char* projection : {"q_proj", "k_proj", "v_proj"}) {
+    for (const char* projection : split_projections) {
       forms.push_back({absl::StrCat(layer, "self_attn.", projection, ".weight"), TensorParallelSplit::kColumn});
       if (options_.qkv_bias) {
         forms.push_back({absl::StrCat(layer, "self_attn.", projection, ".bias"), TensorParallelSplit::kColumn});
@@ -45,7 +52,11 @@ std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
     forms.push_back({layer + "mlp.down_proj.weight", TensorParallelSplit::kRow});
   }
   // The output head split by vocabulary, like the embedding.
-  if (lm_head) forms.push_back({"lm_head.weight", TensorParallelSplit::kColumn});
+  if (lm_head) {
+    TensorParallelForm head = vocab;
+    head.parameter = "lm_head.weight";
+    forms.push_back(head);
+  }
   return forms;
 }
 

@@ -18,6 +18,7 @@
 // Every parameter name is one of the module's named_parameters().
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,16 @@ std::vector<std::string> ParameterNamesUnder(const torch::nn::Module& module, co
 // (DeepSpeed's number_checkpoints; >= layers: all): whether layer `layer` is
 // one of them (the layers where floor(i·k/L) steps up).
 bool IsCheckpointedLayer(int64_t layer, int64_t checkpointed, int64_t layers);
+
+// Sets every parameter of `module` to this rank's slice (per `forms`; a
+// parameter without a form is whole) of the tensor `fill(name, whole)` writes
+// into `whole`, a float tensor of the shape one process would hold: so a
+// model split over any tensor-parallel group starts from the same weights as
+// one built whole from the same seed. `fill` sees the parameters in
+// named_parameters() order.
+void InitializeSlices(torch::nn::Module& module, const std::vector<TensorParallelForm>& forms,
+                      const TensorParallelGroup& group,
+                      const std::function<void(const std::string& name, torch::Tensor& whole)>& fill);
 
 // Elements of every parameter of `module`.
 int64_t CountParameters(const torch::nn::Module& module);

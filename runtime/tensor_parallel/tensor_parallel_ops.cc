@@ -130,6 +130,11 @@ torch::Tensor ReplicatedWithPartialGradient(const torch::Tensor& parameter, cons
   return CopyToTensorParallelRegion(parameter, group);
 }
 
+torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const TensorParallelGroup& group) {
+  if (!parameter.defined() || !group.sequence_parallel) return parameter;
+  return ReplicatedWithPartialGradient(parameter, group);
+}
+
 void BreakReductionForTesting(BrokenReduction broken) { broken_reduction.store(broken); }
 
 }  // namespace dslaunch::runtime

@@ -36,6 +36,11 @@ torch::Tensor ExitRowParallel(const torch::Tensor& partial, const TensorParallel
 // share under grouped-query attention): its gradient is all-reduced across
 // the group, so every rank holds the whole gradient. Identity otherwise.
 torch::Tensor ReplicatedWithPartialGradient(const torch::Tensor& parameter, const TensorParallelGroup& group);
+// A replicated parameter used where activations are split along the
+// sequence (a norm's weight, a row-parallel bias, the position embedding):
+// ReplicatedWithPartialGradient under sequence parallelism, else itself.
+// Undefined stays undefined.
+torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const TensorParallelGroup& group);
 
 // Test builds prove the parity tests can fail (Note [Tensor parallelism]):
 // with kColumnInputGradient every column-parallel region keeps this rank's
