@@ -67,12 +67,24 @@ absl::Status LoadArchive(FileSystem& fs, const std::string& path, torch::Device 
   return read_error;
 }
 
+// Checkpoint files are named by data-parallel rank; the ranks of a tensor
+// group would overwrite each other's slices.
+absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what) {
+  if (engine.parallel().tensor() == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      what, ": checkpoints of a tensor-parallel run (tensor_parallel.tp_size=", engine.parallel().tensor()->size(),
+      ") are not yet supported"));
+}
+
 }  // namespace
 
 EngineCheckpointer::EngineCheckpointer(Engine& engine, FileSystem& fs) : engine_(engine), fs_(fs) {}
 
 absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string& tag,
                                     const ClientState& client_state, int keep) {
+  if (absl::Status refused = RefuseTensorParallel(engine_, "save checkpoint " + TagDir(dir, tag)); !refused.ok()) {
+    return refused;
+  }
   const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
   const int ranks = engine_.data_parallel_ ? engine_.data_parallel_->size() : 1;
   // Note [Atomic checkpoint commit]: the ranks agree after every phase
@@ -241,6 +253,7 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
+  if (absl::Status refused = RefuseTensorParallel(engine_, "Hugging Face export"); !refused.ok()) return refused;
   return ExportGathered([&]() -> absl::Status {
     const torch::nn::Module& module = *engine_.model_;
     std::vector<HfTensorSpec> tensors;
@@ -254,6 +267,7 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
 }
 
 absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
+  if (absl::Status refused = RefuseTensorParallel(engine_, "PEFT adapter export"); !refused.ok()) return refused;
   return ExportGathered([&]() -> absl::Status {
     auto parameters = engine_.model_->named_parameters();
     std::vector<HfTensorSpec> tensors;
@@ -334,6 +348,9 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
 }
 
 absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, const std::string& tag) {
+  if (absl::Status refused = RefuseTensorParallel(engine_, "load checkpoint " + TagDir(dir, tag)); !refused.ok()) {
+    return refused;
+  }
   std::string chosen = tag;
   if (chosen.empty()) {
     auto latest = ReadLatestTag(fs_, dir);

@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/cuda/fused_adamw_types.h"
+#include "runtime/model/model_interface.h"
 #include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
@@ -37,10 +39,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
                                                        torch::Device device) {
   if (parallel == nullptr) return absl::InvalidArgumentError("Engine::Create: no ParallelState");
   const ProcessTopology& grid = parallel->topology();
-  if (grid.model_size() > 1 || grid.pipe_size() > 1 || parallel->expert_size() > 1) {
+  if (grid.pipe_size() > 1 || parallel->expert_size() > 1) {
     return absl::UnimplementedError(absl::StrCat(
-        "the engine trains with data parallelism only so far; this rank's groups are ", parallel->Describe(),
-        ": tensor, pipeline and expert parallelism are not yet supported"));
+        "the engine trains with data and tensor parallelism only so far; this rank's groups are ",
+        parallel->Describe(), ": pipeline and expert parallelism are not yet supported"));
   }
   if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
     return absl::InvalidArgumentError(
@@ -75,6 +77,10 @@ absl::Status Engine::Initialize() {
         master_params_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
       }
     }
+    if (parallel_->tensor() != nullptr) {
+      absl::Status counted = DecideNormCounts();
+      if (!counted.ok()) return counted;
+    }
     const std::string type = absl::AsciiStrToLower(config_.optimizer.type);
     const auto& o = config_.optimizer;
     const bool decoupled = type == "adamw" || (type == "adam" && o.adam_w_mode);
@@ -104,6 +110,7 @@ absl::Status Engine::Initialize() {
       // reduce_bucket_size cuts the vector for stages 1-2 (each bucket reduced
       // and gathered on its own; no temporary copy larger than a bucket).
       options.bucket_elements = config_.zero_optimization.reduce_bucket_size;
+      options.norm_counts = norm_counts_;
       if (options.offload_optimizer) {
         absl::Status simd = kernels::CpuAdamInit();
         if (!simd.ok()) return simd;
@@ -246,13 +253,38 @@ absl::Status Engine::AllReduceGradients() {
   return absl::OkStatus();
 }
 
-double Engine::GradNormSquared() const {
+absl::Status Engine::DecideNormCounts() {
+  auto* family = dynamic_cast<ModelInterface*>(model_.get());
+  if (family == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor parallelism (", parallel_->Describe(),
+        ") needs a model family that declares its tensor-parallel forms (runtime/model/model_interface.h)"));
+  }
+  std::set<std::string> split;
+  for (const TensorParallelForm& form : family->TensorParallelForms()) split.insert(form.parameter);
+  const bool first = parallel_->tensor()->rank() == 0;
+  for (const auto& item : model_->named_parameters()) {
+    if (item.value().requires_grad()) norm_counts_.push_back(first || split.count(item.key()) > 0);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SumOverTensorGroup(torch::Tensor& norm_squared) {
+  if (parallel_->tensor() == nullptr) return absl::OkStatus();
+  return parallel_->tensor()->AllReduce(norm_squared, ReduceOp::kSum);
+}
+
+absl::StatusOr<double> Engine::GradNormSquared() {
   double total = 0;
-  for (const auto& p : master_params_) {
-    if (!p.grad().defined()) continue;
+  for (size_t i = 0; i < master_params_.size(); ++i) {
+    const torch::Tensor& p = master_params_[i];
+    if (!p.grad().defined() || (!norm_counts_.empty() && !norm_counts_[i])) continue;
     total += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
   }
-  return total;
+  if (parallel_->tensor() == nullptr) return total;
+  torch::Tensor sum = torch::full({1}, total, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  if (absl::Status s = SumOverTensorGroup(sum); !s.ok()) return s;
+  return sum.item<double>();
 }
 
 void Engine::ApplyLrAndMomentum(double lr) {
@@ -410,7 +442,8 @@ absl::StatusOr<StepResult> Engine::Step() {
     }
     // Every rank holds the same reduced gradient; only the losses differ.
     DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/true));
-    const double norm_squared = bad_losses.item<float>() > 0 ? std::numeric_limits<double>::quiet_NaN() : GradNormSquared();
+    DS_ASSIGN_OR_RETURN(double norm_squared, GradNormSquared());
+    if (bad_losses.item<float>() > 0) norm_squared = std::numeric_limits<double>::quiet_NaN();
     const std::optional<double> factor = UnscaleAndClip(norm_squared, &result);
     if (!factor) {
       ++skipped_steps_;
@@ -540,6 +573,7 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
       if (!summed.ok()) return summed;
     }
+    if (absl::Status s = SumOverTensorGroup(norm_squared); !s.ok()) return s;
     const double ranks = zero_->data_parallel_size();
     // Note [Clip on the device], as in InPlaceZeroStep: without a loss scaler
     // no step is skipped, and the kernel computes the coefficient itself.
@@ -598,6 +632,7 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
     }
+    if (absl::Status s = SumOverTensorGroup(sum); !s.ok()) return s;
     const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
     if (!factor) {
       ++skipped_steps_;

@@ -76,8 +76,12 @@ class Engine {
   static constexpr char kGatheredWeightsFile[] = "model_weights.safetensors";
 
   // `parallel` holds this rank's process groups (runtime/parallel); the
-  // engine reduces gradients over its data-parallel group. Tensor, pipeline
-  // and expert degrees other than 1 are refused until their layers exist.
+  // engine reduces gradients over its data-parallel group (ZeRO shards
+  // within it). With a tensor-parallel group the model is a family split over
+  // it (Note [Tensor parallelism]) and the gradient norm (clipping, fp16
+  // overflow, the non-finite guard) is summed over the group, each
+  // replicated parameter counted once. Pipeline and expert degrees other
+  // than 1 are refused until their layers exist.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         const DsConfig& config,
                                                         std::shared_ptr<const ParallelState> parallel,
@@ -145,8 +149,13 @@ class Engine {
   // Note [In-place fused step] (zero_partition.h): one rank, stages 0-1, GPU.
   absl::StatusOr<StepResult> InPlaceZeroStep(StepResult result);
   absl::StatusOr<StepResult> FusedZeroStep(StepResult result);
-  // Sum of squares of the master gradients in fp64; inf/nan propagate.
-  double GradNormSquared() const;
+  // Sum of squares of the master gradients in fp64, over the tensor group
+  // (each parameter once); inf/nan propagate.
+  absl::StatusOr<double> GradNormSquared();
+  // Tensor parallelism: which parameters this rank's norm counts (norm_counts_).
+  absl::Status DecideNormCounts();
+  // All-reduces a squared norm over the tensor-parallel group (if any).
+  absl::Status SumOverTensorGroup(torch::Tensor& norm_squared);
   // Note [Non-finite guard]: how many of this window's micro-batch losses
   // were not finite, as a device scalar (no host wait), summed over the
   // data-parallel group when `over_group`; the count restarts.
@@ -176,6 +185,10 @@ class Engine {
 
   std::vector<torch::Tensor> model_params_;   // the module's parameters
   std::vector<torch::Tensor> master_params_;  // fp32 copies (== model_params_ with fp32)
+  // Per entry of model_params_: whether this rank's gradient norm counts it
+  // (Note [Tensor parallelism]: a replicated parameter only on tensor rank
+  // 0). Empty without tensor parallelism.
+  std::vector<bool> norm_counts_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;        // fp16 only

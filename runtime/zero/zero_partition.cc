@@ -81,6 +81,24 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   }
   torch::Tensor shard = torch::cat(master_pieces);
   master_pieces.clear();
+  if (std::find(options.norm_counts.begin(), options.norm_counts.end(), false) != options.norm_counts.end()) {
+    if (options.norm_counts.size() != zero->params_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("norm_counts has ", options.norm_counts.size(),
+                                                     " entries for ", zero->params_.size(), " parameters"));
+    }
+    std::vector<torch::Tensor> weight_pieces;
+    for (const Unit& unit : zero->units_) {
+      std::vector<torch::Tensor> flat;
+      for (size_t i = unit.first; i < unit.end; ++i) {
+        flat.push_back(torch::full({zero->params_[i].numel()}, options.norm_counts[i] ? 1.0 : 0.0,
+                                   shard.options().requires_grad(false)));
+      }
+      const int64_t padded = unit.piece * zero->shards_;
+      if (padded > unit.numel) flat.push_back(torch::zeros({padded - unit.numel}, shard.options()));
+      weight_pieces.push_back(torch::cat(flat).narrow(0, zero->shard_rank_ * unit.piece, unit.piece));
+    }
+    zero->norm_weight_ = torch::cat(weight_pieces);
+  }
   // Pinned host memory makes the copies to and from the GPU asynchronous.
   if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
   zero->master_shard_ = shard.requires_grad_(true);
@@ -343,7 +361,9 @@ absl::Status ZeroPartition::PrepareShardGradient() {
     const int64_t length = std::min(kChunk, shard_size_ - begin);
     torch::Tensor chunk =
         shard_sum.narrow(0, begin, length).to(torch::kFloat, false, /*copy=*/true).div_(static_cast<double>(size_));
-    norm.add_(chunk.to(torch::kDouble).pow_(2).sum());
+    torch::Tensor squares = chunk.to(torch::kDouble).pow_(2);
+    if (norm_weight_.defined()) squares.mul_(norm_weight_.narrow(0, begin, length).to(squares.device()));
+    norm.add_(squares.sum());
     // Down into pinned memory when offloading from a GPU: an asynchronous
     // copy at full PCIe bandwidth instead of a pageable one.
     mean.narrow(0, begin, length).copy_(chunk, /*non_blocking=*/false);
@@ -391,8 +411,9 @@ bool ZeroPartition::CanStepInPlace() const {
   // nothing accumulated into the shard from earlier micro-steps and no
   // overlapped reduction during backward.
   const bool gradients_in_place = stage() <= 1 || (stage() == 2 && !accumulated_ && !options_.overlap_units);
+  // Its norm pass counts every parameter (ZeroOptions::norm_counts).
   return shards_ == 1 && size_ == 1 && gradients_in_place && !offload() && master_shard_.is_cuda() &&
-         FusedAdamWAvailable();
+         FusedAdamWAvailable() && options_.norm_counts.empty();
 }
 
 std::vector<FusedAdamWEntry> ZeroPartition::InPlaceEntries(const torch::Tensor& exp_avg,
@@ -419,6 +440,9 @@ bool ZeroPartition::CanStepFused() const {
 }
 
 torch::Tensor ZeroPartition::ShardGradientSumSquares() const {
+  if (norm_weight_.defined()) {
+    return (shard_gradient_sum_.to(torch::kDouble).pow(2) * norm_weight_.to(shard_gradient_sum_.device())).sum().reshape({1});
+  }
   std::vector<FusedAdamWEntry> entries;
   for (const Unit& unit : units_) {
     FusedAdamWEntry entry;

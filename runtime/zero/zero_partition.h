@@ -69,6 +69,11 @@ struct ZeroOptions {
   // are the buckets, and each one's reduce-scatter runs on the comm worker as
   // soon as its backward is over (Stage3Runner without gathering).
   bool overlap_units = false;
+  // Per parameter: whether this rank's gradient norm counts it (empty: all).
+  // Under tensor parallelism a replicated parameter holds the same gradient
+  // on every rank of the tensor group, and only tensor rank 0 counts it, so
+  // the norm summed over the group counts it once (Note [Tensor parallelism]).
+  std::vector<bool> norm_counts;
 };
 
 class ZeroPartition {
@@ -225,6 +230,9 @@ class ZeroPartition {
   torch::Tensor grad_accumulator_;    // stages 2-3: [Σ S_u] in the gradients' dtype
   bool accumulated_ = false;          // something is in the accumulator
   torch::Tensor local_norm_squared_;  // of the prepared shard gradient, [1] fp64
+  // [Σ S_u] fp32: 1 where the norm counts the element, 0 where not; undefined
+  // when it counts every one (ZeroOptions::norm_counts).
+  torch::Tensor norm_weight_;
   torch::Tensor shard_gradient_sum_;  // [Σ S_u] in the gradients' dtype, at the boundary
   // Stage 3.
   torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
