@@ -478,10 +478,6 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
   if (c.pipeline.stages > 1) {
     add(Setting("pipeline.stages", absl::StrCat(c.pipeline.stages)), "pipeline parallelism");
   }
-  if (c.tensor_parallel.tp_size > 1) {
-    add(Setting("tensor_parallel.tp_size", absl::StrCat(c.tensor_parallel.tp_size)),
-        "tensor parallelism");
-  }
   if (c.moe.enabled) add(Setting("moe.enabled", "true"), "mixture of experts");
   if (c.moe_expert_parallel_size > 1) {
     add(Setting("moe_expert_parallel_size", absl::StrCat(c.moe_expert_parallel_size)),

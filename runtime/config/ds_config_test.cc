@@ -506,7 +506,6 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   EXPECT_THAT(lines,
               ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
                           "pipeline.stages=2: pipeline parallelism is not yet supported",
-                          "tensor_parallel.tp_size=2: tensor parallelism is not yet supported",
                           HasSubstr("moe.enabled=true:"),
                           HasSubstr("activation_checkpointing.partition_activations=true:"),
                           HasSubstr("optimizer.type=Lion:"), HasSubstr("tensorboard.enabled=true:"),

@@ -178,6 +178,15 @@ struct ModelConfig {
   // (kernels/cuda). false: LibTorch's ops (for comparison). The optimizer
   // steps CUDA shards with the fused AdamW kernel either way.
   bool fused_kernels = true;
+  // Note [Tensor parallelism] (runtime/tensor_parallel): with
+  // tensor_parallel.tp_size > 1, norms, residuals and dropout hold only each
+  // rank's share of the sequence (Megatron's --sequence-parallel).
+  bool sequence_parallel = false;
+  // The vocabulary is padded to a multiple of tp_size times this (Megatron's
+  // --make-vocab-size-divisible-by); padding rows take no part in the loss.
+  int make_vocab_size_divisible_by = 1;
+  // The loss's label smoothing ε (Megatron's --label-smoothing).
+  double label_smoothing = 0.0;
 };
 
 // One role of a chat template: the text before and after each turn's content

@@ -103,6 +103,9 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("model.vocab_size", &m->vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("model.dropout", &m->dropout).Min(0).Below(1),
       Key("model.fused_kernels", &m->fused_kernels),
+      Key("model.sequence_parallel", &m->sequence_parallel),
+      Key("model.label_smoothing", &m->label_smoothing).Min(0).Below(1),
+      Key("model.make_vocab_size_divisible_by", &m->make_vocab_size_divisible_by).Min(1).Max(1 << 16),
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),

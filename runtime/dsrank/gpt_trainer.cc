@@ -35,6 +35,20 @@
 namespace dslaunch::runtime {
 namespace {
 
+// What a tensor-parallel run cannot do yet, refused before anything starts
+// (issue 16 lists them), naming the setting.
+absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
+  auto refuse = [&](const std::string& setting) {
+    return absl::UnimplementedError(absl::StrCat(job.path, ": ", setting, " with tensor_parallel.tp_size=", tp,
+                                                 " is not yet supported"));
+  };
+  if (!job.model.from.empty()) return refuse("model.from (loading Hugging Face weights into tensor-parallel slices)");
+  if (job.lora.r > 0) return refuse("lora.r (LoRA adapters on split projections)");
+  if (!job.checkpoint.dir.empty()) return refuse("checkpoint.dir (checkpoints of split parameters)");
+  if (!job.export_.hf_dir.empty()) return refuse("export.hf_dir (exporting split parameters)");
+  return absl::OkStatus();
+}
+
 using Clock = std::chrono::steady_clock;
 
 constexpr char kConsumedSamples[] = "consumed_samples";
@@ -231,6 +245,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
 
   ModelSpec spec;
   spec.type = job.model.type;
+  spec.label_smoothing = job.model.label_smoothing;
+  spec.vocab_divisor = job.model.make_vocab_size_divisible_by;
   spec.layers = job.model.layers;
   spec.heads = job.model.heads;
   spec.width = job.model.width;
@@ -244,6 +260,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   spec.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
   spec.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
   spec.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
+  // Note [Tensor parallelism]: the model holds this rank's slices.
+  if (context.parallel && context.parallel->tensor() != nullptr) {
+    Communicator* tensor = context.parallel->tensor();
+    spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
+    if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size()); !refused.ok()) return refused;
+  }
   if (spec.fused_kernels && !FusedKernelsBuilt()) {
     return absl::FailedPreconditionError(
         "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
@@ -326,7 +348,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                                context.device);
   if (!engine.ok()) return engine.status();
   const DsConfig& ds = job.ds;
-  auto sampler = DistributedSampler::Create(context.rank, context.world_size,
+  // Each data-parallel replica reads its own rows; the ranks of a tensor
+  // group read the same ones.
+  Communicator* data_group = context.parallel ? context.parallel->data() : nullptr;
+  auto sampler = DistributedSampler::Create(data_group ? data_group->rank() : 0, data_group ? data_group->size() : 1,
                                             static_cast<int>(ds.train_micro_batch_size_per_gpu),
                                             static_cast<int>(ds.gradient_accumulation_steps));
   if (!sampler.ok()) return sampler.status();
@@ -514,7 +539,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       torch::NoGradGuard no_grad;
       built->module->eval();
       double eval_loss = 0;
-      const int64_t per_eval = ds.train_micro_batch_size_per_gpu * context.world_size;
+      const int64_t per_eval = ds.train_micro_batch_size_per_gpu * (data_group ? data_group->size() : 1);
       for (int64_t i = 0; i < job.train.eval_steps; ++i) {
         absl::Status read;
         TokenBatch batch = eval_samples->Load(sampler->MicroBatchIndices(i * per_eval, 0), context.device, &read);

@@ -26,6 +26,9 @@ absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
   options.checkpointed_blocks = spec.checkpointed_blocks;
   options.checkpoint_to_cpu = spec.checkpoint_to_cpu;
   options.fused_kernels = spec.fused_kernels;
+  options.tensor_parallel = spec.tensor_parallel;
+  options.vocab_divisor = spec.vocab_divisor;
+  options.label_smoothing = spec.label_smoothing;
   auto gpt = std::make_shared<GptImpl>(options, seed);
   return BuiltModel{gpt, gpt.get()};
 }
@@ -60,6 +63,9 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   options.checkpointed_blocks = spec.checkpointed_blocks;
   options.checkpoint_to_cpu = spec.checkpoint_to_cpu;
   options.fused_kernels = spec.fused_kernels;
+  options.tensor_parallel = spec.tensor_parallel;
+  options.vocab_divisor = spec.vocab_divisor;
+  options.label_smoothing = spec.label_smoothing;
   auto llama = std::make_shared<LlamaImpl>(options, seed);
   return BuiltModel{llama, llama.get(),
                     [hf](const std::string& torch_dtype) { return LlamaHfConfigJson(hf, torch_dtype); }};

@@ -29,6 +29,11 @@ struct ModelSpec {
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;
   bool fused_kernels = false;
+  // Note [Tensor parallelism]: this rank's tensor-parallel group (the model
+  // holds its slices), the vocabulary divisor and the loss's label smoothing.
+  TensorParallelGroup tensor_parallel;
+  int vocab_divisor = 1;
+  double label_smoothing = 0;
   // A Hugging Face model folder's config.json, read by the caller (the
   // llama family builds from it; empty: the sizes above, from scratch), and
   // its path for messages.

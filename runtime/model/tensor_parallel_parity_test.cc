@@ -34,7 +34,7 @@ struct Variant {
   int64_t kv_heads = 8;    // Llama only
   bool tied = false;       // Llama (GPT is always tied)
   bool biases = false;     // Llama: attention_bias, o_proj and mlp biases
-  bool packed = false;     // Llama: packed records (positions and segments)
+  bool packed = false;     // Llama: packed records (positions and segments), and every layer checkpointed
   double smoothing = 0;
   torch::ScalarType dtype = torch::kFloat;
 
@@ -89,6 +89,9 @@ std::unique_ptr<torch::nn::Module> BuildModel(const std::string& family, const V
   options.qkv_bias = options.output_bias = options.mlp_bias = v.biases;
   options.tensor_parallel = group;
   options.label_smoothing = v.smoothing;
+  // Activation checkpointing recomputes each layer's forward, collectives
+  // included, inside the backward pass.
+  options.checkpointed_blocks = v.packed ? options.layers : 0;
   auto model = std::make_unique<LlamaImpl>(options, /*seed=*/7);
   *as_model = model.get();
   return model;
