@@ -50,6 +50,11 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
       return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
     }
     first.read("engine/world", world_value);
+    if (c10::IValue tp; first.try_read("tp/size", tp) && tp.toInt() > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          folder, " was saved with tensor_parallel.tp_size=", tp.toInt(),
+          ": consolidating split parameters is not yet supported (resume it at tp_size 1 and save again)"));
+    }
     std::vector<std::string> names = absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty());
     std::vector<std::string> shapes = absl::StrSplit(shapes_value.toStringRef(), ';');
     if (names.size() != shapes.size()) {

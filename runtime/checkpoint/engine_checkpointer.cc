@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <limits>
 #include <memory>
 
@@ -24,6 +25,8 @@
 #include "runtime/checkpoint/zero_layout.h"
 #include "runtime/comm/peer_failure.h"
 #include "runtime/model/lora.h"
+#include "runtime/model/model_interface.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -67,13 +70,34 @@ absl::Status LoadArchive(FileSystem& fs, const std::string& path, torch::Device 
   return read_error;
 }
 
-// Checkpoint files are named by data-parallel rank; the ranks of a tensor
-// group would overwrite each other's slices.
+// What has no tensor-parallel form yet, refused naming it.
 absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what) {
   if (engine.parallel().tensor() == nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      what, ": checkpoints of a tensor-parallel run (tensor_parallel.tp_size=", engine.parallel().tensor()->size(),
-      ") are not yet supported"));
+  return absl::UnimplementedError(absl::StrCat(what, " of a tensor-parallel run (tensor_parallel.tp_size=",
+                                               engine.parallel().tensor()->size(), ") is not yet supported"));
+}
+
+// Note [Tensor-parallel checkpoints]
+// A checkpoint holds one file per rank: rank_<t·D + d>.pt for tensor rank t
+// of T and data-parallel rank d of D (with T = 1 the data-parallel rank, as
+// before). Each tensor slice's files hold its flat ZeRO state cut over its D
+// ranks, its parameters' names and local shapes, and the model's tensor-
+// parallel forms ("tp/forms"). At the same T the state loads as before (any
+// D, any stage); at another T every saved slice's state is re-joined, each
+// parameter assembled whole from its slices by its saved form
+// (AssembleWhole), and this rank's slice cut by the current form
+// (SliceForRank), so T, D and the ZeRO stage may all change.
+struct RankFileIndex {
+  int index = 0;  // t·D + d
+  int files = 1;  // T·D
+};
+
+RankFileIndex FileIndexOf(const Engine& engine) {
+  const Communicator* data = engine.data_parallel();
+  const Communicator* tensor = engine.parallel().tensor();
+  const int d = data ? data->rank() : 0, dp = data ? data->size() : 1;
+  const int t = tensor ? tensor->rank() : 0, tp = tensor ? tensor->size() : 1;
+  return RankFileIndex{t * dp + d, tp * dp};
 }
 
 }  // namespace
@@ -82,11 +106,9 @@ EngineCheckpointer::EngineCheckpointer(Engine& engine, FileSystem& fs) : engine_
 
 absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string& tag,
                                     const ClientState& client_state, int keep) {
-  if (absl::Status refused = RefuseTensorParallel(engine_, "save checkpoint " + TagDir(dir, tag)); !refused.ok()) {
-    return refused;
-  }
-  const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
-  const int ranks = engine_.data_parallel_ ? engine_.data_parallel_->size() : 1;
+  // Note [Tensor-parallel checkpoints]: one file per rank of the job.
+  const int rank = FileIndexOf(engine_).index;
+  const int ranks = FileIndexOf(engine_).files;
   // Note [Atomic checkpoint commit]: the ranks agree after every phase
   // (CountFailedRanks), so a failure anywhere stops the save on every rank,
   // and rank 0 removes the partial folder.
@@ -108,7 +130,8 @@ absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string&
   DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!written.ok()));
   if (failed > 0) return abandon(written, failed);
   if (engine_.zero_ && engine_.zero_->stage() == 3 && engine_.config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
-    absl::Status gathered = SaveGatheredWeights(PartialDir(dir, tag));
+    absl::Status gathered = RefuseTensorParallel(engine_, "stage3_gather_16bit_weights_on_model_save");
+    if (gathered.ok()) gathered = SaveGatheredWeights(PartialDir(dir, tag));
     DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!gathered.ok()));
     if (failed > 0) return abandon(gathered, failed);
   }
@@ -163,6 +186,16 @@ absl::StatusOr<FileDigest> EngineCheckpointer::WriteRankFile(const std::string& 
       }
       archive.write("layout/names", c10::IValue(absl::StrJoin(names, "\n")));
       archive.write("layout/shapes", c10::IValue(absl::StrJoin(shapes, ";")));
+    }
+    if (const Communicator* tensor = engine_.parallel().tensor()) {
+      // Note [Tensor-parallel checkpoints].
+      std::vector<std::string> forms;
+      if (const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get())) {
+        for (const TensorParallelForm& form : family->TensorParallelForms()) forms.push_back(FormLine(form));
+      }
+      archive.write("tp/size", c10::IValue(static_cast<int64_t>(tensor->size())));
+      archive.write("tp/rank", c10::IValue(static_cast<int64_t>(tensor->rank())));
+      archive.write("tp/forms", c10::IValue(absl::StrJoin(forms, "\n")));
     }
     if (engine_.zero_) {
       // Note [ZeRO partitioning]: every rank owns its range of the masters
@@ -311,46 +344,161 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
   // host does not have, and all of them at once would not fit on one).
   torch::serialize::InputArchive first;
   DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, 0), torch::Device(torch::kCPU), first));
-  // The ranges were cut into this many parts (the saved data-parallel size
-  // for stages 1-2, one for stage 0).
+  // Each tensor slice's ranges were cut into this many parts (its saved
+  // data-parallel size for stages 1-3, one for stage 0).
   const int64_t saved_world = ReadInt(first, "zero/shards");
-  if (ReadInt(first, "zero/total") != engine_.zero_->total()) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", ReadInt(first, "zero/total"),
-                                            " parameters, the model has ", engine_.zero_->total()));
-  }
-  // Re-join every saved rank's ranges, then cut ours: the same code serves an
-  // unchanged and a changed data-parallel size.
-  std::vector<torch::Tensor> master, exp_avg, exp_avg_sq;
-  int64_t step = 0;
-  for (int64_t r = 0; r < saved_world; ++r) {
-    torch::serialize::InputArchive part;
-    DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, static_cast<int>(r)), torch::Device(torch::kCPU), part));
-    torch::Tensor m, a, v;
-    part.read("zero/master", m);
-    part.read("zero/exp_avg", a);
-    part.read("zero/exp_avg_sq", v);
-    master.push_back(m);
-    exp_avg.push_back(a);
-    exp_avg_sq.push_back(v);
-    step = ReadInt(part, "zero/step");
-  }
-  auto unit_sizes = SavedUnitSizes(first, engine_.zero_->total());
-  if (!unit_sizes.ok()) return unit_sizes.status();
-  const torch::Device device = engine_.zero_->master_shard().device();
-  auto recut = [&](const std::vector<torch::Tensor>& pieces) {
-    return engine_.zero_->ShardOf(ZeroPartition::Unshard(pieces, *unit_sizes)).to(device);
+  c10::IValue saved_tp_value;
+  const int64_t saved_tp = first.try_read("tp/size", saved_tp_value) ? saved_tp_value.toInt() : 1;
+  const Communicator* tensor = engine_.parallel().tensor();
+  const int64_t tp = tensor ? tensor->size() : 1;
+  const int64_t tensor_rank = tensor ? tensor->rank() : 0;
+
+  // One saved slice's flat state (master, exp_avg, exp_avg_sq), re-joined
+  // from its data-parallel parts: files [slice·D, (slice+1)·D).
+  struct SliceState {
+    torch::Tensor flat[3];
+    int64_t step = 0;
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> shapes;
   };
-  engine_.zero_->master_shard().copy_(recut(master));
-  engine_.shard_adam_->exp_avg().copy_(recut(exp_avg));
-  engine_.shard_adam_->exp_avg_sq().copy_(recut(exp_avg_sq));
-  engine_.shard_adam_->set_step(step);
+  auto read_slice = [&](int64_t slice) -> absl::StatusOr<SliceState> {
+    SliceState state;
+    std::vector<torch::Tensor> parts[3];
+    torch::serialize::InputArchive head;
+    for (int64_t r = 0; r < saved_world; ++r) {
+      torch::serialize::InputArchive part;
+      DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, static_cast<int>(slice * saved_world + r)),
+                                     torch::Device(torch::kCPU), part));
+      const char* keys[3] = {"zero/master", "zero/exp_avg", "zero/exp_avg_sq"};
+      for (int k = 0; k < 3; ++k) {
+        torch::Tensor value;
+        part.read(keys[k], value);
+        parts[k].push_back(value);
+      }
+      state.step = ReadInt(part, "zero/step");
+      if (r == 0) {
+        const int64_t total = ReadInt(part, "zero/total");
+        auto unit_sizes = SavedUnitSizes(part, total);
+        if (!unit_sizes.ok()) return unit_sizes.status();
+        c10::IValue names, shapes;
+        part.read("layout/names", names);
+        part.read("layout/shapes", shapes);
+        for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
+          state.names.emplace_back(name);
+        }
+        for (absl::string_view shape : absl::StrSplit(shapes.toStringRef(), ';')) {
+          std::vector<int64_t> dims;
+          for (absl::string_view dim : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
+            int64_t value = 0;
+            if (!absl::SimpleAtoi(dim, &value)) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": bad shape '", shape, "'"));
+            dims.push_back(value);
+          }
+          state.shapes.push_back(dims);
+        }
+        state.shapes.resize(state.names.size());
+        // Unshard needs the unit sizes; keep them with the parts.
+        state.flat[0] = torch::tensor(*unit_sizes, torch::kLong);
+      }
+    }
+    const std::vector<int64_t> unit_sizes(state.flat[0].data_ptr<int64_t>(),
+                                          state.flat[0].data_ptr<int64_t>() + state.flat[0].numel());
+    for (int k = 0; k < 3; ++k) state.flat[k] = ZeroPartition::Unshard(parts[k], unit_sizes);
+    return state;
+  };
+
+  const torch::Device device = engine_.zero_->master_shard().device();
+  torch::Tensor* targets[3] = {&engine_.zero_->master_shard(), &engine_.shard_adam_->exp_avg(),
+                               &engine_.shard_adam_->exp_avg_sq()};
+  if (saved_tp == tp) {
+    // The same slices: this rank's slice's files only (any D, any stage).
+    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(tensor_rank));
+    if (state.flat[0].numel() != engine_.zero_->total()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", state.flat[0].numel(),
+                                              " parameters, the model has ", engine_.zero_->total()));
+    }
+    for (int k = 0; k < 3; ++k) targets[k]->copy_(engine_.zero_->ShardOf(state.flat[k]).to(device));
+    engine_.shard_adam_->set_step(state.step);
+    return absl::OkStatus();
+  }
+
+  // Another tensor-parallel degree (Note [Tensor-parallel checkpoints]).
+  auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
+  if (family == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", folder, " was saved with tensor_parallel.tp_size=",
+                                                      saved_tp, "; re-cutting it for ", tp,
+                                                      " needs a model family that declares its forms"));
+  }
+  std::map<std::string, TensorParallelForm> saved_forms, current_forms;
+  c10::IValue form_text;
+  if (saved_tp > 1) {
+    first.read("tp/forms", form_text);
+    for (absl::string_view line : absl::StrSplit(form_text.toStringRef(), '\n', absl::SkipEmpty())) {
+      auto form = ParseFormLine(std::string(line));
+      if (!form.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ", form.status().message()));
+      saved_forms[form->parameter] = *form;
+    }
+  } else {
+    // Saved whole: no forms (every parameter is its own single slice).
+  }
+  for (const TensorParallelForm& form : family->TensorParallelForms()) current_forms[form.parameter] = form;
+  std::vector<SliceState> slices;
+  for (int64_t t = 0; t < saved_tp; ++t) {
+    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(t));
+    slices.push_back(std::move(state));
+  }
+  for (int k = 0; k < 3; ++k) {
+    // Each saved slice's flat vector as tensors by name.
+    std::vector<std::map<std::string, torch::Tensor>> by_name(saved_tp);
+    for (int64_t t = 0; t < saved_tp; ++t) {
+      int64_t offset = 0;
+      for (size_t i = 0; i < slices[t].names.size(); ++i) {
+        const int64_t numel = c10::multiply_integers(slices[t].shapes[i]);
+        by_name[t][slices[t].names[i]] = slices[t].flat[k].narrow(0, offset, numel).view(slices[t].shapes[i]);
+        offset += numel;
+      }
+    }
+    std::vector<torch::Tensor> mine;
+    for (const auto& item : engine_.model_->named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      const std::string& name = item.key();
+      if (by_name[0].count(name) == 0) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, " has no parameter ", name));
+      }
+      torch::Tensor whole;
+      if (auto saved = saved_forms.find(name); saved != saved_forms.end()) {
+        std::vector<torch::Tensor> pieces;
+        for (int64_t t = 0; t < saved_tp; ++t) pieces.push_back(by_name[t].at(name));
+        whole = AssembleWhole(pieces, saved->second);
+      } else {
+        whole = by_name[0].at(name);
+        // Saved whole (T = 1) with a padded vocabulary: the padding goes.
+        if (auto now = current_forms.find(name); now != current_forms.end() &&
+                                                 now->second.split == TensorParallelSplit::kVocab &&
+                                                 whole.size(0) > now->second.vocab_size) {
+          whole = whole.narrow(0, 0, now->second.vocab_size);
+        }
+      }
+      torch::Tensor local = whole;
+      if (auto now = current_forms.find(name); now != current_forms.end()) {
+        auto sliced = SliceForRank(whole, now->second, static_cast<int>(tensor_rank), static_cast<int>(tp));
+        if (!sliced.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ", sliced.status().message()));
+        local = *sliced;
+      }
+      if (!local.sizes().equals(item.value().sizes())) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": parameter ", name, " re-cut for tensor rank ",
+                                                tensor_rank, " of ", tp, " has shape [",
+                                                absl::StrJoin(local.sizes(), ","), "], the model's is [",
+                                                absl::StrJoin(item.value().sizes(), ","), "]"));
+      }
+      mine.push_back(local.reshape({-1}));
+    }
+    targets[k]->copy_(engine_.zero_->ShardOf(torch::cat(mine)).to(device));
+  }
+  engine_.shard_adam_->set_step(slices[0].step);
   return absl::OkStatus();
 }
 
 absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, const std::string& tag) {
-  if (absl::Status refused = RefuseTensorParallel(engine_, "load checkpoint " + TagDir(dir, tag)); !refused.ok()) {
-    return refused;
-  }
   std::string chosen = tag;
   if (chosen.empty()) {
     auto latest = ReadLatestTag(fs_, dir);
@@ -362,7 +510,7 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, con
   auto manifest = VerifyCheckpoint(fs_, dir, chosen);
   if (!manifest.ok()) return manifest.status();
   const std::string folder = TagDir(dir, chosen);
-  const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
+  const int rank = FileIndexOf(engine_).index;
   ClientState client;
   try {
     torch::NoGradGuard no_grad;

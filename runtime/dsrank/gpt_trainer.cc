@@ -44,7 +44,6 @@ absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
   };
   if (!job.model.from.empty()) return refuse("model.from (loading Hugging Face weights into tensor-parallel slices)");
   if (job.lora.r > 0) return refuse("lora.r (LoRA adapters on split projections)");
-  if (!job.checkpoint.dir.empty()) return refuse("checkpoint.dir (checkpoints of split parameters)");
   if (!job.export_.hf_dir.empty()) return refuse("export.hf_dir (exporting split parameters)");
   return absl::OkStatus();
 }

@@ -65,7 +65,9 @@ absl::Status Engine::Initialize() {
     const int stage = config_.zero_optimization.stage;
     // Note [Mixed precision] with stage 0 also goes through the flat
     // partition (one range): its fp32 master is one tensor, stepped at once.
-    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat;
+    // With tensor parallelism too: its checkpoints re-cut the flat state
+    // (EngineCheckpointer), whatever the stage and precision.
+    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat || parallel_->tensor() != nullptr;
     for (auto& p : model_->parameters()) {
       if (!p.requires_grad()) continue;
       model_params_.push_back(p);
@@ -347,11 +349,14 @@ void Engine::CountDeviceDecidedStep(double norm_squared, StepResult* result) {
 }
 
 absl::StatusOr<int> Engine::CountFailedRanks(bool failed) {
-  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return failed ? 1 : 0;
+  // Every rank of the job: with tensor parallelism several data-parallel
+  // groups write one checkpoint.
+  Communicator* everyone = parallel_->world();
+  if (everyone == nullptr || everyone->size() == 1) return failed ? 1 : 0;
   try {
     torch::Tensor flag =
         torch::full({1}, failed ? 1.0 : 0.0, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-    absl::Status reduced = data_parallel_->AllReduce(flag, ReduceOp::kSum);
+    absl::Status reduced = everyone->AllReduce(flag, ReduceOp::kSum);
     if (!reduced.ok()) return reduced;
     return static_cast<int>(flag.item<float>() + 0.5f);
   } catch (const c10::Error& e) {

@@ -165,7 +165,8 @@ class Engine {
   // After a step the kernel may have skipped (Note [Clip on the device]): the
   // counters, from the norm read afterwards.
   void CountDeviceDecidedStep(double norm_squared, StepResult* result);
-  // Every rank says whether it failed; how many did (a collective).
+  // Every rank of the job says whether it failed; how many did (a collective
+  // over the world).
   absl::StatusOr<int> CountFailedRanks(bool failed);
   void ApplyLrAndMomentum(double lr);
   // The Adam betas for the next step (a cycle schedule moves them).

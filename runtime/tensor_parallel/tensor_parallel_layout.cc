@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace dslaunch::runtime {
 
@@ -50,30 +52,64 @@ absl::StatusOr<torch::Tensor> SliceForRank(const torch::Tensor& whole, const Ten
   return torch::cat(mine, 0).movedim(0, dim).contiguous();
 }
 
-absl::StatusOr<torch::Tensor> GatherWhole(const torch::Tensor& local, const TensorParallelForm& form,
-                                          const TensorParallelGroup& group) {
+torch::Tensor AssembleWhole(const std::vector<torch::Tensor>& slices, const TensorParallelForm& form) {
   const int64_t dim = SplitDimension(form);
-  torch::Tensor moved = local.movedim(dim, 0).contiguous();
-  torch::Tensor all = moved;
-  if (group.split()) {
-    std::vector<int64_t> sizes = moved.sizes().vec();
-    sizes[0] *= group.size;
-    all = torch::empty(sizes, moved.options());
-    absl::Status gathered = group.comm->AllGather(moved, all);
-    if (!gathered.ok()) return gathered;
-  }
+  const int64_t size = static_cast<int64_t>(slices.size());
   const int64_t parts = std::max(1, form.fused_parts);
-  if (parts > 1 && group.size > 1) {
-    // [size, parts, chunk, ...] → [parts, size, chunk, ...].
-    std::vector<int64_t> grouped = moved.sizes().vec();
-    grouped[0] = moved.size(0) / parts;
-    grouped.insert(grouped.begin(), parts);
-    grouped.insert(grouped.begin(), group.size);
-    std::vector<int64_t> flat = all.sizes().vec();
-    all = all.reshape(grouped).transpose(0, 1).reshape(flat);
+  std::vector<torch::Tensor> pieces;  // part p of rank r at p·size + r
+  pieces.resize(parts * size);
+  for (int64_t r = 0; r < size; ++r) {
+    std::vector<torch::Tensor> own = slices[r].movedim(dim, 0).chunk(parts, 0);
+    for (int64_t p = 0; p < parts; ++p) pieces[p * size + r] = own[p];
   }
+  torch::Tensor all = torch::cat(pieces, 0);
   if (form.split == TensorParallelSplit::kVocab) all = all.narrow(0, 0, form.vocab_size);
   return all.movedim(0, dim).contiguous();
+}
+
+absl::StatusOr<torch::Tensor> GatherWhole(const torch::Tensor& local, const TensorParallelForm& form,
+                                          const TensorParallelGroup& group) {
+  if (!group.split()) return AssembleWhole({local}, form);
+  const int64_t dim = SplitDimension(form);
+  torch::Tensor moved = local.movedim(dim, 0).contiguous();
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] *= group.size;
+  torch::Tensor all = torch::empty(sizes, moved.options());
+  absl::Status gathered = group.comm->AllGather(moved, all);
+  if (!gathered.ok()) return gathered;
+  std::vector<torch::Tensor> slices;
+  for (torch::Tensor& slice : all.chunk(group.size, 0)) slices.push_back(slice.movedim(0, dim));
+  return AssembleWhole(slices, form);
+}
+
+std::string FormLine(const TensorParallelForm& form) {
+  const char* kind = form.split == TensorParallelSplit::kColumn ? "column"
+                     : form.split == TensorParallelSplit::kRow  ? "row"
+                                                                : "vocab";
+  return absl::StrCat(form.parameter, "\t", kind, "\t", form.fused_parts, "\t", form.vocab_size, "\t",
+                      form.padded_vocab_size);
+}
+
+absl::StatusOr<TensorParallelForm> ParseFormLine(const std::string& line) {
+  std::vector<std::string> fields = absl::StrSplit(line, '\t');
+  TensorParallelForm form;
+  int64_t parts = 0;
+  if (fields.size() != 5 || !absl::SimpleAtoi(fields[2], &parts) || !absl::SimpleAtoi(fields[3], &form.vocab_size) ||
+      !absl::SimpleAtoi(fields[4], &form.padded_vocab_size) || parts < 1) {
+    return absl::DataLossError(absl::StrCat("malformed tensor-parallel form: '", line, "'"));
+  }
+  form.parameter = fields[0];
+  form.fused_parts = static_cast<int>(parts);
+  if (fields[1] == "column") {
+    form.split = TensorParallelSplit::kColumn;
+  } else if (fields[1] == "row") {
+    form.split = TensorParallelSplit::kRow;
+  } else if (fields[1] == "vocab") {
+    form.split = TensorParallelSplit::kVocab;
+  } else {
+    return absl::DataLossError(absl::StrCat("tensor-parallel form of ", fields[0], ": unknown split '", fields[1], "'"));
+  }
+  return form;
 }
 
 }  // namespace dslaunch::runtime

@@ -1,12 +1,15 @@
 // How a model's parameters are split across a tensor-parallel group (Note
 // [Tensor parallelism]): the forms a model family declares, this rank's slice
 // of a whole tensor, and the whole tensor gathered back from the slices.
-// Initialisation, checkpoints, Hugging Face import/export and the parity
-// tests all go through these two functions, so a layout is defined once.
+// Initialisation, checkpoints and the parity tests all go through these
+// functions, so a layout is defined once. A form is written to checkpoints
+// as one line (FormLine / ParseFormLine) so a checkpoint saved at one
+// tensor-parallel degree loads at another.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -46,9 +49,17 @@ int64_t SplitDimension(const TensorParallelForm& form);
 absl::StatusOr<torch::Tensor> SliceForRank(const torch::Tensor& whole, const TensorParallelForm& form, int rank,
                                            int size);
 
+// The whole tensor from every rank's slice, slices[r] being rank r's (the
+// inverse of SliceForRank over r = 0 .. slices.size()-1), padding dropped.
+torch::Tensor AssembleWhole(const std::vector<torch::Tensor>& slices, const TensorParallelForm& form);
+
 // Every rank's `local` slice assembled into the whole tensor (padding
 // dropped), on every rank: a collective over the group.
 absl::StatusOr<torch::Tensor> GatherWhole(const torch::Tensor& local, const TensorParallelForm& form,
                                           const TensorParallelGroup& group);
+
+// "name<TAB>column|row|vocab<TAB>fused_parts<TAB>vocab_size<TAB>padded".
+std::string FormLine(const TensorParallelForm& form);
+absl::StatusOr<TensorParallelForm> ParseFormLine(const std::string& line);
 
 }  // namespace dslaunch::runtime

@@ -77,5 +77,29 @@ TEST(TensorParallelLayoutTest, GatherWholeUndoesSliceForRankOnGloo) {
   }
 }
 
+// Without a group: the slices of every rank put back together (what a
+// checkpoint saved at one degree does when it loads at another), and a
+// form's line read back as the form.
+TEST(TensorParallelLayoutTest, AssembleWholeUndoesSliceForRankAndFormsRoundTrip) {
+  torch::manual_seed(4);
+  const TensorParallelForm forms[] = {{"qkv.weight", TensorParallelSplit::kColumn, 3},
+                                      {"proj.weight", TensorParallelSplit::kRow},
+                                      {"embed.weight", TensorParallelSplit::kVocab, 1, 13, PaddedVocabSize(13, 4, 2)}};
+  const torch::Tensor wholes[] = {torch::randn({24, 4}), torch::randn({4, 8}), torch::randn({13, 4})};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<torch::Tensor> slices;
+    for (int rank = 0; rank < 4; ++rank) slices.push_back(SliceForRank(wholes[i], forms[i], rank, 4).value());
+    EXPECT_TRUE(torch::equal(AssembleWhole(slices, forms[i]), wholes[i])) << forms[i].parameter;
+    auto parsed = ParseFormLine(FormLine(forms[i]));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->parameter, forms[i].parameter);
+    EXPECT_EQ(parsed->split, forms[i].split);
+    EXPECT_EQ(parsed->fused_parts, forms[i].fused_parts);
+    EXPECT_EQ(parsed->vocab_size, forms[i].vocab_size);
+    EXPECT_EQ(parsed->padded_vocab_size, forms[i].padded_vocab_size);
+  }
+  EXPECT_FALSE(ParseFormLine("fc.weight\tdiagonal\t1\t0\t0").ok());
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime

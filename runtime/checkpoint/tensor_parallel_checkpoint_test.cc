@@ -1,0 +1,102 @@
+// Checkpoints of tensor-parallel runs (Note [Tensor-parallel checkpoints]):
+// a TP 2 x DP 2 run saved after 3 steps resumes bit for bit at the same
+// layout, and loads at TP 1 (one process; two ranks at ZeRO 2) and at TP 4
+// (ZeRO 3)
+// to continue as the uninterrupted run does, up to the order of sums.
+#include <cstdlib>
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/engine_checkpointer.h"
+#include "runtime/testing/tensor_parallel_training.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using testing::TensorParallelLayout;
+
+struct Continued {
+  std::vector<double> losses;                   // the steps after the checkpoint
+  std::map<std::string, torch::Tensor> params;  // whole, after them
+};
+
+// Trains `layout` for `before` steps (and saves to `dir` when `save`), or
+// loads `dir`'s checkpoint first; then trains 2 more steps.
+Continued TrainAround(const TensorParallelLayout& layout, const std::string& dir, bool load, int before) {
+  std::vector<std::vector<double>> losses(layout.world());
+  std::vector<std::map<std::string, torch::Tensor>> params(layout.world());
+  testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
+    const TensorParallelGroup group = testing::TensorGroupOf(state, layout.sequence_parallel);
+    ModelInterface* family = nullptr;
+    std::shared_ptr<torch::nn::Module> module = testing::BuildTensorParallelModel(layout, group, &family);
+    std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
+    auto engine = Engine::Create(module, testing::TensorParallelConfig(layout), borrowed, torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<double> ignored;
+    if (load) {
+      auto client = EngineCheckpointer(**engine).Load(dir, "");
+      ASSERT_TRUE(client.ok()) << client.status();
+      EXPECT_EQ(client->at("consumed"), before * testing::kTensorParallelRowsPerStep);
+      EXPECT_EQ((*engine)->global_steps(), before);
+    } else {
+      testing::TrainTensorParallelSteps(**engine, *family, layout, state, 0, before, &ignored);
+      absl::Status saved =
+          EngineCheckpointer(**engine).Save(dir, "global_step3", {{"consumed", before * testing::kTensorParallelRowsPerStep}});
+      ASSERT_TRUE(saved.ok()) << saved;
+    }
+    testing::TrainTensorParallelSteps(**engine, *family, layout, state, before, 2, &losses[rank]);
+    params[rank] = testing::WholeParameters(**engine, *module, *family, group);
+  });
+  return Continued{testing::MeanLosses(losses), params[0]};
+}
+
+class TensorParallelCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/tp-checkpoint-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+void ExpectClose(const Continued& got, const Continued& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << ", step " << i;
+  }
+  for (const auto& [name, value] : want.params) {
+    EXPECT_LE((got.params.at(name) - value).abs().max().item<double>(), 1e-4) << what << ": " << name;
+  }
+}
+
+TEST_F(TensorParallelCheckpointTest, ResumesBitForBitAndLoadsAtOtherTensorParallelDegrees) {
+  for (const std::string family : {"gpt", "llama"}) {
+    const TensorParallelLayout saved_layout{family, 2, 2, 1};
+    const std::string dir = dir_ + "/" + family;
+    const Continued uninterrupted = TrainAround(saved_layout, dir, /*load=*/false, 3);
+    ASSERT_EQ(uninterrupted.losses.size(), 2u);
+    // One file per rank of the job.
+    for (int file = 0; file < 4; ++file) {
+      EXPECT_TRUE(std::filesystem::exists(dir + "/global_step3/rank_" + std::to_string(file) + ".pt")) << file;
+    }
+
+    const Continued same = TrainAround(saved_layout, dir, /*load=*/true, 3);
+    EXPECT_EQ(same.losses, uninterrupted.losses) << family << ": the resume is not bit for bit";
+    for (const auto& [name, value] : uninterrupted.params) {
+      EXPECT_TRUE(torch::equal(same.params.at(name), value)) << family << ": " << name;
+    }
+    // (fp32 at ZeRO 0 keeps per-parameter optimizer state and loads only its
+    // own kind of checkpoint: one process at ZeRO 1 instead.)
+    ExpectClose(TrainAround(TensorParallelLayout{family, 1, 1, 1}, dir, true, 3), uninterrupted,
+                family + " loaded at TP 1 (one process, ZeRO 1)");
+    ExpectClose(TrainAround(TensorParallelLayout{family, 4, 1, 3}, dir, true, 3), uninterrupted,
+                family + " loaded at TP 4 (ZeRO 3)");
+    ExpectClose(TrainAround(TensorParallelLayout{family, 1, 2, 2}, dir, true, 3), uninterrupted,
+                family + " loaded at TP 1 x DP 2 (ZeRO 2)");
+  }
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,159 @@
+// Test support: tensor × data-parallel training of the small GPT and Llama
+// on Gloo threads (Note [Tensor parallelism]): the job's layout, its engine
+// config, the model split over this rank's tensor group, training steps on
+// each data-parallel replica's rows, and the parameters gathered whole.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/gpt.h"
+#include "runtime/model/llama.h"
+#include "runtime/testing/rank_group.h"
+
+namespace dslaunch::runtime::testing {
+
+inline constexpr int64_t kTensorParallelRowsPerStep = 8;
+
+struct TensorParallelLayout {
+  std::string family = "gpt";  // gpt | llama (8 query heads, 2 key/value heads)
+  int tp = 1, dp = 1, stage = 0;
+  bool sequence_parallel = false;
+  bool bf16 = false;
+
+  int world() const { return tp * dp; }
+  std::string Describe() const {
+    return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
+                        bf16 ? " bf16" : "");
+  }
+};
+
+inline DsConfig TensorParallelConfig(const TensorParallelLayout& layout) {
+  DsConfig config;
+  config.zero_optimization.stage = layout.stage;
+  config.train_micro_batch_size_per_gpu = kTensorParallelRowsPerStep / layout.dp;
+  config.gradient_accumulation_steps = 1;
+  config.train_batch_size = kTensorParallelRowsPerStep;
+  config.optimizer.type = "AdamW";
+  config.optimizer.lr = 1e-2;
+  config.optimizer.weight_decay = 0.01;
+  config.gradient_clipping = 0.5;  // the norm over the tensor group is part of what is checked
+  config.zero_optimization.reduce_bucket_size = 1000;
+  config.zero_optimization.stage3_param_persistence_threshold = 0;
+  config.bf16.enabled = layout.bf16;
+  return config;
+}
+
+// The model of `layout` split over `group` (the same weights for every split).
+inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorParallelLayout& layout,
+                                                                   const TensorParallelGroup& group,
+                                                                   ModelInterface** family) {
+  if (layout.family == "gpt") {
+    GptOptions options = TinyGpt();
+    options.heads = 4;
+    options.width = 32;
+    options.vocab_size = 37;
+    options.tensor_parallel = group;
+    auto model = std::make_shared<GptImpl>(options, 3);
+    *family = model.get();
+    return model;
+  }
+  LlamaOptions options;
+  options.layers = 2;
+  options.hidden = 32;
+  options.heads = 8;
+  options.kv_heads = 2;
+  options.head_dim = 4;
+  options.intermediate = 48;
+  options.vocab_size = 37;
+  options.tensor_parallel = group;
+  auto model = std::make_shared<LlamaImpl>(options, 3);
+  *family = model.get();
+  return model;
+}
+
+inline TensorParallelGroup TensorGroupOf(const ParallelState& state, bool sequence_parallel) {
+  Communicator* tensor = state.tensor();
+  return TensorParallelGroup{tensor, tensor ? tensor->rank() : 0, tensor ? tensor->size() : 1, sequence_parallel};
+}
+
+// Runs body(rank, state) for every rank of `layout` on threads (one process
+// without threads when the world is 1).
+inline void RunTensorParallelRanks(const TensorParallelLayout& layout,
+                                   const std::function<void(int, const ParallelState&)>& body) {
+  if (layout.world() == 1) {
+    body(0, *ParallelState::DataParallelOnly(nullptr));
+    return;
+  }
+  InProcessStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    threads.emplace_back([&, rank] {
+      StoreClient client = store.Client(0);
+      auto state = ParallelState::Create(
+          layout.world(), rank, ParallelSizes{.tensor = layout.tp},
+          [&client](const GroupSpec& spec) { return CreateCommunicator(CommBackend::kGloo, client, spec); }, nullptr);
+      ASSERT_TRUE(state.ok()) << state.status();
+      body(rank, **state);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+}
+
+// Steps [first, first + steps) on this replica's rows of each global batch;
+// appends this rank's loss of each.
+inline void TrainTensorParallelSteps(Engine& engine, ModelInterface& model, const TensorParallelLayout& layout,
+                                     const ParallelState& state, int first, int steps, std::vector<double>* losses) {
+  const int data_rank = state.data() ? state.data()->rank() : 0;
+  const int64_t rows = kTensorParallelRowsPerStep / layout.dp;
+  for (int step = first; step < first + steps; ++step) {
+    auto [inputs, targets] = Batch(step * kTensorParallelRowsPerStep + data_rank * rows, rows);
+    torch::Tensor loss = model.Loss(inputs, targets);
+    losses->push_back(loss.item<double>());
+    ASSERT_TRUE(engine.Backward(loss).ok());
+    auto stepped = engine.Step();
+    ASSERT_TRUE(stepped.ok()) << stepped.status();
+    EXPECT_TRUE(stepped->stepped);
+  }
+}
+
+// Every parameter whole (fp32), on every rank: a collective over the tensor
+// group (and with ZeRO-3 the data group).
+inline std::map<std::string, torch::Tensor> WholeParameters(Engine& engine, torch::nn::Module& module,
+                                                            ModelInterface& model, const TensorParallelGroup& group) {
+  EXPECT_TRUE(engine.GatherFullParameters().ok());
+  std::map<std::string, TensorParallelForm> forms;
+  for (const TensorParallelForm& form : model.TensorParallelForms()) forms[form.parameter] = form;
+  std::map<std::string, torch::Tensor> whole;
+  for (const auto& item : module.named_parameters()) {
+    torch::Tensor value = item.value().detach().to(torch::kFloat);
+    if (auto it = forms.find(item.key()); it != forms.end()) {
+      auto gathered = GatherWhole(value, it->second, group);
+      EXPECT_TRUE(gathered.ok()) << gathered.status();
+      if (gathered.ok()) value = *gathered;
+    }
+    whole[item.key()] = value.clone();
+  }
+  return whole;
+}
+
+// The step losses of a run: each step's mean over the data-parallel
+// replicas (the ranks of a tensor group compute the same loss).
+inline std::vector<double> MeanLosses(const std::vector<std::vector<double>>& per_rank) {
+  std::vector<double> mean;
+  for (size_t step = 0; !per_rank.empty() && step < per_rank[0].size(); ++step) {
+    double sum = 0;
+    for (const auto& losses : per_rank) sum += step < losses.size() ? losses[step] : 0;
+    mean.push_back(sum / static_cast<double>(per_rank.size()));
+  }
+  return mean;
+}
+
+}  // namespace dslaunch::runtime::testing
