@@ -4,6 +4,8 @@
 #include "absl/strings/str_join.h"
 
 #include "common/rank_contract.h"
+#include "runtime/topology/process_topology.h"
+
 namespace dslaunch {
 namespace {
 
@@ -24,6 +26,18 @@ void PrintVariables(const std::map<std::string, std::string>& env, const JobSpec
   }
 }
 
+// ", (pipe, data, model) = (p, d, m)" in DeepSpeed's grid when the job has
+// tensor or pipeline parallelism (runtime/topology), or nothing.
+std::string GridCoordinates(const JobSpec& spec, int rank) {
+  const int world = spec.plan.world_size();
+  const int tp = spec.tensor_parallel_size, pp = spec.pipeline_stages;
+  if (tp * pp == 1 || world % (tp * pp) != 0) return "";
+  auto topology = runtime::ProcessTopology::Create(pp, world / (tp * pp), tp);
+  if (!topology.ok()) return "";
+  const runtime::ProcessCoord c = topology->Coordinate(rank);
+  return absl::StrCat(", (pipe, data, model) = (", c.pipe, ", ", c.data, ", ", c.model, ")");
+}
+
 }  // namespace
 
 void PrintDryRun(const JobSpec& spec, LauncherKind launcher, std::FILE* out) {
@@ -41,8 +55,9 @@ void PrintDryRun(const JobSpec& spec, LauncherKind launcher, std::FILE* out) {
   }
   for (const RankPlacement& rank : plan.ranks) {
     const std::string& host = plan.nodes[rank.node_index].host;
-    std::fprintf(out, "rank %d: host %s, local rank %d of %d, device %d\n", rank.global_rank,
-                 host.c_str(), rank.local_rank, rank.local_world_size, rank.device);
+    std::fprintf(out, "rank %d: host %s, local rank %d of %d, device %d%s\n", rank.global_rank,
+                 host.c_str(), rank.local_rank, rank.local_world_size, rank.device,
+                 GridCoordinates(spec, rank.global_rank).c_str());
     std::fprintf(out, "  argv: %s\n",
                  absl::StrJoin(BuildRankArgv(spec.program, rank, spec.no_local_rank), " ").c_str());
     PrintVariables(BuildRankOwnEnvironment(rank), spec, out);

@@ -11,8 +11,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string DryRun(int slots) {
+std::string DryRun(int slots, int tensor_parallel = 1) {
   JobSpec spec;
+  spec.tensor_parallel_size = tensor_parallel;
   spec.job_id = "job-dry";
   std::vector<int> all;
   for (int slot = 0; slot < slots; ++slot) all.push_back(slot);
@@ -54,6 +55,16 @@ TEST(DryRun, OutputGrowsLinearlyWithTheRanks) {
   const size_t bytes_4096 = DryRun(4096).size();
   EXPECT_LT(bytes_1024, 200u * 1024);
   EXPECT_LT(bytes_4096, bytes_1024 * 42 / 10);
+}
+
+// With tensor parallelism each rank's place in DeepSpeed's (pipe, data,
+// model) grid: the tensor groups are adjacent ranks.
+TEST(DryRun, ShowsEachRanksGridCoordinatesWithTensorParallelism) {
+  const std::string text = DryRun(4, /*tensor_parallel=*/2);
+  EXPECT_THAT(text, HasSubstr("rank 0: host big-host, local rank 0 of 4, device 0, (pipe, data, model) = (0, 0, 0)\n"));
+  EXPECT_THAT(text, HasSubstr("rank 1: host big-host, local rank 1 of 4, device 1, (pipe, data, model) = (0, 0, 1)\n"));
+  EXPECT_THAT(text, HasSubstr("rank 2: host big-host, local rank 2 of 4, device 2, (pipe, data, model) = (0, 1, 0)\n"));
+  EXPECT_THAT(DryRun(2), ::testing::Not(HasSubstr("(pipe, data, model)")));
 }
 
 }  // namespace

@@ -78,6 +78,10 @@ namespace dslaunch {
 struct JobSpec {
   std::string job_id;
   LaunchPlan plan;
+  // The ranks' grid, for --dry_run's coordinates: a dsrank job's
+  // tensor_parallel.tp_size and pipeline.stages (1 and 1 otherwise).
+  int tensor_parallel_size = 1;
+  int pipeline_stages = 1;
   std::vector<std::string> program;
   bool no_local_rank = false;
   std::string working_dir;

@@ -41,7 +41,27 @@ absl::StatusOr<std::vector<runtime::ConfigOverride>> JobFileOverrides(const Laun
   return ParseOverrides(texts);
 }
 
-absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, int world_size) {
+// Note [Tensor parallelism] (runtime/tensor_parallel): a tensor group is
+// tp_size adjacent ranks, which must sit on one host (NVLink, not the
+// network), so tp_size must divide every host's slots.
+absl::Status CheckTensorGroupsFitHosts(const runtime::JobConfig& job, const LaunchPlan& plan) {
+  const int tp = job.ds.tensor_parallel.tp_size;
+  if (tp <= 1) return absl::OkStatus();
+  for (const HostSlots& node : plan.nodes) {
+    const int slots = static_cast<int>(node.slots.size());
+    if (slots % tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor_parallel.tp_size=", tp, " does not divide the ", slots, " slot(s) used on host ", node.host,
+          ": a tensor-parallel group must sit on one host (adjacent local ranks); use a tp_size that divides every "
+          "host's slots, or --num_gpus a multiple of it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, JobSpec* spec) {
+  const LaunchPlan& plan = spec->plan;
+  const int world_size = plan.world_size();
   auto overrides = JobFileOverrides(options);
   if (!overrides.ok()) return overrides.status();
   // Note [Elastic batch]: an elastic job may adjust a global batch this
@@ -54,6 +74,9 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
     return absl::InvalidArgumentError(absl::StrCat(options.program[0], " is not valid for ", world_size,
                                                    " rank(s):\n", job.status().message()));
   }
+  if (absl::Status fits = CheckTensorGroupsFitHosts(*job, plan); !fits.ok()) return fits;
+  spec->tensor_parallel_size = std::max(1, job->ds.tensor_parallel.tp_size);
+  spec->pipeline_stages = std::max(1, job->ds.pipeline.stages);
   if (!job->not_yet_supported.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(options.program[0],
                                                    " asks for what this runtime does not support yet:\n  ",
@@ -88,7 +111,7 @@ absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec) {
         "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM");
   }
   const std::string job_file = std::filesystem::absolute(options.program[0]).string();
-  if (absl::Status checked = CheckJobFile(options, job_file, spec->plan.world_size()); !checked.ok()) {
+  if (absl::Status checked = CheckJobFile(options, job_file, spec); !checked.ok()) {
     return checked;
   }
   std::vector<std::string> program = {DsrankBinary(), job_file};

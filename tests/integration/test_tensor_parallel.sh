@@ -56,3 +56,18 @@ grep -q "model.dropout=0.1: dropout with tensor parallelism is not yet supported
   "$WORK/refused.out" "$WORK/refused.err" || fail "no refusal naming model.dropout: $(tail -3 "$WORK/refused.err")"
 grep -q "step=1 " "$WORK/refused.out" && fail "the refused job trained a step"
 pass "model.dropout with TP 2 is refused naming the setting"
+
+# Placement: a tensor group must sit on one host; --dry_run shows the grid.
+printf 'worker-a slots=3\nworker-b slots=3\n' >"$WORK/hosts"
+set +e
+"$DSLAUNCH" --dry_run --hostfile "$WORK/hosts" "${COMMON[@]}" --override ds_config.tensor_parallel.tp_size=2 \
+  --override train.micro_batch_size=2 --override train.global_batch_size=6 "$CONFIG" >"$WORK/hosts.out" 2>"$WORK/hosts.err"
+code=$?
+set -e
+((code == 2)) || fail "tp_size 2 on hosts of 3 slots exited $code, expected 2"
+grep -q "tensor_parallel.tp_size=2 does not divide the 3 slot(s) used on host worker-a" "$WORK/hosts.err" ||
+  fail "no refusal naming tp_size and the host's slots: $(cat "$WORK/hosts.err")"
+"$DSLAUNCH" --dry_run --num_gpus 4 "${COMMON[@]}" --override ds_config.tensor_parallel.tp_size=2 \
+  --override train.micro_batch_size=4 "$CONFIG" >"$WORK/dry.out" 2>"$WORK/dry.err" || fail "dry run exited $?"
+grep -q "rank 3: host .*, (pipe, data, model) = (0, 1, 1)" "$WORK/dry.out" || fail "no grid coordinates: $(grep '^rank 3' "$WORK/dry.out")"
+pass "tp_size 2 on hosts of 3 slots is refused naming both; --dry_run shows each rank's (pipe, data, model)"
