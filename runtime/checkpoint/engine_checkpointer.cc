@@ -286,14 +286,40 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
-  if (absl::Status refused = RefuseTensorParallel(engine_, "Hugging Face export"); !refused.ok()) return refused;
+  // Split over a tensor group: every parameter gathered whole (a collective,
+  // in the same order on every rank); world rank 0 keeps them to write.
+  std::map<std::string, torch::Tensor> whole;
+  if (const Communicator* tensor = engine_.parallel().tensor()) {
+    if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+    const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
+    if (family == nullptr) return absl::FailedPreconditionError("Hugging Face export: the model declares no forms");
+    std::map<std::string, TensorParallelForm> forms;
+    for (const TensorParallelForm& form : family->TensorParallelForms()) forms[form.parameter] = form;
+    const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
+    const bool keeper = FileIndexOf(engine_).index == 0;
+    try {
+      torch::NoGradGuard no_grad;
+      for (const auto& item : engine_.model_->named_parameters()) {
+        torch::Tensor value = item.value().detach();
+        if (auto it = forms.find(item.key()); it != forms.end()) {
+          auto gathered = GatherWhole(value, it->second, group);
+          if (!gathered.ok()) return gathered.status();
+          value = *gathered;
+        }
+        if (keeper) whole[item.key()] = value.to(torch::kCPU);
+      }
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
+    }
+  }
   return ExportGathered([&]() -> absl::Status {
     const torch::nn::Module& module = *engine_.model_;
     std::vector<HfTensorSpec> tensors;
     for (const std::string& name : MergedParameterNames(module)) {
-      tensors.push_back({name, module.named_parameters()[name].sizes().vec()});
+      tensors.push_back({name, whole.empty() ? module.named_parameters()[name].sizes().vec() : whole.at(name).sizes().vec()});
     }
     return ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      if (!whole.empty()) return whole.at(name);
       return MergedParameter(module, name);
     });
   });
@@ -322,7 +348,9 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
 
 absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status()>& write_on_rank0) {
   if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
-  const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
+  // World rank 0 writes (with tensor parallelism several ranks are
+  // data-parallel rank 0).
+  const int rank = FileIndexOf(engine_).index;
   absl::Status written = absl::OkStatus();
   if (rank == 0) {
     try {

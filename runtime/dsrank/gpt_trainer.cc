@@ -42,9 +42,7 @@ absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
     return absl::UnimplementedError(absl::StrCat(job.path, ": ", setting, " with tensor_parallel.tp_size=", tp,
                                                  " is not yet supported"));
   };
-  if (!job.model.from.empty()) return refuse("model.from (loading Hugging Face weights into tensor-parallel slices)");
   if (job.lora.r > 0) return refuse("lora.r (LoRA adapters on split projections)");
-  if (!job.export_.hf_dir.empty()) return refuse("export.hf_dir (exporting split parameters)");
   return absl::OkStatus();
 }
 
@@ -291,7 +289,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (!built.ok()) return built.status();
   ModelInterface* model = built->model;
   if (pretrained) {
-    if (absl::Status loaded = LoadHfWeights(*pretrained, *built->module); !loaded.ok()) return loaded;
+    // Split over a tensor group, each rank copies only its slices.
+    if (absl::Status loaded = LoadHfWeights(*pretrained, *built->module, model->TensorParallelForms(),
+                                            spec.tensor_parallel.rank, spec.tensor_parallel.size);
+        !loaded.ok()) {
+      return loaded;
+    }
     if (context.rank == 0) {
       absl::FPrintF(context.out, "dsrank: loaded %s (%s weights)\n", job.model.from,
                     pretrained->torch_dtype().empty() ? std::string("F32/F16/BF16") : pretrained->torch_dtype());

@@ -1,5 +1,6 @@
 #include "runtime/hf/hf_weights.h"
 
+#include <map>
 #include <set>
 #include <vector>
 
@@ -21,7 +22,23 @@ constexpr size_t kMaxListedProblems = 20;
 
 }  // namespace
 
-absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module) {
+absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
+                           const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size) {
+  std::map<std::string, const TensorParallelForm*> form_of;
+  for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
+  // The shape this rank holds of a folder tensor of shape `whole`.
+  auto local_shape = [&](const std::string& name, std::vector<int64_t> whole) {
+    auto it = form_of.find(name);
+    if (it == form_of.end() || whole.empty()) return whole;
+    const TensorParallelForm& form = *it->second;
+    const int64_t dim = SplitDimension(form);
+    if (static_cast<int64_t>(whole.size()) <= dim) return whole;
+    if (form.split == TensorParallelSplit::kVocab) {
+      if (whole[0] == form.vocab_size) whole[0] = form.padded_vocab_size;
+    }
+    whole[dim] = whole[dim] % tp_size == 0 ? whole[dim] / tp_size : -1;
+    return whole;
+  };
   const std::string& torch_dtype = folder.torch_dtype();
   std::vector<std::string> problems;
   auto problem = [&](const std::string& text) { problems.push_back(text); };
@@ -44,9 +61,10 @@ absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& modul
       problem(absl::StrCat(file, ": tensor '", name, "' is ", entry->dtype_name, " but ", folder.config_path(),
                            " says torch_dtype ", torch_dtype, " (", expected_dtype, ")"));
     }
-    if (entry->shape != item.value().sizes().vec()) {
+    if (local_shape(name, entry->shape) != item.value().sizes().vec()) {
       problem(absl::StrCat(file, ": tensor '", name, "' has shape [", absl::StrJoin(entry->shape, ", "), "] but ",
-                           folder.config_path(), " gives [", absl::StrJoin(item.value().sizes().vec(), ", "), "]"));
+                           folder.config_path(), " gives [", absl::StrJoin(item.value().sizes().vec(), ", "), "]",
+                           tp_size > 1 ? absl::StrCat(" for tensor-parallel rank ", tp_rank, " of ", tp_size) : ""));
     }
   }
   for (const std::string& name : folder.TensorNames()) {
@@ -80,6 +98,12 @@ absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& modul
   for (auto& item : parameters) {
     auto view = folder.View(item.key());
     if (!view.ok()) return view.status();
+    if (auto it = form_of.find(item.key()); it != form_of.end()) {
+      auto slice = SliceForRank(*view, *it->second, tp_rank, tp_size);
+      if (!slice.ok()) return slice.status();
+      item.value().copy_(*slice);
+      continue;
+    }
     item.value().copy_(*view);
   }
   return absl::OkStatus();

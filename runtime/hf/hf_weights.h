@@ -12,16 +12,23 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "runtime/hf/hf_model_folder.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
 namespace dslaunch::runtime {
 
 // Values are converted to each parameter's dtype. Without a torch_dtype in
-// config.json any of F32/F16/BF16 is accepted.
-absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module);
+// config.json any of F32/F16/BF16 is accepted. A module split over a
+// tensor-parallel group (Note [Tensor parallelism]) gives its `forms` and
+// this rank's place in the group: each parameter with a form receives its
+// slice (SliceForRank) of the folder's tensor, read through the file's
+// mapping, and shapes are checked against the slice.
+absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
+                           const std::vector<TensorParallelForm>& forms = {}, int tp_rank = 0, int tp_size = 1);
 
 }  // namespace dslaunch::runtime

@@ -71,3 +71,34 @@ grep -q "tensor_parallel.tp_size=2 does not divide the 3 slot(s) used on host wo
   --override train.micro_batch_size=4 "$CONFIG" >"$WORK/dry.out" 2>"$WORK/dry.err" || fail "dry run exited $?"
 grep -q "rank 3: host .*, (pipe, data, model) = (0, 1, 1)" "$WORK/dry.out" || fail "no grid coordinates: $(grep '^rank 3' "$WORK/dry.out")"
 pass "tp_size 2 on hosts of 3 slots is refused naming both; --dry_run shows each rank's (pipe, data, model)"
+
+# A Llama-family Hugging Face folder (GQA) at TP 2: each rank loads its slices;
+# the losses are one rank's; with lr 0 the export at TP 2 x DP 2 (ZeRO-3) holds
+# exactly the folder's tensors.
+HF=$(cd "$(dirname "$0")/../hf" && pwd)
+PY=${REFERENCE_PYTHON:-/usr/bin/python3}
+"$PY" -c 'import torch' 2>/dev/null || fail "$PY has no torch (scripts/setup.sh installs python3-torch)"
+"$PY" "$HF/make_tiny_llama.py" "$WORK/tiny" llama3_gqa --shards 2 --seed 3
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/llama-tiny.cfg
+COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/fortunes"
+  --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
+  --override train.global_batch_size=8 --override train.steps=6)
+run_job llama1 1 --override train.micro_batch_size=8
+run_job llama_tp2 2 --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
+  --override train.micro_batch_size=8
+same_losses llama1 llama_tp2 "Llama from a Hugging Face folder at TP 2 (sequence parallel) vs 1 rank"
+run_job llama_export 4 --override ds_config.tensor_parallel.tp_size=2 --override train.micro_batch_size=4 \
+  --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
+  --override ds_config.zero_optimization.stage=3 --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 \
+  --override "export.hf_dir=$WORK/tp_hf" --override export.dtype=float32
+"$PY" - "$HF" "$WORK/tiny" "$WORK/tp_hf" <<'PYEOF' || fail "the TP 2 export differs from the folder"
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_io
+a, b = safetensors_io.read_folder(sys.argv[2]), safetensors_io.read_folder(sys.argv[3])
+assert sorted(a) == sorted(b), "different tensor names: %s" % sorted(set(a) ^ set(b))
+bad = [n for n in a if not (a[n].shape == b[n].shape and a[n].float().equal(b[n].float()))]
+assert not bad, "differ: %s" % bad[:5]
+print("TP 2 export: %d tensors identical" % len(a))
+PYEOF
+pass "a Hugging Face Llama folder trains at TP 2 like one rank, and exports back exactly at TP 2 x DP 2"
