@@ -9,6 +9,7 @@
 // five AdamW steps at lr 1e-2 (the split sums differ in their last bits, and
 // Adam's update divides by √v, which magnifies a difference where v is small).
 #include <map>
+#include <set>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -78,6 +79,48 @@ TEST(TensorParallelTrainingTest, LlamaWithSequenceParallelismMatchesOneProcess) 
 TEST(TensorParallelTrainingTest, WorldEightAsTpFourByDpTwoAndTpTwoByDpFourMatchesOneProcess) {
   ExpectSameTraining(TensorParallelLayout{"llama", 4, 2, 3});
   ExpectSameTraining(TensorParallelLayout{"gpt", 2, 4, 1, /*sequence_parallel=*/true});
+}
+
+// memory_breakdown: a rank's parameters, gradients, master weights and
+// optimizer state are Ψ_local = (Ψ_split + vocabulary padding)/T +
+// Ψ_replicated elements at the bytes per element of one process.
+TEST(TensorParallelTrainingTest, MemoryPerRankShrinksByTheTensorParallelDegree) {
+  Engine::MemoryBreakdown one;
+  int64_t split = 0, replicated = 0;
+  {
+    TensorParallelLayout layout{"gpt", 1, 1, 1, false, /*bf16=*/true};
+    ModelInterface* family = nullptr;
+    auto module = testing::BuildTensorParallelModel(layout, TensorParallelGroup{}, &family);
+    std::set<std::string> forms;
+    for (const TensorParallelForm& form : family->TensorParallelForms()) forms.insert(form.parameter);
+    for (const auto& item : module->named_parameters()) (forms.count(item.key()) ? split : replicated) += item.value().numel();
+    auto engine = Engine::Create(module, testing::TensorParallelConfig(layout), ParallelState::DataParallelOnly(nullptr),
+                                 torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<double> losses;
+    testing::TrainTensorParallelSteps(**engine, *family, layout, *ParallelState::DataParallelOnly(nullptr), 0, 1, &losses);
+    one = (*engine)->Memory();
+  }
+  const int64_t whole = split + replicated;
+  const int64_t padding = (PaddedVocabSize(37, 2, 1) - 37) * 32;  // the token embedding's padding row
+  const int64_t local = (split + padding) / 2 + replicated;
+  TensorParallelLayout layout{"gpt", 2, 1, 1, false, /*bf16=*/true};
+  testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
+    ModelInterface* family = nullptr;
+    auto module = testing::BuildTensorParallelModel(layout, testing::TensorGroupOf(state, false), &family);
+    EXPECT_EQ(CountParameters(*module), local) << "rank " << rank;
+    std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
+    auto engine = Engine::Create(module, testing::TensorParallelConfig(layout), borrowed, torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<double> losses;
+    testing::TrainTensorParallelSteps(**engine, *family, layout, state, 0, 1, &losses);
+    const Engine::MemoryBreakdown m = (*engine)->Memory();
+    EXPECT_EQ(m.parameters * whole, one.parameters * local) << "rank " << rank;
+    EXPECT_EQ(m.gradients * whole, one.gradients * local) << "rank " << rank;
+    EXPECT_EQ(m.master_weights * whole, one.master_weights * local) << "rank " << rank;
+    EXPECT_EQ(m.optimizer_state * whole, one.optimizer_state * local) << "rank " << rank;
+    EXPECT_GT(m.parameters, 0);
+  });
 }
 
 }  // namespace
