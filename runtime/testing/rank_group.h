@@ -54,6 +54,10 @@ class InProcessStore {
         auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
         ASSERT_TRUE(comm.ok()) << comm.status();
         body(rank, **comm);
+        // No member tears its connections down while another may still be
+        // completing its own handshake with it (a body without collectives
+        // would otherwise race Gloo's connectFullMesh on the others).
+        EXPECT_TRUE((*comm)->Barrier().ok());
       });
     }
     for (auto& thread : threads) thread.join();
