@@ -1,7 +1,6 @@
 // The Gloo backend: c10d's ProcessGroupGloo (part of Debian's LibTorch and of
 // every PyTorch build) over CPU tensors, rendezvousing through StoreAdapter.
 #include <cstdlib>
-#include <mutex>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -28,17 +27,7 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 template <typename Call>
 absl::Status Run(const char* op, Call&& call) {
   try {
-    decltype(call()) work;  // the Work type differs between LibTorch 1.13 and 2.x
-    {
-      // Submission is serialized across the process; the wait is not. On
-      // LibTorch 2.11, ranks run as threads of one test process crashed in
-      // ProcessGroupGloo::enqueue (inside a std::map insert) when several
-      // groups submitted at once; a rank process submits from one thread at
-      // a time anyway, so this costs it nothing.
-      static std::mutex submission;
-      std::lock_guard<std::mutex> lock(submission);
-      work = call();
-    }
+    auto work = call();
     if (work) work->wait();
     return absl::OkStatus();
   } catch (const std::exception& e) {
