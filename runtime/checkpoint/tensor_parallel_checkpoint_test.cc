@@ -26,26 +26,23 @@ Continued TrainAround(const TensorParallelLayout& layout, const std::string& dir
   std::vector<std::vector<double>> losses(layout.world());
   std::vector<std::map<std::string, torch::Tensor>> params(layout.world());
   testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
-    const TensorParallelGroup group = testing::TensorGroupOf(state, layout.sequence_parallel);
-    ModelInterface* family = nullptr;
-    std::shared_ptr<torch::nn::Module> module = testing::BuildTensorParallelModel(layout, group, &family);
-    std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
-    auto engine = Engine::Create(module, testing::TensorParallelConfig(layout), borrowed, torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
+    testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    Engine* engine = r.engine.get();
     std::vector<double> ignored;
     if (load) {
-      auto client = EngineCheckpointer(**engine).Load(dir, "");
+      auto client = EngineCheckpointer(*engine).Load(dir, "");
       ASSERT_TRUE(client.ok()) << client.status();
       EXPECT_EQ(client->at("consumed"), before * testing::kTensorParallelRowsPerStep);
-      EXPECT_EQ((*engine)->global_steps(), before);
+      EXPECT_EQ(engine->global_steps(), before);
     } else {
-      testing::TrainTensorParallelSteps(**engine, *family, layout, state, 0, before, &ignored);
+      testing::TrainTensorParallelSteps(*engine, *r.family, layout, state, 0, before, &ignored);
       absl::Status saved =
-          EngineCheckpointer(**engine).Save(dir, "global_step3", {{"consumed", before * testing::kTensorParallelRowsPerStep}});
+          EngineCheckpointer(*engine).Save(dir, "global_step3", {{"consumed", before * testing::kTensorParallelRowsPerStep}});
       ASSERT_TRUE(saved.ok()) << saved;
     }
-    testing::TrainTensorParallelSteps(**engine, *family, layout, state, before, 2, &losses[rank]);
-    params[rank] = testing::WholeParameters(**engine, *module, *family, group);
+    testing::TrainTensorParallelSteps(*engine, *r.family, layout, state, before, 2, &losses[rank]);
+    params[rank] = testing::WholeParameters(*engine, *r.module, *r.family, r.group);
   });
   return Continued{testing::MeanLosses(losses), params[0]};
 }

@@ -32,14 +32,10 @@ Outcome Train(const TensorParallelLayout& layout) {
   std::vector<std::vector<double>> losses(layout.world());
   std::vector<std::map<std::string, torch::Tensor>> params(layout.world());
   testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
-    const TensorParallelGroup group = testing::TensorGroupOf(state, layout.sequence_parallel);
-    ModelInterface* family = nullptr;
-    std::shared_ptr<torch::nn::Module> module = testing::BuildTensorParallelModel(layout, group, &family);
-    std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
-    auto engine = Engine::Create(module, testing::TensorParallelConfig(layout), borrowed, torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    testing::TrainTensorParallelSteps(**engine, *family, layout, state, 0, kSteps, &losses[rank]);
-    params[rank] = testing::WholeParameters(**engine, *module, *family, group);
+    testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    testing::TrainTensorParallelSteps(*r.engine, *r.family, layout, state, 0, kSteps, &losses[rank]);
+    params[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
   });
   return Outcome{testing::MeanLosses(losses), params[0]};
 }

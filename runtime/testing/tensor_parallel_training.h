@@ -84,6 +84,26 @@ inline TensorParallelGroup TensorGroupOf(const ParallelState& state, bool sequen
   return TensorParallelGroup{tensor, tensor ? tensor->rank() : 0, tensor ? tensor->size() : 1, sequence_parallel};
 }
 
+// One rank's model (split over its tensor group) and engine.
+struct TensorParallelRank {
+  TensorParallelGroup group;
+  ModelInterface* family = nullptr;
+  std::shared_ptr<torch::nn::Module> module;
+  std::unique_ptr<Engine> engine;  // null when Engine::Create failed (the test has failed)
+};
+
+// `state` must outlive the result (the engine borrows it).
+inline TensorParallelRank StartTensorParallelRank(const TensorParallelLayout& layout, const ParallelState& state) {
+  TensorParallelRank rank;
+  rank.group = TensorGroupOf(state, layout.sequence_parallel);
+  rank.module = BuildTensorParallelModel(layout, rank.group, &rank.family);
+  std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
+  auto engine = Engine::Create(rank.module, TensorParallelConfig(layout), borrowed, torch::kCPU);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (engine.ok()) rank.engine = std::move(*engine);
+  return rank;
+}
+
 // Runs body(rank, state) for every rank of `layout` on threads (one process
 // without threads when the world is 1).
 inline void RunTensorParallelRanks(const TensorParallelLayout& layout,
