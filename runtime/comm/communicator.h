@@ -24,6 +24,14 @@ namespace dslaunch::runtime {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
+// One point-to-point transfer of a SendRecv batch.
+struct PeerTransfer {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  torch::Tensor tensor;  // contiguous; sent from, or received into
+  int peer = 0;          // index in the group
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -43,6 +51,14 @@ class Communicator {
   virtual absl::Status Broadcast(torch::Tensor& tensor, int root) = 0;
   virtual absl::Status Send(const torch::Tensor& tensor, int peer) = 0;
   virtual absl::Status Recv(torch::Tensor& tensor, int peer) = 0;
+  // Posts every transfer of the batch, then waits for all of them (the
+  // counterpart of torch.distributed.batch_isend_irecv): a rank may send to
+  // and receive from a peer that does the same without deadlock, which
+  // blocking Send then Recv would not allow. Not a collective: only the
+  // peers named take part. Transfers from one rank to another pair up in the
+  // order each side posts them, over all of their batches (NCCL has no
+  // tags), so both sides must list them in the same order.
+  virtual absl::Status SendRecv(std::vector<PeerTransfer>& transfers) = 0;
   // `input` and `output` hold size() equal chunks; chunk j of rank i's input
   // lands in chunk i of rank j's output.
   virtual absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) = 0;

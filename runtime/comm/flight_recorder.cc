@@ -62,6 +62,11 @@ absl::Status RecordingCommunicator::Send(const torch::Tensor& tensor, int peer) 
 absl::Status RecordingCommunicator::Recv(torch::Tensor& tensor, int peer) {
   return Record("recv", Bytes(tensor), [&] { return inner_->Recv(tensor, peer); });
 }
+absl::Status RecordingCommunicator::SendRecv(std::vector<PeerTransfer>& transfers) {
+  int64_t bytes = 0;
+  for (const PeerTransfer& transfer : transfers) bytes += Bytes(transfer.tensor);
+  return Record("send_recv", bytes, [&] { return inner_->SendRecv(transfers); });
+}
 absl::Status RecordingCommunicator::AllToAll(const torch::Tensor& input, torch::Tensor& output) {
   return Record("all_to_all", Bytes(input), [&] { return inner_->AllToAll(input, output); });
 }

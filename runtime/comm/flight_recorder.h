@@ -60,6 +60,7 @@ class RecordingCommunicator : public Communicator {
   absl::Status Broadcast(torch::Tensor& tensor, int root) override;
   absl::Status Send(const torch::Tensor& tensor, int peer) override;
   absl::Status Recv(torch::Tensor& tensor, int peer) override;
+  absl::Status SendRecv(std::vector<PeerTransfer>& transfers) override;
   absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) override;
   absl::Status Barrier() override;
 

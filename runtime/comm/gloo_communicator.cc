@@ -1,6 +1,7 @@
 // The Gloo backend: c10d's ProcessGroupGloo (part of Debian's LibTorch and of
 // every PyTorch build) over CPU tensors, rendezvousing through StoreAdapter.
 #include <cstdlib>
+#include <utility>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -128,6 +129,25 @@ class GlooCommunicator final : public Communicator {
   absl::Status Recv(torch::Tensor& tensor, int peer) override {
     std::vector<at::Tensor> tensors{tensor};
     return Run("recv", [&] { return group_->recv(tensors, peer, /*tag=*/0); });
+  }
+
+  absl::Status SendRecv(std::vector<PeerTransfer>& transfers) override {
+    try {
+      // c10d's work handle (its type's name differs between LibTorch versions).
+      using WorkHandle = decltype(group_->send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
+      std::vector<WorkHandle> posted;
+      std::vector<std::vector<at::Tensor>> tensor_lists;  // alive until the waits
+      tensor_lists.reserve(transfers.size());
+      for (PeerTransfer& transfer : transfers) {
+        std::vector<at::Tensor>& tensors = tensor_lists.emplace_back(1, transfer.tensor);
+        posted.push_back(transfer.kind == PeerTransfer::Kind::kSend ? group_->send(tensors, transfer.peer, /*tag=*/0)
+                                                                    : group_->recv(tensors, transfer.peer, /*tag=*/0));
+      }
+      for (auto& work : posted) work->wait();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("gloo send_recv: ", e.what()));
+    }
   }
 
   absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) override {

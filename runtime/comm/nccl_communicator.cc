@@ -136,6 +136,25 @@ class NcclCommunicator final : public Communicator {
     return absl::OkStatus();
   }
 
+  absl::Status SendRecv(std::vector<PeerTransfer>& transfers) override {
+    for (const PeerTransfer& transfer : transfers) {
+      if (auto s = CheckCuda(transfer.tensor, "send_recv"); !s.ok()) return s;
+      if (auto type = NcclType(transfer.tensor); !type.ok()) return type.status();
+    }
+    cudaStream_t stream = compat::CurrentCudaStream();
+    DS_NCCL_CHECK(ncclGroupStart());
+    for (PeerTransfer& transfer : transfers) {
+      const ncclDataType_t type = *NcclType(transfer.tensor);
+      if (transfer.kind == PeerTransfer::Kind::kSend) {
+        DS_NCCL_CHECK(ncclSend(transfer.tensor.data_ptr(), transfer.tensor.numel(), type, transfer.peer, comm_, stream));
+      } else {
+        DS_NCCL_CHECK(ncclRecv(transfer.tensor.data_ptr(), transfer.tensor.numel(), type, transfer.peer, comm_, stream));
+      }
+    }
+    DS_NCCL_CHECK(ncclGroupEnd());
+    return absl::OkStatus();
+  }
+
   absl::Status AllToAll(const torch::Tensor& input, torch::Tensor& output) override {
     if (auto s = CheckCuda(input, "all_to_all"); !s.ok()) return s;
     if (auto s = CheckCuda(output, "all_to_all"); !s.ok()) return s;

@@ -5,13 +5,21 @@
 namespace dslaunch::runtime {
 namespace {
 
+// The segment rides in the autograd node until its backward recomputes it,
+// so a caller may checkpoint per-call closures (a pipeline keeps several
+// micro-batches' forwards alive at once, each with its own context).
+struct SegmentHolder : torch::CustomClassHolder {
+  explicit SegmentHolder(Segment s) : segment(std::move(s)) {}
+  Segment segment;
+};
+
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               const Segment* segment, bool input_to_cpu) {
-    // Non-tensor state travels through saved_data; the segment pointer is
-    // owned by the caller for the duration of the step.
-    ctx->saved_data["segment"] = reinterpret_cast<int64_t>(segment);
+                               Segment segment, bool input_to_cpu) {
+    auto holder = c10::make_intrusive<SegmentHolder>(std::move(segment));
+    const Segment& run = holder->segment;
+    ctx->saved_data["segment"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["device"] = static_cast<int64_t>(x.device().is_cuda() ? x.device().index() : -1);
     {
       auto generator = at::detail::getDefaultCPUGenerator();
@@ -20,12 +28,13 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     }
     ctx->save_for_backward({input_to_cpu ? x.to(torch::kCPU) : x});
     torch::NoGradGuard no_grad;
-    return (*segment)(x);
+    return run(x);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto* segment = reinterpret_cast<const Segment*>(ctx->saved_data["segment"].toInt());
+    auto holder = c10::static_intrusive_pointer_cast<SegmentHolder>(ctx->saved_data["segment"].toCapsule());
+    const Segment& segment = holder->segment;
     const int64_t device = ctx->saved_data["device"].toInt();
     torch::Tensor x = ctx->get_saved_variables()[0];
     if (device >= 0) x = x.to(torch::Device(torch::kCUDA, static_cast<int>(device)));
@@ -40,7 +49,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
-      y = (*segment)(x);
+      y = segment(x);
     }
     {
       std::lock_guard<std::mutex> lock(generator.mutex());
@@ -54,8 +63,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-torch::Tensor CheckpointedForward(const Segment& segment, const torch::Tensor& x, bool input_to_cpu) {
-  return CheckpointFunction::apply(x, &segment, input_to_cpu);
+torch::Tensor CheckpointedForward(Segment segment, const torch::Tensor& x, bool input_to_cpu) {
+  return CheckpointFunction::apply(x, std::move(segment), input_to_cpu);
 }
 
 }  // namespace dslaunch::runtime

@@ -16,7 +16,8 @@ using Segment = std::function<torch::Tensor(const torch::Tensor&)>;
 // y = segment(x), storing only x (in host memory when `input_to_cpu`, DeepSpeed's
 // cpu_checkpointing) and recomputing the segment in backward. The CPU random
 // state is restored for the recomputation, so dropout draws the same mask.
-// `segment` must outlive the backward pass.
-torch::Tensor CheckpointedForward(const Segment& segment, const torch::Tensor& x, bool input_to_cpu);
+// The segment is kept with the autograd node until backward, so it may
+// capture per-call state (a pipeline keeps several micro-batches in flight).
+torch::Tensor CheckpointedForward(Segment segment, const torch::Tensor& x, bool input_to_cpu);
 
 }  // namespace dslaunch::runtime

@@ -137,8 +137,7 @@ void GptImpl::Initialize(uint64_t seed) {
                    });
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
-  if (runner_ != nullptr) runner_->BeginForward();
+torch::Tensor GptImpl::Embed(const torch::Tensor& tokens) {
   const TensorParallelGroup& group = options_.tensor_parallel;
   const int64_t time = tokens.size(1);
   torch::Tensor positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
@@ -146,26 +145,56 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   torch::Tensor x = VocabParallelEmbedding(tokens, token_embedding->weight, group);
   if (group.split() && group.sequence_parallel) positions = positions.narrow(0, group.rank * x.size(1), x.size(1));
   x = x + torch::embedding(SequenceRegionParameter(position_embedding->weight, group), positions);
-  x = torch::dropout(x, options_.dropout, is_training());
-  for (int64_t i = 0; i < options_.layers; ++i) {
-    const bool recompute = is_training() && IsCheckpointed(i);
-    const Segment& block = segments_[i];
-    Segment run = [&, recompute](const torch::Tensor& in) {
-      return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
-    };
-    // Unit 0 is the embeddings; block i is unit i + 1.
-    x = runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
-  }
-  x = Normalize(final_norm, x, UsesFusedKernels(options_, x), group);
+  return torch::dropout(x, options_.dropout, is_training());
+}
+
+torch::Tensor GptImpl::RunBlock(int64_t i, const torch::Tensor& x) {
+  const bool recompute = is_training() && IsCheckpointed(i);
+  const Segment& block = segments_[i];
+  Segment run = [&, recompute](const torch::Tensor& in) {
+    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+  };
+  // Unit 0 is the embeddings; block i is unit i + 1.
+  return runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
+}
+
+torch::Tensor GptImpl::Head(const torch::Tensor& x) {
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  torch::Tensor normalized = Normalize(final_norm, x, UsesFusedKernels(options_, x), group);
   // Tied head: the token embedding doubles as the output projection; each
   // rank computes the logits of its vocabulary range for every time step.
-  return torch::nn::functional::linear(EnterColumnParallel(x, group), token_embedding->weight);
+  return torch::nn::functional::linear(EnterColumnParallel(normalized, group), token_embedding->weight);
+}
+
+torch::Tensor GptImpl::LossOf(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return NextTokenLoss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), options_.vocab_size,
+                       options_.label_smoothing, options_.tensor_parallel, UsesFusedKernels(options_, logits));
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
+  if (runner_ != nullptr) runner_->BeginForward();
+  torch::Tensor x = Embed(tokens);
+  for (int64_t i = 0; i < options_.layers; ++i) x = RunBlock(i, x);
+  return Head(x);
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor logits = forward(tokens);
-  return NextTokenLoss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), options_.vocab_size,
-                       options_.label_smoothing, options_.tensor_parallel, UsesFusedKernels(options_, logits));
+  return LossOf(forward(tokens), targets);
+}
+
+torch::Tensor GptImpl::ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
+  // Layers: 0 the embeddings, 1 .. L the blocks, L + 1 the head.
+  const int head = static_cast<int>(options_.layers) + 1;
+  TORCH_CHECK(0 <= first && first <= last && last <= head, "GPT layers [", first, ", ", last, "] of 0 .. ", head);
+  TORCH_CHECK(!batch.positions.defined() && !batch.segments.defined(),
+              "model family gpt cannot train on packed records (set data.packing: false)");
+  torch::Tensor x = input;
+  if (first == 0) {
+    if (runner_ != nullptr) runner_->BeginForward();
+    x = Embed(batch.tokens);
+  }
+  for (int layer = std::max(first, 1); layer <= std::min(last, head - 1); ++layer) x = RunBlock(layer - 1, x);
+  return last == head ? LossOf(Head(x), batch.targets) : x;
 }
 
 bool GptImpl::IsCheckpointed(int64_t block) const {

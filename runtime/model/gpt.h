@@ -97,6 +97,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
 
   const GptOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
+  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) override;
 
   std::string family() const override { return "gpt"; }
   std::vector<ModelLayer> Layers() const override;
@@ -114,6 +115,12 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
  private:
   void Initialize(uint64_t seed);
   bool IsCheckpointed(int64_t block) const;
+  // The pieces of forward: token + position embedding; block i; final norm
+  // and the tied head (logits of this rank's vocabulary range); the loss.
+  torch::Tensor Embed(const torch::Tensor& tokens);
+  torch::Tensor RunBlock(int64_t i, const torch::Tensor& x);
+  torch::Tensor Head(const torch::Tensor& x);
+  torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets);
 
   GptOptions options_;
   std::vector<Segment> segments_;  // one per block, for activation checkpointing

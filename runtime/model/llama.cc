@@ -163,12 +163,6 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   if (!options.tie_word_embeddings) {
     lm_head = register_module("lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
   }
-  // Each layer as a segment that outlives the backward pass (activation
-  // checkpointing recomputes it then), reading this forward's cos and sin.
-  for (int64_t i = 0; i < options.layers; ++i) {
-    LlamaDecoderLayerImpl* layer = model->layers[i]->as<LlamaDecoderLayer>();
-    segments_.push_back([this, layer](const torch::Tensor& in) { return layer->forward(in, cos_, sin_, allowed_); });
-  }
   Initialize(seed);
 }
 
@@ -191,21 +185,18 @@ void LlamaImpl::Initialize(uint64_t seed) {
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) { return forward(tokens, {}, {}); }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                 const torch::Tensor& segments) {
-  if (runner_ != nullptr) runner_->BeginForward();
+LlamaImpl::AttentionContext LlamaImpl::Context(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                               const torch::Tensor& segments, const torch::Tensor& activation) const {
   TORCH_CHECK(options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window, "a sequence of ",
               tokens.size(1), " tokens is longer than the model's sliding_window (", options_.sliding_window,
               "): sliding-window attention is not built");
-  const TensorParallelGroup& group = options_.tensor_parallel;
-  // Under sequence parallelism this rank's time steps only.
-  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, group);
-  std::tie(cos_, sin_) = RotaryCosSin(options_.rope, tokens.size(1), x.device(), x.scalar_type());
-  allowed_ = torch::Tensor();
+  AttentionContext context;
+  std::tie(context.cos, context.sin) =
+      RotaryCosSin(options_.rope, tokens.size(1), activation.device(), activation.scalar_type());
   if (positions.defined()) {
     // Each token's own position: [batch, 1, time, head_dim], broadcast over heads.
-    cos_ = cos_.index({positions}).unsqueeze(1);
-    sin_ = sin_.index({positions}).unsqueeze(1);
+    context.cos = context.cos.index({positions}).unsqueeze(1);
+    context.sin = context.sin.index({positions}).unsqueeze(1);
   }
   if (segments.defined()) {
     // Causal within a segment; a padding position (0) sees itself only, so
@@ -214,22 +205,48 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
     const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(tokens.device());
     torch::Tensor same = segments.unsqueeze(2).eq(segments.unsqueeze(1)).logical_and(segments.ne(0).unsqueeze(1));
     torch::Tensor causal = torch::ones({time, time}, bool_options).tril();
-    allowed_ = same.logical_and(causal).logical_or(torch::eye(time, bool_options)).unsqueeze(1);
+    context.allowed = same.logical_and(causal).logical_or(torch::eye(time, bool_options)).unsqueeze(1);
   }
-  for (int64_t i = 0; i < options_.layers; ++i) {
-    const Segment& block = segments_[i];
-    const bool recompute = is_training() && IsCheckpointed(i);
-    Segment run = [&, recompute](const torch::Tensor& in) {
-      return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
-    };
-    // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
-    const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
-    x = unit >= 0 ? runner_->Run(unit, run, x) : run(x);
-  }
+  return context;
+}
+
+torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const AttentionContext& context) {
+  LlamaDecoderLayerImpl* layer = model->layers[i]->as<LlamaDecoderLayer>();
+  // By value: activation checkpointing recomputes the layer in backward,
+  // after later forwards (other micro-batches in a pipeline) made their own.
+  Segment block = [layer, context](const torch::Tensor& in) {
+    return layer->forward(in, context.cos, context.sin, context.allowed);
+  };
+  const bool recompute = is_training() && IsCheckpointed(i);
+  Segment run = [&, recompute](const torch::Tensor& in) {
+    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+  };
+  // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
+  const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
+  return unit >= 0 ? runner_->Run(unit, run, x) : run(x);
+}
+
+torch::Tensor LlamaImpl::Head(const torch::Tensor& x) {
   // Each rank's logits are its vocabulary range, for every time step.
-  x = EnterColumnParallel(model->norm->forward(x), group);
-  if (options_.tie_word_embeddings) return torch::nn::functional::linear(x, model->embed_tokens->weight);
-  return lm_head->forward(x);
+  torch::Tensor normalized = EnterColumnParallel(model->norm->forward(x), options_.tensor_parallel);
+  if (options_.tie_word_embeddings) return torch::nn::functional::linear(normalized, model->embed_tokens->weight);
+  return lm_head->forward(normalized);
+}
+
+torch::Tensor LlamaImpl::LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  // Targets of -100 (an instruction prompt, padding) carry no loss.
+  return NextTokenLoss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), options_.vocab_size,
+                       options_.label_smoothing, options_.tensor_parallel, options_.fused_kernels);
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& segments) {
+  if (runner_ != nullptr) runner_->BeginForward();
+  // Under sequence parallelism this rank's time steps only.
+  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, options_.tensor_parallel);
+  const AttentionContext context = Context(tokens, positions, segments, x);
+  for (int64_t i = 0; i < options_.layers; ++i) x = RunLayer(i, x, context);
+  return Head(x);
 }
 
 torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
@@ -237,10 +254,24 @@ torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& 
 }
 
 torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
-  torch::Tensor logits = forward(batch.tokens, batch.positions, batch.segments);
-  // Targets of -100 (an instruction prompt, padding) carry no loss.
-  return NextTokenLoss(logits.view({-1, logits.size(-1)}), batch.targets.reshape({-1}), options_.vocab_size,
-                       options_.label_smoothing, options_.tensor_parallel, options_.fused_kernels);
+  return LossOf(forward(batch.tokens, batch.positions, batch.segments), batch.targets);
+}
+
+torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
+  // Layers: 0 the embedding, 1 .. L the decoder layers, L + 1 the head.
+  const int head = static_cast<int>(options_.layers) + 1;
+  TORCH_CHECK(0 <= first && first <= last && last <= head, "Llama layers [", first, ", ", last, "] of 0 .. ", head);
+  torch::Tensor x = input;
+  if (first == 0) {
+    if (runner_ != nullptr) runner_->BeginForward();
+    x = VocabParallelEmbedding(batch.tokens, model->embed_tokens->weight, options_.tensor_parallel);
+  }
+  const int end = std::min(last, head - 1);
+  if (std::max(first, 1) <= end) {
+    const AttentionContext context = Context(batch.tokens, batch.positions, batch.segments, x);
+    for (int layer = std::max(first, 1); layer <= end; ++layer) x = RunLayer(layer - 1, x, context);
+  }
+  return last == head ? LossOf(Head(x), batch.targets) : x;
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {

@@ -170,6 +170,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
 
   const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
+  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) override;
 
   std::string family() const override { return "llama"; }
   std::vector<ModelLayer> Layers() const override;
@@ -183,14 +184,21 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings
 
  private:
+  // What every decoder layer of one forward reads: the rotary tables and the
+  // packed-record mask (undefined: causal).
+  struct AttentionContext {
+    torch::Tensor cos, sin, allowed;
+  };
   void Initialize(uint64_t seed);
   bool IsCheckpointed(int64_t layer) const;
+  AttentionContext Context(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
+                           const torch::Tensor& activation) const;
+  // Decoder layer i; a checkpointed layer keeps `context` until its backward.
+  torch::Tensor RunLayer(int64_t i, const torch::Tensor& x, const AttentionContext& context);
+  torch::Tensor Head(const torch::Tensor& x);
+  torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   LlamaOptions options_;
-  std::vector<Segment> segments_;  // one per decoder layer
-  // The rotary tables and the packed-record mask (undefined: causal) of the
-  // last forward, kept for its backward.
-  torch::Tensor cos_, sin_, allowed_;
   UnitRunner* runner_ = nullptr;
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;

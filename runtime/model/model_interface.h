@@ -69,6 +69,15 @@ class ModelInterface : public PartitionedModel {
     return Loss(batch.tokens, batch.targets);
   }
   virtual int64_t ParameterCount() const = 0;
+  // Note [Pipeline stages]: runs layers [first, last] (indices into
+  // Layers()) on one micro-batch. `input` is layer first-1's output
+  // (ignored when first == 0: the embedding reads batch.tokens). Returns
+  // layer last's output, or, when last is the final layer, the mean loss
+  // over batch.targets as BatchLoss computes it. Touches no parameter of the
+  // other layers, which a pipeline stage has released. Every stage sees the
+  // whole micro-batch (positions and segments shape the attention of every
+  // layer).
+  virtual torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) = 0;
 };
 
 // Helpers the families share.
