@@ -77,27 +77,41 @@ absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what)
                                                engine.parallel().tensor()->size(), ") is not yet supported"));
 }
 
+// What has no pipelined form yet: every stage holds part of the model.
+absl::Status RefusePipeline(const Engine& engine, const std::string& what) {
+  if (engine.parallel().pipeline() == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      what, " from a pipelined run (pipeline.stages=", engine.parallel().pipeline()->size(),
+      ") is not yet supported: resume its checkpoint at pipeline.stages 1 (checkpoints load at any pipeline "
+      "degree) and export from there"));
+}
+
 // Note [Tensor-parallel checkpoints]
-// A checkpoint holds one file per rank: rank_<t·D + d>.pt for tensor rank t
-// of T and data-parallel rank d of D (with T = 1 the data-parallel rank, as
-// before). Each tensor slice's files hold its flat ZeRO state cut over its D
+// A checkpoint holds one file per rank: rank_<(p·T + t)·D + d>.pt for
+// pipeline stage p of P, tensor rank t of T and data-parallel rank d of D
+// (with P = T = 1 the data-parallel rank, as before). The D files of one
+// (stage, slice) group hold that group's flat ZeRO state cut over its D
 // ranks, its parameters' names and local shapes, and the model's tensor-
-// parallel forms ("tp/forms"). At the same T the state loads as before (any
-// D, any stage); at another T every saved slice's state is re-joined, each
-// parameter assembled whole from its slices by its saved form
-// (AssembleWhole), and this rank's slice cut by the current form
-// (SliceForRank), so T, D and the ZeRO stage may all change.
+// parallel forms ("tp/forms"). With the same P, T and layer partition the
+// state loads as before (any D, any stage); otherwise every saved group's
+// state is re-joined and each parameter this rank now holds is taken by
+// name from the first saved stage that held it (a tied copy is the same on
+// every stage), assembled whole from its slices by its saved form
+// (AssembleWhole) and cut by the current form (SliceForRank): so P, T, D,
+// the partition and the ZeRO stage may all change (Note [Pipeline stages]).
 struct RankFileIndex {
-  int index = 0;  // t·D + d
-  int files = 1;  // T·D
+  int index = 0;  // (p·T + t)·D + d
+  int files = 1;  // P·T·D
 };
 
 RankFileIndex FileIndexOf(const Engine& engine) {
   const Communicator* data = engine.data_parallel();
   const Communicator* tensor = engine.parallel().tensor();
+  const Communicator* pipeline = engine.parallel().pipeline();
   const int d = data ? data->rank() : 0, dp = data ? data->size() : 1;
   const int t = tensor ? tensor->rank() : 0, tp = tensor ? tensor->size() : 1;
-  return RankFileIndex{t * dp + d, tp * dp};
+  const int p = pipeline ? pipeline->rank() : 0, pp = pipeline ? pipeline->size() : 1;
+  return RankFileIndex{(p * tp + t) * dp + d, pp * tp * dp};
 }
 
 }  // namespace
@@ -186,6 +200,11 @@ absl::StatusOr<FileDigest> EngineCheckpointer::WriteRankFile(const std::string& 
       }
       archive.write("layout/names", c10::IValue(absl::StrJoin(names, "\n")));
       archive.write("layout/shapes", c10::IValue(absl::StrJoin(shapes, ";")));
+    }
+    if (const Communicator* pipeline = engine_.parallel().pipeline()) {
+      // Note [Tensor-parallel checkpoints]: this file's stage.
+      archive.write("pp/size", c10::IValue(static_cast<int64_t>(pipeline->size())));
+      archive.write("pp/stage", c10::IValue(static_cast<int64_t>(pipeline->rank())));
     }
     if (const Communicator* tensor = engine_.parallel().tensor()) {
       // Note [Tensor-parallel checkpoints].
@@ -286,6 +305,7 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
+  if (absl::Status refused = RefusePipeline(engine_, "Hugging Face export"); !refused.ok()) return refused;
   // Split over a tensor group: every parameter gathered whole (a collective,
   // in the same order on every rank); world rank 0 keeps them to write.
   std::map<std::string, torch::Tensor> whole;
@@ -326,6 +346,7 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
 }
 
 absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
+  if (absl::Status refused = RefusePipeline(engine_, "PEFT adapter export"); !refused.ok()) return refused;
   if (absl::Status refused = RefuseTensorParallel(engine_, "PEFT adapter export"); !refused.ok()) return refused;
   return ExportGathered([&]() -> absl::Status {
     auto parameters = engine_.model_->named_parameters();
@@ -375,14 +396,24 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
   // Each tensor slice's ranges were cut into this many parts (its saved
   // data-parallel size for stages 1-3, one for stage 0).
   const int64_t saved_world = ReadInt(first, "zero/shards");
-  c10::IValue saved_tp_value;
+  c10::IValue saved_tp_value, saved_pp_value;
   const int64_t saved_tp = first.try_read("tp/size", saved_tp_value) ? saved_tp_value.toInt() : 1;
+  const int64_t saved_pp = first.try_read("pp/size", saved_pp_value) ? saved_pp_value.toInt() : 1;
   const Communicator* tensor = engine_.parallel().tensor();
   const int64_t tp = tensor ? tensor->size() : 1;
   const int64_t tensor_rank = tensor ? tensor->rank() : 0;
+  const Communicator* pipeline = engine_.parallel().pipeline();
+  const int64_t pp = pipeline ? pipeline->size() : 1;
+  const int64_t stage = pipeline ? pipeline->rank() : 0;
+  // This rank's trainable parameters, in the flat vector's order.
+  std::vector<std::string> my_names;
+  for (const auto& item : engine_.model_->named_parameters()) {
+    if (item.value().requires_grad()) my_names.push_back(item.key());
+  }
 
-  // One saved slice's flat state (master, exp_avg, exp_avg_sq), re-joined
-  // from its data-parallel parts: files [slice·D, (slice+1)·D).
+  // One saved (stage, slice) group's flat state (master, exp_avg,
+  // exp_avg_sq), re-joined from its data-parallel parts: files
+  // [group·D, (group+1)·D) for group p·T + t.
   struct SliceState {
     torch::Tensor flat[3];
     int64_t step = 0;
@@ -437,24 +468,28 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
   const torch::Device device = engine_.zero_->master_shard().device();
   torch::Tensor* targets[3] = {&engine_.zero_->master_shard(), &engine_.shard_adam_->exp_avg(),
                                &engine_.shard_adam_->exp_avg_sq()};
-  if (saved_tp == tp) {
-    // The same slices: this rank's slice's files only (any D, any stage).
-    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(tensor_rank));
-    if (state.flat[0].numel() != engine_.zero_->total()) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", state.flat[0].numel(),
-                                              " parameters, the model has ", engine_.zero_->total()));
+  if (saved_tp == tp && saved_pp == pp) {
+    // The same groups: this rank's group's files only (any D, any stage),
+    // unless a changed layer partition moved parameters between stages.
+    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(stage * tp + tensor_rank));
+    if (pp == 1 || state.names == my_names) {
+      if (state.flat[0].numel() != engine_.zero_->total()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", state.flat[0].numel(),
+                                                " parameters, the model has ", engine_.zero_->total()));
+      }
+      for (int k = 0; k < 3; ++k) targets[k]->copy_(engine_.zero_->ShardOf(state.flat[k]).to(device));
+      engine_.shard_adam_->set_step(state.step);
+      return absl::OkStatus();
     }
-    for (int k = 0; k < 3; ++k) targets[k]->copy_(engine_.zero_->ShardOf(state.flat[k]).to(device));
-    engine_.shard_adam_->set_step(state.step);
-    return absl::OkStatus();
   }
 
-  // Another tensor-parallel degree (Note [Tensor-parallel checkpoints]).
+  // Another tensor-parallel degree, pipeline degree or partition (Note
+  // [Tensor-parallel checkpoints]).
   auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
   if (family == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", folder, " was saved with tensor_parallel.tp_size=",
-                                                      saved_tp, "; re-cutting it for ", tp,
-                                                      " needs a model family that declares its forms"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", folder, " was saved with tensor_parallel.tp_size=", saved_tp, " and pipeline.stages=", saved_pp,
+        "; re-cutting it for ", tp, " and ", pp, " needs a model family that declares its forms and layers"));
   }
   std::map<std::string, TensorParallelForm> saved_forms, current_forms;
   c10::IValue form_text;
@@ -469,36 +504,39 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
     // Saved whole: no forms (every parameter is its own single slice).
   }
   for (const TensorParallelForm& form : family->TensorParallelForms()) current_forms[form.parameter] = form;
+  // Groups p·T + t.
   std::vector<SliceState> slices;
-  for (int64_t t = 0; t < saved_tp; ++t) {
-    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(t));
+  for (int64_t g = 0; g < saved_pp * saved_tp; ++g) {
+    DS_ASSIGN_OR_RETURN(SliceState state, read_slice(g));
     slices.push_back(std::move(state));
   }
   for (int k = 0; k < 3; ++k) {
-    // Each saved slice's flat vector as tensors by name.
-    std::vector<std::map<std::string, torch::Tensor>> by_name(saved_tp);
-    for (int64_t t = 0; t < saved_tp; ++t) {
+    // Each saved group's flat vector as tensors by name.
+    std::vector<std::map<std::string, torch::Tensor>> by_name(slices.size());
+    for (size_t g = 0; g < slices.size(); ++g) {
       int64_t offset = 0;
-      for (size_t i = 0; i < slices[t].names.size(); ++i) {
-        const int64_t numel = c10::multiply_integers(slices[t].shapes[i]);
-        by_name[t][slices[t].names[i]] = slices[t].flat[k].narrow(0, offset, numel).view(slices[t].shapes[i]);
+      for (size_t i = 0; i < slices[g].names.size(); ++i) {
+        const int64_t numel = c10::multiply_integers(slices[g].shapes[i]);
+        by_name[g][slices[g].names[i]] = slices[g].flat[k].narrow(0, offset, numel).view(slices[g].shapes[i]);
         offset += numel;
       }
     }
     std::vector<torch::Tensor> mine;
-    for (const auto& item : engine_.model_->named_parameters()) {
-      if (!item.value().requires_grad()) continue;
-      const std::string& name = item.key();
-      if (by_name[0].count(name) == 0) {
+    for (const std::string& name : my_names) {
+      // The first saved stage that held it.
+      int64_t saved_stage = 0;
+      while (saved_stage < saved_pp && by_name[saved_stage * saved_tp].count(name) == 0) ++saved_stage;
+      if (saved_stage == saved_pp) {
         return absl::DataLossError(absl::StrCat("checkpoint ", folder, " has no parameter ", name));
       }
+      const size_t group = static_cast<size_t>(saved_stage * saved_tp);
       torch::Tensor whole;
       if (auto saved = saved_forms.find(name); saved != saved_forms.end()) {
         std::vector<torch::Tensor> pieces;
-        for (int64_t t = 0; t < saved_tp; ++t) pieces.push_back(by_name[t].at(name));
+        for (int64_t t = 0; t < saved_tp; ++t) pieces.push_back(by_name[group + t].at(name));
         whole = AssembleWhole(pieces, saved->second);
       } else {
-        whole = by_name[0].at(name);
+        whole = by_name[group].at(name);
         // Saved whole (T = 1) with a padded vocabulary: the padding goes.
         if (auto now = current_forms.find(name); now != current_forms.end() &&
                                                  now->second.split == TensorParallelSplit::kVocab &&
@@ -512,11 +550,12 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
         if (!sliced.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ", sliced.status().message()));
         local = *sliced;
       }
-      if (!local.sizes().equals(item.value().sizes())) {
+      const torch::Tensor current = engine_.model_->named_parameters()[name];
+      if (!local.sizes().equals(current.sizes())) {
         return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": parameter ", name, " re-cut for tensor rank ",
                                                 tensor_rank, " of ", tp, " has shape [",
                                                 absl::StrJoin(local.sizes(), ","), "], the model's is [",
-                                                absl::StrJoin(item.value().sizes(), ","), "]"));
+                                                absl::StrJoin(current.sizes(), ","), "]"));
       }
       mine.push_back(local.reshape({-1}));
     }

@@ -75,6 +75,7 @@ std::string FormatValue(const KeySpec& spec) {
     std::string operator()(std::array<double, 2>* v) const {
       return absl::StrCat("[", FormatNumber((*v)[0]), ", ", FormatNumber((*v)[1]), "]");
     }
+    std::string operator()(std::vector<int>* v) const { return absl::StrCat("[", absl::StrJoin(*v, ", "), "]"); }
     std::string operator()(std::vector<std::string>* v) const {
       std::vector<std::string> quoted;
       for (const std::string& s : *v) quoted.push_back(Quote(s));

@@ -122,6 +122,9 @@ KeySpec Key(std::string path, std::array<double, 2>* field) {
 KeySpec Key(std::string path, std::vector<std::string>* field) {
   return MakeKey(std::move(path), ValueKind::kStringList, field);
 }
+KeySpec Key(std::string path, std::vector<int>* field) {
+  return MakeKey(std::move(path), ValueKind::kIntList, field);
+}
 KeySpec BoolOrAuto(std::string path, std::string* field) {
   return MakeKey(std::move(path), ValueKind::kBoolOrAuto, field);
 }
@@ -410,6 +413,22 @@ void SchemaWalker::CheckValue(const KeySpec& spec, const std::string& path, cons
                                      " as an element"));
         }
         value.push_back(element.Scalar());
+      }
+      return write(value);
+    }
+    case ValueKind::kIntList: {
+      if (!node.IsSequence()) {
+        return refuse(absl::StrCat("expected a list of integers, got ", DescribeValue(node)));
+      }
+      std::vector<int> value;
+      for (const YAML::Node& element : node) {
+        int64_t number = 0;
+        if (!element.IsScalar() || !ParseIntegerText(element.Scalar(), &number) ||
+            number < std::numeric_limits<int>::min() || number > std::numeric_limits<int>::max()) {
+          return refuse(absl::StrCat("expected a list of integers, got ", DescribeValue(element), " as an element"));
+        }
+        if (!check_range(static_cast<double>(number), element.Scalar())) return;
+        value.push_back(static_cast<int>(number));
       }
       return write(value);
     }

@@ -67,6 +67,7 @@ enum class ValueKind {
   kString,
   kNumberPair,  // [a, b], e.g. Adam's betas
   kStringList,
+  kIntList,     // [1, 3, 2], each element checked against min/max
   kBoolOrAuto,  // true | false | auto, kept as that text (pipeline.pipe_partitioned)
   kAny,         // anything: checked by the caller (ds_config in a job file)
 };
@@ -74,7 +75,7 @@ enum class ValueKind {
 // Where a value goes; monostate for keys that are accepted and checked but
 // that nothing reads (DeepSpeed knobs of features not built here).
 using FieldRef = std::variant<std::monostate, bool*, int*, int64_t*, uint64_t*, double*,
-                              std::string*, std::array<double, 2>*, std::vector<std::string>*>;
+                              std::string*, std::array<double, 2>*, std::vector<std::string>*, std::vector<int>*>;
 
 // One row of a schema table: a key path ("zero_optimization.stage"), what it
 // holds, where it goes and what values are possible.
@@ -116,6 +117,7 @@ KeySpec Key(std::string path, double* field);
 KeySpec Key(std::string path, std::string* field);
 KeySpec Key(std::string path, std::array<double, 2>* field);
 KeySpec Key(std::string path, std::vector<std::string>* field);
+KeySpec Key(std::string path, std::vector<int>* field);
 KeySpec BoolOrAuto(std::string path, std::string* field);
 // Accepted and checked, not stored.
 KeySpec Unstored(std::string path, ValueKind kind);

@@ -297,6 +297,9 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
           .OneOf({"parameters", "uniform", "type:*"}),
       Key("pipeline.partition", &pipe->partition_method)
           .OneOf({"parameters", "uniform", "type:*"}).AliasOf("pipeline.partition_method"),
+      Key("pipeline.layers_per_stage", &pipe->layers_per_stage).Min(1),
+      Key("pipeline.schedule", &pipe->schedule).OneOf({"1f1b", "interleaved", "gpipe"}),
+      Key("pipeline.virtual_stages", &pipe->virtual_stages).Min(1),
       Unstored("pipeline.seed_layers", ValueKind::kBool),
       Key("pipeline.activation_checkpoint_interval", &pipe->activation_checkpoint_interval).Min(0),
       BoolOrAuto("pipeline.pipe_partitioned", &pipe->pipe_partitioned),
@@ -474,9 +477,6 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
   if (z.offload_param.device == "nvme") {
     add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
         "offloading parameters to nvme");
-  }
-  if (c.pipeline.stages > 1) {
-    add(Setting("pipeline.stages", absl::StrCat(c.pipeline.stages)), "pipeline parallelism");
   }
   if (c.moe.enabled) add(Setting("moe.enabled", "true"), "mixture of experts");
   if (c.moe_expert_parallel_size > 1) {

@@ -13,6 +13,9 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
       .Repeated("--override", &parsed.overrides, "KEY=VALUE",
                 "change a job file key, applied after dslaunch's own --override")
       .String("--loss_log", &parsed.loss_log, "PATH", "write each step's loss to PATH (rank 0)")
+      .String("--pipeline_timeline", &parsed.pipeline_timeline, "FILE",
+              "with pipeline.stages > 1: write step 2's instructions per stage as a Chrome trace (chrome://tracing, "
+              "Perfetto) to FILE")
       .String("--device", &parsed.device, "", "where to train", {"auto", "cpu", "cuda"})
       .Double("--cuda_memory_limit_gb", &parsed.cuda_memory_limit_gb, "G",
               "cap this rank's CUDA memory at G GiB (0: no cap)", {0, 65536, /*min_exclusive=*/true})

@@ -6,6 +6,7 @@
 //   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH]
 //          [--device auto|cpu|cuda] [--cuda_memory_limit_gb G]
 //          [--exit_at_step N] [--hang_at_step N [--hang_rank R]]
+//          [--pipeline_timeline FILE]
 //
 // The flags are a common/flag_table.h table (exact names, `--flag VALUE` or
 // `--flag=VALUE`, --help and --version). `--local_rank=N` is accepted and
@@ -24,6 +25,7 @@ struct DsrankArguments {
   std::string job_file;
   std::vector<std::string> overrides;  // "key.path=value", in the order given
   std::string loss_log;
+  std::string pipeline_timeline;  // Chrome trace of one step's pipeline instructions
   std::string device = "auto";
   int64_t exit_at_step = -1;
   int64_t hang_at_step = -1;

@@ -100,6 +100,10 @@ struct AioConfig {
 struct PipelineConfig {
   int stages = 1;                        // 1: no pipeline parallelism
   std::string partition_method = "parameters";  // uniform | parameters | type:<regex>
+  // Layers per (virtual) stage, in order; overrides partition_method.
+  std::vector<int> layers_per_stage;
+  std::string schedule = "1f1b";         // 1f1b | interleaved | gpipe (runtime/pipeline)
+  int virtual_stages = 1;                // model chunks per rank with the interleaved schedule
   int activation_checkpoint_interval = 0;
   std::string pipe_partitioned = "auto";
   std::string grad_partitioned = "auto";

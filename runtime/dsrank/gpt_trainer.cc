@@ -1,5 +1,6 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <new>
@@ -24,6 +25,7 @@
 #include "runtime/dsrank/instruction_data.h"
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
+#include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
@@ -142,6 +144,30 @@ struct StepSummary {
 
 // The loss averaged over the world and whether any rank saw the preemption
 // flag: one all-reduce (and one wait) per step for both.
+// Every stage's [forward, backward, transfers, schedule] seconds (a
+// collective over the pipeline group).
+absl::StatusOr<std::vector<std::array<double, 4>>> GatherStageSeconds(PipelineEngine& pipe,
+                                                                      const std::array<double, 4>& mine,
+                                                                      const TrainerContext& context) {
+  auto gathered = pipe.GatherOverStages(std::vector<double>(mine.begin(), mine.end()));
+  if (!gathered.ok()) return gathered.status();
+  std::vector<std::array<double, 4>> out;
+  for (const std::vector<double>& stage : *gathered) out.push_back({stage[0], stage[1], stage[2], stage[3]});
+  return out;
+}
+
+// --pipeline_timeline: every stage's instructions of this step, written by
+// rank 0 (a collective over each pipeline group).
+absl::Status WriteTimeline(PipelineEngine& pipe, const std::vector<PipelineEvent>& mine,
+                           const TrainerContext& context) {
+  auto all = pipe.GatherTimelines(mine);
+  if (!all.ok()) return all.status();
+  if (context.rank != 0) return absl::OkStatus();
+  if (absl::Status s = WritePipelineTimeline(context.pipeline_timeline, *all); !s.ok()) return s;
+  absl::FPrintF(context.out, "dsrank: wrote the pipeline timeline of this step to %s\n", context.pipeline_timeline);
+  return absl::OkStatus();
+}
+
 StepSummary SummarizeStep(double loss, bool preempt_flag, const TrainerContext& context) {
   if (context.world == nullptr || context.world->size() == 1) return {loss, preempt_flag};
   torch::Tensor t = torch::tensor({loss, preempt_flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble))
@@ -263,6 +289,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
     if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size()); !refused.ok()) return refused;
   }
+  // Refused before any step rather than after the last one.
+  if (job.ds.pipeline.stages > 1 && (!job.export_.hf_dir.empty() || !job.export_.adapter_dir.empty())) {
+    return absl::UnimplementedError(absl::StrCat(
+        job.path, ": export.", job.export_.hf_dir.empty() ? "adapter_dir" : "hf_dir", " with pipeline.stages=",
+        job.ds.pipeline.stages,
+        " is not yet supported: train with checkpoint.dir set, then export from a run at pipeline.stages 1 that "
+        "resumes the checkpoint (checkpoints load at any pipeline degree)"));
+  }
   if (spec.fused_kernels && !FusedKernelsBuilt()) {
     return absl::FailedPreconditionError(
         "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
@@ -345,10 +379,24 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     adapter_options.config_json = PeftAdapterConfigJson(lora, job.model.from);
     adapter_options.tokenizer_from = job.model.from;
   }
-  auto engine = Engine::Create(built->module, job.ds,
-                               context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr),
-                               context.device);
-  if (!engine.ok()) return engine.status();
+  // Note [Pipeline stages]: with pipeline.stages > 1 the pipeline cuts the
+  // model and creates this stage's engine; one step is one schedule.
+  std::unique_ptr<PipelineEngine> pipe;
+  std::unique_ptr<Engine> plain_engine;
+  {
+    std::shared_ptr<const ParallelState> parallel =
+        context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr);
+    if (job.ds.pipeline.stages > 1) {
+      auto created = PipelineEngine::Create(built->module, job.ds, parallel, context.device);
+      if (!created.ok()) return created.status();
+      pipe = std::move(*created);
+    } else {
+      auto created = Engine::Create(built->module, job.ds, parallel, context.device);
+      if (!created.ok()) return created.status();
+      plain_engine = std::move(*created);
+    }
+  }
+  Engine* const engine = pipe ? &pipe->engine() : plain_engine.get();
   const DsConfig& ds = job.ds;
   // Each data-parallel replica reads its own rows; the ranks of a tensor
   // group read the same ones.
@@ -360,7 +408,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
 
   int64_t consumed = 0;
   const std::string& checkpoint_dir = job.checkpoint.dir;
-  EngineCheckpointer checkpointer(**engine, *context.file_system);
+  EngineCheckpointer checkpointer(*engine, *context.file_system);
   // Note [Committed checkpoints]: a restart resumes from the tag the
   // controller recorded as committed; a fresh job from `latest`. Note
   // [Resuming from a verified checkpoint]: one that does not verify is named
@@ -378,7 +426,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (context.rank == 0) {
         const bool as_recorded = !context.resume_tag.empty() && choice.tag == context.resume_tag;
         absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, choice.tag,
-                      (*engine)->global_steps(),
+                      engine->global_steps(),
                       as_recorded ? " (the last checkpoint the controller recorded as committed)" : "");
       }
     } else if (context.rank == 0) {
@@ -402,7 +450,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
                   model->family() == "gpt" ? std::string("GPT") : model->family(), model->ParameterCount(), context.world_size, context.device.str(),
-                  c10::toString((*engine)->compute_dtype()));
+                  c10::toString(engine->compute_dtype()));
+    if (pipe) {
+      absl::FPrintF(context.out, "dsrank: pipeline: %s schedule, %d stages%s, %d micro-batches per step; layers:\n",
+                    PipelineScheduleName(pipe->schedule()), pipe->stages(),
+                    pipe->shape().virtual_stages > 1 ? absl::StrCat(" x ", pipe->shape().virtual_stages, " virtual")
+                                                     : std::string(),
+                    pipe->shape().micro_batches);
+      for (const std::string& line : pipe->partition_lines()) absl::FPrintF(context.out, "  %s\n", line);
+    }
     std::fflush(context.out);
   }
   std::ofstream loss_log;
@@ -415,51 +471,82 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;
+  // This stage's forward, backward, transfer and schedule seconds.
+  std::array<double, 4> pipeline_seconds{};
   int64_t last_saved = -1;
   int64_t nonfinite_in_a_row = 0;
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<TokenBatch> prefetched;
-  while ((*engine)->global_steps() < job.train.steps) {
+  while (engine->global_steps() < job.train.steps) {
     built->module->train();
     // The loss stays on the device until the step is over: reading it after
     // forward would stall the GPU while backward is being queued.
     torch::Tensor step_loss_sum;
     StepResult result;
-    const int64_t step = (*engine)->global_steps() + 1;
+    const int64_t step = engine->global_steps() + 1;
     bool preempt_flag = false;
-    for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
-      absl::Status read;
-      TokenBatch batch = prefetched ? *std::exchange(prefetched, std::nullopt)
-                                    : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device, &read);
-      if (!read.ok()) return read;
-      auto started = Clock::now();
-      torch::Tensor loss = model->BatchLoss(batch);
-      torch::Tensor detached = loss.detach().to(torch::kDouble);
-      step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
-      if (auto s = (*engine)->Backward(loss); !s.ok()) return s;
-      auto backward_done = Clock::now();
-      if (micro + 1 == ds.gradient_accumulation_steps) {
-        // What does not need the step's results runs while the GPU still
-        // works through backward, not after the optimizer step has drained
-        // it: the preemption flag (a store round trip on rank 0) and the
-        // next step's first micro-batch. Progress waits for the step: it
-        // counts finished steps.
-        preempt_flag = PreemptionFlagInStore(context);
-        if (step < job.train.steps) {
-          prefetched = train_samples->Load(sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
-                                           context.device, &read);
-          // A failed read is the next step's error: this step finishes (and
-          // saves) first, and the next one reads again and reports it.
-          if (!read.ok()) prefetched.reset();
-        }
-        overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
+    double step_loss = 0;
+    if (pipe) {
+      // One schedule over the step's micro-batches (every stage reads them;
+      // the first stage its tokens, the last its targets, all the shape).
+      std::vector<TokenBatch> batches;
+      for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
+        absl::Status read;
+        batches.push_back(prefetched ? *std::exchange(prefetched, std::nullopt)
+                                     : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device,
+                                                           &read));
+        if (!read.ok()) return read;
       }
-      auto step_started = Clock::now();
-      auto stepped = (*engine)->Step();
-      if (!stepped.ok()) return stepped.status();
-      result = *stepped;
-      forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
-      step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
+      preempt_flag = PreemptionFlagInStore(context);
+      auto trained = pipe->TrainBatch(batches);
+      if (!trained.ok()) return trained.status();
+      result = trained->step;
+      step_loss = trained->loss;
+      forward_backward_seconds += trained->schedule_seconds;
+      step_seconds += trained->step_seconds;
+      pipeline_seconds[0] += trained->forward_seconds;
+      pipeline_seconds[1] += trained->backward_seconds;
+      pipeline_seconds[2] += trained->transfer_seconds;
+      pipeline_seconds[3] += trained->schedule_seconds;
+      if (!context.pipeline_timeline.empty() && step == std::min<int64_t>(2, job.train.steps)) {
+        if (absl::Status s = WriteTimeline(*pipe, trained->timeline, context); !s.ok()) return s;
+      }
+    } else {
+      for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
+        absl::Status read;
+        TokenBatch batch = prefetched ? *std::exchange(prefetched, std::nullopt)
+                                      : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device, &read);
+        if (!read.ok()) return read;
+        auto started = Clock::now();
+        torch::Tensor loss = model->BatchLoss(batch);
+        torch::Tensor detached = loss.detach().to(torch::kDouble);
+        step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
+        if (auto s = engine->Backward(loss); !s.ok()) return s;
+        auto backward_done = Clock::now();
+        if (micro + 1 == ds.gradient_accumulation_steps) {
+          // What does not need the step's results runs while the GPU still
+          // works through backward, not after the optimizer step has drained
+          // it: the preemption flag (a store round trip on rank 0) and the
+          // next step's first micro-batch. Progress waits for the step: it
+          // counts finished steps.
+          preempt_flag = PreemptionFlagInStore(context);
+          if (step < job.train.steps) {
+            prefetched = train_samples->Load(sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
+                                             context.device, &read);
+            // A failed read is the next step's error: this step finishes (and
+            // saves) first, and the next one reads again and reports it.
+            if (!read.ok()) prefetched.reset();
+          }
+          overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
+        }
+        auto step_started = Clock::now();
+        auto stepped = engine->Step();
+        if (!stepped.ok()) return stepped.status();
+        result = *stepped;
+        forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
+        step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
+      }
+      step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     }
     // Progress for the controller's hang detection (--hang_timeout_ms): the
     // heartbeat thread reports every rank's step through its agent. Until
@@ -497,13 +584,20 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     } else if (result.boundary) {
       nonfinite_in_a_row = 0;
     }
-    const double step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     consumed += sampler->global_batch();
     ++window_steps;
     const StepSummary summary = SummarizeStep(step_loss, preempt_flag, context);
     const double mean_loss = summary.mean_loss;
     if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
-    if (context.rank == 0 && (step % ds.steps_per_print == 0 || step == job.train.steps)) {
+    const bool printing = step % ds.steps_per_print == 0 || step == job.train.steps;
+    // Every stage's times, gathered on all ranks (a collective).
+    std::vector<std::array<double, 4>> stage_seconds;
+    if (pipe && printing && ds.wall_clock_breakdown) {
+      auto gathered = GatherStageSeconds(*pipe, pipeline_seconds, context);
+      if (!gathered.ok()) return gathered.status();
+      stage_seconds = std::move(*gathered);
+    }
+    if (context.rank == 0 && printing) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f\n", step,
                     mean_loss, result.lr, result.loss_scale,
@@ -514,9 +608,17 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                       "preemption check and next batch (while the GPU works) %.3f s, the rest %.3f s\n",
                       window_steps, forward_backward_seconds, step_seconds, overlapped_seconds,
                       seconds - forward_backward_seconds - step_seconds - overlapped_seconds);
+        for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
+          const auto& t = stage_seconds[stage];
+          absl::FPrintF(context.out,
+                        "  pipeline stage %d: forward %.3f s, backward %.3f s, transfers %.3f s, bubble %.1f%% "
+                        "(schedule's theory %.1f%%)\n",
+                        stage, t[0], t[1], t[2], t[3] > 0 ? 100.0 * (1.0 - (t[0] + t[1]) / t[3]) : 0.0,
+                        100.0 * TheoreticalBubbleFraction(pipe->schedule(), pipe->shape()));
+        }
       }
       if (ds.memory_breakdown) {
-        Engine::MemoryBreakdown m = (*engine)->Memory();
+        Engine::MemoryBreakdown m = engine->Memory();
         absl::FPrintF(context.out,
                       "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s, "
                       "frozen parameters %d B\n",
@@ -536,17 +638,28 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       window_start = Clock::now();
       window_steps = 0;
       forward_backward_seconds = step_seconds = overlapped_seconds = 0;
+      pipeline_seconds = {};
     }
     if (eval_samples && step % job.train.eval_interval == 0) {
       torch::NoGradGuard no_grad;
       built->module->eval();
       double eval_loss = 0;
       const int64_t per_eval = ds.train_micro_batch_size_per_gpu * (data_group ? data_group->size() : 1);
+      std::vector<TokenBatch> eval_batches;
       for (int64_t i = 0; i < job.train.eval_steps; ++i) {
         absl::Status read;
         TokenBatch batch = eval_samples->Load(sampler->MicroBatchIndices(i * per_eval, 0), context.device, &read);
         if (!read.ok()) return read;
-        eval_loss += model->BatchLoss(batch).item<double>() / job.train.eval_steps;
+        if (pipe) {
+          eval_batches.push_back(std::move(batch));
+        } else {
+          eval_loss += model->BatchLoss(batch).item<double>() / job.train.eval_steps;
+        }
+      }
+      if (pipe) {
+        auto evaluated = pipe->EvalBatch(eval_batches);
+        if (!evaluated.ok()) return evaluated.status();
+        eval_loss = *evaluated;
       }
       eval_loss = MeanOverWorld(eval_loss, context);
       if (context.rank == 0) {
@@ -598,7 +711,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   }
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped (%d with a non-finite loss or gradient norm)\n",
-                  (*engine)->global_steps(), (*engine)->skipped_steps(), (*engine)->nonfinite_steps());
+                  engine->global_steps(), engine->skipped_steps(), engine->nonfinite_steps());
   }
   return absl::OkStatus();
 }

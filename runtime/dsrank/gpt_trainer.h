@@ -34,6 +34,7 @@ struct TrainerContext {
   std::shared_ptr<const ParallelState> parallel;  // this rank's process groups
   Communicator* world = nullptr;     // parallel->world(): null with one rank
   torch::Device device = torch::kCPU;
+  std::string pipeline_timeline;     // --pipeline_timeline
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
   // Checkpoints and the prepared dataset go through it (a fault-injecting

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   context.world = context.parallel->world();
   context.device = (*rank)->device();
   context.loss_log = arguments->loss_log;
+  context.pipeline_timeline = arguments->pipeline_timeline;
   context.exit_at_step = arguments->exit_at_step;
   context.hang_at_step = arguments->hang_at_step;
   context.hang_rank = static_cast<int>(arguments->hang_rank);

@@ -27,22 +27,34 @@ void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1, std
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
-               std::shared_ptr<const ParallelState> parallel, torch::Device device)
+               std::shared_ptr<const ParallelState> parallel, torch::Device device,
+               std::optional<PipelineStageRole> stage)
     : model_(std::move(model)),
       config_(config),
       parallel_(std::move(parallel)),
       data_parallel_(parallel_->data()),
-      device_(device) {}
+      device_(device),
+      stage_(std::move(stage)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
                                                        std::shared_ptr<const ParallelState> parallel,
-                                                       torch::Device device) {
+                                                       torch::Device device, std::optional<PipelineStageRole> stage) {
   if (parallel == nullptr) return absl::InvalidArgumentError("Engine::Create: no ParallelState");
   const ProcessTopology& grid = parallel->topology();
-  if (grid.pipe_size() > 1 || parallel->expert_size() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the engine trains with data and tensor parallelism only so far; this rank's groups are ",
-        parallel->Describe(), ": pipeline and expert parallelism are not yet supported"));
+  if (parallel->expert_size() > 1) {
+    return absl::UnimplementedError(absl::StrCat("this rank's groups are ", parallel->Describe(),
+                                                 ": expert parallelism is not yet supported"));
+  }
+  if (grid.pipe_size() > 1 && !stage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this rank's groups are ", parallel->Describe(),
+        ": with pipeline stages the engine is created by runtime/pipeline (PipelineEngine), which cuts the model"));
+  }
+  if (stage && config.zero_optimization.stage == 3) {
+    return absl::InvalidArgumentError(
+        "zero_optimization.stage=3 with pipeline.stages > 1: ZeRO-3 gathers each layer for every micro-batch "
+        "pass, which a pipeline's interleaved passes would repeat per micro-batch; use stage 1 or 2 (both "
+        "partition the optimizer state, stage 2 the gradients too)");
   }
   if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
     return absl::InvalidArgumentError(
@@ -51,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
   if (config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
   }
-  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, std::move(parallel), device));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, std::move(parallel), device, std::move(stage)));
   absl::Status ready = engine->Initialize();
   if (!ready.ok()) return ready;
   return engine;
@@ -66,8 +78,10 @@ absl::Status Engine::Initialize() {
     // Note [Mixed precision] with stage 0 also goes through the flat
     // partition (one range): its fp32 master is one tensor, stepped at once.
     // With tensor parallelism too: its checkpoints re-cut the flat state
-    // (EngineCheckpointer), whatever the stage and precision.
-    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat || parallel_->tensor() != nullptr;
+    // (EngineCheckpointer), whatever the stage and precision; and with a
+    // pipeline, whose norm the flat step sums over the stages.
+    const bool flat =
+        stage > 0 || compute_dtype_ != torch::kFloat || parallel_->tensor() != nullptr || stage_.has_value();
     for (auto& p : model_->parameters()) {
       if (!p.requires_grad()) continue;
       model_params_.push_back(p);
@@ -79,7 +93,7 @@ absl::Status Engine::Initialize() {
         master_params_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
       }
     }
-    if (parallel_->tensor() != nullptr) {
+    if (parallel_->tensor() != nullptr || stage_) {
       absl::Status counted = DecideNormCounts();
       if (!counted.ok()) return counted;
     }
@@ -123,8 +137,9 @@ absl::Status Engine::Initialize() {
       // rank has nothing to overlap, and moving each unit's gradients into
       // the accumulator during backward would cost it the in-place step.
       const bool several_ranks = data_parallel_ != nullptr && data_parallel_->size() > 1;
-      options.overlap_units =
-          stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr && several_ranks;
+      // A pipeline reduces once per step, after all micro-batches.
+      options.overlap_units = stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr &&
+                              several_ranks && !stage_;
       if (options.overlap_units) options.units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {
@@ -219,6 +234,15 @@ absl::Status Engine::Backward(const torch::Tensor& loss) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::BackwardFrom(const torch::Tensor& output, const torch::Tensor& gradient) {
+  try {
+    torch::autograd::backward({output}, {gradient});
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::AllReduceGradients() {
   if (data_parallel_ == nullptr || data_parallel_->size() == 1) return absl::OkStatus();
   const double dp = static_cast<double>(data_parallel_->size());
@@ -259,21 +283,23 @@ absl::Status Engine::DecideNormCounts() {
   auto* family = dynamic_cast<ModelInterface*>(model_.get());
   if (family == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor parallelism (", parallel_->Describe(),
-        ") needs a model family that declares its tensor-parallel forms (runtime/model/model_interface.h)"));
+        "model parallelism (", parallel_->Describe(),
+        ") needs a model family that declares its layers and tensor-parallel forms (runtime/model/model_interface.h)"));
   }
   std::set<std::string> split;
   for (const TensorParallelForm& form : family->TensorParallelForms()) split.insert(form.parameter);
-  const bool first = parallel_->tensor()->rank() == 0;
+  const bool first = parallel_->tensor() == nullptr || parallel_->tensor()->rank() == 0;
   for (const auto& item : model_->named_parameters()) {
-    if (item.value().requires_grad()) norm_counts_.push_back(first || split.count(item.key()) > 0);
+    if (!item.value().requires_grad()) continue;
+    const bool copy = stage_ && stage_->tied_copies.count(item.key()) > 0;
+    norm_counts_.push_back((first || split.count(item.key()) > 0) && !copy);
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::SumOverTensorGroup(torch::Tensor& norm_squared) {
-  if (parallel_->tensor() == nullptr) return absl::OkStatus();
-  return parallel_->tensor()->AllReduce(norm_squared, ReduceOp::kSum);
+absl::Status Engine::SumOverModelParallelGroup(torch::Tensor& norm_squared) {
+  if (parallel_->model_parallel() == nullptr) return absl::OkStatus();
+  return parallel_->model_parallel()->AllReduce(norm_squared, ReduceOp::kSum);
 }
 
 absl::StatusOr<double> Engine::GradNormSquared() {
@@ -283,9 +309,9 @@ absl::StatusOr<double> Engine::GradNormSquared() {
     if (!p.grad().defined() || (!norm_counts_.empty() && !norm_counts_[i])) continue;
     total += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
   }
-  if (parallel_->tensor() == nullptr) return total;
+  if (parallel_->model_parallel() == nullptr) return total;
   torch::Tensor sum = torch::full({1}, total, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-  if (absl::Status s = SumOverTensorGroup(sum); !s.ok()) return s;
+  if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
   return sum.item<double>();
 }
 
@@ -425,7 +451,9 @@ absl::StatusOr<StepResult> Engine::Step() {
   StepResult result;
   result.loss_scale = loss_scale();
   if (!IsGradientAccumulationBoundary()) {
-    if (zero_) {
+    // A pipeline's gradients stay where autograd put them until the
+    // boundary, whatever the stage: its micro-batches interleave.
+    if (zero_ && !stage_) {
       absl::Status accumulated = zero_->AccumulateMicroStep();
       if (!accumulated.ok()) return accumulated;
     }
@@ -578,7 +606,7 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
       if (!summed.ok()) return summed;
     }
-    if (absl::Status s = SumOverTensorGroup(norm_squared); !s.ok()) return s;
+    if (absl::Status s = SumOverModelParallelGroup(norm_squared); !s.ok()) return s;
     const double ranks = zero_->data_parallel_size();
     // Note [Clip on the device], as in InPlaceZeroStep: without a loss scaler
     // no step is skipped, and the kernel computes the coefficient itself.
@@ -637,7 +665,7 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
       if (!reduced.ok()) return reduced;
     }
-    if (absl::Status s = SumOverTensorGroup(sum); !s.ok()) return s;
+    if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
     const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
     if (!factor) {
       ++skipped_steps_;

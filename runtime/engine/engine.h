@@ -32,8 +32,9 @@
 #pragma once
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -69,6 +70,18 @@ struct StepResult {
   bool nonfinite = false;
 };
 
+// What a pipeline stage (runtime/pipeline) tells its engine. The module
+// holds only the stage's layers (the rest released, frozen and empty); a
+// parameter tied across stages (a GPT's embedding, also its head) is held by
+// each stage that uses it, and its gradient is summed across them by the
+// pipeline before the step. The engine then counts it in the gradient norm
+// on the owner's stage only, reduces gradients once per step (not per
+// micro-batch: the pipeline interleaves micro-batches), and sums the norm
+// over the model-parallel group (every stage and tensor slice).
+struct PipelineStageRole {
+  std::set<std::string> tied_copies;  // parameter names this stage holds as a copy
+};
+
 class Engine {
  public:
   // Written into a ZeRO-3 checkpoint's folder with
@@ -80,12 +93,15 @@ class Engine {
   // within it). With a tensor-parallel group the model is a family split over
   // it (Note [Tensor parallelism]) and the gradient norm (clipping, fp16
   // overflow, the non-finite guard) is summed over the group, each
-  // replicated parameter counted once. Pipeline and expert degrees other
-  // than 1 are refused until their layers exist.
+  // replicated parameter counted once. With a pipeline group the module is
+  // one stage and `stage` says so (PipelineStageRole); runtime/pipeline
+  // creates it. Expert degrees other than 1 are refused until their layers
+  // exist.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         const DsConfig& config,
                                                         std::shared_ptr<const ParallelState> parallel,
-                                                        torch::Device device);
+                                                        torch::Device device,
+                                                        std::optional<PipelineStageRole> stage = std::nullopt);
 
   ~Engine();
 
@@ -95,6 +111,11 @@ class Engine {
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
 
   absl::Status Backward(const torch::Tensor& loss);
+  // A pipeline stage that does not end in the loss: backpropagates
+  // `gradient` (already scaled, as the next stage's input gradient is) from
+  // `output`, its output for one micro-batch.
+  absl::Status BackwardFrom(const torch::Tensor& output, const torch::Tensor& gradient);
+  bool pipelined() const { return stage_.has_value(); }
   absl::StatusOr<StepResult> Step();
 
   bool IsGradientAccumulationBoundary() const;
@@ -141,7 +162,7 @@ class Engine {
 
  private:
   Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
-         std::shared_ptr<const ParallelState> parallel, torch::Device device);
+         std::shared_ptr<const ParallelState> parallel, torch::Device device, std::optional<PipelineStageRole> stage);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
   // The boundary step with ZeRO stages 1-2.
@@ -152,10 +173,12 @@ class Engine {
   // Sum of squares of the master gradients in fp64, over the tensor group
   // (each parameter once); inf/nan propagate.
   absl::StatusOr<double> GradNormSquared();
-  // Tensor parallelism: which parameters this rank's norm counts (norm_counts_).
+  // Tensor and pipeline parallelism: which parameters this rank's norm
+  // counts (norm_counts_).
   absl::Status DecideNormCounts();
-  // All-reduces a squared norm over the tensor-parallel group (if any).
-  absl::Status SumOverTensorGroup(torch::Tensor& norm_squared);
+  // All-reduces a squared norm over the model-parallel group (tensor slices
+  // and pipeline stages of this replica), if any.
+  absl::Status SumOverModelParallelGroup(torch::Tensor& norm_squared);
   // Note [Non-finite guard]: how many of this window's micro-batch losses
   // were not finite, as a device scalar (no host wait), summed over the
   // data-parallel group when `over_group`; the count restarts.
@@ -182,13 +205,15 @@ class Engine {
   const std::shared_ptr<const ParallelState> parallel_;
   Communicator* const data_parallel_;  // parallel_->data()
   const torch::Device device_;
+  const std::optional<PipelineStageRole> stage_;
   torch::ScalarType compute_dtype_ = torch::kFloat;
 
   std::vector<torch::Tensor> model_params_;   // the module's parameters
   std::vector<torch::Tensor> master_params_;  // fp32 copies (== model_params_ with fp32)
   // Per entry of model_params_: whether this rank's gradient norm counts it
   // (Note [Tensor parallelism]: a replicated parameter only on tensor rank
-  // 0). Empty without tensor parallelism.
+  // 0; a tied copy only on its owner's stage). Empty without model
+  // parallelism.
   std::vector<bool> norm_counts_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;

@@ -40,4 +40,11 @@ std::vector<TensorParallelForm> GptImpl::TensorParallelForms() const {
   return forms;
 }
 
+std::vector<int64_t> GptImpl::ActivationShape(const TokenBatch& batch) const {
+  // Under sequence parallelism each rank holds its share of the time steps.
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  const int64_t time = batch.tokens.size(1);
+  return {batch.tokens.size(0), group.split() && group.sequence_parallel ? time / group.size : time, options_.width};
+}
+
 }  // namespace dslaunch::runtime

@@ -171,6 +171,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
   torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) override;
+  std::vector<int64_t> ActivationShape(const TokenBatch& batch) const override;
 
   std::string family() const override { return "llama"; }
   std::vector<ModelLayer> Layers() const override;

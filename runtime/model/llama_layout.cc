@@ -60,4 +60,11 @@ std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
   return forms;
 }
 
+std::vector<int64_t> LlamaImpl::ActivationShape(const TokenBatch& batch) const {
+  // Under sequence parallelism each rank holds its share of the time steps.
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  const int64_t time = batch.tokens.size(1);
+  return {batch.tokens.size(0), group.split() && group.sequence_parallel ? time / group.size : time, options_.hidden};
+}
+
 }  // namespace dslaunch::runtime

@@ -78,6 +78,9 @@ class ModelInterface : public PartitionedModel {
   // whole micro-batch (positions and segments shape the attention of every
   // layer).
   virtual torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) = 0;
+  // The shape of what any layer but the last outputs for `batch` (in the
+  // compute dtype): what a pipeline stage expects to receive.
+  virtual std::vector<int64_t> ActivationShape(const TokenBatch& batch) const = 0;
 };
 
 // Helpers the families share.

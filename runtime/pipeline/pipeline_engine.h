@@ -1,0 +1,153 @@
+// One pipeline stage's training engine: the counterpart of DeepSpeed's
+// PipelineEngine.train_batch().
+//
+//   auto pipe = PipelineEngine::Create(model, config.ds, parallel, device);
+//   for each step:
+//     auto result = pipe->TrainBatch(micro_batches);   // M = gradient_accumulation_steps
+//     result->loss                                      // the same on every stage
+//
+// Note [Pipeline stages]
+// Every rank builds the whole model family from the same seed (or the same
+// Hugging Face folder), then Create cuts its layer list (Layers()) into
+// stages·virtual_stages contiguous runs (pipeline.partition_method),
+// keeps the runs of this rank's stage (virtual stage chunk·S + stage for
+// each chunk) and releases every other parameter (frozen, emptied), so the
+// device holds the stage only. A parameter tied across stages (a GPT's
+// token embedding, also its head) is kept on each stage that uses it: the
+// owner (its first layer's stage) sends it to the others at start, and each
+// step their gradients are summed across the tie before the engine steps.
+// The engine (runtime/engine) then steps the stage's parameters as usual,
+// with ZeRO-1/2 over the data-parallel group and the gradient norm summed
+// over the stages (PipelineStageRole).
+//
+// TrainBatch runs the stage's instruction stream (Note [Pipeline
+// schedules]): forward passes through ForwardLayers, received activations
+// as leaves whose gradient goes back, the last stage's losses through
+// Engine::Backward (scaled by 1/M), the others through BackwardFrom; an
+// output is dropped once its backward ran, an input once its gradient is
+// sent. The loss is averaged on the last stage and broadcast.
+//
+// Not thread-safe; every rank of the job calls TrainBatch the same number
+// of times.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/model_interface.h"
+#include "runtime/pipeline/pipeline_schedule.h"
+
+namespace dslaunch::runtime {
+
+// One instruction of one step, for the timeline (--pipeline_timeline).
+struct PipelineEvent {
+  std::string name;  // DescribeInstruction
+  double start_us = 0, duration_us = 0;
+};
+
+struct PipelineBatchResult {
+  double loss = 0;  // mean over the micro-batches, the same on every stage
+  StepResult step;  // the engine's boundary step
+  // This stage's wall clock for the schedule (wall_clock_breakdown).
+  double forward_seconds = 0, backward_seconds = 0, transfer_seconds = 0, schedule_seconds = 0;
+  double step_seconds = 0;  // tied gradients, then the optimizer
+  // The share of the schedule this stage spent outside its passes.
+  double bubble_fraction() const {
+    return schedule_seconds > 0 ? 1.0 - (forward_seconds + backward_seconds) / schedule_seconds : 0;
+  }
+  std::vector<PipelineEvent> timeline;
+};
+
+class PipelineEngine {
+ public:
+  // `model` implements ModelInterface. config.pipeline gives the schedule,
+  // virtual stages and partition; config.gradient_accumulation_steps the
+  // micro-batches per step. Errors name the key.
+  static absl::StatusOr<std::unique_ptr<PipelineEngine>> Create(std::shared_ptr<torch::nn::Module> model,
+                                                                const DsConfig& config,
+                                                                std::shared_ptr<const ParallelState> parallel,
+                                                                torch::Device device);
+
+  // One optimizer step over exactly gradient_accumulation_steps micro-batches
+  // (every stage passes the same ones; each reads what it needs). Errors
+  // name the stage, the instruction and the micro-batch.
+  absl::StatusOr<PipelineBatchResult> TrainBatch(const std::vector<TokenBatch>& micro_batches);
+
+  // The mean loss over `micro_batches` without training (evaluation): each
+  // micro-batch's forward runs through the stages in turn; the result is
+  // the same on every stage. Call it under torch::NoGradGuard.
+  absl::StatusOr<double> EvalBatch(const std::vector<TokenBatch>& micro_batches);
+
+  // Collectives over the pipeline group (every stage calls them):
+  // `values` of every stage, in stage order, on every stage (the same length
+  // on each).
+  absl::StatusOr<std::vector<std::vector<double>>> GatherOverStages(const std::vector<double>& values);
+  // Every stage's timeline on stage 0 (the others get an empty list).
+  absl::StatusOr<std::vector<std::vector<PipelineEvent>>> GatherTimelines(const std::vector<PipelineEvent>& mine);
+
+  Engine& engine() { return *engine_; }
+  const Engine& engine() const { return *engine_; }
+  int stage() const { return stage_; }
+  int stages() const { return shape_.stages; }
+  const PipelineShape& shape() const { return shape_; }
+  PipelineScheduleKind schedule() const { return kind_; }
+  // Virtual stage v holds layers [boundaries[v], boundaries[v + 1]) of Layers().
+  const std::vector<int>& boundaries() const { return boundaries_; }
+  // One line per virtual stage: its layers and parameter count.
+  const std::vector<std::string>& partition_lines() const { return partition_lines_; }
+  // Parameter names this stage holds (its layers' and its tied copies).
+  const std::set<std::string>& held_parameters() const { return held_; }
+
+ private:
+  struct TiedSet {
+    std::string name;
+    torch::Tensor parameter;  // this stage's copy
+    std::vector<int> stages;  // every stage that holds it, ascending
+  };
+  // One (micro-batch, chunk) pass's tensors while it is in flight.
+  struct PassState {
+    torch::Tensor input;     // the received activation (a leaf that requires grad)
+    torch::Tensor output;    // the forward's output (the loss on the last virtual stage)
+    torch::Tensor gradient;  // the received gradient of `output`
+  };
+
+  PipelineEngine() = default;
+  absl::Status Cut(ModelInterface& family, torch::nn::Module& module, const PipelineConfig& pipeline);
+  absl::Status ShareTiedParameters();
+  absl::Status ReduceTiedGradients();
+  absl::Status Exchange(const PipeInstruction& instruction, const std::vector<TokenBatch>& batches,
+                        std::map<std::pair<int, int>, PassState>& passes);
+  std::string Where(const PipeInstruction& instruction) const;
+
+  std::shared_ptr<torch::nn::Module> model_;
+  ModelInterface* family_ = nullptr;
+  std::shared_ptr<const ParallelState> parallel_;
+  Communicator* pipeline_ = nullptr;
+  torch::Device device_ = torch::kCPU;
+  std::unique_ptr<Engine> engine_;
+  PipelineScheduleKind kind_ = PipelineScheduleKind::kOneForwardOneBackward;
+  PipelineShape shape_;
+  int stage_ = 0;
+  std::vector<int> boundaries_;
+  std::vector<std::string> partition_lines_;
+  std::set<std::string> held_;
+  std::vector<TiedSet> tied_;
+  std::vector<PipeInstruction> stream_;
+};
+
+// Tests only: skips the sum of tied parameters' gradients across stages, to
+// show that the parity tests catch a broken reduction.
+void BreakTiedGradientSumForTesting(bool broken);
+
+// Writes `timelines` (one per stage, as TrainBatch returned them) as a
+// Chrome trace (chrome://tracing, Perfetto): one row per stage.
+absl::Status WritePipelineTimeline(const std::string& path, const std::vector<std::vector<PipelineEvent>>& timelines);
+
+}  // namespace dslaunch::runtime

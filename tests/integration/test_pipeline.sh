@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Pipeline parallelism through dslaunch (issue 17): gpt-tiny cut into 2
+# stages (1F1B and interleaved), PP 2 x DP 2 at ZeRO-2 and PP 2 x TP 2 give
+# the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
+# rank; wall_clock_breakdown reports each stage's bubble and
+# --pipeline_timeline writes a Chrome trace with one row per stage; an export
+# from a pipelined run is refused before any step.
+source "$(dirname "$0")/lib.sh"
+: "${DSRANK:?DSRANK must point at the dsrank binary}"
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
+COMMON=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0 --override 'checkpoint.dir=""'
+  --override train.global_batch_size=8 --override train.steps=8 --override train.warmup_steps=2
+  --override train.micro_batch_size=2)
+
+run_job one 1
+run_job pp2 2 --override ds_config.pipeline.stages=2
+same_losses one pp2 "PP 2 (1F1B, 4 micro-batches) vs 1 rank"
+grep -q "dsrank: pipeline: 1f1b schedule, 2 stages, 4 micro-batches per step" "$WORK/pp2.out" ||
+  fail "no pipeline line: $(grep -m3 dsrank "$WORK/pp2.out")"
+grep -q "  stage 1: blocks.1 .. head" "$WORK/pp2.out" || fail "no partition printed: $(grep -A3 'pipeline:' "$WORK/pp2.out")"
+run_job pp2v2 2 --override ds_config.pipeline.stages=2 --override ds_config.pipeline.schedule=interleaved \
+  --override ds_config.pipeline.virtual_stages=2
+same_losses one pp2v2 "PP 2 interleaved (2 virtual stages) vs 1 rank"
+pass "PP 2 (1F1B and interleaved) gives the losses of one rank"
+
+run_job pp2dp2 4 --override ds_config.pipeline.stages=2 --override ds_config.zero_optimization.stage=2
+same_losses one pp2dp2 "PP 2 x DP 2 at ZeRO-2 vs 1 rank"
+run_job pp2tp2 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
+  --override ds_config.zero_optimization.stage=1
+same_losses one pp2tp2 "PP 2 x TP 2 at ZeRO-1 vs 1 rank"
+pass "PP 2 x DP 2 (ZeRO-2) and PP 2 x TP 2 (ZeRO-1) give the losses of one rank"
+
+# A PP 2 x DP 2 checkpoint at step 4 resumed by one rank: steps 5-8 as before.
+rm -rf "$WORK/ckpt"
+run_job saved 4 --override ds_config.pipeline.stages=2 --override ds_config.zero_optimization.stage=1 \
+  --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4 --override train.steps=4
+run_job resumed 1 --override ds_config.zero_optimization.stage=1 --override "checkpoint.dir=$WORK/ckpt" \
+  --override checkpoint.interval=4
+grep -q "resumed from $WORK/ckpt/global_step4" "$WORK/resumed.out" || fail "did not resume: $(grep dsrank "$WORK/resumed.out")"
+! grep -q "^[1-4]	" "$WORK/resumed.tsv" || fail "steps 1-4 ran again"
+awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { n++; d = a[$1] - $2; if (d < 0) d = -d; if (d / a[$1] > 1e-4) bad = 1 }
+  END { exit bad || n != 4 }' "$WORK/one.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ from one rank's"
+pass "a PP 2 x DP 2 checkpoint resumes on one rank"
+
+run_job timed 2 --override ds_config.pipeline.stages=2 --override ds_config.wall_clock_breakdown=true \
+  --override ds_config.steps_per_print=4 --pipeline_timeline "$WORK/timeline.json"
+grep -q "pipeline stage 1: forward .* bubble .*(schedule's theory 20.0%)" "$WORK/timed.out" ||
+  fail "no per-stage breakdown: $(grep -m4 'pipeline stage' "$WORK/timed.out")"
+PY=${REFERENCE_PYTHON:-/usr/bin/python3}
+"$PY" - "$WORK/timeline.json" <<'PYEOF' || fail "the timeline is not a Chrome trace with both stages"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+stages = {e["tid"] for e in events if e["ph"] == "X"}
+assert stages == {0, 1}, stages
+names = [e["name"] for e in events if e["ph"] == "X" and e["tid"] == 1]
+assert sum(n.startswith("forward") for n in names) == 4 and sum(n.startswith("backward") for n in names) == 4, names
+print("timeline: %d events over stages %s" % (len(events), sorted(stages)))
+PYEOF
+pass "wall_clock_breakdown reports each stage's bubble; --pipeline_timeline writes both stages"
+
+if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 \
+  --override "export.hf_dir=$WORK/hf" "$CONFIG" >"$WORK/refused.out" 2>"$WORK/refused.err"; then
+  fail "an export from a pipelined run ran"
+fi
+grep -q "export.hf_dir with pipeline.stages=2 is not yet supported" "$WORK/refused.out" "$WORK/refused.err" ||
+  fail "no refusal naming export.hf_dir: $(tail -3 "$WORK/refused.err")"
+grep -q "step=1 " "$WORK/refused.out" && fail "the refused job trained a step"
+pass "export.hf_dir with pipeline stages is refused before any step"
