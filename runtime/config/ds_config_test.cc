@@ -366,6 +366,30 @@ TEST_F(DsConfigTest, OptimizerTypes) {
               ElementsAre(HasSubstr("unknown key 'optimizer.params.learning_rate'")));
 }
 
+TEST_F(DsConfigTest, PipelineSchedulesAndExplicitPartitions) {
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "gradient_accumulation_steps": 4,
+      "pipeline": {"stages": 2, "schedule": "interleaved", "virtual_stages": 2,
+                   "layers_per_stage": [1, 2, 2, 1]}})",
+                     {}, 2);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->pipeline.stages, 2);
+  EXPECT_EQ(config->pipeline.schedule, "interleaved");
+  EXPECT_EQ(config->pipeline.virtual_stages, 2);
+  EXPECT_EQ(config->pipeline.layers_per_stage, (std::vector<int>{1, 2, 2, 1}));
+  config = Load("ds.json", R"({"train_batch_size": 8,
+      "pipeline": {"schedule": "zb", "layers_per_stage": [1, "two", 0]}})",
+                {}, 2);
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("pipeline.schedule"), HasSubstr("pipeline.layers_per_stage")));
+  std::vector<std::string> lines;
+  path_ = Write("ds.yaml", R"(train_batch_size: 8
+pipeline: {stages: 2, activation_checkpoint_interval: 1, pipe_partitioned: true}
+)");
+  ASSERT_TRUE(LoadDsConfig(path_, {}, WorldShape{2}, &lines).ok());
+  EXPECT_THAT(lines, ElementsAre(HasSubstr("pipeline.activation_checkpoint_interval=1: a per-stage checkpoint "
+                                           "interval"),
+                                 HasSubstr("pipeline.pipe_partitioned=true:")));
+}
+
 TEST_F(DsConfigTest, AliasesAndDeepSpeedSpellings) {
   auto config = Load("ds.json", R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3, "prefetch_bucket_size": 1e6, "max_live_parameters": 7},

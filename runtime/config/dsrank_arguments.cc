@@ -22,6 +22,10 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
       .Int("--exit_at_step", &parsed.exit_at_step, "N", "exit with an error at step N (tests; -1: never)")
       .Int("--hang_at_step", &parsed.hang_at_step, "N", "stop making progress at step N (tests; -1: never)")
       .Int("--hang_rank", &parsed.hang_rank, "R", "only rank R hangs (-1: every rank)")
+      .Int("--raise_at_step", &parsed.raise_at_step, "N",
+           "with pipeline stages: rank --raise_rank raises an error in micro-batch 1's forward pass of step N "
+           "(tests; -1: never)")
+      .Int("--raise_rank", &parsed.raise_rank, "R", "the rank --raise_at_step fails")
       .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment");
   if (absl::Status status = flags.Parse(args); !status.ok()) return status;
   if (flags.help_requested()) {

@@ -6,7 +6,7 @@
 //   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH]
 //          [--device auto|cpu|cuda] [--cuda_memory_limit_gb G]
 //          [--exit_at_step N] [--hang_at_step N [--hang_rank R]]
-//          [--pipeline_timeline FILE]
+//          [--pipeline_timeline FILE] [--raise_at_step N --raise_rank R]
 //
 // The flags are a common/flag_table.h table (exact names, `--flag VALUE` or
 // `--flag=VALUE`, --help and --version). `--local_rank=N` is accepted and
@@ -30,6 +30,8 @@ struct DsrankArguments {
   int64_t exit_at_step = -1;
   int64_t hang_at_step = -1;
   int64_t hang_rank = -1;
+  int64_t raise_at_step = -1;  // tests: rank raise_rank's pipeline stage raises in a forward pass of this step
+  int64_t raise_rank = 0;
   double cuda_memory_limit_gb = 0;
   // Non-empty for --help or --version: print it and exit 0.
   std::string print;

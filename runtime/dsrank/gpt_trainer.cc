@@ -498,6 +498,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         if (!read.ok()) return read;
       }
       preempt_flag = PreemptionFlagInStore(context);
+      if (step == context.raise_at_step && context.rank == context.raise_rank && context.attempt == 0) {
+        pipe->FailForwardForTesting(/*micro_batch=*/1);
+      }
       auto trained = pipe->TrainBatch(batches);
       if (!trained.ok()) return trained.status();
       result = trained->step;

@@ -35,6 +35,8 @@ struct TrainerContext {
   Communicator* world = nullptr;     // parallel->world(): null with one rank
   torch::Device device = torch::kCPU;
   std::string pipeline_timeline;     // --pipeline_timeline
+  int64_t raise_at_step = -1;        // --raise_at_step (tests)
+  int raise_rank = 0;
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
   // Checkpoints and the prepared dataset go through it (a fault-injecting

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
   context.device = (*rank)->device();
   context.loss_log = arguments->loss_log;
   context.pipeline_timeline = arguments->pipeline_timeline;
+  context.raise_at_step = arguments->raise_at_step;
+  context.raise_rank = static_cast<int>(arguments->raise_rank);
   context.exit_at_step = arguments->exit_at_step;
   context.hang_at_step = arguments->hang_at_step;
   context.hang_rank = static_cast<int>(arguments->hang_rank);

@@ -289,6 +289,10 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
     try {
       if (instruction.op == PipeOp::kForward) {
         PassState& pass = passes[{instruction.micro_batch, instruction.chunk}];
+        if (instruction.micro_batch == fail_forward_) {
+          fail_forward_ = -1;
+          TORCH_CHECK(false, "injected failure (dsrank --raise_at_step)");
+        }
         if (virtual_stage > 0) pass.input.requires_grad_(true);
         pass.output = family_->ForwardLayers(boundaries_[virtual_stage], boundaries_[virtual_stage + 1] - 1,
                                              pass.input, batches[instruction.micro_batch]);

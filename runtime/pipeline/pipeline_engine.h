@@ -92,6 +92,10 @@ class PipelineEngine {
   // Every stage's timeline on stage 0 (the others get an empty list).
   absl::StatusOr<std::vector<std::vector<PipelineEvent>>> GatherTimelines(const std::vector<PipelineEvent>& mine);
 
+  // Tests: the next TrainBatch raises inside `micro_batch`'s first forward
+  // pass on this stage (dsrank --raise_at_step).
+  void FailForwardForTesting(int micro_batch) { fail_forward_ = micro_batch; }
+
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
   int stage() const { return stage_; }
@@ -140,6 +144,7 @@ class PipelineEngine {
   std::set<std::string> held_;
   std::vector<TiedSet> tied_;
   std::vector<PipeInstruction> stream_;
+  int fail_forward_ = -1;
 };
 
 // Tests only: skips the sum of tied parameters' gradients across stages, to

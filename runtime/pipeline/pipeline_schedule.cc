@@ -144,16 +144,21 @@ absl::StatusOr<std::vector<PipeInstruction>> BuildStageSchedule(PipelineSchedule
     }
     stream.push_back(PipeInstruction{PipeOp::kExchange, -1, -1, std::move(posted)});
   };
-  // Units: a warm-up forward, a steady forward-backward pair, a drain
-  // backward. Before each unit one exchange sends what the last unit
-  // produced and receives what this one needs (Megatron's combined
-  // send_forward_backward_recv_forward_backward in the steady state).
+  // Units: before each unit one exchange sends what the last unit produced
+  // and receives what this one needs. With one chunk per rank a unit is one
+  // pass (Megatron's send_forward_recv_backward: a forward's output leaves
+  // as soon as it is computed). Interleaved, a steady unit is a
+  // forward-backward pair (Megatron's send_forward_backward_recv_forward_
+  // backward): one pass per unit deadlocks there (CheckSchedules finds it),
+  // because the chunks' transfers between two ranks would be posted in
+  // different orders on the two sides.
   const std::vector<Pass> order = ComputeOrder(kind, shape, stage);
   const int total = shape.micro_batches * shape.virtual_stages;
   const int warmup = WarmupPasses(kind, shape, stage);
+  const bool pairs = kind == PipelineScheduleKind::kInterleaved;
   std::vector<std::vector<Pass>> units;
   for (size_t i = 0; i < order.size();) {
-    const bool pair = static_cast<int>(i) >= warmup && static_cast<int>(i) < warmup + 2 * (total - warmup);
+    const bool pair = pairs && static_cast<int>(i) >= warmup && static_cast<int>(i) < warmup + 2 * (total - warmup);
     units.emplace_back(order.begin() + i, order.begin() + i + (pair ? 2 : 1));
     i += pair ? 2 : 1;
   }
@@ -213,6 +218,10 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
   // pairs with the k-th receive.
   using Key = std::tuple<PipeTensor, int, int, bool>;  // tensor, micro-batch, virtual stage, header
   std::map<std::pair<int, int>, std::vector<Key>> sent, received;
+  // When each listed transfer was posted, in model time.
+  std::map<std::pair<int, int>, std::vector<double>> sent_at, received_at;
+  std::vector<double> clock(S, 0.0);
+  const double pass_time = 1.0 / shape.virtual_stages;
   std::vector<size_t> pc(S, 0);
   std::vector<bool> posted(S, false);
   // Per stage: (tensor, micro-batch, virtual stage) that arrived; forwards done; backwards done.
@@ -241,6 +250,7 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
         if (!forwarded[s].insert({in.micro_batch, in.chunk}).second) {
           return absl::InternalError(absl::StrCat(where(s), ": a second forward of the same pass"));
         }
+        clock[s] += pass_time;
         const int flight = static_cast<int>(forwarded[s].size() - backwarded[s].size());
         check.peak_in_flight[s] = std::max(check.peak_in_flight[s], flight);
         if (flight > check.in_flight_bound[s]) {
@@ -258,12 +268,14 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
         if (!backwarded[s].insert({in.micro_batch, in.chunk}).second) {
           return absl::InternalError(absl::StrCat(where(s), ": a second backward of the same pass"));
         }
+        clock[s] += pass_time;
       } else if (!posted[s]) {
         slots[s].clear();
         for (const PipeTransfer& t : in.transfers) {
           auto& list = (t.send ? sent : received)[pair_of(s, t)];
           slots[s].push_back(list.size());
           list.push_back(Key{t.tensor, t.micro_batch, t.virtual_stage, t.header});
+          (t.send ? sent_at : received_at)[pair_of(s, t)].push_back(clock[s]);
         }
         posted[s] = true;
         progress = true;
@@ -285,8 +297,11 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
           }
         }
         if (!complete) continue;
-        for (const PipeTransfer& t : in.transfers) {
+        for (size_t i = 0; i < in.transfers.size(); ++i) {
+          const PipeTransfer& t = in.transfers[i];
           if (!t.send && !t.header) arrived[s].insert({t.tensor, t.micro_batch, t.virtual_stage});
+          // Done when the later side posted it.
+          clock[s] = std::max(clock[s], (t.send ? received_at : sent_at)[pair_of(s, t)][slots[s][i]]);
         }
         posted[s] = false;
       }
@@ -308,6 +323,11 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
       return absl::InternalError(absl::StrCat("stage ", s, " ran ", forwarded[s].size(), " forwards and ",
                                               backwarded[s].size(), " backwards of ", passes));
     }
+  }
+  check.makespan = *std::max_element(clock.begin(), clock.end());
+  for (int s = 0; s < S; ++s) {
+    const double busy = 2.0 * shape.micro_batches;  // M forwards and M backwards of a whole stage
+    check.bubble.push_back(check.makespan > 0 ? 1.0 - busy / check.makespan : 0.0);
   }
   for (const auto& [pair, list] : sent) {
     if (received[pair].size() != list.size()) {

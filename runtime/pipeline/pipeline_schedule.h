@@ -82,6 +82,12 @@ struct ScheduleCheck {
   std::vector<int> peak_in_flight;  // per stage: passes forwarded, not yet backwarded
   std::vector<int> in_flight_bound;
   int rounds = 0;  // lock-step rounds the simulation took
+  // In model time: every forward and backward pass of one chunk takes 1/v
+  // (a whole micro-batch through a stage's layers takes 1 each way),
+  // transfers take none but wait for their peer. The step's length, and
+  // each stage's idle share of it.
+  double makespan = 0;
+  std::vector<double> bubble;
 };
 
 // Simulates every stage's stream (Note [Pipeline schedules]); an Internal
@@ -94,7 +100,7 @@ absl::StatusOr<ScheduleCheck> CheckStreams(const PipelineShape& shape,
                                            const std::vector<int>& in_flight_bound);
 
 // The schedule's idle fraction of a step with equal passes (forward and
-// backward each taking one unit per chunk): (S-1)/(v·M+S-1).
+// backward each taking one unit per stage): (S-1)/(v·M+S-1).
 double TheoreticalBubbleFraction(PipelineScheduleKind kind, const PipelineShape& shape);
 
 // "forward mb 3 chunk 0", "exchange [send activation mb 2 vs 3 -> stage 1]".

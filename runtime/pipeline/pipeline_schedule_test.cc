@@ -122,6 +122,31 @@ TEST(PipelineScheduleTest, RefusesShapesTheScheduleCannotRun) {
   EXPECT_EQ(*ParsePipelineSchedule("interleaved"), Kind::kInterleaved);
 }
 
+TEST(PipelineScheduleTest, SimulatedBubbleMatchesTheory) {
+  // With equal passes the simulated step idles exactly as theory says for
+  // GPipe and 1F1B, and interleaving idles less.
+  for (int stages : {2, 4, 8}) {
+    for (int micro : {stages, 2 * stages, 4 * stages}) {
+      for (Kind kind : {Kind::kGPipe, Kind::kOneForwardOneBackward}) {
+        auto check = CheckSchedules(kind, PipelineShape{stages, micro, 1});
+        ASSERT_TRUE(check.ok());
+        const double theory = TheoreticalBubbleFraction(kind, PipelineShape{stages, micro, 1});
+        for (double bubble : check->bubble) EXPECT_NEAR(bubble, theory, 1e-9) << stages << " stages, M " << micro;
+      }
+      auto one = CheckSchedules(Kind::kOneForwardOneBackward, PipelineShape{stages, micro, 1});
+      for (int v : {2, 4}) {
+        auto interleaved = CheckSchedules(Kind::kInterleaved, PipelineShape{stages, micro, v});
+        ASSERT_TRUE(interleaved.ok());
+        const double theory = TheoreticalBubbleFraction(Kind::kInterleaved, PipelineShape{stages, micro, v});
+        EXPECT_LT(interleaved->makespan, one->makespan) << stages << " stages, M " << micro << ", v " << v;
+        for (double bubble : interleaved->bubble) {
+          EXPECT_LE(bubble, theory + 1e-9) << stages << " stages, M " << micro << ", v " << v;
+        }
+      }
+    }
+  }
+}
+
 TEST(PipelineScheduleTest, TheoreticalBubble) {
   EXPECT_DOUBLE_EQ(TheoreticalBubbleFraction(Kind::kOneForwardOneBackward, PipelineShape{4, 8, 1}), 3.0 / 11.0);
   EXPECT_DOUBLE_EQ(TheoreticalBubbleFraction(Kind::kInterleaved, PipelineShape{4, 8, 2}), 3.0 / 19.0);

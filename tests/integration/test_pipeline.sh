@@ -3,8 +3,9 @@
 # stages (1F1B and interleaved), PP 2 x DP 2 at ZeRO-2 and PP 2 x TP 2 give
 # the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
 # rank; wall_clock_breakdown reports each stage's bubble and
-# --pipeline_timeline writes a Chrome trace with one row per stage; an export
-# from a pipelined run is refused before any step.
+# --pipeline_timeline writes a Chrome trace with one row per stage; a stage
+# that raises stops the job with a root cause naming it; an export from a
+# pipelined run is refused before any step.
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
@@ -57,6 +58,18 @@ assert sum(n.startswith("forward") for n in names) == 4 and sum(n.startswith("ba
 print("timeline: %d events over stages %s" % (len(events), sorted(stages)))
 PYEOF
 pass "wall_clock_breakdown reports each stage's bubble; --pipeline_timeline writes both stages"
+
+# A stage that raises stops the whole job at once, the root cause naming the
+# rank, the stage and the micro-batch.
+started=$SECONDS
+if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 "$CONFIG" \
+  --raise_at_step 3 --raise_rank 1 >"$WORK/raised.out" 2>"$WORK/raised.err"; then
+  fail "a job whose stage raised exited 0"
+fi
+grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, forward micro-batch 1 chunk 0: injected failure" \
+  "$WORK/raised.err" || fail "no root cause naming the stage: $(grep -m2 'root cause' "$WORK/raised.err")"
+((SECONDS - started < 60)) || fail "the failed pipeline took $((SECONDS - started)) s to stop"
+pass "a stage that raises stops the job; the root cause names rank 1, stage 1 and micro-batch 1"
 
 if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 \
   --override "export.hf_dir=$WORK/hf" "$CONFIG" >"$WORK/refused.out" 2>"$WORK/refused.err"; then
