@@ -2,6 +2,7 @@
 // (rank_bootstrap.h) and the engine.
 #include <dslaunch/runtime.h>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/api/rank_bootstrap.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
@@ -75,6 +76,14 @@ absl::StatusOr<std::unique_ptr<Session>> Initialize(std::shared_ptr<torch::nn::M
   absl::StatusOr<DsConfig> config = LoadDsConfig(ds_config_path, parsed, WorldShape{env->world_size});
   if (!config.ok()) return config.status();
   state->config = *config;
+  if (config->pipeline.stages > 1) {
+    // Before any process group: nothing half-started.
+    return absl::UnimplementedError(absl::StrCat(
+        ds_config_path, ": pipeline.stages=", config->pipeline.stages,
+        " through Initialize() is not yet supported: a pipeline cuts a model family's layer list "
+        "(runtime/model/model_interface.h), which a user's module does not declare; dsrank trains GPT and Llama "
+        "pipelined"));
+  }
   RankOptions options;
   options.parallel = ParallelSizes{.tensor = config->tensor_parallel.tp_size,
                                    .pipeline = config->pipeline.stages,

@@ -179,6 +179,60 @@ double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary) {
          2 * width;
 }
 
+void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
+  const PipelineConfig& pipe = job.ds.pipeline;
+  auto at_ds = [&](const std::string& key, const std::string& message) {
+    problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key), message);
+  };
+  auto at_job = [&](const std::string& key, const std::string& message) {
+    problems->AtKey(source, walk.WrittenPath(key), walk.MarkOf(key), message);
+  };
+  if (pipe.virtual_stages > 1 && pipe.schedule != "interleaved") {
+    at_ds("pipeline.virtual_stages", absl::StrCat(pipe.virtual_stages, " model chunks per rank need pipeline.schedule: "
+                                                  "interleaved (the schedule is ", pipe.schedule, ")"));
+  }
+  if (pipe.stages <= 1) return;
+  const std::string stages = absl::StrCat("pipeline.stages=", pipe.stages);
+  for (const char* key : {"export.hf_dir", "export.adapter_dir"}) {
+    const std::string& dir = std::string(key) == "export.hf_dir" ? job.export_.hf_dir : job.export_.adapter_dir;
+    if (dir.empty()) continue;
+    at_job(key, absl::StrCat("export from a pipelined run (", stages,
+                             ") is not yet supported: train with checkpoint.dir, then export from a run at "
+                             "pipeline.stages 1 that resumes the checkpoint (checkpoints load at any pipeline degree)"));
+  }
+  if (job.ds.zero_optimization.stage == 3) {
+    at_ds("zero_optimization.stage", absl::StrCat("3 with ", stages,
+                                                  ": ZeRO-3 would gather every layer again for each micro-batch pass; "
+                                                  "use stage 1 or 2 with a pipeline"));
+  }
+  const int64_t micro_batches = job.ds.gradient_accumulation_steps;
+  if (pipe.schedule == "interleaved" && micro_batches > 0 && micro_batches % pipe.stages != 0) {
+    at_ds("pipeline.schedule", absl::StrCat("interleaved needs gradient_accumulation_steps (the micro-batches per "
+                                            "step, ", micro_batches, ") to be a multiple of ", stages));
+  }
+  const int parts = pipe.stages * pipe.virtual_stages;
+  if (!pipe.layers_per_stage.empty() && static_cast<int>(pipe.layers_per_stage.size()) != parts) {
+    at_ds("pipeline.layers_per_stage", absl::StrCat("has ", pipe.layers_per_stage.size(), " entries; the pipeline has ",
+                                                    parts, " (virtual) stages"));
+  }
+  // The layer list: the embedding, each block, the head. A model.from
+  // folder's depth is known once it is read (the rank checks it then).
+  if (job.model.from.empty() && walk.HasValue("model.layers")) {
+    const int64_t layers = job.model.layers + 2;
+    if (parts > layers) {
+      at_ds("pipeline.stages", absl::StrCat(parts, " (virtual) stages for ", layers, " layers (the embedding, ",
+                                            job.model.layers, " blocks, the head): each stage needs one"));
+    }
+    int64_t sum = 0;
+    for (int n : pipe.layers_per_stage) sum += n;
+    if (!pipe.layers_per_stage.empty() && sum != layers) {
+      at_ds("pipeline.layers_per_stage", absl::StrCat("adds up to ", sum, " layers; the model has ", layers,
+                                                      " (the embedding, ", job.model.layers, " blocks, the head)"));
+    }
+  }
+}
+
 void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
   const ModelConfig& model = job.model;

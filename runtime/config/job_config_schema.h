@@ -35,6 +35,11 @@ double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary);
 // micro-batch when the job file does not set train.micro_batch_size.
 void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems);
+// Pipeline parallelism against the rest of the job (Note [Pipeline stages]):
+// the schedule's rules, the layer count, and what a pipelined run cannot do
+// yet, each at its key, before anything starts.
+void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems);
 
 // `path` relative to `dir` when it is relative, else unchanged.
 std::string ResolveRelativePath(const std::string& dir, const std::string& path);

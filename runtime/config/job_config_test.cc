@@ -165,6 +165,46 @@ TEST_F(JobConfigTest, MissingDsConfig) {
                                     "file, got a list")));
 }
 
+TEST_F(JobConfigTest, PipelineRulesAreCheckedAtTheirKeys) {
+  auto job = LoadText(R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+lora: {r: 4, target_modules: [q_proj]}
+export: {hf_dir: out, adapter_dir: adapter}
+ds_config:
+  train_batch_size: 5
+  train_micro_batch_size_per_gpu: 1
+  zero_optimization: {stage: 3}
+  pipeline: {stages: 2, schedule: interleaved, virtual_stages: 3, layers_per_stage: [1, 1, 1, 2]}
+)",
+                      {}, 2);
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("export.hf_dir: export from a pipelined run (pipeline.stages=2) is not yet "
+                                    "supported"),
+                          HasSubstr("export.adapter_dir: export from a pipelined run"),
+                          HasSubstr("zero_optimization.stage: 3 with pipeline.stages=2: ZeRO-3"),
+                          HasSubstr("pipeline.schedule: interleaved needs gradient_accumulation_steps (the "
+                                    "micro-batches per step, 5) to be a multiple of pipeline.stages=2"),
+                          HasSubstr("pipeline.layers_per_stage: has 4 entries; the pipeline has 6"),
+                          HasSubstr("pipeline.stages: 6 (virtual) stages for 4 layers"),
+                          HasSubstr("pipeline.layers_per_stage: adds up to 5 layers; the model has 4")));
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+ds_config: {train_batch_size: 4, train_micro_batch_size_per_gpu: 1, pipeline: {stages: 2, layers_per_stage: [2, 2]}}
+)",
+                 {}, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->ds.gradient_accumulation_steps, 4);
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
+)");
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.virtual_stages: 2 model chunks per rank need "
+                                                       "pipeline.schedule: interleaved")));
+}
+
 TEST_F(JobConfigTest, ModelSanity) {
   auto job = LoadText(R"(model: {type: bert, layers: 0, heads: 3, width: 100}
 data: {prepared: d}

@@ -289,14 +289,6 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
     if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size()); !refused.ok()) return refused;
   }
-  // Refused before any step rather than after the last one.
-  if (job.ds.pipeline.stages > 1 && (!job.export_.hf_dir.empty() || !job.export_.adapter_dir.empty())) {
-    return absl::UnimplementedError(absl::StrCat(
-        job.path, ": export.", job.export_.hf_dir.empty() ? "adapter_dir" : "hf_dir", " with pipeline.stages=",
-        job.ds.pipeline.stages,
-        " is not yet supported: train with checkpoint.dir set, then export from a run at pipeline.stages 1 that "
-        "resumes the checkpoint (checkpoints load at any pipeline degree)"));
-  }
   if (spec.fused_kernels && !FusedKernelsBuilt()) {
     return absl::FailedPreconditionError(
         "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
@@ -379,6 +371,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     adapter_options.config_json = PeftAdapterConfigJson(lora, job.model.from);
     adapter_options.tokenizer_from = job.model.from;
   }
+  // Before a pipeline releases other stages' layers.
+  const int64_t parameter_count = model->ParameterCount();
   // Note [Pipeline stages]: with pipeline.stages > 1 the pipeline cuts the
   // model and creates this stage's engine; one step is one schedule.
   std::unique_ptr<PipelineEngine> pipe;
@@ -449,7 +443,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   };
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
-                  model->family() == "gpt" ? std::string("GPT") : model->family(), model->ParameterCount(), context.world_size, context.device.str(),
+                  model->family() == "gpt" ? std::string("GPT") : model->family(), parameter_count, context.world_size, context.device.str(),
                   c10::toString(engine->compute_dtype()));
     if (pipe) {
       absl::FPrintF(context.out, "dsrank: pipeline: %s schedule, %d stages%s, %d micro-batches per step; layers:\n",

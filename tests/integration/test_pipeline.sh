@@ -43,8 +43,9 @@ awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { n++; d = a[$1] - $2; if (d < 0) 
   END { exit bad || n != 4 }' "$WORK/one.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ from one rank's"
 pass "a PP 2 x DP 2 checkpoint resumes on one rank"
 
-run_job timed 2 --override ds_config.pipeline.stages=2 --override ds_config.wall_clock_breakdown=true \
-  --override ds_config.steps_per_print=4 --pipeline_timeline "$WORK/timeline.json"
+"$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 \
+  --override ds_config.wall_clock_breakdown=true --override ds_config.steps_per_print=4 "$CONFIG" \
+  --pipeline_timeline "$WORK/timeline.json" >"$WORK/timed.out" 2>"$WORK/timed.err" || fail "timed run exited $?"
 grep -q "pipeline stage 1: forward .* bubble .*(schedule's theory 20.0%)" "$WORK/timed.out" ||
   fail "no per-stage breakdown: $(grep -m4 'pipeline stage' "$WORK/timed.out")"
 PY=${REFERENCE_PYTHON:-/usr/bin/python3}
@@ -75,7 +76,7 @@ if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=
   --override "export.hf_dir=$WORK/hf" "$CONFIG" >"$WORK/refused.out" 2>"$WORK/refused.err"; then
   fail "an export from a pipelined run ran"
 fi
-grep -q "export.hf_dir with pipeline.stages=2 is not yet supported" "$WORK/refused.out" "$WORK/refused.err" ||
+grep -q "export.hf_dir: export from a pipelined run (pipeline.stages=2) is not yet supported" "$WORK/refused.err" ||
   fail "no refusal naming export.hf_dir: $(tail -3 "$WORK/refused.err")"
 grep -q "step=1 " "$WORK/refused.out" && fail "the refused job trained a step"
-pass "export.hf_dir with pipeline stages is refused before any step"
+pass "export.hf_dir with pipeline stages is refused before anything starts"
