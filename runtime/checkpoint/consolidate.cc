@@ -1,5 +1,7 @@
 #include "runtime/checkpoint/consolidate.h"
 
+#include <map>
+
 #include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
@@ -50,72 +52,136 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
       return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
     }
     first.read("engine/world", world_value);
-    if (c10::IValue pp; first.try_read("pp/size", pp) && pp.toInt() > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          folder, " was saved with pipeline.stages=", pp.toInt(),
-          ": consolidating a pipelined checkpoint is not yet supported (resume it at pipeline.stages 1 and save "
-          "again: checkpoints load at any pipeline degree)"));
-    }
     if (c10::IValue tp; first.try_read("tp/size", tp) && tp.toInt() > 1) {
       return absl::UnimplementedError(absl::StrCat(
           folder, " was saved with tensor_parallel.tp_size=", tp.toInt(),
           ": consolidating split parameters is not yet supported (resume it at tp_size 1 and save again)"));
     }
-    std::vector<std::string> names = absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty());
-    std::vector<std::string> shapes = absl::StrSplit(shapes_value.toStringRef(), ';');
-    if (names.size() != shapes.size()) {
-      return absl::DataLossError(absl::StrCat(folder, ": layout has ", names.size(), " names and ",
-                                              shapes.size(), " shapes"));
+    // Note [Tensor-parallel checkpoints]: with pipeline stages each stage's
+    // files hold its own parameters; the output holds each parameter once,
+    // from the first stage that held it (a tied copy is the same on every
+    // stage), in stage order.
+    c10::IValue pp_value;
+    const int64_t stages = first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
+    c10::IValue shards_probe;
+    const int64_t files_per_stage = first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
+    if (stages > 1 && !Has(first, "zero/total")) {
+      return absl::DataLossError(absl::StrCat(folder, ": a pipelined checkpoint without its flat state"));
     }
+    struct StageLayout {
+      std::vector<std::string> names;
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<int64_t> offsets;  // of each parameter in the stage's flat vector
+      std::vector<int64_t> output;   // where each goes in the output, or -1: an earlier stage's copy
+    };
+    std::vector<StageLayout> layouts(stages);
+    std::map<std::string, int64_t> placed;  // name -> offset in the output
     std::vector<SafetensorsEntry> entries;
-    for (size_t i = 0; i < names.size(); ++i) {
-      SafetensorsEntry entry{names[i], {}};
-      for (absl::string_view d : absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
-        int64_t size = 0;
-        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shapes[i]));
-        entry.shape.push_back(size);
+    int64_t output_size = 0;
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      c10::IValue stage_names = names_value, stage_shapes = shapes_value;
+      if (stage > 0) {
+        torch::serialize::InputArchive head;
+        head.load_from(RankFile(folder, static_cast<int>(stage * files_per_stage)), torch::Device(torch::kCPU));
+        head.read("layout/names", stage_names);
+        head.read("layout/shapes", stage_shapes);
       }
-      entries.push_back(entry);
+      std::vector<std::string> names = absl::StrSplit(stage_names.toStringRef(), '\n', absl::SkipEmpty());
+      std::vector<std::string> shapes = absl::StrSplit(stage_shapes.toStringRef(), ';');
+      if (names.size() != shapes.size()) {
+        return absl::DataLossError(absl::StrCat(folder, ": stage ", stage, "'s layout has ", names.size(),
+                                                " names and ", shapes.size(), " shapes"));
+      }
+      StageLayout& layout = layouts[stage];
+      int64_t offset = 0;
+      for (size_t i = 0; i < names.size(); ++i) {
+        std::vector<int64_t> shape;
+        int64_t numel = 1;
+        for (absl::string_view d : absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
+          int64_t size = 0;
+          if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shapes[i]));
+          shape.push_back(size);
+          numel *= size;
+        }
+        layout.names.push_back(names[i]);
+        layout.shapes.push_back(shape);
+        layout.offsets.push_back(offset);
+        offset += numel;
+        if (placed.count(names[i])) {
+          layout.output.push_back(-1);
+          continue;
+        }
+        placed[names[i]] = output_size;
+        layout.output.push_back(output_size);
+        output_size += numel;
+        entries.push_back(SafetensorsEntry{names[i], shape});
+      }
     }
     auto writer = SafetensorsWriter::Create(output, entries);
     if (!writer.ok()) return writer.status();
     summary.tensors = static_cast<int64_t>(entries.size());
 
     if (Has(first, "zero/total")) {
-      c10::IValue total_value;
-      first.read("zero/total", total_value);
-      auto unit_sizes = SavedUnitSizes(first, total_value.toInt());
-      if (!unit_sizes.ok()) return unit_sizes.status();
-      c10::IValue shards_value;
-      first.read("zero/shards", shards_value);
-      const int64_t world = shards_value.toInt();
-      for (int64_t r = 0; r < world; ++r) {
-        torch::Tensor shard;
-        if (r == 0) {
-          first.read("zero/master", shard);
-        } else {
-          // One rank's file at a time.
-          torch::serialize::InputArchive part;
-          part.load_from(RankFile(folder, static_cast<int>(r)), torch::Device(torch::kCPU));
-          part.read("zero/master", shard);
+      for (int64_t stage = 0; stage < stages; ++stage) {
+        const StageLayout& layout = layouts[stage];
+        torch::serialize::InputArchive stage_first;
+        torch::serialize::InputArchive* head = &first;
+        if (stage > 0) {
+          stage_first.load_from(RankFile(folder, static_cast<int>(stage * files_per_stage)), torch::Device(torch::kCPU));
+          head = &stage_first;
         }
-        shard = shard.to(torch::kFloat).contiguous();
-        if (absl::Status finite = check_finite(shard, RankFileName(static_cast<int>(r))); !finite.ok()) return finite;
-        // Piece r of every unit (Note [ZeRO partitioning]) goes to its place.
-        int64_t unit_offset = 0, in_shard = 0;
-        for (int64_t numel : *unit_sizes) {
-          const int64_t piece = (numel + world - 1) / world;
-          const int64_t begin = std::min(numel, r * piece);
-          const int64_t take = std::min(piece, numel - begin);
-          if (take > 0) {
-            absl::Status written = (*writer)->WriteAt(unit_offset + begin, shard.data_ptr<float>() + in_shard, take);
-            if (!written.ok()) return written;
-            summary.elements += take;
+        c10::IValue total_value;
+        head->read("zero/total", total_value);
+        auto unit_sizes = SavedUnitSizes(*head, total_value.toInt());
+        if (!unit_sizes.ok()) return unit_sizes.status();
+        c10::IValue shards_value;
+        head->read("zero/shards", shards_value);
+        const int64_t world = shards_value.toInt();
+        // Writes the stage's flat range [begin, begin + count) where its
+        // parameters go in the output (an earlier stage's copy is skipped).
+        auto write_range = [&](int64_t begin, const float* values, int64_t count) -> absl::Status {
+          for (size_t i = 0; i < layout.names.size() && count > 0; ++i) {
+            const int64_t p_begin = layout.offsets[i];
+            const int64_t p_end = i + 1 < layout.names.size() ? layout.offsets[i + 1] : total_value.toInt();
+            const int64_t from = std::max(begin, p_begin), to = std::min(begin + count, p_end);
+            if (from >= to || layout.output[i] < 0) continue;
+            if (absl::Status s = (*writer)->WriteAt(layout.output[i] + (from - p_begin), values + (from - begin), to - from);
+                !s.ok()) {
+              return s;
+            }
+            summary.elements += to - from;
           }
-          unit_offset += numel;
-          in_shard += piece;
+          return absl::OkStatus();
+        };
+        for (int64_t r = 0; r < world; ++r) {
+          const int file = static_cast<int>(stage * world + r);
+          torch::Tensor shard;
+          if (file == 0) {
+            first.read("zero/master", shard);
+          } else {
+            // One rank's file at a time.
+            torch::serialize::InputArchive part;
+            part.load_from(RankFile(folder, file), torch::Device(torch::kCPU));
+            part.read("zero/master", shard);
+          }
+          shard = shard.to(torch::kFloat).contiguous();
+          if (absl::Status finite = check_finite(shard, RankFileName(file)); !finite.ok()) return finite;
+          // Piece r of every unit (Note [ZeRO partitioning]) goes to its place.
+          int64_t unit_offset = 0, in_shard = 0;
+          for (int64_t numel : *unit_sizes) {
+            const int64_t piece = (numel + world - 1) / world;
+            const int64_t begin = std::min(numel, r * piece);
+            const int64_t take = std::min(piece, numel - begin);
+            if (take > 0) {
+              if (absl::Status s = write_range(unit_offset + begin, shard.data_ptr<float>() + in_shard, take); !s.ok()) {
+                return s;
+              }
+            }
+            unit_offset += numel;
+            in_shard += piece;
+          }
+          ++summary.ranks_read;
         }
-        ++summary.ranks_read;
       }
     } else {
       // Stage 0: rank 0 holds the fp32 masters (mixed precision) or the fp32 model.

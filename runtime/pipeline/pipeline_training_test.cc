@@ -22,7 +22,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
+#include "runtime/hf/safetensors_reader.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
@@ -313,9 +315,10 @@ TEST(PipelineTrainingTest, BrokenTiedSumIsCaught) {
 }
 
 // Note [Tensor-parallel checkpoints] with stages: a PP 2 x DP 2 run saved
-// after two steps resumes bit for bit at the same layout, and loads at PP 1,
-// at PP 4 with ZeRO-2 and at PP 2 x TP 2 with another partition, each then
-// training as the uninterrupted run does (up to the order of sums).
+// after two steps resumes bit for bit at the same layout, consolidates into
+// one safetensors file, and loads at PP 1, at PP 4 with ZeRO-2 and at
+// PP 2 x TP 2 with another partition, each then training as the
+// uninterrupted run does (up to the order of sums).
 TEST(PipelineTrainingTest, CheckpointsResumeExactlyAndLoadAtOtherLayouts) {
   char pattern[] = "/tmp/pp-checkpoint-XXXXXX";
   ASSERT_NE(::mkdtemp(pattern), nullptr);
@@ -328,6 +331,22 @@ TEST(PipelineTrainingTest, CheckpointsResumeExactlyAndLoadAtOtherLayouts) {
   for (int step = 0; step < 2; ++step) EXPECT_EQ(same.losses[step], whole.losses[2 + step]) << "step " << 2 + step;
   for (const auto& [name, value] : whole.params) {
     EXPECT_TRUE(torch::equal(same.params.at(name), value)) << name << " differs after an exact resume";
+  }
+  // dsconsolidate: every parameter once (the tied embedding from stage 0),
+  // equal to the saved run's after its two steps.
+  const Outcome two = TrainPipelined(PipeLayout{.family = "gpt", .pp = 1, .zero = 1},
+                                     RunPlan{.first_step = 2, .steps = 0, .load_dir = dir});
+  const std::string output = dir + "/consolidated.safetensors";
+  auto summary = ConsolidateCheckpoint(dir, "", output);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->ranks_read, 4);
+  auto reader = SafetensorsReader::Open(FileSystem::Default(), output);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->entries().size(), two.params.size());
+  for (const auto& [name, value] : two.params) {
+    auto view = (*reader)->View(name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_TRUE(torch::equal(*view, value)) << name << " consolidated differs from the checkpoint";
   }
   for (const PipeLayout& other : {PipeLayout{.family = "gpt", .pp = 1, .zero = 1},
                                   PipeLayout{.family = "gpt", .pp = 4, .zero = 2},
