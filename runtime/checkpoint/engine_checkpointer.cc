@@ -77,6 +77,61 @@ absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what)
                                                engine.parallel().tensor()->size(), ") is not yet supported"));
 }
 
+// Every stage's `held` tensors (name -> whole tensor) into stage 0's map,
+// over `pipeline` (each stage's member calls it; the others send theirs and
+// keep their map). Per stage: a header (text bytes, elements), then the
+// names and shapes as text and every tensor flat in fp32 (exact for 16-bit
+// values).
+absl::Status GatherStagesOnFirst(Communicator& pipeline, torch::Device device,
+                                 std::map<std::string, torch::Tensor>& held) {
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  if (pipeline.rank() != 0) {
+    std::string text;
+    std::vector<torch::Tensor> flat;
+    for (const auto& [name, value] : held) {
+      absl::StrAppend(&text, name, "\t", absl::StrJoin(value.sizes(), ","), "\n");
+      flat.push_back(value.to(device, torch::kFloat).reshape({-1}));
+    }
+    torch::Tensor values = flat.empty() ? torch::zeros({0}, long_options.dtype(torch::kFloat)) : torch::cat(flat);
+    torch::Tensor header = torch::tensor({static_cast<int64_t>(text.size()), values.numel()}, torch::kLong).to(device);
+    torch::Tensor bytes = torch::from_blob(text.data(), {static_cast<int64_t>(text.size())}, torch::kUInt8).to(device);
+    std::vector<PeerTransfer> first{{PeerTransfer::Kind::kSend, header, 0}};
+    if (absl::Status s = pipeline.SendRecv(first); !s.ok()) return s;
+    std::vector<PeerTransfer> rest{{PeerTransfer::Kind::kSend, bytes.contiguous(), 0},
+                                   {PeerTransfer::Kind::kSend, values.contiguous(), 0}};
+    return pipeline.SendRecv(rest);
+  }
+  for (int stage = 1; stage < pipeline.size(); ++stage) {
+    torch::Tensor header = torch::zeros({2}, long_options);
+    std::vector<PeerTransfer> first{{PeerTransfer::Kind::kRecv, header, stage}};
+    if (absl::Status s = pipeline.SendRecv(first); !s.ok()) return s;
+    torch::Tensor sizes = header.to(torch::kCPU);
+    torch::Tensor bytes = torch::empty({sizes[0].item<int64_t>()}, long_options.dtype(torch::kUInt8));
+    torch::Tensor values = torch::empty({sizes[1].item<int64_t>()}, long_options.dtype(torch::kFloat));
+    std::vector<PeerTransfer> rest{{PeerTransfer::Kind::kRecv, bytes, stage}, {PeerTransfer::Kind::kRecv, values, stage}};
+    if (absl::Status s = pipeline.SendRecv(rest); !s.ok()) return s;
+    torch::Tensor text_bytes = bytes.to(torch::kCPU);
+    const std::string text(reinterpret_cast<const char*>(text_bytes.data_ptr<uint8_t>()), text_bytes.numel());
+    int64_t offset = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> parts = absl::StrSplit(line, '\t');
+      std::vector<int64_t> shape;
+      for (absl::string_view d : absl::StrSplit(parts.size() == 2 ? parts[1] : "", ',', absl::SkipEmpty())) {
+        int64_t size = 0;
+        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat("stage ", stage, " sent shape ", line));
+        shape.push_back(size);
+      }
+      const int64_t numel = c10::multiply_integers(shape);
+      if (parts.size() != 2 || offset + numel > values.numel()) {
+        return absl::DataLossError(absl::StrCat("stage ", stage, " sent a malformed parameter list at '", line, "'"));
+      }
+      held[parts[0]] = values.narrow(0, offset, numel).view(shape);
+      offset += numel;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // What has no pipelined form yet: every stage holds part of the model.
 absl::Status RefusePipeline(const Engine& engine, const std::string& what) {
   if (engine.parallel().pipeline() == nullptr) return absl::OkStatus();
@@ -305,31 +360,44 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
-  if (absl::Status refused = RefusePipeline(engine_, "Hugging Face export"); !refused.ok()) return refused;
-  // Split over a tensor group: every parameter gathered whole (a collective,
-  // in the same order on every rank); world rank 0 keeps them to write.
+  // Split over a tensor group or cut into stages: every parameter gathered
+  // whole onto world rank 0, which writes. Over the tensor group a
+  // collective (in the same order on every rank); then each stage's data
+  // rank 0, tensor rank 0 sends what it holds to the first stage's.
   std::map<std::string, torch::Tensor> whole;
-  if (const Communicator* tensor = engine_.parallel().tensor()) {
+  const Communicator* tensor = engine_.parallel().tensor();
+  Communicator* pipeline = engine_.parallel().pipeline();
+  if (tensor != nullptr || pipeline != nullptr) {
     if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
     const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
     if (family == nullptr) return absl::FailedPreconditionError("Hugging Face export: the model declares no forms");
     std::map<std::string, TensorParallelForm> forms;
     for (const TensorParallelForm& form : family->TensorParallelForms()) forms[form.parameter] = form;
-    const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
-    const bool keeper = FileIndexOf(engine_).index == 0;
+    const Communicator* data = engine_.data_parallel();
+    const bool sender = (data == nullptr || data->rank() == 0) && (tensor == nullptr || tensor->rank() == 0);
+    std::map<std::string, torch::Tensor> held;
     try {
       torch::NoGradGuard no_grad;
       for (const auto& item : engine_.model_->named_parameters()) {
         torch::Tensor value = item.value().detach();
-        if (auto it = forms.find(item.key()); it != forms.end()) {
+        // Note [Pipeline stages]: another stage's parameter is empty here.
+        if (pipeline != nullptr && value.numel() == 0) continue;
+        if (auto it = forms.find(item.key()); it != forms.end() && tensor != nullptr) {
+          const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
           auto gathered = GatherWhole(value, it->second, group);
           if (!gathered.ok()) return gathered.status();
           value = *gathered;
         }
-        if (keeper) whole[item.key()] = value.to(torch::kCPU);
+        if (sender) held[item.key()] = value;
+      }
+      if (pipeline != nullptr && sender) {
+        if (absl::Status s = GatherStagesOnFirst(*pipeline, engine_.device_, held); !s.ok()) return s;
       }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
+    }
+    if (FileIndexOf(engine_).index == 0) {
+      for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
   return ExportGathered([&]() -> absl::Status {

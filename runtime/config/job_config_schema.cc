@@ -194,12 +194,9 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
   }
   if (pipe.stages <= 1) return;
   const std::string stages = absl::StrCat("pipeline.stages=", pipe.stages);
-  for (const char* key : {"export.hf_dir", "export.adapter_dir"}) {
-    const std::string& dir = std::string(key) == "export.hf_dir" ? job.export_.hf_dir : job.export_.adapter_dir;
-    if (dir.empty()) continue;
-    at_job(key, absl::StrCat("export from a pipelined run (", stages,
-                             ") is not yet supported: train with checkpoint.dir, then export from a run at "
-                             "pipeline.stages 1 that resumes the checkpoint (checkpoints load at any pipeline degree)"));
+  if (job.lora.r > 0) {
+    at_job("lora.r", absl::StrCat("LoRA adapters with ", stages,
+                                  " are not yet supported (the partition would balance the adapters alone)"));
   }
   if (job.ds.zero_optimization.stage == 3) {
     at_ds("zero_optimization.stage", absl::StrCat("3 with ", stages,

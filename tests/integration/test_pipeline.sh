@@ -4,8 +4,8 @@
 # the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
 # rank; wall_clock_breakdown reports each stage's bubble and
 # --pipeline_timeline writes a Chrome trace with one row per stage; a stage
-# that raises stops the job with a root cause naming it; an export from a
-# pipelined run is refused before any step.
+# that raises stops the job with a root cause naming it; a Llama Hugging Face
+# folder trains at PP 2 and exports back exactly from PP 2 x TP 2.
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
@@ -72,11 +72,28 @@ grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, forward micro-batch 1 
 ((SECONDS - started < 60)) || fail "the failed pipeline took $((SECONDS - started)) s to stop"
 pass "a stage that raises stops the job; the root cause names rank 1, stage 1 and micro-batch 1"
 
-if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 \
-  --override "export.hf_dir=$WORK/hf" "$CONFIG" >"$WORK/refused.out" 2>"$WORK/refused.err"; then
-  fail "an export from a pipelined run ran"
-fi
-grep -q "export.hf_dir: export from a pipelined run (pipeline.stages=2) is not yet supported" "$WORK/refused.err" ||
-  fail "no refusal naming export.hf_dir: $(tail -3 "$WORK/refused.err")"
-grep -q "step=1 " "$WORK/refused.out" && fail "the refused job trained a step"
-pass "export.hf_dir with pipeline stages is refused before anything starts"
+# A Llama-family Hugging Face folder cut into 2 stages trains like one rank;
+# with lr 0 the export from PP 2 x TP 2 holds exactly the folder's tensors.
+HF=$(cd "$(dirname "$0")/../hf" && pwd)
+"$PY" "$HF/make_tiny_llama.py" "$WORK/tiny" llama3_gqa --shards 2 --seed 3
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/llama-tiny.cfg
+COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/fortunes"
+  --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
+  --override train.global_batch_size=8 --override train.steps=6 --override train.micro_batch_size=2)
+run_job llama1 1
+run_job llama_pp2 2 --override ds_config.pipeline.stages=2
+same_losses llama1 llama_pp2 "Llama from a Hugging Face folder at PP 2 vs 1 rank"
+run_job llama_export 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
+  --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
+  --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32
+"$PY" - "$HF" "$WORK/tiny" "$WORK/pp_hf" <<'PYEOF' || fail "the PP 2 x TP 2 export differs from the folder"
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_io
+a, b = safetensors_io.read_folder(sys.argv[2]), safetensors_io.read_folder(sys.argv[3])
+assert sorted(a) == sorted(b), "different tensor names: %s" % sorted(set(a) ^ set(b))
+bad = [n for n in a if not (a[n].shape == b[n].shape and a[n].float().equal(b[n].float()))]
+assert not bad, "differ: %s" % bad[:5]
+print("PP 2 x TP 2 export: %d tensors identical" % len(a))
+PYEOF
+pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2"
