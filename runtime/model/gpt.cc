@@ -75,10 +75,18 @@ int64_t LocalVocabRows(const GptOptions& options) {
   return PaddedVocabSize(options.vocab_size, slices, options.vocab_divisor) / slices;
 }
 
-GptBlockImpl::GptBlockImpl(const GptOptions& options) : options_(options) {
+GptBlockImpl::GptBlockImpl(const GptOptions& options, int64_t index, LossGradientScale* aux_scale)
+    : options_(options) {
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
   attention = register_module("attention", CausalSelfAttention(options));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
+  if (options.moe.IsExpertBlock(index)) {
+    TORCH_CHECK(aux_scale != nullptr, "an expert block needs its model's auxiliary-loss scale");
+    const int64_t width = options.width;
+    moe = register_module("moe", MoeLayer(width, options.moe, [width] { return std::make_shared<GeluExpert>(width, 4 * width); },
+                                          aux_scale));
+    return;
+  }
   const int64_t slices = std::max(1, options.tensor_parallel.size);
   fc = register_module("fc", torch::nn::Linear(options.width, 4 * options.width / slices));
   fc_projection = register_module("fc_projection", torch::nn::Linear(4 * options.width / slices, options.width));
@@ -88,6 +96,7 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   const bool fused = UsesFusedKernels(options_, x);
   const TensorParallelGroup& group = options_.tensor_parallel;
   torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused, group));
+  if (moe) return h + torch::dropout(moe->forward(Normalize(norm2, h, fused, group)), options_.dropout, is_training());
   torch::Tensor n = EnterColumnParallel(Normalize(norm2, h, fused, group), group);
   // Fused: the bias joins the GELU instead of the matrix product.
   torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
@@ -108,7 +117,10 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
   position_embedding = register_module(
       "position_embedding", torch::nn::Embedding(options.sequence_length, options.width));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options));
+  TORCH_CHECK(!options.moe.enabled() || !group.split(),
+              "model.moe with tensor parallelism is not yet supported (tensor_parallel.tp_size=", group.size, ")");
+  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options, i, &aux_scale_));
+  moe_layers_ = FindMoeLayers(*blocks);
   for (int64_t i = 0; i < options.layers; ++i) {
     GptBlockImpl* block = (*blocks)[i]->as<GptBlock>();
     segments_.push_back([block](const torch::Tensor& x) { return block->forward(x); });
@@ -132,7 +144,9 @@ void GptImpl::Initialize(uint64_t seed) {
                        values.zero_();
                      } else {
                        bool residual = name.find("projection.weight") != std::string::npos;
-                       values.normal_(0.0, residual ? residual_std : 0.02, generator);
+                       // An expert draws from its own generator (the same at every expert-parallel size).
+                       at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
+                       values.normal_(0.0, residual ? residual_std : 0.02, own);
                      }
                    });
 }
@@ -179,7 +193,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor GptImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  return LossOf(forward(tokens), targets);
+  return AddAuxiliaryLosses(LossOf(forward(tokens), targets), moe_layers_, &aux_scale_);
 }
 
 torch::Tensor GptImpl::ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
@@ -188,6 +202,7 @@ torch::Tensor GptImpl::ForwardLayers(int first, int last, const torch::Tensor& i
   TORCH_CHECK(0 <= first && first <= last && last <= head, "GPT layers [", first, ", ", last, "] of 0 .. ", head);
   TORCH_CHECK(!batch.positions.defined() && !batch.segments.defined(),
               "model family gpt cannot train on packed records (set data.packing: false)");
+  TORCH_CHECK(moe_layers_.empty(), "model.moe with pipeline parallelism is not yet supported");
   torch::Tensor x = input;
   if (first == 0) {
     if (runner_ != nullptr) runner_->BeginForward();

@@ -14,6 +14,7 @@
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/model_interface.h"
+#include "runtime/moe/moe_layer.h"
 #include "runtime/tensor_parallel/tensor_parallel_group.h"
 
 namespace dslaunch::runtime {
@@ -39,6 +40,9 @@ struct GptOptions {
   int vocab_divisor = 1;
   // The loss's label smoothing ε (PyTorch's cross_entropy(label_smoothing)).
   double label_smoothing = 0;
+  // GPT-MoE (Note [Mixture of experts]): every moe.every-th block's MLP is a
+  // mixture of moe.gating.num_experts GPT MLPs (none: num_experts 0).
+  MoeOptions moe;
 };
 
 // The vocabulary rows the token embedding holds on this rank.
@@ -63,7 +67,9 @@ TORCH_MODULE(CausalSelfAttention);
 
 class GptBlockImpl : public torch::nn::Module {
  public:
-  explicit GptBlockImpl(const GptOptions& options);
+  // An expert block (options.moe.IsExpertBlock(index)) has `moe` in place of
+  // fc and fc_projection; `aux_scale` is its model's (auxiliary_loss.h).
+  GptBlockImpl(const GptOptions& options, int64_t index = 0, LossGradientScale* aux_scale = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::LayerNorm norm1{nullptr};
@@ -71,6 +77,7 @@ class GptBlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm2{nullptr};
   torch::nn::Linear fc{nullptr};
   torch::nn::Linear fc_projection{nullptr};
+  MoeLayer moe{nullptr};
 
  private:
   GptOptions options_;
@@ -124,6 +131,8 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets);
 
   GptOptions options_;
+  LossGradientScale aux_scale_;         // Note [Mixture of experts]
+  std::vector<MoeLayerImpl*> moe_layers_;
   std::vector<Segment> segments_;  // one per block, for activation checkpointing
   UnitRunner* runner_ = nullptr;   // ZeRO-3: gathers each block around its use
 };

@@ -33,6 +33,7 @@ std::vector<TensorParallelForm> GptImpl::TensorParallelForms() const {
     forms.push_back({block + "attention.qkv.weight", TensorParallelSplit::kColumn, 3});
     forms.push_back({block + "attention.qkv.bias", TensorParallelSplit::kColumn, 3});
     forms.push_back({block + "attention.projection.weight", TensorParallelSplit::kRow});
+    if (options_.moe.IsExpertBlock(static_cast<int64_t>(i))) continue;  // never split (refused with TP)
     forms.push_back({block + "fc.weight", TensorParallelSplit::kColumn});
     forms.push_back({block + "fc.bias", TensorParallelSplit::kColumn});
     forms.push_back({block + "fc_projection.weight", TensorParallelSplit::kRow});

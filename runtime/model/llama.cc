@@ -117,10 +117,20 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
   return RowParallel(down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_), group_);
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index,
+                                             LossGradientScale* aux_scale) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
   self_attn = register_module("self_attn", LlamaAttention(options));
-  mlp = register_module("mlp", LlamaMlp(options));
+  if (options.moe.IsExpertBlock(index)) {
+    TORCH_CHECK(aux_scale != nullptr, "an expert layer needs its model's auxiliary-loss scale");
+    const int64_t hidden = options.hidden, inner = options.intermediate;
+    block_sparse_moe = register_module(
+        "block_sparse_moe",
+        MoeLayer(hidden, options.moe, [hidden, inner] { return std::make_shared<SwiGluExpert>(hidden, inner); },
+                 aux_scale));
+  } else {
+    mlp = register_module("mlp", LlamaMlp(options));
+  }
   input_layernorm = register_module(
       "input_layernorm",
       LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
@@ -132,13 +142,14 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options) {
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                              const torch::Tensor& sin, const torch::Tensor& allowed) {
   torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  torch::Tensor n = post_attention_layernorm->forward(h);
+  return h + (block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n));
 }
 
-LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options) {
+LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(LocalVocabRows(options), options.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options));
+  for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options, i, aux_scale));
   norm = register_module("norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels,
                                               options.tensor_parallel));
 }
@@ -159,7 +170,10 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   TORCH_CHECK(options.intermediate % slices == 0, "intermediate_size (", options.intermediate,
               ") must be a multiple of the tensor-parallel size (", slices, ")");
   options_.rope.head_dim = options.head_dim;
-  model = register_module("model", LlamaBackbone(options_));
+  TORCH_CHECK(!options.moe.enabled() || slices == 1,
+              "model.moe with tensor parallelism is not yet supported (tensor_parallel.tp_size=", slices, ")");
+  model = register_module("model", LlamaBackbone(options_, &aux_scale_));
+  moe_layers_ = FindMoeLayers(*model);
   if (!options.tie_word_embeddings) {
     lm_head = register_module("lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
   }
@@ -178,7 +192,9 @@ void LlamaImpl::Initialize(uint64_t seed) {
                      } else if (is_bias) {
                        values.zero_();
                      } else {
-                       values.normal_(0.0, options_.initializer_range, generator);
+                       // An expert draws from its own generator (the same at every expert-parallel size).
+                       at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
+                       values.normal_(0.0, options_.initializer_range, own);
                      }
                    });
 }
@@ -254,13 +270,15 @@ torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& 
 }
 
 torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
-  return LossOf(forward(batch.tokens, batch.positions, batch.segments), batch.targets);
+  return AddAuxiliaryLosses(LossOf(forward(batch.tokens, batch.positions, batch.segments), batch.targets),
+                            moe_layers_, &aux_scale_);
 }
 
 torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
   // Layers: 0 the embedding, 1 .. L the decoder layers, L + 1 the head.
   const int head = static_cast<int>(options_.layers) + 1;
   TORCH_CHECK(0 <= first && first <= last && last <= head, "Llama layers [", first, ", ", last, "] of 0 .. ", head);
+  TORCH_CHECK(moe_layers_.empty(), "model.moe with pipeline parallelism is not yet supported");
   torch::Tensor x = input;
   if (first == 0) {
     if (runner_ != nullptr) runner_->BeginForward();

@@ -28,6 +28,7 @@
 #include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
+#include "runtime/moe/moe_layer.h"
 #include "runtime/tensor_parallel/tensor_parallel_group.h"
 
 namespace dslaunch::runtime {
@@ -64,6 +65,11 @@ struct LlamaOptions {
   int vocab_divisor = 1;
   // The loss's label smoothing ε (PyTorch's cross_entropy(label_smoothing)).
   double label_smoothing = 0;
+  // Mixtral-style blocks (Note [Mixture of experts]): every moe.every-th
+  // decoder layer's MLP is `block_sparse_moe`, a router over
+  // moe.gating.num_experts SwiGLU experts of `intermediate` width (Hugging
+  // Face's names: gate, experts.<e>.w1/w2/w3).
+  MoeOptions moe;
 };
 
 // The vocabulary rows the embedding (and lm_head) hold on this rank.
@@ -123,12 +129,16 @@ TORCH_MODULE(LlamaMlp);
 
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit LlamaDecoderLayerImpl(const LlamaOptions& options);
+  // Layer `index` is an expert layer when options.moe.IsExpertBlock(index):
+  // block_sparse_moe in place of mlp (Mixtral's layout).
+  explicit LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index = 0,
+                                 LossGradientScale* aux_scale = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& allowed = {});
 
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
+  MoeLayer block_sparse_moe{nullptr};
   LlamaRmsNorm input_layernorm{nullptr};
   LlamaRmsNorm post_attention_layernorm{nullptr};
 };
@@ -137,7 +147,8 @@ TORCH_MODULE(LlamaDecoderLayer);
 // Hugging Face's LlamaModel (the "model." prefix): embeddings, layers, norm.
 class LlamaBackboneImpl : public torch::nn::Module {
  public:
-  explicit LlamaBackboneImpl(const LlamaOptions& options);
+  // `aux_scale`: the model's (auxiliary_loss.h), for expert layers.
+  explicit LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale = nullptr);
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -200,6 +211,8 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   LlamaOptions options_;
+  LossGradientScale aux_scale_;  // Note [Mixture of experts]
+  std::vector<MoeLayerImpl*> moe_layers_;
   UnitRunner* runner_ = nullptr;
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;

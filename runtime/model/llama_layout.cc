@@ -43,6 +43,7 @@ std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
       }
     }
     forms.push_back({layer + "self_attn.o_proj.weight", TensorParallelSplit::kRow});
+    if (options_.moe.IsExpertBlock(static_cast<int64_t>(i))) continue;  // never split (refused with TP)
     for (const char* projection : {"gate_proj", "up_proj"}) {
       forms.push_back({absl::StrCat(layer, "mlp.", projection, ".weight"), TensorParallelSplit::kColumn});
       if (options_.mlp_bias) {
