@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<Session>> Initialize(std::shared_ptr<torch::nn::M
   RankOptions options;
   options.parallel = ParallelSizes{.tensor = config->tensor_parallel.tp_size,
                                    .pipeline = config->pipeline.stages,
-                                   .expert = config->moe.enabled ? config->moe.ep_size : 1};
+                                   .expert = ExpertParallelSize(*config)};
   absl::StatusOr<std::unique_ptr<RankRuntime>> rank = StartRank(*env, options);
   if (!rank.ok()) return rank.status();
   state->rank = std::move(*rank);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -16,7 +17,9 @@ namespace dslaunch::runtime {
 // Ψ_u of every unit as the checkpoint recorded them ("zero/unit_sizes"; a
 // file without the key holds one unit of `total` elements). DataLoss when
 // they do not add up to `total`.
-absl::StatusOr<std::vector<int64_t>> SavedUnitSizes(torch::serialize::InputArchive& archive,
-                                                    int64_t total);
+// `prefix`: the partition's keys ("experts/" for the experts' partition).
+absl::StatusOr<std::vector<int64_t>>
+SavedUnitSizes(torch::serialize::InputArchive &archive, int64_t total,
+               const std::string &prefix = "zero/");
 
-}  // namespace dslaunch::runtime
+} // namespace dslaunch::runtime

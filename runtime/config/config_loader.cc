@@ -233,6 +233,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
   config_internal::CheckResolvedDsConfig(ds_walk, ds_source, job.ds, &problems);
   config_internal::CheckJobScale(job_walk, job_source, ds_walk, ds_source, job, &problems);
   config_internal::CheckPipeline(job_walk, job_source, ds_walk, ds_source, job, &problems);
+  config_internal::CheckMoe(job_walk, job_source, ds_walk, ds_source, job, &problems);
   if (!problems.empty()) return problems.ToStatus();
   job.not_yet_supported = config_internal::NotYetSupported(ds_walk, job.ds);
   return job;

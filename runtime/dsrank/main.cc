@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   options.cuda_memory_limit_gb = arguments->cuda_memory_limit_gb;
   options.parallel = ParallelSizes{.tensor = job->ds.tensor_parallel.tp_size,
                                    .pipeline = job->ds.pipeline.stages,
-                                   .expert = job->ds.moe.enabled ? job->ds.moe.ep_size : 1};
+                                   .expert = ExpertParallelSize(job->ds)};
   auto rank = StartRank(*env, options);
   if (!rank.ok()) return Fail(std::string(rank.status().message()));
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/model/model_interface.h"
+#include "runtime/moe/moe_options.h"
 
 namespace dslaunch::runtime {
 
@@ -34,6 +35,10 @@ struct ModelSpec {
   TensorParallelGroup tensor_parallel;
   int vocab_divisor = 1;
   double label_smoothing = 0;
+  // Note [Mixture of experts]: the experts (gating.num_experts 0: none) and
+  // this rank's expert-parallel group. GPT: GELU experts in every moe.every-
+  // th block; Llama: Mixtral's SwiGLU experts.
+  MoeOptions moe;
   // A Hugging Face model folder's config.json, read by the caller (the
   // llama family builds from it; empty: the sizes above, from scratch), and
   // its path for messages.
@@ -42,18 +47,18 @@ struct ModelSpec {
 };
 
 struct BuiltModel {
-  std::shared_ptr<torch::nn::Module> module;  // what the engine trains
-  ModelInterface* model = nullptr;            // the same object, as a model family
+  std::shared_ptr<torch::nn::Module> module; // what the engine trains
+  ModelInterface *model = nullptr; // the same object, as a model family
   // Families with a Hugging Face form: the config.json of this model with
   // its weights stored as `torch_dtype` ("bfloat16", ...). Empty otherwise.
-  std::function<std::string(const std::string& torch_dtype)> hf_config_json;
+  std::function<std::string(const std::string &torch_dtype)> hf_config_json;
 };
 
 // The same weights on every rank for the same seed. InvalidArgument naming
 // `model.type` and the known families when the type is unknown.
-absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, uint64_t seed);
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec &spec, uint64_t seed);
 
 // The known families, sorted.
 std::vector<std::string> ModelFamilies();
 
-}  // namespace dslaunch::runtime
+} // namespace dslaunch::runtime

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Mixture of experts through dslaunch (issue 18): gpt-tiny with its second
+# block an expert block (4 experts, top-2, RTS and the sampled second expert
+# on, as DeepSpeed's defaults) on 4 ranks gives the per-step losses of expert
+# parallelism 1 at ep 2 (ZeRO-2, the seed's moe block) and ep 4 (ZeRO-1,
+# moe_expert_parallel_size); telemetry prints each expert layer's routing; an
+# ep 2 checkpoint resumes at ep 4 with the losses of the uninterrupted run;
+# conflicting expert settings are refused at their keys before anything
+# starts.
+source "$(dirname "$0")/lib.sh"
+: "${DSRANK:?DSRANK must point at the dsrank binary}"
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
+COMMON=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0 --override 'checkpoint.dir=""'
+  --override train.global_batch_size=8 --override train.steps=8 --override train.warmup_steps=2
+  --override train.micro_batch_size=2 --override model.moe.num_experts=4 --override model.moe.top_k=2
+  --override model.moe.every=2 --override ds_config.zero_optimization.stage=2)
+
+run_job ep1 4
+run_job ep2 4 --override ds_config.moe.enabled=true --override ds_config.moe.ep_size=2 \
+  --override model.moe.telemetry=true --override ds_config.steps_per_print=4
+same_losses ep1 ep2 "EP 2 x DP 2 (ZeRO-2) vs EP 1 x DP 4"
+run_job ep4 4 --override ds_config.moe_expert_parallel_size=4 --override ds_config.zero_optimization.stage=1
+same_losses ep1 ep4 "EP 4 (ZeRO-1) vs EP 1 x DP 4"
+pass "EP 2 and EP 4 give the losses of EP 1"
+
+sed 's/^\[[^]]*\] //' "$WORK/ep2.out" >"$WORK/ep2.log"
+grep -Eq "^  moe blocks\.1\.moe: tokens per expert \[[0-9]+ [0-9]+ [0-9]+ [0-9]+\] dropped [0-9.]+% aux_loss [0-9.]+" \
+  "$WORK/ep2.log" || fail "no telemetry line: $(grep -m3 'moe' "$WORK/ep2.log")"
+# 4 ranks x 2 rows x 64 tokens x 2 choices, less what was dropped.
+awk '/^  moe blocks.1.moe: tokens per expert/ { gsub(/[\[\]]/, ""); s = $6 + $7 + $8 + $9;
+  if (s <= 0 || s > 4 * 2 * 64 * 2) bad = 1; n++ } END { exit bad || n != 2 }' "$WORK/ep2.log" ||
+  fail "telemetry counts out of range: $(grep 'moe blocks' "$WORK/ep2.log")"
+pass "model.moe.telemetry prints tokens per expert, the dropped share and the auxiliary loss"
+
+# An EP 2 checkpoint at step 4 resumed at EP 4: steps 5-8 as uninterrupted.
+rm -rf "$WORK/ckpt"
+run_job saved 4 --override ds_config.moe.enabled=true --override ds_config.moe.ep_size=2 \
+  --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4 --override train.steps=4
+run_job resumed 4 --override ds_config.moe_expert_parallel_size=4 --override ds_config.zero_optimization.stage=1 \
+  --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4
+grep -q "resumed from $WORK/ckpt/global_step4" "$WORK/resumed.out" || fail "did not resume: $(grep dsrank "$WORK/resumed.out")"
+awk 'NR == FNR { a[$1] = $2; next } ($1 in a) { n++; d = a[$1] - $2; if (d < 0) d = -d; if (d / a[$1] > 1e-4) bad = 1 }
+  END { exit bad || n != 4 }' "$WORK/ep1.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ from the uninterrupted run's"
+pass "an EP 2 checkpoint resumes at EP 4"
+
+refused() {  # LABEL EXPECTED-MESSAGE [dslaunch arguments...]
+  local label=$1 expected=$2
+  shift 2
+  if "$DSLAUNCH" --num_gpus 4 "${COMMON[@]}" "$@" "$CONFIG" >"$WORK/$label.out" 2>"$WORK/$label.err"; then
+    fail "$label: the job ran"
+  fi
+  grep -qF -- "$expected" "$WORK/$label.err" || fail "$label: $(head -c 600 "$WORK/$label.err")"
+  ! grep -q "^step=" "$WORK/$label.out" || fail "$label: a step ran"
+}
+refused uneven "model.moe.num_experts: 4 is not a multiple of the expert-parallel size (moe.ep_size=3)" \
+  --override ds_config.moe.enabled=true --override ds_config.moe.ep_size=3
+refused conflict "moe.ep_size: 2 disagrees with moe_expert_parallel_size=4" \
+  --override ds_config.moe.enabled=true --override ds_config.moe.ep_size=2 --override ds_config.moe_expert_parallel_size=4
+refused zero3 "zero_optimization.stage: 3 with expert parallelism (2)" \
+  --override ds_config.moe_expert_parallel_size=2 --override ds_config.zero_optimization.stage=3
+pass "conflicting expert settings are refused at their keys before any step"
