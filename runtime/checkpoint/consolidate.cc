@@ -14,43 +14,33 @@
 namespace dslaunch::runtime {
 namespace {
 
-bool Has(torch::serialize::InputArchive &archive, const std::string &key) {
+bool Has(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue ignored;
   return archive.try_read(key, ignored);
 }
 
-} // namespace
+}  // namespace
 
-absl::StatusOr<ConsolidateSummary>
-ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
-                      const std::string &output,
-                      const ConsolidateOptions &options) {
+absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
+                                                         const std::string& output,
+                                                         const ConsolidateOptions& options) {
   ConsolidateSummary summary;
   summary.tag = tag;
   if (summary.tag.empty()) {
     auto latest = ReadLatestTag(FileSystem::Default(), dir);
-    if (!latest.ok())
-      return latest.status();
+    if (!latest.ok()) return latest.status();
     summary.tag = *latest;
   }
   const std::string folder = TagDir(dir, summary.tag);
-  if (auto verified = VerifyCheckpoint(FileSystem::Default(), dir, summary.tag);
-      !verified.ok())
-    return verified.status();
+  if (auto verified = VerifyCheckpoint(FileSystem::Default(), dir, summary.tag); !verified.ok()) return verified.status();
   // Values from a diverged run are refused unless asked for.
-  auto check_finite = [&](const torch::Tensor &values,
-                          const std::string &where) -> absl::Status {
-    if (options.allow_nonfinite)
-      return absl::OkStatus();
-    const int64_t bad =
-        torch::logical_not(torch::isfinite(values)).sum().item<int64_t>();
-    if (bad == 0)
-      return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat(
-        "consolidate ", folder, ": ", bad, " of ", values.numel(),
-        " values in ", where,
-        " are not finite (NaN or infinite); refusing to export them "
-        "(--allow_nonfinite exports them anyway)"));
+  auto check_finite = [&](const torch::Tensor& values, const std::string& where) -> absl::Status {
+    if (options.allow_nonfinite) return absl::OkStatus();
+    const int64_t bad = torch::logical_not(torch::isfinite(values)).sum().item<int64_t>();
+    if (bad == 0) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat("consolidate ", folder, ": ", bad, " of ", values.numel(), " values in ",
+                                            where, " are not finite (NaN or infinite); refusing to export them "
+                                            "(--allow_nonfinite exports them anyway)"));
   };
   try {
     // Into host memory, whatever device wrote it: consolidation runs on any
@@ -58,82 +48,64 @@ ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
     torch::serialize::InputArchive first;
     first.load_from(RankFile(folder, 0), torch::Device(torch::kCPU));
     c10::IValue names_value, shapes_value, world_value;
-    if (!first.try_read("layout/names", names_value) ||
-        !first.try_read("layout/shapes", shapes_value)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          folder, " has no parameter layout (written by an older dsrank)"));
+    if (!first.try_read("layout/names", names_value) || !first.try_read("layout/shapes", shapes_value)) {
+      return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
     }
     first.read("engine/world", world_value);
     if (c10::IValue tp; first.try_read("tp/size", tp) && tp.toInt() > 1) {
       return absl::UnimplementedError(absl::StrCat(
           folder, " was saved with tensor_parallel.tp_size=", tp.toInt(),
-          ": consolidating split parameters is not yet supported (resume it at "
-          "tp_size 1 and save again)"));
+          ": consolidating split parameters is not yet supported (resume it at tp_size 1 and save again)"));
     }
-    if (c10::IValue ep;
-        first.try_read("experts/ep_size", ep) && ep.toInt() > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          folder, " was saved with expert parallelism (", ep.toInt(),
-          "): consolidating experts spread over ranks is not yet supported "
-          "(resume it at expert-parallel size 1 and "
-          "save again)"));
+    if (c10::IValue ep; first.try_read("experts/ep_size", ep) && ep.toInt() > 1) {
+      return absl::UnimplementedError(absl::StrCat(folder, " was saved with expert parallelism (", ep.toInt(),
+                                                   "): consolidating experts spread over ranks is not yet supported "
+                                                   "(resume it at expert-parallel size 1 and "
+                                                   "save again)"));
     }
     // Note [Tensor-parallel checkpoints]: with pipeline stages each stage's
     // files hold its own parameters; the output holds each parameter once,
     // from the first stage that held it (a tied copy is the same on every
     // stage), in stage order.
     c10::IValue pp_value;
-    const int64_t stages =
-        first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
+    const int64_t stages = first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
     c10::IValue shards_probe;
-    const int64_t files_per_stage =
-        first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
+    const int64_t files_per_stage = first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
     if (stages > 1 && !Has(first, "zero/total")) {
-      return absl::DataLossError(absl::StrCat(
-          folder, ": a pipelined checkpoint without its flat state"));
+      return absl::DataLossError(absl::StrCat(folder, ": a pipelined checkpoint without its flat state"));
     }
     struct StageLayout {
       std::vector<std::string> names;
       std::vector<std::vector<int64_t>> shapes;
-      std::vector<int64_t>
-          offsets; // of each parameter in the stage's flat vector
-      std::vector<int64_t> output; // where each goes in the output, or -1: an
-                                   // earlier stage's copy
+      std::vector<int64_t> offsets;  // of each parameter in the stage's flat vector
+      std::vector<int64_t> output;   // where each goes in the output, or -1: an earlier stage's copy
     };
     std::vector<StageLayout> layouts(stages);
-    std::map<std::string, int64_t> placed; // name -> offset in the output
+    std::map<std::string, int64_t> placed;  // name -> offset in the output
     std::vector<SafetensorsEntry> entries;
     int64_t output_size = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
       c10::IValue stage_names = names_value, stage_shapes = shapes_value;
       if (stage > 0) {
         torch::serialize::InputArchive head;
-        head.load_from(
-            RankFile(folder, static_cast<int>(stage * files_per_stage)),
-            torch::Device(torch::kCPU));
+        head.load_from(RankFile(folder, static_cast<int>(stage * files_per_stage)), torch::Device(torch::kCPU));
         head.read("layout/names", stage_names);
         head.read("layout/shapes", stage_shapes);
       }
-      std::vector<std::string> names =
-          absl::StrSplit(stage_names.toStringRef(), '\n', absl::SkipEmpty());
-      std::vector<std::string> shapes =
-          absl::StrSplit(stage_shapes.toStringRef(), ';');
+      std::vector<std::string> names = absl::StrSplit(stage_names.toStringRef(), '\n', absl::SkipEmpty());
+      std::vector<std::string> shapes = absl::StrSplit(stage_shapes.toStringRef(), ';');
       if (names.size() != shapes.size()) {
-        return absl::DataLossError(absl::StrCat(
-            folder, ": stage ", stage, "'s layout has ", names.size(),
-            " names and ", shapes.size(), " shapes"));
+        return absl::DataLossError(absl::StrCat(folder, ": stage ", stage, "'s layout has ", names.size(),
+                                                " names and ", shapes.size(), " shapes"));
       }
-      StageLayout &layout = layouts[stage];
+      StageLayout& layout = layouts[stage];
       int64_t offset = 0;
       for (size_t i = 0; i < names.size(); ++i) {
         std::vector<int64_t> shape;
         int64_t numel = 1;
-        for (absl::string_view d :
-             absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
+        for (absl::string_view d : absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
           int64_t size = 0;
-          if (!absl::SimpleAtoi(d, &size))
-            return absl::DataLossError(
-                absl::StrCat(folder, ": bad shape ", shapes[i]));
+          if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shapes[i]));
           shape.push_back(size);
           numel *= size;
         }
@@ -152,45 +124,34 @@ ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
       }
     }
     auto writer = SafetensorsWriter::Create(output, entries);
-    if (!writer.ok())
-      return writer.status();
+    if (!writer.ok()) return writer.status();
     summary.tensors = static_cast<int64_t>(entries.size());
 
     if (Has(first, "zero/total")) {
       for (int64_t stage = 0; stage < stages; ++stage) {
-        const StageLayout &layout = layouts[stage];
+        const StageLayout& layout = layouts[stage];
         torch::serialize::InputArchive stage_first;
-        torch::serialize::InputArchive *head = &first;
+        torch::serialize::InputArchive* head = &first;
         if (stage > 0) {
-          stage_first.load_from(
-              RankFile(folder, static_cast<int>(stage * files_per_stage)),
-              torch::Device(torch::kCPU));
+          stage_first.load_from(RankFile(folder, static_cast<int>(stage * files_per_stage)), torch::Device(torch::kCPU));
           head = &stage_first;
         }
         c10::IValue total_value;
         head->read("zero/total", total_value);
         auto unit_sizes = SavedUnitSizes(*head, total_value.toInt());
-        if (!unit_sizes.ok())
-          return unit_sizes.status();
+        if (!unit_sizes.ok()) return unit_sizes.status();
         c10::IValue shards_value;
         head->read("zero/shards", shards_value);
         const int64_t world = shards_value.toInt();
         // Writes the stage's flat range [begin, begin + count) where its
         // parameters go in the output (an earlier stage's copy is skipped).
-        auto write_range = [&](int64_t begin, const float *values,
-                               int64_t count) -> absl::Status {
+        auto write_range = [&](int64_t begin, const float* values, int64_t count) -> absl::Status {
           for (size_t i = 0; i < layout.names.size() && count > 0; ++i) {
             const int64_t p_begin = layout.offsets[i];
-            const int64_t p_end = i + 1 < layout.names.size()
-                                      ? layout.offsets[i + 1]
-                                      : total_value.toInt();
-            const int64_t from = std::max(begin, p_begin),
-                          to = std::min(begin + count, p_end);
-            if (from >= to || layout.output[i] < 0)
-              continue;
-            if (absl::Status s =
-                    (*writer)->WriteAt(layout.output[i] + (from - p_begin),
-                                       values + (from - begin), to - from);
+            const int64_t p_end = i + 1 < layout.names.size() ? layout.offsets[i + 1] : total_value.toInt();
+            const int64_t from = std::max(begin, p_begin), to = std::min(begin + count, p_end);
+            if (from >= to || layout.output[i] < 0) continue;
+            if (absl::Status s = (*writer)->WriteAt(layout.output[i] + (from - p_begin), values + (from - begin), to - from);
                 !s.ok()) {
               return s;
             }
@@ -210,9 +171,7 @@ ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
             part.read("zero/master", shard);
           }
           shard = shard.to(torch::kFloat).contiguous();
-          if (absl::Status finite = check_finite(shard, RankFileName(file));
-              !finite.ok())
-            return finite;
+          if (absl::Status finite = check_finite(shard, RankFileName(file)); !finite.ok()) return finite;
           // Piece r of every unit (Note [ZeRO partitioning]) goes to its place.
           int64_t unit_offset = 0, in_shard = 0;
           for (int64_t numel : *unit_sizes) {
@@ -220,10 +179,7 @@ ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
             const int64_t begin = std::min(numel, r * piece);
             const int64_t take = std::min(piece, numel - begin);
             if (take > 0) {
-              if (absl::Status s =
-                      write_range(unit_offset + begin,
-                                  shard.data_ptr<float>() + in_shard, take);
-                  !s.ok()) {
+              if (absl::Status s = write_range(unit_offset + begin, shard.data_ptr<float>() + in_shard, take); !s.ok()) {
                 return s;
               }
             }
@@ -234,37 +190,28 @@ ConsolidateCheckpoint(const std::string &dir, const std::string &tag,
         }
       }
     } else {
-      // Stage 0: rank 0 holds the fp32 masters (mixed precision) or the fp32
-      // model.
+      // Stage 0: rank 0 holds the fp32 masters (mixed precision) or the fp32 model.
       const bool mixed = Has(first, "master/0");
       for (size_t i = 0; i < entries.size(); ++i) {
         torch::Tensor value;
-        first.read(mixed ? absl::StrCat("master/", i)
-                         : "model/" + entries[i].name,
-                   value);
+        first.read(mixed ? absl::StrCat("master/", i) : "model/" + entries[i].name, value);
         value = value.to(torch::kFloat).contiguous();
-        if (absl::Status finite =
-                check_finite(value, absl::StrCat(RankFileName(0), " (",
-                                                 entries[i].name, ")"));
+        if (absl::Status finite = check_finite(value, absl::StrCat(RankFileName(0), " (", entries[i].name, ")"));
             !finite.ok()) {
           return finite;
         }
-        absl::Status appended =
-            (*writer)->Append(value.data_ptr<float>(), value.numel());
-        if (!appended.ok())
-          return appended;
+        absl::Status appended = (*writer)->Append(value.data_ptr<float>(), value.numel());
+        if (!appended.ok()) return appended;
         summary.elements += value.numel();
       }
       summary.ranks_read = 1;
     }
     absl::Status finished = (*writer)->Finish();
-    if (!finished.ok())
-      return finished;
-  } catch (const c10::Error &e) {
-    return absl::DataLossError(
-        absl::StrCat("consolidate ", folder, ": ", e.what_without_backtrace()));
+    if (!finished.ok()) return finished;
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat("consolidate ", folder, ": ", e.what_without_backtrace()));
   }
   return summary;
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

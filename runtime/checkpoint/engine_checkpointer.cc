@@ -32,15 +32,14 @@
 namespace dslaunch::runtime {
 namespace {
 
-int64_t ReadInt(torch::serialize::InputArchive &archive,
-                const std::string &key) {
+
+int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
   archive.read(key, value);
   return value.toInt();
 }
 
-double ReadDouble(torch::serialize::InputArchive &archive,
-                  const std::string &key) {
+double ReadDouble(torch::serialize::InputArchive& archive, const std::string& key) {
   c10::IValue value;
   archive.read(key, value);
   return value.toDouble();
@@ -48,48 +47,35 @@ double ReadDouble(torch::serialize::InputArchive &archive,
 
 // Reads a LibTorch archive through `fs`, at the offsets its zip index names.
 // A failed read is the error (LibTorch's own message only says it is short).
-absl::Status LoadArchive(FileSystem &fs, const std::string &path,
-                         torch::Device device,
-                         torch::serialize::InputArchive &archive) {
-  DS_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
-                      fs.NewRandomAccessFile(path));
+absl::Status LoadArchive(FileSystem& fs, const std::string& path, torch::Device device,
+                         torch::serialize::InputArchive& archive) {
+  DS_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs.NewRandomAccessFile(path));
   absl::Status read_error;
-  auto read = [&](uint64_t offset, void *buffer, size_t size) -> size_t {
-    absl::StatusOr<size_t> n =
-        file->Read(offset, static_cast<char *>(buffer), size);
+  auto read = [&](uint64_t offset, void* buffer, size_t size) -> size_t {
+    absl::StatusOr<size_t> n = file->Read(offset, static_cast<char*>(buffer), size);
     if (!n.ok()) {
-      if (read_error.ok())
-        read_error = n.status();
+      if (read_error.ok()) read_error = n.status();
       return 0;
     }
     return *n;
   };
   try {
-    archive.load_from(
-        read, [&]() -> size_t { return static_cast<size_t>(file->size()); },
-        device);
-  } catch (const c10::Error &e) {
-    if (!read_error.ok())
-      return read_error;
-    return absl::DataLossError(
-        absl::StrCat("load ", path, ": ", e.what_without_backtrace()));
-  } catch (const std::exception
-               &e) { // TorchScript archive errors are not c10::Errors
-    if (!read_error.ok())
-      return read_error;
+    archive.load_from(read, [&]() -> size_t { return static_cast<size_t>(file->size()); }, device);
+  } catch (const c10::Error& e) {
+    if (!read_error.ok()) return read_error;
+    return absl::DataLossError(absl::StrCat("load ", path, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
+    if (!read_error.ok()) return read_error;
     return absl::DataLossError(absl::StrCat("load ", path, ": ", e.what()));
   }
   return read_error;
 }
 
 // What has no tensor-parallel form yet, refused naming it.
-absl::Status RefuseTensorParallel(const Engine &engine,
-                                  const std::string &what) {
-  if (engine.parallel().tensor() == nullptr)
-    return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      what, " of a tensor-parallel run (tensor_parallel.tp_size=",
-      engine.parallel().tensor()->size(), ") is not yet supported"));
+absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what) {
+  if (engine.parallel().tensor() == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(what, " of a tensor-parallel run (tensor_parallel.tp_size=",
+                                               engine.parallel().tensor()->size(), ") is not yet supported"));
 }
 
 // Every stage's `held` tensors (name -> whole tensor) into stage 0's map,
@@ -97,73 +83,48 @@ absl::Status RefuseTensorParallel(const Engine &engine,
 // keep their map). Per stage: a header (text bytes, elements), then the
 // names and shapes as text and every tensor flat in fp32 (exact for 16-bit
 // values).
-absl::Status GatherStagesOnFirst(Communicator &pipeline, torch::Device device,
-                                 std::map<std::string, torch::Tensor> &held) {
-  const auto long_options =
-      torch::TensorOptions().dtype(torch::kLong).device(device);
+absl::Status GatherStagesOnFirst(Communicator& pipeline, torch::Device device,
+                                 std::map<std::string, torch::Tensor>& held) {
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
   if (pipeline.rank() != 0) {
     std::string text;
     std::vector<torch::Tensor> flat;
-    for (const auto &[name, value] : held) {
-      absl::StrAppend(&text, name, "\t", absl::StrJoin(value.sizes(), ","),
-                      "\n");
+    for (const auto& [name, value] : held) {
+      absl::StrAppend(&text, name, "\t", absl::StrJoin(value.sizes(), ","), "\n");
       flat.push_back(value.to(device, torch::kFloat).reshape({-1}));
     }
-    torch::Tensor values =
-        flat.empty() ? torch::zeros({0}, long_options.dtype(torch::kFloat))
-                     : torch::cat(flat);
-    torch::Tensor header =
-        torch::tensor({static_cast<int64_t>(text.size()), values.numel()},
-                      torch::kLong)
-            .to(device);
-    torch::Tensor bytes =
-        torch::from_blob(text.data(), {static_cast<int64_t>(text.size())},
-                         torch::kUInt8)
-            .to(device);
+    torch::Tensor values = flat.empty() ? torch::zeros({0}, long_options.dtype(torch::kFloat)) : torch::cat(flat);
+    torch::Tensor header = torch::tensor({static_cast<int64_t>(text.size()), values.numel()}, torch::kLong).to(device);
+    torch::Tensor bytes = torch::from_blob(text.data(), {static_cast<int64_t>(text.size())}, torch::kUInt8).to(device);
     std::vector<PeerTransfer> first{{PeerTransfer::Kind::kSend, header, 0}};
-    if (absl::Status s = pipeline.SendRecv(first); !s.ok())
-      return s;
-    std::vector<PeerTransfer> rest{
-        {PeerTransfer::Kind::kSend, bytes.contiguous(), 0},
-        {PeerTransfer::Kind::kSend, values.contiguous(), 0}};
+    if (absl::Status s = pipeline.SendRecv(first); !s.ok()) return s;
+    std::vector<PeerTransfer> rest{{PeerTransfer::Kind::kSend, bytes.contiguous(), 0},
+                                   {PeerTransfer::Kind::kSend, values.contiguous(), 0}};
     return pipeline.SendRecv(rest);
   }
   for (int stage = 1; stage < pipeline.size(); ++stage) {
     torch::Tensor header = torch::zeros({2}, long_options);
     std::vector<PeerTransfer> first{{PeerTransfer::Kind::kRecv, header, stage}};
-    if (absl::Status s = pipeline.SendRecv(first); !s.ok())
-      return s;
+    if (absl::Status s = pipeline.SendRecv(first); !s.ok()) return s;
     torch::Tensor sizes = header.to(torch::kCPU);
-    torch::Tensor bytes = torch::empty({sizes[0].item<int64_t>()},
-                                       long_options.dtype(torch::kUInt8));
-    torch::Tensor values = torch::empty({sizes[1].item<int64_t>()},
-                                        long_options.dtype(torch::kFloat));
-    std::vector<PeerTransfer> rest{{PeerTransfer::Kind::kRecv, bytes, stage},
-                                   {PeerTransfer::Kind::kRecv, values, stage}};
-    if (absl::Status s = pipeline.SendRecv(rest); !s.ok())
-      return s;
+    torch::Tensor bytes = torch::empty({sizes[0].item<int64_t>()}, long_options.dtype(torch::kUInt8));
+    torch::Tensor values = torch::empty({sizes[1].item<int64_t>()}, long_options.dtype(torch::kFloat));
+    std::vector<PeerTransfer> rest{{PeerTransfer::Kind::kRecv, bytes, stage}, {PeerTransfer::Kind::kRecv, values, stage}};
+    if (absl::Status s = pipeline.SendRecv(rest); !s.ok()) return s;
     torch::Tensor text_bytes = bytes.to(torch::kCPU);
-    const std::string text(
-        reinterpret_cast<const char *>(text_bytes.data_ptr<uint8_t>()),
-        text_bytes.numel());
+    const std::string text(reinterpret_cast<const char*>(text_bytes.data_ptr<uint8_t>()), text_bytes.numel());
     int64_t offset = 0;
-    for (absl::string_view line :
-         absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
       std::vector<std::string> parts = absl::StrSplit(line, '\t');
       std::vector<int64_t> shape;
-      for (absl::string_view d : absl::StrSplit(
-               parts.size() == 2 ? parts[1] : "", ',', absl::SkipEmpty())) {
+      for (absl::string_view d : absl::StrSplit(parts.size() == 2 ? parts[1] : "", ',', absl::SkipEmpty())) {
         int64_t size = 0;
-        if (!absl::SimpleAtoi(d, &size))
-          return absl::DataLossError(
-              absl::StrCat("stage ", stage, " sent shape ", line));
+        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat("stage ", stage, " sent shape ", line));
         shape.push_back(size);
       }
       const int64_t numel = c10::multiply_integers(shape);
       if (parts.size() != 2 || offset + numel > values.numel()) {
-        return absl::DataLossError(
-            absl::StrCat("stage ", stage,
-                         " sent a malformed parameter list at '", line, "'"));
+        return absl::DataLossError(absl::StrCat("stage ", stage, " sent a malformed parameter list at '", line, "'"));
       }
       held[parts[0]] = values.narrow(0, offset, numel).view(shape);
       offset += numel;
@@ -173,15 +134,12 @@ absl::Status GatherStagesOnFirst(Communicator &pipeline, torch::Device device,
 }
 
 // What has no pipelined form yet: every stage holds part of the model.
-absl::Status RefusePipeline(const Engine &engine, const std::string &what) {
-  if (engine.parallel().pipeline() == nullptr)
-    return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(what, " from a pipelined run (pipeline.stages=",
-                   engine.parallel().pipeline()->size(),
-                   ") is not yet supported: resume its checkpoint at "
-                   "pipeline.stages 1 (checkpoints load at any pipeline "
-                   "degree) and export from there"));
+absl::Status RefusePipeline(const Engine& engine, const std::string& what) {
+  if (engine.parallel().pipeline() == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      what, " from a pipelined run (pipeline.stages=", engine.parallel().pipeline()->size(),
+      ") is not yet supported: resume its checkpoint at pipeline.stages 1 (checkpoints load at any pipeline "
+      "degree) and export from there"));
 }
 
 // Note [Tensor-parallel checkpoints]
@@ -198,8 +156,8 @@ absl::Status RefusePipeline(const Engine &engine, const std::string &what) {
 // (AssembleWhole) and cut by the current form (SliceForRank): so P, T, D,
 // the partition and the ZeRO stage may all change (Note [Pipeline stages]).
 struct RankFileIndex {
-  int index = 0; // (p·T + t)·D + d
-  int files = 1; // P·T·D
+  int index = 0;  // (p·T + t)·D + d
+  int files = 1;  // P·T·D
 };
 
 // Note [Expert-parallel checkpoints]
@@ -210,26 +168,22 @@ struct RankFileIndex {
 // parallel and data-parallel size (1 included, where the experts join the
 // dense partition) re-joins every saved expert group, takes each parameter
 // this rank holds by name, and cuts it for its partition.
-RankFileIndex FileIndexOf(const Engine &engine) {
-  const Communicator *data = engine.data_parallel();
-  const Communicator *tensor = engine.parallel().tensor();
-  const Communicator *pipeline = engine.parallel().pipeline();
+RankFileIndex FileIndexOf(const Engine& engine) {
+  const Communicator* data = engine.data_parallel();
+  const Communicator* tensor = engine.parallel().tensor();
+  const Communicator* pipeline = engine.parallel().pipeline();
   const int d = data ? data->rank() : 0, dp = data ? data->size() : 1;
   const int t = tensor ? tensor->rank() : 0, tp = tensor ? tensor->size() : 1;
-  const int p = pipeline ? pipeline->rank() : 0,
-            pp = pipeline ? pipeline->size() : 1;
+  const int p = pipeline ? pipeline->rank() : 0, pp = pipeline ? pipeline->size() : 1;
   return RankFileIndex{(p * tp + t) * dp + d, pp * tp * dp};
 }
 
-} // namespace
+}  // namespace
 
-EngineCheckpointer::EngineCheckpointer(Engine &engine, FileSystem &fs)
-    : engine_(engine), fs_(fs) {}
+EngineCheckpointer::EngineCheckpointer(Engine& engine, FileSystem& fs) : engine_(engine), fs_(fs) {}
 
-absl::Status EngineCheckpointer::Save(const std::string &dir,
-                                      const std::string &tag,
-                                      const ClientState &client_state,
-                                      int keep) {
+absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string& tag,
+                                    const ClientState& client_state, int keep) {
   // Note [Tensor-parallel checkpoints]: one file per rank of the job.
   const int rank = FileIndexOf(engine_).index;
   const int ranks = FileIndexOf(engine_).files;
@@ -237,87 +191,57 @@ absl::Status EngineCheckpointer::Save(const std::string &dir,
   // (CountFailedRanks), so a failure anywhere stops the save on every rank,
   // and rank 0 removes the partial folder.
   auto abandon = [&](absl::Status own, int failed) -> absl::Status {
-    if (rank == 0)
-      (void)RemovePartial(fs_, dir, tag);
-    if (!own.ok())
-      return own;
-    return PeerFailureError(absl::StrCat(
-        "checkpoint ", TagDir(dir, tag), " not saved: ", failed,
-        " other rank(s) failed to save their part (their errors say why)"));
+    if (rank == 0) (void)RemovePartial(fs_, dir, tag);
+    if (!own.ok()) return own;
+    return PeerFailureError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not saved: ", failed,
+                                         " other rank(s) failed to save their part (their errors say why)"));
   };
-  absl::Status started =
-      rank == 0 ? PreparePartial(fs_, dir, tag) : CheckTag(tag);
+  absl::Status started = rank == 0 ? PreparePartial(fs_, dir, tag) : CheckTag(tag);
   // Never a checkpoint of non-finite parameters (Note [Non-finite guard]).
-  if (started.ok())
-    started =
-        engine_.CheckFinite(absl::StrCat("checkpoint ", TagDir(dir, tag)));
+  if (started.ok()) started = engine_.CheckFinite(absl::StrCat("checkpoint ", TagDir(dir, tag)));
   DS_ASSIGN_OR_RETURN(int failed, engine_.CountFailedRanks(!started.ok()));
-  if (failed > 0)
-    return abandon(started, failed);
-  absl::StatusOr<FileDigest> digest =
-      WriteRankFile(RankFile(PartialDir(dir, tag), rank), client_state, rank);
+  if (failed > 0) return abandon(started, failed);
+  absl::StatusOr<FileDigest> digest = WriteRankFile(RankFile(PartialDir(dir, tag), rank), client_state, rank);
   absl::Status written =
-      digest.ok() ? RecordRankFile(fs_, PartialDir(dir, tag), rank, *digest)
-                  : digest.status();
+      digest.ok() ? RecordRankFile(fs_, PartialDir(dir, tag), rank, *digest) : digest.status();
   // Every part is on disk before rank 0 commits.
   DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!written.ok()));
-  if (failed > 0)
-    return abandon(written, failed);
-  if (engine_.zero_ && engine_.zero_->stage() == 3 &&
-      engine_.config_.zero_optimization
-          .stage3_gather_16bit_weights_on_model_save) {
-    absl::Status gathered = RefuseTensorParallel(
-        engine_, "stage3_gather_16bit_weights_on_model_save");
-    if (gathered.ok())
-      gathered = SaveGatheredWeights(PartialDir(dir, tag));
+  if (failed > 0) return abandon(written, failed);
+  if (engine_.zero_ && engine_.zero_->stage() == 3 && engine_.config_.zero_optimization.stage3_gather_16bit_weights_on_model_save) {
+    absl::Status gathered = RefuseTensorParallel(engine_, "stage3_gather_16bit_weights_on_model_save");
+    if (gathered.ok()) gathered = SaveGatheredWeights(PartialDir(dir, tag));
     DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!gathered.ok()));
-    if (failed > 0)
-      return abandon(gathered, failed);
+    if (failed > 0) return abandon(gathered, failed);
   }
-  absl::Status committed =
-      rank == 0
-          ? CommitCheckpoint(fs_, dir, tag, engine_.global_steps_, ranks, keep)
-          : absl::OkStatus();
+  absl::Status committed = rank == 0 ? CommitCheckpoint(fs_, dir, tag, engine_.global_steps_, ranks, keep) : absl::OkStatus();
   // Nobody moves on (and maybe reads `latest`) before the commit.
   DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!committed.ok()));
   if (failed > 0) {
-    if (!committed.ok())
-      return committed;
-    return PeerFailureError(
-        absl::StrCat("checkpoint ", TagDir(dir, tag),
-                     " not committed: rank 0 failed to commit it"));
+    if (!committed.ok()) return committed;
+    return PeerFailureError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not committed: rank 0 failed to commit it"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<FileDigest>
-EngineCheckpointer::WriteRankFile(const std::string &path,
-                                  const ClientState &client_state, int rank) {
-  DS_ASSIGN_OR_RETURN(std::unique_ptr<ChecksummedFileWriter> writer,
-                      ChecksummedFileWriter::Create(fs_, path));
+absl::StatusOr<FileDigest> EngineCheckpointer::WriteRankFile(const std::string& path,
+                                                             const ClientState& client_state, int rank) {
+  DS_ASSIGN_OR_RETURN(std::unique_ptr<ChecksummedFileWriter> writer, ChecksummedFileWriter::Create(fs_, path));
   try {
     torch::NoGradGuard no_grad;
     torch::serialize::OutputArchive archive;
     archive.write("engine/micro_steps", c10::IValue(engine_.micro_steps_));
     archive.write("engine/global_steps", c10::IValue(engine_.global_steps_));
     archive.write("engine/skipped_steps", c10::IValue(engine_.skipped_steps_));
-    archive.write("engine/successful_steps",
-                  c10::IValue(engine_.successful_steps_));
-    archive.write(
-        "engine/world",
-        c10::IValue(static_cast<int64_t>(
-            engine_.data_parallel_ ? engine_.data_parallel_->size() : 1)));
+    archive.write("engine/successful_steps", c10::IValue(engine_.successful_steps_));
+    archive.write("engine/world", c10::IValue(static_cast<int64_t>(engine_.data_parallel_ ? engine_.data_parallel_->size() : 1)));
     if (engine_.scaler_) {
       LossScaler::State s = engine_.scaler_->state();
       archive.write("scaler/scale", c10::IValue(s.scale));
-      archive.write("scaler/hysteresis",
-                    c10::IValue(static_cast<int64_t>(s.hysteresis)));
-      archive.write("scaler/last_overflow_iteration",
-                    c10::IValue(s.last_overflow_iteration));
+      archive.write("scaler/hysteresis", c10::IValue(static_cast<int64_t>(s.hysteresis)));
+      archive.write("scaler/last_overflow_iteration", c10::IValue(s.last_overflow_iteration));
       archive.write("scaler/iteration", c10::IValue(s.iteration));
       archive.write("scaler/skipped_steps", c10::IValue(s.skipped_steps));
-      archive.write("scaler/overflows_at_min_scale",
-                    c10::IValue(s.overflows_at_min_scale));
+      archive.write("scaler/overflows_at_min_scale", c10::IValue(s.overflows_at_min_scale));
     }
     {
       auto generator = at::detail::getDefaultCPUGenerator();
@@ -325,22 +249,20 @@ EngineCheckpointer::WriteRankFile(const std::string &path,
       archive.write("rng/cpu", generator.get_state());
     }
     std::vector<std::string> keys;
-    for (const auto &[key, value] : client_state) {
+    for (const auto& [key, value] : client_state) {
       keys.push_back(key);
       archive.write("client/" + key, c10::IValue(value));
     }
     archive.write("client/__keys", c10::IValue(absl::StrJoin(keys, "\n")));
     {
-      // The flat parameter layout, for consolidation
-      // (checkpoint/consolidate.h).
+      // The flat parameter layout, for consolidation (checkpoint/consolidate.h).
       std::vector<std::string> names, shapes;
       // With expert parallelism the experts are a partition of their own
       // (Note [Expert-parallel checkpoints]).
       const bool experts_apart = engine_.expert_zero_ != nullptr;
       std::vector<std::string> expert_shapes;
-      for (const auto &item : engine_.model_->named_parameters()) {
-        if (!item.value().requires_grad())
-          continue;
+      for (const auto& item : engine_.model_->named_parameters()) {
+        if (!item.value().requires_grad()) continue;
         if (experts_apart && IsExpertParameter(item.key())) {
           expert_shapes.push_back(absl::StrJoin(item.value().sizes(), ","));
           continue;
@@ -351,87 +273,63 @@ EngineCheckpointer::WriteRankFile(const std::string &path,
       archive.write("layout/names", c10::IValue(absl::StrJoin(names, "\n")));
       archive.write("layout/shapes", c10::IValue(absl::StrJoin(shapes, ";")));
       if (experts_apart) {
-        const ParallelState &parallel = engine_.parallel();
-        archive.write("experts/names",
-                      c10::IValue(absl::StrJoin(engine_.expert_names_, "\n")));
-        archive.write("experts/shapes",
-                      c10::IValue(absl::StrJoin(expert_shapes, ";")));
-        archive.write("experts/ep_size", c10::IValue(static_cast<int64_t>(
-                                             parallel.expert()->size())));
-        archive.write("experts/ep_rank", c10::IValue(static_cast<int64_t>(
-                                             parallel.expert()->rank())));
-        archive.write("experts/data_size", c10::IValue(static_cast<int64_t>(
-                                               parallel.data()->size())));
-        archive.write("experts/master",
-                      engine_.expert_zero_->master_shard().detach().cpu());
+        const ParallelState& parallel = engine_.parallel();
+        archive.write("experts/names", c10::IValue(absl::StrJoin(engine_.expert_names_, "\n")));
+        archive.write("experts/shapes", c10::IValue(absl::StrJoin(expert_shapes, ";")));
+        archive.write("experts/ep_size", c10::IValue(static_cast<int64_t>(parallel.expert()->size())));
+        archive.write("experts/ep_rank", c10::IValue(static_cast<int64_t>(parallel.expert()->rank())));
+        archive.write("experts/data_size", c10::IValue(static_cast<int64_t>(parallel.data()->size())));
+        archive.write("experts/master", engine_.expert_zero_->master_shard().detach().cpu());
         archive.write("experts/exp_avg", engine_.expert_adam_->exp_avg().cpu());
-        archive.write("experts/exp_avg_sq",
-                      engine_.expert_adam_->exp_avg_sq().cpu());
-        archive.write("experts/step",
-                      c10::IValue(engine_.expert_adam_->step()));
-        archive.write("experts/total",
-                      c10::IValue(engine_.expert_zero_->total()));
-        archive.write("experts/shards", c10::IValue(static_cast<int64_t>(
-                                            engine_.expert_zero_->shards())));
-        archive.write(
-            "experts/unit_sizes",
-            c10::IValue(absl::StrJoin(engine_.expert_zero_->UnitSizes(), ",")));
+        archive.write("experts/exp_avg_sq", engine_.expert_adam_->exp_avg_sq().cpu());
+        archive.write("experts/step", c10::IValue(engine_.expert_adam_->step()));
+        archive.write("experts/total", c10::IValue(engine_.expert_zero_->total()));
+        archive.write("experts/shards", c10::IValue(static_cast<int64_t>(engine_.expert_zero_->shards())));
+        archive.write("experts/unit_sizes", c10::IValue(absl::StrJoin(engine_.expert_zero_->UnitSizes(), ",")));
       }
     }
-    if (const Communicator *pipeline = engine_.parallel().pipeline()) {
+    if (const Communicator* pipeline = engine_.parallel().pipeline()) {
       // Note [Tensor-parallel checkpoints]: this file's stage.
-      archive.write("pp/size",
-                    c10::IValue(static_cast<int64_t>(pipeline->size())));
-      archive.write("pp/stage",
-                    c10::IValue(static_cast<int64_t>(pipeline->rank())));
+      archive.write("pp/size", c10::IValue(static_cast<int64_t>(pipeline->size())));
+      archive.write("pp/stage", c10::IValue(static_cast<int64_t>(pipeline->rank())));
     }
-    if (const Communicator *tensor = engine_.parallel().tensor()) {
+    if (const Communicator* tensor = engine_.parallel().tensor()) {
       // Note [Tensor-parallel checkpoints].
       std::vector<std::string> forms;
-      if (const auto *family =
-              dynamic_cast<const ModelInterface *>(engine_.model_.get())) {
-        for (const TensorParallelForm &form : family->TensorParallelForms())
-          forms.push_back(FormLine(form));
+      if (const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get())) {
+        for (const TensorParallelForm& form : family->TensorParallelForms()) forms.push_back(FormLine(form));
       }
-      archive.write("tp/size",
-                    c10::IValue(static_cast<int64_t>(tensor->size())));
-      archive.write("tp/rank",
-                    c10::IValue(static_cast<int64_t>(tensor->rank())));
+      archive.write("tp/size", c10::IValue(static_cast<int64_t>(tensor->size())));
+      archive.write("tp/rank", c10::IValue(static_cast<int64_t>(tensor->rank())));
       archive.write("tp/forms", c10::IValue(absl::StrJoin(forms, "\n")));
     }
     if (engine_.zero_) {
       // Note [ZeRO partitioning]: every rank owns its range of the masters
       // and optimizer state; the layout (Ψ, world) lets a different world
       // size re-cut them at load time.
-      archive.write("zero/master",
-                    engine_.zero_->master_shard().detach().cpu());
+      archive.write("zero/master", engine_.zero_->master_shard().detach().cpu());
       archive.write("zero/exp_avg", engine_.shard_adam_->exp_avg().cpu());
       archive.write("zero/exp_avg_sq", engine_.shard_adam_->exp_avg_sq().cpu());
       archive.write("zero/step", c10::IValue(engine_.shard_adam_->step()));
       archive.write("zero/total", c10::IValue(engine_.zero_->total()));
-      archive.write("zero/shards",
-                    c10::IValue(static_cast<int64_t>(engine_.zero_->shards())));
+      archive.write("zero/shards", c10::IValue(static_cast<int64_t>(engine_.zero_->shards())));
       // How the flat vector is cut into units (one unit before stage 3).
-      archive.write("zero/unit_sizes", c10::IValue(absl::StrJoin(
-                                           engine_.zero_->UnitSizes(), ",")));
+      archive.write("zero/unit_sizes", c10::IValue(absl::StrJoin(engine_.zero_->UnitSizes(), ",")));
     }
     if (rank == 0) {
       // With ZeRO the parameters are rebuilt from the master shards at load
       // time, so no rank holds a whole copy on disk (or in memory when the
       // checkpoint is consolidated).
-      for (const auto &item : engine_.model_->named_parameters()) {
-        if (engine_.zero_)
-          break;
+      for (const auto& item : engine_.model_->named_parameters()) {
+        if (engine_.zero_) break;
         archive.write("model/" + item.key(), item.value().detach().cpu());
       }
-      for (const auto &item : engine_.model_->named_buffers()) {
-        archive.write("model/" + item.key(), item.value().detach().cpu(),
-                      /*is_buffer=*/true);
+      for (const auto& item : engine_.model_->named_buffers()) {
+        archive.write("model/" + item.key(), item.value().detach().cpu(), /*is_buffer=*/true);
       }
       if (engine_.compute_dtype_ != torch::kFloat) {
         for (size_t i = 0; i < engine_.master_params_.size(); ++i) {
-          archive.write(absl::StrCat("master/", i),
-                        engine_.master_params_[i].detach().cpu());
+          archive.write(absl::StrCat("master/", i), engine_.master_params_[i].detach().cpu());
         }
       }
       if (engine_.optimizer_) {
@@ -441,185 +339,136 @@ EngineCheckpointer::WriteRankFile(const std::string &path,
       }
     }
     // Through our writer: every write checked and hashed as it goes.
-    ChecksummedFileWriter *out = writer.get();
+    ChecksummedFileWriter* out = writer.get();
     // After a failed write the rest is dropped, but reported as written:
     // LibTorch's zip writer throws from its destructor on a short write,
     // which ends the process; the error is the writer's (Finish below).
-    archive.save_to([out](const void *data, size_t size) -> size_t {
+    archive.save_to([out](const void* data, size_t size) -> size_t {
       (void)out->Write(data, size);
       return size;
     });
-  } catch (const c10::Error &e) {
+  } catch (const c10::Error& e) {
     // A failed write makes the archive throw: the errno is the cause.
-    if (!writer->status().ok())
-      return writer->status();
-    return absl::InternalError(
-        absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
+    if (!writer->status().ok()) return writer->status();
+    return absl::InternalError(absl::StrCat("save ", path, ": ", e.what_without_backtrace()));
   }
   return writer->Finish();
 }
 
-absl::Status
-EngineCheckpointer::SaveGatheredWeights(const std::string &folder) {
+absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) {
   // A collective: every rank gathers, rank 0 writes. The file is part of the
   // checkpoint folder, so it is committed (or not) with the shards.
-  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok())
-    return gathered;
+  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
   const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
   absl::Status written = absl::OkStatus();
   if (rank == 0) {
     try {
       std::vector<SafetensorsEntry> entries;
       std::vector<torch::Tensor> values;
-      for (const auto &item : engine_.model_->named_parameters()) {
-        if (!item.value().requires_grad())
-          continue;
-        entries.push_back(
-            SafetensorsEntry{item.key(), item.value().sizes().vec()});
+      for (const auto& item : engine_.model_->named_parameters()) {
+        if (!item.value().requires_grad()) continue;
+        entries.push_back(SafetensorsEntry{item.key(), item.value().sizes().vec()});
         values.push_back(item.value());
       }
-      auto writer = SafetensorsWriter::Create(
-          folder + "/" + Engine::kGatheredWeightsFile, entries);
-      if (!writer.ok())
-        return writer.status();
-      for (const torch::Tensor &value : values) {
+      auto writer = SafetensorsWriter::Create(folder + "/" + Engine::kGatheredWeightsFile, entries);
+      if (!writer.ok()) return writer.status();
+      for (const torch::Tensor& value : values) {
         // The 16-bit values, widened to fp32 exactly (the writer stores F32).
-        torch::Tensor wide =
-            value.detach().to(torch::kCPU, torch::kFloat).contiguous();
+        torch::Tensor wide = value.detach().to(torch::kCPU, torch::kFloat).contiguous();
         written = (*writer)->Append(wide.data_ptr<float>(), wide.numel());
-        if (!written.ok())
-          break;
+        if (!written.ok()) break;
       }
-      if (written.ok())
-        written = (*writer)->Finish();
-    } catch (const c10::Error &e) {
-      written = absl::InternalError(
-          absl::StrCat("gathered weights: ", e.what_without_backtrace()));
+      if (written.ok()) written = (*writer)->Finish();
+    } catch (const c10::Error& e) {
+      written = absl::InternalError(absl::StrCat("gathered weights: ", e.what_without_backtrace()));
     }
   }
   // The gathered units go again; the next step gathers what it uses.
   if (engine_.stage3_) {
     absl::Status released = engine_.stage3_->FinishBackward();
-    if (written.ok())
-      written = released;
+    if (written.ok()) written = released;
   }
   return written;
 }
 
-absl::Status
-EngineCheckpointer::ExportHuggingFace(const HfExportOptions &options) {
+absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
   // Split over a tensor group or cut into stages: every parameter gathered
   // whole onto world rank 0, which writes. Over the tensor group a
   // collective (in the same order on every rank); then each stage's data
   // rank 0, tensor rank 0 sends what it holds to the first stage's.
   std::map<std::string, torch::Tensor> whole;
-  const Communicator *tensor = engine_.parallel().tensor();
-  Communicator *pipeline = engine_.parallel().pipeline();
+  const Communicator* tensor = engine_.parallel().tensor();
+  Communicator* pipeline = engine_.parallel().pipeline();
   if (tensor != nullptr || pipeline != nullptr) {
-    if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok())
-      return gathered;
-    const auto *family =
-        dynamic_cast<const ModelInterface *>(engine_.model_.get());
-    if (family == nullptr)
-      return absl::FailedPreconditionError(
-          "Hugging Face export: the model declares no forms");
+    if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+    const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
+    if (family == nullptr) return absl::FailedPreconditionError("Hugging Face export: the model declares no forms");
     std::map<std::string, TensorParallelForm> forms;
-    for (const TensorParallelForm &form : family->TensorParallelForms())
-      forms[form.parameter] = form;
-    const Communicator *data = engine_.data_parallel();
-    const bool sender = (data == nullptr || data->rank() == 0) &&
-                        (tensor == nullptr || tensor->rank() == 0);
+    for (const TensorParallelForm& form : family->TensorParallelForms()) forms[form.parameter] = form;
+    const Communicator* data = engine_.data_parallel();
+    const bool sender = (data == nullptr || data->rank() == 0) && (tensor == nullptr || tensor->rank() == 0);
     std::map<std::string, torch::Tensor> held;
     try {
       torch::NoGradGuard no_grad;
-      for (const auto &item : engine_.model_->named_parameters()) {
+      for (const auto& item : engine_.model_->named_parameters()) {
         torch::Tensor value = item.value().detach();
         // Note [Pipeline stages]: another stage's parameter is empty here.
-        if (pipeline != nullptr && value.numel() == 0)
-          continue;
-        if (auto it = forms.find(item.key());
-            it != forms.end() && tensor != nullptr) {
-          const TensorParallelGroup group{engine_.parallel().tensor(),
-                                          tensor->rank(), tensor->size()};
+        if (pipeline != nullptr && value.numel() == 0) continue;
+        if (auto it = forms.find(item.key()); it != forms.end() && tensor != nullptr) {
+          const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
           auto gathered = GatherWhole(value, it->second, group);
-          if (!gathered.ok())
-            return gathered.status();
+          if (!gathered.ok()) return gathered.status();
           value = *gathered;
         }
-        if (sender)
-          held[item.key()] = value;
+        if (sender) held[item.key()] = value;
       }
       if (pipeline != nullptr && sender) {
-        if (absl::Status s =
-                GatherStagesOnFirst(*pipeline, engine_.device_, held);
-            !s.ok())
-          return s;
+        if (absl::Status s = GatherStagesOnFirst(*pipeline, engine_.device_, held); !s.ok()) return s;
       }
-    } catch (const c10::Error &e) {
-      return absl::InternalError(
-          absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
     }
     if (FileIndexOf(engine_).index == 0) {
-      for (auto &[name, value] : held)
-        whole[name] = value.to(torch::kCPU);
+      for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
   return ExportGathered([&]() -> absl::Status {
-    const torch::nn::Module &module = *engine_.model_;
+    const torch::nn::Module& module = *engine_.model_;
     std::vector<HfTensorSpec> tensors;
-    for (const std::string &name : MergedParameterNames(module)) {
-      tensors.push_back(
-          {name, whole.empty() ? module.named_parameters()[name].sizes().vec()
-                               : whole.at(name).sizes().vec()});
+    for (const std::string& name : MergedParameterNames(module)) {
+      tensors.push_back({name, whole.empty() ? module.named_parameters()[name].sizes().vec() : whole.at(name).sizes().vec()});
     }
-    return ExportHfFolder(
-        fs_, options, tensors,
-        [&](const std::string &name) -> absl::StatusOr<torch::Tensor> {
-          if (!whole.empty())
-            return whole.at(name);
-          return MergedParameter(module, name);
-        });
+    return ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      if (!whole.empty()) return whole.at(name);
+      return MergedParameter(module, name);
+    });
   });
 }
 
-absl::Status
-EngineCheckpointer::ExportPeftAdapter(const HfExportOptions &options) {
-  if (absl::Status refused = RefusePipeline(engine_, "PEFT adapter export");
-      !refused.ok())
-    return refused;
-  if (absl::Status refused =
-          RefuseTensorParallel(engine_, "PEFT adapter export");
-      !refused.ok())
-    return refused;
+absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
+  if (absl::Status refused = RefusePipeline(engine_, "PEFT adapter export"); !refused.ok()) return refused;
+  if (absl::Status refused = RefuseTensorParallel(engine_, "PEFT adapter export"); !refused.ok()) return refused;
   return ExportGathered([&]() -> absl::Status {
     auto parameters = engine_.model_->named_parameters();
     std::vector<HfTensorSpec> tensors;
-    for (const auto &item : parameters) {
+    for (const auto& item : parameters) {
       if (IsLoraParameterName(item.key())) {
-        tensors.push_back(
-            {kPeftKeyPrefix + item.key(), item.value().sizes().vec()});
+        tensors.push_back({kPeftKeyPrefix + item.key(), item.value().sizes().vec()});
       }
     }
-    if (tensors.empty())
-      return absl::FailedPreconditionError(
-          "the model has no LoRA adapter to export");
+    if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
     HfExportOptions adapter = options;
     adapter.weights_stem = "adapter_model";
     adapter.config_file = kPeftConfigFile;
-    adapter.max_shard_bytes =
-        std::numeric_limits<int64_t>::max(); // PEFT reads one file
-    return ExportHfFolder(
-        fs_, adapter, tensors,
-        [&](const std::string &name) -> absl::StatusOr<torch::Tensor> {
-          return parameters[name.substr(std::strlen(kPeftKeyPrefix))].detach();
-        });
+    adapter.max_shard_bytes = std::numeric_limits<int64_t>::max();  // PEFT reads one file
+    return ExportHfFolder(fs_, adapter, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+      return parameters[name.substr(std::strlen(kPeftKeyPrefix))].detach();
+    });
   });
 }
 
-absl::Status EngineCheckpointer::ExportGathered(
-    const std::function<absl::Status()> &write_on_rank0) {
-  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok())
-    return gathered;
+absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status()>& write_on_rank0) {
+  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
   // World rank 0 writes (with tensor parallelism several ranks are
   // data-parallel rank 0).
   const int rank = FileIndexOf(engine_).index;
@@ -627,45 +476,39 @@ absl::Status EngineCheckpointer::ExportGathered(
   if (rank == 0) {
     try {
       written = write_on_rank0();
-    } catch (const c10::Error &e) {
-      written = absl::InternalError(
-          absl::StrCat("export: ", e.what_without_backtrace()));
+    } catch (const c10::Error& e) {
+      written = absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
     }
   }
   if (engine_.stage3_) {
     absl::Status released = engine_.stage3_->FinishBackward();
-    if (written.ok())
-      written = released;
+    if (written.ok()) written = released;
   }
   return written;
 }
 
-absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
+absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
   torch::NoGradGuard no_grad;
   // Saved shards are re-joined in host memory (they may come from GPUs this
   // host does not have, and all of them at once would not fit on one).
   torch::serialize::InputArchive first;
-  DS_RETURN_IF_ERROR(
-      LoadArchive(fs_, RankFile(folder, 0), torch::Device(torch::kCPU), first));
+  DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, 0), torch::Device(torch::kCPU), first));
   // Each tensor slice's ranges were cut into this many parts (its saved
   // data-parallel size for stages 1-3, one for stage 0).
   const int64_t saved_world = ReadInt(first, "zero/shards");
   c10::IValue saved_tp_value, saved_pp_value;
-  const int64_t saved_tp =
-      first.try_read("tp/size", saved_tp_value) ? saved_tp_value.toInt() : 1;
-  const int64_t saved_pp =
-      first.try_read("pp/size", saved_pp_value) ? saved_pp_value.toInt() : 1;
-  const Communicator *tensor = engine_.parallel().tensor();
+  const int64_t saved_tp = first.try_read("tp/size", saved_tp_value) ? saved_tp_value.toInt() : 1;
+  const int64_t saved_pp = first.try_read("pp/size", saved_pp_value) ? saved_pp_value.toInt() : 1;
+  const Communicator* tensor = engine_.parallel().tensor();
   const int64_t tp = tensor ? tensor->size() : 1;
   const int64_t tensor_rank = tensor ? tensor->rank() : 0;
-  const Communicator *pipeline = engine_.parallel().pipeline();
+  const Communicator* pipeline = engine_.parallel().pipeline();
   const int64_t pp = pipeline ? pipeline->size() : 1;
   const int64_t stage = pipeline ? pipeline->rank() : 0;
   // This rank's trainable parameters, in the flat vector's order.
   std::vector<std::string> my_names;
-  for (const auto &item : engine_.model_->named_parameters()) {
-    if (item.value().requires_grad())
-      my_names.push_back(item.key());
+  for (const auto& item : engine_.model_->named_parameters()) {
+    if (item.value().requires_grad()) my_names.push_back(item.key());
   }
 
   // One saved partition's flat state (master, exp_avg, exp_avg_sq),
@@ -679,17 +522,15 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
     std::vector<std::string> names;
     std::vector<std::vector<int64_t>> shapes;
   };
-  auto read_group =
-      [&](const std::string &prefix, const std::string &layout,
-          const std::vector<int> &files) -> absl::StatusOr<SliceState> {
+  auto read_group = [&](const std::string& prefix, const std::string& layout,
+                        const std::vector<int>& files) -> absl::StatusOr<SliceState> {
     SliceState state;
     std::vector<torch::Tensor> parts[3];
     std::vector<int64_t> unit_sizes;
     for (size_t r = 0; r < files.size(); ++r) {
       torch::serialize::InputArchive part;
-      DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, files[r]),
-                                     torch::Device(torch::kCPU), part));
-      const char *keys[3] = {"master", "exp_avg", "exp_avg_sq"};
+      DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, files[r]), torch::Device(torch::kCPU), part));
+      const char* keys[3] = {"master", "exp_avg", "exp_avg_sq"};
       for (int k = 0; k < 3; ++k) {
         torch::Tensor value;
         part.read(prefix + keys[k], value);
@@ -702,19 +543,15 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
         c10::IValue names, shapes;
         part.read(layout + "names", names);
         part.read(layout + "shapes", shapes);
-        for (absl::string_view name :
-             absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
+        for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
           state.names.emplace_back(name);
         }
-        for (absl::string_view shape :
-             absl::StrSplit(shapes.toStringRef(), ';')) {
+        for (absl::string_view shape : absl::StrSplit(shapes.toStringRef(), ';')) {
           std::vector<int64_t> dims;
-          for (absl::string_view dim :
-               absl::StrSplit(shape, ',', absl::SkipEmpty())) {
+          for (absl::string_view dim : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
             int64_t value = 0;
             if (!absl::SimpleAtoi(dim, &value))
-              return absl::DataLossError(absl::StrCat(
-                  "checkpoint ", folder, ": bad shape '", shape, "'"));
+              return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": bad shape '", shape, "'"));
             dims.push_back(value);
           }
           state.shapes.push_back(dims);
@@ -722,42 +559,35 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
         state.shapes.resize(state.names.size());
       }
     }
-    for (int k = 0; k < 3; ++k)
-      state.flat[k] = ZeroPartition::Unshard(parts[k], unit_sizes);
+    for (int k = 0; k < 3; ++k) state.flat[k] = ZeroPartition::Unshard(parts[k], unit_sizes);
     return state;
   };
   // Group p·T + t: files [group·D, (group+1)·D).
   auto read_slice = [&](int64_t slice) {
     std::vector<int> files;
-    for (int64_t r = 0; r < saved_world; ++r)
-      files.push_back(static_cast<int>(slice * saved_world + r));
+    for (int64_t r = 0; r < saved_world; ++r) files.push_back(static_cast<int>(slice * saved_world + r));
     return read_group("zero/", "layout/", files);
   };
 
   // Note [Expert-parallel checkpoints]: the experts' partition.
   c10::IValue saved_ep_value;
-  const int64_t saved_ep = first.try_read("experts/ep_size", saved_ep_value)
-                               ? saved_ep_value.toInt()
-                               : 1;
-  const int64_t ep =
-      engine_.parallel().expert() ? engine_.parallel().expert()->size() : 1;
+  const int64_t saved_ep = first.try_read("experts/ep_size", saved_ep_value) ? saved_ep_value.toInt() : 1;
+  const int64_t ep = engine_.parallel().expert() ? engine_.parallel().expert()->size() : 1;
   if (saved_ep > 1 || ep > 1) {
     if (saved_tp > 1 || saved_pp > 1 || tp > 1 || pp > 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", folder, ": expert parallelism (saved ", saved_ep,
-          ", now ", ep,
-          ") with tensor or pipeline parallelism is not yet supported"));
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", folder, ": expert parallelism (saved ", saved_ep,
+                                                        ", now ", ep,
+                                                        ") with tensor or pipeline parallelism is not yet supported"));
     }
     // Every saved tensor by name: the dense partition's, then each saved
     // expert group's experts.
     std::map<std::string, torch::Tensor> by_name[3];
-    auto add = [&](const SliceState &state) {
+    auto add = [&](const SliceState& state) {
       for (int k = 0; k < 3; ++k) {
         int64_t offset = 0;
         for (size_t i = 0; i < state.names.size(); ++i) {
           const int64_t numel = c10::multiply_integers(state.shapes[i]);
-          by_name[k][state.names[i]] =
-              state.flat[k].narrow(0, offset, numel).view(state.shapes[i]);
+          by_name[k][state.names[i]] = state.flat[k].narrow(0, offset, numel).view(state.shapes[i]);
           offset += numel;
         }
       }
@@ -772,59 +602,48 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
       const int64_t expert_shards = ReadInt(first, "experts/shards");
       for (int64_t e = 0; e < saved_ep; ++e) {
         std::vector<int> files;
-        for (int64_t j = 0; j < expert_shards; ++j)
-          files.push_back(static_cast<int>(e + j * saved_ep));
-        DS_ASSIGN_OR_RETURN(SliceState experts,
-                            read_group("experts/", "experts/", files));
+        for (int64_t j = 0; j < expert_shards; ++j) files.push_back(static_cast<int>(e + j * saved_ep));
+        DS_ASSIGN_OR_RETURN(SliceState experts, read_group("experts/", "experts/", files));
         add(experts);
         expert_step = experts.step;
       }
     }
-    auto fill = [&](ZeroPartition &partition, ShardAdam &adam,
-                    const std::vector<std::string> &names,
+    auto fill = [&](ZeroPartition& partition, ShardAdam& adam, const std::vector<std::string>& names,
                     int64_t step) -> absl::Status {
-      torch::Tensor *targets[3] = {&partition.master_shard(), &adam.exp_avg(),
-                                   &adam.exp_avg_sq()};
+      torch::Tensor* targets[3] = {&partition.master_shard(), &adam.exp_avg(), &adam.exp_avg_sq()};
       const auto current = engine_.model_->named_parameters();
       for (int k = 0; k < 3; ++k) {
         std::vector<torch::Tensor> mine;
-        for (const std::string &name : names) {
+        for (const std::string& name : names) {
           auto it = by_name[k].find(name);
           if (it == by_name[k].end()) {
-            return absl::DataLossError(absl::StrCat(
-                "checkpoint ", folder, " has no parameter ", name));
+            return absl::DataLossError(absl::StrCat("checkpoint ", folder, " has no parameter ", name));
           }
           if (!it->second.sizes().equals(current[name].sizes())) {
-            return absl::DataLossError(absl::StrCat(
-                "checkpoint ", folder, ": parameter ", name, " has shape [",
-                absl::StrJoin(it->second.sizes(), ","), "], the model's is [",
-                absl::StrJoin(current[name].sizes(), ","), "]"));
+            return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": parameter ", name, " has shape [",
+                                                    absl::StrJoin(it->second.sizes(), ","), "], the model's is [",
+                                                    absl::StrJoin(current[name].sizes(), ","), "]"));
           }
           mine.push_back(it->second.reshape({-1}));
         }
-        targets[k]->copy_(partition.ShardOf(torch::cat(mine))
-                              .to(partition.master_shard().device()));
+        targets[k]->copy_(partition.ShardOf(torch::cat(mine)).to(partition.master_shard().device()));
       }
       adam.set_step(step);
       return absl::OkStatus();
     };
     std::vector<std::string> dense_names;
-    for (const std::string &name : my_names) {
-      if (!engine_.expert_zero_ || !IsExpertParameter(name))
-        dense_names.push_back(name);
+    for (const std::string& name : my_names) {
+      if (!engine_.expert_zero_ || !IsExpertParameter(name)) dense_names.push_back(name);
     }
-    DS_RETURN_IF_ERROR(
-        fill(*engine_.zero_, *engine_.shard_adam_, dense_names, dense.step));
+    DS_RETURN_IF_ERROR(fill(*engine_.zero_, *engine_.shard_adam_, dense_names, dense.step));
     if (engine_.expert_zero_) {
-      DS_RETURN_IF_ERROR(fill(*engine_.expert_zero_, *engine_.expert_adam_,
-                              engine_.expert_names_, expert_step));
+      DS_RETURN_IF_ERROR(fill(*engine_.expert_zero_, *engine_.expert_adam_, engine_.expert_names_, expert_step));
     }
     return absl::OkStatus();
   }
 
   const torch::Device device = engine_.zero_->master_shard().device();
-  torch::Tensor *targets[3] = {&engine_.zero_->master_shard(),
-                               &engine_.shard_adam_->exp_avg(),
+  torch::Tensor* targets[3] = {&engine_.zero_->master_shard(), &engine_.shard_adam_->exp_avg(),
                                &engine_.shard_adam_->exp_avg_sq()};
   if (saved_tp == tp && saved_pp == pp) {
     // The same groups: this rank's group's files only (any D, any stage),
@@ -832,12 +651,10 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
     DS_ASSIGN_OR_RETURN(SliceState state, read_slice(stage * tp + tensor_rank));
     if (pp == 1 || state.names == my_names) {
       if (state.flat[0].numel() != engine_.zero_->total()) {
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", folder, " holds ", state.flat[0].numel(),
-            " parameters, the model has ", engine_.zero_->total()));
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, " holds ", state.flat[0].numel(),
+                                                " parameters, the model has ", engine_.zero_->total()));
       }
-      for (int k = 0; k < 3; ++k)
-        targets[k]->copy_(engine_.zero_->ShardOf(state.flat[k]).to(device));
+      for (int k = 0; k < 3; ++k) targets[k]->copy_(engine_.zero_->ShardOf(state.flat[k]).to(device));
       engine_.shard_adam_->set_step(state.step);
       return absl::OkStatus();
     }
@@ -845,31 +662,25 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
 
   // Another tensor-parallel degree, pipeline degree or partition (Note
   // [Tensor-parallel checkpoints]).
-  auto *family = dynamic_cast<const ModelInterface *>(engine_.model_.get());
+  auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
   if (family == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", folder,
-        " was saved with tensor_parallel.tp_size=", saved_tp,
-        " and pipeline.stages=", saved_pp, "; re-cutting it for ", tp, " and ",
-        pp, " needs a model family that declares its forms and layers"));
+        "checkpoint ", folder, " was saved with tensor_parallel.tp_size=", saved_tp, " and pipeline.stages=", saved_pp,
+        "; re-cutting it for ", tp, " and ", pp, " needs a model family that declares its forms and layers"));
   }
   std::map<std::string, TensorParallelForm> saved_forms, current_forms;
   c10::IValue form_text;
   if (saved_tp > 1) {
     first.read("tp/forms", form_text);
-    for (absl::string_view line :
-         absl::StrSplit(form_text.toStringRef(), '\n', absl::SkipEmpty())) {
+    for (absl::string_view line : absl::StrSplit(form_text.toStringRef(), '\n', absl::SkipEmpty())) {
       auto form = ParseFormLine(std::string(line));
-      if (!form.ok())
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", folder, ": ", form.status().message()));
+      if (!form.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ", form.status().message()));
       saved_forms[form->parameter] = *form;
     }
   } else {
     // Saved whole: no forms (every parameter is its own single slice).
   }
-  for (const TensorParallelForm &form : family->TensorParallelForms())
-    current_forms[form.parameter] = form;
+  for (const TensorParallelForm& form : family->TensorParallelForms()) current_forms[form.parameter] = form;
   // Groups p·T + t.
   std::vector<SliceState> slices;
   for (int64_t g = 0; g < saved_pp * saved_tp; ++g) {
@@ -883,58 +694,45 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
       int64_t offset = 0;
       for (size_t i = 0; i < slices[g].names.size(); ++i) {
         const int64_t numel = c10::multiply_integers(slices[g].shapes[i]);
-        by_name[g][slices[g].names[i]] = slices[g]
-                                             .flat[k]
-                                             .narrow(0, offset, numel)
-                                             .view(slices[g].shapes[i]);
+        by_name[g][slices[g].names[i]] = slices[g].flat[k].narrow(0, offset, numel).view(slices[g].shapes[i]);
         offset += numel;
       }
     }
     std::vector<torch::Tensor> mine;
-    for (const std::string &name : my_names) {
+    for (const std::string& name : my_names) {
       // The first saved stage that held it.
       int64_t saved_stage = 0;
-      while (saved_stage < saved_pp &&
-             by_name[saved_stage * saved_tp].count(name) == 0)
-        ++saved_stage;
+      while (saved_stage < saved_pp && by_name[saved_stage * saved_tp].count(name) == 0) ++saved_stage;
       if (saved_stage == saved_pp) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", folder, " has no parameter ", name));
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, " has no parameter ", name));
       }
       const size_t group = static_cast<size_t>(saved_stage * saved_tp);
       torch::Tensor whole;
       if (auto saved = saved_forms.find(name); saved != saved_forms.end()) {
         std::vector<torch::Tensor> pieces;
-        for (int64_t t = 0; t < saved_tp; ++t)
-          pieces.push_back(by_name[group + t].at(name));
+        for (int64_t t = 0; t < saved_tp; ++t) pieces.push_back(by_name[group + t].at(name));
         whole = AssembleWhole(pieces, saved->second);
       } else {
         whole = by_name[group].at(name);
         // Saved whole (T = 1) with a padded vocabulary: the padding goes.
-        if (auto now = current_forms.find(name);
-            now != current_forms.end() &&
-            now->second.split == TensorParallelSplit::kVocab &&
-            whole.size(0) > now->second.vocab_size) {
+        if (auto now = current_forms.find(name); now != current_forms.end() &&
+                                                 now->second.split == TensorParallelSplit::kVocab &&
+                                                 whole.size(0) > now->second.vocab_size) {
           whole = whole.narrow(0, 0, now->second.vocab_size);
         }
       }
       torch::Tensor local = whole;
       if (auto now = current_forms.find(name); now != current_forms.end()) {
-        auto sliced =
-            SliceForRank(whole, now->second, static_cast<int>(tensor_rank),
-                         static_cast<int>(tp));
-        if (!sliced.ok())
-          return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ",
-                                                  sliced.status().message()));
+        auto sliced = SliceForRank(whole, now->second, static_cast<int>(tensor_rank), static_cast<int>(tp));
+        if (!sliced.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": ", sliced.status().message()));
         local = *sliced;
       }
       const torch::Tensor current = engine_.model_->named_parameters()[name];
       if (!local.sizes().equals(current.sizes())) {
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", folder, ": parameter ", name,
-            " re-cut for tensor rank ", tensor_rank, " of ", tp, " has shape [",
-            absl::StrJoin(local.sizes(), ","), "], the model's is [",
-            absl::StrJoin(current.sizes(), ","), "]"));
+        return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": parameter ", name, " re-cut for tensor rank ",
+                                                tensor_rank, " of ", tp, " has shape [",
+                                                absl::StrJoin(local.sizes(), ","), "], the model's is [",
+                                                absl::StrJoin(current.sizes(), ","), "]"));
       }
       mine.push_back(local.reshape({-1}));
     }
@@ -944,20 +742,17 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string &folder) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
-                                                     const std::string &tag) {
+absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, const std::string& tag) {
   std::string chosen = tag;
   if (chosen.empty()) {
     auto latest = ReadLatestTag(fs_, dir);
-    if (!latest.ok())
-      return latest.status();
+    if (!latest.ok()) return latest.status();
     chosen = *latest;
   }
   // Note [Resuming from a verified checkpoint]: nothing is read before every
   // file has its recorded size and hash; a failure leaves the engine as it was.
   auto manifest = VerifyCheckpoint(fs_, dir, chosen);
-  if (!manifest.ok())
-    return manifest.status();
+  if (!manifest.ok()) return manifest.status();
   const std::string folder = TagDir(dir, chosen);
   const int rank = FileIndexOf(engine_).index;
   ClientState client;
@@ -968,11 +763,9 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
     // used as loaded, so it goes onto this rank's device; everything else is
     // copied into place, and the flat shards' copies in these files are
     // never read here, so they stay in host memory (12 bytes per parameter).
-    const torch::Device load_device =
-        engine_.zero_ ? torch::Device(torch::kCPU) : engine_.device_;
+    const torch::Device load_device = engine_.zero_ ? torch::Device(torch::kCPU) : engine_.device_;
     torch::serialize::InputArchive shared;
-    DS_RETURN_IF_ERROR(
-        LoadArchive(fs_, RankFile(folder, 0), load_device, shared));
+    DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, 0), load_device, shared));
     // The optimizer state is either one flat fp32 vector cut into ranges (any
     // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
     // checkpoint loads only into an engine that keeps it the same way.
@@ -980,26 +773,21 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
     const bool saved_flat = shared.try_read("zero/shards", probe);
     if (saved_flat != (engine_.zero_ != nullptr)) {
       auto describe = [](bool flat) {
-        return flat ? "a flat fp32 master and optimizer state (mixed "
-                      "precision, or ZeRO stage 1-3)"
-                    : "per-parameter fp32 optimizer state (fp32 training at "
-                      "ZeRO stage 0)";
+        return flat ? "a flat fp32 master and optimizer state (mixed precision, or ZeRO stage 1-3)"
+                    : "per-parameter fp32 optimizer state (fp32 training at ZeRO stage 0)";
       };
       return absl::FailedPreconditionError(absl::StrCat(
-          "load checkpoint ", folder, ": it holds ", describe(saved_flat),
-          ", but this job keeps ", describe(engine_.zero_ != nullptr),
-          "; resume with the precision and ZeRO stage it was saved with, or "
-          "start a "
+          "load checkpoint ", folder, ": it holds ", describe(saved_flat), ", but this job keeps ",
+          describe(engine_.zero_ != nullptr), "; resume with the precision and ZeRO stage it was saved with, or start a "
           "new checkpoint.dir"));
     }
-    for (auto &item : engine_.model_->named_parameters()) {
-      if (engine_.zero_)
-        break; // rebuilt from the shards below
+    for (auto& item : engine_.model_->named_parameters()) {
+      if (engine_.zero_) break;  // rebuilt from the shards below
       torch::Tensor value;
       shared.read("model/" + item.key(), value);
       item.value().copy_(value);
     }
-    for (auto &item : engine_.model_->named_buffers()) {
+    for (auto& item : engine_.model_->named_buffers()) {
       torch::Tensor value;
       shared.read("model/" + item.key(), value, /*is_buffer=*/true);
       item.value().copy_(value);
@@ -1018,13 +806,10 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
     }
     if (engine_.zero_) {
       absl::Status loaded = LoadZeroShards(folder);
-      if (!loaded.ok())
-        return loaded;
+      if (!loaded.ok()) return loaded;
       absl::Status gathered = engine_.zero_->GatherParameters();
-      if (!gathered.ok())
-        return gathered;
-      if (engine_.expert_zero_)
-        DS_RETURN_IF_ERROR(engine_.expert_zero_->GatherParameters());
+      if (!gathered.ok()) return gathered;
+      if (engine_.expert_zero_) DS_RETURN_IF_ERROR(engine_.expert_zero_->GatherParameters());
     }
 
     // This rank's own part; a rank that did not exist when the checkpoint was
@@ -1032,10 +817,8 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
     const std::string own_path = RankFile(folder, rank);
     const bool has_own = fs_.Exists(own_path);
     torch::serialize::InputArchive own;
-    if (has_own && rank != 0)
-      DS_RETURN_IF_ERROR(LoadArchive(fs_, own_path, load_device, own));
-    torch::serialize::InputArchive &mine =
-        (has_own && rank != 0) ? own : shared;
+    if (has_own && rank != 0) DS_RETURN_IF_ERROR(LoadArchive(fs_, own_path, load_device, own));
+    torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
     engine_.micro_steps_ = ReadInt(mine, "engine/micro_steps");
     engine_.global_steps_ = ReadInt(mine, "engine/global_steps");
     engine_.skipped_steps_ = ReadInt(mine, "engine/skipped_steps");
@@ -1044,8 +827,7 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
       LossScaler::State s;
       s.scale = ReadDouble(mine, "scaler/scale");
       s.hysteresis = static_cast<int>(ReadInt(mine, "scaler/hysteresis"));
-      s.last_overflow_iteration =
-          ReadInt(mine, "scaler/last_overflow_iteration");
+      s.last_overflow_iteration = ReadInt(mine, "scaler/last_overflow_iteration");
       s.iteration = ReadInt(mine, "scaler/iteration");
       s.skipped_steps = ReadInt(mine, "scaler/skipped_steps");
       s.overflows_at_min_scale = ReadInt(mine, "scaler/overflows_at_min_scale");
@@ -1054,29 +836,24 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string &dir,
     if (has_own) {
       torch::Tensor state;
       mine.read("rng/cpu", state);
-      state = state.to(
-          torch::kCPU); // the archive may have been loaded onto the device
+      state = state.to(torch::kCPU);  // the archive may have been loaded onto the device
       auto generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(state);
     }
     c10::IValue keys;
     mine.read("client/__keys", keys);
-    for (absl::string_view key :
-         absl::StrSplit(keys.toStringRef(), '\n', absl::SkipEmpty())) {
+    for (absl::string_view key : absl::StrSplit(keys.toStringRef(), '\n', absl::SkipEmpty())) {
       client[std::string(key)] = ReadInt(mine, absl::StrCat("client/", key));
     }
-  } catch (const c10::Error &e) {
-    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ",
-                                            e.what_without_backtrace()));
-  } catch (const std::exception
-               &e) { // TorchScript archive errors are not c10::Errors
+  } catch (const c10::Error& e) {
     return absl::DataLossError(
-        absl::StrCat("load checkpoint ", folder, ": ", e.what()));
+        absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
+    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what()));
   }
-  engine_.ApplyLrAndMomentum(
-      engine_.schedule_->LrAt(engine_.successful_steps_));
+  engine_.ApplyLrAndMomentum(engine_.schedule_->LrAt(engine_.successful_steps_));
   return client;
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "gtest/gtest.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/testing/expert_parallel_training.h"
-#include "gtest/gtest.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -17,47 +17,39 @@ using testing::ExpertLayout;
 using testing::InProcessStore;
 
 struct Continued {
-  std::vector<std::vector<double>>
-      losses; // per rank: the steps after the checkpoint
-  std::map<std::string, torch::Tensor>
-      params; // every parameter, from whichever rank holds it
+  std::vector<std::vector<double>> losses;      // per rank: the steps after the checkpoint
+  std::map<std::string, torch::Tensor> params;  // every parameter, from whichever rank holds it
 };
 
 // Trains `layout` for `before` steps and saves to `dir`, or loads `dir`'s
 // checkpoint; then trains 2 more steps.
-Continued TrainAround(InProcessStore &store, int attempt,
-                      const ExpertLayout &layout, const std::string &dir,
-                      bool load, int before) {
+Continued TrainAround(InProcessStore& store, int attempt, const ExpertLayout& layout, const std::string& dir, bool load,
+                      int before) {
   Continued out;
   out.losses.resize(layout.world);
   std::vector<std::map<std::string, torch::Tensor>> params(layout.world);
-  testing::RunExpertParallelRanks(
-      store, attempt, layout.world, layout.ep,
-      [&](int rank, const ParallelState &state) {
-        testing::ExpertRank r = testing::StartExpertRank(layout, state);
-        ASSERT_NE(r.engine, nullptr);
-        std::vector<double> ignored;
-        if (load) {
-          auto client = EngineCheckpointer(*r.engine).Load(dir, "");
-          ASSERT_TRUE(client.ok()) << client.status();
-          EXPECT_EQ(r.engine->global_steps(), before);
-        } else {
-          testing::TrainExpertSteps(r, layout, state, 0, before, &ignored);
-          absl::Status saved = EngineCheckpointer(*r.engine).Save(
-              dir, "global_step2", {{"consumed", before}});
-          ASSERT_TRUE(saved.ok()) << saved;
-        }
-        testing::TrainExpertSteps(r, layout, state, before, 2,
-                                  &out.losses[rank]);
-        params[rank] = testing::NamedParameters(*r.module);
-      });
-  for (const auto &rank : params)
-    out.params.insert(rank.begin(), rank.end());
+  testing::RunExpertParallelRanks(store, attempt, layout.world, layout.ep, [&](int rank, const ParallelState& state) {
+    testing::ExpertRank r = testing::StartExpertRank(layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    std::vector<double> ignored;
+    if (load) {
+      auto client = EngineCheckpointer(*r.engine).Load(dir, "");
+      ASSERT_TRUE(client.ok()) << client.status();
+      EXPECT_EQ(r.engine->global_steps(), before);
+    } else {
+      testing::TrainExpertSteps(r, layout, state, 0, before, &ignored);
+      absl::Status saved = EngineCheckpointer(*r.engine).Save(dir, "global_step2", {{"consumed", before}});
+      ASSERT_TRUE(saved.ok()) << saved;
+    }
+    testing::TrainExpertSteps(r, layout, state, before, 2, &out.losses[rank]);
+    params[rank] = testing::NamedParameters(*r.module);
+  });
+  for (const auto& rank : params) out.params.insert(rank.begin(), rank.end());
   return out;
 }
 
 class ExpertParallelCheckpointTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     char pattern[] = "/tmp/ep-checkpoint-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
@@ -67,40 +59,33 @@ protected:
   std::string dir_;
 };
 
-TEST_F(ExpertParallelCheckpointTest,
-       ResumesExactlyAndLoadsAtOtherExpertParallelSizes) {
+TEST_F(ExpertParallelCheckpointTest, ResumesExactlyAndLoadsAtOtherExpertParallelSizes) {
   InProcessStore store;
   const ExpertLayout saved{.family = "llama", .ep = 2, .stage = 2};
-  Continued uninterrupted =
-      TrainAround(store, 0, saved, dir_, /*load=*/false, 2);
+  Continued uninterrupted = TrainAround(store, 0, saved, dir_, /*load=*/false, 2);
 
   Continued resumed = TrainAround(store, 1, saved, dir_, /*load=*/true, 2);
   EXPECT_EQ(resumed.losses, uninterrupted.losses);
-  for (const auto &[name, value] : uninterrupted.params) {
+  for (const auto& [name, value] : uninterrupted.params) {
     EXPECT_TRUE(torch::equal(resumed.params.at(name), value)) << name;
   }
 
   int attempt = 2;
   for (ExpertLayout other :
-       {ExpertLayout{.family = "llama", .ep = 4, .stage = 1},
-        ExpertLayout{.family = "llama", .ep = 1, .stage = 2},
+       {ExpertLayout{.family = "llama", .ep = 4, .stage = 1}, ExpertLayout{.family = "llama", .ep = 1, .stage = 2},
         ExpertLayout{.family = "llama", .ep = 2, .stage = 0}}) {
     SCOPED_TRACE(other.Describe());
-    Continued loaded =
-        TrainAround(store, attempt++, other, dir_, /*load=*/true, 2);
+    Continued loaded = TrainAround(store, attempt++, other, dir_, /*load=*/true, 2);
     for (int rank = 0; rank < saved.world; ++rank) {
       for (size_t i = 0; i < loaded.losses[rank].size(); ++i) {
-        EXPECT_NEAR(loaded.losses[rank][i], uninterrupted.losses[rank][i], 1e-5)
-            << "rank " << rank;
+        EXPECT_NEAR(loaded.losses[rank][i], uninterrupted.losses[rank][i], 1e-5) << "rank " << rank;
       }
     }
-    std::vector<std::string> bad =
-        testing::CompareNamed(loaded.params, uninterrupted.params, 1e-5);
-    EXPECT_TRUE(bad.empty())
-        << bad.size() << " mismatches, first: " << bad.front();
+    std::vector<std::string> bad = testing::CompareNamed(loaded.params, uninterrupted.params, 1e-5);
+    EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches, first: " << bad.front();
     EXPECT_EQ(loaded.params.size(), uninterrupted.params.size());
   }
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

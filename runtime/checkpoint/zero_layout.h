@@ -4,11 +4,11 @@
 // elements (Note [ZeRO partitioning]).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 
@@ -18,8 +18,7 @@ namespace dslaunch::runtime {
 // file without the key holds one unit of `total` elements). DataLoss when
 // they do not add up to `total`.
 // `prefix`: the partition's keys ("experts/" for the experts' partition).
-absl::StatusOr<std::vector<int64_t>>
-SavedUnitSizes(torch::serialize::InputArchive &archive, int64_t total,
-               const std::string &prefix = "zero/");
+absl::StatusOr<std::vector<int64_t>> SavedUnitSizes(torch::serialize::InputArchive& archive, int64_t total,
+                                                    const std::string& prefix = "zero/");
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

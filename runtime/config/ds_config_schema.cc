@@ -29,83 +29,60 @@ struct SchedulerParam {
   std::vector<std::string> schedules;
 };
 
-std::vector<SchedulerParam> SchedulerParams(SchedulerConfig *s) {
+std::vector<SchedulerParam> SchedulerParams(SchedulerConfig* s) {
   const std::string p = "scheduler.params.";
-  const std::vector<std::string> warmups = {kWarmupLR, kWarmupDecayLR,
-                                            kWarmupCosineLR};
+  const std::vector<std::string> warmups = {kWarmupLR, kWarmupDecayLR, kWarmupCosineLR};
   return {
-      {Key(p + "lr_range_test_min_lr", &s->lr_range_test_min_lr).Min(0),
-       {kLRRangeTest}},
-      {Key(p + "lr_range_test_step_size", &s->lr_range_test_step_size).Min(1),
-       {kLRRangeTest}},
-      {Key(p + "lr_range_test_step_rate", &s->lr_range_test_step_rate).Min(0),
-       {kLRRangeTest}},
-      {Key(p + "lr_range_test_staircase", &s->lr_range_test_staircase),
-       {kLRRangeTest}},
+      {Key(p + "lr_range_test_min_lr", &s->lr_range_test_min_lr).Min(0), {kLRRangeTest}},
+      {Key(p + "lr_range_test_step_size", &s->lr_range_test_step_size).Min(1), {kLRRangeTest}},
+      {Key(p + "lr_range_test_step_rate", &s->lr_range_test_step_rate).Min(0), {kLRRangeTest}},
+      {Key(p + "lr_range_test_staircase", &s->lr_range_test_staircase), {kLRRangeTest}},
       // OneCycle: cycle_min_lr and cycle_max_lr have no default in DeepSpeed.
-      {Key(p + "cycle_min_lr", &s->cycle_min_lr).Min(0).Required(),
-       {kOneCycle}},
-      {Key(p + "cycle_max_lr", &s->cycle_max_lr).Min(0).Required(),
-       {kOneCycle}},
+      {Key(p + "cycle_min_lr", &s->cycle_min_lr).Min(0).Required(), {kOneCycle}},
+      {Key(p + "cycle_max_lr", &s->cycle_max_lr).Min(0).Required(), {kOneCycle}},
       {Key(p + "decay_lr_rate", &s->decay_lr_rate).Min(0), {kOneCycle}},
-      {Key(p + "cycle_first_step_size", &s->cycle_first_step_size).Min(1),
+      {Key(p + "cycle_first_step_size", &s->cycle_first_step_size).Min(1), {kOneCycle}},
+      {Key(p + "cycle_second_step_size", &s->cycle_second_step_size).Min(1).Nullable(),
        {kOneCycle}},
-      {Key(p + "cycle_second_step_size", &s->cycle_second_step_size)
-           .Min(1)
-           .Nullable(),
-       {kOneCycle}},
-      {Key(p + "cycle_first_stair_count", &s->cycle_first_stair_count).Min(0),
-       {kOneCycle}},
-      {Key(p + "cycle_second_stair_count", &s->cycle_second_stair_count)
-           .Min(0)
-           .Nullable(),
+      {Key(p + "cycle_first_stair_count", &s->cycle_first_stair_count).Min(0), {kOneCycle}},
+      {Key(p + "cycle_second_stair_count", &s->cycle_second_stair_count).Min(0).Nullable(),
        {kOneCycle}},
       {Key(p + "decay_step_size", &s->decay_step_size).Min(0), {kOneCycle}},
       {Key(p + "cycle_momentum", &s->cycle_momentum), {kOneCycle}},
       {Key(p + "cycle_min_mom", &s->cycle_min_mom).Min(0), {kOneCycle}},
       {Key(p + "cycle_max_mom", &s->cycle_max_mom).Min(0), {kOneCycle}},
       {Key(p + "decay_mom_rate", &s->decay_mom_rate).Min(0), {kOneCycle}},
-      {Key(p + "warmup_min_lr", &s->warmup_min_lr).Min(0).Auto(),
-       {kWarmupLR, kWarmupDecayLR}},
-      {Key(p + "warmup_max_lr", &s->warmup_max_lr).Min(0).Auto(),
-       {kWarmupLR, kWarmupDecayLR}},
-      {Key(p + "warmup_num_steps", &s->warmup_num_steps).Min(0).Auto(),
-       warmups},
-      {Key(p + "warmup_type", &s->warmup_type).OneOf({"log", "linear"}),
-       warmups},
+      {Key(p + "warmup_min_lr", &s->warmup_min_lr).Min(0).Auto(), {kWarmupLR, kWarmupDecayLR}},
+      {Key(p + "warmup_max_lr", &s->warmup_max_lr).Min(0).Auto(), {kWarmupLR, kWarmupDecayLR}},
+      {Key(p + "warmup_num_steps", &s->warmup_num_steps).Min(0).Auto(), warmups},
+      {Key(p + "warmup_type", &s->warmup_type).OneOf({"log", "linear"}), warmups},
       {Key(p + "total_num_steps", &s->total_num_steps).Min(1).Auto().Required(),
        {kWarmupDecayLR, kWarmupCosineLR}},
-      {Key(p + "warmup_min_ratio", &s->warmup_min_ratio).Min(0).Max(1),
-       {kWarmupCosineLR}},
-      {Key(p + "cos_min_ratio", &s->cos_min_ratio).Min(0).Max(1),
-       {kWarmupCosineLR}},
+      {Key(p + "warmup_min_ratio", &s->warmup_min_ratio).Min(0).Max(1), {kWarmupCosineLR}},
+      {Key(p + "cos_min_ratio", &s->cos_min_ratio).Min(0).Max(1), {kWarmupCosineLR}},
       // Where a resumed schedule starts; checkpoints restore it here instead.
       {Unstored(p + "last_batch_iteration", ValueKind::kInt).Min(-1),
        {kLRRangeTest, kOneCycle, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR}},
   };
 }
 
-bool IsAdamFamily(const std::string &type) {
-  return absl::EqualsIgnoreCase(type, "Adam") ||
-         absl::EqualsIgnoreCase(type, "AdamW");
+bool IsAdamFamily(const std::string& type) {
+  return absl::EqualsIgnoreCase(type, "Adam") || absl::EqualsIgnoreCase(type, "AdamW");
 }
 
 // A scalar under `section`.`key` of the raw tree, or "" (const access never
 // inserts into the tree).
-std::string PeekScalar(const YAML::Node &root, const char *section,
-                       const char *key) {
-  const YAML::Node &tree = root;
-  if (!tree.IsDefined() || !tree.IsMap())
-    return "";
+std::string PeekScalar(const YAML::Node& root, const char* section, const char* key) {
+  const YAML::Node& tree = root;
+  if (!tree.IsDefined() || !tree.IsMap()) return "";
   const YAML::Node node = tree[section];
-  if (!node.IsDefined() || !node.IsMap())
-    return "";
+  if (!node.IsDefined() || !node.IsMap()) return "";
   const YAML::Node value = node[key];
   return value.IsDefined() && value.IsScalar() ? value.Scalar() : "";
 }
 
-void AddOffloadKeys(std::vector<KeySpec> *keys, const std::string &section,
-                    OffloadConfig *o, bool for_optimizer) {
+void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, OffloadConfig* o,
+                    bool for_optimizer) {
   const std::string p = section + ".";
   keys->push_back(Key(p + "device", &o->device).OneOf({"none", "cpu", "nvme"}));
   keys->push_back(Key(p + "nvme_path", &o->nvme_path).Nullable());
@@ -118,76 +95,60 @@ void AddOffloadKeys(std::vector<KeySpec> *keys, const std::string &section,
     keys->push_back(Key(p + "ratio", &o->ratio).Min(0).Max(1));
     keys->push_back(Unstored(p + "super_offload", ValueKind::kBool));
     keys->push_back(Unstored(p + "convert_grad_on_cpu", ValueKind::kBool));
-    keys->push_back(
-        Unstored(p + "cpuadam_cores_perc", ValueKind::kNumber).Min(0).Max(1));
+    keys->push_back(Unstored(p + "cpuadam_cores_perc", ValueKind::kNumber).Min(0).Max(1));
   } else {
     keys->push_back(Key(p + "buffer_size", &o->buffer_size).Min(0));
     keys->push_back(Key(p + "max_in_cpu", &o->max_in_cpu).Min(0));
   }
 }
 
-void AddMonitorKeys(std::vector<KeySpec> *keys, const std::string &section,
-                    MonitorConfig *m) {
+void AddMonitorKeys(std::vector<KeySpec>* keys, const std::string& section, MonitorConfig* m) {
   keys->push_back(Key(section + ".enabled", &m->enabled));
   keys->push_back(Key(section + ".output_path", &m->output_path));
   keys->push_back(Key(section + ".job_name", &m->job_name));
 }
 
 // "key=value" for a not-yet-supported line.
-std::string Setting(const std::string &key, const std::string &value) {
+std::string Setting(const std::string& key, const std::string& value) {
   return absl::StrCat(key, "=", value);
 }
 
-bool GivenBool(const WalkResult &walk, const std::string &path, bool *value) {
-  if (!walk.HasValue(path))
-    return false;
-  const YAML::Node &node = walk.given.at(path).node;
+bool GivenBool(const WalkResult& walk, const std::string& path, bool* value) {
+  if (!walk.HasValue(path)) return false;
+  const YAML::Node& node = walk.given.at(path).node;
   return node.IsScalar() && ParseBoolText(node.Scalar(), value);
 }
 
-} // namespace
+}  // namespace
 
-const std::vector<std::string> &SchedulerTypes() {
-  static const auto *types = new std::vector<std::string>{
-      kLRRangeTest, kOneCycle, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR};
+const std::vector<std::string>& SchedulerTypes() {
+  static const auto* types = new std::vector<std::string>{kLRRangeTest, kOneCycle, kWarmupLR,
+                                                          kWarmupDecayLR, kWarmupCosineLR};
   return *types;
 }
 
-const std::vector<std::string> &OptimizerTypes() {
-  static const auto *types = new std::vector<std::string>{
-      "Adam",        "AdamW",      "Adagrad", "Lamb",    "Lion",  "OneBitAdam",
-      "ZeroOneAdam", "OneBitLamb", "MuAdam",  "MuAdamW", "MuSGD", "Muon",
-      "SGD",         "RMSprop",    "Adamax",  "NAdam",   "RAdam"};
+const std::vector<std::string>& OptimizerTypes() {
+  static const auto* types = new std::vector<std::string>{
+      "Adam",   "AdamW",   "Adagrad", "Lamb",  "Lion",  "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
+      "MuAdam", "MuAdamW", "MuSGD",   "Muon",  "SGD",   "RMSprop",    "Adamax",      "NAdam",
+      "RAdam"};
   return *types;
 }
 
-std::vector<KeySpec> DsConfigKeys(DsConfig *c,
-                                  const std::string &scheduler_type) {
+std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type) {
   std::vector<KeySpec> keys = {
       // Batch size: any two of the three decide the third (Note ["auto"]).
-      Key("train_batch_size", &c->train_batch_size)
-          .Min(1)
-          .Max(kMaxGlobalBatchSize)
-          .Auto()
-          .Nullable(),
+      Key("train_batch_size", &c->train_batch_size).Min(1).Max(kMaxGlobalBatchSize).Auto().Nullable(),
       Key("train_micro_batch_size_per_gpu", &c->train_micro_batch_size_per_gpu)
-          .Min(1)
-          .Max(kMaxMicroBatchSize)
-          .Auto()
-          .Nullable(),
+          .Min(1).Max(kMaxMicroBatchSize).Auto().Nullable(),
       Key("gradient_accumulation_steps", &c->gradient_accumulation_steps)
-          .Min(1)
-          .Max(kMaxGradientAccumulationSteps)
-          .Auto()
-          .Nullable(),
+          .Min(1).Max(kMaxGradientAccumulationSteps).Auto().Nullable(),
       Key("gradient_clipping", &c->gradient_clipping).Min(0).Auto(),
       Key("steps_per_print", &c->steps_per_print).Min(1),
       Key("wall_clock_breakdown", &c->wall_clock_breakdown),
       Key("memory_breakdown", &c->memory_breakdown),
       Key("communication_data_type", &c->communication_data_type)
-          .OneOf(kPrecisionNames)
-          .FoldCase()
-          .Nullable(),
+          .OneOf(kPrecisionNames).FoldCase().Nullable(),
       Key("prescale_gradients", &c->prescale_gradients),
       Key("gradient_predivide_factor", &c->gradient_predivide_factor).Above(0),
       Key("moe_expert_parallel_size", &c->moe_expert_parallel_size).Min(1),
@@ -208,255 +169,188 @@ std::vector<KeySpec> DsConfigKeys(DsConfig *c,
       Key("fp16.min_loss_scale", &c->fp16.min_loss_scale).Above(0),
       Unstored("fp16.fp16_master_weights_and_grads", ValueKind::kBool),
   };
-  // bf16 and its legacy name "bfloat16" (DeepSpeed reads "bfloat16" when "bf16"
-  // is absent).
+  // bf16 and its legacy name "bfloat16" (DeepSpeed reads "bfloat16" when "bf16" is absent).
   for (const std::string section : {"bf16", "bfloat16"}) {
     const bool alias = section == "bfloat16";
-    auto add = [&](KeySpec spec, const std::string &name) {
-      if (alias)
-        spec.AliasOf("bf16." + name);
+    auto add = [&](KeySpec spec, const std::string& name) {
+      if (alias) spec.AliasOf("bf16." + name);
       keys.push_back(std::move(spec));
     };
     add(Key(section + ".enabled", &c->bf16.enabled).Auto(), "enabled");
-    for (const char *name :
-         {"immediate_grad_update", "check_grad_overflow",
-          "bf16_master_weights_and_grads", "bf16_optimizer_states"}) {
+    for (const char* name : {"immediate_grad_update", "check_grad_overflow",
+                             "bf16_master_weights_and_grads", "bf16_optimizer_states"}) {
       add(Unstored(section + "." + name, ValueKind::kBool), name);
     }
   }
-  keys.insert(
-      keys.end(),
-      {
-          // Apex AMP: DeepSpeed passes every other key to amp.initialize().
-          Unstored("amp.enabled", ValueKind::kBool),
-          Unstored("amp.opt_level", ValueKind::kString),
+  keys.insert(keys.end(), {
+      // Apex AMP: DeepSpeed passes every other key to amp.initialize().
+      Unstored("amp.enabled", ValueKind::kBool),
+      Unstored("amp.opt_level", ValueKind::kString),
 
-          Key("optimizer.type", &c->optimizer.type)
-              .OneOf(OptimizerTypes())
-              .FoldCase()
-              .Required(),
-          Key("optimizer.params.lr", &c->optimizer.lr).Min(0).Auto(),
-          Key("optimizer.params.betas", &c->optimizer.betas)
-              .Min(0)
-              .Below(1)
-              .Auto(),
-          Key("optimizer.params.eps", &c->optimizer.eps).Min(0).Auto(),
-          Key("optimizer.params.weight_decay", &c->optimizer.weight_decay)
-              .Min(0)
-              .Auto(),
-          Key("optimizer.params.adam_w_mode", &c->optimizer.adam_w_mode),
-          Unstored("optimizer.params.torch_adam", ValueKind::kBool),
-          Unstored("optimizer.params.bias_correction", ValueKind::kBool),
-          Unstored("optimizer.params.amsgrad", ValueKind::kBool),
-          Unstored("optimizer.legacy_fusion", ValueKind::kBool),
+      Key("optimizer.type", &c->optimizer.type).OneOf(OptimizerTypes()).FoldCase().Required(),
+      Key("optimizer.params.lr", &c->optimizer.lr).Min(0).Auto(),
+      Key("optimizer.params.betas", &c->optimizer.betas).Min(0).Below(1).Auto(),
+      Key("optimizer.params.eps", &c->optimizer.eps).Min(0).Auto(),
+      Key("optimizer.params.weight_decay", &c->optimizer.weight_decay).Min(0).Auto(),
+      Key("optimizer.params.adam_w_mode", &c->optimizer.adam_w_mode),
+      Unstored("optimizer.params.torch_adam", ValueKind::kBool),
+      Unstored("optimizer.params.bias_correction", ValueKind::kBool),
+      Unstored("optimizer.params.amsgrad", ValueKind::kBool),
+      Unstored("optimizer.legacy_fusion", ValueKind::kBool),
 
-          Key("scheduler.type", &c->scheduler.type)
-              .OneOf(SchedulerTypes())
-              .Required(),
-      });
+      Key("scheduler.type", &c->scheduler.type).OneOf(SchedulerTypes()).Required(),
+  });
   const bool known_schedule =
-      std::find(SchedulerTypes().begin(), SchedulerTypes().end(),
-                scheduler_type) != SchedulerTypes().end();
-  for (SchedulerParam &param : SchedulerParams(&c->scheduler)) {
-    bool applies = !known_schedule ||
-                   std::find(param.schedules.begin(), param.schedules.end(),
-                             scheduler_type) != param.schedules.end();
-    if (!applies)
-      continue;
+      std::find(SchedulerTypes().begin(), SchedulerTypes().end(), scheduler_type) !=
+      SchedulerTypes().end();
+  for (SchedulerParam& param : SchedulerParams(&c->scheduler)) {
+    bool applies = !known_schedule || std::find(param.schedules.begin(), param.schedules.end(),
+                                                scheduler_type) != param.schedules.end();
+    if (!applies) continue;
     // Without a known schedule nothing can be required of its parameters.
-    if (!known_schedule)
-      param.spec.required = false;
+    if (!known_schedule) param.spec.required = false;
     keys.push_back(std::move(param.spec));
   }
 
-  ZeroConfig *z = &c->zero_optimization;
+  ZeroConfig* z = &c->zero_optimization;
   const std::string zp = "zero_optimization.";
-  keys.insert(
-      keys.end(),
-      {
-          Key(zp + "stage", &z->stage).OneOf({"0", "1", "2", "3"}),
-          Key(zp + "contiguous_gradients", &z->contiguous_gradients),
-          Key(zp + "reduce_scatter", &z->reduce_scatter),
-          Key(zp + "reduce_bucket_size", &z->reduce_bucket_size).Min(0).Auto(),
-          Unstored(zp + "use_multi_rank_bucket_allreduce", ValueKind::kBool),
-          Key(zp + "allgather_partitions", &z->allgather_partitions),
-          Key(zp + "allgather_bucket_size", &z->allgather_bucket_size).Min(0),
-          // null: DeepSpeed's default, true for stage 3 and false below.
-          Key(zp + "overlap_comm", &z->overlap_comm).Nullable(),
-          Unstored(zp + "load_from_fp32_weights", ValueKind::kBool),
-          Unstored(zp + "elastic_checkpoint", ValueKind::kBool),
-          Key(zp + "sub_group_size", &z->sub_group_size).Min(0),
-          Key(zp + "round_robin_gradients", &z->round_robin_gradients),
-          // DeepSpeed's pydantic model takes each stage3_ key also under its
-          // field name.
-          Key(zp + "stage3_prefetch_bucket_size",
-              &z->stage3_prefetch_bucket_size)
-              .Min(0)
-              .Auto(),
-          Key(zp + "prefetch_bucket_size", &z->stage3_prefetch_bucket_size)
-              .Min(0)
-              .Auto()
-              .AliasOf(zp + "stage3_prefetch_bucket_size"),
-          Key(zp + "stage3_param_persistence_threshold",
-              &z->stage3_param_persistence_threshold)
-              .Min(0)
-              .Auto(),
-          Key(zp + "param_persistence_threshold",
-              &z->stage3_param_persistence_threshold)
-              .Min(0)
-              .Auto()
-              .AliasOf(zp + "stage3_param_persistence_threshold"),
-          Unstored(zp + "stage3_model_persistence_threshold", ValueKind::kInt)
-              .Min(0),
-          Key(zp + "stage3_max_live_parameters", &z->stage3_max_live_parameters)
-              .Min(0),
-          Key(zp + "max_live_parameters", &z->stage3_max_live_parameters)
-              .Min(0)
-              .AliasOf(zp + "stage3_max_live_parameters"),
-          Key(zp + "stage3_max_reuse_distance", &z->stage3_max_reuse_distance)
-              .Min(0),
-          Key(zp + "max_reuse_distance", &z->stage3_max_reuse_distance)
-              .Min(0)
-              .AliasOf(zp + "stage3_max_reuse_distance"),
-          Key(zp + "stage3_gather_16bit_weights_on_model_save",
-              &z->stage3_gather_16bit_weights_on_model_save),
-          Key(zp + "gather_16bit_weights_on_model_save",
-              &z->stage3_gather_16bit_weights_on_model_save)
-              .AliasOf(zp + "stage3_gather_16bit_weights_on_model_save"),
-          Key(zp + "stage3_gather_fp16_weights_on_model_save",
-              &z->stage3_gather_16bit_weights_on_model_save)
-              .AliasOf(zp + "stage3_gather_16bit_weights_on_model_save"),
-          Unstored(zp + "stage3_module_granularity_threshold", ValueKind::kInt)
-              .Min(0),
-          Unstored(zp + "stage3_use_all_reduce_for_fetch_params",
-                   ValueKind::kBool),
-          Unstored(zp + "ignore_unused_parameters", ValueKind::kBool),
-          Unstored(zp + "legacy_stage1", ValueKind::kBool),
-          Unstored(zp + "zero_hpz_partition_size", ValueKind::kInt).Min(0),
-          Unstored(zp + "zero_quantized_weights", ValueKind::kBool),
-          Unstored(zp + "zero_quantized_nontrainable_weights",
-                   ValueKind::kBool),
-          Unstored(zp + "zero_quantized_gradients", ValueKind::kBool),
-          Unstored(zp + "mics_shard_size", ValueKind::kInt),
-          Unstored(zp + "mics_hierarchical_params_gather", ValueKind::kBool),
-          Unstored(zp + "memory_efficient_linear", ValueKind::kBool),
-          Unstored(zp + "pipeline_loading_checkpoint", ValueKind::kBool),
-          Unstored(zp + "override_module_apply", ValueKind::kBool),
-          Unstored(zp + "log_trace_cache_warnings", ValueKind::kBool),
-      });
-  AddOffloadKeys(&keys, zp + "offload_optimizer", &z->offload_optimizer,
-                 /*for_optimizer=*/true);
-  AddOffloadKeys(&keys, zp + "offload_param", &z->offload_param,
-                 /*for_optimizer=*/false);
+  keys.insert(keys.end(), {
+      Key(zp + "stage", &z->stage).OneOf({"0", "1", "2", "3"}),
+      Key(zp + "contiguous_gradients", &z->contiguous_gradients),
+      Key(zp + "reduce_scatter", &z->reduce_scatter),
+      Key(zp + "reduce_bucket_size", &z->reduce_bucket_size).Min(0).Auto(),
+      Unstored(zp + "use_multi_rank_bucket_allreduce", ValueKind::kBool),
+      Key(zp + "allgather_partitions", &z->allgather_partitions),
+      Key(zp + "allgather_bucket_size", &z->allgather_bucket_size).Min(0),
+      // null: DeepSpeed's default, true for stage 3 and false below.
+      Key(zp + "overlap_comm", &z->overlap_comm).Nullable(),
+      Unstored(zp + "load_from_fp32_weights", ValueKind::kBool),
+      Unstored(zp + "elastic_checkpoint", ValueKind::kBool),
+      Key(zp + "sub_group_size", &z->sub_group_size).Min(0),
+      Key(zp + "round_robin_gradients", &z->round_robin_gradients),
+      // DeepSpeed's pydantic model takes each stage3_ key also under its field name.
+      Key(zp + "stage3_prefetch_bucket_size", &z->stage3_prefetch_bucket_size).Min(0).Auto(),
+      Key(zp + "prefetch_bucket_size", &z->stage3_prefetch_bucket_size).Min(0).Auto()
+          .AliasOf(zp + "stage3_prefetch_bucket_size"),
+      Key(zp + "stage3_param_persistence_threshold", &z->stage3_param_persistence_threshold)
+          .Min(0).Auto(),
+      Key(zp + "param_persistence_threshold", &z->stage3_param_persistence_threshold)
+          .Min(0).Auto().AliasOf(zp + "stage3_param_persistence_threshold"),
+      Unstored(zp + "stage3_model_persistence_threshold", ValueKind::kInt).Min(0),
+      Key(zp + "stage3_max_live_parameters", &z->stage3_max_live_parameters).Min(0),
+      Key(zp + "max_live_parameters", &z->stage3_max_live_parameters).Min(0)
+          .AliasOf(zp + "stage3_max_live_parameters"),
+      Key(zp + "stage3_max_reuse_distance", &z->stage3_max_reuse_distance).Min(0),
+      Key(zp + "max_reuse_distance", &z->stage3_max_reuse_distance).Min(0)
+          .AliasOf(zp + "stage3_max_reuse_distance"),
+      Key(zp + "stage3_gather_16bit_weights_on_model_save",
+          &z->stage3_gather_16bit_weights_on_model_save),
+      Key(zp + "gather_16bit_weights_on_model_save", &z->stage3_gather_16bit_weights_on_model_save)
+          .AliasOf(zp + "stage3_gather_16bit_weights_on_model_save"),
+      Key(zp + "stage3_gather_fp16_weights_on_model_save",
+          &z->stage3_gather_16bit_weights_on_model_save)
+          .AliasOf(zp + "stage3_gather_16bit_weights_on_model_save"),
+      Unstored(zp + "stage3_module_granularity_threshold", ValueKind::kInt).Min(0),
+      Unstored(zp + "stage3_use_all_reduce_for_fetch_params", ValueKind::kBool),
+      Unstored(zp + "ignore_unused_parameters", ValueKind::kBool),
+      Unstored(zp + "legacy_stage1", ValueKind::kBool),
+      Unstored(zp + "zero_hpz_partition_size", ValueKind::kInt).Min(0),
+      Unstored(zp + "zero_quantized_weights", ValueKind::kBool),
+      Unstored(zp + "zero_quantized_nontrainable_weights", ValueKind::kBool),
+      Unstored(zp + "zero_quantized_gradients", ValueKind::kBool),
+      Unstored(zp + "mics_shard_size", ValueKind::kInt),
+      Unstored(zp + "mics_hierarchical_params_gather", ValueKind::kBool),
+      Unstored(zp + "memory_efficient_linear", ValueKind::kBool),
+      Unstored(zp + "pipeline_loading_checkpoint", ValueKind::kBool),
+      Unstored(zp + "override_module_apply", ValueKind::kBool),
+      Unstored(zp + "log_trace_cache_warnings", ValueKind::kBool),
+  });
+  AddOffloadKeys(&keys, zp + "offload_optimizer", &z->offload_optimizer, /*for_optimizer=*/true);
+  AddOffloadKeys(&keys, zp + "offload_param", &z->offload_param, /*for_optimizer=*/false);
 
-  ActivationCheckpointingConfig *a = &c->activation_checkpointing;
+  ActivationCheckpointingConfig* a = &c->activation_checkpointing;
   const std::string ap = "activation_checkpointing.";
-  AioConfig *aio = &c->aio;
-  PipelineConfig *pipe = &c->pipeline;
-  TensorParallelConfig *tp = &c->tensor_parallel;
-  keys.insert(
-      keys.end(),
-      {
-          Key(ap + "partition_activations", &a->partition_activations),
-          Key(ap + "cpu_checkpointing", &a->cpu_checkpointing),
-          Key(ap + "contiguous_memory_optimization",
-              &a->contiguous_memory_optimization),
-          Key(ap + "number_checkpoints", &a->number_checkpoints)
-              .Min(1)
-              .Nullable(),
-          Key(ap + "synchronize_checkpoint_boundary",
-              &a->synchronize_checkpoint_boundary),
-          Key(ap + "profile", &a->profile),
+  AioConfig* aio = &c->aio;
+  PipelineConfig* pipe = &c->pipeline;
+  TensorParallelConfig* tp = &c->tensor_parallel;
+  keys.insert(keys.end(), {
+      Key(ap + "partition_activations", &a->partition_activations),
+      Key(ap + "cpu_checkpointing", &a->cpu_checkpointing),
+      Key(ap + "contiguous_memory_optimization", &a->contiguous_memory_optimization),
+      Key(ap + "number_checkpoints", &a->number_checkpoints).Min(1).Nullable(),
+      Key(ap + "synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary),
+      Key(ap + "profile", &a->profile),
 
-          Key("aio.block_size", &aio->block_size).Min(1),
-          Key("aio.queue_depth", &aio->queue_depth).Min(1),
-          // "thread_count" before DeepSpeed 0.15, "intra_op_parallelism" since.
-          Key("aio.thread_count", &aio->thread_count).Min(1),
-          Key("aio.intra_op_parallelism", &aio->thread_count)
-              .Min(1)
-              .AliasOf("aio.thread_count"),
-          Key("aio.single_submit", &aio->single_submit),
-          Key("aio.overlap_events", &aio->overlap_events),
-          Unstored("aio.use_gds", ValueKind::kBool),
+      Key("aio.block_size", &aio->block_size).Min(1),
+      Key("aio.queue_depth", &aio->queue_depth).Min(1),
+      // "thread_count" before DeepSpeed 0.15, "intra_op_parallelism" since.
+      Key("aio.thread_count", &aio->thread_count).Min(1),
+      Key("aio.intra_op_parallelism", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
+      Key("aio.single_submit", &aio->single_submit),
+      Key("aio.overlap_events", &aio->overlap_events),
+      Unstored("aio.use_gds", ValueKind::kBool),
 
-          // "auto" (DeepSpeed's default) takes the stage count of the model: 1
-          // here.
-          Key("pipeline.stages", &pipe->stages).Min(1).Auto(),
-          // PipelineModule's partition_method; "partition" is its ds_config
-          // name.
-          Key("pipeline.partition_method", &pipe->partition_method)
-              .OneOf({"parameters", "uniform", "type:*"}),
-          Key("pipeline.partition", &pipe->partition_method)
-              .OneOf({"parameters", "uniform", "type:*"})
-              .AliasOf("pipeline.partition_method"),
-          Key("pipeline.layers_per_stage", &pipe->layers_per_stage).Min(1),
-          Key("pipeline.schedule", &pipe->schedule)
-              .OneOf({"1f1b", "interleaved", "gpipe"}),
-          Key("pipeline.virtual_stages", &pipe->virtual_stages).Min(1),
-          Unstored("pipeline.seed_layers", ValueKind::kBool),
-          Key("pipeline.activation_checkpoint_interval",
-              &pipe->activation_checkpoint_interval)
-              .Min(0),
-          BoolOrAuto("pipeline.pipe_partitioned", &pipe->pipe_partitioned),
-          BoolOrAuto("pipeline.grad_partitioned", &pipe->grad_partitioned),
+      // "auto" (DeepSpeed's default) takes the stage count of the model: 1 here.
+      Key("pipeline.stages", &pipe->stages).Min(1).Auto(),
+      // PipelineModule's partition_method; "partition" is its ds_config name.
+      Key("pipeline.partition_method", &pipe->partition_method)
+          .OneOf({"parameters", "uniform", "type:*"}),
+      Key("pipeline.partition", &pipe->partition_method)
+          .OneOf({"parameters", "uniform", "type:*"}).AliasOf("pipeline.partition_method"),
+      Key("pipeline.layers_per_stage", &pipe->layers_per_stage).Min(1),
+      Key("pipeline.schedule", &pipe->schedule).OneOf({"1f1b", "interleaved", "gpipe"}),
+      Key("pipeline.virtual_stages", &pipe->virtual_stages).Min(1),
+      Unstored("pipeline.seed_layers", ValueKind::kBool),
+      Key("pipeline.activation_checkpoint_interval", &pipe->activation_checkpoint_interval).Min(0),
+      BoolOrAuto("pipeline.pipe_partitioned", &pipe->pipe_partitioned),
+      BoolOrAuto("pipeline.grad_partitioned", &pipe->grad_partitioned),
 
-          // DeepSpeed's AutoTP training config: autotp_size, or tp {tp_size,
-          // tp_grain_size}; the flat tp_size / tp_grain_size / mpu are
-          // dslaunch's shorthand.
-          Unstored("tensor_parallel.autotp_size", ValueKind::kInt).Min(0),
-          Key("tensor_parallel.tp_size", &tp->tp_size).Min(1),
-          Key("tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1),
-          Key("tensor_parallel.mpu", &tp->mpu).Nullable(),
-          Key("tensor_parallel.tp.tp_size", &tp->tp_size)
-              .Min(1)
-              .AliasOf("tensor_parallel.tp_size"),
-          Key("tensor_parallel.tp.tp_grain_size", &tp->tp_grain_size)
-              .Min(1)
-              .AliasOf("tensor_parallel.tp_grain_size"),
-          Unstored("tensor_parallel.tp_overlap_comm", ValueKind::kBool),
-          Unstored("tensor_parallel.keep_module_on_host", ValueKind::kBool),
+      // DeepSpeed's AutoTP training config: autotp_size, or tp {tp_size, tp_grain_size};
+      // the flat tp_size / tp_grain_size / mpu are dslaunch's shorthand.
+      Unstored("tensor_parallel.autotp_size", ValueKind::kInt).Min(0),
+      Key("tensor_parallel.tp_size", &tp->tp_size).Min(1),
+      Key("tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1),
+      Key("tensor_parallel.mpu", &tp->mpu).Nullable(),
+      Key("tensor_parallel.tp.tp_size", &tp->tp_size).Min(1).AliasOf("tensor_parallel.tp_size"),
+      Key("tensor_parallel.tp.tp_grain_size", &tp->tp_grain_size).Min(1)
+          .AliasOf("tensor_parallel.tp_grain_size"),
+      Unstored("tensor_parallel.tp_overlap_comm", ValueKind::kBool),
+      Unstored("tensor_parallel.keep_module_on_host", ValueKind::kBool),
 
-          Key("moe.enabled", &c->moe.enabled),
-          Key("moe.ep_size", &c->moe.ep_size).Min(1),
-          Key("moe.moe_param_group", &c->moe.moe_param_group).Nullable(),
-      });
+      Key("moe.enabled", &c->moe.enabled),
+      Key("moe.ep_size", &c->moe.ep_size).Min(1),
+      Key("moe.moe_param_group", &c->moe.moe_param_group).Nullable(),
+  });
   AddMonitorKeys(&keys, "tensorboard", &c->tensorboard);
   AddMonitorKeys(&keys, "csv_monitor", &c->csv_monitor);
-  FlopsProfilerConfig *f = &c->flops_profiler;
-  keys.insert(
-      keys.end(),
-      {
-          Key("wandb.enabled", &c->wandb.enabled),
-          Unstored("wandb.team", ValueKind::kString).Nullable(),
-          Unstored("wandb.group", ValueKind::kString).Nullable(),
-          Unstored("wandb.project", ValueKind::kString),
+  FlopsProfilerConfig* f = &c->flops_profiler;
+  keys.insert(keys.end(), {
+      Key("wandb.enabled", &c->wandb.enabled),
+      Unstored("wandb.team", ValueKind::kString).Nullable(),
+      Unstored("wandb.group", ValueKind::kString).Nullable(),
+      Unstored("wandb.project", ValueKind::kString),
 
-          Key("flops_profiler.enabled", &f->enabled),
-          Unstored("flops_profiler.recompute_fwd_factor", ValueKind::kNumber)
-              .Min(0),
-          Key("flops_profiler.profile_step", &f->profile_step).Min(1),
-          Key("flops_profiler.module_depth", &f->module_depth).Min(-1),
-          Key("flops_profiler.top_modules", &f->top_modules).Min(1),
-          Key("flops_profiler.detailed", &f->detailed),
-          Key("flops_profiler.output_file", &f->output_file).Nullable(),
+      Key("flops_profiler.enabled", &f->enabled),
+      Unstored("flops_profiler.recompute_fwd_factor", ValueKind::kNumber).Min(0),
+      Key("flops_profiler.profile_step", &f->profile_step).Min(1),
+      Key("flops_profiler.module_depth", &f->module_depth).Min(-1),
+      Key("flops_profiler.top_modules", &f->top_modules).Min(1),
+      Key("flops_profiler.detailed", &f->detailed),
+      Key("flops_profiler.output_file", &f->output_file).Nullable(),
 
-          Unstored("data_types.grad_accum_dtype", ValueKind::kString)
-              .OneOf(kPrecisionNames)
-              .FoldCase()
-              .Nullable(),
-          Unstored("checkpoint.tag_validation", ValueKind::kString)
-              .OneOf({"Ignore", "Warn", "Fail"})
-              .FoldCase(),
-          Unstored("checkpoint.load_universal", ValueKind::kBool),
-          Unstored("checkpoint.use_node_local_storage", ValueKind::kBool),
-          Unstored("checkpoint.parallel_write.pipeline_stage",
-                   ValueKind::kBool),
-      });
+      Unstored("data_types.grad_accum_dtype", ValueKind::kString)
+          .OneOf(kPrecisionNames).FoldCase().Nullable(),
+      Unstored("checkpoint.tag_validation", ValueKind::kString)
+          .OneOf({"Ignore", "Warn", "Fail"}).FoldCase(),
+      Unstored("checkpoint.load_universal", ValueKind::kBool),
+      Unstored("checkpoint.use_node_local_storage", ValueKind::kBool),
+      Unstored("checkpoint.parallel_write.pipeline_stage", ValueKind::kBool),
+  });
   return keys;
 }
 
-WalkResult WalkDsConfig(const YAML::Node &root, const TreeSource &source,
-                        DsConfig *config, Problems *problems) {
+WalkResult WalkDsConfig(const YAML::Node& root, const TreeSource& source, DsConfig* config,
+                        Problems* problems) {
   const std::string scheduler_type = PeekScalar(root, "scheduler", "type");
   const std::string optimizer_type = PeekScalar(root, "optimizer", "type");
   SchemaWalker walker(DsConfigKeys(config, scheduler_type));
@@ -468,65 +362,53 @@ WalkResult WalkDsConfig(const YAML::Node &root, const TreeSource &source,
   if (!optimizer_type.empty() && !IsAdamFamily(optimizer_type)) {
     walker.AllowAnyKeysUnder("optimizer.params");
   }
-  walker.AddMisplacedKey(
-      "optimizer.params.max_grad_norm",
-      "is not an optimizer parameter (DeepSpeed refuses it); use the top-level "
-      "gradient_clipping");
-  const auto &schedules = SchedulerTypes();
-  if (std::find(schedules.begin(), schedules.end(), scheduler_type) !=
-      schedules.end()) {
+  walker.AddMisplacedKey("optimizer.params.max_grad_norm",
+                         "is not an optimizer parameter (DeepSpeed refuses it); use the top-level "
+                         "gradient_clipping");
+  const auto& schedules = SchedulerTypes();
+  if (std::find(schedules.begin(), schedules.end(), scheduler_type) != schedules.end()) {
     SchedulerConfig unused;
-    for (const SchedulerParam &param : SchedulerParams(&unused)) {
-      const auto &takers = param.schedules;
-      if (std::find(takers.begin(), takers.end(), scheduler_type) !=
-          takers.end())
-        continue;
-      walker.AddMisplacedKey(param.spec.path,
-                             absl::StrCat("is not a parameter of ",
-                                          scheduler_type, " (it is one of ",
-                                          absl::StrJoin(takers, ", "), ")"));
+    for (const SchedulerParam& param : SchedulerParams(&unused)) {
+      const auto& takers = param.schedules;
+      if (std::find(takers.begin(), takers.end(), scheduler_type) != takers.end()) continue;
+      walker.AddMisplacedKey(param.spec.path, absl::StrCat("is not a parameter of ", scheduler_type,
+                                                           " (it is one of ",
+                                                           absl::StrJoin(takers, ", "), ")"));
     }
   }
   return walker.Walk(root, source, problems);
 }
 
-void FinishDsConfig(const WalkResult &walk, const TreeSource &source,
-                    DsConfig *c, Problems *problems) {
-  auto problem_at = [&](const std::string &path, absl::string_view what) {
+void FinishDsConfig(const WalkResult& walk, const TreeSource& source, DsConfig* c,
+                    Problems* problems) {
+  auto problem_at = [&](const std::string& path, absl::string_view what) {
     problems->AtKey(source, walk.WrittenPath(path), walk.MarkOf(path), what);
   };
 
   c->optimizer.present = walk.Has("optimizer");
-  // DeepSpeed: type AdamW always decouples weight decay; Adam does unless
-  // adam_w_mode is false.
-  if (absl::EqualsIgnoreCase(c->optimizer.type, "AdamW"))
-    c->optimizer.adam_w_mode = true;
+  // DeepSpeed: type AdamW always decouples weight decay; Adam does unless adam_w_mode is false.
+  if (absl::EqualsIgnoreCase(c->optimizer.type, "AdamW")) c->optimizer.adam_w_mode = true;
 
   if (!walk.HasValue("zero_optimization.overlap_comm")) {
     c->zero_optimization.overlap_comm = c->zero_optimization.stage == 3;
   }
-  if (c->zero_optimization.offload_optimizer.ratio < 1.0 &&
-      c->zero_optimization.stage != 3 &&
+  if (c->zero_optimization.offload_optimizer.ratio < 1.0 && c->zero_optimization.stage != 3 &&
       walk.HasValue("zero_optimization.offload_optimizer.ratio")) {
-    problem_at(
-        "zero_optimization.offload_optimizer.ratio",
-        absl::StrCat(
-            FormatNumber(c->zero_optimization.offload_optimizer.ratio),
-            ": partial offload needs zero_optimization.stage 3 (DeepSpeed)"));
+    problem_at("zero_optimization.offload_optimizer.ratio",
+               absl::StrCat(FormatNumber(c->zero_optimization.offload_optimizer.ratio),
+                            ": partial offload needs zero_optimization.stage 3 (DeepSpeed)"));
   }
 
   // AutoTP: autotp_size > 0 is the tensor-parallel degree (0: off).
   if (walk.HasValue("tensor_parallel.autotp_size")) {
     int64_t autotp = 0;
-    ParseIntegerText(walk.given.at("tensor_parallel.autotp_size").node.Scalar(),
-                     &autotp);
+    ParseIntegerText(walk.given.at("tensor_parallel.autotp_size").node.Scalar(), &autotp);
     if (autotp > 0) {
-      if (walk.HasValue("tensor_parallel.tp_size") &&
-          c->tensor_parallel.tp_size != autotp) {
+      if (walk.HasValue("tensor_parallel.tp_size") && c->tensor_parallel.tp_size != autotp) {
         problem_at("tensor_parallel.autotp_size",
                    absl::StrCat(autotp, " disagrees with ", source.key_prefix,
-                                walk.WrittenPath("tensor_parallel.tp_size"),
-                                " (", c->tensor_parallel.tp_size, ")"));
+                                walk.WrittenPath("tensor_parallel.tp_size"), " (",
+                                c->tensor_parallel.tp_size, ")"));
       } else {
         c->tensor_parallel.tp_size = static_cast<int>(autotp);
       }
@@ -534,13 +416,12 @@ void FinishDsConfig(const WalkResult &walk, const TreeSource &source,
   }
 }
 
-void CheckResolvedDsConfig(const WalkResult &walk, const TreeSource &source,
-                           const DsConfig &c, Problems *problems) {
+void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, const DsConfig& c,
+                           Problems* problems) {
   if (c.fp16.enabled && c.bf16.enabled) {
-    problems->AtKey(
-        source, walk.WrittenPath("bf16.enabled"), walk.MarkOf("bf16.enabled"),
-        absl::StrCat("fp16 and bf16 are both enabled (", source.key_prefix,
-                     "fp16.enabled is true too); enable one of them"));
+    problems->AtKey(source, walk.WrittenPath("bf16.enabled"), walk.MarkOf("bf16.enabled"),
+                    absl::StrCat("fp16 and bf16 are both enabled (", source.key_prefix,
+                                 "fp16.enabled is true too); enable one of them"));
   }
   // The numbers the engine will run with must make sense together too: the
   // schedule and the loss scaler validate themselves (runtime/schedule), so
@@ -550,147 +431,115 @@ void CheckResolvedDsConfig(const WalkResult &walk, const TreeSource &source,
   if (clean && !c.scheduler.type.empty()) {
     auto schedule = MakeLrSchedule(c.scheduler, c.optimizer.lr);
     if (!schedule.ok()) {
-      for (absl::string_view line :
-           absl::StrSplit(schedule.status().message(), '\n')) {
-        problems->AtKey(source, walk.WrittenPath("scheduler"),
-                        walk.MarkOf("scheduler"), std::string(line));
+      for (absl::string_view line : absl::StrSplit(schedule.status().message(), '\n')) {
+        problems->AtKey(source, walk.WrittenPath("scheduler"), walk.MarkOf("scheduler"), std::string(line));
       }
     }
   }
   if (clean && c.fp16.enabled) {
     absl::Status scaler = LossScaler::Validate(c.fp16);
     if (!scaler.ok()) {
-      problems->AtKey(source, walk.WrittenPath("fp16"), walk.MarkOf("fp16"),
-                      std::string(scaler.message()));
+      problems->AtKey(source, walk.WrittenPath("fp16"), walk.MarkOf("fp16"), std::string(scaler.message()));
     }
   }
   // Note [Mixture of experts]: the expert-parallel size, said once.
   if (c.moe_expert_parallel_size > 1 && c.moe.enabled && c.moe.ep_size > 1 &&
       c.moe.ep_size != c.moe_expert_parallel_size) {
-    problems->AtKey(
-        source, walk.WrittenPath("moe.ep_size"), walk.MarkOf("moe.ep_size"),
-        absl::StrCat(c.moe.ep_size, " disagrees with moe_expert_parallel_size=",
-                     c.moe_expert_parallel_size, "; write one of them"));
+    problems->AtKey(source, walk.WrittenPath("moe.ep_size"), walk.MarkOf("moe.ep_size"),
+                    absl::StrCat(c.moe.ep_size, " disagrees with moe_expert_parallel_size=", c.moe_expert_parallel_size,
+                                 "; write one of them"));
   }
   if (!c.moe.enabled && c.moe.ep_size > 1) {
-    problems->AtKey(
-        source, walk.WrittenPath("moe.ep_size"), walk.MarkOf("moe.ep_size"),
-        absl::StrCat(c.moe.ep_size,
-                     " without moe.enabled: true (write moe.enabled: true, or "
-                     "moe_expert_parallel_size)"));
+    problems->AtKey(source, walk.WrittenPath("moe.ep_size"), walk.MarkOf("moe.ep_size"),
+                    absl::StrCat(c.moe.ep_size,
+                                 " without moe.enabled: true (write moe.enabled: true, or "
+                                 "moe_expert_parallel_size)"));
   }
   if (ExpertParallelSize(c) > 1 && c.zero_optimization.stage == 3) {
-    problems->AtKey(
-        source, walk.WrittenPath("zero_optimization.stage"),
-        walk.MarkOf("zero_optimization.stage"),
-        absl::StrCat("3 with expert parallelism (", ExpertParallelSize(c),
-                     "): ZeRO-3 gathers each block over the data-parallel "
-                     "group, but the experts differ "
-                     "across the expert-parallel group; use stage 1 or 2 (the "
-                     "experts' optimizer state "
-                     "is partitioned over the expert-data-parallel group)"));
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.stage"), walk.MarkOf("zero_optimization.stage"),
+                    absl::StrCat("3 with expert parallelism (", ExpertParallelSize(c),
+                                 "): ZeRO-3 gathers each block over the data-parallel "
+                                 "group, but the experts differ "
+                                 "across the expert-parallel group; use stage 1 or 2 (the "
+                                 "experts' optimizer state "
+                                 "is partitioned over the expert-data-parallel group)"));
   }
-  if (c.zero_optimization.offload_optimizer.device != "none" &&
-      c.zero_optimization.stage == 0) {
-    problems->AtKey(
-        source, walk.WrittenPath("zero_optimization.offload_optimizer.device"),
-        walk.MarkOf("zero_optimization.offload_optimizer.device"),
-        absl::StrCat("offload_optimizer.device=",
-                     c.zero_optimization.offload_optimizer.device,
-                     " partitions the optimizer: it needs "
-                     "zero_optimization.stage 1, 2 or 3"));
+  if (c.zero_optimization.offload_optimizer.device != "none" && c.zero_optimization.stage == 0) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.device"),
+                    walk.MarkOf("zero_optimization.offload_optimizer.device"),
+                    absl::StrCat("offload_optimizer.device=", c.zero_optimization.offload_optimizer.device,
+                                 " partitions the optimizer: it needs "
+                                 "zero_optimization.stage 1, 2 or 3"));
   }
-  if (c.zero_optimization.offload_param.device != "none" &&
-      c.zero_optimization.stage != 3) {
-    problems->AtKey(source,
-                    walk.WrittenPath("zero_optimization.offload_param.device"),
+  if (c.zero_optimization.offload_param.device != "none" && c.zero_optimization.stage != 3) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_param.device"),
                     walk.MarkOf("zero_optimization.offload_param.device"),
-                    absl::StrCat("offload_param.device=",
-                                 c.zero_optimization.offload_param.device,
-                                 " offloads partitioned parameters: it needs "
-                                 "zero_optimization.stage 3"));
+                    absl::StrCat("offload_param.device=", c.zero_optimization.offload_param.device,
+                                 " offloads partitioned parameters: it needs zero_optimization.stage 3"));
   }
   bool amp = false;
-  if (GivenBool(walk, "amp.enabled", &amp) && amp &&
-      (c.fp16.enabled || c.bf16.enabled)) {
+  if (GivenBool(walk, "amp.enabled", &amp) && amp && (c.fp16.enabled || c.bf16.enabled)) {
     problems->AtKey(source, "amp.enabled", walk.MarkOf("amp.enabled"),
-                    absl::StrCat("amp cannot be combined with ",
-                                 c.fp16.enabled ? "fp16" : "bf16",
+                    absl::StrCat("amp cannot be combined with ", c.fp16.enabled ? "fp16" : "bf16",
                                  " (DeepSpeed refuses it)"));
   }
 }
 
-std::vector<std::string> NotYetSupported(const WalkResult &walk,
-                                         const DsConfig &c) {
+std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig& c) {
   std::vector<std::string> lines;
-  auto add = [&](const std::string &setting, absl::string_view what) {
+  auto add = [&](const std::string& setting, absl::string_view what) {
     lines.push_back(absl::StrCat(setting, ": ", what, " is not yet supported"));
   };
-  const ZeroConfig &z = c.zero_optimization;
+  const ZeroConfig& z = c.zero_optimization;
   // CPU offload is built for the optimizer (stages 1-3) and the parameters
   // (stage 3); NVMe is not.
   if (z.offload_optimizer.device == "nvme") {
-    add(Setting("zero_optimization.offload_optimizer.device",
-                z.offload_optimizer.device),
+    add(Setting("zero_optimization.offload_optimizer.device", z.offload_optimizer.device),
         "offloading optimizer state to nvme");
   }
   if (z.offload_param.device == "nvme") {
-    add(Setting("zero_optimization.offload_param.device",
-                z.offload_param.device),
+    add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
         "offloading parameters to nvme");
   }
   if (c.pipeline.activation_checkpoint_interval > 0) {
-    add(Setting("pipeline.activation_checkpoint_interval",
-                absl::StrCat(c.pipeline.activation_checkpoint_interval)),
-        "a per-stage checkpoint interval "
-        "(activation_checkpointing.number_checkpoints applies within each "
-        "stage)");
+    add(Setting("pipeline.activation_checkpoint_interval", absl::StrCat(c.pipeline.activation_checkpoint_interval)),
+        "a per-stage checkpoint interval (activation_checkpointing.number_checkpoints applies within each stage)");
   }
-  if (c.pipeline.pipe_partitioned == "true" ||
-      c.pipeline.grad_partitioned == "true") {
-    add(Setting(c.pipeline.pipe_partitioned == "true"
-                    ? "pipeline.pipe_partitioned"
-                    : "pipeline.grad_partitioned",
+  if (c.pipeline.pipe_partitioned == "true" || c.pipeline.grad_partitioned == "true") {
+    add(Setting(c.pipeline.pipe_partitioned == "true" ? "pipeline.pipe_partitioned" : "pipeline.grad_partitioned",
                 "true"),
         "partitioning the tensors sent between stages over the tensor group");
   }
   // number_checkpoints and cpu_checkpointing are built (the GPT recomputes
   // that many blocks); partitioning activations needs tensor parallelism.
-  const ActivationCheckpointingConfig &a = c.activation_checkpointing;
+  const ActivationCheckpointingConfig& a = c.activation_checkpointing;
   if (a.partition_activations) {
     add(Setting("activation_checkpointing.partition_activations", "true"),
         "partitioning checkpointed activations");
   }
   if (!IsAdamFamily(c.optimizer.type)) {
     add(Setting("optimizer.type", c.optimizer.type),
-        absl::StrCat("the ", c.optimizer.type,
-                     " optimizer (Adam and AdamW are built)"));
+        absl::StrCat("the ", c.optimizer.type, " optimizer (Adam and AdamW are built)"));
   }
   bool flag = false;
   if (GivenBool(walk, "optimizer.params.amsgrad", &flag) && flag) {
     add(Setting("optimizer.params.amsgrad", "true"), "AMSGrad");
   }
   if (GivenBool(walk, "optimizer.params.bias_correction", &flag) && !flag) {
-    add(Setting("optimizer.params.bias_correction", "false"),
-        "Adam without bias correction");
+    add(Setting("optimizer.params.bias_correction", "false"), "Adam without bias correction");
   }
   if (walk.HasValue("scheduler.params.last_batch_iteration")) {
-    const std::string &text =
-        walk.given.at("scheduler.params.last_batch_iteration").node.Scalar();
+    const std::string& text = walk.given.at("scheduler.params.last_batch_iteration").node.Scalar();
     if (text != "-1") {
       add(Setting("scheduler.params.last_batch_iteration", text),
-          "starting a schedule part-way (checkpoints restore the step "
-          "instead)");
+          "starting a schedule part-way (checkpoints restore the step instead)");
     }
   }
-  const std::pair<const char *, const MonitorConfig *> monitors[] = {
-      {"tensorboard", &c.tensorboard},
-      {"csv_monitor", &c.csv_monitor},
-      {"wandb", &c.wandb}};
-  for (const auto &[name, monitor] : monitors) {
+  const std::pair<const char*, const MonitorConfig*> monitors[] = {
+      {"tensorboard", &c.tensorboard}, {"csv_monitor", &c.csv_monitor}, {"wandb", &c.wandb}};
+  for (const auto& [name, monitor] : monitors) {
     if (monitor->enabled) {
-      add(Setting(absl::StrCat(name, ".enabled"), "true"),
-          absl::StrCat("the ", name, " monitor"));
+      add(Setting(absl::StrCat(name, ".enabled"), "true"), absl::StrCat("the ", name, " monitor"));
     }
   }
   if (c.flops_profiler.enabled) {
@@ -700,8 +549,7 @@ std::vector<std::string> NotYetSupported(const WalkResult &walk,
     add(Setting("communication_data_type", c.communication_data_type),
         "communicating gradients in a type other than their own");
   }
-  if (c.prescale_gradients)
-    add(Setting("prescale_gradients", "true"), "gradient prescaling");
+  if (c.prescale_gradients) add(Setting("prescale_gradients", "true"), "gradient prescaling");
   if (GivenBool(walk, "sparse_gradients", &flag) && flag) {
     add(Setting("sparse_gradients", "true"), "sparse gradient reduction");
   }
@@ -716,4 +564,4 @@ std::vector<std::string> NotYetSupported(const WalkResult &walk,
   return lines;
 }
 
-} // namespace dslaunch::runtime::config_internal
+}  // namespace dslaunch::runtime::config_internal

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/config/config_loader.h"
-#include "runtime/config/config_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/config/config_test_util.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -23,11 +23,9 @@ using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 
 class DsConfigTest : public ConfigFileTest {
-protected:
-  absl::StatusOr<DsConfig> Load(const std::string &name,
-                                const std::string &text,
-                                std::vector<ConfigOverride> overrides = {},
-                                int world_size = 1) {
+ protected:
+  absl::StatusOr<DsConfig> Load(const std::string& name, const std::string& text,
+                                std::vector<ConfigOverride> overrides = {}, int world_size = 1) {
     path_ = Write(name, text);
     return LoadDsConfig(path_, overrides, WorldShape{world_size});
   }
@@ -37,7 +35,7 @@ protected:
 TEST_F(DsConfigTest, DefaultsAreDeepSpeeds) {
   auto config = Load("ds.json", R"({"train_batch_size": 8})");
   ASSERT_TRUE(config.ok()) << config.status();
-  const DsConfig &c = *config;
+  const DsConfig& c = *config;
   EXPECT_EQ(c.train_batch_size, 8);
   EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
   EXPECT_EQ(c.gradient_accumulation_steps, 1);
@@ -90,14 +88,14 @@ TEST_F(DsConfigTest, DefaultsAreDeepSpeeds) {
   EXPECT_EQ(c.scheduler.warmup_min_ratio, 0);
   EXPECT_EQ(c.scheduler.cos_min_ratio, 1e-4);
   // ZeRO (deepspeed/runtime/zero/config.py, offload_config.py)
-  const ZeroConfig &z = c.zero_optimization;
+  const ZeroConfig& z = c.zero_optimization;
   EXPECT_EQ(z.stage, 0);
   EXPECT_TRUE(z.contiguous_gradients);
   EXPECT_TRUE(z.reduce_scatter);
   EXPECT_EQ(z.reduce_bucket_size, 500000000);
   EXPECT_TRUE(z.allgather_partitions);
   EXPECT_EQ(z.allgather_bucket_size, 500000000);
-  EXPECT_FALSE(z.overlap_comm); // stage < 3
+  EXPECT_FALSE(z.overlap_comm);  // stage < 3
   EXPECT_EQ(z.sub_group_size, 1000000000);
   EXPECT_FALSE(z.round_robin_gradients);
   EXPECT_EQ(z.stage3_prefetch_bucket_size, 50000000);
@@ -133,9 +131,8 @@ TEST_F(DsConfigTest, DefaultsAreDeepSpeeds) {
   EXPECT_EQ(c.tensor_parallel.tp_grain_size, 1);
   EXPECT_FALSE(c.moe.enabled);
   EXPECT_EQ(c.moe.ep_size, 1);
-  // Monitors and the flops profiler (deepspeed/monitor/config.py,
-  // profiling/config.py)
-  for (const MonitorConfig *m : {&c.tensorboard, &c.csv_monitor, &c.wandb}) {
+  // Monitors and the flops profiler (deepspeed/monitor/config.py, profiling/config.py)
+  for (const MonitorConfig* m : {&c.tensorboard, &c.csv_monitor, &c.wandb}) {
     EXPECT_FALSE(m->enabled);
     EXPECT_EQ(m->output_path, "");
     EXPECT_EQ(m->job_name, "DeepSpeedJobName");
@@ -189,8 +186,8 @@ TEST_F(DsConfigTest, JsonAndYamlReadTheSame) {
   ASSERT_TRUE(json.ok()) << json.status();
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   EXPECT_EQ(DescribeDsConfig(*json), DescribeDsConfig(*yaml));
-  const DsConfig &c = *json;
-  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4); // 32 / (2 * 4)
+  const DsConfig& c = *json;
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);  // 32 / (2 * 4)
   EXPECT_TRUE(c.optimizer.present);
   EXPECT_EQ(c.optimizer.type, "Adam");
   EXPECT_FALSE(c.optimizer.adam_w_mode);
@@ -210,120 +207,83 @@ TEST_F(DsConfigTest, JsonAndYamlReadTheSame) {
 }
 
 TEST_F(DsConfigTest, UnknownTopLevelKeyNamesFileLineAndNearestKey) {
-  auto config =
-      Load("ds.json",
-           "{\n  \"train_batch_size\": 8,\n  \"zero_optimizaton\": {}\n}\n");
+  auto config = Load("ds.json", "{\n  \"train_batch_size\": 8,\n  \"zero_optimizaton\": {}\n}\n");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(path_ +
-                          ":3: unknown key 'zero_optimizaton' (did you mean "
-                          "'zero_optimization'?)"));
+              ElementsAre(path_ + ":3: unknown key 'zero_optimizaton' (did you mean "
+                                  "'zero_optimization'?)"));
 }
 
 TEST_F(DsConfigTest, UnknownNestedKeySuggestsAmongItsSiblings) {
-  auto config =
-      Load("ds.yaml", "train_batch_size: 8\nzero_optimization:\n  stgae: 2\n");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(path_ +
-                  ":3: unknown key 'zero_optimization.stgae' (did you mean "
-                  "'zero_optimization.stage'?)"));
+  auto config = Load("ds.yaml", "train_batch_size: 8\nzero_optimization:\n  stgae: 2\n");
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(path_ + ":3: unknown key 'zero_optimization.stgae' (did you mean "
+                                  "'zero_optimization.stage'?)"));
 }
 
 TEST_F(DsConfigTest, UnknownKeyWithoutACloseMatchListsTheValidOnes) {
-  auto config = Load("ds.yaml",
-                     "train_batch_size: 8\nbf16:\n  enable_everything: true\n");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(AllOf(
-          HasSubstr(path_ + ":3: unknown key 'bf16.enable_everything'"),
-          HasSubstr("valid keys of bf16: enabled, immediate_grad_update"))));
+  auto config = Load("ds.yaml", "train_batch_size: 8\nbf16:\n  enable_everything: true\n");
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(AllOf(HasSubstr(path_ + ":3: unknown key 'bf16.enable_everything'"),
+                                HasSubstr("valid keys of bf16: enabled, immediate_grad_update"))));
 }
 
 TEST_F(DsConfigTest, WrongTypeNamesKeyAndValue) {
   auto config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "zero_optimization": {"stage": "two"}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(
-          path_ +
-          ":1: zero_optimization.stage: expected an integer, got 'two'"));
-  config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "fp16": {"enabled": "yes please"}})");
+      Load("ds.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": "two"}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "fp16.enabled: expected true or false, got 'yes please'")));
-  config =
-      Load("ds.json", R"({"train_batch_size": 8, "gradient_clipping": [1]})");
+              ElementsAre(path_ + ":1: zero_optimization.stage: expected an integer, got 'two'"));
+  config = Load("ds.json", R"({"train_batch_size": 8, "fp16": {"enabled": "yes please"}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "gradient_clipping: expected a number, got a list")));
+              ElementsAre(HasSubstr("fp16.enabled: expected true or false, got 'yes please'")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "gradient_clipping": [1]})");
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(HasSubstr("gradient_clipping: expected a number, got a list")));
   config = Load("ds.json", R"({"train_batch_size": 8, "fp16": true})");
-  EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr("fp16: expected a mapping, got 'true'")));
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("fp16: expected a mapping, got 'true'")));
   config = Load("ds.json", R"({"train_batch_size": 1.5})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "train_batch_size: expected an integer, got '1.5'")));
+              ElementsAre(HasSubstr("train_batch_size: expected an integer, got '1.5'")));
 }
 
 TEST_F(DsConfigTest, ImpossibleValuesNameTheirRule) {
-  auto config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(path_ +
-                  ":1: zero_optimization.stage: 4 is not one of 0, 1, 2, 3"));
-  config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "fp16": {"initial_scale_power": -1}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(path_ + ":1: fp16.initial_scale_power: -1 must be >= 0"));
-  config = Load("ds.json",
-                R"({"train_batch_size": 8, "fp16": {"min_loss_scale": 0}})");
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr("fp16.min_loss_scale: 0 must be > 0")));
+              ElementsAre(path_ + ":1: zero_optimization.stage: 4 is not one of 0, 1, 2, 3"));
+  config = Load("ds.json", R"({"train_batch_size": 8, "fp16": {"initial_scale_power": -1}})");
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(path_ + ":1: fp16.initial_scale_power: -1 must be >= 0"));
+  config = Load("ds.json", R"({"train_batch_size": 8, "fp16": {"min_loss_scale": 0}})");
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("fp16.min_loss_scale: 0 must be > 0")));
   config = Load("ds.json", R"({"train_batch_size": 8,
       "zero_optimization": {"offload_optimizer": {"device": "gpu"}}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(HasSubstr(
-          "zero_optimization.offload_optimizer.device: 'gpu' is not one "
-          "of none, cpu, nvme")));
-  config = Load("ds.json", R"({"train_batch_size": 0})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr("train_batch_size: 0 must be >= 1")));
-  config =
-      Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+              ElementsAre(HasSubstr("zero_optimization.offload_optimizer.device: 'gpu' is not one "
+                                    "of none, cpu, nvme")));
+  config = Load("ds.json", R"({"train_batch_size": 0})");
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("train_batch_size: 0 must be >= 1")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
       "params": {"betas": [0.9, 1.5]}}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(HasSubstr("optimizer.params.betas: 1.5 must be < 1")));
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(HasSubstr("optimizer.params.betas: 1.5 must be < 1")));
 }
 
 TEST_F(DsConfigTest, Fp16AndBf16TogetherIsAnError) {
-  auto config = Load(
-      "ds.yaml",
-      "train_batch_size: 8\nfp16:\n  enabled: true\nbf16:\n  enabled: true\n");
+  auto config =
+      Load("ds.yaml", "train_batch_size: 8\nfp16:\n  enabled: true\nbf16:\n  enabled: true\n");
   EXPECT_THAT(ProblemLines(config),
               ElementsAre(AllOf(HasSubstr(path_ + ":5: bf16.enabled"),
                                 HasSubstr("fp16 and bf16 are both enabled"))));
 }
 
 TEST_F(DsConfigTest, LegacyBfloat16NameEnablesBf16) {
-  auto config = Load(
-      "ds.json", R"({"train_batch_size": 8, "bfloat16": {"enabled": true}})");
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "bfloat16": {"enabled": true}})");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_TRUE(config->bf16.enabled);
   config = Load("ds.json", R"({"train_batch_size": 8, "bf16": {"enabled": true},
                                 "bfloat16": {"enabled": false}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "bfloat16.enabled: sets the same value as 'bf16.enabled'")));
+              ElementsAre(HasSubstr("bfloat16.enabled: sets the same value as 'bf16.enabled'")));
 }
 
 TEST_F(DsConfigTest, ReportsEveryProblemAtOnce) {
@@ -348,92 +308,69 @@ optimizer:
   EXPECT_THAT(
       ProblemLines(config),
       ElementsAre(
-          path_ + ":2: unknown key 'zero_optimizaton' (did you mean "
-                  "'zero_optimization'?)",
+          path_ + ":2: unknown key 'zero_optimizaton' (did you mean 'zero_optimization'?)",
           path_ + ":4: zero_optimization.stage: expected an integer, got 'two'",
           path_ + ":7: fp16.initial_scale_power: -1 must be >= 0",
-          path_ + ":13: scheduler.params.cycle_min_lr: is not a parameter of "
-                  "WarmupLR (it is one "
+          path_ + ":13: scheduler.params.cycle_min_lr: is not a parameter of WarmupLR (it is one "
                   "of OneCycle)",
-          HasSubstr(path_ + ":16: optimizer.params.max_grad_norm: is not an "
-                            "optimizer parameter"),
+          HasSubstr(path_ + ":16: optimizer.params.max_grad_norm: is not an optimizer parameter"),
           HasSubstr(path_ + ":14: optimizer.type: required"),
-          HasSubstr(path_ +
-                    ":9: bf16.enabled: fp16 and bf16 are both enabled")));
+          HasSubstr(path_ + ":9: bf16.enabled: fp16 and bf16 are both enabled")));
 }
 
 TEST_F(DsConfigTest, DuplicateKeysAreRefused) {
-  auto config =
-      Load("ds.json", "{\"train_batch_size\": 8,\n \"train_batch_size\": 16}");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(path_ +
-                  ":2: train_batch_size: duplicate key (first at line 1)"));
+  auto config = Load("ds.json", "{\"train_batch_size\": 8,\n \"train_batch_size\": 16}");
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(path_ + ":2: train_batch_size: duplicate key (first at line 1)"));
 }
 
 TEST_F(DsConfigTest, SchedulerTypeAndRequiredParameters) {
-  auto config = Load(
-      "ds.json",
-      R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLr"}})");
+  auto config =
+      Load("ds.json", R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLr"}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "scheduler.type: 'WarmupDecayLr' is not one of LRRangeTest, "
-                  "OneCycle, WarmupLR, WarmupDecayLR, WarmupCosineLR (did you "
-                  "mean 'WarmupDecayLR'?)")));
-  config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+              ElementsAre(HasSubstr("scheduler.type: 'WarmupDecayLr' is not one of LRRangeTest, "
+                                    "OneCycle, WarmupLR, WarmupDecayLR, WarmupCosineLR (did you "
+                                    "mean 'WarmupDecayLR'?)")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
                                 "params": {"warmup_num_steps": 10}}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(HasSubstr("scheduler.params.total_num_steps: required")));
-  config = Load("ds.json",
-                R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle",
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(HasSubstr("scheduler.params.total_num_steps: required")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle",
                                 "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01,
                                            "cycle_first_step_size": 100}}})");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->scheduler.cycle_max_lr, 0.01);
   EXPECT_EQ(config->scheduler.cycle_first_step_size, 100);
-  config = Load("ds.json",
-                R"({"train_batch_size": 8, "scheduler": {"params": {}}})");
-  EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr("scheduler.type: required")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "scheduler": {"params": {}}})");
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("scheduler.type: required")));
 }
 
 TEST_F(DsConfigTest, OptimizerTypes) {
-  auto config = Load(
-      "ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "adamw"}})");
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "adamw"}})");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->optimizer.type,
-            "AdamW"); // DeepSpeed matches names ignoring case
+  EXPECT_EQ(config->optimizer.type, "AdamW");  // DeepSpeed matches names ignoring case
   // Optimizers not built here take any parameters, as DeepSpeed passes them on.
   std::vector<std::string> not_yet_supported;
-  path_ = Write("lamb.json",
-                R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
+  path_ = Write("lamb.json", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
       "params": {"lr": 0.01, "max_coeff": 0.3, "min_coeff": 0.01}}})");
   config = LoadDsConfig(path_, {}, WorldShape{1}, &not_yet_supported);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->optimizer.lr, 0.01);
   EXPECT_THAT(not_yet_supported, ElementsAre(HasSubstr("optimizer.type=Lamb")));
-  config = Load("ds.json",
-                R"({"train_batch_size": 8, "optimizer": {"type": "AdamWW"}})");
+  config = Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "AdamWW"}})");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr(
-                  "optimizer.type: 'AdamWW' is not one of Adam, AdamW")));
-  config =
-      Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+              ElementsAre(HasSubstr("optimizer.type: 'AdamWW' is not one of Adam, AdamW")));
+  config = Load("ds.json", R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
                                 "params": {"learning_rate": 0.1}}})");
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(HasSubstr("unknown key 'optimizer.params.learning_rate'")));
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(HasSubstr("unknown key 'optimizer.params.learning_rate'")));
 }
 
 TEST_F(DsConfigTest, PipelineSchedulesAndExplicitPartitions) {
-  auto config = Load(
-      "ds.json", R"({"train_batch_size": 8, "gradient_accumulation_steps": 4,
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "gradient_accumulation_steps": 4,
       "pipeline": {"stages": 2, "schedule": "interleaved", "virtual_stages": 2,
                    "layers_per_stage": [1, 2, 2, 1]}})",
-      {}, 2);
+                     {}, 2);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->pipeline.stages, 2);
   EXPECT_EQ(config->pipeline.schedule, "interleaved");
@@ -442,16 +379,13 @@ TEST_F(DsConfigTest, PipelineSchedulesAndExplicitPartitions) {
   config = Load("ds.json", R"({"train_batch_size": 8,
       "pipeline": {"schedule": "zb", "layers_per_stage": [1, "two", 0]}})",
                 {}, 2);
-  EXPECT_THAT(ProblemLines(config),
-              ElementsAre(HasSubstr("pipeline.schedule"),
-                          HasSubstr("pipeline.layers_per_stage")));
+  EXPECT_THAT(ProblemLines(config), ElementsAre(HasSubstr("pipeline.schedule"), HasSubstr("pipeline.layers_per_stage")));
   std::vector<std::string> lines;
   path_ = Write("ds.yaml", R"(train_batch_size: 8
 pipeline: {stages: 2, activation_checkpoint_interval: 1, pipe_partitioned: true}
 )");
   ASSERT_TRUE(LoadDsConfig(path_, {}, WorldShape{2}, &lines).ok());
-  EXPECT_THAT(lines, ElementsAre(HasSubstr("pipeline.activation_checkpoint_"
-                                           "interval=1: a per-stage checkpoint "
+  EXPECT_THAT(lines, ElementsAre(HasSubstr("pipeline.activation_checkpoint_interval=1: a per-stage checkpoint "
                                            "interval"),
                                  HasSubstr("pipeline.pipe_partitioned=true:")));
 }
@@ -466,21 +400,19 @@ TEST_F(DsConfigTest, AliasesAndDeepSpeedSpellings) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->zero_optimization.stage3_prefetch_bucket_size, 1000000);
   EXPECT_EQ(config->zero_optimization.stage3_max_live_parameters, 7);
-  EXPECT_TRUE(config->zero_optimization
-                  .overlap_comm); // DeepSpeed's default for stage 3
+  EXPECT_TRUE(config->zero_optimization.overlap_comm);  // DeepSpeed's default for stage 3
   EXPECT_EQ(config->aio.thread_count, 4);
   EXPECT_EQ(config->tensor_parallel.tp_size, 2);
   EXPECT_EQ(config->pipeline.stages, 1);
   EXPECT_EQ(config->pipeline.partition_method, "uniform");
   EXPECT_EQ(config->pipeline.pipe_partitioned, "false");
-  EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8); // dp = 2 / tp 2 = 1
+  EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 2 / tp 2 = 1
   config = Load("ds.json", R"({"train_batch_size": 8,
       "tensor_parallel": {"autotp_size": 2, "tp_size": 4}})",
                 {}, 8);
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(HasSubstr("tensor_parallel.autotp_size: 2 disagrees with "
-                            "tensor_parallel.tp_size (4)")));
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(HasSubstr("tensor_parallel.autotp_size: 2 disagrees with "
+                                    "tensor_parallel.tp_size (4)")));
 }
 
 TEST_F(DsConfigTest, BareConfigResolvesOnlyWhatNeedsNoJobFile) {
@@ -505,25 +437,20 @@ zero_optimization:
 bf16:
   enabled: auto
 )");
-  EXPECT_THAT(
-      ProblemLines(config),
-      UnorderedElementsAre(
-          path_ + ":2: gradient_clipping: \"auto\" needs a job file (it takes "
-                  "train.grad_clip)",
-          path_ + ":6: optimizer.params.lr: \"auto\" needs a job file (it "
-                  "takes train.lr)",
-          HasSubstr(
-              path_ +
-              ":8: zero_optimization.reduce_bucket_size: \"auto\" needs a "
-              "job file (it takes model.width"),
-          HasSubstr(path_ + ":10: bf16.enabled: \"auto\" needs a job file")));
+  EXPECT_THAT(ProblemLines(config),
+              UnorderedElementsAre(
+                  path_ + ":2: gradient_clipping: \"auto\" needs a job file (it takes "
+                          "train.grad_clip)",
+                  path_ + ":6: optimizer.params.lr: \"auto\" needs a job file (it takes train.lr)",
+                  HasSubstr(path_ + ":8: zero_optimization.reduce_bucket_size: \"auto\" needs a "
+                                    "job file (it takes model.width"),
+                  HasSubstr(path_ + ":10: bf16.enabled: \"auto\" needs a job file")));
 }
 
 TEST_F(DsConfigTest, EmptyFileHasNoBatchSize) {
   auto config = Load("ds.json", "");
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre(AllOf(HasSubstr("no batch size"),
-                                HasSubstr("train_batch_size"),
+              ElementsAre(AllOf(HasSubstr("no batch size"), HasSubstr("train_batch_size"),
                                 HasSubstr("train_micro_batch_size_per_gpu"),
                                 HasSubstr("gradient_accumulation_steps"))));
 }
@@ -531,26 +458,20 @@ TEST_F(DsConfigTest, EmptyFileHasNoBatchSize) {
 TEST_F(DsConfigTest, FileProblemsAreNotFoundOrSyntax) {
   auto missing = LoadDsConfig(dir_ + "/absent.json", {}, WorldShape{1});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.status().message(),
-              HasSubstr("absent.json: No such file or directory"));
-  auto broken =
-      Load("ds.json",
-           "{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": true\n}");
+  EXPECT_THAT(missing.status().message(), HasSubstr("absent.json: No such file or directory"));
+  auto broken = Load("ds.json", "{\n  \"train_batch_size\": 8,\n  \"fp16\": {\"enabled\": true\n}");
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(broken.status().message(), HasSubstr(path_ + ":4:"));
   EXPECT_THAT(broken.status().message(), HasSubstr("not valid YAML or JSON"));
   auto list = Load("ds.json", "[1, 2]");
   EXPECT_THAT(ProblemLines(list),
-              ElementsAre(HasSubstr(
-                  "expected a mapping of keys at the top level, got a list")));
+              ElementsAre(HasSubstr("expected a mapping of keys at the top level, got a list")));
 }
 
 TEST_F(DsConfigTest, OverridesApplyBeforeValidation) {
   // Fixes a bad value ...
-  auto config =
-      Load("ds.json",
-           R"({"train_batch_size": 8, "zero_optimization": {"stage": "two"}})",
-           {{"zero_optimization.stage", "0"}});
+  auto config = Load("ds.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": "two"}})",
+                     {{"zero_optimization.stage", "0"}});
   ASSERT_TRUE(config.ok()) << config.status();
   // ... sets new ones, creating sections, lists included ...
   config = Load("ds.json", R"({"train_batch_size": 8})",
@@ -562,25 +483,19 @@ TEST_F(DsConfigTest, OverridesApplyBeforeValidation) {
   EXPECT_TRUE(config->optimizer.present);
   EXPECT_EQ(config->optimizer.betas[1], 0.9);
   // ... and is named when it breaks things.
-  config = Load("ds.json", R"({"train_batch_size": 8})",
-                {{"zero_optimization.stage", "7"}});
+  config = Load("ds.json", R"({"train_batch_size": 8})", {{"zero_optimization.stage", "7"}});
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre("--override 'zero_optimization.stage=7': "
-                          "zero_optimization.stage: 7 is "
+              ElementsAre("--override 'zero_optimization.stage=7': zero_optimization.stage: 7 is "
                           "not one of 0, 1, 2, 3"));
-  config = Load("ds.json", R"({"train_batch_size": 8})",
-                {{"zero_optimizaton.stage", "1"}});
+  config = Load("ds.json", R"({"train_batch_size": 8})", {{"zero_optimizaton.stage", "1"}});
   EXPECT_THAT(ProblemLines(config),
-              ElementsAre("--override 'zero_optimizaton.stage=1': unknown key "
-                          "'zero_optimizaton' "
+              ElementsAre("--override 'zero_optimizaton.stage=1': unknown key 'zero_optimizaton' "
                           "(did you mean 'zero_optimization'?)"));
-  config = Load("ds.json",
-                R"({"train_batch_size": 8, "zero_optimization": {"stage": 0}})",
+  config = Load("ds.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 0}})",
                 {{"zero_optimization.stgae", "1"}});
   EXPECT_THAT(ProblemLines(config),
               ElementsAre("--override 'zero_optimization.stgae=1': unknown key "
-                          "'zero_optimization.stgae' (did you mean "
-                          "'zero_optimization.stage'?)"));
+                          "'zero_optimization.stgae' (did you mean 'zero_optimization.stage'?)"));
   // The last override of a key wins.
   config = Load("ds.json", R"({"train_batch_size": 8})",
                 {{"steps_per_print", "0"}, {"steps_per_print", "5"}});
@@ -611,21 +526,14 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   auto config = LoadDsConfig(path_, {}, WorldShape{8}, &lines);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->communication_data_type, "fp16");
-  EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8); // dp = 8 / (2 * 2)
-  EXPECT_THAT(
-      lines,
-      ElementsAre(
-          HasSubstr("zero_optimization.offload_param.device=nvme:"),
-          HasSubstr("activation_checkpointing.partition_activations=true:"),
-          HasSubstr("optimizer.type=Lion:"),
-          HasSubstr("tensorboard.enabled=true:"),
-          HasSubstr("csv_monitor.enabled=true:"),
-          HasSubstr("wandb.enabled=true:"),
-          HasSubstr("flops_profiler.enabled=true:"),
-          HasSubstr("communication_data_type=fp16:"),
-          HasSubstr("prescale_gradients=true:")));
-  for (const std::string &line : lines)
-    EXPECT_THAT(line, HasSubstr("is not yet supported"));
+  EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
+  EXPECT_THAT(lines, ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
+                                 HasSubstr("activation_checkpointing.partition_activations=true:"),
+                                 HasSubstr("optimizer.type=Lion:"), HasSubstr("tensorboard.enabled=true:"),
+                                 HasSubstr("csv_monitor.enabled=true:"), HasSubstr("wandb.enabled=true:"),
+                                 HasSubstr("flops_profiler.enabled=true:"), HasSubstr("communication_data_type=fp16:"),
+                                 HasSubstr("prescale_gradients=true:")));
+  for (const std::string& line : lines) EXPECT_THAT(line, HasSubstr("is not yet supported"));
 }
 
 TEST_F(DsConfigTest, OtherBehaviourChangingKnobsAreListedToo) {
@@ -640,43 +548,29 @@ data_types: {grad_accum_dtype: fp32}
   std::vector<std::string> lines;
   auto config = LoadDsConfig(path_, {}, WorldShape{1}, &lines);
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_THAT(lines, UnorderedElementsAre(
-                         HasSubstr("sparse_gradients=true:"),
-                         HasSubstr("amp.enabled=true:"),
-                         HasSubstr("optimizer.params.amsgrad=true:"),
-                         HasSubstr("optimizer.params.bias_correction=false:"),
-                         HasSubstr("scheduler.params.last_batch_iteration=99:"),
-                         HasSubstr("data_types.grad_accum_dtype=fp32:")));
+  EXPECT_THAT(lines, UnorderedElementsAre(HasSubstr("sparse_gradients=true:"), HasSubstr("amp.enabled=true:"),
+                                          HasSubstr("optimizer.params.amsgrad=true:"),
+                                          HasSubstr("optimizer.params.bias_correction=false:"),
+                                          HasSubstr("scheduler.params.last_batch_iteration=99:"),
+                                          HasSubstr("data_types.grad_accum_dtype=fp32:")));
 }
 
 TEST_F(DsConfigTest, ExpertParallelSizeIsSaidOnce) {
-  auto size_of = [&](const std::string &text) -> absl::StatusOr<int> {
+  auto size_of = [&](const std::string& text) -> absl::StatusOr<int> {
     path_ = Write("ds.yaml", "train_batch_size: 8\n" + text);
     auto config = LoadDsConfig(path_, {}, WorldShape{8});
-    if (!config.ok())
-      return config.status();
+    if (!config.ok()) return config.status();
     return ExpertParallelSize(*config);
   };
   EXPECT_EQ(*size_of(""), 1);
   EXPECT_EQ(*size_of("moe: {enabled: true, ep_size: 4}\n"), 4);
   EXPECT_EQ(*size_of("moe_expert_parallel_size: 2\n"), 2);
-  EXPECT_EQ(
-      *size_of(
-          "moe: {enabled: true, ep_size: 2}\nmoe_expert_parallel_size: 2\n"),
-      2);
-  EXPECT_THAT(
-      size_of("moe: {enabled: true, ep_size: 4}\nmoe_expert_parallel_size: 2\n")
-          .status()
-          .message(),
-      HasSubstr("moe.ep_size: 4 disagrees with moe_expert_parallel_size=2"));
-  EXPECT_THAT(size_of("moe: {ep_size: 4}\n").status().message(),
-              HasSubstr("without moe.enabled: true"));
-  EXPECT_THAT(
-      size_of(
-          "moe: {enabled: true, ep_size: 2}\nzero_optimization: {stage: 3}\n")
-          .status()
-          .message(),
-      HasSubstr("3 with expert parallelism (2)"));
+  EXPECT_EQ(*size_of("moe: {enabled: true, ep_size: 2}\nmoe_expert_parallel_size: 2\n"), 2);
+  EXPECT_THAT(size_of("moe: {enabled: true, ep_size: 4}\nmoe_expert_parallel_size: 2\n").status().message(),
+              HasSubstr("moe.ep_size: 4 disagrees with moe_expert_parallel_size=2"));
+  EXPECT_THAT(size_of("moe: {ep_size: 4}\n").status().message(), HasSubstr("without moe.enabled: true"));
+  EXPECT_THAT(size_of("moe: {enabled: true, ep_size: 2}\nzero_optimization: {stage: 3}\n").status().message(),
+              HasSubstr("3 with expert parallelism (2)"));
 }
 
 TEST_F(DsConfigTest, PlainConfigHasNothingUnsupported) {
@@ -699,28 +593,21 @@ TEST_F(DsConfigTest, DescribeListsEveryKeyAndReadsBack) {
   EXPECT_THAT(described, HasSubstr("  cos_min_ratio: 0.1\n"));
   EXPECT_THAT(described, HasSubstr("communication_data_type: null\n"));
   EXPECT_THAT(described, HasSubstr("flops_profiler:\n  enabled: false\n"));
-  EXPECT_THAT(
-      described,
-      Not(HasSubstr("warmup_max_lr"))); // not a WarmupCosineLR parameter
+  EXPECT_THAT(described, Not(HasSubstr("warmup_max_lr")));  // not a WarmupCosineLR parameter
   auto again = Load("described.yaml", described, {}, 2);
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;
   EXPECT_EQ(DescribeDsConfig(*again), described);
 }
 
 TEST_F(DsConfigTest, BatchTriadProblemsNameTheFileAndNumbers) {
-  auto config =
-      Load("ds.json",
-           R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
+  auto config = Load("ds.json", R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
                                     "gradient_accumulation_steps": 1})",
-           {}, 2);
-  EXPECT_THAT(
-      ProblemLines(config),
-      ElementsAre(
-          path_ +
-          ":1: train_batch_size (32) != train_micro_batch_size_per_gpu (8) "
-          "* gradient_accumulation_steps (1) * data-parallel size (2) = "
-          "16"));
+                     {}, 2);
+  EXPECT_THAT(ProblemLines(config),
+              ElementsAre(path_ + ":1: train_batch_size (32) != train_micro_batch_size_per_gpu (8) "
+                                  "* gradient_accumulation_steps (1) * data-parallel size (2) = "
+                                  "16"));
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -14,107 +14,84 @@ namespace {
 constexpr int kByteVocabularySize = 256;
 
 constexpr char kJinjaRefusal[] =
-    "Jinja chat templates (tokenizer_config.json's chat_template) are not "
-    "interpreted: write the template as "
-    "data.chat_template.{system,user,assistant}.{prefix,suffix} strings "
-    "(docs/runtime.md, Instruction data)";
+    "Jinja chat templates (tokenizer_config.json's chat_template) are not interpreted: write the template as "
+    "data.chat_template.{system,user,assistant}.{prefix,suffix} strings (docs/runtime.md, Instruction data)";
 
 // The instruction-data keys of `data` (FinishJobConfig).
-void CheckInstructionData(
-    const WalkResult &walk, const JobConfig &job,
-    const std::function<void(const std::string &, absl::string_view)>
-        &problem_at,
-    const std::function<void(const std::string &, absl::string_view)>
-        &problem_in_data) {
-  const DataConfig &data = job.data;
-  if (walk.invalid.count("data.chat_template") &&
-      walk.given.at("data.chat_template").node.IsScalar()) {
+void CheckInstructionData(const WalkResult& walk, const JobConfig& job,
+                          const std::function<void(const std::string&, absl::string_view)>& problem_at,
+                          const std::function<void(const std::string&, absl::string_view)>& problem_in_data) {
+  const DataConfig& data = job.data;
+  if (walk.invalid.count("data.chat_template") && walk.given.at("data.chat_template").node.IsScalar()) {
     problem_at("data.chat_template", kJinjaRefusal);
   }
   const std::string format = absl::StrCat("data.format ", data.format);
   // Keys of the other mode are refused when they would change something
   // (their defaults are what `dsrank --describe` writes back).
   const DataConfig defaults;
-  const bool chat_template_written =
-      data.chat_has_system || !data.chat_user.prefix.empty() ||
-      !data.chat_user.suffix.empty() || !data.chat_assistant.prefix.empty() ||
-      !data.chat_assistant.suffix.empty();
+  const bool chat_template_written = data.chat_has_system || !data.chat_user.prefix.empty() ||
+                                     !data.chat_user.suffix.empty() || !data.chat_assistant.prefix.empty() ||
+                                     !data.chat_assistant.suffix.empty();
   if (!data.instruction()) {
-    const std::pair<const char *, bool> set[] = {
+    const std::pair<const char*, bool> set[] = {
         {"data.records", !data.records.empty()},
         {"data.prompt_field", data.prompt_field != defaults.prompt_field},
         {"data.response_field", data.response_field != defaults.response_field},
         {"data.chat_template", chat_template_written},
         {"data.packing", data.packing},
         {"data.on_bad_record", data.on_bad_record != defaults.on_bad_record},
-        {"data.on_long_record",
-         data.on_long_record != defaults.on_long_record}};
-    for (const auto &[key, written] : set) {
+        {"data.on_long_record", data.on_long_record != defaults.on_long_record}};
+    for (const auto& [key, written] : set) {
       if (written) {
-        problem_at(key, "is for instruction records (data.format alpaca, "
-                        "prompt_response or chat), not data.format text");
+        problem_at(key, "is for instruction records (data.format alpaca, prompt_response or chat), not data.format text");
       }
     }
     return;
   }
   if (!data.text_files.empty()) {
-    problem_at("data.text_files", absl::StrCat("is for data.format text; ",
-                                               format, " reads data.records"));
+    problem_at("data.text_files", absl::StrCat("is for data.format text; ", format, " reads data.records"));
   }
   if (data.prepared.empty()) {
-    problem_in_data("data.prepared",
-                    absl::StrCat("required with ", format,
-                                 " (where the tokenized records go)"));
+    problem_in_data("data.prepared", absl::StrCat("required with ", format, " (where the tokenized records go)"));
   }
   if (data.tokenizer == "sentencepiece") {
     problem_at("data.tokenizer",
-               "sentencepiece trains a new vocabulary; instruction records "
-               "need the model's own tokenizer (model: "
+               "sentencepiece trains a new vocabulary; instruction records need the model's own tokenizer (model: "
                "model.from's folder) or byte");
   }
   if (data.tokenizer_vocab_size != 0) {
-    problem_at(
-        "data.tokenizer_vocab_size",
-        absl::StrCat("is for a trained sentencepiece tokenizer, not ", format));
+    problem_at("data.tokenizer_vocab_size", absl::StrCat("is for a trained sentencepiece tokenizer, not ", format));
   }
   if (data.split_on_percent_lines) {
-    problem_at("data.split_on_percent_lines",
-               absl::StrCat("is for text files, not ", format));
+    problem_at("data.split_on_percent_lines", absl::StrCat("is for text files, not ", format));
   }
   if (data.format != "prompt_response") {
     if (data.prompt_field != defaults.prompt_field) {
-      problem_at("data.prompt_field",
-                 absl::StrCat("is for data.format prompt_response, not ",
-                              data.format));
+      problem_at("data.prompt_field", absl::StrCat("is for data.format prompt_response, not ", data.format));
     }
     if (data.response_field != defaults.response_field) {
-      problem_at("data.response_field",
-                 absl::StrCat("is for data.format prompt_response, not ",
-                              data.format));
+      problem_at("data.response_field", absl::StrCat("is for data.format prompt_response, not ", data.format));
     }
   }
   if (data.format != "chat" && chat_template_written) {
-    problem_at("data.chat_template",
-               absl::StrCat("is for data.format chat, not ", data.format));
+    problem_at("data.chat_template", absl::StrCat("is for data.format chat, not ", data.format));
   }
   if (data.format == "chat" && !walk.invalid.count("data.chat_template")) {
-    for (const char *role :
-         {"data.chat_template.user", "data.chat_template.assistant"}) {
+    for (const char* role : {"data.chat_template.user", "data.chat_template.assistant"}) {
       if (!walk.Has(role)) {
-        problem_in_data(role, "required with data.format chat (prefix and "
-                              "suffix strings; Jinja is not interpreted)");
+        problem_in_data(role, "required with data.format chat (prefix and suffix strings; Jinja is not interpreted)");
       }
     }
   }
 }
 
-} // namespace
+}  // namespace
 
-std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
-  ModelConfig *m = &job->model;
-  DataConfig *d = &job->data;
-  TrainConfig *t = &job->train;
-  CheckpointConfig *c = &job->checkpoint;
+std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
+  ModelConfig* m = &job->model;
+  DataConfig* d = &job->data;
+  TrainConfig* t = &job->train;
+  CheckpointConfig* c = &job->checkpoint;
   return {
       Key("model.type", &m->type).OneOf({"gpt", "llama"}),
       Key("model.from", &m->from),
@@ -122,32 +99,23 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
       Key("model.layers", &m->layers).Min(1).Max(kMaxModelLayers),
       Key("model.heads", &m->heads).Min(1).Max(kMaxModelHeads),
       Key("model.width", &m->width).Min(1).Max(kMaxModelWidth),
-      Key("model.sequence_length", &m->sequence_length)
-          .Min(1)
-          .Max(kMaxSequenceLength)
-          .Required(),
+      Key("model.sequence_length", &m->sequence_length).Min(1).Max(kMaxSequenceLength).Required(),
       Key("model.vocab_size", &m->vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("model.dropout", &m->dropout).Min(0).Below(1),
       Key("model.fused_kernels", &m->fused_kernels),
       Key("model.sequence_parallel", &m->sequence_parallel),
       Key("model.label_smoothing", &m->label_smoothing).Min(0).Below(1),
-      Key("model.make_vocab_size_divisible_by",
-          &m->make_vocab_size_divisible_by)
-          .Min(1)
-          .Max(1 << 16),
+      Key("model.make_vocab_size_divisible_by", &m->make_vocab_size_divisible_by).Min(1).Max(1 << 16),
       Key("model.moe.num_experts", &m->moe.num_experts).Min(0).Max(1 << 16),
       Key("model.moe.top_k", &m->moe.top_k).Min(1).Max(1 << 16),
       Key("model.moe.every", &m->moe.every).Min(1).Max(kMaxModelLayers),
       Key("model.moe.capacity_factor", &m->moe.capacity_factor).Min(0),
-      Key("model.moe.eval_capacity_factor", &m->moe.eval_capacity_factor)
-          .Min(0),
+      Key("model.moe.eval_capacity_factor", &m->moe.eval_capacity_factor).Min(0),
       Key("model.moe.min_capacity", &m->moe.min_capacity).Min(0),
       Key("model.moe.drop_tokens", &m->moe.drop_tokens),
       Key("model.moe.use_rts", &m->moe.use_rts),
       Key("model.moe.second_expert_sampling", &m->moe.second_expert_sampling),
-      Key("model.moe.noisy_gate_policy", &m->moe.noisy_gate_policy)
-          .OneOf({"", "None", "Jitter", "RSample"})
-          .Nullable(),
+      Key("model.moe.noisy_gate_policy", &m->moe.noisy_gate_policy).OneOf({"", "None", "Jitter", "RSample"}).Nullable(),
       Key("model.moe.aux_loss_coef", &m->moe.aux_loss_coef).Min(0),
       Key("model.moe.z_loss_coef", &m->moe.z_loss_coef).Min(0),
       Key("model.moe.use_residual", &m->moe.use_residual),
@@ -155,15 +123,11 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),
-      Key("data.tokenizer", &d->tokenizer)
-          .OneOf({"byte", "sentencepiece", "model"}),
-      Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size)
-          .Min(0)
-          .Max(kMaxVocabularySize),
+      Key("data.tokenizer", &d->tokenizer).OneOf({"byte", "sentencepiece", "model"}),
+      Key("data.tokenizer_vocab_size", &d->tokenizer_vocab_size).Min(0).Max(kMaxVocabularySize),
       Key("data.validation_fraction", &d->validation_fraction).Min(0).Below(1),
       Key("data.split_on_percent_lines", &d->split_on_percent_lines),
-      Key("data.format", &d->format)
-          .OneOf({"text", "alpaca", "prompt_response", "chat"}),
+      Key("data.format", &d->format).OneOf({"text", "alpaca", "prompt_response", "chat"}),
       Key("data.records", &d->records),
       Key("data.prompt_field", &d->prompt_field),
       Key("data.response_field", &d->response_field),
@@ -175,8 +139,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
       Key("data.chat_template.assistant.suffix", &d->chat_assistant.suffix),
       Key("data.packing", &d->packing),
       Key("data.on_bad_record", &d->on_bad_record).OneOf({"refuse", "skip"}),
-      Key("data.on_long_record", &d->on_long_record)
-          .OneOf({"refuse", "skip", "truncate"}),
+      Key("data.on_long_record", &d->on_long_record).OneOf({"refuse", "skip", "truncate"}),
 
       Key("train.steps", &t->steps).Min(1).Required(),
       Key("train.seed", &t->seed),
@@ -189,16 +152,9 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
       Key("train.betas", &t->betas).Min(0).Below(1),
       Key("train.eps", &t->eps).Min(0),
       Key("train.grad_clip", &t->grad_clip).Min(0),
-      // null or absent: not set ("auto" batch sizes then come from the other
-      // keys).
-      Key("train.micro_batch_size", &t->micro_batch_size)
-          .Min(1)
-          .Max(kMaxMicroBatchSize)
-          .Nullable(),
-      Key("train.global_batch_size", &t->global_batch_size)
-          .Min(1)
-          .Max(kMaxGlobalBatchSize)
-          .Nullable(),
+      // null or absent: not set ("auto" batch sizes then come from the other keys).
+      Key("train.micro_batch_size", &t->micro_batch_size).Min(1).Max(kMaxMicroBatchSize).Nullable(),
+      Key("train.global_batch_size", &t->global_batch_size).Min(1).Max(kMaxGlobalBatchSize).Nullable(),
       Key("train.precision", &t->precision).OneOf({"fp32", "fp16", "bf16"}),
       Key("train.max_nonfinite_steps", &t->max_nonfinite_steps).Min(1),
 
@@ -211,8 +167,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
 
       Key("export.adapter_dir", &job->export_.adapter_dir),
       Key("export.hf_dir", &job->export_.hf_dir),
-      Key("export.dtype", &job->export_.dtype)
-          .OneOf({"float32", "float16", "bfloat16"}),
+      Key("export.dtype", &job->export_.dtype).OneOf({"float32", "float16", "bfloat16"}),
       Key("export.max_shard_size", &job->export_.max_shard_size),
 
       Key("checkpoint.dir", &c->dir),
@@ -224,338 +179,263 @@ std::vector<KeySpec> JobConfigKeys(JobConfig *job) {
   };
 }
 
-WalkResult WalkJobConfig(const YAML::Node &root, const TreeSource &source,
-                         JobConfig *job, Problems *problems) {
+WalkResult WalkJobConfig(const YAML::Node& root, const TreeSource& source, JobConfig* job,
+                         Problems* problems) {
   SchemaWalker walker(JobConfigKeys(job));
   walker.AddMisplacedKey("data.chat_template.jinja", kJinjaRefusal);
   return walker.Walk(root, source, problems);
 }
 
-double EstimateGptParameters(const ModelConfig &model, int64_t vocabulary) {
+double EstimateGptParameters(const ModelConfig& model, int64_t vocabulary) {
   const double width = model.width;
   const double per_block = 12 * width * width + 13 * width;
-  return (static_cast<double>(vocabulary) + model.sequence_length) * width +
-         model.layers * per_block + 2 * width;
+  return (static_cast<double>(vocabulary) + model.sequence_length) * width + model.layers * per_block +
+         2 * width;
 }
 
-void CheckMoe(const WalkResult &walk, const TreeSource &source,
-              const WalkResult &ds_walk, const TreeSource &ds_source,
-              const JobConfig &job, Problems *problems) {
-  auto at_ds = [&](const std::string &key, const std::string &message) {
-    problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key),
-                    message);
+void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk, const TreeSource& ds_source,
+              const JobConfig& job, Problems* problems) {
+  auto at_ds = [&](const std::string& key, const std::string& message) {
+    problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key), message);
   };
-  auto at_job = [&](const std::string &key, const std::string &message) {
+  auto at_job = [&](const std::string& key, const std::string& message) {
     problems->AtKey(source, walk.WrittenPath(key), walk.MarkOf(key), message);
   };
-  const ModelMoeConfig &moe = job.model.moe;
+  const ModelMoeConfig& moe = job.model.moe;
   const int ep = ExpertParallelSize(job.ds);
-  const std::string ep_key = job.ds.moe_expert_parallel_size > 1
-                                 ? "moe_expert_parallel_size"
-                                 : "moe.ep_size";
+  const std::string ep_key = job.ds.moe_expert_parallel_size > 1 ? "moe_expert_parallel_size" : "moe.ep_size";
   if (moe.num_experts == 0) {
     if (job.ds.moe.enabled)
-      at_ds("moe.enabled", "true, but the job's model has no experts (set "
-                           "model.moe.num_experts)");
+      at_ds("moe.enabled",
+            "true, but the job's model has no experts (set "
+            "model.moe.num_experts)");
     if (ep > 1)
-      at_ds(ep_key,
-            absl::StrCat(
-                ep, ": expert parallelism, but the job's model has no experts "
-                    "(set model.moe.num_experts)"));
+      at_ds(ep_key, absl::StrCat(ep,
+                                 ": expert parallelism, but the job's model has no experts "
+                                 "(set model.moe.num_experts)"));
     // Changed from their defaults (a described job file writes every key).
     const ModelMoeConfig defaults;
     for (auto [key, changed] :
          {std::pair{"model.moe.top_k", moe.top_k != defaults.top_k},
           std::pair{"model.moe.every", moe.every != defaults.every},
-          std::pair{"model.moe.capacity_factor",
-                    moe.capacity_factor != defaults.capacity_factor}}) {
-      if (changed)
-        at_job(key, "set, but model.moe.num_experts is 0 (a dense model)");
+          std::pair{"model.moe.capacity_factor", moe.capacity_factor != defaults.capacity_factor}}) {
+      if (changed) at_job(key, "set, but model.moe.num_experts is 0 (a dense model)");
     }
     return;
   }
   if (moe.top_k > moe.num_experts) {
-    at_job("model.moe.top_k",
-           absl::StrCat(moe.top_k, " is more than model.moe.num_experts (",
-                        moe.num_experts, ")"));
+    at_job("model.moe.top_k", absl::StrCat(moe.top_k, " is more than model.moe.num_experts (", moe.num_experts, ")"));
   }
   if (moe.capacity_factor <= 0 || moe.eval_capacity_factor <= 0) {
-    at_job(moe.capacity_factor <= 0 ? "model.moe.capacity_factor"
-                                    : "model.moe.eval_capacity_factor",
+    at_job(moe.capacity_factor <= 0 ? "model.moe.capacity_factor" : "model.moe.eval_capacity_factor",
            "must be positive");
   }
   if (ep > 1 && moe.num_experts % ep != 0) {
-    at_job("model.moe.num_experts",
-           absl::StrCat(moe.num_experts,
-                        " is not a multiple of the expert-parallel size (",
-                        ep_key, "=", ep,
-                        "): each rank of an expert group holds as many"));
+    at_job("model.moe.num_experts", absl::StrCat(moe.num_experts, " is not a multiple of the expert-parallel size (",
+                                                 ep_key, "=", ep, "): each rank of an expert group holds as many"));
   }
   if (job.ds.tensor_parallel.tp_size > 1) {
-    at_job("model.moe.num_experts",
-           absl::StrCat("experts with tensor_parallel.tp_size=",
-                        job.ds.tensor_parallel.tp_size,
-                        " are not yet supported"));
+    at_job("model.moe.num_experts", absl::StrCat("experts with tensor_parallel.tp_size=",
+                                                 job.ds.tensor_parallel.tp_size, " are not yet supported"));
   }
   if (job.ds.pipeline.stages > 1) {
     at_job("model.moe.num_experts",
-           absl::StrCat("experts with pipeline.stages=", job.ds.pipeline.stages,
-                        " are not yet supported"));
+           absl::StrCat("experts with pipeline.stages=", job.ds.pipeline.stages, " are not yet supported"));
   }
-  if (job.lora.r > 0)
-    at_job("lora.r",
-           "LoRA adapters on a mixture-of-experts model are not yet supported");
+  if (job.lora.r > 0) at_job("lora.r", "LoRA adapters on a mixture-of-experts model are not yet supported");
   if (!job.model.from.empty()) {
-    at_job(
-        "model.from",
-        "loading a mixture-of-experts (Mixtral) folder is not yet supported");
+    at_job("model.from", "loading a mixture-of-experts (Mixtral) folder is not yet supported");
   }
   if (!job.export_.hf_dir.empty()) {
-    at_job("export.hf_dir", "Hugging Face export of a mixture-of-experts "
-                            "(Mixtral) model is not yet supported");
+    at_job("export.hf_dir",
+           "Hugging Face export of a mixture-of-experts "
+           "(Mixtral) model is not yet supported");
   }
 }
 
-void CheckPipeline(const WalkResult &walk, const TreeSource &source,
-                   const WalkResult &ds_walk, const TreeSource &ds_source,
-                   const JobConfig &job, Problems *problems) {
-  const PipelineConfig &pipe = job.ds.pipeline;
-  auto at_ds = [&](const std::string &key, const std::string &message) {
-    problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key),
-                    message);
+void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
+  const PipelineConfig& pipe = job.ds.pipeline;
+  auto at_ds = [&](const std::string& key, const std::string& message) {
+    problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key), message);
   };
-  auto at_job = [&](const std::string &key, const std::string &message) {
+  auto at_job = [&](const std::string& key, const std::string& message) {
     problems->AtKey(source, walk.WrittenPath(key), walk.MarkOf(key), message);
   };
   if (pipe.virtual_stages > 1 && pipe.schedule != "interleaved") {
-    at_ds("pipeline.virtual_stages",
-          absl::StrCat(pipe.virtual_stages,
-                       " model chunks per rank need pipeline.schedule: "
-                       "interleaved (the schedule is ",
-                       pipe.schedule, ")"));
+    at_ds("pipeline.virtual_stages", absl::StrCat(pipe.virtual_stages, " model chunks per rank need pipeline.schedule: "
+                                                  "interleaved (the schedule is ", pipe.schedule, ")"));
   }
-  if (pipe.stages <= 1)
-    return;
+  if (pipe.stages <= 1) return;
   const std::string stages = absl::StrCat("pipeline.stages=", pipe.stages);
   if (job.lora.r > 0) {
     at_job("lora.r", absl::StrCat("LoRA adapters with ", stages,
-                                  " are not yet supported (the partition would "
-                                  "balance the adapters alone)"));
+                                  " are not yet supported (the partition would balance the adapters alone)"));
   }
   if (job.ds.zero_optimization.stage == 3) {
-    at_ds("zero_optimization.stage",
-          absl::StrCat("3 with ", stages,
-                       ": ZeRO-3 would gather every layer again for each "
-                       "micro-batch pass; "
-                       "use stage 1 or 2 with a pipeline"));
+    at_ds("zero_optimization.stage", absl::StrCat("3 with ", stages,
+                                                  ": ZeRO-3 would gather every layer again for each micro-batch pass; "
+                                                  "use stage 1 or 2 with a pipeline"));
   }
   const int64_t micro_batches = job.ds.gradient_accumulation_steps;
-  if (pipe.schedule == "interleaved" && micro_batches > 0 &&
-      micro_batches % pipe.stages != 0) {
-    at_ds("pipeline.schedule",
-          absl::StrCat("interleaved needs gradient_accumulation_steps (the "
-                       "micro-batches per "
-                       "step, ",
-                       micro_batches, ") to be a multiple of ", stages));
+  if (pipe.schedule == "interleaved" && micro_batches > 0 && micro_batches % pipe.stages != 0) {
+    at_ds("pipeline.schedule", absl::StrCat("interleaved needs gradient_accumulation_steps (the micro-batches per "
+                                            "step, ", micro_batches, ") to be a multiple of ", stages));
   }
   const int parts = pipe.stages * pipe.virtual_stages;
-  if (!pipe.layers_per_stage.empty() &&
-      static_cast<int>(pipe.layers_per_stage.size()) != parts) {
-    at_ds("pipeline.layers_per_stage",
-          absl::StrCat("has ", pipe.layers_per_stage.size(),
-                       " entries; the pipeline has ", parts,
-                       " (virtual) stages"));
+  if (!pipe.layers_per_stage.empty() && static_cast<int>(pipe.layers_per_stage.size()) != parts) {
+    at_ds("pipeline.layers_per_stage", absl::StrCat("has ", pipe.layers_per_stage.size(), " entries; the pipeline has ",
+                                                    parts, " (virtual) stages"));
   }
   // The layer list: the embedding, each block, the head. A model.from
   // folder's depth is known once it is read (the rank checks it then).
   if (job.model.from.empty() && walk.HasValue("model.layers")) {
     const int64_t layers = job.model.layers + 2;
     if (parts > layers) {
-      at_ds("pipeline.stages",
-            absl::StrCat(parts, " (virtual) stages for ", layers,
-                         " layers (the embedding, ", job.model.layers,
-                         " blocks, the head): each stage needs one"));
+      at_ds("pipeline.stages", absl::StrCat(parts, " (virtual) stages for ", layers, " layers (the embedding, ",
+                                            job.model.layers, " blocks, the head): each stage needs one"));
     }
     int64_t sum = 0;
-    for (int n : pipe.layers_per_stage)
-      sum += n;
+    for (int n : pipe.layers_per_stage) sum += n;
     if (!pipe.layers_per_stage.empty() && sum != layers) {
-      at_ds("pipeline.layers_per_stage",
-            absl::StrCat("adds up to ", sum, " layers; the model has ", layers,
-                         " (the embedding, ", job.model.layers,
-                         " blocks, the head)"));
+      at_ds("pipeline.layers_per_stage", absl::StrCat("adds up to ", sum, " layers; the model has ", layers,
+                                                      " (the embedding, ", job.model.layers, " blocks, the head)"));
     }
   }
 }
 
-void CheckJobScale(const WalkResult &walk, const TreeSource &source,
-                   const WalkResult &ds_walk, const TreeSource &ds_source,
-                   const JobConfig &job, Problems *problems) {
-  const ModelConfig &model = job.model;
-  const bool dims_usable =
-      model.from.empty() && walk.HasValue("model.layers") &&
-      walk.HasValue("model.width") && walk.HasValue("model.sequence_length") &&
-      !walk.invalid.count("model.vocab_size");
-  if (!dims_usable)
-    return; // their own problems are reported
+void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
+                   const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
+  const ModelConfig& model = job.model;
+  const bool dims_usable = model.from.empty() && walk.HasValue("model.layers") && walk.HasValue("model.width") &&
+                           walk.HasValue("model.sequence_length") && !walk.invalid.count("model.vocab_size");
+  if (!dims_usable) return;  // their own problems are reported
   // Vocabulary 0 in the file: the dataset's, which the tokenizer decides.
-  const int64_t vocabulary = model.vocab_size > 0 ? model.vocab_size
-                             : job.data.tokenizer == "byte"
-                                 ? kByteVocabularySize
-                                 : job.data.tokenizer_vocab_size;
+  const int64_t vocabulary = model.vocab_size > 0               ? model.vocab_size
+                             : job.data.tokenizer == "byte"     ? kByteVocabularySize
+                                                                : job.data.tokenizer_vocab_size;
   const double parameters = EstimateGptParameters(model, vocabulary);
   if (parameters > kMaxModelParameters) {
-    problems->AtKey(
-        source, walk.WrittenPath("model"), walk.MarkOf("model"),
-        absl::StrFormat(
-            "about %.3g parameters (%d layers of width %d, vocabulary %d, "
-            "sequence %d): more than the %.0e this runtime accepts (training "
-            "state of 16 bytes per parameter: %.3g TB)",
-            parameters, model.layers, model.width, vocabulary,
-            model.sequence_length, kMaxModelParameters,
-            parameters * 16 / 1e12));
+    problems->AtKey(source, walk.WrittenPath("model"), walk.MarkOf("model"),
+                    absl::StrFormat("about %.3g parameters (%d layers of width %d, vocabulary %d, "
+                                    "sequence %d): more than the %.0e this runtime accepts (training "
+                                    "state of 16 bytes per parameter: %.3g TB)",
+                                    parameters, model.layers, model.width, vocabulary,
+                                    model.sequence_length, kMaxModelParameters, parameters * 16 / 1e12));
   }
   const int64_t micro = job.ds.train_micro_batch_size_per_gpu;
   const int64_t tokens = micro * model.sequence_length;
   if (micro > 0 && tokens > kMaxTokensPerMicroBatch) {
     const bool in_job = walk.HasValue("train.micro_batch_size");
-    const std::string what = absl::StrCat(
-        micro, " x model.sequence_length ", model.sequence_length, " = ",
-        tokens, " tokens per micro-batch, more than ", kMaxTokensPerMicroBatch);
+    const std::string what =
+        absl::StrCat(micro, " x model.sequence_length ", model.sequence_length, " = ", tokens,
+                     " tokens per micro-batch, more than ", kMaxTokensPerMicroBatch);
     if (in_job) {
-      problems->AtKey(source, walk.WrittenPath("train.micro_batch_size"),
-                      walk.MarkOf("train.micro_batch_size"), what);
+      problems->AtKey(source, walk.WrittenPath("train.micro_batch_size"), walk.MarkOf("train.micro_batch_size"),
+                      what);
     } else {
       const std::string key = "train_micro_batch_size_per_gpu";
-      problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key),
-                      what);
+      problems->AtKey(ds_source, ds_walk.WrittenPath(key), ds_walk.MarkOf(key), what);
     }
   }
 }
 
-std::string ResolveRelativePath(const std::string &dir,
-                                const std::string &path) {
-  if (dir.empty() || path.empty() || path.front() == '/')
-    return path;
+std::string ResolveRelativePath(const std::string& dir, const std::string& path) {
+  if (dir.empty() || path.empty() || path.front() == '/') return path;
   return (std::filesystem::path(dir) / path).lexically_normal().string();
 }
 
-void FinishJobConfig(const WalkResult &walk, const TreeSource &source,
-                     const std::string &job_dir, JobConfig *job,
-                     Problems *problems) {
-  auto problem_at = [&](const std::string &path, absl::string_view what) {
+void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std::string& job_dir,
+                     JobConfig* job, Problems* problems) {
+  auto problem_at = [&](const std::string& path, absl::string_view what) {
     problems->AtKey(source, walk.WrittenPath(path), walk.MarkOf(path), what);
   };
 
   // Sections whose keys have no usable default. (A present section reports its
   // missing keys one by one in the walk.)
   if (!walk.Has("model")) {
-    problem_at("model",
-               "required (type, layers, heads, width, sequence_length)");
+    problem_at("model", "required (type, layers, heads, width, sequence_length)");
   }
-  if (!walk.Has("train"))
-    problem_at("train", "required (at least steps)");
+  if (!walk.Has("train")) problem_at("train", "required (at least steps)");
 
-  const ModelConfig &model = job->model;
+  const ModelConfig& model = job->model;
   if (walk.Has("model")) {
-    for (const char *key : {"model.layers", "model.heads", "model.width"}) {
+    for (const char* key : {"model.layers", "model.heads", "model.width"}) {
       if (model.from.empty() && !walk.Has(key)) {
         problems->AtKey(source, key, walk.MarkOf("model"),
-                        "required (or model.from: a Hugging Face model folder "
-                        "whose config.json gives it)");
+                        "required (or model.from: a Hugging Face model folder whose config.json gives it)");
       } else if (!model.from.empty() && walk.Has(key)) {
-        problem_at(key,
-                   absl::StrCat("comes from model.from's config.json (",
-                                model.from, "): remove it from the job file"));
+        problem_at(key, absl::StrCat("comes from model.from's config.json (", model.from,
+                                     "): remove it from the job file"));
       }
     }
     if (!model.from.empty() && model.type != "llama") {
-      problem_at("model.from",
-                 absl::StrCat("needs model.type: llama (a Hugging Face "
-                              "Llama-family folder), not '",
-                              model.type, "'"));
+      problem_at("model.from", absl::StrCat("needs model.type: llama (a Hugging Face Llama-family folder), not '",
+                                            model.type, "'"));
     }
   }
   if (!job->export_.hf_dir.empty() && model.type != "llama") {
-    problem_at(
-        "export.hf_dir",
-        absl::StrCat("Hugging Face export is built for model.type llama, not '",
-                     model.type, "'"));
+    problem_at("export.hf_dir", absl::StrCat("Hugging Face export is built for model.type llama, not '",
+                                             model.type, "'"));
   }
-  const LoraConfig &lora = job->lora;
+  const LoraConfig& lora = job->lora;
   if (lora.r > 0 && model.type != "llama") {
-    problem_at("lora.r",
-               absl::StrCat("LoRA is built for model.type llama, not '",
-                            model.type, "'"));
+    problem_at("lora.r", absl::StrCat("LoRA is built for model.type llama, not '", model.type, "'"));
   }
-  if (lora.r > 0 && lora.target_modules.empty() &&
-      !walk.invalid.count("lora.target_modules")) {
-    problem_at("lora.target_modules", "required with lora.r > 0 (for example "
-                                      "[q_proj, k_proj, v_proj, o_proj])");
+  if (lora.r > 0 && lora.target_modules.empty() && !walk.invalid.count("lora.target_modules")) {
+    problem_at("lora.target_modules", "required with lora.r > 0 (for example [q_proj, k_proj, v_proj, o_proj])");
   }
-  if (lora.r == 0 && !lora.target_modules.empty() &&
-      !walk.invalid.count("lora.r")) {
-    problem_at("lora.target_modules", "set, but lora.r is 0 (LoRA off): set "
-                                      "lora.r > 0 or remove the targets");
+  if (lora.r == 0 && !lora.target_modules.empty() && !walk.invalid.count("lora.r")) {
+    problem_at("lora.target_modules", "set, but lora.r is 0 (LoRA off): set lora.r > 0 or remove the targets");
   }
   if (!job->export_.adapter_dir.empty() && lora.r == 0) {
-    problem_at("export.adapter_dir",
-               "needs lora.r > 0 (there is no adapter to export)");
+    problem_at("export.adapter_dir", "needs lora.r > 0 (there is no adapter to export)");
   }
-  if (walk.HasValue("model.width") && walk.HasValue("model.heads") &&
-      model.heads > 0 && model.width % model.heads != 0) {
+  if (walk.HasValue("model.width") && walk.HasValue("model.heads") && model.heads > 0 &&
+      model.width % model.heads != 0) {
     problem_at("model.width",
-               absl::StrCat(model.width, " is not divisible by model.heads (",
-                            model.heads, ")"));
+               absl::StrCat(model.width, " is not divisible by model.heads (", model.heads, ")"));
   }
 
-  DataConfig &data = job->data;
+  DataConfig& data = job->data;
   if (!data.instruction() && data.prepared.empty() && data.text_files.empty()) {
-    problem_at("data", "set prepared (a prepared dataset) or text_files (files "
-                       "to prepare), or both");
+    problem_at("data",
+               "set prepared (a prepared dataset) or text_files (files to prepare), or both");
   }
   // A key missing from `data` is reported at `data` (its own mark is null).
-  auto problem_in_data = [&](const std::string &key, absl::string_view what) {
+  auto problem_in_data = [&](const std::string& key, absl::string_view what) {
     problems->AtKey(source, key, walk.MarkOf("data"), what);
   };
   // System turns are allowed when the template gives them text.
-  data.chat_has_system =
-      !data.chat_system.prefix.empty() || !data.chat_system.suffix.empty();
+  data.chat_has_system = !data.chat_system.prefix.empty() || !data.chat_system.suffix.empty();
   CheckInstructionData(walk, *job, problem_at, problem_in_data);
   if (data.tokenizer == "model" && model.from.empty()) {
-    problem_at("data.tokenizer", "model needs model.from (the Hugging Face "
-                                 "folder whose tokenizer it is)");
+    problem_at("data.tokenizer", "model needs model.from (the Hugging Face folder whose tokenizer it is)");
   }
   if (data.tokenizer == "sentencepiece" && data.tokenizer_vocab_size == 0 &&
       !walk.invalid.count("data.tokenizer_vocab_size")) {
-    problem_at("data.tokenizer_vocab_size",
-               "required (> 0) with tokenizer sentencepiece");
+    problem_at("data.tokenizer_vocab_size", "required (> 0) with tokenizer sentencepiece");
   }
-  if (data.tokenizer == "byte" && walk.HasValue("model.vocab_size") &&
-      model.vocab_size != 0 && model.vocab_size < kByteVocabularySize) {
+  if (data.tokenizer == "byte" && walk.HasValue("model.vocab_size") && model.vocab_size != 0 &&
+      model.vocab_size < kByteVocabularySize) {
     problem_at("model.vocab_size",
-               absl::StrCat(model.vocab_size,
-                            " is smaller than the byte tokenizer's ",
+               absl::StrCat(model.vocab_size, " is smaller than the byte tokenizer's ",
                             kByteVocabularySize, " symbols"));
   }
 
-  const TrainConfig &train = job->train;
+  const TrainConfig& train = job->train;
   if (walk.HasValue("train.min_lr") && train.min_lr > train.lr) {
-    problem_at("train.min_lr",
-               absl::StrCat(FormatNumber(train.min_lr), " is above train.lr (",
-                            FormatNumber(train.lr), ")"));
+    problem_at("train.min_lr", absl::StrCat(FormatNumber(train.min_lr), " is above train.lr (",
+                                            FormatNumber(train.lr), ")"));
   }
 
   data.prepared = ResolveRelativePath(job_dir, data.prepared);
-  for (std::string &file : data.text_files)
-    file = ResolveRelativePath(job_dir, file);
-  for (std::string &file : data.records)
-    file = ResolveRelativePath(job_dir, file);
+  for (std::string& file : data.text_files) file = ResolveRelativePath(job_dir, file);
+  for (std::string& file : data.records) file = ResolveRelativePath(job_dir, file);
   job->checkpoint.dir = ResolveRelativePath(job_dir, job->checkpoint.dir);
   job->model.from = ResolveRelativePath(job_dir, job->model.from);
   job->export_.hf_dir = ResolveRelativePath(job_dir, job->export_.hf_dir);
-  job->export_.adapter_dir =
-      ResolveRelativePath(job_dir, job->export_.adapter_dir);
+  job->export_.adapter_dir = ResolveRelativePath(job_dir, job->export_.adapter_dir);
 }
 
-} // namespace dslaunch::runtime::config_internal
+}  // namespace dslaunch::runtime::config_internal

@@ -43,8 +43,8 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
 
 // Mixture of experts (model.moe) against the ds_config's moe block and the
 // rest of the job (Note [Mixture of experts]): each conflict at its key.
-void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
-              const TreeSource& ds_source, const JobConfig& job, Problems* problems);
+void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk, const TreeSource& ds_source,
+              const JobConfig& job, Problems* problems);
 
 // `path` relative to `dir` when it is relative, else unchanged.
 std::string ResolveRelativePath(const std::string& dir, const std::string& path);

@@ -5,10 +5,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/config/config_loader.h"
-#include "runtime/config/config_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/config/config_loader.h"
+#include "runtime/config/config_test_util.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -64,8 +64,8 @@ constexpr char kInlineDs[] = R"(ds_config:
 )";
 
 class JobConfigTest : public ConfigFileTest {
-protected:
-  absl::StatusOr<JobConfig> LoadText(const std::string &text,
+ protected:
+  absl::StatusOr<JobConfig> LoadText(const std::string& text,
                                      std::vector<ConfigOverride> overrides = {},
                                      int world_size = 1) {
     path_ = Write("job/train.cfg", text);
@@ -87,9 +87,8 @@ TEST_F(JobConfigTest, ReadsEverySectionAndResolvesRelativePaths) {
   EXPECT_EQ(job->model.dropout, 0.1);
   const std::string folder = dir_ + "/job/";
   EXPECT_EQ(job->data.prepared, folder + "data/corpus");
-  EXPECT_THAT(
-      job->data.text_files,
-      ElementsAre(folder + "texts/a.txt", "/abs/b.txt", folder + "texts/*.md"));
+  EXPECT_THAT(job->data.text_files,
+              ElementsAre(folder + "texts/a.txt", "/abs/b.txt", folder + "texts/*.md"));
   EXPECT_EQ(job->data.tokenizer, "sentencepiece");
   EXPECT_EQ(job->data.tokenizer_vocab_size, 512);
   EXPECT_EQ(job->data.validation_fraction, 0.1);
@@ -130,55 +129,45 @@ TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
   EXPECT_EQ(job->ds.train_batch_size, 64);
   EXPECT_EQ(job->ds.gradient_accumulation_steps, 1);
   EXPECT_THAT(job->not_yet_supported,
-              ElementsAre("zero_optimization.offload_param.device=nvme: "
-                          "offloading parameters to "
+              ElementsAre("zero_optimization.offload_param.device=nvme: offloading parameters to "
                           "nvme is not yet supported"));
 
   Write("job/ds.yaml", "train_batch_size: 64\nfp16:\n  enabled: true\n");
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.yaml\n"));
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(HasSubstr(
-                  dir_ + "/job/ds.yaml:3: fp16.enabled: true disagrees with "
-                         "train.precision (fp32)")));
+              ElementsAre(HasSubstr(dir_ + "/job/ds.yaml:3: fp16.enabled: true disagrees with "
+                                           "train.precision (fp32)")));
 }
 
 TEST_F(JobConfigTest, ProblemsInADsConfigFileNameThatFile) {
-  const std::string ds =
-      Write("job/ds.json", "{\n  \"train_batch_size\": 64,\n"
-                           "  \"zero_optimization\": {\"stage\": 5}\n}\n");
+  const std::string ds = Write("job/ds.json",
+                               "{\n  \"train_batch_size\": 64,\n"
+                               "  \"zero_optimization\": {\"stage\": 5}\n}\n");
   auto job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"));
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(ds +
-                  ":3: zero_optimization.stage: 5 is not one of 0, 1, 2, 3"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(ds + ":3: zero_optimization.stage: 5 is not one of 0, 1, 2, 3"));
   Write("job/broken.json", "{\"train_batch_size\": 64,");
   job = LoadText(absl::StrCat(kJob, "ds_config: broken.json\n"));
-  EXPECT_THAT(ProblemLines(job),
-              ElementsAre(AllOf(HasSubstr(dir_ + "/job/broken.json:"),
-                                HasSubstr("not valid YAML or JSON"))));
+  EXPECT_THAT(ProblemLines(job), ElementsAre(AllOf(HasSubstr(dir_ + "/job/broken.json:"),
+                                                   HasSubstr("not valid YAML or JSON"))));
 }
 
 TEST_F(JobConfigTest, MissingDsConfig) {
   auto job = LoadText(absl::StrCat(kJob, "ds_config: nowhere.json\n"));
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(AllOf(
-          HasSubstr(path_ + ":35: ds_config: "),
-          HasSubstr(dir_ + "/job/nowhere.json: No such file or directory"))));
-  job = LoadText(kJob);
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(path_ + ": ds_config: required (a mapping, or the "
-                                  "path of a JSON/YAML file)"));
+              ElementsAre(AllOf(HasSubstr(path_ + ":35: ds_config: "),
+                                HasSubstr(dir_ + "/job/nowhere.json: No such file or directory"))));
+  job = LoadText(kJob);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(path_ + ": ds_config: required (a mapping, or the "
+                                                     "path of a JSON/YAML file)"));
   job = LoadText(absl::StrCat(kJob, "ds_config: [1]\n"));
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(HasSubstr(
-                  "ds_config: expected a mapping or the path of a JSON/YAML "
-                  "file, got a list")));
+              ElementsAre(HasSubstr("ds_config: expected a mapping or the path of a JSON/YAML "
+                                    "file, got a list")));
 }
 
 TEST_F(JobConfigTest, PipelineRulesAreCheckedAtTheirKeys) {
-  auto job = LoadText(
-      R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
+  auto job = LoadText(R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 lora: {r: 4, target_modules: [q_proj]}
@@ -189,42 +178,30 @@ ds_config:
   zero_optimization: {stage: 3}
   pipeline: {stages: 2, schedule: interleaved, virtual_stages: 3, layers_per_stage: [1, 1, 1, 2]}
 )",
-      {}, 2);
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          HasSubstr("lora.r: LoRA adapters with pipeline.stages=2 are not yet "
-                    "supported"),
-          HasSubstr(
-              "zero_optimization.stage: 3 with pipeline.stages=2: ZeRO-3"),
-          HasSubstr("pipeline.schedule: interleaved needs "
-                    "gradient_accumulation_steps (the "
-                    "micro-batches per step, 5) to be a multiple of "
-                    "pipeline.stages=2"),
-          HasSubstr(
-              "pipeline.layers_per_stage: has 4 entries; the pipeline has 6"),
-          HasSubstr("pipeline.stages: 6 (virtual) stages for 4 layers"),
-          HasSubstr("pipeline.layers_per_stage: adds up to 5 layers; the model "
-                    "has 4")));
-  job = LoadText(
-      R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+                      {}, 2);
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("lora.r: LoRA adapters with pipeline.stages=2 are not yet supported"),
+                          HasSubstr("zero_optimization.stage: 3 with pipeline.stages=2: ZeRO-3"),
+                          HasSubstr("pipeline.schedule: interleaved needs gradient_accumulation_steps (the "
+                                    "micro-batches per step, 5) to be a multiple of pipeline.stages=2"),
+                          HasSubstr("pipeline.layers_per_stage: has 4 entries; the pipeline has 6"),
+                          HasSubstr("pipeline.stages: 6 (virtual) stages for 4 layers"),
+                          HasSubstr("pipeline.layers_per_stage: adds up to 5 layers; the model has 4")));
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 ds_config: {train_batch_size: 4, train_micro_batch_size_per_gpu: 1, pipeline: {stages: 2, layers_per_stage: [2, 2]}}
 )",
-      {}, 2);
+                 {}, 2);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->ds.gradient_accumulation_steps, 4);
-  job = LoadText(
-      R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
 )");
-  EXPECT_THAT(ProblemLines(job),
-              ElementsAre(HasSubstr(
-                  "pipeline.virtual_stages: 2 model chunks per rank need "
-                  "pipeline.schedule: interleaved")));
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.virtual_stages: 2 model chunks per rank need "
+                                                       "pipeline.schedule: interleaved")));
 }
 
 TEST_F(JobConfigTest, ModelSanity) {
@@ -233,18 +210,15 @@ data: {prepared: d}
 train: {steps: 1}
 ds_config: {train_batch_size: 1}
 )");
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          path_ + ":1: model.type: 'bert' is not one of gpt, llama",
-          path_ + ":1: model.layers: 0 must be >= 1",
-          path_ + ":1: model.sequence_length: required",
-          path_ + ":1: model.width: 100 is not divisible by model.heads (3)"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":1: model.type: 'bert' is not one of gpt, llama",
+                          path_ + ":1: model.layers: 0 must be >= 1",
+                          path_ + ":1: model.sequence_length: required",
+                          path_ + ":1: model.width: 100 is not divisible by model.heads (3)"));
 }
 
 TEST_F(JobConfigTest, AHuggingFaceFolderGivesTheSizes) {
-  auto job =
-      LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
+  auto job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 export: {hf_dir: out/hf, dtype: float32, max_shard_size: 2GB}
@@ -254,34 +228,27 @@ ds_config: {train_batch_size: 1}
   EXPECT_EQ(job->model.from, dir_ + "/job/hf/tiny");
   EXPECT_EQ(job->export_.hf_dir, dir_ + "/job/out/hf");
   EXPECT_EQ(job->export_.dtype, "float32");
-  job = LoadText(
-      R"(model: {type: gpt, from: hf/tiny, layers: 2, sequence_length: 32}
+  job = LoadText(R"(model: {type: gpt, from: hf/tiny, layers: 2, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 export: {hf_dir: out}
 ds_config: {train_batch_size: 1}
 )");
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          HasSubstr("model.layers: comes from model.from's config.json"),
-          HasSubstr("model.from: needs model.type: llama"),
-          HasSubstr("export.hf_dir: Hugging Face export is built for "
-                    "model.type llama, not 'gpt'")));
-  job =
-      LoadText(R"(model: {type: llama, heads: 2, width: 8, sequence_length: 32}
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model.layers: comes from model.from's config.json"),
+                          HasSubstr("model.from: needs model.type: llama"),
+                          HasSubstr("export.hf_dir: Hugging Face export is built for model.type llama, not 'gpt'")));
+  job = LoadText(R"(model: {type: llama, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 ds_config: {train_batch_size: 1}
 )");
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(HasSubstr("model.layers: required (or model.from: a "
-                                    "Hugging Face model folder")));
+              ElementsAre(HasSubstr("model.layers: required (or model.from: a Hugging Face model folder")));
 }
 
 TEST_F(JobConfigTest, TheLoraSectionIsPeftsLoraConfig) {
-  auto job =
-      LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
+  auto job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 lora: {r: 16, lora_alpha: 32, lora_dropout: 0.05, target_modules: [q_proj, v_proj], use_rslora: true}
@@ -295,21 +262,16 @@ ds_config: {train_batch_size: 1}
   EXPECT_THAT(job->lora.target_modules, ElementsAre("q_proj", "v_proj"));
   EXPECT_TRUE(job->lora.use_rslora);
   EXPECT_EQ(job->export_.adapter_dir, dir_ + "/job/out/adapter");
-  job = LoadText(
-      R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+  job = LoadText(R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
 lora: {r: 8, bias: all, lora_dropout: 1.5}
 export: {adapter_dir: out}
 ds_config: {train_batch_size: 1}
 )");
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          HasSubstr("lora.bias: 'all' is not one of none"),
-          HasSubstr("lora.lora_dropout"),
-          HasSubstr("lora.r: LoRA is built for model.type llama, not 'gpt'"),
-          HasSubstr("lora.target_modules: required with lora.r > 0")));
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("lora.bias: 'all' is not one of none"), HasSubstr("lora.lora_dropout"),
+                                             HasSubstr("lora.r: LoRA is built for model.type llama, not 'gpt'"),
+                                             HasSubstr("lora.target_modules: required with lora.r > 0")));
   job = LoadText(R"(model: {type: llama, from: hf/tiny, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
@@ -317,126 +279,101 @@ lora: {target_modules: [q_proj]}
 export: {adapter_dir: out}
 ds_config: {train_batch_size: 1}
 )");
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(HasSubstr("lora.target_modules: set, but lora.r is 0"),
-                  HasSubstr("export.adapter_dir: needs lora.r > 0")));
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("lora.target_modules: set, but lora.r is 0"),
+                                             HasSubstr("export.adapter_dir: needs lora.r > 0")));
 }
 
 TEST_F(JobConfigTest, RequiredSectionsAndData) {
   auto job = LoadText("ds_config: {train_batch_size: 1}\n");
-  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("model: required"),
-                                             HasSubstr("train: required"),
-                                             HasSubstr("data: set prepared")));
-  job = LoadText(
-      R"(model: {layers: 1, heads: 1, width: 8, sequence_length: 8, vocab_size: 100}
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model: required"), HasSubstr("train: required"),
+                          HasSubstr("data: set prepared")));
+  job = LoadText(R"(model: {layers: 1, heads: 1, width: 8, sequence_length: 8, vocab_size: 100}
 data: {text_files: [a.txt], tokenizer: byte}
 train: {steps: 1, min_lr: 0.1, lr: 0.01}
 ds_config: {train_batch_size: 1}
 )");
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          HasSubstr(
-              "model.vocab_size: 100 is smaller than the byte tokenizer's "
-              "256 symbols"),
-          HasSubstr("train.min_lr: 0.1 is above train.lr (0.01)")));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr("model.vocab_size: 100 is smaller than the byte tokenizer's "
+                                    "256 symbols"),
+                          HasSubstr("train.min_lr: 0.1 is above train.lr (0.01)")));
   job = LoadText(R"(model: {layers: 1, heads: 1, width: 8, sequence_length: 8}
 data: {prepared: p, tokenizer: sentencepiece}
 train: {steps: 1}
 ds_config: {train_batch_size: 1}
 )");
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(HasSubstr(
-                  "data.tokenizer_vocab_size: required (> 0) with tokenizer "
-                  "sentencepiece")));
+              ElementsAre(HasSubstr("data.tokenizer_vocab_size: required (> 0) with tokenizer "
+                                    "sentencepiece")));
 }
 
 TEST_F(JobConfigTest, UnknownKeysInTheJobAndItsInlineDsConfig) {
-  auto job = LoadText(
-      absl::StrCat(kJob, kInlineDs, "  zero_optimizaton: {}\ntrian: {}\n"));
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          path_ + ":42: unknown key 'trian' (did you mean 'train'?)",
-          path_ + ":41: unknown key 'ds_config.zero_optimizaton' (did you mean "
-                  "'ds_config.zero_optimization'?)"));
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs, "  zero_optimizaton: {}\ntrian: {}\n"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":42: unknown key 'trian' (did you mean 'train'?)",
+                          path_ + ":41: unknown key 'ds_config.zero_optimizaton' (did you mean "
+                                  "'ds_config.zero_optimization'?)"));
 }
 
 TEST_F(JobConfigTest, OverridesReachTheJobAndItsDsConfig) {
-  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
-                      {{"train.steps", "5"},
-                       {"model.layers", "2"},
-                       {"ds_config.zero_optimization.stage", "3"},
-                       {"ds_config.steps_per_print", "3"}});
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"train.steps", "5"},
+                                                      {"model.layers", "2"},
+                                                      {"ds_config.zero_optimization.stage", "3"},
+                                                      {"ds_config.steps_per_print", "3"}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->train.steps, 5);
   EXPECT_EQ(job->model.layers, 2);
   EXPECT_EQ(job->ds.zero_optimization.stage, 3);
   EXPECT_EQ(job->ds.steps_per_print, 3);
-  EXPECT_THAT(job->not_yet_supported, IsEmpty()); // stage 3 is built
+  EXPECT_THAT(job->not_yet_supported, IsEmpty());  // stage 3 is built
 
   Write("job/ds.json", R"({"train_batch_size": 64})");
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
                  {{"ds_config.gradient_accumulation_steps", "2"}}, 4);
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->ds.train_micro_batch_size_per_gpu, 8); // 64 / (2 * 4)
+  EXPECT_EQ(job->ds.train_micro_batch_size_per_gpu, 8);  // 64 / (2 * 4)
   // A ds_config value that contradicts the job file is named, override or not.
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
                  {{"ds_config.train_micro_batch_size_per_gpu", "8"}});
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre("--override 'ds_config.train_micro_batch_size_per_gpu=8': "
-                  "train_micro_batch_size_per_gpu: 8 disagrees with "
-                  "train.micro_batch_size "
-                  "(16) in the job file; write \"auto\" to take it, or make "
-                  "them equal"));
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre("--override 'ds_config.train_micro_batch_size_per_gpu=8': "
+                          "train_micro_batch_size_per_gpu: 8 disagrees with train.micro_batch_size "
+                          "(16) in the job file; write \"auto\" to take it, or make them equal"));
 
   // ds_config itself can be swapped for another file.
-  Write("job/other.yaml",
-        "train_batch_size: auto\ngradient_accumulation_steps: 4\n");
-  job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"),
-                 {{"ds_config", "other.yaml"}});
+  Write("job/other.yaml", "train_batch_size: auto\ngradient_accumulation_steps: 4\n");
+  job = LoadText(absl::StrCat(kJob, "ds_config: ds.json\n"), {{"ds_config", "other.yaml"}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->ds_config_path, dir_ + "/job/other.yaml");
   EXPECT_EQ(job->ds.gradient_accumulation_steps, 4);
 }
 
 TEST_F(JobConfigTest, BadOverridesAreNamed) {
-  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
-                      {{"train.stpes", "5"},
-                       {"ds_config.zero_optimizaton.stage", "1"},
-                       {"model.heads", "3"}});
+  auto job = LoadText(
+      absl::StrCat(kJob, kInlineDs),
+      {{"train.stpes", "5"}, {"ds_config.zero_optimizaton.stage", "1"}, {"model.heads", "3"}});
   EXPECT_THAT(
       ProblemLines(job),
-      ElementsAre(
-          "--override 'train.stpes=5': unknown key 'train.stpes' (did you mean "
-          "'train.steps'?)",
-          path_ + ":5: model.width: 128 is not divisible by model.heads (3)",
-          "--override 'ds_config.zero_optimizaton.stage=1': unknown key "
-          "'ds_config.zero_optimizaton' (did you mean "
-          "'ds_config.zero_optimization'?)"));
+      ElementsAre("--override 'train.stpes=5': unknown key 'train.stpes' (did you mean "
+                  "'train.steps'?)",
+                  path_ + ":5: model.width: 128 is not divisible by model.heads (3)",
+                  "--override 'ds_config.zero_optimizaton.stage=1': unknown key "
+                  "'ds_config.zero_optimizaton' (did you mean 'ds_config.zero_optimization'?)"));
 }
 
 TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
-  auto job =
-      LoadText(absl::StrCat(kJob, kInlineDs),
-               {{"ds_config.zero_optimization.stage", "3"},
-                {"ds_config.zero_optimization.offload_param.device", "nvme"}});
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
+                      {{"ds_config.zero_optimization.stage", "3"},
+                       {"ds_config.zero_optimization.offload_param.device", "nvme"}});
   ASSERT_TRUE(job.ok()) << job.status();
   std::string described = DescribeJobConfig(*job);
-  EXPECT_THAT(
-      described,
-      HasSubstr("model:\n  type: \"gpt\"\n  from: \"\"\n  layers: 4\n"));
+  EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  from: \"\"\n  layers: 4\n"));
   EXPECT_THAT(described, HasSubstr("  betas: [0.9, 0.95]\n"));
   EXPECT_THAT(described, HasSubstr("  dir: \"" + dir_ + "/job/ckpt\"\n"));
   EXPECT_THAT(described, HasSubstr("ds_config:\n  train_batch_size: 64\n"));
   EXPECT_THAT(described, HasSubstr("  zero_optimization:\n    stage: 3\n"));
-  EXPECT_THAT(
-      described,
-      HasSubstr(
-          "# not yet supported:\n#   zero_optimization.offload_param.device="
-          "nvme: offloading parameters to nvme is not yet supported\n"));
+  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   zero_optimization.offload_param.device="
+                                   "nvme: offloading parameters to nvme is not yet supported\n"));
   path_ = Write("described.cfg", described);
   auto again = LoadJobConfig(path_, {}, WorldShape{1});
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;
@@ -457,13 +394,11 @@ TEST_F(JobConfigTest, MoeConflictsAreNamedAtTheirKeys) {
     std::vector<ConfigOverride> changes;
     std::string message;
   };
-  for (const Case &c : std::vector<Case>{
-           {moe({{"ds_config.moe.enabled", "true"},
-                 {"ds_config.moe.ep_size", "3"}}),
+  for (const Case& c : std::vector<Case>{
+           {moe({{"ds_config.moe.enabled", "true"}, {"ds_config.moe.ep_size", "3"}}),
             "model.moe.num_experts: 4 is not a multiple of the expert-parallel "
             "size (moe.ep_size=3)"},
-           {moe({{"model.moe.top_k", "5"}}),
-            "model.moe.top_k: 5 is more than model.moe.num_experts (4)"},
+           {moe({{"model.moe.top_k", "5"}}), "model.moe.top_k: 5 is more than model.moe.num_experts (4)"},
            {moe({{"ds_config.tensor_parallel.tp_size", "2"}}),
             "model.moe.num_experts: experts with tensor_parallel.tp_size=2 are "
             "not yet supported"},
@@ -481,8 +416,7 @@ TEST_F(JobConfigTest, MoeConflictsAreNamedAtTheirKeys) {
             "model)"},
        }) {
     auto loaded = LoadText(job, c.changes, 4);
-    EXPECT_THAT(ProblemLines(loaded), Contains(HasSubstr(c.message)))
-        << c.message;
+    EXPECT_THAT(ProblemLines(loaded), Contains(HasSubstr(c.message))) << c.message;
   }
   auto fine = LoadText(job,
                        moe({{"ds_config.moe.enabled", "true"},
@@ -502,110 +436,76 @@ TEST_F(JobConfigTest, ModelDimensionsAndBatchSizesHaveUpperBounds) {
     ConfigOverride change;
     std::string message;
   };
-  for (const Case &c : std::vector<Case>{
-           {{"model.layers", "1000000000"},
-            "model.layers: 1000000000 must be <= 1024"},
+  for (const Case& c : std::vector<Case>{
+           {{"model.layers", "1000000000"}, "model.layers: 1000000000 must be <= 1024"},
            {{"model.heads", "1025"}, "model.heads: 1025 must be <= 1024"},
            {{"model.width", "65537"}, "model.width: 65537 must be <= 65536"},
-           {{"model.sequence_length", "1048577"},
-            "model.sequence_length: 1048577 must be <= 1048576"},
-           {{"model.vocab_size", "2097153"},
-            "model.vocab_size: 2097153 must be <= 2097152"},
-           {{"data.tokenizer_vocab_size", "2097153"},
-            "data.tokenizer_vocab_size: 2097153 must be <= 2097152"},
-           {{"train.micro_batch_size", "2147483647"},
-            "train.micro_batch_size: 2147483647 must be <= 65536"},
-           {{"train.global_batch_size", "67108865"},
-            "train.global_batch_size: 67108865 must be <= 67108864"},
+           {{"model.sequence_length", "1048577"}, "model.sequence_length: 1048577 must be <= 1048576"},
+           {{"model.vocab_size", "2097153"}, "model.vocab_size: 2097153 must be <= 2097152"},
+           {{"data.tokenizer_vocab_size", "2097153"}, "data.tokenizer_vocab_size: 2097153 must be <= 2097152"},
+           {{"train.micro_batch_size", "2147483647"}, "train.micro_batch_size: 2147483647 must be <= 65536"},
+           {{"train.global_batch_size", "67108865"}, "train.global_batch_size: 67108865 must be <= 67108864"},
            {{"ds_config.gradient_accumulation_steps", "1048577"},
             "gradient_accumulation_steps: 1048577 must be <= 1048576"},
        }) {
     auto loaded = LoadText(job, {c.change});
-    EXPECT_THAT(ProblemLines(loaded), ElementsAre(HasSubstr(c.message)))
-        << c.change.path; // one line each
+    EXPECT_THAT(ProblemLines(loaded), ElementsAre(HasSubstr(c.message))) << c.change.path;  // one line each
   }
 }
 
 TEST_F(JobConfigTest, TheParameterEstimateIsBounded) {
   // 1024 x 65536 passes each key's bound; together they are 5.3e13 parameters.
-  auto job = LoadText(absl::StrCat(kJob, kInlineDs), {{"model.layers", "1024"},
-                                                      {"model.width", "65536"},
-                                                      {"model.heads", "64"}});
-  EXPECT_THAT(
-      ProblemLines(job),
-      ElementsAre(
-          path_ +
-          ":1: model: about 5.28e+13 parameters (1024 layers of width 65536, "
-          "vocabulary 512, sequence 256): more than the 1e+12 this runtime "
-          "accepts (training state of 16 bytes per parameter: 844 TB)"));
+  auto job = LoadText(absl::StrCat(kJob, kInlineDs),
+                      {{"model.layers", "1024"}, {"model.width", "65536"}, {"model.heads", "64"}});
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(path_ + ":1: model: about 5.28e+13 parameters (1024 layers of width 65536, "
+                                  "vocabulary 512, sequence 256): more than the 1e+12 this runtime "
+                                  "accepts (training state of 16 bytes per parameter: 844 TB)"));
   // A ~1.3B GPT is far inside.
   job = LoadText(absl::StrCat(kJob, kInlineDs),
-                 {{"model.layers", "24"},
-                  {"model.width", "2048"},
-                  {"model.heads", "16"},
-                  {"model.vocab_size", "50304"},
-                  {"model.sequence_length", "1024"}});
+                 {{"model.layers", "24"}, {"model.width", "2048"}, {"model.heads", "16"},
+                  {"model.vocab_size", "50304"}, {"model.sequence_length", "1024"}});
   EXPECT_TRUE(job.ok()) << job.status();
 }
 
 TEST_F(JobConfigTest, TokensPerMicroBatchAreBounded) {
   auto job = LoadText(absl::StrCat(kJob, kInlineDs),
-                      {{"train.micro_batch_size", "65536"},
-                       {"train.global_batch_size", "65536"},
+                      {{"train.micro_batch_size", "65536"}, {"train.global_batch_size", "65536"},
                        {"model.sequence_length", "1024"}});
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre("--override 'train.micro_batch_size=65536': "
-                          "train.micro_batch_size: 65536 x "
-                          "model.sequence_length 1024 = 67108864 tokens per "
-                          "micro-batch, more than 16777216"));
+              ElementsAre("--override 'train.micro_batch_size=65536': train.micro_batch_size: 65536 x "
+                          "model.sequence_length 1024 = 67108864 tokens per micro-batch, more than 16777216"));
 }
 
 TEST_F(JobConfigTest, DerivedBatchSizesAreBoundedToo) {
   // train_batch_size alone at one rank derives a micro-batch of the same size.
-  auto job =
-      LoadText(absl::StrCat(kJob, "ds_config:\n  train_batch_size: 1000000\n"),
-               {{"train.micro_batch_size", "null"},
-                {"train.global_batch_size", "null"}});
+  auto job = LoadText(absl::StrCat(kJob, "ds_config:\n  train_batch_size: 1000000\n"),
+                      {{"train.micro_batch_size", "null"}, {"train.global_batch_size", "null"}});
   EXPECT_THAT(ProblemLines(job),
-              ElementsAre(path_ +
-                          ":36: ds_config.train_micro_batch_size_per_gpu would "
-                          "be 1000000 (derived "
-                          "from the other batch sizes and the data-parallel "
-                          "size (1)), more than 65536"));
+              ElementsAre(path_ + ":36: ds_config.train_micro_batch_size_per_gpu would be 1000000 (derived "
+                                  "from the other batch sizes and the data-parallel size (1)), more than 65536"));
 }
 
 // Note [Bounded input files], Note [One config document].
 TEST_F(JobConfigTest, FilesThatAreNotOneRegularDocumentAreRefusedByName) {
   auto zero = LoadJobConfig("/dev/zero", {}, WorldShape{1});
-  EXPECT_EQ(zero.status().message(),
-            "job file /dev/zero: is a character device, not a regular file");
+  EXPECT_EQ(zero.status().message(), "job file /dev/zero: is a character device, not a regular file");
   auto ds_zero = LoadText(absl::StrCat(kJob, "ds_config: /dev/zero\n"));
-  EXPECT_THAT(
-      ProblemLines(ds_zero),
-      ElementsAre(
-          path_ +
-          ":35: ds_config: ds_config file /dev/zero: is a character device, "
-          "not a regular file"));
+  EXPECT_THAT(ProblemLines(ds_zero),
+              ElementsAre(path_ + ":35: ds_config: ds_config file /dev/zero: is a character device, "
+                                  "not a regular file"));
   auto dir = LoadText(absl::StrCat(kJob, "ds_config: .\n"));
-  EXPECT_THAT(ProblemLines(dir),
-              ElementsAre(path_ + ":35: ds_config: ds_config file " + dir_ +
-                          "/job/: is a directory, not a regular file"));
+  EXPECT_THAT(ProblemLines(dir), ElementsAre(path_ + ":35: ds_config: ds_config file " + dir_ +
+                                             "/job/: is a directory, not a regular file"));
 
-  auto two =
-      LoadText(absl::StrCat(kJob, kInlineDs, "---\ntrain:\n  steps: 1\n"));
-  EXPECT_THAT(ProblemLines(two),
-              ElementsAre(path_ +
-                          ":41: a second YAML document starts here; a config "
-                          "holds exactly one (remove the '---')"));
-  const std::string comma =
-      Write("job/comma.json",
-            "{\"train_batch_size\": 64,\n \"steps_per_print\": 5,\n}\n");
+  auto two = LoadText(absl::StrCat(kJob, kInlineDs, "---\ntrain:\n  steps: 1\n"));
+  EXPECT_THAT(ProblemLines(two), ElementsAre(path_ + ":41: a second YAML document starts here; a config "
+                                                     "holds exactly one (remove the '---')"));
+  const std::string comma = Write("job/comma.json", "{\"train_batch_size\": 64,\n \"steps_per_print\": 5,\n}\n");
   auto with_comma = LoadText(absl::StrCat(kJob, "ds_config: comma.json\n"));
-  EXPECT_THAT(
-      ProblemLines(with_comma),
-      ElementsAre(comma +
-                  ":2:22: trailing comma before '}' (JSON allows none)"));
+  EXPECT_THAT(ProblemLines(with_comma),
+              ElementsAre(comma + ":2:22: trailing comma before '}' (JSON allows none)"));
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

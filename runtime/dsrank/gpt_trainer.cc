@@ -42,14 +42,12 @@ namespace {
 
 // What a tensor-parallel run cannot do yet, refused before anything starts
 // (issue 16 lists them), naming the setting.
-absl::Status RefuseWithTensorParallelism(const JobConfig &job, int tp) {
-  auto refuse = [&](const std::string &setting) {
-    return absl::UnimplementedError(absl::StrCat(
-        job.path, ": ", setting, " with tensor_parallel.tp_size=", tp,
-        " is not yet supported"));
+absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
+  auto refuse = [&](const std::string& setting) {
+    return absl::UnimplementedError(absl::StrCat(job.path, ": ", setting, " with tensor_parallel.tp_size=", tp,
+                                                 " is not yet supported"));
   };
-  if (job.lora.r > 0)
-    return refuse("lora.r (LoRA adapters on split projections)");
+  if (job.lora.r > 0) return refuse("lora.r (LoRA adapters on split projections)");
   return absl::OkStatus();
 }
 
@@ -59,42 +57,30 @@ constexpr char kConsumedSamples[] = "consumed_samples";
 
 // Instruction records (data.format other than text) -> data.prepared when
 // the pair does not exist yet: "ok" or what went wrong.
-std::string PrepareInstructionsIfMissing(const JobConfig &job,
-                                         const TrainerContext &context) {
-  const std::string &prefix = job.data.prepared;
-  if (InstructionDataset::Exists(prefix))
-    return "ok";
+std::string PrepareInstructionsIfMissing(const JobConfig& job, const TrainerContext& context) {
+  const std::string& prefix = job.data.prepared;
+  if (InstructionDataset::Exists(prefix)) return "ok";
   if (job.data.records.empty()) {
-    return absl::StrCat(job.path, ": instruction dataset ", prefix,
-                        " does not exist and data.records is empty");
+    return absl::StrCat(job.path, ": instruction dataset ", prefix, " does not exist and data.records is empty");
   }
-  absl::StatusOr<InstructionPrepareOptions> options =
-      InstructionPrepareOptionsFor(job);
-  if (!options.ok())
-    return std::string(options.status().message());
-  const absl::Status folder =
-      context.file_system->CreateDirectories(ParentDirectory(prefix));
+  absl::StatusOr<InstructionPrepareOptions> options = InstructionPrepareOptionsFor(job);
+  if (!options.ok()) return std::string(options.status().message());
+  const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
   absl::StatusOr<InstructionPrepareSummary> summary =
-      folder.ok() ? PrepareInstructionDataset(*options)
-                  : absl::StatusOr<InstructionPrepareSummary>(folder);
-  if (!summary.ok())
-    return absl::StrCat("preparing ", prefix, ": ", summary.status().message());
-  for (const std::string &skipped : summary->skipped_examples) {
+      folder.ok() ? PrepareInstructionDataset(*options) : absl::StatusOr<InstructionPrepareSummary>(folder);
+  if (!summary.ok()) return absl::StrCat("preparing ", prefix, ": ", summary.status().message());
+  for (const std::string& skipped : summary->skipped_examples) {
     absl::FPrintF(context.out, "dsrank: skipped %s\n", skipped);
   }
-  absl::FPrintF(context.out, "dsrank: prepared %s (%s): %s\n", prefix,
-                job.data.format, summary->ToString());
+  absl::FPrintF(context.out, "dsrank: prepared %s (%s): %s\n", prefix, job.data.format, summary->ToString());
   return "ok";
 }
 
 // Rank 0 prepares the dataset when it does not exist yet; the others wait for
 // its verdict in the store.
-absl::Status EnsureDataset(const JobConfig &job,
-                           const TrainerContext &context) {
-  const std::string &prefix = job.data.prepared;
-  if (prefix.empty())
-    return absl::InvalidArgumentError(
-        absl::StrCat(job.path, ": data.prepared is not set"));
+absl::Status EnsureDataset(const JobConfig& job, const TrainerContext& context) {
+  const std::string& prefix = job.data.prepared;
+  if (prefix.empty()) return absl::InvalidArgumentError(absl::StrCat(job.path, ": data.prepared is not set"));
   const std::string key = store_keys::kDataReady;
   if (context.rank == 0) {
     std::string verdict = "ok";
@@ -112,90 +98,69 @@ absl::Status EnsureDataset(const JobConfig &job,
         options.model_dir = job.model.from;
         options.vocab_size = job.data.tokenizer_vocab_size;
         options.split_on_percent_lines = job.data.split_on_percent_lines;
-        const absl::Status folder =
-            context.file_system->CreateDirectories(ParentDirectory(prefix));
+        const absl::Status folder = context.file_system->CreateDirectories(ParentDirectory(prefix));
         absl::StatusOr<PrepareSummary> summary =
-            folder.ok() ? PrepareDataset(options)
-                        : absl::StatusOr<PrepareSummary>(folder);
+            folder.ok() ? PrepareDataset(options) : absl::StatusOr<PrepareSummary>(folder);
         if (summary.ok()) {
-          absl::FPrintF(context.out, "dsrank: prepared %s: %s\n", prefix,
-                        summary->ToString());
+          absl::FPrintF(context.out, "dsrank: prepared %s: %s\n", prefix, summary->ToString());
         } else {
-          verdict = absl::StrCat("preparing ", prefix, ": ",
-                                 summary.status().message());
+          verdict = absl::StrCat("preparing ", prefix, ": ", summary.status().message());
         }
       }
     }
     if (context.store != nullptr) {
       absl::Status published = context.store->Set(key, verdict);
-      if (!published.ok())
-        return published;
+      if (!published.ok()) return published;
     }
-    return verdict == "ok" ? absl::OkStatus()
-                           : absl::FailedPreconditionError(verdict);
+    return verdict == "ok" ? absl::OkStatus() : absl::FailedPreconditionError(verdict);
   }
   auto verdict = context.store->WaitGet(key, std::chrono::minutes(30));
-  if (!verdict.ok())
-    return verdict.status();
+  if (!verdict.ok()) return verdict.status();
   if (*verdict != "ok") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank 0 could not prepare the data: ", *verdict));
+    return absl::FailedPreconditionError(absl::StrCat("rank 0 could not prepare the data: ", *verdict));
   }
   return absl::OkStatus();
 }
 
-double MeanOverWorld(double value, const TrainerContext &context) {
-  if (context.world == nullptr || context.world->size() == 1)
-    return value;
-  torch::Tensor t = torch::full(
-      {1}, value,
-      torch::TensorOptions().dtype(torch::kDouble).device(context.device));
-  if (!context.world->AllReduce(t, ReduceOp::kSum).ok())
-    return value;
+double MeanOverWorld(double value, const TrainerContext& context) {
+  if (context.world == nullptr || context.world->size() == 1) return value;
+  torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
+  if (!context.world->AllReduce(t, ReduceOp::kSum).ok()) return value;
   return t.item<double>() / context.world->size();
 }
 
 // model.moe.telemetry: one line per expert layer with the routing of the
 // last micro-batch summed over the world: tokens per expert, the dropped
 // share of (token, choice) pairs and the mean auxiliary loss. A collective.
-absl::StatusOr<std::vector<std::string>>
-MoeTelemetryLines(torch::nn::Module &module, const TrainerContext &context) {
-  std::vector<std::pair<std::string, const MoeLayerImpl *>> layers;
-  for (const auto &item : module.named_modules()) {
-    if (const auto *layer =
-            dynamic_cast<const MoeLayerImpl *>(item.value().get()))
+absl::StatusOr<std::vector<std::string>> MoeTelemetryLines(torch::nn::Module& module, const TrainerContext& context) {
+  std::vector<std::pair<std::string, const MoeLayerImpl*>> layers;
+  for (const auto& item : module.named_modules()) {
+    if (const auto* layer = dynamic_cast<const MoeLayerImpl*>(item.value().get()))
       layers.emplace_back(item.key(), layer);
   }
   std::vector<std::string> lines;
-  if (layers.empty())
-    return lines;
+  if (layers.empty()) return lines;
   const int64_t experts = layers[0].second->options().gating.num_experts;
   // Per layer: the tokens of each expert, the dropped fraction, the auxiliary
   // loss.
-  torch::Tensor table = torch::zeros(
-      {static_cast<int64_t>(layers.size()), experts + 2},
-      torch::TensorOptions().dtype(torch::kDouble).device(context.device));
+  torch::Tensor table = torch::zeros({static_cast<int64_t>(layers.size()), experts + 2},
+                                     torch::TensorOptions().dtype(torch::kDouble).device(context.device));
   for (size_t i = 0; i < layers.size(); ++i) {
-    const MoeLayerStats &stats = layers[i].second->last_stats();
-    if (!stats.tokens_per_expert.defined())
-      continue;
+    const MoeLayerStats& stats = layers[i].second->last_stats();
+    if (!stats.tokens_per_expert.defined()) continue;
     table[i].narrow(0, 0, experts).copy_(stats.tokens_per_expert);
     table[i][experts] = stats.dropped.to(table.device());
     table[i][experts + 1] = stats.aux_loss.to(table.device());
   }
   const int ranks = context.world != nullptr ? context.world->size() : 1;
-  if (ranks > 1)
-    DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
+  if (ranks > 1) DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
   table = table.cpu();
   for (size_t i = 0; i < layers.size(); ++i) {
     std::vector<int64_t> tokens;
-    for (int64_t e = 0; e < experts; ++e)
-      tokens.push_back(static_cast<int64_t>(table[i][e].item<double>()));
-    lines.push_back(absl::StrFormat(
-        "moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f",
-        layers[i].first, absl::StrJoin(tokens, " "),
-        100.0 * table[i][experts].item<double>() / ranks,
-        table[i][experts + 1].item<double>() / ranks));
+    for (int64_t e = 0; e < experts; ++e) tokens.push_back(static_cast<int64_t>(table[i][e].item<double>()));
+    lines.push_back(absl::StrFormat("moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f", layers[i].first,
+                                    absl::StrJoin(tokens, " "), 100.0 * table[i][experts].item<double>() / ranks,
+                                    table[i][experts + 1].item<double>() / ranks));
   }
   return lines;
 }
@@ -205,9 +170,8 @@ MoeTelemetryLines(torch::nn::Module &module, const TrainerContext &context) {
 // made while the GPU works through backward) and the group agrees through
 // the step's loss all-reduce (SummarizeStep), so every rank saves the same
 // step.
-bool PreemptionFlagInStore(const TrainerContext &context) {
-  if (context.store == nullptr || context.rank != 0)
-    return false;
+bool PreemptionFlagInStore(const TrainerContext& context) {
+  if (context.store == nullptr || context.rank != 0) return false;
   auto value = context.store->Get(store_keys::kPreempt);
   return value.ok() && value->has_value();
 }
@@ -221,84 +185,65 @@ struct StepSummary {
 // flag: one all-reduce (and one wait) per step for both.
 // Every stage's [forward, backward, transfers, schedule] seconds (a
 // collective over the pipeline group).
-absl::StatusOr<std::vector<std::array<double, 4>>>
-GatherStageSeconds(PipelineEngine &pipe, const std::array<double, 4> &mine,
-                   const TrainerContext &context) {
-  auto gathered =
-      pipe.GatherOverStages(std::vector<double>(mine.begin(), mine.end()));
-  if (!gathered.ok())
-    return gathered.status();
+absl::StatusOr<std::vector<std::array<double, 4>>> GatherStageSeconds(PipelineEngine& pipe,
+                                                                      const std::array<double, 4>& mine,
+                                                                      const TrainerContext& context) {
+  auto gathered = pipe.GatherOverStages(std::vector<double>(mine.begin(), mine.end()));
+  if (!gathered.ok()) return gathered.status();
   std::vector<std::array<double, 4>> out;
-  for (const std::vector<double> &stage : *gathered)
-    out.push_back({stage[0], stage[1], stage[2], stage[3]});
+  for (const std::vector<double>& stage : *gathered) out.push_back({stage[0], stage[1], stage[2], stage[3]});
   return out;
 }
 
 // --pipeline_timeline: every stage's instructions of this step, written by
 // rank 0 (a collective over each pipeline group).
-absl::Status WriteTimeline(PipelineEngine &pipe,
-                           const std::vector<PipelineEvent> &mine,
-                           const TrainerContext &context) {
+absl::Status WriteTimeline(PipelineEngine& pipe, const std::vector<PipelineEvent>& mine,
+                           const TrainerContext& context) {
   auto all = pipe.GatherTimelines(mine);
-  if (!all.ok())
-    return all.status();
-  if (context.rank != 0)
-    return absl::OkStatus();
-  if (absl::Status s = WritePipelineTimeline(context.pipeline_timeline, *all);
-      !s.ok())
-    return s;
-  absl::FPrintF(context.out,
-                "dsrank: wrote the pipeline timeline of this step to %s\n",
-                context.pipeline_timeline);
+  if (!all.ok()) return all.status();
+  if (context.rank != 0) return absl::OkStatus();
+  if (absl::Status s = WritePipelineTimeline(context.pipeline_timeline, *all); !s.ok()) return s;
+  absl::FPrintF(context.out, "dsrank: wrote the pipeline timeline of this step to %s\n", context.pipeline_timeline);
   return absl::OkStatus();
 }
 
-StepSummary SummarizeStep(double loss, bool preempt_flag,
-                          const TrainerContext &context) {
-  if (context.world == nullptr || context.world->size() == 1)
-    return {loss, preempt_flag};
-  torch::Tensor t = torch::tensor({loss, preempt_flag ? 1.0 : 0.0},
-                                  torch::TensorOptions().dtype(torch::kDouble))
+StepSummary SummarizeStep(double loss, bool preempt_flag, const TrainerContext& context) {
+  if (context.world == nullptr || context.world->size() == 1) return {loss, preempt_flag};
+  torch::Tensor t = torch::tensor({loss, preempt_flag ? 1.0 : 0.0}, torch::TensorOptions().dtype(torch::kDouble))
                         .to(context.device);
-  if (!context.world->AllReduce(t, ReduceOp::kSum).ok())
-    return {loss, false};
+  if (!context.world->AllReduce(t, ReduceOp::kSum).ok()) return {loss, false};
   t = t.cpu();
-  return {t.data_ptr<double>()[0] / context.world->size(),
-          t.data_ptr<double>()[1] > 0};
+  return {t.data_ptr<double>()[0] / context.world->size(), t.data_ptr<double>()[1] > 0};
 }
 
-absl::Status RunTraining(const JobConfig &job, const TrainerContext &context);
+absl::Status RunTraining(const JobConfig& job, const TrainerContext& context);
 
-} // namespace
+}  // namespace
 
-absl::Status TrainGpt(const JobConfig &job, const TrainerContext &context) {
+absl::Status TrainGpt(const JobConfig& job, const TrainerContext& context) {
   // LibTorch reports failures inside forward (out of device memory, a
   // collective that failed in a ZeRO-3 gather) as exceptions: one clear line
   // and a non-zero exit instead of an abort with a stack of frames.
   try {
     return RunTraining(job, context);
-  } catch (const c10::Error &e) {
+  } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     const bool memory = what.find("out of memory") != std::string::npos;
-    return memory
-               ? absl::ResourceExhaustedError(
-                     absl::StrCat("training stopped: ", what))
-               : absl::InternalError(absl::StrCat("training stopped: ", what));
-  } catch (const std::bad_alloc &) {
+    return memory ? absl::ResourceExhaustedError(absl::StrCat("training stopped: ", what))
+                  : absl::InternalError(absl::StrCat("training stopped: ", what));
+  } catch (const std::bad_alloc&) {
     // Host memory, outside LibTorch's allocator (a model or batch too large
     // for this machine, within the bounds of runtime/config/config_limits.h).
     return absl::ResourceExhaustedError(
-        absl::StrCat("training stopped: out of host memory (", job.model.layers,
-                     " layers of width ", job.model.width, ", micro-batch ",
-                     job.ds.train_micro_batch_size_per_gpu, ")"));
+        absl::StrCat("training stopped: out of host memory (", job.model.layers, " layers of width ",
+                     job.model.width, ", micro-batch ", job.ds.train_micro_batch_size_per_gpu, ")"));
   }
 }
 
 namespace {
 
-absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
-  if (auto s = EnsureDataset(job, context); !s.ok())
-    return s;
+absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
+  if (auto s = EnsureDataset(job, context); !s.ok()) return s;
   // The dataset: its vocabulary, and its documents split into training and
   // held-out evaluation (the last validation_fraction of them).
   std::unique_ptr<IndexedDataset> text_dataset;
@@ -306,80 +251,57 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   int64_t dataset_vocab = 0, documents = 0;
   if (job.data.instruction()) {
     auto opened = InstructionDataset::Open(job.data.prepared);
-    if (!opened.ok())
-      return opened.status();
+    if (!opened.ok()) return opened.status();
     instruction_dataset = std::move(*opened);
     dataset_vocab = instruction_dataset->vocab_size();
     documents = instruction_dataset->num_documents();
   } else {
     auto opened = IndexedDataset::Open(job.data.prepared);
-    if (!opened.ok())
-      return opened.status();
+    if (!opened.ok()) return opened.status();
     text_dataset = std::move(*opened);
     dataset_vocab = text_dataset->vocab_size();
     documents = text_dataset->num_documents();
   }
-  const int64_t vocab =
-      job.model.vocab_size > 0 ? job.model.vocab_size : dataset_vocab;
+  const int64_t vocab = job.model.vocab_size > 0 ? job.model.vocab_size : dataset_vocab;
   if (vocab < dataset_vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        job.path, ": model.vocab_size ", vocab,
-        " is smaller than the dataset's vocabulary (", dataset_vocab, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.vocab_size ", vocab,
+                                                   " is smaller than the dataset's vocabulary (", dataset_vocab, ")"));
   }
   int64_t train_documents = documents;
   if (job.data.validation_fraction > 0) {
-    train_documents = std::max<int64_t>(
-        1,
-        static_cast<int64_t>(documents * (1 - job.data.validation_fraction)));
+    train_documents = std::max<int64_t>(1, static_cast<int64_t>(documents * (1 - job.data.validation_fraction)));
   }
-  const bool evaluate =
-      train_documents < documents && job.train.eval_interval > 0;
+  const bool evaluate = train_documents < documents && job.train.eval_interval > 0;
   std::unique_ptr<TrainingBatches> train_samples, eval_samples;
   if (instruction_dataset) {
-    // Padding is never a target and never attended to; its id only has to
-    // exist.
-    auto batches =
-        [&](int64_t first,
-            int64_t end) -> absl::StatusOr<std::unique_ptr<TrainingBatches>> {
-      auto options =
-          InstructionSamplesOptionsFor(job, /*pad_id=*/0, first, end);
-      if (!options.ok())
-        return options.status();
-      auto samples =
-          InstructionSamples::Create(instruction_dataset.get(), *options);
-      if (!samples.ok())
-        return samples.status();
+    // Padding is never a target and never attended to; its id only has to exist.
+    auto batches = [&](int64_t first, int64_t end) -> absl::StatusOr<std::unique_ptr<TrainingBatches>> {
+      auto options = InstructionSamplesOptionsFor(job, /*pad_id=*/0, first, end);
+      if (!options.ok()) return options.status();
+      auto samples = InstructionSamples::Create(instruction_dataset.get(), *options);
+      if (!samples.ok()) return samples.status();
       if (context.rank == 0) {
-        absl::FPrintF(context.out, "dsrank: %s data: %s\n",
-                      first == 0 ? "training" : "evaluation",
+        absl::FPrintF(context.out, "dsrank: %s data: %s\n", first == 0 ? "training" : "evaluation",
                       (*samples)->Summary());
       }
-      return TrainingBatches::Instructions(std::move(*samples),
-                                           job.data.packing);
+      return TrainingBatches::Instructions(std::move(*samples), job.data.packing);
     };
     auto train = batches(0, train_documents);
-    if (!train.ok())
-      return train.status();
+    if (!train.ok()) return train.status();
     train_samples = std::move(*train);
     if (evaluate) {
       auto held_out = batches(train_documents, documents);
-      if (held_out.ok())
-        eval_samples = std::move(*held_out);
+      if (held_out.ok()) eval_samples = std::move(*held_out);
     }
   } else {
-    auto train = GptSamples::Create(
-        text_dataset.get(), text_dataset->DocumentTokens(0, train_documents),
-        job.model.sequence_length, job.train.seed);
-    if (!train.ok())
-      return train.status();
+    auto train = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(0, train_documents),
+                                    job.model.sequence_length, job.train.seed);
+    if (!train.ok()) return train.status();
     train_samples = TrainingBatches::Text(std::move(*train));
     if (evaluate) {
-      auto held_out = GptSamples::Create(
-          text_dataset.get(),
-          text_dataset->DocumentTokens(train_documents, documents),
-          job.model.sequence_length, job.train.seed);
-      if (held_out.ok())
-        eval_samples = TrainingBatches::Text(std::move(*held_out));
+      auto held_out = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(train_documents, documents),
+                                         job.model.sequence_length, job.train.seed);
+      if (held_out.ok()) eval_samples = TrainingBatches::Text(std::move(*held_out));
     }
   }
 
@@ -396,25 +318,21 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   // DeepSpeed's activation_checkpointing: number_checkpoints evenly spaced
   // blocks are recomputed in backward; cpu_checkpointing keeps their inputs
   // in host memory.
-  const ActivationCheckpointingConfig &checkpointing =
-      job.ds.activation_checkpointing;
+  const ActivationCheckpointingConfig& checkpointing = job.ds.activation_checkpointing;
   spec.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
   spec.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
   spec.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
   // Note [Tensor parallelism]: the model holds this rank's slices.
   if (context.parallel && context.parallel->tensor() != nullptr) {
-    Communicator *tensor = context.parallel->tensor();
-    spec.tensor_parallel = TensorParallelGroup{
-        tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
-    if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size());
-        !refused.ok())
-      return refused;
+    Communicator* tensor = context.parallel->tensor();
+    spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
+    if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size()); !refused.ok()) return refused;
   }
   // Note [Mixture of experts]: model.moe, the experts split over this
   // rank's expert group.
   if (job.model.moe.num_experts > 0) {
-    const ModelMoeConfig &m = job.model.moe;
-    MoeOptions &moe = spec.moe;
+    const ModelMoeConfig& m = job.model.moe;
+    MoeOptions& moe = spec.moe;
     moe.gating.num_experts = m.num_experts;
     moe.gating.top_k = m.top_k;
     moe.gating.capacity_factor = m.capacity_factor;
@@ -423,20 +341,17 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
     moe.gating.drop_tokens = m.drop_tokens;
     moe.gating.use_rts = m.use_rts;
     moe.gating.second_expert_sampling = m.second_expert_sampling;
-    if (!ParseNoisyGatePolicy(m.noisy_gate_policy,
-                              &moe.gating.noisy_gate_policy)) {
+    if (!ParseNoisyGatePolicy(m.noisy_gate_policy, &moe.gating.noisy_gate_policy)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(job.path, ": model.moe.noisy_gate_policy: '",
-                       m.noisy_gate_policy, "'"));
+          absl::StrCat(job.path, ": model.moe.noisy_gate_policy: '", m.noisy_gate_policy, "'"));
     }
     moe.every = m.every;
     moe.aux_loss_coef = m.aux_loss_coef;
     moe.z_loss_coef = m.z_loss_coef;
     moe.use_residual = m.use_residual;
     if (context.parallel && context.parallel->expert() != nullptr) {
-      Communicator *expert = context.parallel->expert();
-      moe.expert_parallel =
-          ExpertParallelGroup{expert, expert->rank(), expert->size()};
+      Communicator* expert = context.parallel->expert();
+      moe.expert_parallel = ExpertParallelGroup{expert, expert->rank(), expert->size()};
     }
     if (const std::string problem = CheckMoeOptions(moe); !problem.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(job.path, ": ", problem));
@@ -444,55 +359,45 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   }
   if (spec.fused_kernels && !FusedKernelsBuilt()) {
     return absl::FailedPreconditionError(
-        "model.fused_kernels=true on a GPU, but this build has no CUDA kernels "
-        "(nvcc was not found when it was "
-        "configured): rebuild with the CUDA toolkit, or set "
-        "model.fused_kernels=false");
+        "model.fused_kernels=true on a GPU, but this build has no CUDA kernels (nvcc was not found when it was "
+        "configured): rebuild with the CUDA toolkit, or set model.fused_kernels=false");
   }
   if (context.rank == 0 && context.device.is_cuda()) {
-    absl::FPrintF(
-        context.out, "dsrank: %s\n",
-        spec.fused_kernels
-            ? (spec.type == "llama"
-                   ? "fused CUDA kernels: RMSNorm, SwiGLU, cross-entropy"
-                   : "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy")
-            : "model.fused_kernels=false: LibTorch ops");
+    absl::FPrintF(context.out, "dsrank: %s\n",
+                  spec.fused_kernels ? (spec.type == "llama" ? "fused CUDA kernels: RMSNorm, SwiGLU, cross-entropy"
+                                                             : "fused CUDA kernels: LayerNorm, bias+GELU, cross-entropy")
+                                     : "model.fused_kernels=false: LibTorch ops");
   }
   // model.from: a Hugging Face folder gives the sizes and the weights,
   // checked whole before the engine starts (runtime/hf/hf_weights.h).
   std::unique_ptr<HfModelFolder> pretrained;
   if (!job.model.from.empty()) {
     auto opened = HfModelFolder::Open(*context.file_system, job.model.from);
-    if (!opened.ok())
-      return opened.status();
+    if (!opened.ok()) return opened.status();
     pretrained = std::move(*opened);
     spec.hf_config_text = pretrained->config_text();
     spec.hf_config_path = pretrained->config_path();
   }
   // Note [Model interface]: the family by name.
   absl::StatusOr<BuiltModel> built = BuildModel(spec, job.train.seed);
-  if (!built.ok())
-    return built.status();
+  if (!built.ok()) return built.status();
   // The rank's random stream (dropout, routing noise) starts once the model
   // is built: LibTorch's module constructors draw from it, and how much of
   // the model a rank holds (its experts, its slices) must not shift it.
   torch::manual_seed(job.train.seed + context.rank);
-  ModelInterface *model = built->model;
+  ModelInterface* model = built->model;
   if (pretrained) {
     // Split over a tensor group, each rank copies only its slices.
-    if (absl::Status loaded = LoadHfWeights(
-            *pretrained, *built->module, model->TensorParallelForms(),
-            spec.tensor_parallel.rank, spec.tensor_parallel.size);
+    if (absl::Status loaded = LoadHfWeights(*pretrained, *built->module, model->TensorParallelForms(),
+                                            spec.tensor_parallel.rank, spec.tensor_parallel.size);
         !loaded.ok()) {
       return loaded;
     }
     if (context.rank == 0) {
-      absl::FPrintF(
-          context.out, "dsrank: loaded %s (%s weights)\n", job.model.from,
-          pretrained->torch_dtype().empty() ? std::string("F32/F16/BF16")
-                                            : pretrained->torch_dtype());
+      absl::FPrintF(context.out, "dsrank: loaded %s (%s weights)\n", job.model.from,
+                    pretrained->torch_dtype().empty() ? std::string("F32/F16/BF16") : pretrained->torch_dtype());
     }
-    pretrained.reset(); // the weights are in the module; the mappings go
+    pretrained.reset();  // the weights are in the module; the mappings go
   }
   // LoRA: adapters on the targeted projections, the rest frozen (Note [LoRA]).
   LoraSettings lora;
@@ -503,37 +408,26 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
     lora.adapter.use_rslora = job.lora.use_rslora;
     lora.target_modules = job.lora.target_modules;
     auto applied = ApplyLora(*built->module, lora, job.train.seed);
-    if (!applied.ok())
-      return absl::Status(
-          applied.status().code(),
-          absl::StrCat(job.path, ": ", applied.status().message()));
+    if (!applied.ok()) return absl::Status(applied.status().code(), absl::StrCat(job.path, ": ", applied.status().message()));
     if (context.rank == 0) {
       absl::FPrintF(context.out,
-                    "dsrank: LoRA r=%d alpha=%g on %d projections: %d "
-                    "trainable parameters, %d frozen (%.3f%%)\n",
-                    lora.adapter.r, lora.adapter.alpha,
-                    applied->adapted_projections, applied->trainable_parameters,
+                    "dsrank: LoRA r=%d alpha=%g on %d projections: %d trainable parameters, %d frozen (%.3f%%)\n",
+                    lora.adapter.r, lora.adapter.alpha, applied->adapted_projections, applied->trainable_parameters,
                     applied->frozen_parameters,
                     100.0 * applied->trainable_parameters /
-                        std::max<int64_t>(1, applied->trainable_parameters +
-                                                 applied->frozen_parameters));
+                        std::max<int64_t>(1, applied->trainable_parameters + applied->frozen_parameters));
     }
   }
   HfExportOptions export_options;
   if (!job.export_.hf_dir.empty()) {
     if (!built->hf_config_json) {
       return absl::InvalidArgumentError(
-          absl::StrCat(job.path, ": export.hf_dir: model.type ", job.model.type,
-                       " has no Hugging Face form"));
+          absl::StrCat(job.path, ": export.hf_dir: model.type ", job.model.type, " has no Hugging Face form"));
     }
     auto dtype = ParseExportDtype(job.export_.dtype, "export.dtype");
-    if (!dtype.ok())
-      return dtype.status();
-    auto shard =
-        ParseShardSize(job.export_.max_shard_size,
-                       absl::StrCat(job.path, ": export.max_shard_size"));
-    if (!shard.ok())
-      return shard.status();
+    if (!dtype.ok()) return dtype.status();
+    auto shard = ParseShardSize(job.export_.max_shard_size, absl::StrCat(job.path, ": export.max_shard_size"));
+    if (!shard.ok()) return shard.status();
     export_options.folder = job.export_.hf_dir;
     export_options.dtype = *dtype;
     export_options.max_shard_bytes = *shard;
@@ -543,8 +437,7 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   HfExportOptions adapter_options;
   if (!job.export_.adapter_dir.empty()) {
     auto dtype = ParseExportDtype(job.export_.dtype, "export.dtype");
-    if (!dtype.ok())
-      return dtype.status();
+    if (!dtype.ok()) return dtype.status();
     adapter_options.folder = job.export_.adapter_dir;
     adapter_options.dtype = *dtype;
     adapter_options.config_json = PeftAdapterConfigJson(lora, job.model.from);
@@ -558,37 +451,29 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   std::unique_ptr<Engine> plain_engine;
   {
     std::shared_ptr<const ParallelState> parallel =
-        context.parallel ? context.parallel
-                         : ParallelState::DataParallelOnly(nullptr);
+        context.parallel ? context.parallel : ParallelState::DataParallelOnly(nullptr);
     if (job.ds.pipeline.stages > 1) {
-      auto created = PipelineEngine::Create(built->module, job.ds, parallel,
-                                            context.device);
-      if (!created.ok())
-        return created.status();
+      auto created = PipelineEngine::Create(built->module, job.ds, parallel, context.device);
+      if (!created.ok()) return created.status();
       pipe = std::move(*created);
     } else {
-      auto created =
-          Engine::Create(built->module, job.ds, parallel, context.device);
-      if (!created.ok())
-        return created.status();
+      auto created = Engine::Create(built->module, job.ds, parallel, context.device);
+      if (!created.ok()) return created.status();
       plain_engine = std::move(*created);
     }
   }
-  Engine *const engine = pipe ? &pipe->engine() : plain_engine.get();
-  const DsConfig &ds = job.ds;
+  Engine* const engine = pipe ? &pipe->engine() : plain_engine.get();
+  const DsConfig& ds = job.ds;
   // Each data-parallel replica reads its own rows; the ranks of a tensor
   // group read the same ones.
-  Communicator *data_group =
-      context.parallel ? context.parallel->data() : nullptr;
-  auto sampler = DistributedSampler::Create(
-      data_group ? data_group->rank() : 0, data_group ? data_group->size() : 1,
-      static_cast<int>(ds.train_micro_batch_size_per_gpu),
-      static_cast<int>(ds.gradient_accumulation_steps));
-  if (!sampler.ok())
-    return sampler.status();
+  Communicator* data_group = context.parallel ? context.parallel->data() : nullptr;
+  auto sampler = DistributedSampler::Create(data_group ? data_group->rank() : 0, data_group ? data_group->size() : 1,
+                                            static_cast<int>(ds.train_micro_batch_size_per_gpu),
+                                            static_cast<int>(ds.gradient_accumulation_steps));
+  if (!sampler.ok()) return sampler.status();
 
   int64_t consumed = 0;
-  const std::string &checkpoint_dir = job.checkpoint.dir;
+  const std::string& checkpoint_dir = job.checkpoint.dir;
   EngineCheckpointer checkpointer(*engine, *context.file_system);
   // Note [Committed checkpoints]: a restart resumes from the tag the
   // controller recorded as committed; a fresh job from `latest`. Note
@@ -596,34 +481,25 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   // and skipped for the newest one that does; every rank makes the same
   // choice from the same files.
   if (!checkpoint_dir.empty() && job.checkpoint.resume) {
-    const ResumeChoice choice = ChooseResumeCheckpoint(
-        *context.file_system, checkpoint_dir, context.resume_tag);
+    const ResumeChoice choice = ChooseResumeCheckpoint(*context.file_system, checkpoint_dir, context.resume_tag);
     if (context.rank == 0) {
-      for (const std::string &note : choice.notes)
-        absl::FPrintF(context.out, "dsrank: %s\n", note);
+      for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
     }
     if (!choice.tag.empty()) {
       auto client = checkpointer.Load(checkpoint_dir, choice.tag);
-      if (!client.ok())
-        return client.status();
+      if (!client.ok()) return client.status();
       consumed = (*client)[kConsumedSamples];
       if (context.rank == 0) {
-        const bool as_recorded =
-            !context.resume_tag.empty() && choice.tag == context.resume_tag;
-        absl::FPrintF(
-            context.out, "dsrank: resumed from %s/%s at step %d%s\n",
-            checkpoint_dir, choice.tag, engine->global_steps(),
-            as_recorded
-                ? " (the last checkpoint the controller recorded as committed)"
-                : "");
+        const bool as_recorded = !context.resume_tag.empty() && choice.tag == context.resume_tag;
+        absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, choice.tag,
+                      engine->global_steps(),
+                      as_recorded ? " (the last checkpoint the controller recorded as committed)" : "");
       }
     } else if (context.rank == 0) {
-      absl::FPrintF(
-          context.out, "dsrank: %s: training from step 1\n",
-          choice.skipped > 0
-              ? absl::StrCat("no checkpoint in ", checkpoint_dir, " verifies (",
-                             choice.skipped, " skipped, and kept)")
-              : absl::StrCat("no checkpoint in ", checkpoint_dir, " yet"));
+      absl::FPrintF(context.out, "dsrank: %s: training from step 1\n",
+                    choice.skipped > 0 ? absl::StrCat("no checkpoint in ", checkpoint_dir, " verifies (",
+                                                      choice.skipped, " skipped, and kept)")
+                                       : absl::StrCat("no checkpoint in ", checkpoint_dir, " yet"));
     }
     std::fflush(context.out);
   }
@@ -631,46 +507,33 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
   // protocol); rank 0 then records the tag for the controller.
   auto save = [&](int64_t step) -> absl::Status {
     const std::string tag = absl::StrCat("global_step", step);
-    absl::Status saved =
-        checkpointer.Save(checkpoint_dir, tag, {{kConsumedSamples, consumed}},
-                          job.checkpoint.keep);
+    absl::Status saved = checkpointer.Save(checkpoint_dir, tag, {{kConsumedSamples, consumed}}, job.checkpoint.keep);
     if (saved.ok() && context.rank == 0 && context.store != nullptr) {
       (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
     }
     return saved;
   };
   if (context.rank == 0) {
-    absl::FPrintF(context.out,
-                  "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
-                  model->family() == "gpt" ? std::string("GPT")
-                                           : model->family(),
-                  parameter_count, context.world_size, context.device.str(),
+    absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
+                  model->family() == "gpt" ? std::string("GPT") : model->family(), parameter_count, context.world_size, context.device.str(),
                   c10::toString(engine->compute_dtype()));
     if (pipe) {
-      absl::FPrintF(
-          context.out,
-          "dsrank: pipeline: %s schedule, %d stages%s, %d micro-batches per "
-          "step; layers:\n",
-          PipelineScheduleName(pipe->schedule()), pipe->stages(),
-          pipe->shape().virtual_stages > 1
-              ? absl::StrCat(" x ", pipe->shape().virtual_stages, " virtual")
-              : std::string(),
-          pipe->shape().micro_batches);
-      for (const std::string &line : pipe->partition_lines())
-        absl::FPrintF(context.out, "  %s\n", line);
+      absl::FPrintF(context.out, "dsrank: pipeline: %s schedule, %d stages%s, %d micro-batches per step; layers:\n",
+                    PipelineScheduleName(pipe->schedule()), pipe->stages(),
+                    pipe->shape().virtual_stages > 1 ? absl::StrCat(" x ", pipe->shape().virtual_stages, " virtual")
+                                                     : std::string(),
+                    pipe->shape().micro_batches);
+      for (const std::string& line : pipe->partition_lines()) absl::FPrintF(context.out, "  %s\n", line);
     }
     std::fflush(context.out);
   }
   std::ofstream loss_log;
   if (context.rank == 0 && !context.loss_log.empty()) {
     loss_log.open(context.loss_log, std::ios::app);
-    if (!loss_log)
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot write --loss_log ", context.loss_log));
+    if (!loss_log) return absl::PermissionDeniedError(absl::StrCat("cannot write --loss_log ", context.loss_log));
   }
 
-  const int64_t tokens_per_step =
-      sampler->global_batch() * job.model.sequence_length;
+  const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;
@@ -695,22 +558,17 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
       std::vector<TokenBatch> batches;
       for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
         absl::Status read;
-        batches.push_back(prefetched
-                              ? *std::exchange(prefetched, std::nullopt)
-                              : train_samples->Load(
-                                    sampler->MicroBatchIndices(consumed, micro),
-                                    context.device, &read));
-        if (!read.ok())
-          return read;
+        batches.push_back(prefetched ? *std::exchange(prefetched, std::nullopt)
+                                     : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device,
+                                                           &read));
+        if (!read.ok()) return read;
       }
       preempt_flag = PreemptionFlagInStore(context);
-      if (step == context.raise_at_step && context.rank == context.raise_rank &&
-          context.attempt == 0) {
+      if (step == context.raise_at_step && context.rank == context.raise_rank && context.attempt == 0) {
         pipe->FailForwardForTesting(/*micro_batch=*/1);
       }
       auto trained = pipe->TrainBatch(batches);
-      if (!trained.ok())
-        return trained.status();
+      if (!trained.ok()) return trained.status();
       result = trained->step;
       step_loss = trained->loss;
       forward_backward_seconds += trained->schedule_seconds;
@@ -719,29 +577,20 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
       pipeline_seconds[1] += trained->backward_seconds;
       pipeline_seconds[2] += trained->transfer_seconds;
       pipeline_seconds[3] += trained->schedule_seconds;
-      if (!context.pipeline_timeline.empty() &&
-          step == std::min<int64_t>(2, job.train.steps)) {
-        if (absl::Status s = WriteTimeline(*pipe, trained->timeline, context);
-            !s.ok())
-          return s;
+      if (!context.pipeline_timeline.empty() && step == std::min<int64_t>(2, job.train.steps)) {
+        if (absl::Status s = WriteTimeline(*pipe, trained->timeline, context); !s.ok()) return s;
       }
     } else {
       for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
         absl::Status read;
-        TokenBatch batch =
-            prefetched ? *std::exchange(prefetched, std::nullopt)
-                       : train_samples->Load(
-                             sampler->MicroBatchIndices(consumed, micro),
-                             context.device, &read);
-        if (!read.ok())
-          return read;
+        TokenBatch batch = prefetched ? *std::exchange(prefetched, std::nullopt)
+                                      : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device, &read);
+        if (!read.ok()) return read;
         auto started = Clock::now();
         torch::Tensor loss = model->BatchLoss(batch);
         torch::Tensor detached = loss.detach().to(torch::kDouble);
-        step_loss_sum =
-            step_loss_sum.defined() ? step_loss_sum + detached : detached;
-        if (auto s = engine->Backward(loss); !s.ok())
-          return s;
+        step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
+        if (auto s = engine->Backward(loss); !s.ok()) return s;
         auto backward_done = Clock::now();
         if (micro + 1 == ds.gradient_accumulation_steps) {
           // What does not need the step's results runs while the GPU still
@@ -751,28 +600,20 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
           // counts finished steps.
           preempt_flag = PreemptionFlagInStore(context);
           if (step < job.train.steps) {
-            prefetched =
-                train_samples->Load(sampler->MicroBatchIndices(
-                                        consumed + sampler->global_batch(), 0),
-                                    context.device, &read);
+            prefetched = train_samples->Load(sampler->MicroBatchIndices(consumed + sampler->global_batch(), 0),
+                                             context.device, &read);
             // A failed read is the next step's error: this step finishes (and
             // saves) first, and the next one reads again and reports it.
-            if (!read.ok())
-              prefetched.reset();
+            if (!read.ok()) prefetched.reset();
           }
-          overlapped_seconds +=
-              std::chrono::duration<double>(Clock::now() - backward_done)
-                  .count();
+          overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
         }
         auto step_started = Clock::now();
         auto stepped = engine->Step();
-        if (!stepped.ok())
-          return stepped.status();
+        if (!stepped.ok()) return stepped.status();
         result = *stepped;
-        forward_backward_seconds +=
-            std::chrono::duration<double>(backward_done - started).count();
-        step_seconds +=
-            std::chrono::duration<double>(Clock::now() - step_started).count();
+        forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
+        step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
       }
       step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
     }
@@ -782,15 +623,11 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
     // also publishes its step in the store, as other programs do; after
     // that, the controller reads the heartbeats and the round trip (made
     // after the step's last wait, while the GPU idles) is left out.
-    if (context.rank_runtime != nullptr)
-      context.rank_runtime->ReportStep(step);
+    if (context.rank_runtime != nullptr) context.rank_runtime->ReportStep(step);
     const bool heartbeats_carry_progress =
-        context.rank_runtime != nullptr &&
-        context.rank_runtime->heartbeats_accepted();
-    if (context.rank == 0 && context.store != nullptr &&
-        !heartbeats_carry_progress) {
-      (void)context.store->Set(store_keys::kProgressStep,
-                               absl::StrCat("step ", step));
+        context.rank_runtime != nullptr && context.rank_runtime->heartbeats_accepted();
+    if (context.rank == 0 && context.store != nullptr && !heartbeats_carry_progress) {
+      (void)context.store->Set(store_keys::kProgressStep, absl::StrCat("step ", step));
     }
     // Note [Non-finite guard]: the engine skipped a step whose loss or
     // gradient norm was not finite (every rank decides the same); so many in
@@ -800,24 +637,18 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
       ++nonfinite_in_a_row;
       if (context.rank == 0) {
         absl::FPrintF(context.out,
-                      "dsrank: step %d skipped: its loss or gradient norm is "
-                      "not finite (%d in a row, "
+                      "dsrank: step %d skipped: its loss or gradient norm is not finite (%d in a row, "
                       "train.max_nonfinite_steps=%d)\n",
                       step, nonfinite_in_a_row, job.train.max_nonfinite_steps);
         std::fflush(context.out);
       }
       if (nonfinite_in_a_row >= job.train.max_nonfinite_steps) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "training diverged: the loss or gradient norm was not finite in ",
-            nonfinite_in_a_row, " steps in a row (steps ",
-            step - nonfinite_in_a_row + 1, "-", step,
+            "training diverged: the loss or gradient norm was not finite in ", nonfinite_in_a_row,
+            " steps in a row (steps ", step - nonfinite_in_a_row + 1, "-", step,
             ", train.max_nonfinite_steps=", job.train.max_nonfinite_steps,
-            "); every one was skipped, so the parameters are those after step ",
-            step - nonfinite_in_a_row,
-            last_saved > 0
-                ? absl::StrCat(", and the last checkpoint is global_step",
-                               last_saved)
-                : std::string()));
+            "); every one was skipped, so the parameters are those after step ", step - nonfinite_in_a_row,
+            last_saved > 0 ? absl::StrCat(", and the last checkpoint is global_step", last_saved) : std::string()));
       }
     } else if (result.boundary) {
       nonfinite_in_a_row = 0;
@@ -826,16 +657,13 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
     ++window_steps;
     const StepSummary summary = SummarizeStep(step_loss, preempt_flag, context);
     const double mean_loss = summary.mean_loss;
-    if (loss_log.is_open())
-      loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
-    const bool printing =
-        step % ds.steps_per_print == 0 || step == job.train.steps;
+    if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
+    const bool printing = step % ds.steps_per_print == 0 || step == job.train.steps;
     // Every stage's times, gathered on all ranks (a collective).
     std::vector<std::array<double, 4>> stage_seconds;
     if (pipe && printing && ds.wall_clock_breakdown) {
       auto gathered = GatherStageSeconds(*pipe, pipeline_seconds, context);
-      if (!gathered.ok())
-        return gathered.status();
+      if (!gathered.ok()) return gathered.status();
       stage_seconds = std::move(*gathered);
     }
     // model.moe.telemetry: each expert layer's routing of the step's last
@@ -843,63 +671,44 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
     std::vector<std::string> moe_lines;
     if (job.model.moe.telemetry && printing) {
       auto lines = MoeTelemetryLines(*built->module, context);
-      if (!lines.ok())
-        return lines.status();
+      if (!lines.ok()) return lines.status();
       moe_lines = std::move(*lines);
     }
     if (context.rank == 0 && printing) {
-      const double seconds =
-          std::chrono::duration<double>(Clock::now() - window_start).count();
-      absl::FPrintF(context.out,
-                    "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f\n",
-                    step, mean_loss, result.lr, result.loss_scale,
-                    seconds > 0 ? window_steps * tokens_per_step / seconds
-                                : 0.0);
-      for (const std::string &line : moe_lines)
-        absl::FPrintF(context.out, "  %s\n", line);
+      const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f\n", step, mean_loss, result.lr,
+                    result.loss_scale, seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0);
+      for (const std::string& line : moe_lines) absl::FPrintF(context.out, "  %s\n", line);
       if (ds.wall_clock_breakdown) {
         absl::FPrintF(context.out,
-                      "  wall clock over %d step(s): forward+backward %.3f s, "
-                      "all-reduce+optimizer %.3f s, "
-                      "preemption check and next batch (while the GPU works) "
-                      "%.3f s, the rest %.3f s\n",
-                      window_steps, forward_backward_seconds, step_seconds,
-                      overlapped_seconds,
-                      seconds - forward_backward_seconds - step_seconds -
-                          overlapped_seconds);
+                      "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s, "
+                      "preemption check and next batch (while the GPU works) %.3f s, the rest %.3f s\n",
+                      window_steps, forward_backward_seconds, step_seconds, overlapped_seconds,
+                      seconds - forward_backward_seconds - step_seconds - overlapped_seconds);
         for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
-          const auto &t = stage_seconds[stage];
+          const auto& t = stage_seconds[stage];
           absl::FPrintF(context.out,
-                        "  pipeline stage %d: forward %.3f s, backward %.3f s, "
-                        "transfers %.3f s, bubble %.1f%% "
+                        "  pipeline stage %d: forward %.3f s, backward %.3f s, transfers %.3f s, bubble %.1f%% "
                         "(schedule's theory %.1f%%)\n",
-                        stage, t[0], t[1], t[2],
-                        t[3] > 0 ? 100.0 * (1.0 - (t[0] + t[1]) / t[3]) : 0.0,
-                        100.0 * TheoreticalBubbleFraction(pipe->schedule(),
-                                                          pipe->shape()));
+                        stage, t[0], t[1], t[2], t[3] > 0 ? 100.0 * (1.0 - (t[0] + t[1]) / t[3]) : 0.0,
+                        100.0 * TheoreticalBubbleFraction(pipe->schedule(), pipe->shape()));
         }
       }
       if (ds.memory_breakdown) {
         Engine::MemoryBreakdown m = engine->Memory();
         absl::FPrintF(context.out,
-                      "  memory: parameters %d B%s, gradients %d B, master "
-                      "weights %d B%s, optimizer state %d B%s, "
+                      "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s, "
                       "frozen parameters %d B\n",
-                      m.parameters, m.parameters_on_host ? " (host)" : "",
-                      m.gradients, m.master_weights,
-                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state,
-                      m.optimizer_on_host ? " (host)" : "",
+                      m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
+                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
                       m.frozen_parameters);
         if (context.device.is_cuda()) {
           absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",
-                        compat::CudaPeakAllocatedBytes(context.device.index()) /
-                            double(1 << 30));
+                        compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30));
         }
         if (ds.zero_optimization.stage == 3) {
-          absl::FPrintF(
-              context.out,
-              "  ZeRO-3: at most %d parameter elements gathered at once\n",
-              m.gathered_peak_elements);
+          absl::FPrintF(context.out, "  ZeRO-3: at most %d parameter elements gathered at once\n",
+                        m.gathered_peak_elements);
         }
       }
       std::fflush(context.out);
@@ -912,26 +721,21 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
       torch::NoGradGuard no_grad;
       built->module->eval();
       double eval_loss = 0;
-      const int64_t per_eval = ds.train_micro_batch_size_per_gpu *
-                               (data_group ? data_group->size() : 1);
+      const int64_t per_eval = ds.train_micro_batch_size_per_gpu * (data_group ? data_group->size() : 1);
       std::vector<TokenBatch> eval_batches;
       for (int64_t i = 0; i < job.train.eval_steps; ++i) {
         absl::Status read;
-        TokenBatch batch = eval_samples->Load(
-            sampler->MicroBatchIndices(i * per_eval, 0), context.device, &read);
-        if (!read.ok())
-          return read;
+        TokenBatch batch = eval_samples->Load(sampler->MicroBatchIndices(i * per_eval, 0), context.device, &read);
+        if (!read.ok()) return read;
         if (pipe) {
           eval_batches.push_back(std::move(batch));
         } else {
-          eval_loss +=
-              model->BatchLoss(batch).item<double>() / job.train.eval_steps;
+          eval_loss += model->BatchLoss(batch).item<double>() / job.train.eval_steps;
         }
       }
       if (pipe) {
         auto evaluated = pipe->EvalBatch(eval_batches);
-        if (!evaluated.ok())
-          return evaluated.status();
+        if (!evaluated.ok()) return evaluated.status();
         eval_loss = *evaluated;
       }
       eval_loss = MeanOverWorld(eval_loss, context);
@@ -940,76 +744,55 @@ absl::Status RunTraining(const JobConfig &job, const TrainerContext &context) {
         std::fflush(context.out);
       }
     }
-    const bool at_interval =
-        job.checkpoint.interval > 0 && step % job.checkpoint.interval == 0;
+    const bool at_interval = job.checkpoint.interval > 0 && step % job.checkpoint.interval == 0;
     if (!checkpoint_dir.empty() && (at_interval || step == job.train.steps)) {
-      if (absl::Status saved = save(step); !saved.ok())
-        return saved;
+      if (absl::Status saved = save(step); !saved.ok()) return saved;
       last_saved = step;
     }
     if (step == context.hang_at_step && context.attempt == 0 &&
         (context.hang_rank < 0 || context.hang_rank == context.rank)) {
       // Fault injection: stop making progress while staying alive.
-      absl::FPrintF(
-          context.out,
-          "dsrank: hanging after step %d on purpose (--hang_at_step)\n", step);
+      absl::FPrintF(context.out, "dsrank: hanging after step %d on purpose (--hang_at_step)\n", step);
       std::fflush(context.out);
-      while (true)
-        std::this_thread::sleep_for(std::chrono::seconds(1));
+      while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (summary.preempted) {
       if (!checkpoint_dir.empty() && last_saved != step) {
-        if (absl::Status saved = save(step); !saved.ok())
-          return saved;
+        if (absl::Status saved = save(step); !saved.ok()) return saved;
       }
       if (context.rank == 0) {
-        absl::FPrintF(context.out,
-                      "dsrank: preempted after step %d; checkpoint %s\n", step,
-                      checkpoint_dir.empty()
-                          ? std::string("not configured")
-                          : absl::StrCat(checkpoint_dir, "/global_step", step));
+        absl::FPrintF(context.out, "dsrank: preempted after step %d; checkpoint %s\n", step,
+                      checkpoint_dir.empty() ? std::string("not configured")
+                                             : absl::StrCat(checkpoint_dir, "/global_step", step));
         std::fflush(context.out);
       }
       return absl::OkStatus();
     }
     if (step == context.exit_at_step && context.attempt == 0) {
-      return absl::AbortedError(absl::StrCat("failing after step ", step,
-                                             " on purpose (--exit_at_step)"));
+      return absl::AbortedError(absl::StrCat("failing after step ", step, " on purpose (--exit_at_step)"));
     }
   }
   if (!export_options.folder.empty()) {
-    if (absl::Status exported = checkpointer.ExportHuggingFace(export_options);
-        !exported.ok())
-      return exported;
+    if (absl::Status exported = checkpointer.ExportHuggingFace(export_options); !exported.ok()) return exported;
     if (context.rank == 0) {
-      absl::FPrintF(
-          context.out,
-          "dsrank: exported the model as a Hugging Face folder: %s (%s%s)\n",
-          export_options.folder, job.export_.dtype,
-          job.lora.r > 0 ? ", LoRA merged" : "");
+      absl::FPrintF(context.out, "dsrank: exported the model as a Hugging Face folder: %s (%s%s)\n",
+                    export_options.folder, job.export_.dtype, job.lora.r > 0 ? ", LoRA merged" : "");
     }
   }
   if (!adapter_options.folder.empty()) {
-    if (absl::Status exported = checkpointer.ExportPeftAdapter(adapter_options);
-        !exported.ok())
-      return exported;
+    if (absl::Status exported = checkpointer.ExportPeftAdapter(adapter_options); !exported.ok()) return exported;
     if (context.rank == 0) {
-      absl::FPrintF(
-          context.out,
-          "dsrank: exported the LoRA adapter as a PEFT folder: %s (%s)\n",
-          adapter_options.folder, job.export_.dtype);
+      absl::FPrintF(context.out, "dsrank: exported the LoRA adapter as a PEFT folder: %s (%s)\n",
+                    adapter_options.folder, job.export_.dtype);
     }
   }
   if (context.rank == 0) {
-    absl::FPrintF(context.out,
-                  "dsrank: done: %d step(s), %d skipped (%d with a non-finite "
-                  "loss or gradient norm)\n",
-                  engine->global_steps(), engine->skipped_steps(),
-                  engine->nonfinite_steps());
+    absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped (%d with a non-finite loss or gradient norm)\n",
+                  engine->global_steps(), engine->skipped_steps(), engine->nonfinite_steps());
   }
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

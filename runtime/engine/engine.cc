@@ -17,87 +17,73 @@ namespace dslaunch::runtime {
 namespace {
 
 template <typename Options>
-void SetLrAndBetas(Options &options, double lr, std::optional<double> beta1,
-                   std::optional<double> beta2) {
+void SetLrAndBetas(Options& options, double lr, std::optional<double> beta1, std::optional<double> beta2) {
   options.lr(lr);
   auto betas = options.betas();
-  if (beta1)
-    std::get<0>(betas) = *beta1;
-  if (beta2)
-    std::get<1>(betas) = *beta2;
+  if (beta1) std::get<0>(betas) = *beta1;
+  if (beta2) std::get<1>(betas) = *beta2;
   options.betas(betas);
 }
 
-} // namespace
+}  // namespace
 
-Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig &config,
-               std::shared_ptr<const ParallelState> parallel,
-               torch::Device device, std::optional<PipelineStageRole> stage)
-    : model_(std::move(model)), config_(config), parallel_(std::move(parallel)),
-      data_parallel_(parallel_->data()), device_(device),
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+               std::shared_ptr<const ParallelState> parallel, torch::Device device,
+               std::optional<PipelineStageRole> stage)
+    : model_(std::move(model)),
+      config_(config),
+      parallel_(std::move(parallel)),
+      data_parallel_(parallel_->data()),
+      device_(device),
       stage_(std::move(stage)) {}
 
-absl::StatusOr<std::unique_ptr<Engine>>
-Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig &config,
-               std::shared_ptr<const ParallelState> parallel,
-               torch::Device device, std::optional<PipelineStageRole> stage) {
-  if (parallel == nullptr)
-    return absl::InvalidArgumentError("Engine::Create: no ParallelState");
-  const ProcessTopology &grid = parallel->topology();
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+                                                       std::shared_ptr<const ParallelState> parallel,
+                                                       torch::Device device, std::optional<PipelineStageRole> stage) {
+  if (parallel == nullptr) return absl::InvalidArgumentError("Engine::Create: no ParallelState");
+  const ProcessTopology& grid = parallel->topology();
   if (parallel->expert_size() > 1) {
     if (config.zero_optimization.stage == 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("zero_optimization.stage=3 with expert parallelism (",
-                       parallel->Describe(),
-                       "): ZeRO-3 gathers each block's parameters over the "
-                       "data-parallel group, but an expert block's experts "
-                       "differ across the expert-parallel group; use stage 1 "
-                       "or 2 (the experts' optimizer state is then "
-                       "partitioned over the expert-data-parallel group)"));
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.stage=3 with expert parallelism (",
+                                                     parallel->Describe(),
+                                                     "): ZeRO-3 gathers each block's parameters over the "
+                                                     "data-parallel group, but an expert block's experts "
+                                                     "differ across the expert-parallel group; use stage 1 "
+                                                     "or 2 (the experts' optimizer state is then "
+                                                     "partitioned over the expert-data-parallel group)"));
     }
     if (stage) {
-      return absl::InvalidArgumentError(
-          "expert parallelism with pipeline stages is not yet supported");
+      return absl::InvalidArgumentError("expert parallelism with pipeline stages is not yet supported");
     }
   }
   if (grid.pipe_size() > 1 && !stage) {
     return absl::InvalidArgumentError(absl::StrCat(
         "this rank's groups are ", parallel->Describe(),
-        ": with pipeline stages the engine is created by runtime/pipeline "
-        "(PipelineEngine), which cuts the model"));
+        ": with pipeline stages the engine is created by runtime/pipeline (PipelineEngine), which cuts the model"));
   }
   if (stage && config.zero_optimization.stage == 3) {
     return absl::InvalidArgumentError(
-        "zero_optimization.stage=3 with pipeline.stages > 1: ZeRO-3 gathers "
-        "each layer for every micro-batch "
-        "pass, which a pipeline's interleaved passes would repeat per "
-        "micro-batch; use stage 1 or 2 (both "
+        "zero_optimization.stage=3 with pipeline.stages > 1: ZeRO-3 gathers each layer for every micro-batch "
+        "pass, which a pipeline's interleaved passes would repeat per micro-batch; use stage 1 or 2 (both "
         "partition the optimizer state, stage 2 the gradients too)");
   }
-  if (config.zero_optimization.stage < 0 ||
-      config.zero_optimization.stage > 3) {
+  if (config.zero_optimization.stage < 0 || config.zero_optimization.stage > 3) {
     return absl::InvalidArgumentError(
-        absl::StrCat("zero_optimization.stage=", config.zero_optimization.stage,
-                     ": ZeRO stages are 0, 1, 2 and 3"));
+        absl::StrCat("zero_optimization.stage=", config.zero_optimization.stage, ": ZeRO stages are 0, 1, 2 and 3"));
   }
   if (config.gradient_accumulation_steps < 1) {
-    return absl::InvalidArgumentError(
-        "gradient_accumulation_steps must be at least 1");
+    return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
   }
-  std::unique_ptr<Engine> engine(new Engine(
-      std::move(model), config, std::move(parallel), device, std::move(stage)));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, std::move(parallel), device, std::move(stage)));
   absl::Status ready = engine->Initialize();
-  if (!ready.ok())
-    return ready;
+  if (!ready.ok()) return ready;
   return engine;
 }
 
 absl::Status Engine::Initialize() {
   try {
-    if (config_.fp16.enabled)
-      compute_dtype_ = torch::kHalf;
-    if (config_.bf16.enabled)
-      compute_dtype_ = torch::kBFloat16;
+    if (config_.fp16.enabled) compute_dtype_ = torch::kHalf;
+    if (config_.bf16.enabled) compute_dtype_ = torch::kBFloat16;
     model_->to(device_, compute_dtype_);
     const int stage = config_.zero_optimization.stage;
     // Note [Mixed precision] with stage 0 also goes through the flat
@@ -110,63 +96,50 @@ absl::Status Engine::Initialize() {
     // A model with experts always: its checkpoints then load at any expert-
     // parallel size (Note [Expert-parallel checkpoints]).
     bool has_experts = false;
-    for (const auto &item : model_->named_parameters())
-      has_experts = has_experts || IsExpertParameter(item.key());
-    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat ||
-                      parallel_->tensor() != nullptr || stage_.has_value() ||
-                      has_experts;
-    for (auto &item : model_->named_parameters()) {
-      torch::Tensor &p = item.value();
-      if (!p.requires_grad())
-        continue;
+    for (const auto& item : model_->named_parameters()) has_experts = has_experts || IsExpertParameter(item.key());
+    const bool flat = stage > 0 || compute_dtype_ != torch::kFloat || parallel_->tensor() != nullptr ||
+                      stage_.has_value() || has_experts;
+    for (auto& item : model_->named_parameters()) {
+      torch::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;
       if (experts_apart && IsExpertParameter(item.key())) {
         expert_names_.push_back(item.key());
         expert_params_.push_back(p);
         continue;
       }
       model_params_.push_back(p);
-      if (flat)
-        continue; // the partition holds the masters
+      if (flat) continue;  // the partition holds the masters
       if (compute_dtype_ == torch::kFloat) {
         master_params_.push_back(p);
       } else {
         // Note [Mixed precision]: the fp32 master is what the optimizer sees.
-        master_params_.push_back(
-            p.detach().to(torch::kFloat).clone().requires_grad_(true));
+        master_params_.push_back(p.detach().to(torch::kFloat).clone().requires_grad_(true));
       }
     }
     if (parallel_->tensor() != nullptr || stage_) {
       absl::Status counted = DecideNormCounts();
-      if (!counted.ok())
-        return counted;
+      if (!counted.ok()) return counted;
     }
     const std::string type = absl::AsciiStrToLower(config_.optimizer.type);
-    const auto &o = config_.optimizer;
+    const auto& o = config_.optimizer;
     const bool decoupled = type == "adamw" || (type == "adam" && o.adam_w_mode);
     if (type != "adam" && type != "adamw") {
       return absl::UnimplementedError(
-          absl::StrCat("optimizer.type=", o.type,
-                       ": only Adam and AdamW are supported so far"));
+          absl::StrCat("optimizer.type=", o.type, ": only Adam and AdamW are supported so far"));
     }
-    const std::string &offload =
-        config_.zero_optimization.offload_optimizer.device;
-    const std::string &offload_param =
-        config_.zero_optimization.offload_param.device;
+    const std::string& offload = config_.zero_optimization.offload_optimizer.device;
+    const std::string& offload_param = config_.zero_optimization.offload_param.device;
     if (offload == "nvme" || offload_param == "nvme") {
-      return absl::UnimplementedError(absl::StrCat(
-          "zero_optimization.",
-          offload == "nvme" ? "offload_optimizer" : "offload_param",
-          ".device=nvme: NVMe offload is not yet supported (use cpu)"));
+      return absl::UnimplementedError(absl::StrCat("zero_optimization.",
+                                                   offload == "nvme" ? "offload_optimizer" : "offload_param",
+                                                   ".device=nvme: NVMe offload is not yet supported (use cpu)"));
     }
     if (offload == "cpu" && stage == 0) {
       return absl::InvalidArgumentError(
-          "zero_optimization.offload_optimizer.device=cpu needs "
-          "zero_optimization.stage 1, 2 or 3");
+          "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 or 3");
     }
     if (offload_param == "cpu" && stage != 3) {
-      return absl::InvalidArgumentError(
-          "zero_optimization.offload_param.device=cpu needs "
-          "zero_optimization.stage 3");
+      return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
     }
     if (flat) {
       ZeroOptions options;
@@ -179,62 +152,47 @@ absl::Status Engine::Initialize() {
       options.norm_counts = norm_counts_;
       if (options.offload_optimizer) {
         absl::Status simd = kernels::CpuAdamInit();
-        if (!simd.ok())
-          return simd;
+        if (!simd.ok()) return simd;
       }
-      PartitionedModel *partitioned =
-          dynamic_cast<PartitionedModel *>(model_.get());
+      PartitionedModel* partitioned = dynamic_cast<PartitionedModel*>(model_.get());
       // overlap_comm at stage 2: with the model's units as buckets, each
       // unit's gradients are reduced while the rest of backward runs. One
       // rank has nothing to overlap, and moving each unit's gradients into
       // the accumulator during backward would cost it the in-place step.
-      const bool several_ranks =
-          data_parallel_ != nullptr && data_parallel_->size() > 1;
+      const bool several_ranks = data_parallel_ != nullptr && data_parallel_->size() > 1;
       // A pipeline reduces once per step, after all micro-batches.
-      options.overlap_units =
-          stage == 2 && config_.zero_optimization.overlap_comm &&
-          partitioned != nullptr && several_ranks && !stage_ && !experts_apart;
-      if (options.overlap_units)
-        options.units = partitioned->ParameterUnits();
+      options.overlap_units = stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr &&
+                              several_ranks && !stage_ && !experts_apart;
+      if (options.overlap_units) options.units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {
           return absl::InvalidArgumentError(
-              "zero_optimization.stage=3 needs a model that names its "
-              "parameter units "
-              "(implement dslaunch::runtime::PartitionedModel, "
-              "runtime/model/parameter_units.h); "
+              "zero_optimization.stage=3 needs a model that names its parameter units "
+              "(implement dslaunch::runtime::PartitionedModel, runtime/model/parameter_units.h); "
               "this model does not: use stage 2, or wrap its layers as units");
         }
         options.units = partitioned->ParameterUnits();
-        options.persistence_threshold =
-            config_.zero_optimization.stage3_param_persistence_threshold;
+        options.persistence_threshold = config_.zero_optimization.stage3_param_persistence_threshold;
       }
       auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
-      if (!zero.ok())
-        return zero.status();
+      if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
-      shard_adam_ = std::make_unique<ShardAdam>(
-          config_.optimizer, zero_->master_shard(), options.offload_optimizer);
+      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(), options.offload_optimizer);
       if (experts_apart) {
         if (expert_params_.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "this rank's groups are ", parallel_->Describe(),
-              ": expert parallelism, but the model has no experts"));
+          return absl::InvalidArgumentError(absl::StrCat("this rank's groups are ", parallel_->Describe(),
+                                                         ": expert parallelism, but the model has no experts"));
         }
         // Note [Mixture of experts]: cut over the replicas of the same
         // experts, averaged over every data-parallel rank.
         ZeroOptions expert_options = options;
         expert_options.norm_counts.clear();
-        expert_options.gradient_divisor =
-            data_parallel_ != nullptr ? data_parallel_->size() : 1;
-        auto experts = ZeroPartition::Create(expert_options, expert_params_,
-                                             parallel_->expert_data());
-        if (!experts.ok())
-          return experts.status();
+        expert_options.gradient_divisor = data_parallel_ != nullptr ? data_parallel_->size() : 1;
+        auto experts = ZeroPartition::Create(expert_options, expert_params_, parallel_->expert_data());
+        if (!experts.ok()) return experts.status();
         expert_zero_ = std::move(*experts);
-        expert_adam_ = std::make_unique<ShardAdam>(
-            config_.optimizer, expert_zero_->master_shard(),
-            expert_options.offload_optimizer);
+        expert_adam_ = std::make_unique<ShardAdam>(config_.optimizer, expert_zero_->master_shard(),
+                                                   expert_options.offload_optimizer);
       }
       if (options.overlap_units) {
         stage3_ = Stage3Runner::GradientsOnly(zero_.get());
@@ -244,43 +202,32 @@ absl::Status Engine::Initialize() {
         const int64_t needed = zero_->StepLiveElements();
         if (needed > config_.zero_optimization.stage3_max_live_parameters) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "zero_optimization.stage3_max_live_parameters=",
-              config_.zero_optimization.stage3_max_live_parameters,
-              " is below what a step of this model needs whole at once: ",
-              needed,
-              " elements (the root and persistent units and the largest layer "
-              "unit)"));
+              "zero_optimization.stage3_max_live_parameters=", config_.zero_optimization.stage3_max_live_parameters,
+              " is below what a step of this model needs whole at once: ", needed,
+              " elements (the root and persistent units and the largest layer unit)"));
         }
-        stage3_ = std::make_unique<Stage3Runner>(
-            zero_.get(), config_.zero_optimization.stage3_prefetch_bucket_size,
-            config_.zero_optimization.stage3_max_live_parameters);
+        stage3_ = std::make_unique<Stage3Runner>(zero_.get(), config_.zero_optimization.stage3_prefetch_bucket_size,
+                                                 config_.zero_optimization.stage3_max_live_parameters);
         partitioned->SetUnitRunner(stage3_.get());
       }
     } else if (decoupled) {
       optimizer_ = std::make_unique<torch::optim::AdamW>(
-          master_params_, torch::optim::AdamWOptions(o.lr)
-                              .betas({o.betas[0], o.betas[1]})
-                              .eps(o.eps)
-                              .weight_decay(o.weight_decay));
+          master_params_,
+          torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
     } else {
       optimizer_ = std::make_unique<torch::optim::Adam>(
-          master_params_, torch::optim::AdamOptions(o.lr)
-                              .betas({o.betas[0], o.betas[1]})
-                              .eps(o.eps)
-                              .weight_decay(o.weight_decay));
+          master_params_,
+          torch::optim::AdamOptions(o.lr).betas({o.betas[0], o.betas[1]}).eps(o.eps).weight_decay(o.weight_decay));
     }
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("engine initialisation: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("engine initialisation: ", e.what_without_backtrace()));
   }
   auto schedule = MakeLrSchedule(config_.scheduler, config_.optimizer.lr);
-  if (!schedule.ok())
-    return schedule.status();
+  if (!schedule.ok()) return schedule.status();
   schedule_ = std::move(*schedule);
   if (config_.fp16.enabled) {
     auto scaler = LossScaler::Create(config_.fp16);
-    if (!scaler.ok())
-      return scaler.status();
+    if (!scaler.ok()) return scaler.status();
     scaler_ = std::make_unique<LossScaler>(std::move(*scaler));
   }
   ApplyLrAndMomentum(schedule_->LrAt(0));
@@ -289,19 +236,16 @@ absl::Status Engine::Initialize() {
 
 Engine::~Engine() {
   if (stage3_) {
-    if (auto *partitioned = dynamic_cast<PartitionedModel *>(model_.get()))
-      partitioned->SetUnitRunner(nullptr);
+    if (auto* partitioned = dynamic_cast<PartitionedModel*>(model_.get())) partitioned->SetUnitRunner(nullptr);
   }
 }
 
 absl::Status Engine::GatherFullParameters() {
-  if (!stage3_)
-    return absl::OkStatus();
+  if (!stage3_) return absl::OkStatus();
   try {
     return stage3_->GatherAll();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("gather parameters: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("gather parameters: ", e.what_without_backtrace()));
   }
 }
 
@@ -311,78 +255,61 @@ bool Engine::IsGradientAccumulationBoundary() const {
 
 double Engine::CurrentLr() const { return schedule_->LrAt(successful_steps_); }
 
-absl::Status Engine::Backward(const torch::Tensor &loss) {
+absl::Status Engine::Backward(const torch::Tensor& loss) {
   try {
-    double factor =
-        1.0 / static_cast<double>(config_.gradient_accumulation_steps);
-    if (scaler_)
-      factor *= scaler_->scale();
+    double factor = 1.0 / static_cast<double>(config_.gradient_accumulation_steps);
+    if (scaler_) factor *= scaler_->scale();
     // Note [Non-finite guard]: counted on the device, read with the norm.
-    torch::Tensor bad = torch::logical_not(torch::isfinite(loss.detach()))
-                            .to(torch::kFloat)
-                            .sum();
-    nonfinite_losses_ =
-        nonfinite_losses_.defined() ? nonfinite_losses_ + bad : bad;
+    torch::Tensor bad = torch::logical_not(torch::isfinite(loss.detach())).to(torch::kFloat).sum();
+    nonfinite_losses_ = nonfinite_losses_.defined() ? nonfinite_losses_ + bad : bad;
     (loss.to(torch::kFloat) * factor).backward();
     if (stage3_) {
       absl::Status swept = stage3_->FinishBackward();
-      if (!swept.ok())
-        return swept;
+      if (!swept.ok()) return swept;
     }
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("backward: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::BackwardFrom(const torch::Tensor &output,
-                                  const torch::Tensor &gradient) {
+absl::Status Engine::BackwardFrom(const torch::Tensor& output, const torch::Tensor& gradient) {
   try {
     torch::autograd::backward({output}, {gradient});
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("backward: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
 
 absl::Status Engine::AllReduceGradients() {
-  if (data_parallel_ == nullptr || data_parallel_->size() == 1)
-    return absl::OkStatus();
+  if (data_parallel_ == nullptr || data_parallel_->size() == 1) return absl::OkStatus();
   const double dp = static_cast<double>(data_parallel_->size());
-  const double predivide =
-      config_.prescale_gradients ? config_.gradient_predivide_factor : 1.0;
-  const int64_t bucket_limit =
-      std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
+  const double predivide = config_.prescale_gradients ? config_.gradient_predivide_factor : 1.0;
+  const int64_t bucket_limit = std::max<int64_t>(1, config_.zero_optimization.reduce_bucket_size);
   size_t begin = 0;
   while (begin < model_params_.size()) {
     // One bucket: consecutive gradients up to reduce_bucket_size elements.
     size_t end = begin;
     int64_t elements = 0;
-    while (end < model_params_.size() &&
-           (end == begin ||
-            elements + model_params_[end].numel() <= bucket_limit)) {
+    while (end < model_params_.size() && (end == begin || elements + model_params_[end].numel() <= bucket_limit)) {
       elements += model_params_[end].numel();
       ++end;
     }
     std::vector<torch::Tensor> grads;
     for (size_t i = begin; i < end; ++i) {
-      torch::Tensor &p = model_params_[i];
-      if (!p.grad().defined())
-        p.mutable_grad() = torch::zeros_like(p);
+      torch::Tensor& p = model_params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       grads.push_back(p.grad().reshape({-1}));
     }
     torch::Tensor flat = torch::cat(grads);
-    if (predivide != 1.0)
-      flat.div_(predivide);
+    if (predivide != 1.0) flat.div_(predivide);
     absl::Status reduced = data_parallel_->AllReduce(flat, ReduceOp::kSum);
-    if (!reduced.ok())
-      return reduced;
+    if (!reduced.ok()) return reduced;
     flat.mul_(predivide / dp);
     int64_t offset = 0;
     for (size_t i = begin; i < end; ++i) {
-      torch::Tensor &grad = model_params_[i].mutable_grad();
+      torch::Tensor& grad = model_params_[i].mutable_grad();
       grad.copy_(flat.narrow(0, offset, grad.numel()).view_as(grad));
       offset += grad.numel();
     }
@@ -392,64 +319,50 @@ absl::Status Engine::AllReduceGradients() {
 }
 
 absl::Status Engine::DecideNormCounts() {
-  auto *family = dynamic_cast<ModelInterface *>(model_.get());
+  auto* family = dynamic_cast<ModelInterface*>(model_.get());
   if (family == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model parallelism (", parallel_->Describe(),
-        ") needs a model family that declares its layers and tensor-parallel "
-        "forms (runtime/model/model_interface.h)"));
+        ") needs a model family that declares its layers and tensor-parallel forms (runtime/model/model_interface.h)"));
   }
   std::set<std::string> split;
-  for (const TensorParallelForm &form : family->TensorParallelForms())
-    split.insert(form.parameter);
-  const bool first =
-      parallel_->tensor() == nullptr || parallel_->tensor()->rank() == 0;
-  for (const auto &item : model_->named_parameters()) {
-    if (!item.value().requires_grad())
-      continue;
+  for (const TensorParallelForm& form : family->TensorParallelForms()) split.insert(form.parameter);
+  const bool first = parallel_->tensor() == nullptr || parallel_->tensor()->rank() == 0;
+  for (const auto& item : model_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
     const bool copy = stage_ && stage_->tied_copies.count(item.key()) > 0;
     norm_counts_.push_back((first || split.count(item.key()) > 0) && !copy);
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::SumOverModelParallelGroup(torch::Tensor &norm_squared) {
-  if (parallel_->model_parallel() == nullptr)
-    return absl::OkStatus();
+absl::Status Engine::SumOverModelParallelGroup(torch::Tensor& norm_squared) {
+  if (parallel_->model_parallel() == nullptr) return absl::OkStatus();
   return parallel_->model_parallel()->AllReduce(norm_squared, ReduceOp::kSum);
 }
 
 absl::StatusOr<double> Engine::GradNormSquared() {
   double total = 0;
   for (size_t i = 0; i < master_params_.size(); ++i) {
-    const torch::Tensor &p = master_params_[i];
-    if (!p.grad().defined() || (!norm_counts_.empty() && !norm_counts_[i]))
-      continue;
+    const torch::Tensor& p = master_params_[i];
+    if (!p.grad().defined() || (!norm_counts_.empty() && !norm_counts_[i])) continue;
     total += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
   }
-  if (parallel_->model_parallel() == nullptr)
-    return total;
-  torch::Tensor sum = torch::full(
-      {1}, total, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-  if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok())
-    return s;
+  if (parallel_->model_parallel() == nullptr) return total;
+  torch::Tensor sum = torch::full({1}, total, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
   return sum.item<double>();
 }
 
 void Engine::ApplyLrAndMomentum(double lr) {
   const int64_t step = successful_steps_;
-  std::optional<double> beta1 =
-      schedule_ ? schedule_->Beta1At(step) : std::nullopt;
-  std::optional<double> beta2 =
-      schedule_ ? schedule_->Beta2At(step) : std::nullopt;
-  if (!optimizer_)
-    return; // ZeRO: the shard optimizer takes lr and betas per step
-  for (auto &group : optimizer_->param_groups()) {
-    if (auto *adamw =
-            dynamic_cast<torch::optim::AdamWOptions *>(&group.options())) {
+  std::optional<double> beta1 = schedule_ ? schedule_->Beta1At(step) : std::nullopt;
+  std::optional<double> beta2 = schedule_ ? schedule_->Beta2At(step) : std::nullopt;
+  if (!optimizer_) return;  // ZeRO: the shard optimizer takes lr and betas per step
+  for (auto& group : optimizer_->param_groups()) {
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&group.options())) {
       SetLrAndBetas(*adamw, lr, beta1, beta2);
-    } else if (auto *adam = dynamic_cast<torch::optim::AdamOptions *>(
-                   &group.options())) {
+    } else if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&group.options())) {
       SetLrAndBetas(*adam, lr, beta1, beta2);
     }
   }
@@ -470,29 +383,23 @@ void Engine::ApplyLrAndMomentum(double lr) {
 // non-finite norm (fused_adamw.cu). A checkpoint is never written from
 // non-finite state (CheckFinite in EngineCheckpointer::Save).
 absl::StatusOr<torch::Tensor> Engine::TakeNonFiniteLosses(bool over_group) {
-  torch::Tensor count =
-      nonfinite_losses_.defined()
-          ? nonfinite_losses_.reshape({1}).clone()
-          : torch::zeros(
-                {1},
-                torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  torch::Tensor count = nonfinite_losses_.defined()
+                            ? nonfinite_losses_.reshape({1}).clone()
+                            : torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   nonfinite_losses_ = torch::Tensor();
   if (over_group && data_parallel_ != nullptr && data_parallel_->size() > 1) {
     absl::Status reduced = data_parallel_->AllReduce(count, ReduceOp::kSum);
-    if (!reduced.ok())
-      return reduced;
+    if (!reduced.ok()) return reduced;
   }
   return count;
 }
 
-void Engine::PoisonNorm(torch::Tensor &norm_squared,
-                        const torch::Tensor &nonfinite_losses) {
-  norm_squared.masked_fill_(
-      nonfinite_losses.to(norm_squared.device()).gt(0).reshape({}),
-      std::numeric_limits<double>::quiet_NaN());
+void Engine::PoisonNorm(torch::Tensor& norm_squared, const torch::Tensor& nonfinite_losses) {
+  norm_squared.masked_fill_(nonfinite_losses.to(norm_squared.device()).gt(0).reshape({}),
+                            std::numeric_limits<double>::quiet_NaN());
 }
 
-void Engine::CountDeviceDecidedStep(double norm_squared, StepResult *result) {
+void Engine::CountDeviceDecidedStep(double norm_squared, StepResult* result) {
   if (std::isfinite(norm_squared)) {
     result->stepped = true;
     ++successful_steps_;
@@ -509,84 +416,65 @@ void Engine::CountDeviceDecidedStep(double norm_squared, StepResult *result) {
 absl::StatusOr<int> Engine::CountFailedRanks(bool failed) {
   // Every rank of the job: with tensor parallelism several data-parallel
   // groups write one checkpoint.
-  Communicator *everyone = parallel_->world();
-  if (everyone == nullptr || everyone->size() == 1)
-    return failed ? 1 : 0;
+  Communicator* everyone = parallel_->world();
+  if (everyone == nullptr || everyone->size() == 1) return failed ? 1 : 0;
   try {
-    torch::Tensor flag = torch::full(
-        {1}, failed ? 1.0 : 0.0,
-        torch::TensorOptions().dtype(torch::kFloat).device(device_));
+    torch::Tensor flag =
+        torch::full({1}, failed ? 1.0 : 0.0, torch::TensorOptions().dtype(torch::kFloat).device(device_));
     absl::Status reduced = everyone->AllReduce(flag, ReduceOp::kSum);
-    if (!reduced.ok())
-      return reduced;
+    if (!reduced.ok()) return reduced;
     return static_cast<int>(flag.item<float>() + 0.5f);
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("agreeing on a failure: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("agreeing on a failure: ", e.what_without_backtrace()));
   }
 }
 
-absl::Status Engine::CheckFinite(const std::string &what) const {
+absl::Status Engine::CheckFinite(const std::string& what) const {
   try {
     torch::NoGradGuard no_grad;
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     if (zero_) {
       tensors.emplace_back("the fp32 master shard", zero_->master_shard());
-      tensors.emplace_back("the optimizer's exp_avg shard",
-                           shard_adam_->exp_avg());
-      tensors.emplace_back("the optimizer's exp_avg_sq shard",
-                           shard_adam_->exp_avg_sq());
+      tensors.emplace_back("the optimizer's exp_avg shard", shard_adam_->exp_avg());
+      tensors.emplace_back("the optimizer's exp_avg_sq shard", shard_adam_->exp_avg_sq());
       if (expert_zero_) {
-        tensors.emplace_back("the experts' fp32 master shard",
-                             expert_zero_->master_shard());
-        tensors.emplace_back("the experts' exp_avg shard",
-                             expert_adam_->exp_avg());
-        tensors.emplace_back("the experts' exp_avg_sq shard",
-                             expert_adam_->exp_avg_sq());
+        tensors.emplace_back("the experts' fp32 master shard", expert_zero_->master_shard());
+        tensors.emplace_back("the experts' exp_avg shard", expert_adam_->exp_avg());
+        tensors.emplace_back("the experts' exp_avg_sq shard", expert_adam_->exp_avg_sq());
       }
     } else {
-      for (const auto &item : model_->named_parameters()) {
-        if (item.value().requires_grad())
-          tensors.emplace_back(absl::StrCat("parameter ", item.key()),
-                               item.value());
+      for (const auto& item : model_->named_parameters()) {
+        if (item.value().requires_grad()) tensors.emplace_back(absl::StrCat("parameter ", item.key()), item.value());
       }
       if (compute_dtype_ != torch::kFloat) {
         for (size_t i = 0; i < master_params_.size(); ++i) {
-          tensors.emplace_back(absl::StrCat("fp32 master copy #", i),
-                               master_params_[i]);
+          tensors.emplace_back(absl::StrCat("fp32 master copy #", i), master_params_[i]);
         }
       }
     }
     // One host wait for all of them; a second pass only to name the culprit.
     torch::Tensor bad;
-    for (const auto &[name, tensor] : tensors) {
-      if (!tensor.defined() || tensor.numel() == 0)
-        continue;
+    for (const auto& [name, tensor] : tensors) {
+      if (!tensor.defined() || tensor.numel() == 0) continue;
       torch::Tensor count = torch::logical_not(torch::isfinite(tensor)).sum();
       bad = bad.defined() ? bad + count : count;
     }
-    if (!bad.defined() || bad.item<int64_t>() == 0)
-      return absl::OkStatus();
-    for (const auto &[name, tensor] : tensors) {
-      if (!tensor.defined() || tensor.numel() == 0)
-        continue;
-      const int64_t count =
-          torch::logical_not(torch::isfinite(tensor)).sum().item<int64_t>();
+    if (!bad.defined() || bad.item<int64_t>() == 0) return absl::OkStatus();
+    for (const auto& [name, tensor] : tensors) {
+      if (!tensor.defined() || tensor.numel() == 0) continue;
+      const int64_t count = torch::logical_not(torch::isfinite(tensor)).sum().item<int64_t>();
       if (count > 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": refused: ", name, " holds ", count, " of ",
-                         tensor.numel(), " values that are not finite"));
+        return absl::FailedPreconditionError(absl::StrCat(what, ": refused: ", name, " holds ", count, " of ",
+                                                          tensor.numel(), " values that are not finite"));
       }
     }
     return absl::OkStatus();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat(what, ": checking values: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": checking values: ", e.what_without_backtrace()));
   }
 }
 
-std::optional<double> Engine::UnscaleAndClip(double norm_squared,
-                                             StepResult *result) {
+std::optional<double> Engine::UnscaleAndClip(double norm_squared, StepResult* result) {
   const bool overflow = !std::isfinite(norm_squared);
   const double scale = loss_scale();
   // Note [Non-finite guard]: fp16 asks its loss scaler; fp32/bf16 skip.
@@ -597,10 +485,8 @@ std::optional<double> Engine::UnscaleAndClip(double norm_squared,
   }
   const double unscale = 1.0 / scale;
   result->grad_norm = std::sqrt(norm_squared) * unscale;
-  if (skip)
-    return std::nullopt;
-  const double coefficient = kernels::ClipCoefficient(
-      result->grad_norm, unscale, config_.gradient_clipping);
+  if (skip) return std::nullopt;
+  const double coefficient = kernels::ClipCoefficient(result->grad_norm, unscale, config_.gradient_clipping);
   result->clipped_norm = std::sqrt(norm_squared) * coefficient;
   return coefficient;
 }
@@ -613,73 +499,60 @@ absl::StatusOr<StepResult> Engine::Step() {
     // boundary, whatever the stage: its micro-batches interleave.
     if (zero_ && !stage_) {
       absl::Status accumulated = zero_->AccumulateMicroStep();
-      if (!accumulated.ok())
-        return accumulated;
+      if (!accumulated.ok()) return accumulated;
     }
     if (expert_zero_) {
       absl::Status accumulated = expert_zero_->AccumulateMicroStep();
-      if (!accumulated.ok())
-        return accumulated;
+      if (!accumulated.ok()) return accumulated;
     }
     ++micro_steps_;
     return result;
   }
   result.boundary = true;
-  if (expert_zero_)
-    return ExpertParallelStep(result);
-  if (zero_)
-    return ZeroStep(result);
+  if (expert_zero_) return ExpertParallelStep(result);
+  if (zero_) return ZeroStep(result);
   try {
     absl::Status reduced = AllReduceGradients();
-    if (!reduced.ok())
-      return reduced;
+    if (!reduced.ok()) return reduced;
     torch::NoGradGuard no_grad;
     if (compute_dtype_ != torch::kFloat) {
       for (size_t i = 0; i < model_params_.size(); ++i) {
-        const torch::Tensor &grad = model_params_[i].grad();
-        if (!grad.defined())
-          continue;
+        const torch::Tensor& grad = model_params_[i].grad();
+        if (!grad.defined()) continue;
         master_params_[i].mutable_grad() = grad.to(torch::kFloat);
       }
     }
     // Every rank holds the same reduced gradient; only the losses differ.
-    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses,
-                        TakeNonFiniteLosses(/*over_group=*/true));
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/true));
     DS_ASSIGN_OR_RETURN(double norm_squared, GradNormSquared());
-    if (bad_losses.item<float>() > 0)
-      norm_squared = std::numeric_limits<double>::quiet_NaN();
+    if (bad_losses.item<float>() > 0) norm_squared = std::numeric_limits<double>::quiet_NaN();
     const std::optional<double> factor = UnscaleAndClip(norm_squared, &result);
     if (!factor) {
       ++skipped_steps_;
     } else {
       const double coefficient = *factor;
       if (coefficient != 1.0) {
-        for (auto &p : master_params_) {
-          if (p.grad().defined())
-            p.mutable_grad().mul_(coefficient);
+        for (auto& p : master_params_) {
+          if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
         }
       }
       result.lr = schedule_->LrAt(successful_steps_);
       ApplyLrAndMomentum(result.lr);
       optimizer_->step();
       if (compute_dtype_ != torch::kFloat) {
-        for (size_t i = 0; i < model_params_.size(); ++i)
-          model_params_[i].copy_(master_params_[i]);
+        for (size_t i = 0; i < model_params_.size(); ++i) model_params_[i].copy_(master_params_[i]);
       }
       result.stepped = true;
       ++successful_steps_;
     }
-    for (auto &p : model_params_) {
-      if (p.grad().defined())
-        p.mutable_grad().zero_();
+    for (auto& p : model_params_) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
     }
     if (compute_dtype_ != torch::kFloat) {
-      for (auto &p : master_params_)
-        p.mutable_grad() = torch::Tensor();
+      for (auto& p : master_params_) p.mutable_grad() = torch::Tensor();
     }
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("optimizer step: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("optimizer step: ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;
@@ -688,9 +561,8 @@ absl::StatusOr<StepResult> Engine::Step() {
 
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
-  for (const auto &p : model_->parameters()) {
-    if (!p.requires_grad())
-      bytes.frozen_parameters += p.numel() * p.element_size();
+  for (const auto& p : model_->parameters()) {
+    if (!p.requires_grad()) bytes.frozen_parameters += p.numel() * p.element_size();
   }
   if (zero_) {
     bytes.parameters = zero_->ParameterBytes();
@@ -711,45 +583,35 @@ Engine::MemoryBreakdown Engine::Memory() const {
     }
     return bytes;
   }
-  for (const auto &p : model_params_) {
+  for (const auto& p : model_params_) {
     bytes.parameters += p.numel() * p.element_size();
-    if (p.grad().defined())
-      bytes.gradients += p.grad().numel() * p.grad().element_size();
+    if (p.grad().defined()) bytes.gradients += p.grad().numel() * p.grad().element_size();
   }
   if (compute_dtype_ != torch::kFloat) {
-    for (const auto &p : master_params_)
-      bytes.master_weights += p.numel() * p.element_size();
+    for (const auto& p : master_params_) bytes.master_weights += p.numel() * p.element_size();
   }
-  for (const auto &[key, state] : optimizer_->state()) {
-    if (auto *adamw =
-            dynamic_cast<const torch::optim::AdamWParamState *>(state.get())) {
-      bytes.optimizer_state +=
-          adamw->exp_avg().numel() * adamw->exp_avg().element_size() * 2;
-    } else if (auto *adam = dynamic_cast<const torch::optim::AdamParamState *>(
-                   state.get())) {
-      bytes.optimizer_state +=
-          adam->exp_avg().numel() * adam->exp_avg().element_size() * 2;
+  for (const auto& [key, state] : optimizer_->state()) {
+    if (auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+      bytes.optimizer_state += adamw->exp_avg().numel() * adamw->exp_avg().element_size() * 2;
+    } else if (auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
+      bytes.optimizer_state += adam->exp_avg().numel() * adam->exp_avg().element_size() * 2;
     }
   }
   return bytes;
 }
 
 std::pair<double, double> Engine::ScheduledBetas() const {
-  return {schedule_->Beta1At(successful_steps_)
-              .value_or(config_.optimizer.betas[0]),
-          schedule_->Beta2At(successful_steps_)
-              .value_or(config_.optimizer.betas[1])};
+  return {schedule_->Beta1At(successful_steps_).value_or(config_.optimizer.betas[0]),
+          schedule_->Beta2At(successful_steps_).value_or(config_.optimizer.betas[1])};
 }
 
 absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
   try {
     torch::NoGradGuard no_grad;
-    std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(
-        shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
+    std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
     torch::Tensor norm_squared = FusedGradSumSquares(entries);
     // One rank: its own losses are the group's (Note [Non-finite guard]).
-    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses,
-                        TakeNonFiniteLosses(/*over_group=*/true));
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/true));
     PoisonNorm(norm_squared, bad_losses);
     const auto [beta1, beta2] = ScheduledBetas();
     if (scaler_ == nullptr) {
@@ -760,15 +622,12 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
       // the trainer waits for anyway; reading it first drained the GPU twice
       // per step.
       result.lr = schedule_->LrAt(successful_steps_);
-      shard_adam_->StepEntries(
-          entries, result.lr, beta1, beta2, 1.0 / loss_scale(),
-          norm_squared.data_ptr<double>(), config_.gradient_clipping);
+      shard_adam_->StepEntries(entries, result.lr, beta1, beta2, 1.0 / loss_scale(), norm_squared.data_ptr<double>(),
+                               config_.gradient_clipping);
       const double read = norm_squared.item<double>();
       (void)UnscaleAndClip(read, &result);
       CountDeviceDecidedStep(read, &result);
-    } else if (const std::optional<double> factor =
-                   UnscaleAndClip(norm_squared.item<double>(), &result);
-               !factor) {
+    } else if (const std::optional<double> factor = UnscaleAndClip(norm_squared.item<double>(), &result); !factor) {
       ++skipped_steps_;
     } else {
       result.lr = schedule_->LrAt(successful_steps_);
@@ -777,9 +636,8 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
       ++successful_steps_;
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("fused optimizer step: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("fused optimizer step: ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;
@@ -790,44 +648,34 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
   try {
     torch::NoGradGuard no_grad;
     absl::Status reduced = zero_->ReduceShardGradientSum();
-    if (!reduced.ok())
-      return reduced;
+    if (!reduced.ok()) return reduced;
     // Σ over ranks of the squared sums: the gradient is the sum over N ranks,
     // so the mean's squared norm is this over N², and its scale 1/N rides in
     // the kernel's coefficient (Note [Fused shard step]).
     torch::Tensor norm_squared = zero_->ShardGradientSumSquares();
     // Stage 0 (one piece) already holds the whole sum on every rank.
-    const bool norm_over_group = data_parallel_ != nullptr &&
-                                 data_parallel_->size() > 1 &&
-                                 zero_->shards() > 1;
+    const bool norm_over_group = data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1;
     // Note [Non-finite guard]: a NaN folded in before the sum reaches every
     // rank; where the norm is not summed, the loss counts are.
-    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses,
-                        TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
     PoisonNorm(norm_squared, bad_losses);
     if (norm_over_group) {
-      absl::Status summed =
-          data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
-      if (!summed.ok())
-        return summed;
+      absl::Status summed = data_parallel_->AllReduce(norm_squared, ReduceOp::kSum);
+      if (!summed.ok()) return summed;
     }
-    if (absl::Status s = SumOverModelParallelGroup(norm_squared); !s.ok())
-      return s;
+    if (absl::Status s = SumOverModelParallelGroup(norm_squared); !s.ok()) return s;
     const double ranks = zero_->data_parallel_size();
     // Note [Clip on the device], as in InPlaceZeroStep: without a loss scaler
     // no step is skipped, and the kernel computes the coefficient itself.
     const bool clip_on_device = scaler_ == nullptr;
     std::optional<double> factor;
-    if (!clip_on_device)
-      factor = UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks),
-                              &result);
+    if (!clip_on_device) factor = UnscaleAndClip(norm_squared.item<double>() / (ranks * ranks), &result);
     if (!clip_on_device && !factor) {
       ++skipped_steps_;
     } else {
       const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
-      kernels::AdamWHyperparameters h =
-          shard_adam_->CountStep(result.lr, beta1, beta2);
+      kernels::AdamWHyperparameters h = shard_adam_->CountStep(result.lr, beta1, beta2);
       if (clip_on_device) {
         h.grad_scale = 1.0 / (ranks * loss_scale());
         h.grad_norm_squared = norm_squared.data_ptr<double>();
@@ -835,10 +683,8 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       } else {
         h.grad_scale = *factor / ranks;
       }
-      absl::Status stepped = zero_->StepFusedAndGather(
-          h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
-      if (!stepped.ok())
-        return stepped;
+      absl::Status stepped = zero_->StepFusedAndGather(h, shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
+      if (!stepped.ok()) return stepped;
       // Read once the step is queued (the result's norm and coefficient).
       if (clip_on_device) {
         const double read = norm_squared.item<double>() / (ranks * ranks);
@@ -850,9 +696,8 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       }
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("fused ZeRO step: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("fused ZeRO step: ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;
@@ -860,55 +705,43 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
 }
 
 absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
-  if (zero_->CanStepInPlace())
-    return InPlaceZeroStep(result);
-  if (zero_->CanStepFused())
-    return FusedZeroStep(result);
+  if (zero_->CanStepInPlace()) return InPlaceZeroStep(result);
+  if (zero_->CanStepFused()) return FusedZeroStep(result);
   try {
     torch::NoGradGuard no_grad;
     absl::Status prepared = zero_->PrepareShardGradient();
-    if (!prepared.ok())
-      return prepared;
+    if (!prepared.ok()) return prepared;
     // The global norm: every rank's shard sum, added up over the group on
     // the device, then read once.
     torch::Tensor sum = zero_->LocalGradNormSquared().clone();
     // Stage 0 (one piece) already holds the whole mean on every rank.
-    const bool norm_over_group = data_parallel_ != nullptr &&
-                                 data_parallel_->size() > 1 &&
-                                 zero_->shards() > 1;
-    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses,
-                        TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
+    const bool norm_over_group = data_parallel_ != nullptr && data_parallel_->size() > 1 && zero_->shards() > 1;
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/!norm_over_group));
     PoisonNorm(sum, bad_losses);
     if (norm_over_group) {
       absl::Status reduced = data_parallel_->AllReduce(sum, ReduceOp::kSum);
-      if (!reduced.ok())
-        return reduced;
+      if (!reduced.ok()) return reduced;
     }
-    if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok())
-      return s;
-    const std::optional<double> factor =
-        UnscaleAndClip(sum.item<double>(), &result);
+    if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
+    const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
     if (!factor) {
       ++skipped_steps_;
     } else {
       const double coefficient = *factor;
-      torch::Tensor &shard = zero_->master_shard();
+      torch::Tensor& shard = zero_->master_shard();
       torch::Tensor grad = shard.grad();
-      if (coefficient != 1.0)
-        grad.mul_(coefficient);
+      if (coefficient != 1.0) grad.mul_(coefficient);
       const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
       shard_adam_->Step(shard, grad, result.lr, beta1, beta2);
       absl::Status gathered = zero_->GatherParameters();
-      if (!gathered.ok())
-        return gathered;
+      if (!gathered.ok()) return gathered;
       result.stepped = true;
       ++successful_steps_;
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("ZeRO step: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("ZeRO step: ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;
@@ -918,61 +751,48 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
 absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {
   try {
     torch::NoGradGuard no_grad;
-    if (absl::Status s = zero_->PrepareShardGradient(); !s.ok())
-      return s;
-    if (absl::Status s = expert_zero_->PrepareShardGradient(); !s.ok())
-      return s;
+    if (absl::Status s = zero_->PrepareShardGradient(); !s.ok()) return s;
+    if (absl::Status s = expert_zero_->PrepareShardGradient(); !s.ok()) return s;
     // One norm over both partitions, summed over the data-parallel group:
     // each partition's squared sum is weighted so that the sum counts every
     // element once (a partition cut into one piece is whole on each rank of
     // its group: only the group's first rank counts it). The experts of
     // other expert-parallel ranks are other elements, so they all count.
-    auto counted = [](const ZeroPartition &partition,
-                      const Communicator *group) {
-      const bool whole_everywhere =
-          partition.shards() == 1 && group != nullptr && group->rank() != 0;
+    auto counted = [](const ZeroPartition& partition, const Communicator* group) {
+      const bool whole_everywhere = partition.shards() == 1 && group != nullptr && group->rank() != 0;
       return partition.LocalGradNormSquared() * (whole_everywhere ? 0.0 : 1.0);
     };
-    torch::Tensor sum = counted(*zero_, data_parallel_) +
-                        counted(*expert_zero_, parallel_->expert_data());
-    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses,
-                        TakeNonFiniteLosses(/*over_group=*/false));
+    torch::Tensor sum = counted(*zero_, data_parallel_) + counted(*expert_zero_, parallel_->expert_data());
+    DS_ASSIGN_OR_RETURN(torch::Tensor bad_losses, TakeNonFiniteLosses(/*over_group=*/false));
     PoisonNorm(sum, bad_losses);
     if (data_parallel_ != nullptr) {
-      if (absl::Status s = data_parallel_->AllReduce(sum, ReduceOp::kSum);
-          !s.ok())
-        return s;
+      if (absl::Status s = data_parallel_->AllReduce(sum, ReduceOp::kSum); !s.ok()) return s;
     }
-    const std::optional<double> factor =
-        UnscaleAndClip(sum.item<double>(), &result);
+    const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
     if (!factor) {
       ++skipped_steps_;
     } else {
       const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
       for (auto [partition, adam] :
-           {std::pair{zero_.get(), shard_adam_.get()},
-            std::pair{expert_zero_.get(), expert_adam_.get()}}) {
-        torch::Tensor &shard = partition->master_shard();
+           {std::pair{zero_.get(), shard_adam_.get()}, std::pair{expert_zero_.get(), expert_adam_.get()}}) {
+        torch::Tensor& shard = partition->master_shard();
         torch::Tensor grad = shard.grad();
-        if (*factor != 1.0)
-          grad.mul_(*factor);
+        if (*factor != 1.0) grad.mul_(*factor);
         adam->Step(shard, grad, result.lr, beta1, beta2);
-        if (absl::Status s = partition->GatherParameters(); !s.ok())
-          return s;
+        if (absl::Status s = partition->GatherParameters(); !s.ok()) return s;
       }
       result.stepped = true;
       ++successful_steps_;
     }
     zero_->ZeroGradients();
     expert_zero_->ZeroGradients();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat("expert-parallel step: ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("expert-parallel step: ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;
   return result;
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

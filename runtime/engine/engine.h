@@ -2,11 +2,10 @@
 //
 //   auto engine = Engine::Create(model, config.ds, parallel_state, device);
 //   for each micro-batch:
-//     torch::Tensor loss = model->Loss(inputs, targets);   // forward: the
-//     user's module engine->Backward(loss); engine->Step();            //
-//     optimizer steps only at the accumulation boundary
-//   EngineCheckpointer(*engine).Save(dir, tag, client_state);   //
-//   runtime/checkpoint
+//     torch::Tensor loss = model->Loss(inputs, targets);   // forward: the user's module
+//     engine->Backward(loss);
+//     engine->Step();            // optimizer steps only at the accumulation boundary
+//   EngineCheckpointer(*engine).Save(dir, tag, client_state);   // runtime/checkpoint
 //
 // Semantics follow DeepSpeed (REFERENCE.md, "Runtime semantics to match"):
 // Backward scales the loss by 1/gradient_accumulation_steps (and by the loss
@@ -59,12 +58,12 @@ namespace dslaunch::runtime {
 using ClientState = std::map<std::string, int64_t>;
 
 struct StepResult {
-  bool boundary = false;   // this Step() ended an accumulation window
-  bool stepped = false;    // the optimizer stepped (false on fp16 overflow)
-  double grad_norm = 0;    // before clipping, unscaled (0 when not a boundary)
-  double clipped_norm = 0; // the norm of the gradient the optimizer used
-  double lr = 0;           // used for this step
-  double loss_scale = 1;   // in effect for this window
+  bool boundary = false;     // this Step() ended an accumulation window
+  bool stepped = false;      // the optimizer stepped (false on fp16 overflow)
+  double grad_norm = 0;      // before clipping, unscaled (0 when not a boundary)
+  double clipped_norm = 0;   // the norm of the gradient the optimizer used
+  double lr = 0;             // used for this step
+  double loss_scale = 1;     // in effect for this window
   // Note [Non-finite guard]: with fp32/bf16 a non-finite loss or gradient
   // norm skips the step (stepped = false); fp16's loss scaler treats it as an
   // overflow instead.
@@ -80,12 +79,11 @@ struct StepResult {
 // micro-batch: the pipeline interleaves micro-batches), and sums the norm
 // over the model-parallel group (every stage and tensor slice).
 struct PipelineStageRole {
-  std::set<std::string>
-      tied_copies; // parameter names this stage holds as a copy
+  std::set<std::string> tied_copies;  // parameter names this stage holds as a copy
 };
 
 class Engine {
-public:
+ public:
   // Written into a ZeRO-3 checkpoint's folder with
   // stage3_gather_16bit_weights_on_model_save: every parameter, whole.
   static constexpr char kGatheredWeightsFile[] = "model_weights.safetensors";
@@ -101,24 +99,24 @@ public:
   // experts' parameters (IsExpertParameter) form a partition of their own,
   // cut over the expert-data-parallel group and averaged over the whole
   // data-parallel size; ZeRO stages 0-2.
-  static absl::StatusOr<std::unique_ptr<Engine>>
-  Create(std::shared_ptr<torch::nn::Module> model, const DsConfig &config,
-         std::shared_ptr<const ParallelState> parallel, torch::Device device,
-         std::optional<PipelineStageRole> stage = std::nullopt);
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
+                                                        const DsConfig& config,
+                                                        std::shared_ptr<const ParallelState> parallel,
+                                                        torch::Device device,
+                                                        std::optional<PipelineStageRole> stage = std::nullopt);
 
   ~Engine();
 
-  torch::nn::Module &module() { return *model_; }
+  torch::nn::Module& module() { return *model_; }
   torch::Device device() const { return device_; }
   // The dtype the module computes in: float, half or bfloat16.
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
 
-  absl::Status Backward(const torch::Tensor &loss);
+  absl::Status Backward(const torch::Tensor& loss);
   // A pipeline stage that does not end in the loss: backpropagates
   // `gradient` (already scaled, as the next stage's input gradient is) from
   // `output`, its output for one micro-batch.
-  absl::Status BackwardFrom(const torch::Tensor &output,
-                            const torch::Tensor &gradient);
+  absl::Status BackwardFrom(const torch::Tensor& output, const torch::Tensor& gradient);
   bool pipelined() const { return stage_.has_value(); }
   absl::StatusOr<StepResult> Step();
 
@@ -128,28 +126,24 @@ public:
   int64_t skipped_steps() const { return skipped_steps_; }
   // Steps skipped by the non-finite guard (fp32/bf16), in all.
   int64_t nonfinite_steps() const { return nonfinite_steps_; }
-  int64_t gradient_accumulation_steps() const {
-    return config_.gradient_accumulation_steps;
-  }
+  int64_t gradient_accumulation_steps() const { return config_.gradient_accumulation_steps; }
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
   double CurrentLr() const;
-  const DsConfig &config() const { return config_; }
+  const DsConfig& config() const { return config_; }
   // The data-parallel group; null with one data-parallel rank.
-  Communicator *data_parallel() const { return data_parallel_; }
-  const ParallelState &parallel() const { return *parallel_; }
+  Communicator* data_parallel() const { return data_parallel_; }
+  const ParallelState& parallel() const { return *parallel_; }
 
   // Bytes of parameters, gradients, master weights and optimizer state on this
   // rank (memory_breakdown).
   struct MemoryBreakdown {
-    int64_t parameters = 0, gradients = 0, master_weights = 0,
-            optimizer_state = 0;
+    int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
     // Parameters that do not train (a LoRA base): whole on every rank, in
     // the compute dtype, with no gradient, master weight or optimizer state.
     int64_t frozen_parameters = 0;
     // Master weights and optimizer state live in host memory (ZeRO-Offload).
     bool optimizer_on_host = false;
-    bool parameters_on_host =
-        false; // ZeRO-3 offload_param: the parameter shard
+    bool parameters_on_host = false;  // ZeRO-3 offload_param: the parameter shard
     // ZeRO-3: the most parameter elements gathered at once so far.
     int64_t gathered_peak_elements = 0;
     // Units (stage 3) or buckets (stages 1-2) the ZeRO vector is cut into;
@@ -169,12 +163,11 @@ public:
   // Ok when every trainable parameter, master weight and optimizer moment of
   // this rank is finite; otherwise FailedPrecondition naming the first that is
   // not, prefixed by `what`. Not a collective.
-  absl::Status CheckFinite(const std::string &what) const;
+  absl::Status CheckFinite(const std::string& what) const;
 
-private:
-  Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig &config,
-         std::shared_ptr<const ParallelState> parallel, torch::Device device,
-         std::optional<PipelineStageRole> stage);
+ private:
+  Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
+         std::shared_ptr<const ParallelState> parallel, torch::Device device, std::optional<PipelineStageRole> stage);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
   // The boundary step with ZeRO stages 1-2.
@@ -192,17 +185,16 @@ private:
   absl::Status DecideNormCounts();
   // All-reduces a squared norm over the model-parallel group (tensor slices
   // and pipeline stages of this replica), if any.
-  absl::Status SumOverModelParallelGroup(torch::Tensor &norm_squared);
+  absl::Status SumOverModelParallelGroup(torch::Tensor& norm_squared);
   // Note [Non-finite guard]: how many of this window's micro-batch losses
   // were not finite, as a device scalar (no host wait), summed over the
   // data-parallel group when `over_group`; the count restarts.
   absl::StatusOr<torch::Tensor> TakeNonFiniteLosses(bool over_group);
   // `norm_squared` (a device tensor) becomes NaN when `nonfinite_losses` > 0.
-  static void PoisonNorm(torch::Tensor &norm_squared,
-                         const torch::Tensor &nonfinite_losses);
+  static void PoisonNorm(torch::Tensor& norm_squared, const torch::Tensor& nonfinite_losses);
   // After a step the kernel may have skipped (Note [Clip on the device]): the
   // counters, from the norm read afterwards.
-  void CountDeviceDecidedStep(double norm_squared, StepResult *result);
+  void CountDeviceDecidedStep(double norm_squared, StepResult* result);
   // Every rank of the job says whether it failed; how many did (a collective
   // over the world).
   absl::StatusOr<int> CountFailedRanks(bool failed);
@@ -213,19 +205,18 @@ private:
   // (loss-scaled), updates the loss scaler, fills result->grad_norm and
   // returns the factor that unscales and clips in one multiply, or nullopt
   // when the step must be skipped (fp16 overflow).
-  std::optional<double> UnscaleAndClip(double norm_squared, StepResult *result);
+  std::optional<double> UnscaleAndClip(double norm_squared, StepResult* result);
 
   std::shared_ptr<torch::nn::Module> model_;
   const DsConfig config_;
   const std::shared_ptr<const ParallelState> parallel_;
-  Communicator *const data_parallel_; // parallel_->data()
+  Communicator* const data_parallel_;  // parallel_->data()
   const torch::Device device_;
   const std::optional<PipelineStageRole> stage_;
   torch::ScalarType compute_dtype_ = torch::kFloat;
 
-  std::vector<torch::Tensor> model_params_; // the module's parameters
-  std::vector<torch::Tensor>
-      master_params_; // fp32 copies (== model_params_ with fp32)
+  std::vector<torch::Tensor> model_params_;   // the module's parameters
+  std::vector<torch::Tensor> master_params_;  // fp32 copies (== model_params_ with fp32)
   // Per entry of model_params_: whether this rank's gradient norm counts it
   // (Note [Tensor parallelism]: a replicated parameter only on tensor rank
   // 0; a tied copy only on its owner's stage). Empty without model
@@ -233,7 +224,7 @@ private:
   std::vector<bool> norm_counts_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  std::unique_ptr<LossScaler> scaler_; // fp16 only
+  std::unique_ptr<LossScaler> scaler_;        // fp16 only
   // ZeRO stages 1-2 (Note [ZeRO partitioning]): the shard replaces
   // master_params_ and the shard optimizer replaces optimizer_.
   std::unique_ptr<ZeroPartition> zero_;
@@ -251,13 +242,13 @@ private:
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
-  int64_t successful_steps_ = 0; // what the LR schedule counts
+  int64_t successful_steps_ = 0;  // what the LR schedule counts
   int64_t nonfinite_steps_ = 0;
-  torch::Tensor nonfinite_losses_; // this window's, on the device
+  torch::Tensor nonfinite_losses_;  // this window's, on the device
 
   // Checkpoints (runtime/checkpoint/engine_checkpointer.h) save and restore
   // all of the state above; the engine itself knows nothing of files.
   friend class EngineCheckpointer;
 };
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

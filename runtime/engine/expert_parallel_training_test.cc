@@ -11,11 +11,12 @@
 // of rows, so gradients differ in their last bits, and Adam's first steps
 // move an element whose gradient is nearly zero — a key bias — by about lr
 // whatever its size). bf16: 2e-2 relative on the losses.
+#include "runtime/testing/expert_parallel_training.h"
+
 #include <map>
 #include <string>
 #include <vector>
 
-#include "runtime/testing/expert_parallel_training.h"
 #include "gtest/gtest.h"
 
 namespace dslaunch::runtime {
@@ -27,34 +28,29 @@ using testing::ExpertRank;
 using testing::InProcessStore;
 
 struct TrainedRun {
-  std::vector<std::vector<double>> losses;                  // per rank
-  std::vector<std::vector<double>> grad_norms;              // per rank
-  std::vector<std::map<std::string, torch::Tensor>> params; // per rank
-  std::vector<Engine::MemoryBreakdown> memory;              // per rank
+  std::vector<std::vector<double>> losses;                   // per rank
+  std::vector<std::vector<double>> grad_norms;               // per rank
+  std::vector<std::map<std::string, torch::Tensor>> params;  // per rank
+  std::vector<Engine::MemoryBreakdown> memory;               // per rank
 };
 
-TrainedRun Train(InProcessStore &store, int attempt, const ExpertLayout &layout,
-                 int steps) {
+TrainedRun Train(InProcessStore& store, int attempt, const ExpertLayout& layout, int steps) {
   TrainedRun run;
   run.losses.resize(layout.world);
   run.grad_norms.resize(layout.world);
   run.params.resize(layout.world);
   run.memory.resize(layout.world);
-  testing::RunExpertParallelRanks(
-      store, attempt, layout.world, layout.ep,
-      [&](int rank, const ParallelState &state) {
-        ExpertRank r = testing::StartExpertRank(layout, state);
-        ASSERT_NE(r.engine, nullptr);
-        testing::TrainExpertSteps(r, layout, state, 0, steps, &run.losses[rank],
-                                  &run.grad_norms[rank]);
-        run.params[rank] = testing::NamedParameters(*r.module);
-        run.memory[rank] = r.engine->Memory();
-      });
+  testing::RunExpertParallelRanks(store, attempt, layout.world, layout.ep, [&](int rank, const ParallelState& state) {
+    ExpertRank r = testing::StartExpertRank(layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    testing::TrainExpertSteps(r, layout, state, 0, steps, &run.losses[rank], &run.grad_norms[rank]);
+    run.params[rank] = testing::NamedParameters(*r.module);
+    run.memory[rank] = r.engine->Memory();
+  });
   return run;
 }
 
-class ExpertParallelTrainingTest
-    : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+class ExpertParallelTrainingTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(ExpertParallelTrainingTest, EveryExpertParallelSizeTakesTheStepsOfOne) {
   const auto [family, stage] = GetParam();
@@ -68,33 +64,26 @@ TEST_P(ExpertParallelTrainingTest, EveryExpertParallelSizeTakesTheStepsOfOne) {
     for (int rank = 0; rank < layout.world; ++rank) {
       ASSERT_EQ(run.losses[rank].size(), reference.losses[rank].size());
       for (size_t i = 0; i < run.losses[rank].size(); ++i) {
-        EXPECT_NEAR(run.losses[rank][i], reference.losses[rank][i], 1e-5)
-            << "rank " << rank << " micro-batch " << i;
+        EXPECT_NEAR(run.losses[rank][i], reference.losses[rank][i], 1e-5) << "rank " << rank << " micro-batch " << i;
       }
       // The norm covers both partitions: a wrong expert-gradient scale
       // (DeepSpeed #5618) shows here, where Adam's updates would hide it.
       ASSERT_EQ(run.grad_norms[rank].size(), reference.grad_norms[rank].size());
       for (size_t i = 0; i < run.grad_norms[rank].size(); ++i) {
-        EXPECT_NEAR(run.grad_norms[rank][i], reference.grad_norms[rank][i],
-                    1e-5 * reference.grad_norms[rank][i])
+        EXPECT_NEAR(run.grad_norms[rank][i], reference.grad_norms[rank][i], 1e-5 * reference.grad_norms[rank][i])
             << "rank " << rank << " step " << i;
       }
-      std::vector<std::string> bad =
-          CompareNamed(run.params[rank], reference.params[0], 1e-4);
-      EXPECT_TRUE(bad.empty()) << "rank " << rank << ": " << bad.size()
-                               << " mismatches, first: " << bad.front();
+      std::vector<std::string> bad = CompareNamed(run.params[rank], reference.params[0], 1e-4);
+      EXPECT_TRUE(bad.empty()) << "rank " << rank << ": " << bad.size() << " mismatches, first: " << bad.front();
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    FamiliesAndStages, ExpertParallelTrainingTest,
-    ::testing::Combine(::testing::Values("gpt", "llama"),
-                       ::testing::Values(0, 1, 2)),
-    [](const ::testing::TestParamInfo<std::tuple<std::string, int>> &info) {
-      return std::get<0>(info.param) + "Zero" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(FamiliesAndStages, ExpertParallelTrainingTest,
+                         ::testing::Combine(::testing::Values("gpt", "llama"), ::testing::Values(0, 1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           return std::get<0>(info.param) + "Zero" + std::to_string(std::get<1>(info.param));
+                         });
 
 // In bf16 the losses: Adam's first steps move every element by about lr
 // whatever its gradient's size, so a gradient element that bf16 rounding
@@ -109,15 +98,13 @@ TEST(ExpertParallelTrainingTest, Bf16TakesTheLossesOfOne) {
   for (int rank = 0; rank < layout.world; ++rank) {
     ASSERT_EQ(run.losses[rank].size(), reference.losses[rank].size());
     for (size_t i = 0; i < run.losses[rank].size(); ++i) {
-      EXPECT_NEAR(run.losses[rank][i], reference.losses[rank][i],
-                  2e-2 * reference.losses[rank][i])
+      EXPECT_NEAR(run.losses[rank][i], reference.losses[rank][i], 2e-2 * reference.losses[rank][i])
           << "rank " << rank << " step " << i;
     }
   }
 }
 
-TEST(ExpertParallelTrainingTest,
-     ExpertStateShrinksWithTheExpertDataParallelSize) {
+TEST(ExpertParallelTrainingTest, ExpertStateShrinksWithTheExpertDataParallelSize) {
   // 4 experts of the same size over 4 ranks. ep 1: every rank the 4
   // experts' state cut over 4 (ZeRO-1); ep 2: 2 experts cut over 2; ep 4: 1
   // expert whole. Stage 0 at ep 2: 2 experts whole.
@@ -127,10 +114,8 @@ TEST(ExpertParallelTrainingTest,
   for (auto [ep, stage] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 0}}) {
     ExpertLayout layout{.family = "llama", .ep = ep, .stage = stage};
     TrainedRun run = Train(store, attempt++, layout, 1);
-    expert_state[absl::StrCat("ep", ep, "z", stage)] =
-        run.memory[0].expert_optimizer_state;
-    EXPECT_EQ(run.memory[0].expert_master_weights * 2,
-              run.memory[0].expert_optimizer_state);
+    expert_state[absl::StrCat("ep", ep, "z", stage)] = run.memory[0].expert_optimizer_state;
+    EXPECT_EQ(run.memory[0].expert_master_weights * 2, run.memory[0].expert_optimizer_state);
   }
   // One SwiGLU expert: 3 matrices of 16 x 24; two moments of 4 bytes.
   const int64_t one_expert = 3 * 16 * 24 * 2 * 4;
@@ -142,22 +127,16 @@ TEST(ExpertParallelTrainingTest,
 TEST(ExpertParallelTrainingTest, RefusesZeroStage3) {
   InProcessStore store;
   ExpertLayout layout{.family = "gpt", .ep = 2, .stage = 3};
-  testing::RunExpertParallelRanks(
-      store, 0, layout.world, layout.ep, [&](int, const ParallelState &state) {
-        ModelInterface *family = nullptr;
-        auto module = testing::BuildMoeModel(
-            layout, testing::ExpertGroupOf(state), &family);
-        std::shared_ptr<const ParallelState> borrowed(
-            &state, [](const ParallelState *) {});
-        auto engine = Engine::Create(module, testing::ExpertConfig(layout),
-                                     borrowed, torch::kCPU);
-        ASSERT_FALSE(engine.ok());
-        EXPECT_NE(engine.status().message().find(
-                      "zero_optimization.stage=3 with expert parallelism"),
-                  std::string::npos)
-            << engine.status();
-      });
+  testing::RunExpertParallelRanks(store, 0, layout.world, layout.ep, [&](int, const ParallelState& state) {
+    ModelInterface* family = nullptr;
+    auto module = testing::BuildMoeModel(layout, testing::ExpertGroupOf(state), &family);
+    std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
+    auto engine = Engine::Create(module, testing::ExpertConfig(layout), borrowed, torch::kCPU);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_NE(engine.status().message().find("zero_optimization.stage=3 with expert parallelism"), std::string::npos)
+        << engine.status();
+  });
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

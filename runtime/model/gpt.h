@@ -8,9 +8,9 @@
 // so every rank builds the same model without a broadcast.
 #pragma once
 
-#include <cstdint>
-
 #include <torch/torch.h>
+
+#include <cstdint>
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/model_interface.h"
@@ -29,7 +29,7 @@ struct GptOptions {
   // Activation checkpointing: recompute this many evenly spaced blocks in
   // backward instead of keeping their activations (0: none; >= layers: all).
   int64_t checkpointed_blocks = 0;
-  bool checkpoint_to_cpu = false; // keep the checkpointed inputs in host memory
+  bool checkpoint_to_cpu = false;  // keep the checkpointed inputs in host memory
   // On CUDA tensors: LayerNorm, bias+GELU and the loss through the fused
   // kernels (runtime/model/fused_ops.h); on the CPU the LibTorch ops always.
   bool fused_kernels = false;
@@ -46,33 +46,31 @@ struct GptOptions {
 };
 
 // The vocabulary rows the token embedding holds on this rank.
-int64_t LocalVocabRows(const GptOptions &options);
+int64_t LocalVocabRows(const GptOptions& options);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
-public:
-  explicit CausalSelfAttentionImpl(const GptOptions &options);
-  torch::Tensor forward(const torch::Tensor &x);
+ public:
+  explicit CausalSelfAttentionImpl(const GptOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear qkv{nullptr};
   torch::nn::Linear projection{nullptr};
 
-private:
+ private:
   GptOptions options_;
 };
 
 // The fused kernels apply to this activation (options ask for them and it
 // lives on a CUDA device).
-bool UsesFusedKernels(const GptOptions &options,
-                      const torch::Tensor &activation);
+bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation);
 TORCH_MODULE(CausalSelfAttention);
 
 class GptBlockImpl : public torch::nn::Module {
-public:
+ public:
   // An expert block (options.moe.IsExpertBlock(index)) has `moe` in place of
   // fc and fc_projection; `aux_scale` is its model's (auxiliary_loss.h).
-  GptBlockImpl(const GptOptions &options, int64_t index = 0,
-               LossGradientScale *aux_scale = nullptr);
-  torch::Tensor forward(const torch::Tensor &x);
+  GptBlockImpl(const GptOptions& options, int64_t index = 0, LossGradientScale* aux_scale = nullptr);
+  torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::LayerNorm norm1{nullptr};
   CausalSelfAttention attention{nullptr};
@@ -81,7 +79,7 @@ public:
   torch::nn::Linear fc_projection{nullptr};
   MoeLayer moe{nullptr};
 
-private:
+ private:
   GptOptions options_;
 };
 TORCH_MODULE(GptBlock);
@@ -96,20 +94,18 @@ TORCH_MODULE(GptBlock);
 // embedding by vocabulary; split over options.tensor_parallel, the module
 // holds this rank's slices (Note [Tensor parallelism]).
 class GptImpl : public torch::nn::Module, public ModelInterface {
-public:
-  GptImpl(const GptOptions &options, uint64_t seed);
+ public:
+  GptImpl(const GptOptions& options, uint64_t seed);
 
   // tokens: [batch, time] int64 → logits [batch, time, vocab].
-  torch::Tensor forward(const torch::Tensor &tokens);
+  torch::Tensor forward(const torch::Tensor& tokens);
   // Mean cross-entropy of next-token prediction.
-  torch::Tensor Loss(const torch::Tensor &tokens,
-                     const torch::Tensor &targets) override;
+  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
 
-  const GptOptions &options() const { return options_; }
+  const GptOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
-  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor &input,
-                              const TokenBatch &batch) override;
-  std::vector<int64_t> ActivationShape(const TokenBatch &batch) const override;
+  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) override;
+  std::vector<int64_t> ActivationShape(const TokenBatch& batch) const override;
 
   std::string family() const override { return "gpt"; }
   std::vector<ModelLayer> Layers() const override;
@@ -117,30 +113,29 @@ public:
   std::vector<TensorParallelForm> TensorParallelForms() const override;
 
   std::vector<ParameterUnit> ParameterUnits() const override;
-  void SetUnitRunner(UnitRunner *runner) override { runner_ = runner; }
+  void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm final_norm{nullptr};
 
-private:
+ private:
   void Initialize(uint64_t seed);
   bool IsCheckpointed(int64_t block) const;
   // The pieces of forward: token + position embedding; block i; final norm
   // and the tied head (logits of this rank's vocabulary range); the loss.
-  torch::Tensor Embed(const torch::Tensor &tokens);
-  torch::Tensor RunBlock(int64_t i, const torch::Tensor &x);
-  torch::Tensor Head(const torch::Tensor &x);
-  torch::Tensor LossOf(const torch::Tensor &logits,
-                       const torch::Tensor &targets);
+  torch::Tensor Embed(const torch::Tensor& tokens);
+  torch::Tensor RunBlock(int64_t i, const torch::Tensor& x);
+  torch::Tensor Head(const torch::Tensor& x);
+  torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets);
 
   GptOptions options_;
-  LossGradientScale aux_scale_; // Note [Mixture of experts]
-  std::vector<MoeLayerImpl *> moe_layers_;
-  std::vector<Segment> segments_; // one per block, for activation checkpointing
-  UnitRunner *runner_ = nullptr;  // ZeRO-3: gathers each block around its use
+  LossGradientScale aux_scale_;  // Note [Mixture of experts]
+  std::vector<MoeLayerImpl*> moe_layers_;
+  std::vector<Segment> segments_;  // one per block, for activation checkpointing
+  UnitRunner* runner_ = nullptr;   // ZeRO-3: gathers each block around its use
 };
 TORCH_MODULE(Gpt);
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -15,115 +15,83 @@ namespace dslaunch::runtime {
 
 namespace {
 
-LoraLinear Projection(int64_t in, int64_t out, bool bias) {
-  return LoraLinear(in, out, bias);
-}
+LoraLinear Projection(int64_t in, int64_t out, bool bias) { return LoraLinear(in, out, bias); }
 
 // Parameter tensors of `module` that train (LoRA freezes the rest).
-int64_t TrainableTensors(const torch::nn::Module &module) {
+int64_t TrainableTensors(const torch::nn::Module& module) {
   int64_t count = 0;
-  for (const auto &p : module.parameters())
-    count += p.requires_grad() ? 1 : 0;
+  for (const auto& p : module.parameters()) count += p.requires_grad() ? 1 : 0;
   return count;
 }
 
-int Slices(const LlamaOptions &options) {
-  return std::max(1, options.tensor_parallel.size);
-}
+int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_parallel.size); }
 
 // A row-parallel projection: the partial products summed across the group
 // (or reduce-scattered along the sequence), then the bias, which is whole.
-torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor &x,
-                          const TensorParallelGroup &group) {
-  if (!group.split())
-    return projection->forward(x);
-  torch::Tensor sum = ExitRowParallel(
-      torch::nn::functional::linear(x, projection->weight), group);
-  return projection->bias.defined()
-             ? sum + SequenceRegionParameter(projection->bias, group)
-             : sum;
+torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (!group.split()) return projection->forward(x);
+  torch::Tensor sum = ExitRowParallel(torch::nn::functional::linear(x, projection->weight), group);
+  return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
 }
 
-} // namespace
+}  // namespace
 
-int64_t LocalVocabRows(const LlamaOptions &options) {
-  return PaddedVocabSize(options.vocab_size, Slices(options),
-                         options.vocab_divisor) /
-         Slices(options);
+int64_t LocalVocabRows(const LlamaOptions& options) {
+  return PaddedVocabSize(options.vocab_size, Slices(options), options.vocab_divisor) / Slices(options);
 }
 
-bool KeyValueHeadsReplicated(const LlamaOptions &options) {
-  return options.kv_heads < Slices(options);
-}
+bool KeyValueHeadsReplicated(const LlamaOptions& options) { return options.kv_heads < Slices(options); }
 
-LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused,
-                                   TensorParallelGroup group)
+LlamaRmsNormImpl::LlamaRmsNormImpl(int64_t hidden, double eps, bool fused, TensorParallelGroup group)
     : eps_(eps), fused_(fused), group_(group) {
   weight = register_parameter("weight", torch::ones({hidden}));
 }
 
-torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor &x) {
+torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
   return RmsNormOp(x, SequenceRegionParameter(weight, group_), eps_, fused_);
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions &options)
-    : options_(options), heads_(options.heads / Slices(options)),
-      kv_heads_(KeyValueHeadsReplicated(options)
-                    ? 1
-                    : options.kv_heads / Slices(options)),
-      head_dim_(options.head_dim), fused_(options.fused_kernels) {
-  const int64_t kv_rows =
-      (KeyValueHeadsReplicated(options) ? options.kv_heads : kv_heads_) *
-      head_dim_;
-  q_proj =
-      register_module("q_proj", Projection(options.hidden, heads_ * head_dim_,
-                                           options.qkv_bias));
-  k_proj = register_module(
-      "k_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
-  v_proj = register_module(
-      "v_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
-  o_proj =
-      register_module("o_proj", Projection(heads_ * head_dim_, options.hidden,
-                                           options.output_bias));
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
+    : options_(options),
+      heads_(options.heads / Slices(options)),
+      kv_heads_(KeyValueHeadsReplicated(options) ? 1 : options.kv_heads / Slices(options)),
+      head_dim_(options.head_dim),
+      fused_(options.fused_kernels) {
+  const int64_t kv_rows = (KeyValueHeadsReplicated(options) ? options.kv_heads : kv_heads_) * head_dim_;
+  q_proj = register_module("q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias));
+  k_proj = register_module("k_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
+  v_proj = register_module("v_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
+  o_proj = register_module("o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias));
 }
 
-torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection,
-                                                const torch::Tensor &x) const {
+torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const {
   const int64_t batch = x.size(0), time = x.size(1);
-  if (!KeyValueHeadsReplicated(options_))
-    return projection->forward(x).view({batch, time, kv_heads_, head_dim_});
+  if (!KeyValueHeadsReplicated(options_)) return projection->forward(x).view({batch, time, kv_heads_, head_dim_});
   // Every rank holds all key/value heads and computes the one its query heads
   // read (ranks r·kv/T share head r/(T/kv)); each rank's gradient reaches
   // only that head's rows, and the sum across the group is the whole one.
-  const TensorParallelGroup &group = options_.tensor_parallel;
+  const TensorParallelGroup& group = options_.tensor_parallel;
   const int64_t head = group.rank / (group.size / options_.kv_heads);
   torch::Tensor weight =
-      ReplicatedWithPartialGradient(projection->weight, group)
-          .narrow(0, head * head_dim_, head_dim_);
+      ReplicatedWithPartialGradient(projection->weight, group).narrow(0, head * head_dim_, head_dim_);
   torch::Tensor bias;
   if (projection->bias.defined()) {
-    bias = ReplicatedWithPartialGradient(projection->bias, group)
-               .narrow(0, head * head_dim_, head_dim_);
+    bias = ReplicatedWithPartialGradient(projection->bias, group).narrow(0, head * head_dim_, head_dim_);
   }
-  return torch::nn::functional::linear(x, weight, bias)
-      .view({batch, time, 1, head_dim_});
+  return torch::nn::functional::linear(x, weight, bias).view({batch, time, 1, head_dim_});
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor &input,
-                                          const torch::Tensor &cos,
-                                          const torch::Tensor &sin,
-                                          const torch::Tensor &allowed) {
-  const TensorParallelGroup &group = options_.tensor_parallel;
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
+                                          const torch::Tensor& sin, const torch::Tensor& allowed) {
+  const TensorParallelGroup& group = options_.tensor_parallel;
   // Every time step, on every rank (under sequence parallelism, gathered).
   const torch::Tensor x = EnterColumnParallel(input, group);
   const int64_t batch = x.size(0), time = x.size(1);
-  auto heads = [&](const torch::Tensor &t, int64_t count) {
+  auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
-  torch::Tensor q =
-      RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
-  torch::Tensor k =
-      RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
+  torch::Tensor q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
+  torch::Tensor k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
   torch::Tensor v = KeyValueHeads(v_proj, x).transpose(1, 2);
   if (kv_heads_ != heads_) {
     // Key/value head j serves query heads j·g .. j·g + g - 1.
@@ -131,109 +99,75 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor &input,
     k = k.repeat_interleave(group, /*dim=*/1);
     v = v.repeat_interleave(group, /*dim=*/1);
   }
-  torch::Tensor y = allowed.defined()
-                        ? compat::MaskedAttention(q, k, v, allowed)
-                        : compat::CausalAttention(q, k, v);
+  torch::Tensor y = allowed.defined() ? compat::MaskedAttention(q, k, v, allowed) : compat::CausalAttention(q, k, v);
   y = y.transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
   return RowParallel(o_proj, y, group);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions &options)
+LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
     : group_(options.tensor_parallel), fused_(options.fused_kernels) {
   const int64_t intermediate = options.intermediate / Slices(options);
-  gate_proj = register_module(
-      "gate_proj", Projection(options.hidden, intermediate, options.mlp_bias));
-  up_proj = register_module(
-      "up_proj", Projection(options.hidden, intermediate, options.mlp_bias));
-  down_proj = register_module(
-      "down_proj", Projection(intermediate, options.hidden, options.mlp_bias));
+  gate_proj = register_module("gate_proj", Projection(options.hidden, intermediate, options.mlp_bias));
+  up_proj = register_module("up_proj", Projection(options.hidden, intermediate, options.mlp_bias));
+  down_proj = register_module("down_proj", Projection(intermediate, options.hidden, options.mlp_bias));
 }
 
-torch::Tensor LlamaMlpImpl::forward(const torch::Tensor &input) {
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
   const torch::Tensor x = EnterColumnParallel(input, group_);
-  return RowParallel(
-      down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_),
-      group_);
+  return RowParallel(down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_), group_);
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions &options,
-                                             int64_t index,
-                                             LossGradientScale *aux_scale) {
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index, LossGradientScale* aux_scale) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
   self_attn = register_module("self_attn", LlamaAttention(options));
   if (options.moe.IsExpertBlock(index)) {
-    TORCH_CHECK(aux_scale != nullptr,
-                "an expert layer needs its model's auxiliary-loss scale");
+    TORCH_CHECK(aux_scale != nullptr, "an expert layer needs its model's auxiliary-loss scale");
     const int64_t hidden = options.hidden, inner = options.intermediate;
     block_sparse_moe = register_module(
-        "block_sparse_moe", MoeLayer(
-                                hidden, options.moe,
-                                [hidden, inner] {
-                                  return std::make_shared<SwiGluExpert>(hidden,
-                                                                        inner);
-                                },
-                                aux_scale));
+        "block_sparse_moe",
+        MoeLayer(
+            hidden, options.moe, [hidden, inner] { return std::make_shared<SwiGluExpert>(hidden, inner); }, aux_scale));
   } else {
     mlp = register_module("mlp", LlamaMlp(options));
   }
   input_layernorm = register_module(
       "input_layernorm",
-      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels,
-                   options.tensor_parallel));
+      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
   post_attention_layernorm = register_module(
       "post_attention_layernorm",
-      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels,
-                   options.tensor_parallel));
+      LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
 }
 
-torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor &x,
-                                             const torch::Tensor &cos,
-                                             const torch::Tensor &sin,
-                                             const torch::Tensor &allowed) {
-  torch::Tensor h =
-      x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed);
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                             const torch::Tensor& allowed) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed);
   torch::Tensor n = post_attention_layernorm->forward(h);
-  return h +
-         (block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n));
+  return h + (block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n));
 }
 
-LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions &options,
-                                     LossGradientScale *aux_scale) {
-  embed_tokens = register_module(
-      "embed_tokens",
-      torch::nn::Embedding(LocalVocabRows(options), options.hidden));
+LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(LocalVocabRows(options), options.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.layers; ++i)
-    layers->push_back(LlamaDecoderLayer(options, i, aux_scale));
+  for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options, i, aux_scale));
   norm = register_module(
-      "norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps,
-                           options.fused_kernels, options.tensor_parallel));
+      "norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
 }
 
-LlamaImpl::LlamaImpl(const LlamaOptions &options, uint64_t seed)
-    : options_(options) {
-  for (int64_t i = 0; i < options.layers; ++i)
-    layer_units_.push_back(static_cast<int>(i) + 1);
-  TORCH_CHECK(options.heads > 0 && options.kv_heads > 0 &&
-                  options.heads % options.kv_heads == 0,
-              "num_attention_heads (", options.heads,
-              ") must be a multiple of num_key_value_heads (", options.kv_heads,
-              ")");
-  TORCH_CHECK(options.head_dim > 0 && options.head_dim % 2 == 0, "head_dim (",
-              options.head_dim, ") must be even for rotary embeddings");
+LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
+  for (int64_t i = 0; i < options.layers; ++i) layer_units_.push_back(static_cast<int>(i) + 1);
+  TORCH_CHECK(options.heads > 0 && options.kv_heads > 0 && options.heads % options.kv_heads == 0,
+              "num_attention_heads (", options.heads, ") must be a multiple of num_key_value_heads (",
+              options.kv_heads, ")");
+  TORCH_CHECK(options.head_dim > 0 && options.head_dim % 2 == 0, "head_dim (", options.head_dim,
+              ") must be even for rotary embeddings");
   const int slices = Slices(options);
-  TORCH_CHECK(
-      options.heads % slices == 0, "num_attention_heads (", options.heads,
-      ") must be a multiple of the tensor-parallel size (", slices, ")");
-  TORCH_CHECK(options.kv_heads % slices == 0 || slices % options.kv_heads == 0,
-              "num_key_value_heads (", options.kv_heads,
-              ") and the tensor-parallel size (", slices,
-              ") must divide one another: key/value heads are split, or shared "
-              "by whole groups of ranks");
-  TORCH_CHECK(options.intermediate % slices == 0, "intermediate_size (",
-              options.intermediate,
-              ") must be a multiple of the tensor-parallel size (", slices,
-              ")");
+  TORCH_CHECK(options.heads % slices == 0, "num_attention_heads (", options.heads,
+              ") must be a multiple of the tensor-parallel size (", slices, ")");
+  TORCH_CHECK(options.kv_heads % slices == 0 || slices % options.kv_heads == 0, "num_key_value_heads (",
+              options.kv_heads, ") and the tensor-parallel size (", slices,
+              ") must divide one another: key/value heads are split, or shared by whole groups of ranks");
+  TORCH_CHECK(options.intermediate % slices == 0, "intermediate_size (", options.intermediate,
+              ") must be a multiple of the tensor-parallel size (", slices, ")");
   options_.rope.head_dim = options.head_dim;
   TORCH_CHECK(!options.moe.enabled() || slices == 1,
               "model.moe with tensor parallelism is not yet supported "
@@ -242,9 +176,7 @@ LlamaImpl::LlamaImpl(const LlamaOptions &options, uint64_t seed)
   model = register_module("model", LlamaBackbone(options_, &aux_scale_));
   moe_layers_ = FindMoeLayers(*model);
   if (!options.tie_word_embeddings) {
-    lm_head = register_module(
-        "lm_head",
-        Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
+    lm_head = register_module("lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
   }
   Initialize(seed);
 }
@@ -253,46 +185,34 @@ void LlamaImpl::Initialize(uint64_t seed) {
   // Each tensor drawn whole, so every tensor-parallel split starts from the
   // weights of the unsplit model.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  InitializeSlices(
-      *this, TensorParallelForms(), options_.tensor_parallel,
-      [&](const std::string &name, torch::Tensor &values) {
-        const bool is_bias =
-            name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-        if (name.find("norm") != std::string::npos) {
-          values.fill_(1.0);
-        } else if (is_bias) {
-          values.zero_();
-        } else {
-          // An expert draws from its own generator (the same at every
-          // expert-parallel size).
-          at::Generator own = IsExpertParameter(name)
-                                  ? ExpertParameterGenerator(seed, name)
-                                  : generator;
-          values.normal_(0.0, options_.initializer_range, own);
-        }
-      });
+  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel,
+                   [&](const std::string& name, torch::Tensor& values) {
+                     const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+                     if (name.find("norm") != std::string::npos) {
+                       values.fill_(1.0);
+                     } else if (is_bias) {
+                       values.zero_();
+                     } else {
+                       // An expert draws from its own generator (the same at every
+                       // expert-parallel size).
+                       at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
+                       values.normal_(0.0, options_.initializer_range, own);
+                     }
+                   });
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor &tokens) {
-  return forward(tokens, {}, {});
-}
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) { return forward(tokens, {}, {}); }
 
-LlamaImpl::AttentionContext
-LlamaImpl::Context(const torch::Tensor &tokens, const torch::Tensor &positions,
-                   const torch::Tensor &segments,
-                   const torch::Tensor &activation) const {
-  TORCH_CHECK(
-      options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window,
-      "a sequence of ", tokens.size(1),
-      " tokens is longer than the model's sliding_window (",
-      options_.sliding_window, "): sliding-window attention is not built");
+LlamaImpl::AttentionContext LlamaImpl::Context(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                               const torch::Tensor& segments, const torch::Tensor& activation) const {
+  TORCH_CHECK(options_.sliding_window == 0 || tokens.size(1) <= options_.sliding_window, "a sequence of ",
+              tokens.size(1), " tokens is longer than the model's sliding_window (", options_.sliding_window,
+              "): sliding-window attention is not built");
   AttentionContext context;
   std::tie(context.cos, context.sin) =
-      RotaryCosSin(options_.rope, tokens.size(1), activation.device(),
-                   activation.scalar_type());
+      RotaryCosSin(options_.rope, tokens.size(1), activation.device(), activation.scalar_type());
   if (positions.defined()) {
-    // Each token's own position: [batch, 1, time, head_dim], broadcast over
-    // heads.
+    // Each token's own position: [batch, 1, time, head_dim], broadcast over heads.
     context.cos = context.cos.index({positions}).unsqueeze(1);
     context.sin = context.sin.index({positions}).unsqueeze(1);
   }
@@ -300,112 +220,82 @@ LlamaImpl::Context(const torch::Tensor &tokens, const torch::Tensor &positions,
     // Causal within a segment; a padding position (0) sees itself only, so
     // no softmax row is empty.
     const int64_t time = tokens.size(1);
-    const auto bool_options =
-        torch::TensorOptions().dtype(torch::kBool).device(tokens.device());
-    torch::Tensor same = segments.unsqueeze(2)
-                             .eq(segments.unsqueeze(1))
-                             .logical_and(segments.ne(0).unsqueeze(1));
+    const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(tokens.device());
+    torch::Tensor same = segments.unsqueeze(2).eq(segments.unsqueeze(1)).logical_and(segments.ne(0).unsqueeze(1));
     torch::Tensor causal = torch::ones({time, time}, bool_options).tril();
-    context.allowed = same.logical_and(causal)
-                          .logical_or(torch::eye(time, bool_options))
-                          .unsqueeze(1);
+    context.allowed = same.logical_and(causal).logical_or(torch::eye(time, bool_options)).unsqueeze(1);
   }
   return context;
 }
 
-torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor &x,
-                                  const AttentionContext &context) {
-  LlamaDecoderLayerImpl *layer = model->layers[i]->as<LlamaDecoderLayer>();
+torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const AttentionContext& context) {
+  LlamaDecoderLayerImpl* layer = model->layers[i]->as<LlamaDecoderLayer>();
   // By value: activation checkpointing recomputes the layer in backward,
   // after later forwards (other micro-batches in a pipeline) made their own.
-  Segment block = [layer, context](const torch::Tensor &in) {
+  Segment block = [layer, context](const torch::Tensor& in) {
     return layer->forward(in, context.cos, context.sin, context.allowed);
   };
   const bool recompute = is_training() && IsCheckpointed(i);
-  Segment run = [&, recompute](const torch::Tensor &in) {
-    return recompute
-               ? CheckpointedForward(block, in, options_.checkpoint_to_cpu)
-               : block(in);
+  Segment run = [&, recompute](const torch::Tensor& in) {
+    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
   };
   // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
   return unit >= 0 ? runner_->Run(unit, run, x) : run(x);
 }
 
-torch::Tensor LlamaImpl::Head(const torch::Tensor &x) {
+torch::Tensor LlamaImpl::Head(const torch::Tensor& x) {
   // Each rank's logits are its vocabulary range, for every time step.
-  torch::Tensor normalized =
-      EnterColumnParallel(model->norm->forward(x), options_.tensor_parallel);
-  if (options_.tie_word_embeddings)
-    return torch::nn::functional::linear(normalized,
-                                         model->embed_tokens->weight);
+  torch::Tensor normalized = EnterColumnParallel(model->norm->forward(x), options_.tensor_parallel);
+  if (options_.tie_word_embeddings) return torch::nn::functional::linear(normalized, model->embed_tokens->weight);
   return lm_head->forward(normalized);
 }
 
-torch::Tensor LlamaImpl::LossOf(const torch::Tensor &logits,
-                                const torch::Tensor &targets) const {
+torch::Tensor LlamaImpl::LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const {
   // Targets of -100 (an instruction prompt, padding) carry no loss.
-  return NextTokenLoss(logits.view({-1, logits.size(-1)}),
-                       targets.reshape({-1}), options_.vocab_size,
-                       options_.label_smoothing, options_.tensor_parallel,
-                       options_.fused_kernels);
+  return NextTokenLoss(logits.view({-1, logits.size(-1)}), targets.reshape({-1}), options_.vocab_size,
+                       options_.label_smoothing, options_.tensor_parallel, options_.fused_kernels);
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor &tokens,
-                                 const torch::Tensor &positions,
-                                 const torch::Tensor &segments) {
-  if (runner_ != nullptr)
-    runner_->BeginForward();
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& segments) {
+  if (runner_ != nullptr) runner_->BeginForward();
   // Under sequence parallelism this rank's time steps only.
-  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight,
-                                           options_.tensor_parallel);
+  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, options_.tensor_parallel);
   const AttentionContext context = Context(tokens, positions, segments, x);
-  for (int64_t i = 0; i < options_.layers; ++i)
-    x = RunLayer(i, x, context);
+  for (int64_t i = 0; i < options_.layers; ++i) x = RunLayer(i, x, context);
   return Head(x);
 }
 
-torch::Tensor LlamaImpl::Loss(const torch::Tensor &tokens,
-                              const torch::Tensor &targets) {
+torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   return BatchLoss(TokenBatch{tokens, targets});
 }
 
-torch::Tensor LlamaImpl::BatchLoss(const TokenBatch &batch) {
-  return AddAuxiliaryLosses(
-      LossOf(forward(batch.tokens, batch.positions, batch.segments),
-             batch.targets),
-      moe_layers_, &aux_scale_);
+torch::Tensor LlamaImpl::BatchLoss(const TokenBatch& batch) {
+  return AddAuxiliaryLosses(LossOf(forward(batch.tokens, batch.positions, batch.segments), batch.targets), moe_layers_,
+                            &aux_scale_);
 }
 
-torch::Tensor LlamaImpl::ForwardLayers(int first, int last,
-                                       const torch::Tensor &input,
-                                       const TokenBatch &batch) {
+torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
   // Layers: 0 the embedding, 1 .. L the decoder layers, L + 1 the head.
   const int head = static_cast<int>(options_.layers) + 1;
-  TORCH_CHECK(0 <= first && first <= last && last <= head, "Llama layers [",
-              first, ", ", last, "] of 0 .. ", head);
-  TORCH_CHECK(moe_layers_.empty(),
-              "model.moe with pipeline parallelism is not yet supported");
+  TORCH_CHECK(0 <= first && first <= last && last <= head, "Llama layers [", first, ", ", last, "] of 0 .. ", head);
+  TORCH_CHECK(moe_layers_.empty(), "model.moe with pipeline parallelism is not yet supported");
   torch::Tensor x = input;
   if (first == 0) {
-    if (runner_ != nullptr)
-      runner_->BeginForward();
-    x = VocabParallelEmbedding(batch.tokens, model->embed_tokens->weight,
-                               options_.tensor_parallel);
+    if (runner_ != nullptr) runner_->BeginForward();
+    x = VocabParallelEmbedding(batch.tokens, model->embed_tokens->weight, options_.tensor_parallel);
   }
   const int end = std::min(last, head - 1);
   if (std::max(first, 1) <= end) {
-    const AttentionContext context =
-        Context(batch.tokens, batch.positions, batch.segments, x);
-    for (int layer = std::max(first, 1); layer <= end; ++layer)
-      x = RunLayer(layer - 1, x, context);
+    const AttentionContext context = Context(batch.tokens, batch.positions, batch.segments, x);
+    for (int layer = std::max(first, 1); layer <= end; ++layer) x = RunLayer(layer - 1, x, context);
   }
   return last == head ? LossOf(Head(x), batch.targets) : x;
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {
-  return IsCheckpointedLayer(layer, options_.checkpointed_blocks,
-                             options_.layers);
+  return IsCheckpointedLayer(layer, options_.checkpointed_blocks, options_.layers);
 }
 
 std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
@@ -414,22 +304,18 @@ std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
   std::vector<ParameterUnit> units;
   int64_t next = 0;
   auto add = [&](int64_t count, bool layer) -> int {
-    if (count == 0)
-      return -1;
+    if (count == 0) return -1;
     units.push_back(ParameterUnit{next, count, layer});
     next += count;
     return static_cast<int>(units.size()) - 1;
   };
   layer_units_.clear();
   add(TrainableTensors(*model->embed_tokens), /*layer=*/false);
-  for (const auto &layer : *model->layers)
-    layer_units_.push_back(add(TrainableTensors(*layer), /*layer=*/true));
-  add(TrainableTensors(*model->norm) +
-          (lm_head ? TrainableTensors(*lm_head) : 0),
-      /*layer=*/false);
+  for (const auto& layer : *model->layers) layer_units_.push_back(add(TrainableTensors(*layer), /*layer=*/true));
+  add(TrainableTensors(*model->norm) + (lm_head ? TrainableTensors(*lm_head) : 0), /*layer=*/false);
   return units;
 }
 
 int64_t LlamaImpl::ParameterCount() const { return CountParameters(*this); }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

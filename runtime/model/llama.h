@@ -4,27 +4,25 @@
 // name and save back under the same names (runtime/hf/).
 //
 //   x = embed_tokens(ids)
-//   per layer:  x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)),
-//   v_proj(n)))   n = input_layernorm(x)
-//               x += down_proj(silu(gate_proj(n)) * up_proj(n)) n =
-//               post_attention_layernorm(x)
+//   per layer:  x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))   n = input_layernorm(x)
+//               x += down_proj(silu(gate_proj(n)) * up_proj(n))                      n = post_attention_layernorm(x)
 //   logits = lm_head(norm(x))            (lm_head is embed_tokens when tied)
 //
 // RMSNorm computes its statistics in fp32 (Hugging Face: weight ·
 // (x·rsqrt(mean(x²) + eps)).to(x.dtype)); rotary embeddings follow Note
 // [RoPE convention]; grouped-query attention repeats each key/value head for
-// heads / kv_heads query heads; attention is causal, scaled by
-// 1/sqrt(head_dim), through compat::CausalAttention (SDPA on LibTorch 2.x).
+// heads / kv_heads query heads; attention is causal, scaled by 1/sqrt(head_dim),
+// through compat::CausalAttention (SDPA on LibTorch 2.x).
 //
 // Initialisation without a checkpoint is deterministic given the seed
 // (normal(0, initializer_range) for every matrix, RMSNorm weights one, biases
 // zero, as Hugging Face's _init_weights); a checkpoint then overwrites it.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/lora_linear.h"
@@ -36,19 +34,18 @@
 namespace dslaunch::runtime {
 
 struct LlamaOptions {
-  int64_t layers = 2;         // num_hidden_layers
-  int64_t hidden = 64;        // hidden_size
-  int64_t intermediate = 172; // intermediate_size
-  int64_t heads = 4;          // num_attention_heads
-  int64_t kv_heads = 4;       // num_key_value_heads
-  int64_t head_dim = 16; // head_dim (hidden / heads unless the config says)
+  int64_t layers = 2;           // num_hidden_layers
+  int64_t hidden = 64;          // hidden_size
+  int64_t intermediate = 172;   // intermediate_size
+  int64_t heads = 4;            // num_attention_heads
+  int64_t kv_heads = 4;         // num_key_value_heads
+  int64_t head_dim = 16;        // head_dim (hidden / heads unless the config says)
   int64_t vocab_size = 256;
   double rms_norm_eps = 1e-6;
-  RopeOptions rope; // head_dim is copied from above
+  RopeOptions rope;             // head_dim is copied from above
   bool tie_word_embeddings = false;
-  bool qkv_bias =
-      false; // attention_bias (Llama: q, k, v and o; Qwen2: q, k, v)
-  bool output_bias = false; // o_proj's bias
+  bool qkv_bias = false;        // attention_bias (Llama: q, k, v and o; Qwen2: q, k, v)
+  bool output_bias = false;     // o_proj's bias
   bool mlp_bias = false;
   double initializer_range = 0.02;
   // Mistral's sliding_window (0: none). Only sequences that fit in it run:
@@ -76,20 +73,19 @@ struct LlamaOptions {
 };
 
 // The vocabulary rows the embedding (and lm_head) hold on this rank.
-int64_t LocalVocabRows(const LlamaOptions &options);
+int64_t LocalVocabRows(const LlamaOptions& options);
 // Whether k_proj and v_proj are whole on every rank: fewer key/value heads
 // than tensor-parallel ranks.
-bool KeyValueHeadsReplicated(const LlamaOptions &options);
+bool KeyValueHeadsReplicated(const LlamaOptions& options);
 
 // Hugging Face's LlamaRMSNorm: one `weight` of width `hidden`.
 class LlamaRmsNormImpl : public torch::nn::Module {
-public:
-  LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false,
-                   TensorParallelGroup group = {});
-  torch::Tensor forward(const torch::Tensor &x);
+ public:
+  LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false, TensorParallelGroup group = {});
+  torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
-private:
+ private:
   double eps_;
   bool fused_;
   TensorParallelGroup group_;
@@ -97,51 +93,48 @@ private:
 TORCH_MODULE(LlamaRmsNorm);
 
 class LlamaAttentionImpl : public torch::nn::Module {
-public:
-  explicit LlamaAttentionImpl(const LlamaOptions &options);
+ public:
+  explicit LlamaAttentionImpl(const LlamaOptions& options);
   // x [batch, time, hidden]; cos, sin [time, head_dim] (or [batch, 1, time,
   // head_dim]) in x's dtype; `allowed` undefined (causal) or the
   // [batch, 1, time, time] mask of packed records.
-  torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &cos,
-                        const torch::Tensor &sin,
-                        const torch::Tensor &allowed = {});
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& allowed = {});
 
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
-private:
+ private:
   // The key/value projection's output as this rank's key/value heads
   // [batch, time, local kv heads, head_dim].
-  torch::Tensor KeyValueHeads(LoraLinear projection,
-                              const torch::Tensor &x) const;
+  torch::Tensor KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const;
 
   LlamaOptions options_;
-  int64_t heads_, kv_heads_, head_dim_; // this rank's query and key/value heads
+  int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   bool fused_;
 };
 TORCH_MODULE(LlamaAttention);
 
 class LlamaMlpImpl : public torch::nn::Module {
-public:
-  explicit LlamaMlpImpl(const LlamaOptions &options);
-  torch::Tensor forward(const torch::Tensor &x);
+ public:
+  explicit LlamaMlpImpl(const LlamaOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
 
   LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
-private:
+ private:
   TensorParallelGroup group_;
   bool fused_;
 };
 TORCH_MODULE(LlamaMlp);
 
 class LlamaDecoderLayerImpl : public torch::nn::Module {
-public:
+ public:
   // Layer `index` is an expert layer when options.moe.IsExpertBlock(index):
   // block_sparse_moe in place of mlp (Mixtral's layout).
-  explicit LlamaDecoderLayerImpl(const LlamaOptions &options, int64_t index = 0,
-                                 LossGradientScale *aux_scale = nullptr);
-  torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &cos,
-                        const torch::Tensor &sin,
-                        const torch::Tensor &allowed = {});
+  explicit LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index = 0,
+                                 LossGradientScale* aux_scale = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& allowed = {});
 
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
@@ -153,10 +146,9 @@ TORCH_MODULE(LlamaDecoderLayer);
 
 // Hugging Face's LlamaModel (the "model." prefix): embeddings, layers, norm.
 class LlamaBackboneImpl : public torch::nn::Module {
-public:
+ public:
   // `aux_scale`: the model's (auxiliary_loss.h), for expert layers.
-  explicit LlamaBackboneImpl(const LlamaOptions &options,
-                             LossGradientScale *aux_scale = nullptr);
+  explicit LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale = nullptr);
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -172,29 +164,25 @@ TORCH_MODULE(LlamaBackbone);
 // the trainable tensors count, and a unit with none is left out.
 // The projections are LoraLinear: plain linear maps until LoRA adapts them.
 class LlamaImpl : public torch::nn::Module, public ModelInterface {
-public:
-  LlamaImpl(const LlamaOptions &options, uint64_t seed);
+ public:
+  LlamaImpl(const LlamaOptions& options, uint64_t seed);
 
   // tokens [batch, time] int64 → logits [batch, time, vocab] (in the
   // parameters' dtype).
-  torch::Tensor forward(const torch::Tensor &tokens);
+  torch::Tensor forward(const torch::Tensor& tokens);
   // Packed records (TokenBatch): rotary positions from `positions`, and
   // attention only between earlier tokens of the same segment, so each
   // record computes exactly what it would alone.
-  torch::Tensor forward(const torch::Tensor &tokens,
-                        const torch::Tensor &positions,
-                        const torch::Tensor &segments);
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments);
   // Mean next-token cross-entropy in fp32 over targets that are not -100
   // (Hugging Face's ignore index: prompt tokens of instruction data).
-  torch::Tensor Loss(const torch::Tensor &tokens,
-                     const torch::Tensor &targets) override;
-  torch::Tensor BatchLoss(const TokenBatch &batch) override;
+  torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+  torch::Tensor BatchLoss(const TokenBatch& batch) override;
 
-  const LlamaOptions &options() const { return options_; }
+  const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
-  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor &input,
-                              const TokenBatch &batch) override;
-  std::vector<int64_t> ActivationShape(const TokenBatch &batch) const override;
+  torch::Tensor ForwardLayers(int first, int last, const torch::Tensor& input, const TokenBatch& batch) override;
+  std::vector<int64_t> ActivationShape(const TokenBatch& batch) const override;
 
   std::string family() const override { return "llama"; }
   std::vector<ModelLayer> Layers() const override;
@@ -202,12 +190,12 @@ public:
   std::vector<TensorParallelForm> TensorParallelForms() const override;
 
   std::vector<ParameterUnit> ParameterUnits() const override;
-  void SetUnitRunner(UnitRunner *runner) override { runner_ = runner; }
+  void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
 
   LlamaBackbone model{nullptr};
-  LoraLinear lm_head{nullptr}; // nullptr when tie_word_embeddings
+  LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings
 
-private:
+ private:
   // What every decoder layer of one forward reads: the rotary tables and the
   // packed-record mask (undefined: causal).
   struct AttentionContext {
@@ -215,24 +203,20 @@ private:
   };
   void Initialize(uint64_t seed);
   bool IsCheckpointed(int64_t layer) const;
-  AttentionContext Context(const torch::Tensor &tokens,
-                           const torch::Tensor &positions,
-                           const torch::Tensor &segments,
-                           const torch::Tensor &activation) const;
+  AttentionContext Context(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
+                           const torch::Tensor& activation) const;
   // Decoder layer i; a checkpointed layer keeps `context` until its backward.
-  torch::Tensor RunLayer(int64_t i, const torch::Tensor &x,
-                         const AttentionContext &context);
-  torch::Tensor Head(const torch::Tensor &x);
-  torch::Tensor LossOf(const torch::Tensor &logits,
-                       const torch::Tensor &targets) const;
+  torch::Tensor RunLayer(int64_t i, const torch::Tensor& x, const AttentionContext& context);
+  torch::Tensor Head(const torch::Tensor& x);
+  torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   LlamaOptions options_;
-  LossGradientScale aux_scale_; // Note [Mixture of experts]
-  std::vector<MoeLayerImpl *> moe_layers_;
-  UnitRunner *runner_ = nullptr;
+  LossGradientScale aux_scale_;  // Note [Mixture of experts]
+  std::vector<MoeLayerImpl*> moe_layers_;
+  UnitRunner* runner_ = nullptr;
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;
 };
 TORCH_MODULE(Llama);
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

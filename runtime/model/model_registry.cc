@@ -13,10 +13,9 @@
 namespace dslaunch::runtime {
 namespace {
 
-using Builder =
-    std::function<absl::StatusOr<BuiltModel>(const ModelSpec &, uint64_t seed)>;
+using Builder = std::function<absl::StatusOr<BuiltModel>(const ModelSpec&, uint64_t seed)>;
 
-absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec &spec, uint64_t seed) {
+absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
   GptOptions options;
   options.layers = spec.layers;
   options.heads = spec.heads;
@@ -38,18 +37,17 @@ absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec &spec, uint64_t seed) {
 // From a config.json when the spec has one; else a Llama of the spec's sizes
 // (SwiGLU width 8/3 of the model's, rounded up to a multiple of 32, as
 // Llama's own sizes are).
-absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec &spec, uint64_t seed) {
+absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   LlamaHfConfig hf;
-  LlamaOptions &options = hf.options;
+  LlamaOptions& options = hf.options;
   if (!spec.hf_config_text.empty()) {
     auto config = ParseLlamaHfConfig(spec.hf_config_text, spec.hf_config_path);
-    if (!config.ok())
-      return config.status();
+    if (!config.ok()) return config.status();
     hf = *config;
     if (spec.vocab_size > config->options.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          spec.hf_config_path, ": vocab_size ", options.vocab_size,
-          " is smaller than the data's vocabulary (", spec.vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(spec.hf_config_path, ": vocab_size ", options.vocab_size,
+                                                     " is smaller than the data's vocabulary (", spec.vocab_size,
+                                                     ")"));
     }
   } else {
     options.layers = spec.layers;
@@ -71,42 +69,38 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec &spec, uint64_t seed) {
   options.label_smoothing = spec.label_smoothing;
   options.moe = spec.moe;
   auto llama = std::make_shared<LlamaImpl>(options, seed);
-  return BuiltModel{llama, llama.get(), [hf](const std::string &torch_dtype) {
-                      return LlamaHfConfigJson(hf, torch_dtype);
-                    }};
+  return BuiltModel{llama, llama.get(),
+                    [hf](const std::string& torch_dtype) { return LlamaHfConfigJson(hf, torch_dtype); }};
 }
 
 // One line per family.
-const std::map<std::string, Builder> &Families() {
-  static const auto *const families = new std::map<std::string, Builder>{
+const std::map<std::string, Builder>& Families() {
+  static const auto* const families = new std::map<std::string, Builder>{
       {"gpt", BuildGpt},
       {"llama", BuildLlama},
   };
   return *families;
 }
 
-} // namespace
+}  // namespace
 
-absl::StatusOr<BuiltModel> BuildModel(const ModelSpec &spec, uint64_t seed) {
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, uint64_t seed) {
   auto it = Families().find(spec.type);
   if (it == Families().end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.type '", spec.type, "' is not a model family this runtime has (",
-        absl::StrJoin(ModelFamilies(), ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("model.type '", spec.type, "' is not a model family this runtime has (",
+                                                   absl::StrJoin(ModelFamilies(), ", "), ")"));
   }
   try {
     return it->second(spec, seed);
-  } catch (const c10::Error &e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.type '", spec.type, "': ", e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("model.type '", spec.type, "': ", e.what_without_backtrace()));
   }
 }
 
 std::vector<std::string> ModelFamilies() {
   std::vector<std::string> names;
-  for (const auto &[name, builder] : Families())
-    names.push_back(name);
+  for (const auto& [name, builder] : Families()) names.push_back(name);
   return names;
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

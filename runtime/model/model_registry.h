@@ -3,13 +3,13 @@
 // model_registry.cc.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "runtime/model/model_interface.h"
@@ -47,18 +47,18 @@ struct ModelSpec {
 };
 
 struct BuiltModel {
-  std::shared_ptr<torch::nn::Module> module; // what the engine trains
-  ModelInterface *model = nullptr; // the same object, as a model family
+  std::shared_ptr<torch::nn::Module> module;  // what the engine trains
+  ModelInterface* model = nullptr;            // the same object, as a model family
   // Families with a Hugging Face form: the config.json of this model with
   // its weights stored as `torch_dtype` ("bfloat16", ...). Empty otherwise.
-  std::function<std::string(const std::string &torch_dtype)> hf_config_json;
+  std::function<std::string(const std::string& torch_dtype)> hf_config_json;
 };
 
 // The same weights on every rank for the same seed. InvalidArgument naming
 // `model.type` and the known families when the type is unknown.
-absl::StatusOr<BuiltModel> BuildModel(const ModelSpec &spec, uint64_t seed);
+absl::StatusOr<BuiltModel> BuildModel(const ModelSpec& spec, uint64_t seed);
 
 // The known families, sorted.
 std::vector<std::string> ModelFamilies();
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

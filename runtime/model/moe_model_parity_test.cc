@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
 #include "runtime/moe/expert_exchange.h"
 #include "runtime/testing/expert_parallel_harness.h"
-#include "gtest/gtest.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -39,13 +39,12 @@ struct Variant {
   torch::ScalarType dtype = torch::kFloat;
 };
 
-std::string Describe(const Variant &v) {
-  return absl::StrCat(
-      v.family, " top", v.k, v.drop_tokens ? " capacity-bound" : " dropless",
-      v.checkpointed ? " checkpointed" : "", " ", c10::toString(v.dtype));
+std::string Describe(const Variant& v) {
+  return absl::StrCat(v.family, " top", v.k, v.drop_tokens ? " capacity-bound" : " dropless",
+                      v.checkpointed ? " checkpointed" : "", " ", c10::toString(v.dtype));
 }
 
-MoeOptions Moe(const Variant &v, const ParallelState &parallel) {
+MoeOptions Moe(const Variant& v, const ParallelState& parallel) {
   MoeOptions moe;
   moe.gating = GatingOptions{.num_experts = kExperts,
                              .top_k = v.k,
@@ -61,54 +60,49 @@ MoeOptions Moe(const Variant &v, const ParallelState &parallel) {
   return moe;
 }
 
-std::vector<BackwardResult> RunModel(InProcessStore &store, int attempt, int ep,
-                                     const Variant &v) {
+std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep, const Variant& v) {
   constexpr int kWorld = 4;
   std::vector<BackwardResult> results(kWorld);
-  testing::RunExpertParallelRanks(
-      store, attempt, kWorld, ep, [&](int rank, const ParallelState &parallel) {
-        std::shared_ptr<torch::nn::Module> module;
-        ModelInterface *model = nullptr;
-        if (v.family == "gpt") {
-          GptOptions options;
-          options.layers = 4;
-          options.heads = 2;
-          options.width = 16;
-          options.sequence_length = kTime;
-          options.vocab_size = kVocab;
-          options.checkpointed_blocks = v.checkpointed ? 4 : 0;
-          options.moe = Moe(v, parallel);
-          auto gpt = std::make_shared<GptImpl>(options, /*seed=*/5);
-          model = gpt.get();
-          module = gpt;
-        } else {
-          LlamaOptions options;
-          options.layers = 2;
-          options.hidden = 16;
-          options.intermediate = 24;
-          options.heads = 4;
-          options.kv_heads = 2;
-          options.head_dim = 4;
-          options.vocab_size = kVocab;
-          options.checkpointed_blocks = v.checkpointed ? 2 : 0;
-          options.moe = Moe(v, parallel);
-          auto llama = std::make_shared<LlamaImpl>(options, /*seed=*/5);
-          model = llama.get();
-          module = llama;
-        }
-        module->to(v.dtype);
-        module->train();
-        torch::Tensor tokens =
-            (torch::arange(2 * kTime) * (7 + 2 * rank) % kVocab)
-                .view({2, kTime});
-        torch::Tensor targets =
-            (torch::arange(2 * kTime) * (3 + rank) % kVocab).view({2, kTime});
-        torch::Tensor loss = model->Loss(tokens, targets);
-        (loss * 2).backward(); // a scaled backward, as the engine's
-        BackwardResult &result = results[rank];
-        result.loss = loss.item<double>();
-        testing::CollectGradients(*module, kExperts, parallel.world(), &result);
-      });
+  testing::RunExpertParallelRanks(store, attempt, kWorld, ep, [&](int rank, const ParallelState& parallel) {
+    std::shared_ptr<torch::nn::Module> module;
+    ModelInterface* model = nullptr;
+    if (v.family == "gpt") {
+      GptOptions options;
+      options.layers = 4;
+      options.heads = 2;
+      options.width = 16;
+      options.sequence_length = kTime;
+      options.vocab_size = kVocab;
+      options.checkpointed_blocks = v.checkpointed ? 4 : 0;
+      options.moe = Moe(v, parallel);
+      auto gpt = std::make_shared<GptImpl>(options, /*seed=*/5);
+      model = gpt.get();
+      module = gpt;
+    } else {
+      LlamaOptions options;
+      options.layers = 2;
+      options.hidden = 16;
+      options.intermediate = 24;
+      options.heads = 4;
+      options.kv_heads = 2;
+      options.head_dim = 4;
+      options.vocab_size = kVocab;
+      options.checkpointed_blocks = v.checkpointed ? 2 : 0;
+      options.moe = Moe(v, parallel);
+      auto llama = std::make_shared<LlamaImpl>(options, /*seed=*/5);
+      model = llama.get();
+      module = llama;
+    }
+    module->to(v.dtype);
+    module->train();
+    torch::Tensor tokens = (torch::arange(2 * kTime) * (7 + 2 * rank) % kVocab).view({2, kTime});
+    torch::Tensor targets = (torch::arange(2 * kTime) * (3 + rank) % kVocab).view({2, kTime});
+    torch::Tensor loss = model->Loss(tokens, targets);
+    (loss * 2).backward();  // a scaled backward, as the engine's
+    BackwardResult& result = results[rank];
+    result.loss = loss.item<double>();
+    testing::CollectGradients(*module, kExperts, parallel.world(), &result);
+  });
   return results;
 }
 
@@ -122,35 +116,22 @@ TEST_P(MoeModelParityTest, EveryExpertParallelSizeEqualsOne) {
   std::vector<BackwardResult> reference = RunModel(store, 0, 1, v);
   ASSERT_FALSE(reference[0].expert_sums.empty());
   for (int ep : {2, 4}) {
-    std::vector<std::string> bad =
-        CompareBackward(RunModel(store, ep, ep, v), reference, tolerance);
-    EXPECT_TRUE(bad.empty()) << "ep " << ep << ": " << bad.size()
-                             << " mismatches, first: " << bad.front();
+    std::vector<std::string> bad = CompareBackward(RunModel(store, ep, ep, v), reference, tolerance);
+    EXPECT_TRUE(bad.empty()) << "ep " << ep << ": " << bad.size() << " mismatches, first: " << bad.front();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Models, MoeModelParityTest,
     ::testing::Values(Variant{.family = "gpt", .k = 1, .drop_tokens = true},
-                      Variant{.family = "gpt",
-                              .k = 2,
-                              .drop_tokens = false,
-                              .checkpointed = true},
+                      Variant{.family = "gpt", .k = 2, .drop_tokens = false, .checkpointed = true},
                       Variant{.family = "llama", .k = 2, .drop_tokens = false},
-                      Variant{.family = "llama",
-                              .k = 1,
-                              .drop_tokens = true,
-                              .checkpointed = true},
-                      Variant{.family = "llama",
-                              .k = 2,
-                              .drop_tokens = false,
-                              .dtype = torch::kBFloat16}),
-    [](const ::testing::TestParamInfo<Variant> &info) {
-      const Variant &v = info.param;
-      return absl::StrCat(v.family == "gpt" ? "Gpt" : "Llama", "Top", v.k,
-                          v.drop_tokens ? "CapacityBound" : "Dropless",
-                          v.checkpointed ? "Checkpointed" : "",
-                          v.dtype == torch::kFloat ? "" : "Bf16");
+                      Variant{.family = "llama", .k = 1, .drop_tokens = true, .checkpointed = true},
+                      Variant{.family = "llama", .k = 2, .drop_tokens = false, .dtype = torch::kBFloat16}),
+    [](const ::testing::TestParamInfo<Variant>& info) {
+      const Variant& v = info.param;
+      return absl::StrCat(v.family == "gpt" ? "Gpt" : "Llama", "Top", v.k, v.drop_tokens ? "CapacityBound" : "Dropless",
+                          v.checkpointed ? "Checkpointed" : "", v.dtype == torch::kFloat ? "" : "Bf16");
     });
 
 TEST(MoeModelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
@@ -176,15 +157,13 @@ TEST(MoeModelTest, CheckpointingKeepsTheAuxiliaryGradient) {
     options.sequence_length = kTime;
     options.vocab_size = kVocab;
     options.checkpointed_blocks = checkpointed;
-    options.moe.gating = GatingOptions{
-        .num_experts = kExperts, .top_k = 1, .drop_tokens = false};
-    options.moe.aux_loss_coef =
-        10; // dominant, so a lost auxiliary gradient shows
+    options.moe.gating = GatingOptions{.num_experts = kExperts, .top_k = 1, .drop_tokens = false};
+    options.moe.aux_loss_coef = 10;  // dominant, so a lost auxiliary gradient shows
     Gpt gpt(options, 5);
     gpt->train();
     torch::Tensor tokens = (torch::arange(2 * kTime) % kVocab).view({2, kTime});
     gpt->Loss(tokens, tokens).backward();
-    auto *block = (*gpt->blocks)[1]->as<GptBlock>();
+    auto* block = (*gpt->blocks)[1]->as<GptBlock>();
     ASSERT_TRUE(block->moe);
     gradients.push_back(block->moe->gate->weight.grad().clone());
   }
@@ -199,43 +178,36 @@ TEST(MoeModelTest, ExpertLayersAreWhereEverySays) {
   options.moe.every = 2;
   Gpt gpt(options, 1);
   std::vector<bool> expert;
-  for (const auto &block : *gpt->blocks)
-    expert.push_back(static_cast<bool>(block->as<GptBlock>()->moe));
+  for (const auto& block : *gpt->blocks) expert.push_back(static_cast<bool>(block->as<GptBlock>()->moe));
   EXPECT_EQ(expert, (std::vector<bool>{false, true, false, true}));
-  EXPECT_NE(gpt->named_parameters().find(
-                "blocks.1.moe.experts.1.fc_projection.weight"),
-            nullptr);
+  EXPECT_NE(gpt->named_parameters().find("blocks.1.moe.experts.1.fc_projection.weight"), nullptr);
   EXPECT_EQ(gpt->named_parameters().find("blocks.1.fc.weight"), nullptr);
 
   LlamaOptions llama_options;
   llama_options.moe.gating.num_experts = 3;
   Llama llama(llama_options, 1);
   // Mixtral's names, as in its Hugging Face checkpoints.
-  for (const char *name :
-       {"model.layers.0.block_sparse_moe.gate.weight",
-        "model.layers.1.block_sparse_moe.experts.2.w1.weight",
-        "model.layers.1.block_sparse_moe.experts.0.w2.weight",
-        "model.layers.1.block_sparse_moe.experts.1.w3.weight"}) {
+  for (const char* name :
+       {"model.layers.0.block_sparse_moe.gate.weight", "model.layers.1.block_sparse_moe.experts.2.w1.weight",
+        "model.layers.1.block_sparse_moe.experts.0.w2.weight", "model.layers.1.block_sparse_moe.experts.1.w3.weight"}) {
     EXPECT_NE(llama->named_parameters().find(name), nullptr) << name;
   }
 }
 
 TEST(MoeModelTest, RefusesTensorParallelism) {
   InProcessStore store;
-  store.RunRanks(2, [](int rank, Communicator &comm) {
+  store.RunRanks(2, [](int rank, Communicator& comm) {
     GptOptions options;
     options.moe.gating.num_experts = 2;
     options.tensor_parallel = TensorParallelGroup{&comm, rank, 2};
     try {
       Gpt gpt(options, 1);
       ADD_FAILURE() << "built";
-    } catch (const c10::Error &e) {
-      EXPECT_NE(std::string(e.what()).find("model.moe with tensor parallelism"),
-                std::string::npos)
-          << e.what();
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.moe with tensor parallelism"), std::string::npos) << e.what();
     }
   });
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

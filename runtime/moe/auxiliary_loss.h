@@ -17,20 +17,18 @@ namespace dslaunch::runtime {
 
 // One per model: what the last backward's loss received.
 struct LossGradientScale {
-  torch::Tensor scale; // a scalar; undefined until a backward reaches the loss
+  torch::Tensor scale;  // a scalar; undefined until a backward reaches the loss
 };
 
 // Identity forward; backward stores the incoming gradient in `cell` (which
 // must outlive the graph) and passes it on.
-torch::Tensor RecordLossGradientScale(const torch::Tensor &loss,
-                                      LossGradientScale *cell);
+torch::Tensor RecordLossGradientScale(const torch::Tensor& loss, LossGradientScale* cell);
 
 // Identity on `output` forward; backward passes the output's gradient on and
 // gives `auxiliary_loss` (a scalar) the gradient `cell` recorded. Fails in
 // backward when no loss recorded one (a backward that did not start at the
 // model's Loss).
-torch::Tensor AttachAuxiliaryLoss(const torch::Tensor &output,
-                                  const torch::Tensor &auxiliary_loss,
-                                  LossGradientScale *cell);
+torch::Tensor AttachAuxiliaryLoss(const torch::Tensor& output, const torch::Tensor& auxiliary_loss,
+                                  LossGradientScale* cell);
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

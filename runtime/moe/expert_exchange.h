@@ -2,10 +2,10 @@
 // [Mixture of experts]).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "runtime/moe/moe_options.h"
 
@@ -14,8 +14,7 @@ namespace dslaunch::runtime {
 // Every rank's row counts per expert, agreed in one all-gather: row p of the
 // [P, E] result (int64, on the CPU; gathered on the counts' device) is rank p's
 // `counts` ([E] int64). The identity view of `counts` with one member.
-torch::Tensor AgreeExpertCounts(const torch::Tensor &counts,
-                                const ExpertParallelGroup &group);
+torch::Tensor AgreeExpertCounts(const torch::Tensor& counts, const ExpertParallelGroup& group);
 
 // A variable-split all-to-all as an autograd function: `rows` ([N, H]) holds
 // send_counts[q] rows for each rank q in order; the result holds
@@ -23,13 +22,11 @@ torch::Tensor AgreeExpertCounts(const torch::Tensor &counts,
 // exchange. Every rank's counts must agree with its peers' (rank p's
 // send_counts[q] == rank q's recv_counts[p]): AgreeExpertCounts gives every
 // rank the matrix they come from.
-torch::Tensor ExchangeRows(const torch::Tensor &rows,
-                           const std::vector<int64_t> &send_counts,
-                           const std::vector<int64_t> &recv_counts,
-                           const ExpertParallelGroup &group);
+torch::Tensor ExchangeRows(const torch::Tensor& rows, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& recv_counts, const ExpertParallelGroup& group);
 
 // Test builds prove the expert parity tests can fail: the backward exchange
 // returns zeros instead of the peers' gradients. Process-wide.
 void BreakExpertExchangeBackwardForTesting(bool broken);
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -4,11 +4,10 @@ namespace dslaunch::runtime {
 
 GeluExpert::GeluExpert(int64_t hidden, int64_t inner) {
   fc = register_module("fc", torch::nn::Linear(hidden, inner));
-  fc_projection =
-      register_module("fc_projection", torch::nn::Linear(inner, hidden));
+  fc_projection = register_module("fc_projection", torch::nn::Linear(inner, hidden));
 }
 
-torch::Tensor GeluExpert::forward(const torch::Tensor &rows) {
+torch::Tensor GeluExpert::forward(const torch::Tensor& rows) {
   return fc_projection->forward(torch::gelu(fc->forward(rows), "tanh"));
 }
 
@@ -21,8 +20,8 @@ SwiGluExpert::SwiGluExpert(int64_t hidden, int64_t inner) {
   w3 = register_module("w3", linear(hidden, inner));
 }
 
-torch::Tensor SwiGluExpert::forward(const torch::Tensor &rows) {
+torch::Tensor SwiGluExpert::forward(const torch::Tensor& rows) {
   return w2->forward(torch::silu(w1->forward(rows)) * w3->forward(rows));
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -2,25 +2,25 @@
 // networks of the model families, one module per expert.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
-
-#include <torch/torch.h>
 
 namespace dslaunch::runtime {
 
 class ExpertMlp : public torch::nn::Module {
-public:
+ public:
   // [N, hidden] → [N, hidden].
-  virtual torch::Tensor forward(const torch::Tensor &rows) = 0;
+  virtual torch::Tensor forward(const torch::Tensor& rows) = 0;
 };
 
 // GPT's MLP: fc (hidden → inner, bias), tanh-GELU, fc_projection (inner →
 // hidden, bias).
 class GeluExpert : public ExpertMlp {
-public:
+ public:
   GeluExpert(int64_t hidden, int64_t inner);
-  torch::Tensor forward(const torch::Tensor &rows) override;
+  torch::Tensor forward(const torch::Tensor& rows) override;
 
   torch::nn::Linear fc{nullptr};
   torch::nn::Linear fc_projection{nullptr};
@@ -29,13 +29,13 @@ public:
 // Mixtral's expert, with Hugging Face's names: w2(silu(w1(x)) · w3(x)), no
 // biases (w1: gate, w3: up, w2: down).
 class SwiGluExpert : public ExpertMlp {
-public:
+ public:
   SwiGluExpert(int64_t hidden, int64_t inner);
-  torch::Tensor forward(const torch::Tensor &rows) override;
+  torch::Tensor forward(const torch::Tensor& rows) override;
 
   torch::nn::Linear w1{nullptr};
   torch::nn::Linear w2{nullptr};
   torch::nn::Linear w3{nullptr};
 };
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

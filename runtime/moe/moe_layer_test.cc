@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "runtime/moe/expert_exchange.h"
 #include "runtime/moe/top_k_gating.h"
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/testing/expert_parallel_harness.h"
-#include "gtest/gtest.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -40,17 +40,16 @@ constexpr double kTolerance = 1e-5;
 
 MoeLayerImpl::ExpertFactory Experts(bool swiglu) {
   return [swiglu]() -> std::shared_ptr<ExpertMlp> {
-    if (swiglu)
-      return std::make_shared<SwiGluExpert>(kHidden, 12);
+    if (swiglu) return std::make_shared<SwiGluExpert>(kHidden, 12);
     return std::make_shared<GeluExpert>(kHidden, 12);
   };
 }
 
 // Every parameter drawn from its own name's generator: the same experts at
 // every expert-parallel size.
-void Initialize(MoeLayerImpl &layer, uint64_t seed) {
+void Initialize(MoeLayerImpl& layer, uint64_t seed) {
   torch::NoGradGuard no_grad;
-  for (auto &item : layer.named_parameters()) {
+  for (auto& item : layer.named_parameters()) {
     at::Generator generator = ExpertParameterGenerator(seed, item.key());
     item.value().normal_(0.0, 0.3, generator);
   }
@@ -62,7 +61,7 @@ torch::Tensor Tokens(int rank, int64_t count) {
   return torch::randn({count, kHidden}, generator, torch::TensorOptions());
 }
 
-double RelativeError(const torch::Tensor &got, const torch::Tensor &want) {
+double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
   const double scale = std::max(want.abs().max().item<double>(), 1e-12);
   return (got - want).abs().max().item<double>() / scale;
 }
@@ -73,10 +72,7 @@ TEST(MoeLayerTest, EqualsATokenByTokenReference) {
       SCOPED_TRACE(absl::StrCat("k=", k, " swiglu=", swiglu));
       LossGradientScale cell;
       MoeOptions options;
-      options.gating = GatingOptions{.num_experts = kExperts,
-                                     .top_k = k,
-                                     .min_capacity = 0,
-                                     .drop_tokens = false};
+      options.gating = GatingOptions{.num_experts = kExperts, .top_k = k, .min_capacity = 0, .drop_tokens = false};
       MoeLayerImpl layer(kHidden, options, Experts(swiglu), &cell);
       Initialize(layer, 11);
       layer.eval();
@@ -84,20 +80,15 @@ TEST(MoeLayerTest, EqualsATokenByTokenReference) {
       torch::Tensor y = layer.forward(x);
 
       torch::Tensor flat = x.view({-1, kHidden});
-      Routing routing =
-          RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight),
-                      options.gating, false);
+      Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
       for (int64_t t = 0; t < flat.size(0); ++t) {
         torch::Tensor want = torch::zeros({kHidden});
         for (int64_t j = 0; j < k; ++j) {
           const int64_t e = routing.experts[t][j].item<int64_t>();
-          auto expert = std::dynamic_pointer_cast<ExpertMlp>(
-              layer.experts->named_children()[std::to_string(e)]);
-          want += routing.weights[t][j] *
-                  expert->forward(flat[t].unsqueeze(0)).squeeze(0);
+          auto expert = std::dynamic_pointer_cast<ExpertMlp>(layer.experts->named_children()[std::to_string(e)]);
+          want += routing.weights[t][j] * expert->forward(flat[t].unsqueeze(0)).squeeze(0);
         }
-        EXPECT_LT(RelativeError(y.view({-1, kHidden})[t], want), 1e-6)
-            << "token " << t;
+        EXPECT_LT(RelativeError(y.view({-1, kHidden})[t], want), 1e-6) << "token " << t;
       }
     }
   }
@@ -106,8 +97,7 @@ TEST(MoeLayerTest, EqualsATokenByTokenReference) {
 TEST(MoeLayerTest, AuxiliaryLossGetsTheLossGradientScale) {
   // Top-1, dropless, no noise: training is deterministic.
   MoeOptions options;
-  options.gating =
-      GatingOptions{.num_experts = kExperts, .top_k = 1, .drop_tokens = false};
+  options.gating = GatingOptions{.num_experts = kExperts, .top_k = 1, .drop_tokens = false};
   options.aux_loss_coef = 0.5;
   options.z_loss_coef = 0.25;
   torch::Tensor x = Tokens(0, 12);
@@ -115,23 +105,17 @@ TEST(MoeLayerTest, AuxiliaryLossGetsTheLossGradientScale) {
   LossGradientScale cell;
   MoeLayerImpl layer(kHidden, options, Experts(false), &cell);
   Initialize(layer, 3);
-  torch::Tensor loss =
-      RecordLossGradientScale(layer.forward(x).square().mean(), &cell);
-  (loss * 3).backward(); // as the engine scales a loss (1/gas, fp16's scale)
+  torch::Tensor loss = RecordLossGradientScale(layer.forward(x).square().mean(), &cell);
+  (loss * 3).backward();  // as the engine scales a loss (1/gas, fp16's scale)
 
   // The reference adds the weighted auxiliary losses to the loss itself.
   options.aux_loss_coef = options.z_loss_coef = 0;
   MoeLayerImpl reference(kHidden, options, Experts(false), &cell);
   Initialize(reference, 3);
   torch::Tensor out = reference.forward(x);
-  Routing routing =
-      RouteTokens(torch::nn::functional::linear(x, reference.gate->weight),
-                  options.gating, true);
-  (3 * (out.square().mean() + 0.5 * routing.aux_loss + 0.25 * routing.z_loss))
-      .backward();
-  EXPECT_LT(
-      RelativeError(layer.gate->weight.grad(), reference.gate->weight.grad()),
-      1e-6);
+  Routing routing = RouteTokens(torch::nn::functional::linear(x, reference.gate->weight), options.gating, true);
+  (3 * (out.square().mean() + 0.5 * routing.aux_loss + 0.25 * routing.z_loss)).backward();
+  EXPECT_LT(RelativeError(layer.gate->weight.grad(), reference.gate->weight.grad()), 1e-6);
   EXPECT_GT(layer.last_stats().weighted_loss.item<double>(), 0);
 
   // A backward that does not start at a recorded loss is refused.
@@ -145,54 +129,46 @@ struct Case {
   int64_t k = 1;
   bool drop_tokens = true;
   bool swiglu = false;
-  bool skewed =
-      false; // ranks of 4..64 tokens; a router that sends most to expert 0
+  bool skewed = false;  // ranks of 4..64 tokens; a router that sends most to expert 0
 };
 
 // Runs the layer on 4 ranks at expert-parallel size `ep`; the input's
 // gradient and the output count as dense results.
-std::vector<BackwardResult> RunLayer(InProcessStore &store, int attempt, int ep,
-                                     const Case &c) {
+std::vector<BackwardResult> RunLayer(InProcessStore& store, int attempt, int ep, const Case& c) {
   constexpr int kWorld = 4;
   std::vector<BackwardResult> results(kWorld);
-  RunExpertParallelRanks(
-      store, attempt, kWorld, ep, [&](int rank, const ParallelState &parallel) {
-        MoeOptions options;
-        options.gating =
-            GatingOptions{.num_experts = kExperts,
-                          .top_k = c.k,
-                          .capacity_factor = 1.0,
-                          .min_capacity = 1,
-                          .drop_tokens = c.drop_tokens,
-                          .use_rts = false,
-                          .second_expert_sampling =
-                              false}; // no draws: threads share the generator
-        options.aux_loss_coef = 0.1;
-        options.expert_parallel = ExpertGroupOf(parallel);
-        LossGradientScale cell;
-        MoeLayerImpl layer(kHidden, options, Experts(c.swiglu), &cell);
-        Initialize(layer, 21);
-        if (c.skewed) {
-          torch::NoGradGuard no_grad;
-          layer.gate->weight.mul_(0.05);
-          layer.gate->weight[0][0] =
-              3.0; // tokens with a positive first feature go to expert 0
-        }
-        const int64_t count =
-            c.skewed ? std::vector<int64_t>{4, 64, 16, 8}[rank] : 16;
-        torch::Tensor x = Tokens(rank, count);
-        if (c.skewed)
-          x.select(1, 0).abs_().add_(1); // every token's first feature positive
-        x.requires_grad_(true);
-        torch::Tensor out = layer.forward(x);
-        torch::Tensor loss = RecordLossGradientScale((out * out).sum(), &cell);
-        loss.backward();
-        BackwardResult &result = results[rank];
-        result.loss = loss.item<double>();
-        result.dense["output"] = out.detach().clone();
-        result.dense["input"] = x.grad().clone();
-        CollectGradients(layer, kExperts, parallel.world(), &result);
-      });
+  RunExpertParallelRanks(store, attempt, kWorld, ep, [&](int rank, const ParallelState& parallel) {
+    MoeOptions options;
+    options.gating = GatingOptions{.num_experts = kExperts,
+                                   .top_k = c.k,
+                                   .capacity_factor = 1.0,
+                                   .min_capacity = 1,
+                                   .drop_tokens = c.drop_tokens,
+                                   .use_rts = false,
+                                   .second_expert_sampling = false};  // no draws: threads share the generator
+    options.aux_loss_coef = 0.1;
+    options.expert_parallel = ExpertGroupOf(parallel);
+    LossGradientScale cell;
+    MoeLayerImpl layer(kHidden, options, Experts(c.swiglu), &cell);
+    Initialize(layer, 21);
+    if (c.skewed) {
+      torch::NoGradGuard no_grad;
+      layer.gate->weight.mul_(0.05);
+      layer.gate->weight[0][0] = 3.0;  // tokens with a positive first feature go to expert 0
+    }
+    const int64_t count = c.skewed ? std::vector<int64_t>{4, 64, 16, 8}[rank] : 16;
+    torch::Tensor x = Tokens(rank, count);
+    if (c.skewed) x.select(1, 0).abs_().add_(1);  // every token's first feature positive
+    x.requires_grad_(true);
+    torch::Tensor out = layer.forward(x);
+    torch::Tensor loss = RecordLossGradientScale((out * out).sum(), &cell);
+    loss.backward();
+    BackwardResult& result = results[rank];
+    result.loss = loss.item<double>();
+    result.dense["output"] = out.detach().clone();
+    result.dense["input"] = x.grad().clone();
+    CollectGradients(layer, kExperts, parallel.world(), &result);
+  });
   return results;
 }
 
@@ -203,26 +179,21 @@ TEST_P(ExpertParallelParityTest, EveryExpertParallelSizeEqualsOne) {
   InProcessStore store;
   std::vector<BackwardResult> reference = RunLayer(store, 0, 1, c);
   for (int ep : {2, 4}) {
-    std::vector<std::string> bad =
-        CompareBackward(RunLayer(store, ep, ep, c), reference, kTolerance);
-    EXPECT_TRUE(bad.empty()) << "ep " << ep << ": " << bad.size()
-                             << " mismatches, first: " << bad.front();
+    std::vector<std::string> bad = CompareBackward(RunLayer(store, ep, ep, c), reference, kTolerance);
+    EXPECT_TRUE(bad.empty()) << "ep " << ep << ": " << bad.size() << " mismatches, first: " << bad.front();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Routings, ExpertParallelParityTest,
-    ::testing::Values(Case{.k = 1, .drop_tokens = true},
-                      Case{.k = 1, .drop_tokens = false},
-                      Case{.k = 2, .drop_tokens = true, .swiglu = true},
-                      Case{.k = 2, .drop_tokens = false, .swiglu = true},
-                      Case{.k = 2, .drop_tokens = false, .skewed = true}),
-    [](const ::testing::TestParamInfo<Case> &info) {
-      const Case &c = info.param;
-      return absl::StrCat(
-          "Top", c.k, c.drop_tokens ? "CapacityBound" : "Dropless",
-          c.swiglu ? "SwiGlu" : "Gelu", c.skewed ? "Skewed" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Routings, ExpertParallelParityTest,
+                         ::testing::Values(Case{.k = 1, .drop_tokens = true}, Case{.k = 1, .drop_tokens = false},
+                                           Case{.k = 2, .drop_tokens = true, .swiglu = true},
+                                           Case{.k = 2, .drop_tokens = false, .swiglu = true},
+                                           Case{.k = 2, .drop_tokens = false, .skewed = true}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return absl::StrCat("Top", c.k, c.drop_tokens ? "CapacityBound" : "Dropless",
+                                               c.swiglu ? "SwiGlu" : "Gelu", c.skewed ? "Skewed" : "");
+                         });
 
 TEST(ExpertParallelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
   InProcessStore store;
@@ -234,5 +205,5 @@ TEST(ExpertParallelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
   EXPECT_FALSE(CompareBackward(broken, reference, kTolerance).empty());
 }
 
-} // namespace
-} // namespace dslaunch::runtime
+}  // namespace
+}  // namespace dslaunch::runtime

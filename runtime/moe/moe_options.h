@@ -52,12 +52,12 @@ namespace dslaunch::runtime {
 enum class NoisyGatePolicy { kNone, kJitter, kRSample };
 
 // "None", "Jitter", "RSample" (DeepSpeed's spelling; also null).
-const char *NoisyGatePolicyName(NoisyGatePolicy policy);
-bool ParseNoisyGatePolicy(const std::string &text, NoisyGatePolicy *policy);
+const char* NoisyGatePolicyName(NoisyGatePolicy policy);
+bool ParseNoisyGatePolicy(const std::string& text, NoisyGatePolicy* policy);
 
 // This rank's expert-parallel group: the ranks its experts are split over.
 struct ExpertParallelGroup {
-  Communicator *comm = nullptr; // null: one member
+  Communicator* comm = nullptr;  // null: one member
   int rank = 0;
   int size = 1;
 
@@ -67,11 +67,11 @@ struct ExpertParallelGroup {
 struct GatingOptions {
   int64_t num_experts = 0;
   int64_t top_k = 1;
-  double capacity_factor = 1.0;      // training
-  double eval_capacity_factor = 1.0; // evaluation
+  double capacity_factor = 1.0;       // training
+  double eval_capacity_factor = 1.0;  // evaluation
   int64_t min_capacity = 4;
-  bool drop_tokens = true; // false: dropless (every token reaches its experts)
-  bool use_rts = true;     // top-1 drops at random (else by position)
+  bool drop_tokens = true;  // false: dropless (every token reaches its experts)
+  bool use_rts = true;      // top-1 drops at random (else by position)
   // Top-2 in training: the second expert by Gumbel-noised logits (DeepSpeed's
   // top2_2nd_expert_sampling); else the second best, as in evaluation.
   bool second_expert_sampling = true;
@@ -84,22 +84,20 @@ struct MoeOptions {
   // (i + 1) % every == 0 (every 2: blocks 1, 3, 5, ... as DeepSpeed's and
   // GShard's examples place them); 1: all.
   int64_t every = 1;
-  double aux_loss_coef = 0.01; // the load-balancing loss's weight in the loss
-  double z_loss_coef = 0; // ST-MoE's router z-loss, mean(logsumexp(logits)²)
+  double aux_loss_coef = 0.01;  // the load-balancing loss's weight in the loss
+  double z_loss_coef = 0;       // ST-MoE's router z-loss, mean(logsumexp(logits)²)
   // Residual MoE (DeepSpeed use_residual): a dense expert beside the mixture,
   // the two mixed by a learned per-token softmax coefficient.
   bool use_residual = false;
   ExpertParallelGroup expert_parallel;
 
   bool enabled() const { return gating.num_experts > 0; }
-  bool IsExpertBlock(int64_t block) const {
-    return enabled() && (block + 1) % every == 0;
-  }
+  bool IsExpertBlock(int64_t block) const { return enabled() && (block + 1) % every == 0; }
 };
 
 // Empty when the options can build a layer; otherwise what is wrong, naming
 // the key under model.moe (num_experts, top_k, every, ...) and the expert-
 // parallel size.
-std::string CheckMoeOptions(const MoeOptions &options);
+std::string CheckMoeOptions(const MoeOptions& options);
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
 #include "runtime/testing/expert_parallel_harness.h"
-#include "gtest/gtest.h"
 
 namespace dslaunch::runtime::testing {
 
@@ -23,19 +23,17 @@ inline constexpr int64_t kMoeRowsPerRank = 2;
 inline constexpr int64_t kMoeExperts = 4;
 
 struct ExpertLayout {
-  std::string family =
-      "gpt"; // gpt: top-1, capacity-bound; llama: top-2, dropless
+  std::string family = "gpt";  // gpt: top-1, capacity-bound; llama: top-2, dropless
   int world = 4, ep = 1, stage = 2;
   int gas = 1;
   bool bf16 = false;
 
   std::string Describe() const {
-    return absl::StrCat(family, " EP ", ep, " x DP ", world, " ZeRO ", stage,
-                        " gas ", gas, bf16 ? " bf16" : "");
+    return absl::StrCat(family, " EP ", ep, " x DP ", world, " ZeRO ", stage, " gas ", gas, bf16 ? " bf16" : "");
   }
 };
 
-inline DsConfig ExpertConfig(const ExpertLayout &layout) {
+inline DsConfig ExpertConfig(const ExpertLayout& layout) {
   DsConfig config;
   config.zero_optimization.stage = layout.stage;
   config.train_micro_batch_size_per_gpu = kMoeRowsPerRank;
@@ -44,16 +42,14 @@ inline DsConfig ExpertConfig(const ExpertLayout &layout) {
   config.optimizer.type = "AdamW";
   config.optimizer.lr = 1e-2;
   config.optimizer.weight_decay = 0.01;
-  config.gradient_clipping =
-      0.5; // the norm over both partitions is part of what is checked
+  config.gradient_clipping = 0.5;  // the norm over both partitions is part of what is checked
   config.zero_optimization.reduce_bucket_size = 500;
   config.bf16.enabled = layout.bf16;
   return config;
 }
 
-inline std::shared_ptr<torch::nn::Module>
-BuildMoeModel(const ExpertLayout &layout, const ExpertParallelGroup &group,
-              ModelInterface **family) {
+inline std::shared_ptr<torch::nn::Module> BuildMoeModel(const ExpertLayout& layout, const ExpertParallelGroup& group,
+                                                        ModelInterface** family) {
   MoeOptions moe;
   // No random draws: the ranks are threads sharing LibTorch's generator.
   moe.gating = GatingOptions{.num_experts = kMoeExperts,
@@ -69,7 +65,7 @@ BuildMoeModel(const ExpertLayout &layout, const ExpertParallelGroup &group,
     GptOptions options = TinyGpt();
     options.layers = 2;
     options.moe = moe;
-    options.moe.every = 2; // block 1 only
+    options.moe.every = 2;  // block 1 only
     auto model = std::make_shared<GptImpl>(options, 3);
     *family = model.get();
     return model;
@@ -89,40 +85,31 @@ BuildMoeModel(const ExpertLayout &layout, const ExpertParallelGroup &group,
 }
 
 struct ExpertRank {
-  ModelInterface *family = nullptr;
+  ModelInterface* family = nullptr;
   std::shared_ptr<torch::nn::Module> module;
-  std::unique_ptr<Engine>
-      engine; // null when Engine::Create failed (the test has failed)
+  std::unique_ptr<Engine> engine;  // null when Engine::Create failed (the test has failed)
 };
 
 // `state` must outlive the result (the engine borrows it).
-inline ExpertRank StartExpertRank(const ExpertLayout &layout,
-                                  const ParallelState &state) {
+inline ExpertRank StartExpertRank(const ExpertLayout& layout, const ParallelState& state) {
   ExpertRank rank;
   rank.module = BuildMoeModel(layout, ExpertGroupOf(state), &rank.family);
-  std::shared_ptr<const ParallelState> borrowed(&state,
-                                                [](const ParallelState *) {});
-  auto engine =
-      Engine::Create(rank.module, ExpertConfig(layout), borrowed, torch::kCPU);
+  std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
+  auto engine = Engine::Create(rank.module, ExpertConfig(layout), borrowed, torch::kCPU);
   EXPECT_TRUE(engine.ok()) << engine.status();
-  if (engine.ok())
-    rank.engine = std::move(*engine);
+  if (engine.ok()) rank.engine = std::move(*engine);
   return rank;
 }
 
 // Optimizer steps [first, first + steps), each of `gas` micro-batches of this
 // data-parallel rank's rows; appends the loss of each micro-batch (and, when
 // asked, each step's gradient norm before clipping).
-inline void TrainExpertSteps(ExpertRank &rank, const ExpertLayout &layout,
-                             const ParallelState &state, int first, int steps,
-                             std::vector<double> *losses,
-                             std::vector<double> *grad_norms = nullptr) {
+inline void TrainExpertSteps(ExpertRank& rank, const ExpertLayout& layout, const ParallelState& state, int first,
+                             int steps, std::vector<double>* losses, std::vector<double>* grad_norms = nullptr) {
   const int data_rank = state.data() ? state.data()->rank() : 0;
   for (int step = first; step < first + steps; ++step) {
     for (int micro = 0; micro < layout.gas; ++micro) {
-      const int64_t row =
-          ((step * layout.gas + micro) * layout.world + data_rank) *
-          kMoeRowsPerRank;
+      const int64_t row = ((step * layout.gas + micro) * layout.world + data_rank) * kMoeRowsPerRank;
       auto [inputs, targets] = Batch(row, kMoeRowsPerRank);
       torch::Tensor loss = rank.family->Loss(inputs, targets);
       losses->push_back(loss.item<double>());
@@ -130,41 +117,35 @@ inline void TrainExpertSteps(ExpertRank &rank, const ExpertLayout &layout,
       auto stepped = rank.engine->Step();
       ASSERT_TRUE(stepped.ok()) << stepped.status();
       EXPECT_EQ(stepped->stepped, micro + 1 == layout.gas);
-      if (grad_norms != nullptr && stepped->boundary)
-        grad_norms->push_back(stepped->grad_norm);
+      if (grad_norms != nullptr && stepped->boundary) grad_norms->push_back(stepped->grad_norm);
     }
   }
 }
 
 // This rank's parameters by name (fp32 copies): the dense ones and its experts.
-inline std::map<std::string, torch::Tensor>
-NamedParameters(const torch::nn::Module &module) {
+inline std::map<std::string, torch::Tensor> NamedParameters(const torch::nn::Module& module) {
   std::map<std::string, torch::Tensor> named;
-  for (const auto &item : module.named_parameters())
+  for (const auto& item : module.named_parameters())
     named[item.key()] = item.value().detach().to(torch::kFloat).clone();
   return named;
 }
 
 // Mismatches, as text: every parameter `got` holds against the same name in
 // `want` (relative to its largest magnitude, above `tolerance`).
-inline std::vector<std::string>
-CompareNamed(const std::map<std::string, torch::Tensor> &got,
-             const std::map<std::string, torch::Tensor> &want,
-             double tolerance) {
+inline std::vector<std::string> CompareNamed(const std::map<std::string, torch::Tensor>& got,
+                                             const std::map<std::string, torch::Tensor>& want, double tolerance) {
   std::vector<std::string> bad;
-  for (const auto &[name, value] : got) {
+  for (const auto& [name, value] : got) {
     auto it = want.find(name);
     if (it == want.end()) {
       bad.push_back(name + ": not in the reference");
       continue;
     }
     const double scale = std::max(it->second.abs().max().item<double>(), 1e-12);
-    const double error =
-        (value - it->second).abs().max().item<double>() / scale;
-    if (!(error <= tolerance))
-      bad.push_back(absl::StrCat(name, ": relative error ", error));
+    const double error = (value - it->second).abs().max().item<double>() / scale;
+    if (!(error <= tolerance)) bad.push_back(absl::StrCat(name, ": relative error ", error));
   }
   return bad;
 }
 
-} // namespace dslaunch::runtime::testing
+}  // namespace dslaunch::runtime::testing

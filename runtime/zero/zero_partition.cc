@@ -11,10 +11,9 @@ namespace {
 // Every view of the tensor (the module's parameters, what autograd saved of
 // them) shares the StorageImpl, so they all see the memory come and go; the
 // tensors' version counters do not move.
-void ResizeStorage(const torch::Tensor &tensor, size_t bytes) {
-  c10::StorageImpl *storage = tensor.storage().unsafeGetStorageImpl();
-  if (storage->nbytes() == bytes)
-    return;
+void ResizeStorage(const torch::Tensor& tensor, size_t bytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == bytes) return;
   if (bytes == 0) {
     storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
   } else {
@@ -23,73 +22,56 @@ void ResizeStorage(const torch::Tensor &tensor, size_t bytes) {
   storage->set_nbytes(bytes);
 }
 
-int64_t Pieces(int64_t numel, int shards) {
-  return (numel + shards - 1) / shards;
-}
+int64_t Pieces(int64_t numel, int shards) { return (numel + shards - 1) / shards; }
 
-} // namespace
+}  // namespace
 
-ZeroPartition::ZeroPartition(const ZeroOptions &options,
-                             std::vector<torch::Tensor> params,
-                             Communicator *comm)
+ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm)
     : options_(options), params_(std::move(params)), comm_(comm) {}
 
-absl::StatusOr<std::unique_ptr<ZeroPartition>>
-ZeroPartition::Create(const ZeroOptions &options,
-                      std::vector<torch::Tensor> params, Communicator *comm) {
+absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroOptions& options,
+                                                                     std::vector<torch::Tensor> params,
+                                                                     Communicator* comm) {
   if (options.stage < 0 || options.stage > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
+    return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
   }
-  if (params.empty())
-    return absl::InvalidArgumentError("ZeroPartition: no trainable parameters");
+  if (params.empty()) return absl::InvalidArgumentError("ZeroPartition: no trainable parameters");
   if (options.overlap_units && (options.stage != 2 || options.units.empty())) {
-    return absl::InvalidArgumentError(
-        "overlapped units need ZeRO stage 2 and the model's units");
+    return absl::InvalidArgumentError("overlapped units need ZeRO stage 2 and the model's units");
   }
   if (options.offload_param && options.stage != 3) {
     return absl::InvalidArgumentError("offload_param needs ZeRO stage 3");
   }
-  std::unique_ptr<ZeroPartition> zero(
-      new ZeroPartition(options, std::move(params), comm));
+  std::unique_ptr<ZeroPartition> zero(new ZeroPartition(options, std::move(params), comm));
   zero->rank_ = comm ? comm->rank() : 0;
   zero->size_ = comm ? comm->size() : 1;
   // Stage 0: one piece, the whole vector, on every rank.
   zero->shards_ = options.stage == 0 ? 1 : zero->size_;
   zero->shard_rank_ = options.stage == 0 ? 0 : zero->rank_;
-  if (absl::Status built = zero->BuildUnits(); !built.ok())
-    return built;
+  if (absl::Status built = zero->BuildUnits(); !built.ok()) return built;
 
   torch::NoGradGuard no_grad;
-  const torch::Tensor &first = zero->params_.front();
+  const torch::Tensor& first = zero->params_.front();
   std::vector<torch::Tensor> master_pieces, param_pieces;
   for (size_t u = 0; u < zero->units_.size(); ++u) {
-    const Unit &unit = zero->units_[u];
+    const Unit& unit = zero->units_[u];
     std::vector<torch::Tensor> flat;
-    for (size_t i = unit.first; i < unit.end; ++i)
-      flat.push_back(zero->params_[i].detach().reshape({-1}));
+    for (size_t i = unit.first; i < unit.end; ++i) flat.push_back(zero->params_[i].detach().reshape({-1}));
     torch::Tensor all = torch::cat(flat);
     const int64_t padded = unit.piece * zero->shards_;
-    if (padded > unit.numel)
-      all =
-          torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
-    torch::Tensor mine =
-        all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
+    if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
+    torch::Tensor mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
     // Offloaded pieces go to the host one unit at a time: a model that fits
     // on the device only partitioned never has its fp32 copy there.
-    const torch::Device master_device =
-        options.offload_optimizer ? torch::kCPU : mine.device();
-    master_pieces.push_back(mine.to(master_device, torch::kFloat,
-                                    /*non_blocking=*/false, /*copy=*/true));
+    const torch::Device master_device = options.offload_optimizer ? torch::kCPU : mine.device();
+    master_pieces.push_back(mine.to(master_device, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
     if (options.stage == 3) {
-      const torch::Device param_device =
-          options.offload_param ? torch::kCPU : mine.device();
-      param_pieces.push_back(
-          mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
+      const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
+      param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
       // The module's parameters become views of the unit's flat buffer.
       int64_t offset = 0;
       for (size_t i = unit.first; i < unit.end; ++i) {
-        torch::Tensor &p = zero->params_[i];
+        torch::Tensor& p = zero->params_[i];
         p.set_data(all.narrow(0, offset, p.numel()).view(p.sizes()));
         offset += p.numel();
       }
@@ -99,53 +81,43 @@ ZeroPartition::Create(const ZeroOptions &options,
   }
   torch::Tensor shard = torch::cat(master_pieces);
   master_pieces.clear();
-  if (std::find(options.norm_counts.begin(), options.norm_counts.end(),
-                false) != options.norm_counts.end()) {
+  if (std::find(options.norm_counts.begin(), options.norm_counts.end(), false) != options.norm_counts.end()) {
     if (options.norm_counts.size() != zero->params_.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("norm_counts has ", options.norm_counts.size(),
-                       " entries for ", zero->params_.size(), " parameters"));
+      return absl::InvalidArgumentError(absl::StrCat("norm_counts has ", options.norm_counts.size(),
+                                                     " entries for ", zero->params_.size(), " parameters"));
     }
     std::vector<torch::Tensor> weight_pieces;
-    for (const Unit &unit : zero->units_) {
+    for (const Unit& unit : zero->units_) {
       std::vector<torch::Tensor> flat;
       for (size_t i = unit.first; i < unit.end; ++i) {
-        flat.push_back(torch::full({zero->params_[i].numel()},
-                                   options.norm_counts[i] ? 1.0 : 0.0,
+        flat.push_back(torch::full({zero->params_[i].numel()}, options.norm_counts[i] ? 1.0 : 0.0,
                                    shard.options().requires_grad(false)));
       }
       const int64_t padded = unit.piece * zero->shards_;
-      if (padded > unit.numel)
-        flat.push_back(torch::zeros({padded - unit.numel}, shard.options()));
-      weight_pieces.push_back(torch::cat(flat).narrow(
-          0, zero->shard_rank_ * unit.piece, unit.piece));
+      if (padded > unit.numel) flat.push_back(torch::zeros({padded - unit.numel}, shard.options()));
+      weight_pieces.push_back(torch::cat(flat).narrow(0, zero->shard_rank_ * unit.piece, unit.piece));
     }
     zero->norm_weight_ = torch::cat(weight_pieces);
   }
   // Pinned host memory makes the copies to and from the GPU asynchronous.
-  if (options.offload_optimizer && first.is_cuda())
-    shard = shard.pin_memory();
+  if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
   zero->master_shard_ = shard.requires_grad_(true);
-  if (options.overlap_units)
-    zero->worker_ = std::make_unique<CommWorker>(first.device());
+  if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
     param_pieces.clear();
-    if (options.offload_param && first.is_cuda())
-      params_shard = params_shard.pin_memory();
+    if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
     zero->param_shard_ = params_shard;
     zero->pending_.resize(zero->units_.size());
     zero->worker_ = std::make_unique<CommWorker>(first.device());
-    for (int u = 0; u < zero->units(); ++u)
-      zero->ReleaseUnit(u);
+    for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
   }
   return zero;
 }
 
 absl::Status ZeroPartition::BuildUnits() {
-  for (const auto &p : params_)
-    total_ += p.numel();
+  for (const auto& p : params_) total_ += p.numel();
   std::vector<ParameterUnit> spec = options_.units;
   if (options_.stage != 3 && !(options_.stage == 2 && options_.overlap_units)) {
     spec.clear();
@@ -155,8 +127,7 @@ absl::Status ZeroPartition::BuildUnits() {
       for (size_t i = 0; i < params_.size(); ++i) {
         const int64_t n = params_[i].numel();
         if (spec.empty() || elements + n > options_.bucket_elements) {
-          spec.push_back(
-              ParameterUnit{static_cast<int64_t>(i), 0, /*layer=*/false});
+          spec.push_back(ParameterUnit{static_cast<int64_t>(i), 0, /*layer=*/false});
           elements = 0;
         }
         ++spec.back().parameter_count;
@@ -164,57 +135,49 @@ absl::Status ZeroPartition::BuildUnits() {
       }
     }
   }
-  if (spec.empty())
-    spec = {ParameterUnit{0, static_cast<int64_t>(params_.size()),
-                          /*layer=*/false}};
+  if (spec.empty()) spec = {ParameterUnit{0, static_cast<int64_t>(params_.size()), /*layer=*/false}};
   size_t next = 0;
-  for (const ParameterUnit &s : spec) {
-    if (s.first_parameter != static_cast<int64_t>(next) ||
-        s.parameter_count <= 0 || next + s.parameter_count > params_.size()) {
+  for (const ParameterUnit& s : spec) {
+    if (s.first_parameter != static_cast<int64_t>(next) || s.parameter_count <= 0 ||
+        next + s.parameter_count > params_.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("ZeRO-3 units must cover the ", params_.size(),
-                       " trainable parameters in order, each once; a unit "
-                       "starts at parameter ",
-                       s.first_parameter, " with ", s.parameter_count,
-                       " parameters where parameter ", next, " was expected"));
+                       " trainable parameters in order, each once; a unit starts at parameter ", s.first_parameter,
+                       " with ", s.parameter_count, " parameters where parameter ", next, " was expected"));
     }
     Unit unit;
     unit.first = next;
     unit.end = next + s.parameter_count;
     unit.layer = s.layer;
-    for (size_t i = unit.first; i < unit.end; ++i)
-      unit.numel += params_[i].numel();
+    for (size_t i = unit.first; i < unit.end; ++i) unit.numel += params_[i].numel();
     unit.piece = Pieces(unit.numel, shards_);
     unit.shard_offset = shard_size_;
-    unit.persistent =
-        options_.stage == 3 && unit.numel < options_.persistence_threshold;
+    unit.persistent = options_.stage == 3 && unit.numel < options_.persistence_threshold;
     shard_size_ += unit.piece;
     units_.push_back(unit);
     next = unit.end;
   }
   if (next != params_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ZeRO-3 units cover ", next,
-                                                   " of the ", params_.size(),
-                                                   " trainable parameters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeRO-3 units cover ", next, " of the ", params_.size(), " trainable parameters"));
   }
   return absl::OkStatus();
 }
 
 std::vector<int64_t> ZeroPartition::UnitSizes() const {
   std::vector<int64_t> sizes;
-  for (const Unit &unit : units_)
-    sizes.push_back(unit.numel);
+  for (const Unit& unit : units_) sizes.push_back(unit.numel);
   return sizes;
 }
 
-torch::Tensor ZeroPartition::FlatGradients(const Unit &unit) const {
-  const torch::Tensor &first = params_[unit.first];
+torch::Tensor ZeroPartition::FlatGradients(const Unit& unit) const {
+  const torch::Tensor& first = params_[unit.first];
   // Written once: each gradient copied in, zeros only where there is none
   // (and in the padding), not a zero fill of the whole unit first.
   torch::Tensor all = torch::empty({unit.piece * shards_}, first.options());
   int64_t offset = 0;
   for (size_t i = unit.first; i < unit.end; ++i) {
-    const torch::Tensor &p = params_[i];
+    const torch::Tensor& p = params_[i];
     torch::Tensor slot = all.narrow(0, offset, p.numel());
     if (p.grad().defined()) {
       slot.copy_(p.grad().reshape({-1}));
@@ -223,21 +186,17 @@ torch::Tensor ZeroPartition::FlatGradients(const Unit &unit) const {
     }
     offset += p.numel();
   }
-  if (offset < all.numel())
-    all.narrow(0, offset, all.numel() - offset).zero_();
+  if (offset < all.numel()) all.narrow(0, offset, all.numel() - offset).zero_();
   return all;
 }
 
-absl::Status ZeroPartition::ScatterInto(torch::Tensor flat, int64_t piece,
-                                        torch::Tensor mine) {
-  if (comm_ != nullptr && size_ > 1)
-    return comm_->ReduceScatter(flat, mine, ReduceOp::kSum);
+absl::Status ZeroPartition::ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine) {
+  if (comm_ != nullptr && size_ > 1) return comm_->ReduceScatter(flat, mine, ReduceOp::kSum);
   mine.copy_(flat.narrow(0, 0, piece));
   return absl::OkStatus();
 }
 
-void ZeroPartition::AddToAccumulator(const Unit &unit,
-                                     const torch::Tensor &mine) {
+void ZeroPartition::AddToAccumulator(const Unit& unit, const torch::Tensor& mine) {
   if (!accumulated_) {
     grad_accumulator_ = torch::zeros({shard_size_}, mine.options());
     accumulated_ = true;
@@ -246,60 +205,51 @@ void ZeroPartition::AddToAccumulator(const Unit &unit,
 }
 
 absl::Status ZeroPartition::AccumulateMicroStep() {
-  if (stage() != 2)
-    return absl::OkStatus();
+  if (stage() != 2) return absl::OkStatus();
   // Bucket by bucket; the full gradients are not kept between micro-steps:
   // that is stage 2. With overlapped units most were taken during backward
   // already; the rest (the same on every rank) go now.
   for (int u = 0; u < units(); ++u) {
-    if (options_.overlap_units && !UnitHasGradients(u))
-      continue;
-    if (absl::Status s = AccumulateUnitGradients(u); !s.ok())
-      return s;
+    if (options_.overlap_units && !UnitHasGradients(u)) continue;
+    if (absl::Status s = AccumulateUnitGradients(u); !s.ok()) return s;
   }
   return Drain();
 }
 
 bool ZeroPartition::UnitHasGradients(int u) const {
-  const Unit &unit = units_[u];
+  const Unit& unit = units_[u];
   for (size_t i = unit.first; i < unit.end; ++i) {
-    if (params_[i].grad().defined())
-      return true;
+    if (params_[i].grad().defined()) return true;
   }
   return false;
 }
 
 absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
   torch::NoGradGuard no_grad;
-  const Unit &unit = units_[u];
+  const Unit& unit = units_[u];
   torch::Tensor flat = FlatGradients(unit);
-  for (size_t i = unit.first; i < unit.end; ++i)
-    params_[i].mutable_grad() = torch::Tensor();
+  for (size_t i = unit.first; i < unit.end; ++i) params_[i].mutable_grad() = torch::Tensor();
   auto reduce = [this, u, flat]() -> absl::Status {
     torch::NoGradGuard no_grad_on_worker;
-    const Unit &unit = units_[u];
+    const Unit& unit = units_[u];
     torch::Tensor mine = torch::empty({unit.piece}, flat.options());
     absl::Status scattered = ScatterInto(flat, unit.piece, mine);
     // `flat` came from the training thread's stream; on the worker's stream
     // the scatter may still be reading it when this function returns.
-    if (worker_)
-      compat::KeepUntilCurrentStreamDone(flat);
-    if (!scattered.ok())
-      return scattered;
+    if (worker_) compat::KeepUntilCurrentStreamDone(flat);
+    if (!scattered.ok()) return scattered;
     AddToAccumulator(unit, mine);
     return absl::OkStatus();
   };
-  if (!worker_)
-    return reduce();
+  if (!worker_) return reduce();
   worker_->Submit(std::move(reduce));
   return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::StartGather(int u) {
-  if (gathered_[u])
-    return absl::OkStatus();
-  const Unit &unit = units_[u];
-  torch::Tensor &full = full_[u];
+  if (gathered_[u]) return absl::OkStatus();
+  const Unit& unit = units_[u];
+  torch::Tensor& full = full_[u];
   // The memory is taken here, on the training thread; the worker fills it.
   ResizeStorage(full, static_cast<size_t>(full.numel()) * full.element_size());
   gathered_[u] = true;
@@ -307,11 +257,9 @@ absl::Status ZeroPartition::StartGather(int u) {
   auto gather = [this, &unit, full]() -> absl::Status {
     torch::NoGradGuard no_grad_on_worker;
     torch::Tensor mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
-    if (mine.device() != full.device())
-      mine = mine.to(full.device());
+    if (mine.device() != full.device()) mine = mine.to(full.device());
     torch::Tensor target = full;
-    if (comm_ != nullptr && shards_ > 1)
-      return comm_->AllGather(mine, target);
+    if (comm_ != nullptr && shards_ > 1) return comm_->AllGather(mine, target);
     target.copy_(mine);
     return absl::OkStatus();
   };
@@ -320,10 +268,8 @@ absl::Status ZeroPartition::StartGather(int u) {
 }
 
 absl::Status ZeroPartition::GatherUnit(int u) {
-  if (absl::Status s = StartGather(u); !s.ok())
-    return s;
-  if (!pending_[u])
-    return absl::OkStatus();
+  if (absl::Status s = StartGather(u); !s.ok()) return s;
+  if (!pending_[u]) return absl::OkStatus();
   absl::Status status = pending_[u]->Wait();
   pending_[u].reset();
   if (!status.ok()) {
@@ -334,33 +280,28 @@ absl::Status ZeroPartition::GatherUnit(int u) {
 }
 
 void ZeroPartition::ReleaseUnit(int u) {
-  if (stage() != 3 || units_[u].persistent || !gathered_[u])
-    return;
+  if (stage() != 3 || units_[u].persistent || !gathered_[u]) return;
   if (pending_[u]) {
-    (void)pending_[u]->Wait(); // never free memory the worker is writing (its
-                               // error surfaces at Drain)
+    (void)pending_[u]->Wait();  // never free memory the worker is writing (its error surfaces at Drain)
     pending_[u].reset();
   }
   ResizeStorage(full_[u], 0);
   gathered_[u] = false;
 }
 
-absl::Status ZeroPartition::Drain() {
-  return worker_ ? worker_->Drain() : absl::OkStatus();
-}
+absl::Status ZeroPartition::Drain() { return worker_ ? worker_->Drain() : absl::OkStatus(); }
 
 int64_t ZeroPartition::LiveElements() const {
   int64_t live = 0;
   for (size_t u = 0; u < full_.size(); ++u) {
-    if (gathered_[u])
-      live += full_[u].numel();
+    if (gathered_[u]) live += full_[u].numel();
   }
   return live;
 }
 
 int64_t ZeroPartition::StepLiveElements() const {
   int64_t always = 0, largest_layer = 0;
-  for (const Unit &unit : units_) {
+  for (const Unit& unit : units_) {
     const int64_t whole = unit.piece * shards_;
     if (unit.layer && !unit.persistent) {
       largest_layer = std::max(largest_layer, whole);
@@ -375,32 +316,25 @@ absl::Status ZeroPartition::ReduceShardGradientSum() {
   torch::NoGradGuard no_grad;
   if (stage() >= 2) {
     if (stage() == 2) {
-      if (absl::Status s = AccumulateMicroStep(); !s.ok())
-        return s;
+      if (absl::Status s = AccumulateMicroStep(); !s.ok()) return s;
     }
     // Stage 3: every reduce-scatter submitted during backward has landed.
-    if (absl::Status s = Drain(); !s.ok())
-      return s;
-    shard_gradient_sum_ =
-        accumulated_ ? grad_accumulator_
-                     : torch::zeros({shard_size_}, params_.front().options());
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    shard_gradient_sum_ = accumulated_ ? grad_accumulator_ : torch::zeros({shard_size_}, params_.front().options());
     return absl::OkStatus();
   }
   shard_gradient_sum_ = torch::empty({shard_size_}, params_.front().options());
-  for (const Unit &unit : units_) {
+  for (const Unit& unit : units_) {
     torch::Tensor flat = FlatGradients(unit);
-    torch::Tensor mine =
-        shard_gradient_sum_.narrow(0, unit.shard_offset, unit.piece);
+    torch::Tensor mine = shard_gradient_sum_.narrow(0, unit.shard_offset, unit.piece);
     if (shards_ > 1) {
       // Stage 1: each rank needs only the sum of its own piece, which a
       // reduce-scatter delivers for half the bytes of an all-reduce.
-      if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok())
-        return s;
+      if (absl::Status s = ScatterInto(flat, unit.piece, mine); !s.ok()) return s;
       continue;
     }
     if (comm_ != nullptr && size_ > 1) {
-      if (absl::Status s = comm_->AllReduce(flat, ReduceOp::kSum); !s.ok())
-        return s;
+      if (absl::Status s = comm_->AllReduce(flat, ReduceOp::kSum); !s.ok()) return s;
     }
     mine.copy_(flat);
   }
@@ -409,21 +343,17 @@ absl::Status ZeroPartition::ReduceShardGradientSum() {
 
 absl::Status ZeroPartition::PrepareShardGradient() {
   torch::NoGradGuard no_grad;
-  if (absl::Status s = ReduceShardGradientSum(); !s.ok())
-    return s;
-  const torch::Tensor &shard_sum = shard_gradient_sum_;
+  if (absl::Status s = ReduceShardGradientSum(); !s.ok()) return s;
+  const torch::Tensor& shard_sum = shard_gradient_sum_;
   // Σ over ranks → mean, in fp32, and its squared norm in fp64, a chunk at a
   // time: a whole-shard fp32 and fp64 copy would need 12 bytes per element
   // on the device at once (9 GiB for a 1.2B-parameter shard).
-  // (prescale_gradients is refused with ZeRO by the config: "not yet
-  // supported".)
+  // (prescale_gradients is refused with ZeRO by the config: "not yet supported".)
   constexpr int64_t kChunk = int64_t{1} << 24;
   const auto shard_options = shard_sum.options().dtype(torch::kFloat);
   torch::Tensor mean =
-      offload()
-          ? torch::empty({shard_size_}, shard_options.device(torch::kCPU)
-                                            .pinned_memory(shard_sum.is_cuda()))
-          : torch::empty({shard_size_}, shard_options);
+      offload() ? torch::empty({shard_size_}, shard_options.device(torch::kCPU).pinned_memory(shard_sum.is_cuda()))
+                : torch::empty({shard_size_}, shard_options);
   // The norm where the gradient is (a GPU reduces 86M values in microseconds;
   // the host would take a good part of a second).
   torch::Tensor norm = torch::zeros({1}, shard_options.dtype(torch::kDouble));
@@ -433,8 +363,7 @@ absl::Status ZeroPartition::PrepareShardGradient() {
                               .to(torch::kFloat, false, /*copy=*/true)
                               .div_(static_cast<double>(data_parallel_size()));
     torch::Tensor squares = chunk.to(torch::kDouble).pow_(2);
-    if (norm_weight_.defined())
-      squares.mul_(norm_weight_.narrow(0, begin, length).to(squares.device()));
+    if (norm_weight_.defined()) squares.mul_(norm_weight_.narrow(0, begin, length).to(squares.device()));
     norm.add_(squares.sum());
     // Down into pinned memory when offloading from a GPU: an asynchronous
     // copy at full PCIe bandwidth instead of a pageable one.
@@ -442,29 +371,25 @@ absl::Status ZeroPartition::PrepareShardGradient() {
   }
   local_norm_squared_ = norm;
   master_shard_.mutable_grad() = mean;
-  shard_gradient_sum_ = torch::Tensor(); // not needed past the mean (and 2Ψ/N
-                                         // bytes on the device)
+  shard_gradient_sum_ = torch::Tensor();  // not needed past the mean (and 2Ψ/N bytes on the device)
   return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
   if (stage() == 3) {
-    if (absl::Status s = Drain(); !s.ok())
-      return s;
+    if (absl::Status s = Drain(); !s.ok()) return s;
     param_shard_.copy_(master_shard_.detach());
     return RegatherPersistentUnits();
   }
   const auto dtype = params_.front().scalar_type();
-  for (const Unit &unit : units_) {
-    torch::Tensor mine = master_shard_.detach()
-                             .narrow(0, unit.shard_offset, unit.piece)
-                             .to(params_.front().device(), dtype);
+  for (const Unit& unit : units_) {
+    torch::Tensor mine =
+        master_shard_.detach().narrow(0, unit.shard_offset, unit.piece).to(params_.front().device(), dtype);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);
-      if (!gathered.ok())
-        return gathered;
+      if (!gathered.ok()) return gathered;
     } else {
       all.copy_(mine);
     }
@@ -473,11 +398,10 @@ absl::Status ZeroPartition::GatherParameters() {
   return absl::OkStatus();
 }
 
-void ZeroPartition::CopyIntoParameters(const Unit &unit,
-                                       const torch::Tensor &all) {
+void ZeroPartition::CopyIntoParameters(const Unit& unit, const torch::Tensor& all) {
   int64_t offset = 0;
   for (size_t i = unit.first; i < unit.end; ++i) {
-    torch::Tensor &p = params_[i];
+    torch::Tensor& p = params_[i];
     p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
     offset += p.numel();
   }
@@ -487,32 +411,25 @@ bool ZeroPartition::CanStepInPlace() const {
   // Stage 2 qualifies while every gradient is still where autograd put it:
   // nothing accumulated into the shard from earlier micro-steps and no
   // overlapped reduction during backward.
-  const bool gradients_in_place =
-      stage() <= 1 ||
-      (stage() == 2 && !accumulated_ && !options_.overlap_units);
+  const bool gradients_in_place = stage() <= 1 || (stage() == 2 && !accumulated_ && !options_.overlap_units);
   // Its norm pass counts every parameter (ZeroOptions::norm_counts).
-  return shards_ == 1 && size_ == 1 && gradients_in_place && !offload() &&
-         master_shard_.is_cuda() && FusedAdamWAvailable() &&
-         options_.norm_counts.empty();
+  return shards_ == 1 && size_ == 1 && gradients_in_place && !offload() && master_shard_.is_cuda() &&
+         FusedAdamWAvailable() && options_.norm_counts.empty();
 }
 
-std::vector<FusedAdamWEntry>
-ZeroPartition::InPlaceEntries(const torch::Tensor &exp_avg,
-                              const torch::Tensor &exp_avg_sq) {
+std::vector<FusedAdamWEntry> ZeroPartition::InPlaceEntries(const torch::Tensor& exp_avg,
+                                                           const torch::Tensor& exp_avg_sq) {
   std::vector<FusedAdamWEntry> entries;
   entries.reserve(params_.size());
-  for (const Unit &unit : units_) {
-    int64_t offset =
-        unit.shard_offset; // one shard: the unit's piece is the whole unit
+  for (const Unit& unit : units_) {
+    int64_t offset = unit.shard_offset;  // one shard: the unit's piece is the whole unit
     for (size_t i = unit.first; i < unit.end; ++i) {
-      torch::Tensor &p = params_[i];
-      if (!p.grad().defined())
-        p.mutable_grad() = torch::zeros_like(p);
+      torch::Tensor& p = params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       const int64_t n = p.numel();
-      entries.push_back(FusedAdamWEntry{
-          master_shard_.detach().narrow(0, offset, n),
-          p.grad().contiguous().view({-1}), exp_avg.narrow(0, offset, n),
-          exp_avg_sq.narrow(0, offset, n), p.detach().view({-1})});
+      entries.push_back(FusedAdamWEntry{master_shard_.detach().narrow(0, offset, n), p.grad().contiguous().view({-1}),
+                                        exp_avg.narrow(0, offset, n), exp_avg_sq.narrow(0, offset, n),
+                                        p.detach().view({-1})});
       offset += n;
     }
   }
@@ -520,19 +437,15 @@ ZeroPartition::InPlaceEntries(const torch::Tensor &exp_avg,
 }
 
 bool ZeroPartition::CanStepFused() const {
-  return !offload() && !offload_param() && master_shard_.is_cuda() &&
-         FusedAdamWAvailable();
+  return !offload() && !offload_param() && master_shard_.is_cuda() && FusedAdamWAvailable();
 }
 
 torch::Tensor ZeroPartition::ShardGradientSumSquares() const {
   if (norm_weight_.defined()) {
-    return (shard_gradient_sum_.to(torch::kDouble).pow(2) *
-            norm_weight_.to(shard_gradient_sum_.device()))
-        .sum()
-        .reshape({1});
+    return (shard_gradient_sum_.to(torch::kDouble).pow(2) * norm_weight_.to(shard_gradient_sum_.device())).sum().reshape({1});
   }
   std::vector<FusedAdamWEntry> entries;
-  for (const Unit &unit : units_) {
+  for (const Unit& unit : units_) {
     FusedAdamWEntry entry;
     entry.grad = shard_gradient_sum_.narrow(0, unit.shard_offset, unit.piece);
     entries.push_back(entry);
@@ -540,19 +453,14 @@ torch::Tensor ZeroPartition::ShardGradientSumSquares() const {
   return FusedGradSumSquares(entries);
 }
 
-absl::Status
-ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparameters &h,
-                                  const torch::Tensor &exp_avg,
-                                  const torch::Tensor &exp_avg_sq) {
+absl::Status ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparameters& h, const torch::Tensor& exp_avg,
+                                               const torch::Tensor& exp_avg_sq) {
   torch::NoGradGuard no_grad;
   // Stage 3: no gather of the old values may still read the parameter shard.
-  if (absl::Status s = Drain(); !s.ok())
-    return s;
+  if (absl::Status s = Drain(); !s.ok()) return s;
   const torch::Tensor master = master_shard_.detach();
-  for (const Unit &unit : units_) {
-    auto piece = [&unit](const torch::Tensor &flat) {
-      return flat.narrow(0, unit.shard_offset, unit.piece);
-    };
+  for (const Unit& unit : units_) {
+    auto piece = [&unit](const torch::Tensor& flat) { return flat.narrow(0, unit.shard_offset, unit.piece); };
     // The updated 16-bit values land where they are needed next: this rank's
     // slot of the unit's all-gather buffer, or (stage 3) the parameter shard.
     torch::Tensor all;
@@ -566,16 +474,13 @@ ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparameters &h,
     // One launch per unit, so at most one unit's buffer is alive (a bucket
     // of reduce_bucket_size elements; at stage 0 the one unit is the whole
     // model), as in GatherParameters.
-    FusedAdamWStep({FusedAdamWEntry{piece(master), piece(shard_gradient_sum_),
-                                    piece(exp_avg), piece(exp_avg_sq), out}},
+    FusedAdamWStep({FusedAdamWEntry{piece(master), piece(shard_gradient_sum_), piece(exp_avg), piece(exp_avg_sq), out}},
                    h);
-    if (stage() == 3)
-      continue;
+    if (stage() == 3) continue;
     if (comm_ != nullptr && shards_ > 1) {
       // In place: NCCL takes a send buffer that is the rank's own slot of
       // the receive buffer.
-      if (absl::Status s = comm_->AllGather(out, all); !s.ok())
-        return s;
+      if (absl::Status s = comm_->AllGather(out, all); !s.ok()) return s;
     }
     CopyIntoParameters(unit, all);
   }
@@ -585,9 +490,8 @@ ZeroPartition::StepFusedAndGather(const kernels::AdamWHyperparameters &h,
 absl::Status ZeroPartition::RegatherPersistentUnits() {
   for (int u = 0; u < units(); ++u) {
     if (units_[u].persistent) {
-      gathered_[u] = false; // stale: fetch the updated values
-      if (absl::Status s = GatherUnit(u); !s.ok())
-        return s;
+      gathered_[u] = false;  // stale: fetch the updated values
+      if (absl::Status s = GatherUnit(u); !s.ok()) return s;
     } else {
       ReleaseUnit(u);
     }
@@ -598,8 +502,7 @@ absl::Status ZeroPartition::RegatherPersistentUnits() {
 void ZeroPartition::ZeroGradients() {
   // Dropped, not zeroed (PyTorch's zero_grad(set_to_none=True)): the next
   // backward hands its fresh gradients over instead of adding them to zeros.
-  for (auto &p : params_)
-    p.mutable_grad() = torch::Tensor();
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   master_shard_.mutable_grad() = torch::Tensor();
   grad_accumulator_ = torch::Tensor();
   shard_gradient_sum_ = torch::Tensor();
@@ -609,15 +512,13 @@ void ZeroPartition::ZeroGradients() {
 int64_t ZeroPartition::ParameterBytes() const {
   if (stage() != 3) {
     int64_t bytes = 0;
-    for (const auto &p : params_)
-      bytes += p.numel() * p.element_size();
+    for (const auto& p : params_) bytes += p.numel() * p.element_size();
     return bytes;
   }
   // The parameter shard, plus the units that stay whole.
   int64_t bytes = param_shard_.numel() * param_shard_.element_size();
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u].persistent)
-      bytes += full_[u].numel() * full_[u].element_size();
+    if (units_[u].persistent) bytes += full_[u].numel() * full_[u].element_size();
   }
   return bytes;
 }
@@ -628,42 +529,37 @@ int64_t ZeroPartition::GradientBytes() const {
     return shard_size_ * params_.front().element_size();
   }
   int64_t bytes = 0;
-  for (const auto &p : params_)
-    bytes += p.numel() * p.element_size();
+  for (const auto& p : params_) bytes += p.numel() * p.element_size();
   return bytes;
 }
 
-torch::Tensor ZeroPartition::ShardOf(const torch::Tensor &full_unpadded) const {
-  torch::Tensor all =
-      full_unpadded.to(torch::kFloat).reshape({-1}).narrow(0, 0, total_);
+torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
+  torch::Tensor all = full_unpadded.to(torch::kFloat).reshape({-1}).narrow(0, 0, total_);
   std::vector<torch::Tensor> pieces;
   int64_t offset = 0;
-  for (const Unit &unit : units_) {
+  for (const Unit& unit : units_) {
     const int64_t begin = std::min(unit.numel, shard_rank_ * unit.piece);
     const int64_t take = std::min(unit.piece, unit.numel - begin);
     torch::Tensor piece = torch::zeros({unit.piece}, all.options());
-    if (take > 0)
-      piece.narrow(0, 0, take).copy_(all.narrow(0, offset + begin, take));
+    if (take > 0) piece.narrow(0, 0, take).copy_(all.narrow(0, offset + begin, take));
     pieces.push_back(piece);
     offset += unit.numel;
   }
   return torch::cat(pieces).to(master_shard_.device());
 }
 
-torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor> &pieces,
-                                     const std::vector<int64_t> &unit_sizes) {
+torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>& unit_sizes) {
   const int world = static_cast<int>(pieces.size());
   std::vector<torch::Tensor> parts;
-  int64_t offset = 0; // of the unit's piece within each saved shard
+  int64_t offset = 0;  // of the unit's piece within each saved shard
   for (int64_t numel : unit_sizes) {
     const int64_t piece = Pieces(numel, world);
     std::vector<torch::Tensor> unit;
-    for (const torch::Tensor &shard : pieces)
-      unit.push_back(shard.reshape({-1}).narrow(0, offset, piece));
+    for (const torch::Tensor& shard : pieces) unit.push_back(shard.reshape({-1}).narrow(0, offset, piece));
     parts.push_back(torch::cat(unit).narrow(0, 0, numel));
     offset += piece;
   }
   return torch::cat(parts);
 }
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime

@@ -43,9 +43,9 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
-#include "runtime/model/parameter_units.h"
 #include "runtime/zero/comm_worker.h"
 #include "runtime/zero/fused_adamw_step.h"
+#include "runtime/model/parameter_units.h"
 
 namespace dslaunch::runtime {
 
@@ -82,19 +82,16 @@ struct ZeroOptions {
 };
 
 class ZeroPartition {
-public:
+ public:
   // `comm` may be null (one rank: the shard is everything).
-  static absl::StatusOr<std::unique_ptr<ZeroPartition>>
-  Create(const ZeroOptions &options, std::vector<torch::Tensor> params,
-         Communicator *comm);
+  static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(const ZeroOptions& options,
+                                                               std::vector<torch::Tensor> params, Communicator* comm);
   bool offload() const { return options_.offload_optimizer; }
   bool offload_param() const { return options_.offload_param; }
 
   int stage() const { return options_.stage; }
-  int64_t total() const { return total_; } // Ψ
-  int64_t shard_size() const {
-    return shard_size_;
-  } // Σ S_u: this rank's elements
+  int64_t total() const { return total_; }            // Ψ
+  int64_t shard_size() const { return shard_size_; }  // Σ S_u: this rank's elements
   // How many pieces each unit is cut into: N for stages 1-3, 1 for stage 0.
   int shards() const { return shards_; }
   // Ψ_u of every unit, in order (what a checkpoint records to re-cut itself).
@@ -102,7 +99,7 @@ public:
 
   // The fp32 master weights of this rank's pieces, as a leaf tensor with a
   // gradient: what the optimizer steps.
-  torch::Tensor &master_shard() { return master_shard_; }
+  torch::Tensor& master_shard() { return master_shard_; }
 
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
   // the shard accumulator and free them. No-op for stages 1 and 3.
@@ -112,17 +109,13 @@ public:
   // reduce-scatter each unit (stage 2 during the micro-steps), stage 3 drains
   // what backward submitted, stage 0 all-reduces.
   absl::Status ReduceShardGradientSum();
-  const torch::Tensor &shard_gradient_sum() const {
-    return shard_gradient_sum_;
-  }
+  const torch::Tensor& shard_gradient_sum() const { return shard_gradient_sum_; }
   // At the boundary: the averaged gradient of this rank's pieces into
   // master_shard().grad() (fp32), through ReduceShardGradientSum.
   absl::Status PrepareShardGradient();
   // Σ g² over this rank's pieces of the prepared gradient: a one-element
   // fp64 tensor where the gradient was reduced (no wait for the device).
-  const torch::Tensor &LocalGradNormSquared() const {
-    return local_norm_squared_;
-  }
+  const torch::Tensor& LocalGradNormSquared() const { return local_norm_squared_; }
   // After the optimizer stepped the shard: stages 0-2 all-gather every rank's
   // updated pieces into the model parameters; stage 3 refreshes the 16-bit
   // parameter shard and re-gathers the persistent units (the others are
@@ -134,13 +127,13 @@ public:
   // Note [In-place fused step]: with one rank at stage 0 or 1 (or 2, while
   // no gradient has been moved into the shard yet: one micro-step per step
   // and no overlap_comm), on a GPU, without offload, this rank's shard is the
-  // whole vector in parameter order. The optimizer can then read each
-  // parameter's gradient where autograd left it and write the parameter itself
-  // (one norm pass and one fused AdamW pass over all tensors), with no flat
-  // gradient, fp32 mean or gather in between. The results are those of the
-  // general path up to the gradient norm's summation order (fp32 within
-  // 64K-element chunks, fp64 across them, against fp64 throughout), which can
-  // move the clipping coefficient in its last bits.
+  // whole vector in parameter order. The optimizer can then read each parameter's gradient where
+  // autograd left it and write the parameter itself (one norm pass and one
+  // fused AdamW pass over all tensors), with no flat gradient, fp32 mean or
+  // gather in between. The results are those of the general path up to the
+  // gradient norm's summation order (fp32 within 64K-element chunks, fp64
+  // across them, against fp64 throughout), which can move the clipping
+  // coefficient in its last bits.
   bool CanStepInPlace() const;
 
   // Note [Fused shard step]: on a GPU without offload, every other case
@@ -159,19 +152,15 @@ public:
   // One fused AdamW step of every unit's pieces with `h` (one step count for
   // all), each unit's all-gather right behind its step (stages 0-2); stage 3
   // re-gathers its persistent units as GatherParameters does.
-  absl::Status StepFusedAndGather(const kernels::AdamWHyperparameters &h,
-                                  const torch::Tensor &exp_avg,
-                                  const torch::Tensor &exp_avg_sq);
+  absl::Status StepFusedAndGather(const kernels::AdamWHyperparameters& h, const torch::Tensor& exp_avg,
+                                  const torch::Tensor& exp_avg_sq);
   // Ranks the gradients are averaged over (N, or
   // ZeroOptions::gradient_divisor).
-  int data_parallel_size() const {
-    return options_.gradient_divisor > 0 ? options_.gradient_divisor : size_;
-  }
+  int data_parallel_size() const { return options_.gradient_divisor > 0 ? options_.gradient_divisor : size_; }
   // One entry per parameter: its slice of the master shard and of the two
   // moments (flat tensors of the shard's size), its gradient (zeros when it
   // has none) and the parameter itself.
-  std::vector<FusedAdamWEntry> InPlaceEntries(const torch::Tensor &exp_avg,
-                                              const torch::Tensor &exp_avg_sq);
+  std::vector<FusedAdamWEntry> InPlaceEntries(const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
 
   // Stage 3 (Note [ZeRO-3 units], Note [ZeRO-3 prefetch]). Stage 3's
   // collectives run on a CommWorker in submission order: StartGather begins a
@@ -182,8 +171,7 @@ public:
   int64_t UnitElements(int unit) const { return units_[unit].piece * shards_; }
   absl::Status StartGather(int unit);
   absl::Status GatherUnit(int unit);
-  void
-  ReleaseUnit(int unit); // keeps persistent units; waits for a gather in flight
+  void ReleaseUnit(int unit);  // keeps persistent units; waits for a gather in flight
   bool UnitHasGradients(int unit) const;
   // Takes the unit's gradients (the parameters' are freed at once) and
   // reduce-scatters (sum) them into this rank's accumulator: on the worker at
@@ -206,66 +194,59 @@ public:
   // For checkpoints: this rank's pieces [Σ S_u] of a flat vector of Ψ
   // elements (fp32) in parameter order, padded with zeros: how a checkpoint
   // written at another world size or stage is re-cut.
-  torch::Tensor ShardOf(const torch::Tensor &full_unpadded) const;
+  torch::Tensor ShardOf(const torch::Tensor& full_unpadded) const;
   // The inverse over all ranks: the flat Ψ vector from every saved rank's
   // pieces, for units of `unit_sizes` cut into pieces.size() parts.
-  static torch::Tensor Unshard(const std::vector<torch::Tensor> &pieces,
-                               const std::vector<int64_t> &unit_sizes);
+  static torch::Tensor Unshard(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>& unit_sizes);
 
-private:
+ private:
   struct Unit {
-    size_t first = 0, end = 0; // parameter indices [first, end)
-    int64_t numel = 0;         // Ψ_u
-    int64_t piece = 0;         // S_u
-    int64_t shard_offset = 0;  // where this rank's piece starts in the shard
+    size_t first = 0, end = 0;  // parameter indices [first, end)
+    int64_t numel = 0;          // Ψ_u
+    int64_t piece = 0;          // S_u
+    int64_t shard_offset = 0;   // where this rank's piece starts in the shard
     bool layer = false;
-    bool persistent = false; // stage 3: never released
+    bool persistent = false;  // stage 3: never released
   };
 
-  ZeroPartition(const ZeroOptions &options, std::vector<torch::Tensor> params,
-                Communicator *comm);
+  ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm);
   absl::Status BuildUnits();
   // The unit's model gradients flattened into its padded layout (zeros where
   // a parameter has no gradient).
-  torch::Tensor FlatGradients(const Unit &unit) const;
+  torch::Tensor FlatGradients(const Unit& unit) const;
   // Reduce-scatter (or copy on one rank) of a unit's padded flat vector.
-  absl::Status ScatterInto(torch::Tensor flat, int64_t piece,
-                           torch::Tensor mine);
-  void AddToAccumulator(const Unit &unit, const torch::Tensor &mine);
+  absl::Status ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine);
+  void AddToAccumulator(const Unit& unit, const torch::Tensor& mine);
   // A unit's gathered flat values [N·S_u] into its model parameters.
-  void CopyIntoParameters(const Unit &unit, const torch::Tensor &all);
+  void CopyIntoParameters(const Unit& unit, const torch::Tensor& all);
   // Stage 3 after a step: persistent units gathered again, the others released.
   absl::Status RegatherPersistentUnits();
 
   const ZeroOptions options_;
   std::vector<torch::Tensor> params_;
-  Communicator *const comm_;
+  Communicator* const comm_;
   int rank_ = 0;
-  int size_ = 1;       // data-parallel ranks (gradients are averaged over them)
-  int shards_ = 1;     // pieces each unit is cut into
-  int shard_rank_ = 0; // which piece this rank owns
+  int size_ = 1;        // data-parallel ranks (gradients are averaged over them)
+  int shards_ = 1;      // pieces each unit is cut into
+  int shard_rank_ = 0;  // which piece this rank owns
   int64_t total_ = 0;
   int64_t shard_size_ = 0;
   std::vector<Unit> units_;
   torch::Tensor master_shard_;
-  torch::Tensor
-      grad_accumulator_;     // stages 2-3: [Σ S_u] in the gradients' dtype
-  bool accumulated_ = false; // something is in the accumulator
-  torch::Tensor local_norm_squared_; // of the prepared shard gradient, [1] fp64
+  torch::Tensor grad_accumulator_;    // stages 2-3: [Σ S_u] in the gradients' dtype
+  bool accumulated_ = false;          // something is in the accumulator
+  torch::Tensor local_norm_squared_;  // of the prepared shard gradient, [1] fp64
   // [Σ S_u] fp32: 1 where the norm counts the element, 0 where not; undefined
   // when it counts every one (ZeroOptions::norm_counts).
   torch::Tensor norm_weight_;
-  torch::Tensor
-      shard_gradient_sum_; // [Σ S_u] in the gradients' dtype, at the boundary
+  torch::Tensor shard_gradient_sum_;  // [Σ S_u] in the gradients' dtype, at the boundary
   // Stage 3.
-  torch::Tensor param_shard_; // [Σ S_u] in the parameters' dtype
-  std::vector<torch::Tensor>
-      full_; // per unit: [N·S_u], storage released when not gathered
-  std::vector<bool> gathered_; // storage allocated (the gather may still run)
-  std::vector<std::optional<CommTicket>> pending_; // gathers in flight
+  torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
+  std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered
+  std::vector<bool> gathered_;       // storage allocated (the gather may still run)
+  std::vector<std::optional<CommTicket>> pending_;  // gathers in flight
   int64_t peak_live_ = 0;
-  std::unique_ptr<CommWorker>
-      worker_; // stage 3, and stage 2 with overlapped units
+  std::unique_ptr<CommWorker> worker_;  // stage 3, and stage 2 with overlapped units
 };
 
-} // namespace dslaunch::runtime
+}  // namespace dslaunch::runtime
