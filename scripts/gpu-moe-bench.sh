@@ -50,6 +50,8 @@ moe=(--override model.moe.num_experts=8 --override model.moe.top_k=2 --override 
   --override model.moe.capacity_factor=1.25 --override model.moe.telemetry=true)
 run dense 1
 run moe8-top2 1 "${moe[@]}"
+run moe8-top1-rts-jitter 1 --override model.moe.num_experts=8 --override model.moe.top_k=1 --override model.moe.every=2 \
+  --override model.moe.noisy_gate_policy=Jitter --override model.moe.telemetry=true
 run same-active 1 --override model.moe.num_experts=2 --override model.moe.top_k=2 --override model.moe.every=2 \
   --override model.moe.drop_tokens=false
 if ((gpus > 1)); then

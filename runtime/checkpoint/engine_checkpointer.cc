@@ -396,6 +396,11 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
   // whole onto world rank 0, which writes. Over the tensor group a
   // collective (in the same order on every rank); then each stage's data
   // rank 0, tensor rank 0 sends what it holds to the first stage's.
+  if (engine_.expert_zero_) {
+    return absl::UnimplementedError(
+        absl::StrCat("Hugging Face export with expert parallelism (", engine_.parallel().expert()->size(),
+                     ") is not yet supported: each rank holds only its experts (export at expert-parallel size 1)"));
+  }
   std::map<std::string, torch::Tensor> whole;
   const Communicator* tensor = engine_.parallel().tensor();
   Communicator* pipeline = engine_.parallel().pipeline();

@@ -204,6 +204,34 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
   const ModelMoeConfig& moe = job.model.moe;
   const int ep = ExpertParallelSize(job.ds);
   const std::string ep_key = job.ds.moe_expert_parallel_size > 1 ? "moe_expert_parallel_size" : "moe.ep_size";
+  if (!job.model.from.empty()) {
+    // A Mixtral folder's config.json gives its experts and their routing;
+    // the rank refuses expert parallelism for a folder without experts.
+    // Compared with the defaults: a described job file writes every key.
+    const ModelMoeConfig d;
+    const std::pair<const char*, bool> changed[] = {
+        {"num_experts", moe.num_experts != d.num_experts},
+        {"top_k", moe.top_k != d.top_k},
+        {"every", moe.every != d.every},
+        {"capacity_factor", moe.capacity_factor != d.capacity_factor},
+        {"eval_capacity_factor", moe.eval_capacity_factor != d.eval_capacity_factor},
+        {"min_capacity", moe.min_capacity != d.min_capacity},
+        {"drop_tokens", moe.drop_tokens != d.drop_tokens},
+        {"use_rts", moe.use_rts != d.use_rts},
+        {"second_expert_sampling", moe.second_expert_sampling != d.second_expert_sampling},
+        {"noisy_gate_policy", !moe.noisy_gate_policy.empty() && moe.noisy_gate_policy != "None"},
+        {"aux_loss_coef", moe.aux_loss_coef != d.aux_loss_coef},
+        {"z_loss_coef", moe.z_loss_coef != d.z_loss_coef},
+        {"use_residual", moe.use_residual != d.use_residual}};
+    for (const auto& [key, different] : changed) {
+      if (!different) continue;
+      at_job(absl::StrCat("model.moe.", key),
+             absl::StrCat("comes from model.from's config.json (", job.model.from,
+                          "; Mixtral's num_local_experts, num_experts_per_tok, router_aux_loss_coef): remove it "
+                          "from the job file"));
+    }
+    return;
+  }
   if (moe.num_experts == 0) {
     if (job.ds.moe.enabled)
       at_ds("moe.enabled",
@@ -243,9 +271,6 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
            absl::StrCat("experts with pipeline.stages=", job.ds.pipeline.stages, " are not yet supported"));
   }
   if (job.lora.r > 0) at_job("lora.r", "LoRA adapters on a mixture-of-experts model are not yet supported");
-  if (!job.model.from.empty()) {
-    at_job("model.from", "loading a mixture-of-experts (Mixtral) folder is not yet supported");
-  }
   if (!job.export_.hf_dir.empty()) {
     at_job("export.hf_dir",
            "Hugging Face export of a mixture-of-experts "

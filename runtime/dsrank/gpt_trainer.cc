@@ -5,6 +5,7 @@
 #include <fstream>
 #include <new>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -349,11 +350,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     moe.aux_loss_coef = m.aux_loss_coef;
     moe.z_loss_coef = m.z_loss_coef;
     moe.use_residual = m.use_residual;
-    if (context.parallel && context.parallel->expert() != nullptr) {
-      Communicator* expert = context.parallel->expert();
-      moe.expert_parallel = ExpertParallelGroup{expert, expert->rank(), expert->size()};
-    }
-    if (const std::string problem = CheckMoeOptions(moe); !problem.empty()) {
+  }
+  // The rank's expert group, for model.moe's experts or a Mixtral folder's.
+  if (context.parallel && context.parallel->expert() != nullptr) {
+    Communicator* expert = context.parallel->expert();
+    spec.moe.expert_parallel = ExpertParallelGroup{expert, expert->rank(), expert->size()};
+  }
+  if (spec.moe.enabled()) {
+    if (const std::string problem = CheckMoeOptions(spec.moe); !problem.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(job.path, ": ", problem));
     }
   }
@@ -388,8 +392,21 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   ModelInterface* model = built->model;
   if (pretrained) {
     // Split over a tensor group, each rank copies only its slices.
+    // Under expert parallelism the folder's other experts are other ranks':
+    // an expert tensor whose name differs from one this rank holds only in
+    // the expert's index.
+    std::set<std::string> expert_forms;
+    if (spec.moe.expert_parallel.split()) {
+      for (const auto& item : built->module->named_parameters()) {
+        if (std::string form = ExpertNameForm(item.key()); !form.empty()) expert_forms.insert(form);
+      }
+    }
+    auto held_elsewhere = [&](const std::string& name) {
+      const std::string form = ExpertNameForm(name);
+      return !form.empty() && expert_forms.contains(form);
+    };
     if (absl::Status loaded = LoadHfWeights(*pretrained, *built->module, model->TensorParallelForms(),
-                                            spec.tensor_parallel.rank, spec.tensor_parallel.size);
+                                            spec.tensor_parallel.rank, spec.tensor_parallel.size, held_elsewhere);
         !loaded.ok()) {
       return loaded;
     }

@@ -23,7 +23,8 @@ constexpr size_t kMaxListedProblems = 20;
 }  // namespace
 
 absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
-                           const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size) {
+                           const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size,
+                           const std::function<bool(const std::string&)>& held_elsewhere) {
   std::map<std::string, const TensorParallelForm*> form_of;
   for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
   // The shape this rank holds of a folder tensor of shape `whole`.
@@ -70,6 +71,7 @@ absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& modul
   for (const std::string& name : folder.TensorNames()) {
     if (parameters.contains(name)) continue;
     if (absl::EndsWith(name, ".rotary_emb.inv_freq")) continue;
+    if (held_elsewhere && held_elsewhere(name)) continue;
     if (tied && name == "lm_head.weight" && folder.Find("model.embed_tokens.weight") != nullptr) {
       auto head = folder.View(name);
       auto embedding = folder.View("model.embed_tokens.weight");

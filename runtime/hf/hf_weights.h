@@ -11,10 +11,11 @@
 // it equals the embedding.
 #pragma once
 
+#include <torch/torch.h>
+
+#include <functional>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -27,8 +28,11 @@ namespace dslaunch::runtime {
 // tensor-parallel group (Note [Tensor parallelism]) gives its `forms` and
 // this rank's place in the group: each parameter with a form receives its
 // slice (SliceForRank) of the folder's tensor, read through the file's
-// mapping, and shapes are checked against the slice.
+// mapping, and shapes are checked against the slice. A folder tensor the
+// module lacks is an error unless `held_elsewhere` says another rank holds
+// it (an expert of another expert-parallel rank).
 absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
-                           const std::vector<TensorParallelForm>& forms = {}, int tp_rank = 0, int tp_size = 1);
+                           const std::vector<TensorParallelForm>& forms = {}, int tp_rank = 0, int tp_size = 1,
+                           const std::function<bool(const std::string&)>& held_elsewhere = {});
 
 }  // namespace dslaunch::runtime

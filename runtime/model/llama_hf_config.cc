@@ -115,9 +115,12 @@ const std::set<std::string>& DescriptiveKeys() {
 const std::set<std::string>& MathKeys() {
   static const auto* const keys = new std::set<std::string>{
       "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-      "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling",
-      "rope_parameters", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
-      "hidden_act", "attention_dropout", "sliding_window", "use_sliding_window", "torch_dtype", "dtype"};
+      "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
+      "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act", "attention_dropout",
+      "sliding_window", "use_sliding_window", "torch_dtype", "dtype",
+      // Mixtral.
+      "num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "router_jitter_noise",
+      "output_router_logits"};
   return *keys;
 }
 
@@ -213,13 +216,15 @@ absl::StatusOr<LlamaHfConfig> ParseLlamaHfConfig(const std::string& text, const 
   LlamaOptions& o = config.options;
 
   std::optional<std::string> model_type = reader.GetString(root["model_type"], "model_type");
-  if (!root["model_type"]) reader.Problem("model_type", "missing (expected \"llama\", \"mistral\" or \"qwen2\")");
+  if (!root["model_type"]) {
+    reader.Problem("model_type", "missing (expected \"llama\", \"mistral\", \"qwen2\" or \"mixtral\")");
+  }
   if (model_type) {
     config.model_type = *model_type;
-    if (*model_type != "llama" && *model_type != "mistral" && *model_type != "qwen2") {
+    if (*model_type != "llama" && *model_type != "mistral" && *model_type != "qwen2" && *model_type != "mixtral") {
       reader.Problem("model_type", absl::StrCat("'", *model_type,
                                                 "' is not a Llama-family architecture this runtime has (llama, "
-                                                "mistral, qwen2)"));
+                                                "mistral, qwen2, mixtral)"));
     }
   }
   for (const auto& item : root) {
@@ -282,6 +287,35 @@ absl::StatusOr<LlamaHfConfig> ParseLlamaHfConfig(const std::string& text, const 
       o.sliding_window = std::max<int64_t>(*window, 0);
     }
   }
+  // Mixtral (Note [Mixture of experts]): every layer's MLP a router over
+  // num_local_experts SwiGLU experts, the top num_experts_per_tok of each
+  // token's softmax renormalised, no capacity (dropless), no sampling.
+  if (config.model_type == "mixtral") {
+    GatingOptions& g = o.moe.gating;
+    g.num_experts = reader.Required("num_local_experts", 1);
+    g.top_k = reader.Get<int64_t>("num_experts_per_tok").value_or(2);
+    if (g.top_k < 1 || g.top_k > g.num_experts) {
+      reader.Problem("num_experts_per_tok",
+                     absl::StrCat(g.top_k, " is not between 1 and num_local_experts (", g.num_experts, ")"));
+    }
+    g.drop_tokens = false;
+    g.second_expert_sampling = false;
+    g.use_rts = false;
+    o.moe.every = 1;
+    config.router_aux_loss_coef = reader.Get<double>("router_aux_loss_coef").value_or(0.001);
+    config.output_router_logits = reader.Get<bool>("output_router_logits").value_or(false);
+    // As transformers: the load-balancing loss joins the training loss only
+    // with output_router_logits.
+    o.moe.aux_loss_coef = config.output_router_logits ? config.router_aux_loss_coef : 0.0;
+    if (auto jitter = reader.Get<double>("router_jitter_noise"); jitter && *jitter != 0.0) {
+      reader.Problem("router_jitter_noise", absl::StrCat(*jitter, ": only 0 is supported"));
+    }
+  } else {
+    for (const char* key : {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef", "router_jitter_noise",
+                            "output_router_logits"}) {
+      if (reader.Has(key)) reader.Problem(key, absl::StrCat("a Mixtral key in a ", config.model_type, " config"));
+    }
+  }
   if (reader.Get<bool>("use_sliding_window").value_or(false)) {
     reader.Problem("use_sliding_window", "true: sliding-window attention is not built");
   }
@@ -312,9 +346,10 @@ std::string LlamaHfConfigJson(const LlamaHfConfig& config, const std::string& to
     if (text.find_first_of(".eE") == std::string::npos) text += ".0";
     return text;
   };
-  std::string architecture = config.model_type == "mistral" ? "MistralForCausalLM"
-                             : config.model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                                            : "LlamaForCausalLM";
+  std::string architecture = config.model_type == "mistral"   ? "MistralForCausalLM"
+                             : config.model_type == "qwen2"   ? "Qwen2ForCausalLM"
+                             : config.model_type == "mixtral" ? "MixtralForCausalLM"
+                                                              : "LlamaForCausalLM";
   std::map<std::string, std::string> descriptive = config.descriptive;
   if (!descriptive.count("architectures")) descriptive["architectures"] = absl::StrCat("[\"", architecture, "\"]");
   add("model_type", JsonQuote(config.model_type));
@@ -350,8 +385,15 @@ std::string LlamaHfConfigJson(const LlamaHfConfig& config, const std::string& to
   add("mlp_bias", o.mlp_bias ? "true" : "false");
   add("hidden_act", "\"silu\"");
   add("attention_dropout", "0.0");
-  if (config.model_type == "mistral") {
+  if (config.model_type == "mistral" || config.model_type == "mixtral") {
     add("sliding_window", config.sliding_window ? absl::StrCat(*config.sliding_window) : "null");
+  }
+  if (config.model_type == "mixtral") {
+    add("num_local_experts", absl::StrCat(o.moe.gating.num_experts));
+    add("num_experts_per_tok", absl::StrCat(o.moe.gating.top_k));
+    add("router_aux_loss_coef", number(config.router_aux_loss_coef));
+    add("router_jitter_noise", "0.0");
+    add("output_router_logits", config.output_router_logits ? "true" : "false");
   }
   if (config.model_type == "qwen2") add("use_sliding_window", "false");
   add("torch_dtype", JsonQuote(torch_dtype));

@@ -2,8 +2,13 @@
 // LlamaOptions, and written back (Note [Llama configs]).
 //
 // Note [Llama configs]
-// Accepted: model_type "llama", "mistral" or "qwen2" (the others are a
-// different architecture). The keys that shape the math are read with
+// Accepted: model_type "llama", "mistral", "qwen2" or "mixtral" (the others
+// are a different architecture). Mixtral's num_local_experts,
+// num_experts_per_tok (2) and router_aux_loss_coef (0.001, in the loss only
+// with output_router_logits, as in transformers) make every layer a dropless
+// mixture of experts (options.moe); router_jitter_noise must be 0. The
+// load-balancing loss is DeepSpeed's per-layer top-2 form, not transformers'
+// form over all layers' logits at once. The keys that shape the math are read with
 // transformers' defaults: hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (= heads), head_dim (= hidden /
 // heads), vocab_size, rms_norm_eps (1e-6), rope_theta (10000),
@@ -34,7 +39,12 @@ struct LlamaHfConfig {
   std::string model_type = "llama";
   std::string torch_dtype;                   // as written ("bfloat16", ...); empty when absent
   int64_t max_position_embeddings = 2048;
-  std::optional<int64_t> sliding_window;     // Mistral
+  std::optional<int64_t> sliding_window;  // Mistral, Mixtral
+  // Mixtral: written back as read. As in transformers, the load-balancing
+  // loss (options.moe.aux_loss_coef) is router_aux_loss_coef only with
+  // output_router_logits, else 0.
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
   // The descriptive keys (architectures, bos_token_id, ...) as JSON text,
   // written back unchanged on export.
   std::map<std::string, std::string> descriptive;

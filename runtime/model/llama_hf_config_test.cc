@@ -71,6 +71,43 @@ TEST(LlamaHfConfigTest, ReadsTheRopeParametersFormAndQwen2Biases) {
   EXPECT_DOUBLE_EQ(config->options.rms_norm_eps, 1e-6);
 }
 
+TEST(LlamaHfConfigTest, ReadsAndWritesMixtralsExperts) {
+  const std::string text = R"({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 100, "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+    "output_router_logits": false, "router_jitter_noise": 0.0, "sliding_window": null, "rope_theta": 1000000.0})";
+  auto config = ParseLlamaHfConfig(text, "m/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const MoeOptions& moe = config->options.moe;
+  EXPECT_EQ(moe.gating.num_experts, 8);
+  EXPECT_EQ(moe.gating.top_k, 2);
+  EXPECT_FALSE(moe.gating.drop_tokens);             // dropless
+  EXPECT_FALSE(moe.gating.second_expert_sampling);  // the plain top-2
+  EXPECT_EQ(moe.every, 1);
+  EXPECT_EQ(moe.aux_loss_coef, 0.0);  // as transformers: only with output_router_logits
+  const std::string written = LlamaHfConfigJson(*config, "bfloat16");
+  EXPECT_THAT(written, HasSubstr("\"num_local_experts\": 8"));
+  EXPECT_THAT(written, HasSubstr("\"router_aux_loss_coef\": 0.02"));
+  auto again = ParseLlamaHfConfig(written, "out/config.json");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << written;
+  EXPECT_EQ(LlamaHfConfigJson(*again, "bfloat16"), written);
+
+  std::string with_loss = text;
+  with_loss.replace(with_loss.find("\"output_router_logits\": false"), 29, "\"output_router_logits\": true");
+  EXPECT_DOUBLE_EQ(ParseLlamaHfConfig(with_loss, "m/config.json")->options.moe.aux_loss_coef, 0.02);
+
+  std::string jitter = text;
+  jitter.replace(jitter.find("\"router_jitter_noise\": 0.0"), 26, "\"router_jitter_noise\": 0.1");
+  EXPECT_THAT(ParseLlamaHfConfig(jitter, "m/config.json").status().message(),
+              HasSubstr("router_jitter_noise: 0.1: only 0 is supported"));
+  EXPECT_THAT(ParseLlamaHfConfig(R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 100, "num_local_experts": 8})",
+                                 "l/config.json")
+                  .status()
+                  .message(),
+              HasSubstr("num_local_experts: a Mixtral key in a llama config"));
+}
+
 TEST(LlamaHfConfigTest, RefusesWhatItDoesNotComputeNamingTheKey) {
   struct Case {
     std::string replace, with, message;

@@ -67,7 +67,10 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   options.tensor_parallel = spec.tensor_parallel;
   options.vocab_divisor = spec.vocab_divisor;
   options.label_smoothing = spec.label_smoothing;
-  options.moe = spec.moe;
+  // A Mixtral folder brings its experts (options.moe from its config.json);
+  // model.moe describes them otherwise. The expert group is the rank's.
+  if (spec.moe.enabled()) options.moe = spec.moe;
+  options.moe.expert_parallel = spec.moe.expert_parallel;
   auto llama = std::make_shared<LlamaImpl>(options, seed);
   return BuiltModel{llama, llama.get(),
                     [hf](const std::string& torch_dtype) { return LlamaHfConfigJson(hf, torch_dtype); }};

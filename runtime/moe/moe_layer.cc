@@ -27,6 +27,14 @@ int64_t ExpertIndexOf(const std::string& name) {
   return std::stoll(match[2].str());
 }
 
+std::string ExpertNameForm(const std::string& name) {
+  const int64_t e = ExpertIndexOf(name);
+  if (e < 0) return "";
+  const std::string marker = absl::StrCat(kExpertsModule, ".", e, ".");
+  const size_t at = name.find(marker);
+  return absl::StrCat(name.substr(0, at), kExpertsModule, ".*.", name.substr(at + marker.size()));
+}
+
 at::Generator ExpertParameterGenerator(uint64_t seed, const std::string& name) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ull;

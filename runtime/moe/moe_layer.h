@@ -27,6 +27,9 @@ inline constexpr char kExpertsModule[] = "experts";
 bool IsExpertParameter(const std::string& name);
 // The global expert index of an expert parameter's name; -1 for others.
 int64_t ExpertIndexOf(const std::string& name);
+// An expert parameter's name with its index as "*" ("layers.0.moe.experts.*.w1.weight"):
+// what every expert's copy of that parameter shares. Empty for others.
+std::string ExpertNameForm(const std::string& name);
 
 // What the last forward routed (this rank's tokens), for telemetry.
 struct MoeLayerStats {

@@ -65,9 +65,7 @@ inline void CollectGradients(const torch::nn::Module& module, int64_t num_expert
       result->dense[item.key()] = grad.to(torch::kFloat).clone();
       continue;
     }
-    const std::string marker = absl::StrCat(kExpertsModule, ".", e, ".");
-    const size_t at = item.key().find(marker);
-    const std::string name = item.key().substr(0, at) + kExpertsModule + ".*." + item.key().substr(at + marker.size());
+    const std::string name = ExpertNameForm(item.key());
     std::vector<int64_t> shape = {num_experts};
     for (int64_t d : item.value().sizes()) shape.push_back(d);
     torch::Tensor& sum = result->expert_sums[name];

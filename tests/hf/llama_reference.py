@@ -87,6 +87,26 @@ def read_peft_adapter(folder):
     return adapters
 
 
+def sparse_moe(config, x, linear):
+    """Mixtral's MixtralSparseMoeBlock, token by token: fp32 softmax over the
+    router's logits, the top num_experts_per_tok, their weights renormalised,
+    the weighted sum of those experts' SwiGLU outputs (no capacity, no drop)."""
+    experts, k = config["num_local_experts"], config.get("num_experts_per_tok", 2)
+    flat = x.reshape(-1, x.shape[-1])
+    probs = torch.softmax(linear(flat, "gate").float(), dim=-1)
+    weights, chosen = torch.topk(probs, k, dim=-1)
+    weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
+    out = torch.zeros_like(flat)
+    for t in range(flat.shape[0]):
+        for j in range(k):
+            e = "experts.%d." % int(chosen[t, j])
+            row = flat[t:t + 1]
+            y = linear(torch.nn.functional.silu(linear(row, e + "w1")) * linear(row, e + "w3"), e + "w2")
+            out[t] += weights[t, j] * y[0]
+    assert experts > 0
+    return out.reshape(x.shape)
+
+
 def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
     w = {k: v.to(device=device, dtype=dtype) for k, v in w.items()}
     adapters = dict(adapters or {})
@@ -131,8 +151,11 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
             attention = torch.softmax(scores, dim=-1).to(dtype) @ v
         x = x + linear(attention.transpose(0, 1).reshape(t, heads * d), p + "self_attn.o_proj")
         n = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = linear(n, p + "mlp.gate_proj")
-        x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if "num_local_experts" in config:
+            x = x + sparse_moe(config, n, lambda t, name: linear(t, p + "block_sparse_moe." + name))
+        else:
+            gate = linear(n, p + "mlp.gate_proj")
+            x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
     assert not adapters, "adapters for modules the model does not have: %s" % sorted(adapters)

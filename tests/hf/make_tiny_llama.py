@@ -6,7 +6,7 @@ usage: make_tiny_llama.py OUT VARIANT [--dtype float32|bfloat16|float16] [--shar
 variants: llama3_gqa (untied head, 4 KV heads of 8, rope_theta 500000 with llama3
 rope_scaling), mistral_tied (tied embeddings, sliding_window), qwen2_bias (q/k/v
 biases, rope_parameters of type linear), llama2_dynamic (dynamic NTK scaling),
-llama2 (no scaling, Llama-2 keys)."""
+llama2 (no scaling, Llama-2 keys), mixtral (4 SwiGLU experts, top-2, in every layer)."""
 import argparse
 import json
 import math
@@ -38,6 +38,10 @@ VARIANTS = {
                    "use_sliding_window": False, "max_window_layers": 3,
                    "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}},
     "llama2_dynamic": {"rope_scaling": {"type": "dynamic", "factor": 4.0}, "max_position_embeddings": 8},
+    "mixtral": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_key_value_heads": 2,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+                "output_router_logits": False, "router_jitter_noise": 0.0, "sliding_window": None,
+                "rope_theta": 1000000.0},
 }
 
 
@@ -65,9 +69,17 @@ def build(variant, seed):
             w[p + "self_attn.q_proj.bias"] = normal(heads * d)
             w[p + "self_attn.k_proj.bias"] = normal(kv * d)
             w[p + "self_attn.v_proj.bias"] = normal(kv * d)
-        w[p + "mlp.gate_proj.weight"] = normal(f, h)
-        w[p + "mlp.up_proj.weight"] = normal(f, h)
-        w[p + "mlp.down_proj.weight"] = normal(h, f)
+        if config["model_type"] == "mixtral":
+            m = p + "block_sparse_moe."
+            w[m + "gate.weight"] = normal(config["num_local_experts"], h, std=0.5)
+            for e in range(config["num_local_experts"]):
+                w[m + "experts.%d.w1.weight" % e] = normal(f, h)
+                w[m + "experts.%d.w2.weight" % e] = normal(h, f)
+                w[m + "experts.%d.w3.weight" % e] = normal(f, h)
+        else:
+            w[p + "mlp.gate_proj.weight"] = normal(f, h)
+            w[p + "mlp.up_proj.weight"] = normal(f, h)
+            w[p + "mlp.down_proj.weight"] = normal(h, f)
         w[p + "input_layernorm.weight"] = 1 + normal(h, std=0.1)
         w[p + "post_attention_layernorm.weight"] = 1 + normal(h, std=0.1)
     w["model.norm.weight"] = 1 + normal(h, std=0.1)

@@ -4,7 +4,7 @@
 # model folders written by make_tiny_llama.py in every variant the loader
 # accepts (GQA + llama3 rope scaling + untied head; tied Mistral; Qwen2 biases
 # with rope_parameters/linear; dynamic NTK past the trained context; plain
-# Llama-2), single-file and sharded, F32/BF16/F16 on disk; dsgen dumps the
+# Llama-2; Mixtral's experts), single-file and sharded, F32/BF16/F16 on disk; dsgen dumps the
 # prompt's logits and the reference checks every one of them; a fine-tune
 # step's loss and gradients (dsgen --dump_gradients) against its autograd.
 set -euo pipefail
@@ -39,6 +39,7 @@ check qwen2_bias qwen2_bias float32 3
 check llama2_dynamic llama2_dynamic float32 1
 check llama2_bf16 llama2 bfloat16 2
 check llama2_fp16 llama2 float16 1
+check mixtral mixtral float32 2
 
 # A fine-tune step: the loss the trainer computes (ModelInterface::BatchLoss)
 # and every weight's gradient against the reference's autograd, with an
@@ -63,6 +64,7 @@ gradients grad_llama3_gqa llama3_gqa
 gradients grad_mistral_tied mistral_tied --masked_prefix 5
 gradients grad_qwen2_bias qwen2_bias --checkpointed_layers 2
 gradients grad_llama2_dynamic llama2_dynamic --masked_prefix 3 --checkpointed_layers 1
+gradients grad_mixtral mixtral --masked_prefix 2 --checkpointed_layers 2
 
 # Generation: greedy continues with the reference's argmax, token by token.
 "$DSGEN" --model "$work/llama3_gqa" --prompt_ids 1,5,9 --max_new_tokens 4 >"$work/gen.out"

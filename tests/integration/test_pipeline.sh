@@ -86,14 +86,6 @@ same_losses llama1 llama_pp2 "Llama from a Hugging Face folder at PP 2 vs 1 rank
 run_job llama_export 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
   --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
   --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32
-"$PY" - "$HF" "$WORK/tiny" "$WORK/pp_hf" <<'PYEOF' || fail "the PP 2 x TP 2 export differs from the folder"
-import sys
-sys.path.insert(0, sys.argv[1])
-import safetensors_io
-a, b = safetensors_io.read_folder(sys.argv[2]), safetensors_io.read_folder(sys.argv[3])
-assert sorted(a) == sorted(b), "different tensor names: %s" % sorted(set(a) ^ set(b))
-bad = [n for n in a if not (a[n].shape == b[n].shape and a[n].float().equal(b[n].float()))]
-assert not bad, "differ: %s" % bad[:5]
-print("PP 2 x TP 2 export: %d tensors identical" % len(a))
-PYEOF
+"$PY" "$HF/same_tensors.py" "$WORK/tiny" "$WORK/pp_hf" --label "PP 2 x TP 2 export" ||
+  fail "the PP 2 x TP 2 export differs from the folder"
 pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2"
