@@ -44,6 +44,14 @@ std::string Describe(const Variant& v) {
                       v.checkpointed ? " checkpointed" : "", " ", c10::toString(v.dtype));
 }
 
+GptOptions FourBlockGpt() {
+  GptOptions options = testing::TinyGpt();
+  options.layers = 4;
+  options.sequence_length = kTime;
+  options.vocab_size = kVocab;
+  return options;
+}
+
 MoeOptions Moe(const Variant& v, const ParallelState& parallel) {
   MoeOptions moe;
   moe.gating = GatingOptions{.num_experts = kExperts,
@@ -67,25 +75,14 @@ std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep,
     std::shared_ptr<torch::nn::Module> module;
     ModelInterface* model = nullptr;
     if (v.family == "gpt") {
-      GptOptions options;
-      options.layers = 4;
-      options.heads = 2;
-      options.width = 16;
-      options.sequence_length = kTime;
-      options.vocab_size = kVocab;
+      GptOptions options = FourBlockGpt();
       options.checkpointed_blocks = v.checkpointed ? 4 : 0;
       options.moe = Moe(v, parallel);
       auto gpt = std::make_shared<GptImpl>(options, /*seed=*/5);
       model = gpt.get();
       module = gpt;
     } else {
-      LlamaOptions options;
-      options.layers = 2;
-      options.hidden = 16;
-      options.intermediate = 24;
-      options.heads = 4;
-      options.kv_heads = 2;
-      options.head_dim = 4;
+      LlamaOptions options = testing::TinyLlama();
       options.vocab_size = kVocab;
       options.checkpointed_blocks = v.checkpointed ? 2 : 0;
       options.moe = Moe(v, parallel);
@@ -150,12 +147,7 @@ TEST(MoeModelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
 TEST(MoeModelTest, CheckpointingKeepsTheAuxiliaryGradient) {
   std::vector<torch::Tensor> gradients;
   for (int64_t checkpointed : {0, 4}) {
-    GptOptions options;
-    options.layers = 4;
-    options.heads = 2;
-    options.width = 16;
-    options.sequence_length = kTime;
-    options.vocab_size = kVocab;
+    GptOptions options = FourBlockGpt();
     options.checkpointed_blocks = checkpointed;
     options.moe.gating = GatingOptions{.num_experts = kExperts, .top_k = 1, .drop_tokens = false};
     options.moe.aux_loss_coef = 10;  // dominant, so a lost auxiliary gradient shows

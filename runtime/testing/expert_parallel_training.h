@@ -70,14 +70,7 @@ inline std::shared_ptr<torch::nn::Module> BuildMoeModel(const ExpertLayout& layo
     *family = model.get();
     return model;
   }
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 16;
-  options.heads = 4;
-  options.kv_heads = 2;
-  options.head_dim = 4;
-  options.intermediate = 24;
-  options.vocab_size = 32;
+  LlamaOptions options = TinyLlama();
   options.moe = moe;
   auto model = std::make_shared<LlamaImpl>(options, 3);
   *family = model.get();

@@ -19,6 +19,7 @@
 #include "launcher/rendezvous_store.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/model/gpt.h"
+#include "runtime/model/llama.h"
 
 namespace dslaunch::runtime::testing {
 
@@ -77,6 +78,20 @@ inline GptOptions TinyGpt() {
   options.heads = 2;
   options.width = 16;
   options.sequence_length = 8;
+  options.vocab_size = 32;
+  return options;
+}
+
+// A two-layer Llama of width 16 (4 query heads, 2 key/value heads) for
+// the vocabulary of TinyGpt.
+inline LlamaOptions TinyLlama() {
+  LlamaOptions options;
+  options.layers = 2;
+  options.hidden = 16;
+  options.intermediate = 24;
+  options.heads = 4;
+  options.kv_heads = 2;
+  options.head_dim = 4;
   options.vocab_size = 32;
   return options;
 }
