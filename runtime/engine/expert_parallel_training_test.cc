@@ -6,11 +6,12 @@
 // expert-data-parallel size.
 //
 // Tolerances (fp32): losses and gradient norms 1e-5 relative; parameters
-// 1e-4 relative to each tensor's largest magnitude after three AdamW steps,
-// as the tensor-parallel tests (the expert products run over other batches
-// of rows, so gradients differ in their last bits, and Adam's first steps
-// move an element whose gradient is nearly zero — a key bias — by about lr
-// whatever its size). bf16: 2e-2 relative on the losses.
+// 3e-4 relative to each tensor's largest magnitude after three AdamW steps
+// (the expert products run over other batches of rows, so gradients differ
+// in their last bits, and Adam's first steps move an element whose gradient
+// is zero up to rounding — the GPT's key bias, up to 8e-5 seen — by about lr
+// whatever its size). The gradient norms carry the sensitivity to a wrong
+// scale. bf16: 2e-2 relative on the losses.
 #include "runtime/testing/expert_parallel_training.h"
 
 #include <map>
@@ -73,7 +74,7 @@ TEST_P(ExpertParallelTrainingTest, EveryExpertParallelSizeTakesTheStepsOfOne) {
         EXPECT_NEAR(run.grad_norms[rank][i], reference.grad_norms[rank][i], 1e-5 * reference.grad_norms[rank][i])
             << "rank " << rank << " step " << i;
       }
-      std::vector<std::string> bad = CompareNamed(run.params[rank], reference.params[0], 1e-4);
+      std::vector<std::string> bad = CompareNamed(run.params[rank], reference.params[0], 3e-4);
       EXPECT_TRUE(bad.empty()) << "rank " << rank << ": " << bad.size() << " mismatches, first: " << bad.front();
     }
   }
@@ -122,6 +123,29 @@ TEST(ExpertParallelTrainingTest, ExpertStateShrinksWithTheExpertDataParallelSize
   EXPECT_EQ(expert_state["ep4z1"], one_expert * 2 /*layers*/);
   EXPECT_EQ(expert_state["ep2z1"], one_expert * 2 * 2 / 2);
   EXPECT_EQ(expert_state["ep2z0"], one_expert * 2 * 2);
+}
+
+// At expert-parallel size 1 the experts are ordinary parameters of their
+// block's ZeRO-3 unit, gathered with it.
+TEST(ExpertParallelTrainingTest, ZeroStage3AtExpertParallelOneTakesTheStepsOfStage2) {
+  InProcessStore store;
+  for (const std::string family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    TrainedRun stage2 = Train(store, family == "gpt" ? 0 : 2, ExpertLayout{.family = family, .stage = 2, .gas = 2}, 3);
+    TrainedRun stage3 = Train(store, family == "gpt" ? 1 : 3, ExpertLayout{.family = family, .stage = 3, .gas = 2}, 3);
+    for (int rank = 0; rank < 4; ++rank) {
+      for (size_t i = 0; i < stage2.losses[rank].size(); ++i) {
+        EXPECT_NEAR(stage3.losses[rank][i], stage2.losses[rank][i], 1e-5 * stage2.losses[rank][i]);
+      }
+      for (size_t i = 0; i < stage2.grad_norms[rank].size(); ++i) {
+        EXPECT_NEAR(stage3.grad_norms[rank][i], stage2.grad_norms[rank][i], 1e-5 * stage2.grad_norms[rank][i]);
+      }
+      // 3e-4: the GPT's key bias, whose gradient is zero up to rounding
+      // (softmax ignores a per-query constant), moves by Adam's sign of noise.
+      std::vector<std::string> bad = CompareNamed(stage3.params[rank], stage2.params[rank], 3e-4);
+      EXPECT_TRUE(bad.empty()) << "rank " << rank << ": " << bad.size() << " mismatches, first: " << bad.front();
+    }
+  }
 }
 
 TEST(ExpertParallelTrainingTest, RefusesZeroStage3) {
