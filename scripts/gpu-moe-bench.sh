@@ -6,6 +6,8 @@
 # shape and (b) the same-active-parameter model: 2 experts, top-2, dropless
 # (every token through both experts: the MoE's active compute with no
 # sparsity). Tokens/s and peak memory per point; the ratios are the figures.
+# Then dropless top-2 at 8 and 4 experts with the wall-clock breakdown (how
+# the cost grows with the number of experts).
 # With G > 1 GPUs the MoE also runs at ep G (expert-parallel exchange).
 #   bash scripts/gpu-moe-bench.sh
 #   STEPS=20 BATCH=8 bash scripts/gpu-moe-bench.sh
@@ -54,6 +56,14 @@ run moe8-top1-rts-jitter 1 --override model.moe.num_experts=8 --override model.m
   --override model.moe.noisy_gate_policy=Jitter --override model.moe.telemetry=true
 run same-active 1 --override model.moe.num_experts=2 --override model.moe.top_k=2 --override model.moe.every=2 \
   --override model.moe.drop_tokens=false
+# Where the time goes: dropless top-2 at 8, 4 and 2 experts (the last is
+# same-active above), with the wall-clock breakdown of forward+backward
+# against the optimizer step.
+for e in 8 4; do
+  run "dropless-$e-top2" 1 --override model.moe.num_experts="$e" --override model.moe.top_k=2 \
+    --override model.moe.every=2 --override model.moe.drop_tokens=false --override ds_config.wall_clock_breakdown=true
+  grep 'wall clock' "$out/moe-dropless-$e-top2.log" | tail -1 | sed 's/^\[[^]]*\] //'
+done
 if ((gpus > 1)); then
   run "moe8-top2-ep$gpus" "$gpus" "${moe[@]}" --override ds_config.moe_expert_parallel_size="$gpus" \
     --override ds_config.wall_clock_breakdown=true
