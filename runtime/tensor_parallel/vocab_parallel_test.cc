@@ -12,9 +12,11 @@ using testing::InProcessStore;
 constexpr int64_t kVocab = 11;
 constexpr int64_t kRows = 7;
 
+// From a generator of its own: ranks call this on threads at once, and
+// reseeding LibTorch's shared generator there raced (a rank drew other logits).
 torch::Tensor Logits() {
-  torch::manual_seed(5);
-  return torch::randn({kRows, kVocab}) * 3;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  return torch::randn({kRows, kVocab}, generator, torch::TensorOptions()) * 3;
 }
 
 torch::Tensor Targets() { return torch::tensor({3, -100, 0, 10, 7, -100, 5}, torch::kLong); }
