@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/agent_service.h"
 #include "common/auth_token.h"
+#include "common/exclusive_port.h"
 #include "common/control_plane_defaults.h"
 #include "common/control_plane_limits.h"
 #include "common/flag_table.h"
@@ -101,6 +102,9 @@ absl::StatusOr<std::string> ReadTokenLine(int fd) {
                                                    kMaxTokenBytes, " bytes"));
   }
   if (line.empty()) return absl::InvalidArgumentError("--token_stdin: stdin gave no token (an empty first line)");
+  if (absl::Status strong = dslaunch::CheckTokenStrength(line); !strong.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token_stdin: ", strong.message()));
+  }
   return line;
 }
 
@@ -171,6 +175,7 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(listen->ToString(), grpc::InsecureServerCredentials(), &bound_port);
+  dslaunch::RefusePortSharing(builder);
   // Notice a controller whose connection died (a cut link) within seconds.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
@@ -180,7 +185,9 @@ int main(int argc, char** argv) {
   service->Serve(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    return Fail(absl::StrCat("cannot listen on ", listen->ToString()));
+    return Fail(absl::StrCat("cannot listen on ", listen->ToString(),
+                             ": the address is not this machine's, or the port is taken (another dsagent or "
+                             "program listens there; agents never share a port)"));
   }
   dslaunch::HostPort bound{listen->host, bound_port};
   // Ranks run on this host: a wildcard listen address is reached on loopback.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -39,11 +40,41 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
   }
   std::string token(absl::StripAsciiWhitespace(line));
-  if (token.size() < 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file ", path, ": the token must be at least 16 characters"));
+  if (absl::Status strong = CheckTokenStrength(token); !strong.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", strong.message()));
   }
   return token;
+}
+
+double TokenEntropyBits(absl::string_view token) {
+  if (token.empty()) return 0;
+  int counts[256] = {0};
+  for (unsigned char c : token) ++counts[c];
+  double per_character = 0;
+  for (int count : counts) {
+    if (count == 0) continue;
+    const double p = static_cast<double>(count) / static_cast<double>(token.size());
+    per_character -= p * std::log2(p);
+  }
+  return per_character * static_cast<double>(token.size());
+}
+
+absl::Status CheckTokenStrength(absl::string_view token) {
+  constexpr absl::string_view kHowTo =
+      "make one with: openssl rand -hex 32 > TOKEN_FILE && chmod 600 TOKEN_FILE (or head -c 32 /dev/urandom | "
+      "od -An -tx1 | tr -d ' \\n')";
+  if (token.size() < kMinTokenCharacters) {
+    return absl::InvalidArgumentError(absl::StrCat("the token has ", token.size(), " characters; at least ",
+                                                   kMinTokenCharacters, " are needed (it is a password); ", kHowTo));
+  }
+  const double bits = TokenEntropyBits(token);
+  if (bits < kMinTokenEntropyBits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the token is too predictable: its characters carry about %.0f bits, at least %.0f are needed (a repeated "
+        "or patterned string is guessable); %s",
+        bits, kMinTokenEntropyBits, kHowTo));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteTokenFile(const std::string& path, absl::string_view token) {

@@ -23,8 +23,20 @@ namespace dslaunch {
 inline constexpr char kTokenMetadataKey[] = "x-dslaunch-token";
 
 // Reads a token file: the first line, trimmed. Errors name the file. A file
-// that other users can read is refused (it is a password).
+// that other users can read is refused (it is a password), and so is a weak
+// token (CheckTokenStrength).
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// Weak tokens are refused wherever a token is read (file or stdin): fewer
+// than kMinTokenCharacters characters, or fewer than kMinTokenEntropyBits by
+// the characters' own frequencies (Shannon entropy per character times the
+// length: 64 random hex digits carry about 240, 32 about 110; a repeated or
+// short-cycled string almost none). A heuristic: it cannot see that a long
+// phrase is guessable, only that a string is short or repetitive.
+inline constexpr size_t kMinTokenCharacters = 32;
+inline constexpr double kMinTokenEntropyBits = 96;
+absl::Status CheckTokenStrength(absl::string_view token);
+double TokenEntropyBits(absl::string_view token);
 
 // Writes `token` to a new file readable by the owner only.
 absl::Status WriteTokenFile(const std::string& path, absl::string_view token);

@@ -65,8 +65,27 @@ TEST(AuthToken, MissingAndShortTokensAreErrorsNamingTheFile) {
   ASSERT_TRUE(WriteTokenFile(path, "short").ok());
   auto short_token = ReadTokenFile(path);
   ASSERT_FALSE(short_token.ok());
-  EXPECT_THAT(std::string(short_token.status().message()), HasSubstr("at least 16"));
+  EXPECT_THAT(std::string(short_token.status().message()), HasSubstr("at least 32 are needed"));
+  EXPECT_THAT(std::string(short_token.status().message()), HasSubstr(path));
   std::filesystem::remove(path);
+}
+
+TEST(AuthToken, WeakTokensAreRefused) {
+  std::string path = TempPath("token_weak");
+  // 40 characters of one letter, and a short cycle: long enough, guessable.
+  for (const std::string& weak : {std::string(40, 'a'), std::string("abcdabcdabcdabcdabcdabcdabcdabcdabcd")}) {
+    ASSERT_TRUE(WriteTokenFile(path, weak).ok());
+    auto read = ReadTokenFile(path);
+    ASSERT_FALSE(read.ok()) << weak;
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("the token is too predictable"));
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("openssl rand -hex 32"));
+  }
+  std::filesystem::remove(path);
+  EXPECT_LT(TokenEntropyBits(std::string(64, 'z')), 1);
+  EXPECT_GT(TokenEntropyBits("0123456789abcdef0123456789abcdef"), 96);  // every hex digit twice: 128 bits
+  EXPECT_TRUE(CheckTokenStrength(GenerateToken()).ok());
+  // 32 random hex digits (openssl rand -hex 16) pass.
+  EXPECT_TRUE(CheckTokenStrength("9f86d081884c7d659a2feaa0c55ad015").ok());
 }
 
 TEST(AuthToken, NonRegularFilesAreRefusedByName) {

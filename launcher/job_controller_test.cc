@@ -29,7 +29,7 @@ TEST_F(JobControllerTest, EveryRankExitingZeroSucceeds) {
   EXPECT_EQ(EnvOf(rank3, "MASTER_PORT"), "29555");
   EXPECT_EQ(EnvOf(rank3, "DSLAUNCH_ATTEMPT"), "0");
   EXPECT_THAT(std::vector<std::string>(rank3.argv().begin(), rank3.argv().end()),
-              ::testing::ElementsAre("train", "--lr", "3e-4", "--local_rank=1"));
+              ::testing::ElementsAre("train", "--local_rank=1", "--lr", "3e-4"));
   EXPECT_EQ(attempts_over_, std::vector<int>{0});
 }
 

@@ -59,7 +59,20 @@ absl::Status CheckTensorGroupsFitHosts(const runtime::JobConfig& job, const Laun
   return absl::OkStatus();
 }
 
-absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, JobSpec* spec) {
+// LibTorch's CPU kernels do not cover fp16 training (1.13 has no fp16
+// LayerNorm; matrix products are emulated), and dynamic loss scaling exists
+// for GPUs: refused before a rank starts rather than deep inside the first
+// forward.
+absl::Status CheckPrecisionOnCpu(const runtime::DsConfig& ds, bool ranks_on_cpu) {
+  if (!ranks_on_cpu || !ds.fp16.enabled) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "fp16.enabled=true (train.precision=fp16) needs GPUs, and this job's ranks would run on the CPU (this "
+      "machine has none and no hostfile names others): LibTorch's CPU kernels do not train in fp16. Use "
+      "train.precision=bf16 or fp32 on the CPU");
+}
+
+absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, JobSpec* spec,
+                          bool ranks_on_cpu) {
   const LaunchPlan& plan = spec->plan;
   const int world_size = plan.world_size();
   auto overrides = JobFileOverrides(options);
@@ -75,6 +88,10 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
                                                    " rank(s):\n", job.status().message()));
   }
   if (absl::Status fits = CheckTensorGroupsFitHosts(*job, plan); !fits.ok()) return fits;
+  if (absl::Status cpu = CheckPrecisionOnCpu(job->ds, ranks_on_cpu); !cpu.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.program[0], " is not valid for ", world_size, " rank(s):\n", cpu.message()));
+  }
   spec->tensor_parallel_size = std::max(1, job->ds.tensor_parallel.tp_size);
   spec->pipeline_stages = std::max(1, job->ds.pipeline.stages);
   if (!job->not_yet_supported.empty()) {
@@ -85,12 +102,18 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
   return absl::OkStatus();
 }
 
-// Prints the resolved config and what is not supported yet; 0 when all is.
-int PrintValid(const std::string& path, int world_size, const std::string& resolved,
-               const std::vector<std::string>& not_yet_supported) {
+// One verdict. Valid: the resolved config on stdout, 0. Not valid because
+// of keys not supported yet: those on stderr, 2.
+int PrintVerdict(const std::string& path, int world_size, const std::string& resolved,
+                 const std::vector<std::string>& not_yet_supported) {
+  if (!not_yet_supported.empty()) {
+    Notice(absl::StrCat(path, " is not valid for ", world_size,
+                        " rank(s): it asks for what this runtime does not support yet:\n  ",
+                        absl::StrJoin(not_yet_supported, "\n  ")));
+    return kUsageError;
+  }
   std::printf("%s is valid for %d rank(s); resolved:\n%s\n", path.c_str(), world_size, resolved.c_str());
-  for (const std::string& line : not_yet_supported) std::printf("not yet supported: %s\n", line.c_str());
-  return not_yet_supported.empty() ? 0 : kUsageError;
+  return 0;
 }
 
 int PrintInvalid(const std::string& path, int world_size, const absl::Status& status) {
@@ -104,14 +127,14 @@ bool IsJobFile(const std::string& path) {
   return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
 }
 
-absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec) {
+absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu) {
   if (options.program.empty() || !IsJobFile(options.program[0])) {
     if (options.overrides.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM");
   }
   const std::string job_file = std::filesystem::absolute(options.program[0]).string();
-  if (absl::Status checked = CheckJobFile(options, job_file, spec); !checked.ok()) {
+  if (absl::Status checked = CheckJobFile(options, job_file, spec, ranks_on_cpu); !checked.ok()) {
     return checked;
   }
   std::vector<std::string> program = {DsrankBinary(), job_file};
@@ -127,7 +150,7 @@ absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec) {
   return absl::OkStatus();
 }
 
-int ValidateConfigFile(const LauncherOptions& options, int world_size) {
+int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu) {
   auto overrides = ParseOverrides(options.overrides);
   if (!overrides.ok()) return UsageError(overrides.status());
   const std::string& path = options.validate;
@@ -136,11 +159,17 @@ int ValidateConfigFile(const LauncherOptions& options, int world_size) {
     std::vector<std::string> not_yet_supported;
     auto config = runtime::LoadDsConfig(path, *overrides, world, &not_yet_supported);
     if (!config.ok()) return PrintInvalid(path, world_size, config.status());
-    return PrintValid(path, world_size, runtime::DescribeDsConfig(*config), not_yet_supported);
+    if (absl::Status cpu = CheckPrecisionOnCpu(*config, ranks_on_cpu); !cpu.ok()) {
+      return PrintInvalid(path, world_size, cpu);
+    }
+    return PrintVerdict(path, world_size, runtime::DescribeDsConfig(*config), not_yet_supported);
   }
   auto job = runtime::LoadJobConfig(path, *overrides, world);
   if (!job.ok()) return PrintInvalid(path, world_size, job.status());
-  return PrintValid(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported);
+  if (absl::Status cpu = CheckPrecisionOnCpu(job->ds, ranks_on_cpu); !cpu.ok()) {
+    return PrintInvalid(path, world_size, cpu);
+  }
+  return PrintVerdict(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported);
 }
 
 }  // namespace dslaunch

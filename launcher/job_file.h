@@ -21,11 +21,14 @@ bool IsJobFile(const std::string& path);
 // makes spec run dsrank on it with the embedded runtime's settings
 // (preemption grace, hang timeout). Otherwise refuses --override. An error's
 // message is the whole line to print (a usage error).
-absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec);
+// `ranks_on_cpu`: every rank will run on a CPU (a local job on a machine
+// without GPUs), where fp16 training is refused up front.
+absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu);
 
 // --validate FILE: a train.cfg (or .yaml) or a bare ds_config (.json), for
-// `world_size` ranks. Prints the resolved config or every problem; starts
-// nothing. Returns dslaunch's exit code (0 valid, 2 not).
-int ValidateConfigFile(const LauncherOptions& options, int world_size);
+// `world_size` ranks. One verdict: valid, with the resolved config on stdout
+// and exit code 0; or not valid (a problem, or a key this runtime does not
+// support yet), every reason on stderr and exit code 2. Starts nothing.
+int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu);
 
 }  // namespace dslaunch

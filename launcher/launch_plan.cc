@@ -88,10 +88,35 @@ std::map<std::string, std::string> BuildRankEnvironment(const LaunchPlan& plan,
   return env;
 }
 
+size_t ScriptArgumentsStart(const std::vector<std::string>& program) {
+  if (program.empty()) return 0;
+  const std::string& first = program.front();
+  const std::string base = first.substr(first.rfind('/') == std::string::npos ? 0 : first.rfind('/') + 1);
+  if (!absl::StartsWith(base, "python")) return 1;
+  // The interpreter's own options come first; the script (or -m MODULE, or
+  // -c CODE) ends them.
+  size_t i = 1;
+  while (i < program.size()) {
+    const std::string& arg = program[i];
+    if (arg == "-m" || arg == "-c") return std::min(i + 2, program.size());
+    if (arg == "-W" || arg == "-X") {
+      i += 2;
+      continue;
+    }
+    if (arg == "--") return std::min(i + 2, program.size());
+    if (!absl::StartsWith(arg, "-") || arg == "-") return i + 1;
+    ++i;
+  }
+  return program.size();
+}
+
 std::vector<std::string> BuildRankArgv(const std::vector<std::string>& program,
                                        const RankPlacement& rank, bool no_local_rank) {
   std::vector<std::string> argv = program;
-  if (!no_local_rank) argv.push_back(absl::StrCat("--local_rank=", rank.local_rank));
+  if (!no_local_rank) {
+    argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(ScriptArgumentsStart(program)),
+                absl::StrCat("--local_rank=", rank.local_rank));
+  }
   return argv;
 }
 

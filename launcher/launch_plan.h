@@ -66,9 +66,15 @@ std::map<std::string, std::string> BuildNodeEnvironment(const LaunchPlan& plan, 
                                                         const RankEnvironmentInputs& inputs);
 std::map<std::string, std::string> BuildRankOwnEnvironment(const RankPlacement& rank);
 
-// PROGRAM ARGS..., plus --local_rank=N unless `no_local_rank`.
+// PROGRAM ARGS... with --local_rank=N (unless `no_local_rank`) where
+// DeepSpeed's launcher puts it: right after the script, before the script's
+// own arguments ("python3 -u train.py --local_rank=1 --lr 3e-4"; for another
+// program, right after the program).
 std::vector<std::string> BuildRankArgv(const std::vector<std::string>& program,
                                        const RankPlacement& rank, bool no_local_rank);
+// Where the script's own arguments start: after the script for a python*
+// interpreter (past its options, -m MODULE or -c CODE), else after argv[0].
+size_t ScriptArgumentsStart(const std::vector<std::string>& program);
 
 // The variables of `environ` that DeepSpeed exports to every rank: names with
 // the prefixes NCCL, PYTHON, MLFLOW, MV2, UCX, plus OMP_NUM_THREADS and

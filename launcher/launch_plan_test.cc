@@ -203,9 +203,9 @@ TEST(LaunchPlanArgv, AppendsLocalRankUnlessNoLocalRank) {
   LaunchPlan plan = TwoNodePlan();
   const std::vector<std::string> program = {"python", "train.py", "--lr", "0.1"};
   EXPECT_THAT(BuildRankArgv(program, plan.ranks[4], /*no_local_rank=*/false),
-              ElementsAre("python", "train.py", "--lr", "0.1", "--local_rank=1"));
+              ElementsAre("python", "train.py", "--local_rank=1", "--lr", "0.1"));
   EXPECT_THAT(BuildRankArgv(program, plan.ranks[2], /*no_local_rank=*/false),
-              ElementsAre("python", "train.py", "--lr", "0.1", "--local_rank=2"));
+              ElementsAre("python", "train.py", "--local_rank=2", "--lr", "0.1"));
   EXPECT_THAT(BuildRankArgv(program, plan.ranks[4], /*no_local_rank=*/true),
               ElementsAre("python", "train.py", "--lr", "0.1"));
 }
@@ -336,6 +336,16 @@ TEST_F(LaunchPlanEnvFileTest, NonRegularFilesAreErrorsNamingThem) {
   EXPECT_EQ(ReadDeepspeedEnvFile(dir_, &env).message(),
             ".deepspeed_env file " + dir_ + ": is a directory, not a regular file");
   EXPECT_TRUE(env.empty());
+}
+
+TEST(BuildRankArgv, LocalRankGoesRightAfterTheScriptAsDeepSpeedPutsIt) {
+  EXPECT_EQ(ScriptArgumentsStart({"python3", "-u", "train.py", "--lr", "1"}), 3u);
+  EXPECT_EQ(ScriptArgumentsStart({"/usr/bin/python3.11", "-W", "ignore", "-X", "dev", "t.py", "a"}), 6u);
+  EXPECT_EQ(ScriptArgumentsStart({"python", "-m", "pkg.train", "--lr", "1"}), 3u);
+  EXPECT_EQ(ScriptArgumentsStart({"python", "-c", "print(1)", "x"}), 3u);
+  EXPECT_EQ(ScriptArgumentsStart({"python3"}), 1u);
+  EXPECT_EQ(ScriptArgumentsStart({"./train", "--lr", "1"}), 1u);
+  EXPECT_EQ(ScriptArgumentsStart({"bash", "run.sh", "x"}), 1u);
 }
 
 }  // namespace

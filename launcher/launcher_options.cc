@@ -1,5 +1,7 @@
 #include "launcher/launcher_options.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -182,7 +184,7 @@ absl::Status SetJobId(absl::string_view flag, const std::string& value, Launcher
 
 // The registry. Order is the order of --help.
 constexpr OptionRow kOptions[] = {
-    {"--hostfile", "", ValueKind::kText, "PATH", "",
+    {"--hostfile", "-H", ValueKind::kText, "PATH", "",
      "DeepSpeed hostfile: one 'HOST slots=N' per line",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
        o.hostfile = v;
@@ -404,18 +406,69 @@ const OptionRow* FindOption(absl::string_view name) {
   return nullptr;
 }
 
+// What torchrun and DeepSpeed users type out of habit, and what it is here.
+// An exact mapping names the option; the others say why there is none.
+struct ForeignOption {
+  absl::string_view name;  // normalized ('_'), as NormalizeName writes it
+  absl::string_view ours;  // the dslaunch option, or empty
+  absl::string_view note;  // where it comes from, or why there is no such option
+};
+
+constexpr ForeignOption kForeignOptions[] = {
+    {"--nproc_per_node", "--num_gpus", "torchrun's ranks per node"},
+    {"--nnodes", "--num_nodes", "torchrun's node count (MIN:MAX for an elastic range, as here)"},
+    {"--num_accelerators", "--num_gpus", "ranks per node"},
+    {"--standalone", "",
+     "torchrun's single-node mode is what dslaunch does without a hostfile: drop the option"},
+    {"--node_rank", "",
+     "dslaunch starts every node itself (one command for the whole job): drop the option and give a --hostfile"},
+    {"--rdzv_endpoint", "",
+     "dslaunch runs the rendezvous itself; --master_addr/--master_port set what ranks see as MASTER_ADDR/PORT"},
+    {"--rdzv_backend", "", "dslaunch runs the rendezvous itself: drop the option"},
+    {"--rdzv_id", "--job_id", "torchrun's job id"},
+    {"-m", "",
+     "dslaunch runs PROGRAM as given and never adds python: write 'dslaunch [options] python3 -m MODULE ...'"},
+    {"--module", "",
+     "dslaunch runs PROGRAM as given and never adds python: write 'dslaunch [options] python3 -m MODULE ...'"},
+    {"--no_python", "",
+     "dslaunch never adds python in front of PROGRAM, so there is nothing to turn off: drop the option"},
+};
+
 absl::Status UnknownOption(absl::string_view name) {
   std::string normalized = NormalizeName(name);
+  for (const ForeignOption& foreign : kForeignOptions) {
+    if (foreign.name != normalized) continue;
+    if (!foreign.ours.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "' (", foreign.note,
+                                                     "); did you mean '", foreign.ours, "'?"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "': ", foreign.note));
+  }
   std::vector<std::string> names;
   for (const OptionRow& row : kOptions) names.emplace_back(row.name);
   // Suggest only what looks like a typo (the one rule of common/nearest_name.h):
-  // naming an unrelated option for "--nproc_per_node" would mislead more than help.
+  // naming an unrelated option would mislead more than help. The caller adds
+  // where the options are listed.
   if (std::string nearest = NearestName(normalized, names); !nearest.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown option '", name, "'; did you mean '", nearest, "'?"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown option '", name, "'; dslaunch --help lists the options"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "'"));
+}
+
+// DeepSpeed's launcher puts python in front of a script; dslaunch runs
+// PROGRAM as given, so "dslaunch train.py" would look for train.py in PATH.
+absl::Status CheckProgramIsRunnable(const std::vector<std::string>& program) {
+  if (program.empty()) return absl::OkStatus();
+  const std::string& first = program.front();
+  if (!absl::EndsWith(first, ".py")) return absl::OkStatus();
+  const bool has_path = first.find('/') != std::string::npos;
+  if (has_path && ::access(first.c_str(), X_OK) == 0) return absl::OkStatus();  // an executable script
+  return absl::InvalidArgumentError(absl::StrCat(
+      "PROGRAM '", first, "' is a Python script", has_path ? " that is not executable" : "",
+      "; dslaunch runs PROGRAM as given and does not add python in front of it as DeepSpeed's launcher does: "
+      "write 'dslaunch [options] python3 ",
+      first, program.size() > 1 ? " ..." : "", "'"));
 }
 
 bool LooksLikeOption(absl::string_view arg) { return arg.size() > 1 && arg[0] == '-'; }
@@ -489,6 +542,7 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
   if (options.program.empty() && options.validate.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("missing PROGRAM: ", kUsageLine));
   }
+  if (absl::Status runnable = CheckProgramIsRunnable(options.program); !runnable.ok()) return runnable;
   return options;
 }
 

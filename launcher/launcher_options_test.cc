@@ -171,10 +171,43 @@ TEST(LauncherOptions, UnknownOptionNamesTheNearest) {
               HasSubstr("unknown option '--hostfle'; did you mean '--hostfile'?"));
   EXPECT_THAT(ErrorOf({"-num_nodes", "1", "prog"}),
               HasSubstr("unknown option '-num_nodes'; did you mean '--num_nodes'?"));
-  std::string far = ErrorOf({"--nproc_per_node", "8", "prog"});
-  EXPECT_THAT(far, HasSubstr("unknown option '--nproc_per_node'"));
+  std::string far = ErrorOf({"--sequence_parallel", "8", "prog"});
+  EXPECT_THAT(far, HasSubstr("unknown option '--sequence_parallel'"));
   EXPECT_THAT(far, Not(HasSubstr("did you mean")));
   EXPECT_THAT(ErrorOf({"-x", "prog"}), HasSubstr("unknown option '-x'"));
+  // The caller (dslaunch's main) says where the options are listed, once.
+  EXPECT_THAT(ErrorOf({"--num_gpu", "2", "prog"}), Not(HasSubstr("--help")));
+  EXPECT_THAT(ErrorOf({"-x", "prog"}), Not(HasSubstr("--help")));
+}
+
+TEST(LauncherOptions, TorchrunAndDeepSpeedSpellingsAreMapped) {
+  EXPECT_THAT(ErrorOf({"--nproc_per_node", "8", "prog"}),
+              HasSubstr("unknown option '--nproc_per_node' (torchrun's ranks per node); did you mean '--num_gpus'?"));
+  EXPECT_THAT(ErrorOf({"--nproc-per-node=8", "prog"}), HasSubstr("did you mean '--num_gpus'?"));
+  EXPECT_THAT(ErrorOf({"--nnodes", "2", "prog"}), HasSubstr("did you mean '--num_nodes'?"));
+  EXPECT_THAT(ErrorOf({"--num_accelerators", "2", "prog"}), HasSubstr("did you mean '--num_gpus'?"));
+  EXPECT_THAT(ErrorOf({"--standalone", "prog"}), HasSubstr("what dslaunch does without a hostfile"));
+  EXPECT_THAT(ErrorOf({"-m", "pkg.train"}), HasSubstr("'dslaunch [options] python3 -m MODULE ...'"));
+  EXPECT_THAT(ErrorOf({"--module", "pkg.train"}), HasSubstr("python3 -m MODULE"));
+  EXPECT_THAT(ErrorOf({"--no_python", "prog"}), HasSubstr("never adds python"));
+  EXPECT_THAT(ErrorOf({"--node_rank", "0", "prog"}), HasSubstr("starts every node itself"));
+}
+
+TEST(LauncherOptions, PythonScriptAsProgramSuggestsTheInterpreter) {
+  EXPECT_THAT(ErrorOf({"train.py", "--lr", "1"}),
+              HasSubstr("PROGRAM 'train.py' is a Python script; dslaunch runs PROGRAM as given and does not add "
+                        "python in front of it as DeepSpeed's launcher does: write 'dslaunch [options] python3 "
+                        "train.py ...'"));
+  EXPECT_THAT(ErrorOf({"/nonexistent/dir/train.py"}), HasSubstr("that is not executable"));
+  // With the interpreter it is the interpreter's argument, not the program.
+  EXPECT_TRUE(Parse({"python3", "train.py"}).ok());
+}
+
+TEST(LauncherOptions, DeepSpeedShortHostfileOption) {
+  auto options = Parse({"-H", "hosts", "prog"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->hostfile, "hosts");
+  EXPECT_TRUE(options->hostfile_given);
 }
 
 TEST(LauncherOptions, MissingValueIsAnError) {

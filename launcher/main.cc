@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "common/auth_token.h"
 #include "common/control_plane_defaults.h"
+#include "common/exclusive_port.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -129,6 +130,7 @@ absl::StatusOr<JobSpec> SpecFromOptions(const LauncherOptions& options) {
 NodeResolutionContext ThisMachine() {
   NodeResolutionContext context;
   context.local_gpu_count = DetectLocalGpuCount();
+  if (const char* visible = std::getenv(rank_env::kCudaVisibleDevices)) context.cuda_visible_devices = visible;
   context.local_hostname = LocalHostname();
   context.default_hostfile_exists = std::filesystem::exists(kDefaultHostfile);
   return context;
@@ -202,15 +204,26 @@ EarlyExit PlanJob(const LauncherOptions& options, const NodeResolutionContext& c
                   const AgentConnections& agents, PlannedJob* job) {
   auto resolution = ResolveNodes(options, context);
   if (!resolution.ok()) return UsageError(resolution.status());
+  // A local job on a machine without GPUs trains on the CPU.
+  const bool ranks_on_cpu = resolution->launcher == LauncherKind::kLocal && context.local_gpu_count == 0;
   if (!options.validate.empty() && options.program.empty() && options.agents.empty()) {
-    return ValidateConfigFile(options, BuildLaunchPlan(resolution->nodes).world_size());
+    return ValidateConfigFile(options, BuildLaunchPlan(resolution->nodes).world_size(), ranks_on_cpu);
   }
   if (!resolution->hostfile_used.empty() && !options.hostfile_given) {
     Notice(absl::StrCat("using the hostfile ", resolution->hostfile_used));
   }
+  if (resolution->visible_devices_used) {
+    Notice(absl::StrCat("using CUDA_VISIBLE_DEVICES=", context.cuda_visible_devices,
+                        " as this host's slots (as --include localhost:", context.cuda_visible_devices, ")"));
+  }
   job->launcher = resolution->launcher;
   job->spec.plan = BuildLaunchPlan(resolution->nodes);
-  if (absl::Status used = UseJobFileIfGiven(options, &job->spec); !used.ok()) return UsageError(used);
+  if (!options.console_ranks.empty() && *options.console_ranks.rbegin() >= job->spec.plan.world_size()) {
+    return UsageError(absl::InvalidArgumentError(
+        absl::StrCat("--console_ranks names rank ", *options.console_ranks.rbegin(), ", but the job has ",
+                     job->spec.plan.world_size(), " rank(s) (0..", job->spec.plan.world_size() - 1, ")")));
+  }
+  if (absl::Status used = UseJobFileIfGiven(options, &job->spec, ranks_on_cpu); !used.ok()) return UsageError(used);
   SetAddresses(options, agents, job);
   job->spec.min_nodes = std::max(0, options.min_nodes);
   // Note [Elastic batch]: dsrank may adjust a global batch the world size cannot keep.
@@ -257,6 +270,7 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   int store_port = 0;
   builder.AddListeningPort(job->local() ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
                            &store_port);
+  RefusePortSharing(builder);
   store->store->Serve(builder);
   store->server = builder.BuildAndStart();
   if (!store->server || store_port == 0) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/net_address.h"
 #include "common/status_macros.h"
 #include "launcher/hostfile.h"
@@ -42,9 +44,37 @@ absl::Status CheckWorldSize(const std::vector<HostSlots>& nodes, absl::string_vi
 
 }  // namespace
 
+absl::StatusOr<std::vector<int>> VisibleDeviceSlots(const std::string& value) {
+  std::vector<int> slots;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    int device = -1;
+    if (!absl::SimpleAtoi(item, &device) || device < 0 || device >= kMaxSlotsPerHost) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA_VISIBLE_DEVICES='", value, "': '", item,
+          "' is not a device index; dslaunch turns the variable into this host's slots (as DeepSpeed turns it "
+          "into an include list) and needs indices such as 0,2: give indices, or unset it"));
+    }
+    if (std::find(slots.begin(), slots.end(), device) != slots.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA_VISIBLE_DEVICES='", value, "': device ", device, " is listed twice"));
+    }
+    slots.push_back(device);
+  }
+  return slots;
+}
+
 absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
                                             const NodeResolutionContext& context) {
   NodeResolution result;
+  // As in DeepSpeed, in every mode: a list of hosts and slots already says
+  // how many.
+  if ((!options.include.empty() || !options.exclude.empty()) && (options.num_nodes > 0 || options.num_gpus > 0)) {
+    const bool include = !options.include.empty();
+    return absl::InvalidArgumentError(absl::StrCat(
+        include ? "--include '" : "--exclude '", include ? options.include : options.exclude,
+        "' cannot be used with ", options.num_nodes > 0 ? "--num_nodes" : "--num_gpus",
+        ": the list already says which hosts and slots run"));
+  }
   ResourceRequest selection{-1, -1, options.include, options.exclude};
   if (!options.agents.empty()) {
     if (options.hostfile_given) {
@@ -96,6 +126,24 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
       all_local = all_local && IsThisMachine(node.host, context.local_hostname);
     }
     result.launcher = all_local ? LauncherKind::kLocal : LauncherKind::kSsh;
+  } else if (!context.cuda_visible_devices.empty() && options.num_nodes <= 1 && options.include.empty() &&
+             options.exclude.empty()) {
+    // DeepSpeed turns a CUDA_VISIBLE_DEVICES set for the launcher into
+    // --include localhost:<devices>; so does dslaunch, and --num_gpus N
+    // takes the first N of them.
+    DS_ASSIGN_OR_RETURN(std::vector<int> devices, VisibleDeviceSlots(context.cuda_visible_devices));
+    if (options.num_gpus > static_cast<int>(devices.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("--num_gpus ", options.num_gpus, ": CUDA_VISIBLE_DEVICES='",
+                                                     context.cuda_visible_devices, "' lists only ", devices.size(),
+                                                     " device(s)"));
+    }
+    if (options.num_gpus > 0) devices.resize(options.num_gpus);
+    result.nodes = {HostSlots{"localhost", devices}};
+    result.launcher = LauncherKind::kLocal;
+    result.visible_devices_used = true;
+    if (options.launcher == LauncherKind::kSsh) {
+      return absl::InvalidArgumentError("--launcher ssh needs a --hostfile naming the hosts");
+    }
   } else {
     int nodes = options.num_nodes > 0 ? options.num_nodes : 1;
     int slots = options.num_gpus > 0 ? options.num_gpus : std::max(1, context.local_gpu_count);

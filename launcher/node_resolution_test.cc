@@ -132,25 +132,69 @@ TEST_F(NodeResolutionTest, HostfileSelectionBeyondTheWorldSizeBoundIsRefused) {
   EXPECT_TRUE(ResolveNodes(options_, context_).ok());
 }
 
-TEST_F(NodeResolutionTest, ExcludeAppliesToLocalNodes) {
+TEST_F(NodeResolutionTest, CountsWithIncludeOrExcludeAreRefusedInEveryMode) {
+  // Local nodes.
   options_.num_nodes = 3;
-  options_.num_gpus = 2;
   options_.exclude = "node1";
-  auto resolution = ResolveNodes(options_, context_);
-  ASSERT_TRUE(resolution.ok()) << resolution.status();
-  EXPECT_THAT(Hosts(*resolution), ElementsAre("node0", "node2"));
-  EXPECT_EQ(resolution->launcher, LauncherKind::kLocal);
+  auto local = ResolveNodes(options_, context_);
+  ASSERT_FALSE(local.ok());
+  EXPECT_THAT(std::string(local.status().message()),
+              HasSubstr("--exclude 'node1' cannot be used with --num_nodes: the list already says"));
+  options_ = LauncherOptions();
+  options_.num_gpus = 4;
+  options_.include = "localhost:1,3";
+  auto gpus = ResolveNodes(options_, context_);
+  ASSERT_FALSE(gpus.ok());
+  EXPECT_THAT(std::string(gpus.status().message()), HasSubstr("--include 'localhost:1,3' cannot be used with --num_gpus"));
+  // Agents.
+  UseAgents({"a", "b"}, {2, 2});
+  options_.num_gpus = 1;
+  options_.exclude = "b";
+  auto agents = ResolveNodes(options_, context_);
+  ASSERT_FALSE(agents.ok());
+  EXPECT_THAT(std::string(agents.status().message()), HasSubstr("cannot be used with --num_gpus"));
 }
 
-TEST_F(NodeResolutionTest, IncludeAppliesToLocalNodesWithSlots) {
-  options_.num_nodes = 3;
-  options_.num_gpus = 4;
-  options_.include = "node2:1,3@node0";
+TEST_F(NodeResolutionTest, IncludeAppliesToLocalSlots) {
+  context_.local_gpu_count = 4;
+  options_.include = "localhost:1,3";
   auto resolution = ResolveNodes(options_, context_);
   ASSERT_TRUE(resolution.ok()) << resolution.status();
-  ASSERT_THAT(Hosts(*resolution), ElementsAre("node0", "node2"));
-  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2, 3));
-  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(1, 3));
+  ASSERT_THAT(Hosts(*resolution), ElementsAre("localhost"));
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(1, 3));
+}
+
+TEST_F(NodeResolutionTest, CudaVisibleDevicesBecomeTheLocalSlots) {
+  context_.local_gpu_count = 8;
+  context_.cuda_visible_devices = "2,5,7";
+  auto all = ResolveNodes(options_, context_);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_THAT(Hosts(*all), ElementsAre("localhost"));
+  EXPECT_THAT(all->nodes[0].slots, ElementsAre(2, 5, 7));
+  EXPECT_TRUE(all->visible_devices_used);
+  options_.num_gpus = 2;
+  auto first_two = ResolveNodes(options_, context_);
+  ASSERT_TRUE(first_two.ok()) << first_two.status();
+  EXPECT_THAT(first_two->nodes[0].slots, ElementsAre(2, 5));
+  options_.num_gpus = 4;
+  auto too_many = ResolveNodes(options_, context_);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(std::string(too_many.status().message()),
+              HasSubstr("--num_gpus 4: CUDA_VISIBLE_DEVICES='2,5,7' lists only 3 device(s)"));
+  // An explicit --include wins over the variable.
+  options_ = LauncherOptions();
+  options_.include = "localhost:0";
+  auto included = ResolveNodes(options_, context_);
+  ASSERT_TRUE(included.ok()) << included.status();
+  EXPECT_THAT(included->nodes[0].slots, ElementsAre(0));
+  EXPECT_FALSE(included->visible_devices_used);
+  // Device UUIDs cannot be slots.
+  options_ = LauncherOptions();
+  context_.cuda_visible_devices = "GPU-1234";
+  auto uuid = ResolveNodes(options_, context_);
+  ASSERT_FALSE(uuid.ok());
+  EXPECT_THAT(std::string(uuid.status().message()),
+              HasSubstr("CUDA_VISIBLE_DEVICES='GPU-1234': 'GPU-1234' is not a device index"));
 }
 
 TEST_F(NodeResolutionTest, ExcludeSlotOfLocalhost) {

@@ -48,7 +48,7 @@ TEST(StartRanksRequest, EveryRankGetsItsWholeEnvironment) {
     EXPECT_EQ(rank.local_rank(), placement.local_rank);
     EXPECT_EQ(rank.working_dir(), "/work");
     EXPECT_EQ(rank.argv_size(), 4);
-    EXPECT_EQ(rank.argv(3), "--local_rank=" + std::to_string(placement.local_rank));
+    EXPECT_EQ(rank.argv(1), "--local_rank=" + std::to_string(placement.local_rank));
     EXPECT_EQ(StartRanksEnvironment(request, rank), BuildRankEnvironment(plan, placement, Inputs()));
     // Only what differs between ranks travels per rank.
     EXPECT_EQ(rank.env_size(), 3);

@@ -13,6 +13,8 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
       .Repeated("--override", &parsed.overrides, "KEY=VALUE",
                 "change a job file key, applied after dslaunch's own --override")
       .String("--loss_log", &parsed.loss_log, "PATH", "write each step's loss to PATH (rank 0)")
+      .Bool("--quiet_config", &parsed.quiet_config,
+            "print one line about the resolved configuration instead of all of it (dslaunch --validate prints it)")
       .String("--pipeline_timeline", &parsed.pipeline_timeline, "FILE",
               "with pipeline.stages > 1: write step 2's instructions per stage as a Chrome trace (chrome://tracing, "
               "Perfetto) to FILE")

@@ -3,7 +3,7 @@
 // starts a rank (an override written after the job file counts exactly as
 // one written before it; issue 13).
 //
-//   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH]
+//   dsrank JOB.cfg [--override key.path=value]... [--loss_log PATH] [--quiet_config]
 //          [--device auto|cpu|cuda] [--cuda_memory_limit_gb G]
 //          [--exit_at_step N] [--hang_at_step N [--hang_rank R]]
 //          [--pipeline_timeline FILE] [--raise_at_step N --raise_rank R]
@@ -25,6 +25,7 @@ struct DsrankArguments {
   std::string job_file;
   std::vector<std::string> overrides;  // "key.path=value", in the order given
   std::string loss_log;
+  bool quiet_config = false;  // one line instead of the resolved configuration
   std::string pipeline_timeline;  // Chrome trace of one step's pipeline instructions
   std::string device = "auto";
   int64_t exit_at_step = -1;

@@ -7,6 +7,7 @@
 // Prints one summary line on success; on failure the error (naming the flag
 // or file) and exit status 1, or 2 for a bad command line.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,18 @@ int main(int argc, char** argv) {
   if (command->version) {
     std::printf("%s\n", DsprepVersion().c_str());
     return 0;
+  }
+  // --output dir/prefix: the folder is made, as `mkdir -p` would.
+  const std::string& prefix =
+      command->instruction ? command->instruction_options.output_prefix : command->options.output_prefix;
+  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
+  if (!folder.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    if (error) {
+      PrintError("--output " + prefix + ": cannot create the folder " + folder.string() + ": " + error.message());
+      return kFailure;
+    }
   }
   if (command->instruction) {
     absl::StatusOr<InstructionPrepareSummary> summary = PrepareInstructionDataset(command->instruction_options);

@@ -26,6 +26,7 @@
 #include "runtime/data/instruction_samples.h"
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/dsrank/instruction_data.h"
+#include "runtime/dsrank/progress_line.h"
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
 #include "runtime/hf/hf_export.h"
@@ -512,6 +513,13 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                       engine->global_steps(),
                       as_recorded ? " (the last checkpoint the controller recorded as committed)" : "");
       }
+      if (context.rank == 0 && engine->global_steps() >= job.train.steps) {
+        absl::FPrintF(context.out,
+                      "dsrank: nothing to train: checkpoint %s/%s is at step %d and train.steps is %d. To train "
+                      "further, raise train.steps (--override train.steps=N); to start from step 1, set "
+                      "checkpoint.resume=false or use another checkpoint.dir (%s is kept)\n",
+                      checkpoint_dir, choice.tag, engine->global_steps(), job.train.steps, checkpoint_dir);
+      }
     } else if (context.rank == 0) {
       absl::FPrintF(context.out, "dsrank: %s: training from step 1\n",
                     choice.skipped > 0 ? absl::StrCat("no checkpoint in ", checkpoint_dir, " verifies (",
@@ -525,8 +533,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   auto save = [&](int64_t step) -> absl::Status {
     const std::string tag = absl::StrCat("global_step", step);
     absl::Status saved = checkpointer.Save(checkpoint_dir, tag, {{kConsumedSamples, consumed}}, job.checkpoint.keep);
-    if (saved.ok() && context.rank == 0 && context.store != nullptr) {
-      (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
+    if (saved.ok() && context.rank == 0) {
+      if (context.store != nullptr) (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
+      absl::FPrintF(context.out, "dsrank: checkpoint %s/%s committed\n", checkpoint_dir, tag);
+      std::fflush(context.out);
     }
     return saved;
   };
@@ -558,6 +568,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   std::array<double, 4> pipeline_seconds{};
   int64_t last_saved = -1;
   int64_t nonfinite_in_a_row = 0;
+  const auto training_start = Clock::now();
+  const int64_t first_step = engine->global_steps() + 1;  // of this attempt (after a resume)
+  const std::string optimizer_in_use = OptimizerInUse(ds);
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<TokenBatch> prefetched;
   while (engine->global_steps() < job.train.steps) {
@@ -693,8 +706,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (context.rank == 0 && printing) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f\n", step, mean_loss, result.lr,
-                    result.loss_scale, seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0);
+      const double elapsed = std::chrono::duration<double>(Clock::now() - training_start).count();
+      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f | %s\n", step, mean_loss,
+                    result.lr, result.loss_scale, seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0,
+                    ProgressText(step, first_step, job.train.steps, elapsed, optimizer_in_use));
       for (const std::string& line : moe_lines) absl::FPrintF(context.out, "  %s\n", line);
       if (ds.wall_clock_breakdown) {
         absl::FPrintF(context.out,

@@ -66,7 +66,11 @@ int main(int argc, char** argv) {
   if (!job->not_yet_supported.empty()) {
     return Fail("the job asks for features this runtime does not have yet (listed above)");
   }
-  if (env->rank == 0) {
+  if (env->rank == 0 && arguments->quiet_config) {
+    std::printf("dsrank: configuration of %s resolved for %d rank(s) (dslaunch --validate %s prints it)\n",
+                config_path.c_str(), env->world_size, config_path.c_str());
+    std::fflush(stdout);
+  } else if (env->rank == 0) {
     std::printf("dsrank: resolved configuration of %s for %d rank(s):\n%s\n", config_path.c_str(),
                 env->world_size, DescribeJobConfig(*job).c_str());
     std::fflush(stdout);
@@ -81,6 +85,13 @@ int main(int argc, char** argv) {
                                    .expert = ExpertParallelSize(job->ds)};
   auto rank = StartRank(*env, options);
   if (!rank.ok()) return Fail(std::string(rank.status().message()));
+  if (job->ds.fp16.enabled && !(*rank)->device().is_cuda()) {
+    // Before the model: LibTorch's CPU kernels do not train in fp16 (1.13
+    // has no fp16 LayerNorm), and loss scaling exists for GPUs.
+    return Fail(absl::StrCat("fp16.enabled=true (train.precision=fp16) needs a GPU, and this rank runs on ",
+                             (*rank)->device().str(),
+                             ": LibTorch's CPU kernels do not train in fp16; use train.precision=bf16 or fp32 there"));
+  }
 
   TrainerContext context;
   context.rank = env->rank;

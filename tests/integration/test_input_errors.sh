@@ -119,7 +119,7 @@ pass "dsprep --sp_model DIR is an error naming it (exit $code)"
 
 "$DSLAUNCH" --dry_run --hostfile "$WORK/hosts" --master_port 29611 "$TEST_RANK" --x >"$WORK/dry.out" 2>"$WORK/dry.err" || fail "dry run exited $?"
 grep -q '^rank 1: host localhost, local rank 1 of 2, device 1$' "$WORK/dry.out" || fail "dry run placement"
-grep -q '^  argv: .*test_rank --x --local_rank=1$' "$WORK/dry.out" || fail "dry run argv"
+grep -q '^  argv: .*test_rank --local_rank=1 --x$' "$WORK/dry.out" || fail "dry run argv (--local_rank right after the program, as DeepSpeed puts it)"
 grep -q '^  MASTER_PORT=29611$' "$WORK/dry.out" || fail "dry run env"
 grep -q '^  CUDA_VISIBLE_DEVICES=0,1$' "$WORK/dry.out" || fail "dry run devices"
 pass "dry run prints the plan"

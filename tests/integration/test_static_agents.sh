@@ -15,6 +15,22 @@ AGENT_B=$AGENT_ADDR
 AGENT_B_PID=$AGENT_PID
 AGENTS="$AGENT_A,$AGENT_B"
 
+# 0. A second agent on agent a's port is refused (gRPC's default
+#    SO_REUSEPORT would let it bind and take part of a's connections).
+set +e
+"$DSAGENT" --listen "$AGENT_A" --token_file "$WORK/other_token" --name intruder \
+  >"$WORK/intruder.out" 2>"$WORK/intruder.err" </dev/null &
+intruder=$!
+CLEANUP_PIDS+=("$intruder")
+wait_until 20 pid_gone "$intruder" || fail "a second agent kept running on agent a's port $AGENT_A"
+wait "$intruder"
+code=$?
+set -e
+((code != 0)) || fail "a second agent on a taken port exited 0"
+grep -q "cannot listen on $AGENT_A" "$WORK/intruder.err" || fail "the refusal does not name the port: $(cat "$WORK/intruder.err")"
+grep -q DSAGENT_READY "$WORK/intruder.out" && fail "the second agent said it was ready"
+pass "a second agent on a taken port is refused (exit $code), naming it"
+
 # 1. Wrong token: refused, nothing runs, the agent logs the attempt.
 mkdir -p "$WORK/pids_refused"
 set +e
