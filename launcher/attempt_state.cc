@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/control_plane_defaults.h"
+#include "common/rank_contract.h"
 
 namespace dslaunch {
 namespace {
@@ -351,6 +352,17 @@ void JobController::AttemptState::CheckProgress() {
     last_progress_ = progress;
     last_progress_change_ = now;
     return;
+  }
+  if (!last_progress_ && !unarmed_noted_ && now - last_progress_change_ >= spec_.hang_timeout) {
+    // Said once, so that a program that reports no progress is not believed
+    // to be watched.
+    unarmed_noted_ = true;
+    Notice(absl::StrCat("attempt ", attempt_, ": no rank has reported a training step in the ",
+                        spec_.hang_timeout.count(),
+                        " ms of --hang_timeout_ms: hang detection is armed by the first report and is not armed "
+                        "yet (dsrank and the C++ runtime report every step; another program reports through "
+                        "heartbeats or the store key ",
+                        store_keys::kProgressStep, ")"));
   }
   if (!last_progress_ || now - last_progress_change_ < spec_.hang_timeout) return;
   const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_change_);

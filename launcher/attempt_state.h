@@ -138,6 +138,7 @@ class JobController::AttemptState final : public ControllerEventHandler {
   std::map<int, RankProgress> heartbeats_;
   bool first_step_logged_ = false;
   std::optional<std::string> last_progress_;
+  bool unarmed_noted_ = false;  // said that no step was reported within the hang timeout
   std::chrono::steady_clock::time_point last_progress_change_;
   std::chrono::steady_clock::time_point next_progress_check_;
 };

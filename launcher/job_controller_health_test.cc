@@ -30,6 +30,11 @@ TEST_F(JobControllerTest, NoProgressMarkerYetIsNotAHang) {
     for (int rank : {2, 3}) b_.EndRank(0, rank, Exited(0));
   });
   EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  // ... but the user learns that the timeout is not armed, once.
+  const std::string notices = Notices();
+  EXPECT_THAT(notices, HasSubstr("no rank has reported a training step in the 50 ms of --hang_timeout_ms: hang "
+                                 "detection is armed by the first report and is not armed yet"));
+  EXPECT_EQ(notices.find("not armed yet"), notices.rfind("not armed yet"));
 }
 
 TEST_F(JobControllerTest, TimeDslaunchSpentFrozenIsNoHang) {

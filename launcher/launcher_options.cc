@@ -317,7 +317,7 @@ constexpr OptionRow kOptions[] = {
      },
      kDefaultPreemptGraceMs},
     {"--hang_timeout_ms", "", ValueKind::kInteger, "MS", "0: off",
-     "job files: fail the attempt when training makes no step for MS",
+     "fail the attempt when the ranks' step stays for MS (armed at the first)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
        return SetInt64(f, v, 0, &o.hang_timeout_ms);
      }},
