@@ -70,6 +70,9 @@ inline constexpr char kResumeTag[] = "DSLAUNCH_RESUME_TAG";
 // Tunables a user may set for a rank (not set by dslaunch).
 inline constexpr char kCpuAdamIsa[] = "DSLAUNCH_CPU_ADAM_ISA";
 inline constexpr char kCpuAdamThreads[] = "DSLAUNCH_CPU_ADAM_THREADS";
+// Set (any value): NVMe offload reads and writes its swap files with
+// pread/pwrite instead of io_uring (Note [NVMe offload]).
+inline constexpr char kNoIoUring[] = "DSLAUNCH_NO_IO_URING";
 
 }  // namespace rank_env
 

@@ -13,6 +13,7 @@
 #include "launcher/sibling_binary.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/config/dsrank_arguments.h"
+#include "runtime/offload/nvme_path_check.h"
 
 namespace dslaunch {
 namespace {
@@ -71,8 +72,18 @@ absl::Status CheckPrecisionOnCpu(const runtime::DsConfig& ds, bool ranks_on_cpu)
       "train.precision=bf16 or fp32 on the CPU");
 }
 
+// Note [NVMe offload]: a local job's nvme_path is this machine's, checked
+// here before any rank starts (missing, not writable, on tmpfs); each rank
+// checks its own host's folder again at start, with the bytes its swap files
+// need.
+absl::Status CheckLocalNvmePath(const runtime::JobConfig& job, bool local) {
+  const runtime::OffloadConfig& offload = job.ds.zero_optimization.offload_optimizer;
+  if (!local || offload.device != "nvme") return absl::OkStatus();
+  return runtime::CheckNvmePath("zero_optimization.offload_optimizer.nvme_path", offload.nvme_path, 0);
+}
+
 absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, JobSpec* spec,
-                          bool ranks_on_cpu) {
+                          bool ranks_on_cpu, bool local) {
   const LaunchPlan& plan = spec->plan;
   const int world_size = plan.world_size();
   auto overrides = JobFileOverrides(options);
@@ -91,6 +102,10 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
   if (absl::Status cpu = CheckPrecisionOnCpu(job->ds, ranks_on_cpu); !cpu.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.program[0], " is not valid for ", world_size, " rank(s):\n", cpu.message()));
+  }
+  if (absl::Status nvme = CheckLocalNvmePath(*job, local); !nvme.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.program[0], " is not valid for ", world_size, " rank(s):\n", nvme.message()));
   }
   spec->tensor_parallel_size = std::max(1, job->ds.tensor_parallel.tp_size);
   spec->pipeline_stages = std::max(1, job->ds.pipeline.stages);
@@ -127,14 +142,14 @@ bool IsJobFile(const std::string& path) {
   return absl::EndsWith(path, ".cfg") || absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml");
 }
 
-absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu) {
+absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu, bool local) {
   if (options.program.empty() || !IsJobFile(options.program[0])) {
     if (options.overrides.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         "--override changes a job file's keys; it needs a .cfg/.yaml job file as PROGRAM");
   }
   const std::string job_file = std::filesystem::absolute(options.program[0]).string();
-  if (absl::Status checked = CheckJobFile(options, job_file, spec, ranks_on_cpu); !checked.ok()) {
+  if (absl::Status checked = CheckJobFile(options, job_file, spec, ranks_on_cpu, local); !checked.ok()) {
     return checked;
   }
   std::vector<std::string> program = {DsrankBinary(), job_file};
@@ -150,7 +165,7 @@ absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bo
   return absl::OkStatus();
 }
 
-int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu) {
+int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu, bool local) {
   auto overrides = ParseOverrides(options.overrides);
   if (!overrides.ok()) return UsageError(overrides.status());
   const std::string& path = options.validate;
@@ -169,6 +184,7 @@ int ValidateConfigFile(const LauncherOptions& options, int world_size, bool rank
   if (absl::Status cpu = CheckPrecisionOnCpu(job->ds, ranks_on_cpu); !cpu.ok()) {
     return PrintInvalid(path, world_size, cpu);
   }
+  if (absl::Status nvme = CheckLocalNvmePath(*job, local); !nvme.ok()) return PrintInvalid(path, world_size, nvme);
   return PrintVerdict(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported);
 }
 

@@ -22,13 +22,15 @@ bool IsJobFile(const std::string& path);
 // (preemption grace, hang timeout). Otherwise refuses --override. An error's
 // message is the whole line to print (a usage error).
 // `ranks_on_cpu`: every rank will run on a CPU (a local job on a machine
-// without GPUs), where fp16 training is refused up front.
-absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu);
+// without GPUs), where fp16 training is refused up front. `local`: every
+// rank runs on this machine (a local nvme_path is checked here).
+absl::Status UseJobFileIfGiven(const LauncherOptions& options, JobSpec* spec, bool ranks_on_cpu, bool local);
 
 // --validate FILE: a train.cfg (or .yaml) or a bare ds_config (.json), for
 // `world_size` ranks. One verdict: valid, with the resolved config on stdout
 // and exit code 0; or not valid (a problem, or a key this runtime does not
 // support yet), every reason on stderr and exit code 2. Starts nothing.
-int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu);
+// `local`: every rank runs on this machine (its nvme_path is checked here).
+int ValidateConfigFile(const LauncherOptions& options, int world_size, bool ranks_on_cpu, bool local);
 
 }  // namespace dslaunch

@@ -204,10 +204,11 @@ EarlyExit PlanJob(const LauncherOptions& options, const NodeResolutionContext& c
                   const AgentConnections& agents, PlannedJob* job) {
   auto resolution = ResolveNodes(options, context);
   if (!resolution.ok()) return UsageError(resolution.status());
-  // A local job on a machine without GPUs trains on the CPU.
-  const bool ranks_on_cpu = resolution->launcher == LauncherKind::kLocal && context.local_gpu_count == 0;
+  // A local job runs on this machine; without GPUs it trains on the CPU.
+  const bool local = resolution->launcher == LauncherKind::kLocal;
+  const bool ranks_on_cpu = local && context.local_gpu_count == 0;
   if (!options.validate.empty() && options.program.empty() && options.agents.empty()) {
-    return ValidateConfigFile(options, BuildLaunchPlan(resolution->nodes).world_size(), ranks_on_cpu);
+    return ValidateConfigFile(options, BuildLaunchPlan(resolution->nodes).world_size(), ranks_on_cpu, local);
   }
   if (!resolution->hostfile_used.empty() && !options.hostfile_given) {
     Notice(absl::StrCat("using the hostfile ", resolution->hostfile_used));
@@ -223,7 +224,9 @@ EarlyExit PlanJob(const LauncherOptions& options, const NodeResolutionContext& c
         absl::StrCat("--console_ranks names rank ", *options.console_ranks.rbegin(), ", but the job has ",
                      job->spec.plan.world_size(), " rank(s) (0..", job->spec.plan.world_size() - 1, ")")));
   }
-  if (absl::Status used = UseJobFileIfGiven(options, &job->spec, ranks_on_cpu); !used.ok()) return UsageError(used);
+  if (absl::Status used = UseJobFileIfGiven(options, &job->spec, ranks_on_cpu, local); !used.ok()) {
+    return UsageError(used);
+  }
   SetAddresses(options, agents, job);
   job->spec.min_nodes = std::max(0, options.min_nodes);
   // Note [Elastic batch]: dsrank may adjust a global batch the world size cannot keep.

@@ -13,7 +13,7 @@ packages=(
   libyaml-cpp0.7 libboost1.74-dev libboost-filesystem1.74-dev libboost-filesystem1.74.0
   libboost-system1.74-dev libboost-system1.74.0 libc-ares2 libc-ares-dev libre2-9 libre2-dev
   libssl3 libssl-dev zlib1g-dev libupb-dev libsentencepiece-dev libsentencepiece0
-  libgtest-dev libgmock-dev libgloo-dev libxxhash-dev
+  libgtest-dev libgmock-dev libgloo-dev libxxhash-dev liburing-dev liburing2
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
 )
 cd "$out"

@@ -5,7 +5,8 @@
 # Models (sequence 1024, bf16, batch 16, GPT-2's padded vocabulary 50304):
 #   124m: 12 layers, width 768;  350m: 24 x 1024;  1.3b: 24 x 2048.
 # dslaunch runs (world size 1): ZeRO 0, 1, 2, 3, stage 2 with CPU offload, and
-# ZeRO-0 with model.fused_kernels=false (LibTorch's LayerNorm/GELU/loss).
+# ZeRO-0 with model.fused_kernels=false (LibTorch's LayerNorm/GELU/loss);
+# RUNS may add 2-nvme (stage 2 with the optimizer offloaded to NVMe).
 # PyTorch runs (scripts/bench/pytorch_gpt.py): eager and torch.compile.
 # For each: tokens/s (mean over the steps after the first window), model FLOP
 # utilisation against 989 TFLOP/s (H200 datasheet, dense bf16) and against
@@ -56,6 +57,14 @@ for model in $models; do
     case $run in
       *-offload) extra=(--override ds_config.zero_optimization.offload_optimizer.device=cpu)
                  run_steps=12 print=4 ;;  # the host Adam makes these steps long
+      # Note [NVMe offload]: swap files under NVME_PATH (a folder on the
+      # host's drive, not tmpfs), 100M-element sub-groups.
+      *-nvme) mkdir -p "${NVME_PATH:-$root/nvme-swap}"
+              extra=(--override ds_config.zero_optimization.offload_optimizer.device=nvme
+                     --override "ds_config.zero_optimization.offload_optimizer.nvme_path=${NVME_PATH:-$root/nvme-swap}"
+                     --override ds_config.zero_optimization.sub_group_size=100000000
+                     --override ds_config.wall_clock_breakdown=true)
+              run_steps=8 print=4 ;;
       *-unfused) extra=(--override model.fused_kernels=false) ;;
     esac
     log="$out/$model-zero$run.log"

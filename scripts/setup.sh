@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest
   iproute2 procps elfutils
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
+  liburing-dev  # io_uring for NVMe offload (runtime/offload/)
   python3-torch  # reference implementations for the model tests (tests/hf/)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/strings/numbers.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -197,6 +198,9 @@ absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string&
                                          " other rank(s) failed to save their part (their errors say why)"));
   };
   absl::Status started = rank == 0 ? PreparePartial(fs_, dir, tag) : CheckTag(tag);
+  // Note [NVMe offload]: the swapped state in memory while it is saved.
+  if (started.ok()) started = StageSwappedState();
+  absl::Cleanup unstage = [this] { (void)UnstageSwappedState(/*write_back=*/false); };
   // Never a checkpoint of non-finite parameters (Note [Non-finite guard]).
   if (started.ok()) started = engine_.CheckFinite(absl::StrCat("checkpoint ", TagDir(dir, tag)));
   DS_ASSIGN_OR_RETURN(int failed, engine_.CountFailedRanks(!started.ok()));
@@ -490,6 +494,19 @@ absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status
     if (written.ok()) written = released;
   }
   return written;
+}
+
+absl::Status EngineCheckpointer::StageSwappedState() {
+  if (!engine_.zero_ || engine_.zero_->swapped() == nullptr) return absl::OkStatus();
+  DS_RETURN_IF_ERROR(engine_.zero_->StageSwappedMaster());
+  return engine_.shard_adam_->StageSwappedMoments(*engine_.zero_->swapped());
+}
+
+absl::Status EngineCheckpointer::UnstageSwappedState(bool write_back) {
+  if (!engine_.zero_ || engine_.zero_->swapped() == nullptr) return absl::OkStatus();
+  absl::Status master = engine_.zero_->UnstageSwappedMaster(write_back);
+  absl::Status moments = engine_.shard_adam_->UnstageSwappedMoments(*engine_.zero_->swapped(), write_back);
+  return master.ok() ? moments : master;
 }
 
 absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
@@ -810,8 +827,12 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, con
       engine_.optimizer_->load(optimizer);
     }
     if (engine_.zero_) {
+      // Note [NVMe offload]: loaded into memory, then into the swap files.
+      DS_RETURN_IF_ERROR(StageSwappedState());
       absl::Status loaded = LoadZeroShards(folder);
+      absl::Status unstaged = UnstageSwappedState(/*write_back=*/loaded.ok());
       if (!loaded.ok()) return loaded;
+      if (!unstaged.ok()) return unstaged;
       absl::Status gathered = engine_.zero_->GatherParameters();
       if (!gathered.ok()) return gathered;
       if (engine_.expert_zero_) DS_RETURN_IF_ERROR(engine_.expert_zero_->GatherParameters());

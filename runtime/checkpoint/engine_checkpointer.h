@@ -69,6 +69,11 @@ class EngineCheckpointer {
   absl::Status SaveGatheredWeights(const std::string& folder);
   // ZeRO: this rank's ranges from a checkpoint of any data-parallel size.
   absl::Status LoadZeroShards(const std::string& folder);
+  // Note [NVMe offload]: the swapped master and moments read into memory for
+  // a save or a load, and dropped again (after a load written back to the
+  // swap files and into the parameters first). No-ops without NVMe offload.
+  absl::Status StageSwappedState();
+  absl::Status UnstageSwappedState(bool write_back);
 
   Engine& engine_;
   FileSystem& fs_;

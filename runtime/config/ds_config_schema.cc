@@ -281,6 +281,15 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key(ap + "synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary),
       Key(ap + "profile", &a->profile),
 
+      // The seeds write the block inside zero_optimization; DeepSpeed reads it
+      // at the top level. Both are accepted (DsConfig::aio_section says
+      // which was read).
+      Key(zp + "aio.block_size", &aio->block_size).Min(1).AliasOf("aio.block_size"),
+      Key(zp + "aio.queue_depth", &aio->queue_depth).Min(1).AliasOf("aio.queue_depth"),
+      Key(zp + "aio.thread_count", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
+      Key(zp + "aio.intra_op_parallelism", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
+      Key(zp + "aio.single_submit", &aio->single_submit).AliasOf("aio.single_submit"),
+      Key(zp + "aio.overlap_events", &aio->overlap_events).AliasOf("aio.overlap_events"),
       Key("aio.block_size", &aio->block_size).Min(1),
       Key("aio.queue_depth", &aio->queue_depth).Min(1),
       // "thread_count" before DeepSpeed 0.15, "intra_op_parallelism" since.
@@ -399,6 +408,15 @@ void FinishDsConfig(const WalkResult& walk, const TreeSource& source, DsConfig* 
                             ": partial offload needs zero_optimization.stage 3 (DeepSpeed)"));
   }
 
+  // Which aio block was read: DeepSpeed's top-level one, or the seeds' one
+  // inside zero_optimization (the same keys; the engine says which).
+  for (const char* key : {"block_size", "queue_depth", "thread_count", "single_submit", "overlap_events"}) {
+    const std::string canonical = absl::StrCat("aio.", key);
+    if (walk.Has(canonical) && absl::StartsWith(walk.WrittenPath(canonical), "zero_optimization.")) {
+      c->aio_section = "zero_optimization.aio";
+    }
+  }
+
   // AutoTP: autotp_size > 0 is the tensor-parallel degree (0: off).
   if (walk.HasValue("tensor_parallel.autotp_size")) {
     int64_t autotp = 0;
@@ -471,6 +489,12 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                                  " partitions the optimizer: it needs "
                                  "zero_optimization.stage 1, 2 or 3"));
   }
+  if (c.zero_optimization.offload_optimizer.device == "nvme" && c.zero_optimization.offload_optimizer.nvme_path.empty()) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.device"),
+                    walk.MarkOf("zero_optimization.offload_optimizer.device"),
+                    "offload_optimizer.device=nvme needs offload_optimizer.nvme_path: a folder on an NVMe drive of "
+                    "every host, where each rank keeps its swap files");
+  }
   if (c.zero_optimization.offload_param.device != "none" && c.zero_optimization.stage != 3) {
     problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_param.device"),
                     walk.MarkOf("zero_optimization.offload_param.device"),
@@ -492,11 +516,7 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
   };
   const ZeroConfig& z = c.zero_optimization;
   // CPU offload is built for the optimizer (stages 1-3) and the parameters
-  // (stage 3); NVMe is not.
-  if (z.offload_optimizer.device == "nvme") {
-    add(Setting("zero_optimization.offload_optimizer.device", z.offload_optimizer.device),
-        "offloading optimizer state to nvme");
-  }
+  // (stage 3); NVMe for the optimizer only (Note [NVMe offload]).
   if (z.offload_param.device == "nvme") {
     add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
         "offloading parameters to nvme");

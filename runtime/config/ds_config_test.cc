@@ -536,6 +536,34 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   for (const std::string& line : lines) EXPECT_THAT(line, HasSubstr("is not yet supported"));
 }
 
+TEST_F(DsConfigTest, NvmeOffloadOfTheOptimizerNeedsItsPathAndReadsAioFromEitherPlace) {
+  auto missing = Load("ds.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})");
+  EXPECT_THAT(ProblemLines(missing),
+              ElementsAre(HasSubstr("zero_optimization.offload_optimizer.device: offload_optimizer.device=nvme "
+                                    "needs offload_optimizer.nvme_path")));
+  // DeepSpeed's top-level aio block.
+  std::vector<std::string> lines;
+  path_ = Write("top.json", R"({"train_batch_size": 8, "aio": {"block_size": 262144, "queue_depth": 16},
+      "zero_optimization": {"stage": 3, "sub_group_size": 100000000,
+                            "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  auto top = LoadDsConfig(path_, {}, WorldShape{1}, &lines);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_THAT(lines, ElementsAre());  // supported now
+  EXPECT_EQ(top->aio.block_size, 262144);
+  EXPECT_EQ(top->aio.queue_depth, 16);
+  EXPECT_EQ(top->aio_section, "aio");
+  // The seeds' block inside zero_optimization.
+  path_ = Write("seed.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "aio": {"block_size": 524288, "intra_op_parallelism": 4},
+                            "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  auto seed = LoadDsConfig(path_, {}, WorldShape{1}, &lines);
+  ASSERT_TRUE(seed.ok()) << seed.status();
+  EXPECT_EQ(seed->aio.block_size, 524288);
+  EXPECT_EQ(seed->aio.thread_count, 4);
+  EXPECT_EQ(seed->aio_section, "zero_optimization.aio");
+}
+
 TEST_F(DsConfigTest, OtherBehaviourChangingKnobsAreListedToo) {
   path_ = Write("ds.yaml", R"(train_batch_size: 8
 sparse_gradients: true

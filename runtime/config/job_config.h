@@ -150,6 +150,7 @@ struct DsConfig {
   ZeroConfig zero_optimization;
   ActivationCheckpointingConfig activation_checkpointing;
   AioConfig aio;
+  std::string aio_section = "aio";  // where the aio keys were read: aio | zero_optimization.aio
   PipelineConfig pipeline;
   TensorParallelConfig tensor_parallel;
   MoeConfig moe;

@@ -552,6 +552,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                     pipe->shape().micro_batches);
       for (const std::string& line : pipe->partition_lines()) absl::FPrintF(context.out, "  %s\n", line);
     }
+    if (const std::string nvme = engine->NvmeOffloadDescription(); !nvme.empty()) {
+      absl::FPrintF(context.out, "dsrank: NVMe offload (aio keys from %s): %s\n", ds.aio_section, nvme);
+    }
     std::fflush(context.out);
   }
   std::ofstream loss_log;
@@ -734,6 +737,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                       m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
                       m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
                       m.frozen_parameters);
+        if (m.swapped_to_nvme > 0) {
+          absl::FPrintF(context.out,
+                        "  NVMe offload: master weights and optimizer state %d B in swap files, host buffers %d B, "
+                        "updated parameters on the host %d B\n",
+                        m.swapped_to_nvme, m.swap_buffers, m.host_parameter_copy);
+        }
         if (context.device.is_cuda()) {
           absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",
                         compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30));

@@ -1,11 +1,13 @@
 #include "runtime/engine/engine.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/rank_contract.h"
 #include "common/status_macros.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/cuda/fused_adamw_types.h"
@@ -129,14 +131,18 @@ absl::Status Engine::Initialize() {
     }
     const std::string& offload = config_.zero_optimization.offload_optimizer.device;
     const std::string& offload_param = config_.zero_optimization.offload_param.device;
-    if (offload == "nvme" || offload_param == "nvme") {
-      return absl::UnimplementedError(absl::StrCat("zero_optimization.",
-                                                   offload == "nvme" ? "offload_optimizer" : "offload_param",
-                                                   ".device=nvme: NVMe offload is not yet supported (use cpu)"));
+    if (offload_param == "nvme") {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_param.device=nvme: offloading parameters to NVMe is not yet supported (use "
+          "cpu; the optimizer's state can go to NVMe)");
     }
-    if (offload == "cpu" && stage == 0) {
-      return absl::InvalidArgumentError(
-          "zero_optimization.offload_optimizer.device=cpu needs zero_optimization.stage 1, 2 or 3");
+    if (offload != "none" && stage == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_optimizer.device=", offload,
+                                                     " needs zero_optimization.stage 1, 2 or 3"));
+    }
+    if (offload == "nvme" && experts_apart) {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_optimizer.device=nvme with expert parallelism is not yet supported (use cpu)");
     }
     if (offload_param == "cpu" && stage != 3) {
       return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
@@ -144,8 +150,24 @@ absl::Status Engine::Initialize() {
     if (flat) {
       ZeroOptions options;
       options.stage = stage;
-      options.offload_optimizer = offload == "cpu";
+      options.offload_optimizer = offload == "cpu" || offload == "nvme";
       options.offload_param = offload_param == "cpu";
+      if (offload == "nvme") {
+        // Note [NVMe offload]: one swap folder per rank and job, so that two
+        // jobs (or ranks) sharing nvme_path never meet.
+        const auto& o = config_.zero_optimization.offload_optimizer;
+        SwappedShardOptions nvme;
+        nvme.nvme_path = o.nvme_path;
+        const char* job = std::getenv(rank_env::kJobId);
+        const Communicator* world = parallel_->world();
+        nvme.name = absl::StrCat(job != nullptr && *job != '\0' ? job : "job", "-rank", world ? world->rank() : 0);
+        nvme.sub_group_elements = config_.zero_optimization.sub_group_size;
+        nvme.io.block_bytes = config_.aio.block_size;
+        nvme.io.queue_depth = config_.aio.queue_depth;
+        nvme.io.thread_count = config_.aio.thread_count;
+        nvme.io.use_io_uring = std::getenv(rank_env::kNoIoUring) == nullptr;
+        options.nvme = nvme;
+      }
       // reduce_bucket_size cuts the vector for stages 1-2 (each bucket reduced
       // and gathered on its own; no temporary copy larger than a bucket).
       options.bucket_elements = config_.zero_optimization.reduce_bucket_size;
@@ -177,7 +199,9 @@ absl::Status Engine::Initialize() {
       auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
-      shard_adam_ = std::make_unique<ShardAdam>(config_.optimizer, zero_->master_shard(), options.offload_optimizer);
+      // With NVMe offload the moments live in the swap files, not here.
+      shard_adam_ = std::make_unique<ShardAdam>(
+          config_.optimizer, zero_->swapped() ? torch::empty({0}) : zero_->master_shard(), options.offload_optimizer);
       if (experts_apart) {
         if (expert_params_.empty()) {
           return absl::InvalidArgumentError(absl::StrCat("this rank's groups are ", parallel_->Describe(),
@@ -559,6 +583,10 @@ absl::StatusOr<StepResult> Engine::Step() {
   return result;
 }
 
+std::string Engine::NvmeOffloadDescription() const {
+  return zero_ && zero_->swapped() ? zero_->swapped()->Describe() : std::string();
+}
+
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
   for (const auto& p : model_->parameters()) {
@@ -573,6 +601,11 @@ Engine::MemoryBreakdown Engine::Memory() const {
     bytes.master_weights = zero_->MasterBytes();
     bytes.optimizer_state = shard_adam_->StateBytes();
     bytes.optimizer_on_host = zero_->offload();
+    if (const SwappedShard* swapped = zero_->swapped()) {
+      bytes.swapped_to_nvme = swapped->FileBytes();
+      bytes.swap_buffers = swapped->HostBufferBytes();
+      if (zero_->stage() != 3) bytes.host_parameter_copy = zero_->shard_size() * zero_->ParameterElementBytes();
+    }
     if (expert_zero_) {
       bytes.parameters += expert_zero_->ParameterBytes();
       bytes.gradients += expert_zero_->GradientBytes();
@@ -728,12 +761,19 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       ++skipped_steps_;
     } else {
       const double coefficient = *factor;
-      torch::Tensor& shard = zero_->master_shard();
-      torch::Tensor grad = shard.grad();
+      torch::Tensor grad = zero_->shard_gradient();
       if (coefficient != 1.0) grad.mul_(coefficient);
       const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
-      shard_adam_->Step(shard, grad, result.lr, beta1, beta2);
+      if (SwappedShard* swapped = zero_->swapped()) {
+        // Note [NVMe offload]: a sub-group at a time through the swap files.
+        absl::Status stepped = shard_adam_->StepSwapped(
+            *swapped, grad, result.lr, beta1, beta2,
+            [this](int64_t offset, const torch::Tensor& master) { zero_->StoreUpdatedMaster(offset, master); });
+        if (!stepped.ok()) return stepped;
+      } else {
+        shard_adam_->Step(zero_->master_shard(), grad, result.lr, beta1, beta2);
+      }
       absl::Status gathered = zero_->GatherParameters();
       if (!gathered.ok()) return gathered;
       result.stepped = true;
@@ -776,10 +816,9 @@ absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {
       result.lr = schedule_->LrAt(successful_steps_);
       for (auto [partition, adam] :
            {std::pair{zero_.get(), shard_adam_.get()}, std::pair{expert_zero_.get(), expert_adam_.get()}}) {
-        torch::Tensor& shard = partition->master_shard();
-        torch::Tensor grad = shard.grad();
+        torch::Tensor grad = partition->shard_gradient();
         if (*factor != 1.0) grad.mul_(*factor);
-        adam->Step(shard, grad, result.lr, beta1, beta2);
+        adam->Step(partition->master_shard(), grad, result.lr, beta1, beta2);
         if (absl::Status s = partition->GatherParameters(); !s.ok()) return s;
       }
       result.stepped = true;

@@ -152,8 +152,16 @@ class Engine {
     // Expert parallelism: the experts' share of master_weights and
     // optimizer_state (cut over the expert-data-parallel group).
     int64_t expert_master_weights = 0, expert_optimizer_state = 0;
+    // NVMe offload (Note [NVMe offload]): master weights and optimizer state
+    // in swap files (bytes on disk; master_weights and optimizer_state are 0),
+    // the host buffers they stream through, and the updated parameters kept
+    // on the host for the gathers (stages 0-2).
+    int64_t swapped_to_nvme = 0, swap_buffers = 0, host_parameter_copy = 0;
   };
   MemoryBreakdown Memory() const;
+  // With NVMe offload, where the swap files are and how they are read and
+  // written (SwappedShard::Describe); empty otherwise.
+  std::string NvmeOffloadDescription() const;
 
   // ZeRO-3 keeps only this rank's pieces of the parameters between uses.
   // Makes every parameter of the module whole (a collective: every rank calls

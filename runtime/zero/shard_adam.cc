@@ -51,6 +51,11 @@ void ShardAdam::StepEntries(const std::vector<FusedAdamWEntry>& entries, double 
 void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2) {
   torch::NoGradGuard no_grad;
   ++step_;
+  StepTensors(p, g, exp_avg_, exp_avg_sq_, lr, beta1, beta2);
+}
+
+void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
+                            double beta1, double beta2) {
   if (host_kernel_) {
     kernels::AdamParams adam;
     adam.lr = static_cast<float>(lr);
@@ -61,13 +66,13 @@ void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double
     adam.adamw = decoupled_;
     adam.step = step_;
     torch::Tensor grad = g.contiguous();
-    kernels::CpuAdamStep(adam, p.data_ptr<float>(), grad.data_ptr<float>(), exp_avg_.data_ptr<float>(),
-                         exp_avg_sq_.data_ptr<float>(), p.numel());
+    kernels::CpuAdamStep(adam, p.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
+                         p.numel());
     return;
   }
   if (p.is_cuda() && FusedAdamWAvailable()) {
     // One pass over the shard instead of LibTorch's ten.
-    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), exp_avg_, exp_avg_sq_, {}}}, Hyperparameters(lr, beta1, beta2));
+    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), m, v, {}}}, Hyperparameters(lr, beta1, beta2));
     return;
   }
   torch::Tensor grad = g;
@@ -78,12 +83,44 @@ void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double
       grad = grad.add(p, weight_decay_);
     }
   }
-  exp_avg_.mul_(beta1).add_(grad, 1 - beta1);
-  exp_avg_sq_.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  m.mul_(beta1).add_(grad, 1 - beta1);
+  v.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step_));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step_));
-  torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias_correction2)).add_(eps_);
-  p.addcdiv_(exp_avg_, denom, -lr / bias_correction1);
+  torch::Tensor denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(eps_);
+  p.addcdiv_(m, denom, -lr / bias_correction1);
+}
+
+absl::Status ShardAdam::StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1,
+                                    double beta2, const std::function<void(int64_t, const torch::Tensor&)>& updated) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  torch::Tensor grad = g.to(torch::kCPU, torch::kFloat);
+  return swapped.ForEachGroup([&](int64_t offset, std::vector<torch::Tensor>& values) {
+    StepTensors(values[0], grad.narrow(0, offset, values[0].numel()), values[1], values[2], lr, beta1, beta2);
+    updated(offset, values[0]);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ShardAdam::StageSwappedMoments(SwappedShard& swapped) {
+  auto m = swapped.ReadWhole(1);
+  if (!m.ok()) return m.status();
+  auto v = swapped.ReadWhole(2);
+  if (!v.ok()) return v.status();
+  exp_avg_ = *m;
+  exp_avg_sq_ = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ShardAdam::UnstageSwappedMoments(SwappedShard& swapped, bool write_back) {
+  if (write_back) {
+    if (absl::Status s = swapped.WriteWhole(1, exp_avg_); !s.ok()) return s;
+    if (absl::Status s = swapped.WriteWhole(2, exp_avg_sq_); !s.ok()) return s;
+  }
+  exp_avg_ = torch::empty({0});
+  exp_avg_sq_ = torch::empty({0});
+  return absl::OkStatus();
 }
 
 }  // namespace dslaunch::runtime

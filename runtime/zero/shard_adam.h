@@ -6,7 +6,11 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
+#include "absl/status/status.h"
 #include "runtime/config/job_config.h"
+#include "runtime/offload/swapped_shard.h"
 #include "runtime/zero/fused_adamw_step.h"
 
 namespace dslaunch::runtime {
@@ -28,6 +32,19 @@ class ShardAdam {
   void StepEntries(const std::vector<FusedAdamWEntry>& entries, double lr, double beta1, double beta2,
                    double grad_scale, const double* grad_norm_squared = nullptr, double max_norm = 0);
 
+  // Note [NVMe offload]: one step of a shard whose master and moments are
+  // streams 0, 1 and 2 of `swapped` (this ShardAdam then holds no moments:
+  // construct it with an empty `like`), a sub-group at a time with the same
+  // arithmetic as Step; updated(offset, master) receives each sub-group's
+  // new master values.
+  absl::Status StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1, double beta2,
+                           const std::function<void(int64_t, const torch::Tensor&)>& updated);
+  // For a checkpoint: the swapped moments read into exp_avg()/exp_avg_sq(),
+  // then dropped again (written back to the swap files first when
+  // `write_back`, after a load).
+  absl::Status StageSwappedMoments(SwappedShard& swapped);
+  absl::Status UnstageSwappedMoments(SwappedShard& swapped, bool write_back);
+
   // Counts one step and returns its hyperparameters, for a caller that
   // launches the fused kernel itself, piece by piece, with one step count
   // for all pieces (Note [Fused shard step]).
@@ -41,6 +58,9 @@ class ShardAdam {
 
  private:
   kernels::AdamWHyperparameters Hyperparameters(double lr, double beta1, double beta2) const;
+  // p, m, v ← one step (the step count already advanced), in place.
+  void StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
+                   double beta1, double beta2);
 
   const double eps_;
   const double weight_decay_;

@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   if (options.offload_param && options.stage != 3) {
     return absl::InvalidArgumentError("offload_param needs ZeRO stage 3");
   }
+  if (options.nvme && !options.offload_optimizer) {
+    return absl::InvalidArgumentError("NVMe offload of the optimizer goes through host memory: set offload_optimizer");
+  }
   std::unique_ptr<ZeroPartition> zero(new ZeroPartition(options, std::move(params), comm));
   zero->rank_ = comm ? comm->rank() : 0;
   zero->size_ = comm ? comm->size() : 1;
@@ -99,9 +102,23 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
     zero->norm_weight_ = torch::cat(weight_pieces);
   }
-  // Pinned host memory makes the copies to and from the GPU asynchronous.
-  if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
-  zero->master_shard_ = shard.requires_grad_(true);
+  if (options.nvme) {
+    // Note [NVMe offload]: the masters go to their swap files, zero moments
+    // beside them; what stays is the parameters' rounding of them.
+    auto swapped = SwappedShard::Create(*options.nvme, {"master", "exp_avg", "exp_avg_sq"}, shard.numel());
+    if (!swapped.ok()) return swapped.status();
+    if (absl::Status s = (*swapped)->WriteWhole(0, shard); !s.ok()) return s;
+    zero->swapped_ = std::move(*swapped);
+    if (options.stage != 3) {
+      zero->updated_parameters_ = shard.to(first.scalar_type());
+      if (first.is_cuda()) zero->updated_parameters_ = zero->updated_parameters_.pin_memory();
+    }
+    shard = torch::Tensor();
+  } else {
+    // Pinned host memory makes the copies to and from the GPU asynchronous.
+    if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
+    zero->master_shard_ = shard.requires_grad_(true);
+  }
   if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
@@ -370,7 +387,11 @@ absl::Status ZeroPartition::PrepareShardGradient() {
     mean.narrow(0, begin, length).copy_(chunk, /*non_blocking=*/false);
   }
   local_norm_squared_ = norm;
-  master_shard_.mutable_grad() = mean;
+  if (swapped_) {
+    shard_gradient_ = mean;
+  } else {
+    master_shard_.mutable_grad() = mean;
+  }
   shard_gradient_sum_ = torch::Tensor();  // not needed past the mean (and 2Ψ/N bytes on the device)
   return absl::OkStatus();
 }
@@ -379,13 +400,14 @@ absl::Status ZeroPartition::GatherParameters() {
   torch::NoGradGuard no_grad;
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
-    param_shard_.copy_(master_shard_.detach());
+    // With NVMe offload the step already wrote it (StoreUpdatedMaster).
+    if (!swapped_) param_shard_.copy_(master_shard_.detach());
     return RegatherPersistentUnits();
   }
   const auto dtype = params_.front().scalar_type();
+  const torch::Tensor& updated = swapped_ ? updated_parameters_ : master_shard_;
   for (const Unit& unit : units_) {
-    torch::Tensor mine =
-        master_shard_.detach().narrow(0, unit.shard_offset, unit.piece).to(params_.front().device(), dtype);
+    torch::Tensor mine = updated.detach().narrow(0, unit.shard_offset, unit.piece).to(params_.front().device(), dtype);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);
@@ -395,6 +417,30 @@ absl::Status ZeroPartition::GatherParameters() {
     }
     CopyIntoParameters(unit, all);
   }
+  return absl::OkStatus();
+}
+
+void ZeroPartition::StoreUpdatedMaster(int64_t offset, const torch::Tensor& master) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& target = stage() == 3 ? param_shard_ : updated_parameters_;
+  target.narrow(0, offset, master.numel()).copy_(master);
+}
+
+absl::Status ZeroPartition::StageSwappedMaster() {
+  if (!swapped_) return absl::OkStatus();
+  auto master = swapped_->ReadWhole(0);
+  if (!master.ok()) return master.status();
+  master_shard_ = *master;
+  return absl::OkStatus();
+}
+
+absl::Status ZeroPartition::UnstageSwappedMaster(bool write_back) {
+  if (!swapped_) return absl::OkStatus();
+  if (write_back) {
+    if (absl::Status s = swapped_->WriteWhole(0, master_shard_); !s.ok()) return s;
+    StoreUpdatedMaster(0, master_shard_.detach());
+  }
+  master_shard_ = torch::Tensor();
   return absl::OkStatus();
 }
 
@@ -503,7 +549,8 @@ void ZeroPartition::ZeroGradients() {
   // Dropped, not zeroed (PyTorch's zero_grad(set_to_none=True)): the next
   // backward hands its fresh gradients over instead of adding them to zeros.
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-  master_shard_.mutable_grad() = torch::Tensor();
+  if (master_shard_.defined()) master_shard_.mutable_grad() = torch::Tensor();
+  shard_gradient_ = torch::Tensor();
   grad_accumulator_ = torch::Tensor();
   shard_gradient_sum_ = torch::Tensor();
   accumulated_ = false;
@@ -545,7 +592,7 @@ torch::Tensor ZeroPartition::ShardOf(const torch::Tensor& full_unpadded) const {
     pieces.push_back(piece);
     offset += unit.numel;
   }
-  return torch::cat(pieces).to(master_shard_.device());
+  return torch::cat(pieces).to(swapped_ ? torch::Device(torch::kCPU) : master_shard_.device());
 }
 
 torch::Tensor ZeroPartition::Unshard(const std::vector<torch::Tensor>& pieces, const std::vector<int64_t>& unit_sizes) {

@@ -43,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/offload/swapped_shard.h"
 #include "runtime/zero/comm_worker.h"
 #include "runtime/zero/fused_adamw_step.h"
 #include "runtime/model/parameter_units.h"
@@ -69,6 +70,13 @@ struct ZeroOptions {
   // are the buckets, and each one's reduce-scatter runs on the comm worker as
   // soon as its backward is over (Stage3Runner without gathering).
   bool overlap_units = false;
+  // offload_optimizer.device: nvme (Note [NVMe offload], with
+  // offload_optimizer): the fp32 master shard and the optimizer's moments
+  // live in swap files, streams 0-2 of swapped() (master, exp_avg,
+  // exp_avg_sq). In memory stay the gradient (fp32, host) and the updated
+  // parameters in their own dtype (the stage-3 parameter shard, or a host
+  // copy for stages 0-2) that the gathers read.
+  std::optional<SwappedShardOptions> nvme;
   // Per parameter: whether this rank's gradient norm counts it (empty: all).
   // Under tensor parallelism a replicated parameter holds the same gradient
   // on every rank of the tensor group, and only tensor rank 0 counts it, so
@@ -98,8 +106,22 @@ class ZeroPartition {
   std::vector<int64_t> UnitSizes() const;
 
   // The fp32 master weights of this rank's pieces, as a leaf tensor with a
-  // gradient: what the optimizer steps.
+  // gradient: what the optimizer steps. With NVMe offload it is undefined
+  // except while staged for a checkpoint (StageSwappedState).
   torch::Tensor& master_shard() { return master_shard_; }
+  // The prepared gradient of this rank's pieces (fp32), PrepareShardGradient.
+  torch::Tensor shard_gradient() const { return swapped_ ? shard_gradient_ : master_shard_.grad(); }
+
+  // Note [NVMe offload]: the swap files (null without NVMe offload).
+  SwappedShard* swapped() const { return swapped_.get(); }
+  // After a sub-group stepped: its new master values [offset, offset + n)
+  // into the parameters the gathers read (rounded to their dtype).
+  void StoreUpdatedMaster(int64_t offset, const torch::Tensor& master);
+  // For a checkpoint: the master shard read into master_shard() (Save reads
+  // it, Load overwrites it); Unstage drops it again, first writing it back to
+  // the swap files and into the parameters when `write_back` (after Load).
+  absl::Status StageSwappedMaster();
+  absl::Status UnstageSwappedMaster(bool write_back);
 
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
   // the shard accumulator and free them. No-op for stages 1 and 3.
@@ -189,7 +211,8 @@ class ZeroPartition {
   // Bytes held persistently by this rank.
   int64_t ParameterBytes() const;
   int64_t GradientBytes() const;
-  int64_t MasterBytes() const { return master_shard_.numel() * 4; }
+  int64_t MasterBytes() const { return swapped_ ? 0 : master_shard_.numel() * 4; }
+  int64_t ParameterElementBytes() const { return params_.front().element_size(); }
 
   // For checkpoints: this rank's pieces [Σ S_u] of a flat vector of Ψ
   // elements (fp32) in parameter order, padded with zeros: how a checkpoint
@@ -233,6 +256,11 @@ class ZeroPartition {
   int64_t shard_size_ = 0;
   std::vector<Unit> units_;
   torch::Tensor master_shard_;
+  // NVMe offload: the swap files, the prepared gradient, and (stages 0-2)
+  // the updated parameters in their dtype on the host, for the gathers.
+  std::unique_ptr<SwappedShard> swapped_;
+  torch::Tensor shard_gradient_;
+  torch::Tensor updated_parameters_;
   torch::Tensor grad_accumulator_;    // stages 2-3: [Σ S_u] in the gradients' dtype
   bool accumulated_ = false;          // something is in the accumulator
   torch::Tensor local_norm_squared_;  // of the prepared shard gradient, [1] fp64

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's optimizer offload to NVMe (Note [NVMe offload] in
+# runtime/offload/swapped_shard.h) through dslaunch and dsrank: the same
+# losses as CPU offload bit for bit (through io_uring and through
+# pread/pwrite), a restart from a checkpoint that ends where the
+# uninterrupted run does, swap files gone after the job, and a bad nvme_path
+# refused before anything starts.
+source "$(dirname "$0")/lib.sh"
+: "${DSRANK:?DSRANK must point at the dsrank binary}"
+CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
+# Swap files need a real file system: not tmpfs (refused, it saves no memory).
+if [[ $(stat -f -c %T "$WORK") == tmpfs ]]; then NVME=$(mktemp -d "$PWD/nvme.XXXXXX"); else NVME=$WORK/nvme; fi
+mkdir -p "$NVME"
+cleanup_nvme() { rm -rf "$NVME"; }
+trap 'cleanup_nvme; cleanup_all' EXIT
+COMMON=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0 --override train.steps=8
+  --override train.warmup_steps=2 --override ds_config.steps_per_print=4 --override ds_config.zero_optimization.stage=2
+  --override ds_config.zero_optimization.sub_group_size=20000 --override ds_config.aio.block_size=65536)
+NVME_ARGS=(--override ds_config.zero_optimization.offload_optimizer.device=nvme
+  --override "ds_config.zero_optimization.offload_optimizer.nvme_path=$NVME")
+
+run() {  # NAME [dslaunch arguments...]; RANK_ARGS: dsrank's own, after the job file
+  local name=$1
+  shift
+  "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" "$@" "$CONFIG" --quiet_config --loss_log "$WORK/$name.tsv" ${RANK_ARGS:-} \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" || fail "$name exited $?: $(tail -3 "$WORK/$name.err")"
+}
+
+run cpu --override ds_config.zero_optimization.offload_optimizer.device=cpu --override 'checkpoint.dir=""'
+run nvme "${NVME_ARGS[@]}" --override 'checkpoint.dir=""'
+cmp -s "$WORK/cpu.tsv" "$WORK/nvme.tsv" || fail "NVMe offload's losses differ from CPU offload's: $(paste "$WORK/cpu.tsv" "$WORK/nvme.tsv" | head -3)"
+grep -q 'dsrank: NVMe offload (aio keys from aio): 3 swap files per sub-group of 20000 elements' "$WORK/nvme.out" ||
+  fail "no NVMe offload line: $(grep dsrank "$WORK/nvme.out" | head -5)"
+grep -q 'io_uring, queue depth 8, 64 KiB blocks' "$WORK/nvme.out" || fail "io_uring is not said: $(grep 'NVMe offload' "$WORK/nvme.out")"
+grep -q '| ZeRO-2, optimizer offloaded to nvme$' "$WORK/nvme.out" || fail "the step line does not say nvme"
+pass "NVMe offload (io_uring) gives CPU offload's losses bit for bit: $(tr '\n' ' ' <"$WORK/nvme.tsv" | cut -c1-60)..."
+
+DSLAUNCH_NO_IO_URING=1 run pread "${NVME_ARGS[@]}" --override 'checkpoint.dir=""'
+cmp -s "$WORK/cpu.tsv" "$WORK/pread.tsv" || fail "pread/pwrite NVMe offload's losses differ"
+grep -q 'pread/pwrite on 1 thread(s), 64 KiB blocks.*(io_uring not requested)' "$WORK/pread.out" ||
+  fail "the fallback is not said: $(grep 'NVMe offload' "$WORK/pread.out")"
+pass "NVMe offload through pread/pwrite: the same losses, and it says why"
+
+# A rank that fails after step 6 is restarted from the checkpoint of step 4:
+# steps 5-8 of the restart are the uninterrupted run's.
+RANK_ARGS="--exit_at_step 6" run restarted "${NVME_ARGS[@]}" --override "checkpoint.dir=$WORK/ck" \
+  --override checkpoint.interval=4 --max_restarts 1
+grep -q 'resumed from .*global_step4' "$WORK/restarted.out" || fail "the restart did not resume from global_step4"
+tail -n 4 "$WORK/restarted.tsv" | cmp -s - <(tail -n 4 "$WORK/nvme.tsv") ||
+  fail "after the restart, steps 5-8 differ: $(tail -n 4 "$WORK/restarted.tsv" | tr '\n' ' ') vs $(tail -n 4 "$WORK/nvme.tsv" | tr '\n' ' ')"
+pass "a restart from an NVMe-offloaded checkpoint ends where the uninterrupted run does"
+
+[[ -z $(find "$NVME/dslaunch-swap" -mindepth 1 2>/dev/null) ]] || fail "swap files left behind: $(find "$NVME" | head)"
+pass "no swap file left after the jobs"
+
+set +e
+"$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.zero_optimization.offload_optimizer.device=nvme \
+  --override "ds_config.zero_optimization.offload_optimizer.nvme_path=$WORK/missing" "$CONFIG" >"$WORK/missing.out" 2>"$WORK/missing.err"
+code=$?
+set -e
+((code == 2)) || fail "a missing nvme_path: exit $code"
+grep -q "zero_optimization.offload_optimizer.nvme_path=$WORK/missing is not a folder" "$WORK/missing.err" ||
+  fail "a missing nvme_path is not named: $(cat "$WORK/missing.err")"
+grep -q "dsrank" "$WORK/missing.out" && fail "a rank started with a missing nvme_path"
+pass "a missing nvme_path is refused before any rank starts"
