@@ -30,6 +30,6 @@ for mode in io_uring posix; do
   line=$("$bench" --dir "$dir" --gib "$gib" --block_size "$block" --queue_depth "$depth" $([[ $mode == posix ]] && echo --posix))
   w=$(sed -E 's/.*write_gbps=([0-9.]+).*/\1/' <<<"$line")
   r=$(sed -E 's/.*read_gbps=([0-9.]+).*/\1/' <<<"$line")
-  printf '%-28s %10s %10s   (%s of fio: write %.0f%%, read %.0f%%)\n' "swap path, $mode" "$w" "$r" "$mode" \
+  printf '%-28s %10s %10s   (against fio: write %.0f%%, read %.0f%%)\n' "swap path, $mode" "$w" "$r" \
     "$(awk -v a="$w" -v b="$fw" 'BEGIN { print 100 * a / b }')" "$(awk -v a="$r" -v b="$fr" 'BEGIN { print 100 * a / b }')"
 done

@@ -146,17 +146,38 @@ absl::Status SwappedShard::CheckGroup(int group, int set) const {
 }
 
 absl::StatusOr<torch::Tensor> SwappedShard::ReadWhole(int stream) {
-  if (absl::Status s = io_->WaitAll(); !s.ok()) return s;
   torch::Tensor whole = torch::empty({elements_}, torch::kFloat);
-  for (int g = 0; g < groups(); ++g) {
-    SwapBuffer& buffer = BufferOf(g, 0, stream);
-    const int64_t ticket = io_->Submit({IoRequest{IoRequest::Kind::kRead, fds_[stream][g], 0, buffer.block(),
-                                                  SwapFileBytes(buffer.elements), FileOf(stream, g)}});
-    if (absl::Status s = io_->Wait(ticket); !s.ok()) return s;
-    if (absl::Status s = CheckSwapBuffer(buffer, FileOf(stream, g)); !s.ok()) return s;
-    whole.narrow(0, group_offsets_[g], buffer.elements).copy_(buffer.values);
-  }
+  if (absl::Status s = ReadInto(stream, whole); !s.ok()) return s;
   return whole;
+}
+
+absl::Status SwappedShard::ReadInto(int stream, torch::Tensor& whole) {
+  if (whole.numel() != elements_ || whole.scalar_type() != torch::kFloat || !whole.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("NVMe offload: reading a stream of ", elements_,
+                                                   " fp32 values into ", whole.numel()));
+  }
+  if (absl::Status s = io_->WaitAll(); !s.ok()) return s;
+  // Group g + 1 is read while group g is checked and copied out (the buffer
+  // sets alternate; a set is free again once its copy is done).
+  const int sets = static_cast<int>(sets_.size());
+  auto submit = [&](int g) {
+    SwapBuffer& buffer = BufferOf(g, g % sets, stream);
+    return io_->Submit({IoRequest{IoRequest::Kind::kRead, fds_[stream][g], 0, buffer.block(),
+                                  SwapFileBytes(buffer.elements), FileOf(stream, g)}});
+  };
+  int64_t ticket = submit(0);
+  for (int g = 0; g < groups(); ++g) {
+    if (absl::Status s = io_->Wait(ticket); !s.ok()) return s;
+    if (g + 1 < groups()) ticket = submit(g + 1);
+    const SwapBuffer& buffer = BufferOf(g, g % sets, stream);
+    absl::Status checked = CheckSwapBuffer(buffer, FileOf(stream, g));
+    if (checked.ok()) whole.narrow(0, group_offsets_[g], buffer.elements).copy_(buffer.values);
+    if (!checked.ok()) {
+      (void)io_->WaitAll();
+      return checked;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SwappedShard::WriteWhole(int stream, const torch::Tensor& values) {

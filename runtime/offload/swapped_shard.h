@@ -59,6 +59,8 @@ class SwappedShard {
 
   // The whole stream, through the files (for checkpoints).
   absl::StatusOr<torch::Tensor> ReadWhole(int stream);
+  // The same into `whole` ([elements] fp32, contiguous, host).
+  absl::Status ReadInto(int stream, torch::Tensor& whole);
   absl::Status WriteWhole(int stream, const torch::Tensor& values);
 
   // fn(offset, values) for every sub-group in order, values[s] being stream
