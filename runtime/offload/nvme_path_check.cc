@@ -1,10 +1,10 @@
 #include "runtime/offload/nvme_path_check.h"
 
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,8 +20,9 @@ std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f GiB", static_cast<
 
 absl::Status CheckNvmePath(const std::string& key, const std::string& path, int64_t bytes) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(key, " is not set"));
-  std::error_code error;
-  if (!std::filesystem::is_directory(path, error)) {
+  // stat, not std::filesystem (fs/file_system.h says why).
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     return absl::NotFoundError(absl::StrCat(key, "=", path, " is not a folder (it must exist on every host)"));
   }
   if (::access(path.c_str(), W_OK | X_OK) != 0) {

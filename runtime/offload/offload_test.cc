@@ -1,11 +1,11 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/offload/swapped_shard.h"
 
 namespace dslaunch::runtime {
@@ -19,10 +19,14 @@ class SwappedShardTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     for (char& c : name) c = c == '/' ? '_' : c;  // parameterized names hold a '/'
-    root_ = (std::filesystem::current_path() / ("offload-test-" + std::to_string(::getpid()) + "-" + name)).string();
-    std::filesystem::create_directories(root_);
+    char cwd[4096] = {0};
+    ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+    root_ = std::string(cwd) + "/offload-test-" + std::to_string(::getpid()) + "-" + name;
+    ASSERT_TRUE(fs().CreateDirectories(root_).ok());
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
+  void TearDown() override { (void)fs().RemoveTree(root_); }
+  // Not std::filesystem: fs/file_system.h says why.
+  static FileSystem& fs() { return FileSystem::Default(); }
 
   SwappedShardOptions Options(int64_t sub_group = 3000) {
     SwappedShardOptions options;
@@ -57,7 +61,7 @@ TEST_P(SwappedShardTest, StreamsRoundTripBitForBit) {
   ASSERT_TRUE(moments.ok()) << moments.status();
   EXPECT_TRUE(torch::equal(*moments, torch::zeros({10000})));
   // Four files per stream, each a header plus its padded payload.
-  EXPECT_EQ(std::filesystem::file_size(File("master", 3)), 4096u + 4096u);
+  EXPECT_EQ(fs().Stat(File("master", 3))->size, 4096 + 4096);
   EXPECT_EQ((*shard)->FileBytes(), 2 * (3 * (4096 + 12288) + (4096 + 4096)));
 }
 
@@ -109,7 +113,7 @@ TEST_P(SwappedShardTest, ACorruptOrTruncatedFileIsAnErrorNamingIt) {
 
   auto fresh = SwappedShard::Create(Options(), {"master"}, 10000);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  std::filesystem::resize_file(File("master", 2), 4096 + 100);
+  ASSERT_EQ(::truncate(File("master", 2).c_str(), 4096 + 100), 0);
   auto truncated = (*fresh)->ReadWhole(0);
   ASSERT_FALSE(truncated.ok());
   EXPECT_THAT(std::string(truncated.status().message()), HasSubstr("swap file " + File("master", 2) + ": short read"));
@@ -117,7 +121,7 @@ TEST_P(SwappedShardTest, ACorruptOrTruncatedFileIsAnErrorNamingIt) {
 
 TEST_P(SwappedShardTest, AStaleFolderIsRebuiltAndTheFolderGoesAtTheEnd) {
   const std::string folder = root_ + "/dslaunch-swap/rank0";
-  std::filesystem::create_directories(folder);
+  ASSERT_TRUE(fs().CreateDirectories(folder).ok());
   std::ofstream(folder + "/master.0.swp") << "left by a crashed run";
   {
     auto shard = SwappedShard::Create(Options(), {"master"}, 100);
@@ -126,7 +130,7 @@ TEST_P(SwappedShardTest, AStaleFolderIsRebuiltAndTheFolderGoesAtTheEnd) {
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_TRUE(torch::equal(*read, torch::zeros({100})));
   }
-  EXPECT_FALSE(std::filesystem::exists(folder));
+  EXPECT_FALSE(fs().Exists(folder));
 }
 
 TEST_P(SwappedShardTest, BadFoldersAreRefusedByName) {

@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/offload/nvme_path_check.h"
 
 namespace dslaunch::runtime {
@@ -37,13 +37,11 @@ absl::StatusOr<std::unique_ptr<SwappedShard>> SwappedShard::Create(const Swapped
     return room;
   }
   // A folder left by a crashed run is rebuilt: its values are not this run's.
+  // Through fs/file_system.h, not std::filesystem (its Note says why).
   shard->folder_ = absl::StrCat(path, "/dslaunch-swap/", options.name);
-  std::error_code error;
-  std::filesystem::remove_all(shard->folder_, error);
-  std::filesystem::create_directories(shard->folder_, error);
-  if (error) {
-    return absl::PermissionDeniedError(absl::StrCat("nvme_path: cannot create ", shard->folder_, ": ", error.message()));
-  }
+  FileSystem& fs = FileSystem::Default();
+  if (absl::Status removed = fs.RemoveTree(shard->folder_); !removed.ok()) return removed;
+  if (absl::Status made = fs.CreateDirectories(shard->folder_); !made.ok()) return made;
   auto io = OpenBlockIo(options.io, &shard->io_fallback_reason_);
   if (!io.ok()) return io.status();
   shard->io_ = std::move(*io);
@@ -83,8 +81,7 @@ SwappedShard::~SwappedShard() {
   for (const auto& stream : fds_) {
     for (int fd : stream) ::close(fd);
   }
-  std::error_code error;
-  if (!folder_.empty()) std::filesystem::remove_all(folder_, error);
+  if (!folder_.empty()) (void)FileSystem::Default().RemoveTree(folder_);
 }
 
 std::string SwappedShard::FileOf(int stream, int group) const {

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -298,11 +297,15 @@ TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
 // Note [NVMe offload]: swap files on a real file system, beside the test.
 class NvmeFolder {
  public:
-  NvmeFolder() : path_((std::filesystem::current_path() / ("nvme-test-" + std::to_string(::getpid()))).string()) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
+  // Not std::filesystem: fs/file_system.h says why.
+  NvmeFolder() {
+    char cwd[4096] = {0};
+    EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+    path_ = std::string(cwd) + "/nvme-test-" + std::to_string(::getpid());
+    EXPECT_TRUE(FileSystem::Default().RemoveTree(path_).ok());
+    EXPECT_TRUE(FileSystem::Default().CreateDirectories(path_).ok());
   }
-  ~NvmeFolder() { std::filesystem::remove_all(path_); }
+  ~NvmeFolder() { (void)FileSystem::Default().RemoveTree(path_); }
   const std::string& path() const { return path_; }
 
  private:
@@ -368,7 +371,9 @@ TEST_F(ZeroTest, NvmeOffloadMatchesCpuOffloadBitForBit) {
     }
   }
   // Every rank's folder went with its engine.
-  EXPECT_TRUE(std::filesystem::is_empty(folder.path() + "/dslaunch-swap"));
+  auto left = FileSystem::Default().ListDirectory(folder.path() + "/dslaunch-swap");
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
 }
 
 TEST_F(ZeroTest, NvmeOffloadCheckpointsResumeBitForBitAndLoadWithoutIt) {
