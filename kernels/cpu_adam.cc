@@ -1,5 +1,7 @@
 #include "kernels/cpu_adam.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -32,7 +34,14 @@ const CpuAdamRuntime& Runtime() {
   // Never destroyed: steps may still run from other threads' static teardown.
   static const CpuAdamRuntime* const runtime = [] {
     auto* r = new CpuAdamRuntime;
-    const unsigned hardware = std::thread::hardware_concurrency();
+    // The cores this process may run on (its affinity mask: a rank bound to
+    // a NUMA node or a share of the host), not every core of the host.
+    unsigned hardware = std::thread::hardware_concurrency();
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0) {
+      hardware = static_cast<unsigned>(CPU_COUNT(&allowed));
+    }
     absl::StatusOr<CpuAdamIsaKind> isa =
         ResolveCpuAdamIsa(std::getenv(rank_env::kCpuAdamIsa), DetectCpuIsaSupport());
     absl::StatusOr<int> threads =

@@ -28,7 +28,7 @@
 // Note [CPU Adam tunables]
 // Read once per process, here and nowhere else, at the first CpuAdam* call:
 //   DSLAUNCH_CPU_ADAM_ISA      scalar | avx2 | avx512   default: widest supported
-//   DSLAUNCH_CPU_ADAM_THREADS  threads stepping one buffer  default: hardware_concurrency
+//   DSLAUNCH_CPU_ADAM_THREADS  threads stepping one buffer  default: the cores of the affinity mask
 // Each call splits the buffer into contiguous pieces of at least
 // kCpuAdamMinPieceElements over that many threads (the caller included).
 #pragma once

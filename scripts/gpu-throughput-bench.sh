@@ -55,7 +55,10 @@ for model in $models; do
   for run in $runs; do
     stage=${run%%-*} extra=() run_steps=$steps print=10
     case $run in
-      *-offload) extra=(--override ds_config.zero_optimization.offload_optimizer.device=cpu)
+      # With the offload breakdown (Note [Offload breakdown]): gradients down,
+      # host step, parameters up.
+      *-offload) extra=(--override ds_config.zero_optimization.offload_optimizer.device=cpu
+                        --override ds_config.wall_clock_breakdown=true)
                  run_steps=12 print=4 ;;  # the host Adam makes these steps long
       # Note [NVMe offload]: swap files under NVME_PATH (a folder on the
       # host's drive, not tmpfs), 100M-element sub-groups.

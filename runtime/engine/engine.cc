@@ -1,5 +1,6 @@
 #include "runtime/engine/engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "kernels/cpu_adam.h"
 #include "kernels/cuda/fused_adamw_types.h"
 #include "runtime/model/model_interface.h"
+#include "runtime/torch_compat.h"
 #include "runtime/model/parameter_units.h"
 #include "runtime/moe/moe_layer.h"
 
@@ -742,8 +744,17 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
   if (zero_->CanStepFused()) return FusedZeroStep(result);
   try {
     torch::NoGradGuard no_grad;
+    // Note [Offload breakdown].
+    const bool timed = zero_->offload() && config_.wall_clock_breakdown;
+    auto now = [&] {
+      if (timed) compat::SynchronizeDevice(device_);
+      return std::chrono::steady_clock::now();
+    };
+    auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
+    const auto started = now();
     absl::Status prepared = zero_->PrepareShardGradient();
     if (!prepared.ok()) return prepared;
+    const auto prepared_at = now();
     // The global norm: every rank's shard sum, added up over the group on
     // the device, then read once.
     torch::Tensor sum = zero_->LocalGradNormSquared().clone();
@@ -765,6 +776,7 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       if (coefficient != 1.0) grad.mul_(coefficient);
       const auto [beta1, beta2] = ScheduledBetas();
       result.lr = schedule_->LrAt(successful_steps_);
+      const auto host_step_from = now();
       if (SwappedShard* swapped = zero_->swapped()) {
         // Note [NVMe offload]: a sub-group at a time through the swap files.
         absl::Status stepped = shard_adam_->StepSwapped(
@@ -774,8 +786,15 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       } else {
         shard_adam_->Step(zero_->master_shard(), grad, result.lr, beta1, beta2);
       }
+      const auto host_step_to = now();
       absl::Status gathered = zero_->GatherParameters();
       if (!gathered.ok()) return gathered;
+      if (timed) {
+        offload_seconds_.gradients_to_host += seconds(started, prepared_at);
+        offload_seconds_.host_step += seconds(host_step_from, host_step_to);
+        offload_seconds_.parameters_to_device += seconds(host_step_to, now());
+        offload_seconds_.host_step_bytes += 28 * zero_->shard_size();
+      }
       result.stepped = true;
       ++successful_steps_;
     }

@@ -163,6 +163,20 @@ class Engine {
   // written (SwappedShard::Describe); empty otherwise.
   std::string NvmeOffloadDescription() const;
 
+  // Note [Offload breakdown]: with offload_optimizer and wall_clock_breakdown,
+  // the seconds of the offloaded steps so far, by part: the gradient shard to
+  // the host (reduce, norm, copy down), the host step (the CPU Adam, through
+  // the swap files with NVMe), and the updated parameters back to the device
+  // (copy up and gather, waited for); and the bytes the host step moved (28
+  // per element: read master, gradient and moments, write master and
+  // moments). Measured with a device wait at each boundary, so only when
+  // asked for; zero otherwise.
+  struct OffloadSeconds {
+    double gradients_to_host = 0, host_step = 0, parameters_to_device = 0;
+    int64_t host_step_bytes = 0;
+  };
+  const OffloadSeconds& offload_seconds() const { return offload_seconds_; }
+
   // ZeRO-3 keeps only this rank's pieces of the parameters between uses.
   // Makes every parameter of the module whole (a collective: every rank calls
   // it), e.g. before reading or exporting them; the next step releases them
@@ -253,6 +267,7 @@ class Engine {
   int64_t successful_steps_ = 0;  // what the LR schedule counts
   int64_t nonfinite_steps_ = 0;
   torch::Tensor nonfinite_losses_;  // this window's, on the device
+  OffloadSeconds offload_seconds_;
 
   // Checkpoints (runtime/checkpoint/engine_checkpointer.h) save and restore
   // all of the state above; the engine itself knows nothing of files.

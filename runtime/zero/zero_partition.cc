@@ -24,6 +24,25 @@ void ResizeStorage(const torch::Tensor& tensor, size_t bytes) {
 
 int64_t Pieces(int64_t numel, int shards) { return (numel + shards - 1) / shards; }
 
+// Note [Host shard to the device]: an fp32 host shard (pinned when
+// offloaded) into parameters of another dtype on a GPU, 16M elements at a
+// time: each chunk goes up as it is (an asynchronous copy from pinned memory
+// at the link's speed) and is converted there. LibTorch's own cross-device
+// copy with a change of dtype converts on the host first and copies the
+// result up from pageable memory.
+void CopyToParameters(const torch::Tensor& source, torch::Tensor target) {
+  if (!target.is_cuda() || source.is_cuda() || source.scalar_type() == target.scalar_type()) {
+    target.copy_(source, /*non_blocking=*/source.is_pinned());
+    return;
+  }
+  constexpr int64_t kChunk = int64_t{1} << 24;
+  for (int64_t begin = 0; begin < source.numel(); begin += kChunk) {
+    const int64_t length = std::min(kChunk, source.numel() - begin);
+    torch::Tensor staged = source.narrow(0, begin, length).to(target.device(), /*non_blocking=*/source.is_pinned());
+    target.narrow(0, begin, length).copy_(staged);
+  }
+}
+
 }  // namespace
 
 ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm)
@@ -401,13 +420,13 @@ absl::Status ZeroPartition::GatherParameters() {
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     // With NVMe offload the step already wrote it (StoreUpdatedMaster).
-    if (!swapped_) param_shard_.copy_(master_shard_.detach());
+    if (!swapped_) CopyToParameters(master_shard_.detach(), param_shard_);
     return RegatherPersistentUnits();
   }
-  const auto dtype = params_.front().scalar_type();
   const torch::Tensor& updated = swapped_ ? updated_parameters_ : master_shard_;
   for (const Unit& unit : units_) {
-    torch::Tensor mine = updated.detach().narrow(0, unit.shard_offset, unit.piece).to(params_.front().device(), dtype);
+    torch::Tensor mine = torch::empty({unit.piece}, params_.front().options());
+    CopyToParameters(updated.detach().narrow(0, unit.shard_offset, unit.piece), mine);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);
