@@ -89,6 +89,7 @@ AdamStepCoefficients MakeAdamStepCoefficients(const AdamParams& adam) {
   c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   c.eps = adam.eps;
+  c.grad_scale = static_cast<float>(adam.grad_scale);
   const bool decay = adam.weight_decay != 0.0f;
   c.l2_decay = decay && !adam.adamw;
   c.weight_decay = adam.weight_decay;

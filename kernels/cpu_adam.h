@@ -4,6 +4,7 @@
 //
 // Note [CPU Adam formula]
 // torch::optim::Adam / AdamW's formula (LibTorch 1.13 and 2.x), per element:
+//   g = g * grad_scale                               (float(grad_scale); exact when 1)
 //   Adam (L2):   g = g + wd * p                      (before the moments)
 //   AdamW:       p = p * (1 - lr * wd)               (before the update)
 //   m = b1 * m + (1 - b1) * g
@@ -51,6 +52,10 @@ struct AdamParams {
   bool adamw = false;           // decoupled weight decay (AdamW) instead of L2 (Adam)
   bool bias_correction = true;
   int64_t step = 1;             // 1-based count of this step, for bias correction
+  // Each gradient is multiplied by this first, rounded to float as
+  // `grad.mul_(grad_scale)` would (the clip coefficient, folded into the pass
+  // instead of a separate one over the whole buffer).
+  double grad_scale = 1.0;
 };
 
 // Pieces smaller than this are not worth a thread: ~1.8 MB of traffic.

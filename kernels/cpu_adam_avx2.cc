@@ -12,7 +12,7 @@ namespace {
 
 struct Avx2Coefficients {
   __m256 beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps,
-      weight_decay, param_scale;
+      weight_decay, param_scale, grad_scale;
 };
 
 // Note [bf16 rounding] (bf16.h) on 8 lanes, packed to 8 x uint16.
@@ -30,6 +30,7 @@ DS_TARGET_AVX2 inline __m128i ToBf16(__m256 p) {
 // One vector of Note [CPU Adam formula]; p, m, v updated in place.
 DS_TARGET_AVX2 inline void Step8(const AdamStepCoefficients& c, const Avx2Coefficients& k,
                                  __m256& p, __m256 g, __m256& m, __m256& v) {
+  g = _mm256_mul_ps(g, k.grad_scale);
   if (c.l2_decay) g = _mm256_fmadd_ps(k.weight_decay, p, g);
   if (c.decoupled_decay) p = _mm256_mul_ps(p, k.param_scale);
   m = _mm256_fmadd_ps(k.one_minus_beta1, g, _mm256_mul_ps(m, k.beta1));
@@ -48,7 +49,8 @@ DS_TARGET_AVX2 void AdamPieceAvx2(const AdamStepCoefficients& c, float* params,
       _mm256_set1_ps(c.beta2),         _mm256_set1_ps(c.one_minus_beta2),
       _mm256_set1_ps(c.neg_step_size), _mm256_set1_ps(c.bias_correction2_sqrt),
       _mm256_set1_ps(c.eps),           _mm256_set1_ps(c.weight_decay),
-      _mm256_set1_ps(c.param_scale)};
+      _mm256_set1_ps(c.param_scale),
+      _mm256_set1_ps(c.grad_scale)};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 p = _mm256_loadu_ps(params + i);

@@ -18,7 +18,7 @@ namespace {
 
 struct Avx512Coefficients {
   __m512 beta1, one_minus_beta1, beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps,
-      weight_decay, param_scale;
+      weight_decay, param_scale, grad_scale;
 };
 
 // Note [bf16 rounding] (bf16.h) on 16 lanes; the caller narrows to uint16.
@@ -34,6 +34,7 @@ DS_TARGET_AVX512 inline __m512i ToBf16Lanes(__m512 p) {
 // One vector of Note [CPU Adam formula]; p, m, v updated in place.
 DS_TARGET_AVX512 inline void Step16(const AdamStepCoefficients& c, const Avx512Coefficients& k,
                                     __m512& p, __m512 g, __m512& m, __m512& v) {
+  g = _mm512_mul_ps(g, k.grad_scale);
   if (c.l2_decay) g = _mm512_fmadd_ps(k.weight_decay, p, g);
   if (c.decoupled_decay) p = _mm512_mul_ps(p, k.param_scale);
   m = _mm512_fmadd_ps(k.one_minus_beta1, g, _mm512_mul_ps(m, k.beta1));
@@ -52,7 +53,8 @@ DS_TARGET_AVX512 void AdamPieceAvx512(const AdamStepCoefficients& c, float* para
       _mm512_set1_ps(c.beta2),         _mm512_set1_ps(c.one_minus_beta2),
       _mm512_set1_ps(c.neg_step_size), _mm512_set1_ps(c.bias_correction2_sqrt),
       _mm512_set1_ps(c.eps),           _mm512_set1_ps(c.weight_decay),
-      _mm512_set1_ps(c.param_scale)};
+      _mm512_set1_ps(c.param_scale),
+      _mm512_set1_ps(c.grad_scale)};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 p = _mm512_loadu_ps(params + i);

@@ -17,6 +17,7 @@ struct AdamStepCoefficients {
   float neg_step_size;          // -lr / bc1
   float bias_correction2_sqrt;  // sqrt(bc2)
   float eps;
+  float grad_scale;             // g *= grad_scale first
   bool l2_decay;                // Adam with weight decay: g += weight_decay * p
   float weight_decay;
   bool decoupled_decay;         // AdamW with weight decay: p *= param_scale

@@ -12,7 +12,7 @@ void AdamPieceScalar(const AdamStepCoefficients& c, float* params, const float* 
                      float* exp_avg, float* exp_avg_sq, int64_t n, uint16_t* bf16_out) {
   for (int64_t i = 0; i < n; ++i) {
     float p = params[i];
-    float g = grads[i];
+    float g = grads[i] * c.grad_scale;             // grad.mul_(grad_scale)
     if (c.l2_decay) g = g + c.weight_decay * p;    // grad.add(p, wd)
     if (c.decoupled_decay) p = p * c.param_scale;  // p.mul_(1 - lr * wd)
     float m = exp_avg[i] * c.beta1;                // exp_avg.mul_(b1)

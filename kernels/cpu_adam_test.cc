@@ -127,6 +127,34 @@ TEST(CpuAdamTest, ResultDoesNotDependOnSlicing) {
   }
 }
 
+// grad_scale folds the clip coefficient into the pass: on every path, the
+// same bits as multiplying the gradients by float(grad_scale) first (what the
+// engine did with `grad.mul_(coefficient)` before the step).
+TEST(CpuAdamTest, GradScaleEqualsPrescaledGradients) {
+  const int64_t n = 100003;
+  const std::vector<float> grads = RandomGrads(n, 11);
+  for (const AdamVariant& variant : kVariants) {
+    AdamParams scaled = variant.adam;
+    scaled.step = variant.first_step;
+    scaled.grad_scale = 0.3712345678901;
+    AdamParams plain = scaled;
+    plain.grad_scale = 1.0;
+    std::vector<float> prescaled(grads);
+    for (float& g : prescaled) g *= static_cast<float>(scaled.grad_scale);
+    for (CpuAdamIsaKind isa : SupportedCpuAdamIsas(DetectCpuIsaSupport())) {
+      AdamBuffers want = RandomAdamBuffers(n, 3, /*warm_moments=*/true);
+      AdamBuffers got = want;
+      CpuAdamStepWithIsa(isa, plain, want.params.data(), prescaled.data(), want.exp_avg.data(),
+                         want.exp_avg_sq.data(), n);
+      CpuAdamStepWithIsa(isa, scaled, got.params.data(), grads.data(), got.exp_avg.data(),
+                         got.exp_avg_sq.data(), n);
+      EXPECT_EQ(want.params, got.params) << CpuAdamIsaName(isa) << " " << variant.name;
+      EXPECT_EQ(want.exp_avg, got.exp_avg) << CpuAdamIsaName(isa) << " " << variant.name;
+      EXPECT_EQ(want.exp_avg_sq, got.exp_avg_sq) << CpuAdamIsaName(isa) << " " << variant.name;
+    }
+  }
+}
+
 uint32_t Bits(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));

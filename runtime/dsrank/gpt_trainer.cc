@@ -724,10 +724,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         const Engine::OffloadSeconds& offload = engine->offload_seconds();
         if (offload.host_step > 0) {
           absl::FPrintF(context.out,
-                        "  offload since the start: gradients to the host %.3f s, host step %.3f s (%.2f GB/s of "
-                        "optimizer traffic), parameters to the device %.3f s\n",
-                        offload.gradients_to_host, offload.host_step, offload.host_step_bytes / offload.host_step / 1e9,
-                        offload.parameters_to_device);
+                        "  offload since the start: gradients to the host %.3f s, norm and clip %.3f s, host step "
+                        "%.3f s (%.2f GB/s of optimizer traffic), parameters to the device (not hidden behind the "
+                        "host step) %.3f s\n",
+                        offload.gradients_to_host, offload.norm_and_clip, offload.host_step,
+                        offload.host_step_bytes / offload.host_step / 1e9, offload.parameters_to_device);
         }
         for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
           const auto& t = stage_seconds[stage];

@@ -165,14 +165,16 @@ class Engine {
 
   // Note [Offload breakdown]: with offload_optimizer and wall_clock_breakdown,
   // the seconds of the offloaded steps so far, by part: the gradient shard to
-  // the host (reduce, norm, copy down), the host step (the CPU Adam, through
-  // the swap files with NVMe), and the updated parameters back to the device
-  // (copy up and gather, waited for); and the bytes the host step moved (28
-  // per element: read master, gradient and moments, write master and
-  // moments). Measured with a device wait at each boundary, so only when
+  // the host (reduce, norm, copy down), the global norm and clip decision
+  // (summed over the group, read on the host), the host step (the CPU Adam,
+  // through the swap files with NVMe), and the updated parameters back to
+  // the device (copy up and gather, waited for) beyond what hides behind the
+  // host step (Note [Step while uploading]); and the bytes the host step
+  // moved (28 per element: read master, gradient and moments, write master
+  // and moments). Measured with a device wait at each boundary, so only when
   // asked for; zero otherwise.
   struct OffloadSeconds {
-    double gradients_to_host = 0, host_step = 0, parameters_to_device = 0;
+    double gradients_to_host = 0, norm_and_clip = 0, host_step = 0, parameters_to_device = 0;
     int64_t host_step_bytes = 0;
   };
   const OffloadSeconds& offload_seconds() const { return offload_seconds_; }

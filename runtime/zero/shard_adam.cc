@@ -48,14 +48,24 @@ void ShardAdam::StepEntries(const std::vector<FusedAdamWEntry>& entries, double 
   FusedAdamWStep(entries, h);
 }
 
-void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2) {
+void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2,
+                     double grad_scale) {
   torch::NoGradGuard no_grad;
   ++step_;
-  StepTensors(p, g, exp_avg_, exp_avg_sq_, lr, beta1, beta2);
+  StepTensors(p, g, exp_avg_, exp_avg_sq_, lr, beta1, beta2, grad_scale);
+}
+
+void ShardAdam::StepRange(torch::Tensor& p, const torch::Tensor& g, int64_t offset, int64_t length, double lr,
+                          double beta1, double beta2, double grad_scale) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor piece = p.narrow(0, offset, length);
+  torch::Tensor m = exp_avg_.narrow(0, offset, length);
+  torch::Tensor v = exp_avg_sq_.narrow(0, offset, length);
+  StepTensors(piece, g.narrow(0, offset, length), m, v, lr, beta1, beta2, grad_scale);
 }
 
 void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
-                            double beta1, double beta2) {
+                            double beta1, double beta2, double grad_scale) {
   if (host_kernel_) {
     kernels::AdamParams adam;
     adam.lr = static_cast<float>(lr);
@@ -65,6 +75,7 @@ void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Ten
     adam.weight_decay = static_cast<float>(weight_decay_);
     adam.adamw = decoupled_;
     adam.step = step_;
+    adam.grad_scale = grad_scale;
     torch::Tensor grad = g.contiguous();
     kernels::CpuAdamStep(adam, p.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
                          p.numel());
@@ -72,10 +83,12 @@ void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Ten
   }
   if (p.is_cuda() && FusedAdamWAvailable()) {
     // One pass over the shard instead of LibTorch's ten.
-    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), m, v, {}}}, Hyperparameters(lr, beta1, beta2));
+    kernels::AdamWHyperparameters h = Hyperparameters(lr, beta1, beta2);
+    h.grad_scale = grad_scale;
+    FusedAdamWStep({FusedAdamWEntry{p, g.contiguous(), m, v, {}}}, h);
     return;
   }
-  torch::Tensor grad = g;
+  torch::Tensor grad = grad_scale == 1.0 ? g : g.mul(grad_scale);
   if (weight_decay_ != 0) {
     if (decoupled_) {
       p.mul_(1 - lr * weight_decay_);
@@ -92,12 +105,14 @@ void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Ten
 }
 
 absl::Status ShardAdam::StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1,
-                                    double beta2, const std::function<void(int64_t, const torch::Tensor&)>& updated) {
+                                    double beta2, double grad_scale,
+                                    const std::function<void(int64_t, const torch::Tensor&)>& updated) {
   torch::NoGradGuard no_grad;
   ++step_;
   torch::Tensor grad = g.to(torch::kCPU, torch::kFloat);
   return swapped.ForEachGroup([&](int64_t offset, std::vector<torch::Tensor>& values) {
-    StepTensors(values[0], grad.narrow(0, offset, values[0].numel()), values[1], values[2], lr, beta1, beta2);
+    StepTensors(values[0], grad.narrow(0, offset, values[0].numel()), values[1], values[2], lr, beta1, beta2,
+                grad_scale);
     updated(offset, values[0]);
     return absl::OkStatus();
   });

@@ -23,8 +23,16 @@ class ShardAdam {
   // in builds that have it.
   ShardAdam(const OptimizerConfig& config, const torch::Tensor& like, bool host_kernel = false);
 
-  // p ← one step with gradient g (fp32, same shape as p).
-  void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2);
+  // p ← one step with gradient g × grad_scale (fp32, same shape as p; the
+  // scale is folded into the step's one pass, rounded to float as
+  // `g.mul_(grad_scale)` would be).
+  void Step(torch::Tensor& p, const torch::Tensor& g, double lr, double beta1, double beta2,
+            double grad_scale = 1.0);
+  // Elements [offset, offset + length) of p, g and the moments through the
+  // step CountStep counted (Note [Step while uploading] in zero_partition.h):
+  // stepping a shard range by range gives the bits of one Step.
+  void StepRange(torch::Tensor& p, const torch::Tensor& g, int64_t offset, int64_t length, double lr,
+                 double beta1, double beta2, double grad_scale);
   // One step over entries that cover the shard in pieces (Note [In-place
   // fused step]); each gradient is multiplied by grad_scale first, or, given
   // the device Σ grad² (FusedGradSumSquares), by the clip coefficient the
@@ -38,7 +46,7 @@ class ShardAdam {
   // arithmetic as Step; updated(offset, master) receives each sub-group's
   // new master values.
   absl::Status StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1, double beta2,
-                           const std::function<void(int64_t, const torch::Tensor&)>& updated);
+                           double grad_scale, const std::function<void(int64_t, const torch::Tensor&)>& updated);
   // For a checkpoint: the swapped moments read into exp_avg()/exp_avg_sq(),
   // then dropped again (written back to the swap files first when
   // `write_back`, after a load).
@@ -60,7 +68,7 @@ class ShardAdam {
   kernels::AdamWHyperparameters Hyperparameters(double lr, double beta1, double beta2) const;
   // p, m, v ← one step (the step count already advanced), in place.
   void StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
-                   double beta1, double beta2);
+                   double beta1, double beta2, double grad_scale);
 
   const double eps_;
   const double weight_decay_;

@@ -415,18 +415,40 @@ absl::Status ZeroPartition::PrepareShardGradient() {
   return absl::OkStatus();
 }
 
-absl::Status ZeroPartition::GatherParameters() {
+namespace {
+
+// Note [Step while uploading]: source's [offset, offset + target.numel())
+// into target, each range stepped first when step_range is given.
+void StepAndCopyToParameters(const torch::Tensor& source, int64_t offset, torch::Tensor target,
+                             const ZeroPartition::StepRange& step_range) {
+  if (!step_range) {
+    CopyToParameters(source.narrow(0, offset, target.numel()), target);
+    return;
+  }
+  for (int64_t begin = 0; begin < target.numel(); begin += ZeroPartition::kUploadRangeElements) {
+    const int64_t length = std::min(ZeroPartition::kUploadRangeElements, target.numel() - begin);
+    step_range(offset + begin, length);
+    CopyToParameters(source.narrow(0, offset + begin, length), target.narrow(0, begin, length));
+  }
+}
+
+}  // namespace
+
+absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
   torch::NoGradGuard no_grad;
+  if (step_range && swapped_) {
+    return absl::InternalError("GatherParameters: NVMe offload steps the shard itself (Note [Step while uploading])");
+  }
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     // With NVMe offload the step already wrote it (StoreUpdatedMaster).
-    if (!swapped_) CopyToParameters(master_shard_.detach(), param_shard_);
+    if (!swapped_) StepAndCopyToParameters(master_shard_.detach(), 0, param_shard_, step_range);
     return RegatherPersistentUnits();
   }
   const torch::Tensor& updated = swapped_ ? updated_parameters_ : master_shard_;
   for (const Unit& unit : units_) {
     torch::Tensor mine = torch::empty({unit.piece}, params_.front().options());
-    CopyToParameters(updated.detach().narrow(0, unit.shard_offset, unit.piece), mine);
+    StepAndCopyToParameters(updated.detach(), unit.shard_offset, mine, step_range);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);

@@ -37,6 +37,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -142,7 +143,18 @@ class ZeroPartition {
   // updated pieces into the model parameters; stage 3 refreshes the 16-bit
   // parameter shard and re-gathers the persistent units (the others are
   // gathered when next used).
-  absl::Status GatherParameters();
+  //
+  // Note [Step while uploading]: with the master shard on the host
+  // (offload_optimizer: cpu), `step_range(offset, length)` steps each range
+  // of the shard just before that range is copied up: the copy from pinned
+  // memory is asynchronous, so the host steps the next range while the link
+  // carries this one, and the step and the upload overlap instead of adding
+  // up. The ranges cover the shard once, in order, in pieces of at most
+  // kUploadRangeElements. Not with NVMe offload, whose step writes the
+  // updated values itself (StoreUpdatedMaster).
+  using StepRange = std::function<void(int64_t offset, int64_t length)>;
+  static constexpr int64_t kUploadRangeElements = int64_t{1} << 24;
+  absl::Status GatherParameters(const StepRange& step_range = {});
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
 
