@@ -502,6 +502,14 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                                  " offloads partitioned parameters: it needs zero_optimization.stage 3"));
   }
   bool amp = false;
+  // Note [Monitor metrics] (runtime/monitor/training_monitors.h): the
+  // tensorboard and csv_monitor files are written; W&B's run format is its
+  // own, and its service is not reached from here.
+  if (c.wandb.enabled) {
+    problems->AtKey(source, "wandb.enabled", walk.MarkOf("wandb.enabled"),
+                    "dslaunch does not write W&B runs; set tensorboard.enabled instead and upload its event files "
+                    "with `wandb sync --sync-tensorboard FOLDER` (or use csv_monitor)");
+  }
   if (GivenBool(walk, "amp.enabled", &amp) && amp && (c.fp16.enabled || c.bf16.enabled)) {
     problems->AtKey(source, "amp.enabled", walk.MarkOf("amp.enabled"),
                     absl::StrCat("amp cannot be combined with ", c.fp16.enabled ? "fp16" : "bf16",
@@ -553,13 +561,6 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     if (text != "-1") {
       add(Setting("scheduler.params.last_batch_iteration", text),
           "starting a schedule part-way (checkpoints restore the step instead)");
-    }
-  }
-  const std::pair<const char*, const MonitorConfig*> monitors[] = {
-      {"tensorboard", &c.tensorboard}, {"csv_monitor", &c.csv_monitor}, {"wandb", &c.wandb}};
-  for (const auto& [name, monitor] : monitors) {
-    if (monitor->enabled) {
-      add(Setting(absl::StrCat(name, ".enabled"), "true"), absl::StrCat("the ", name, " monitor"));
     }
   }
   if (c.flops_profiler.enabled) {

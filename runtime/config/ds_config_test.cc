@@ -517,7 +517,6 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
     "optimizer": {"type": "Lion"},
     "tensorboard": {"enabled": true, "output_path": "tb"},
     "csv_monitor": {"enabled": true},
-    "wandb": {"enabled": true, "project": "p"},
     "flops_profiler": {"enabled": true},
     "communication_data_type": "FP16",
     "prescale_gradients": true
@@ -529,11 +528,27 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
   EXPECT_THAT(lines, ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
                                  HasSubstr("activation_checkpointing.partition_activations=true:"),
-                                 HasSubstr("optimizer.type=Lion:"), HasSubstr("tensorboard.enabled=true:"),
-                                 HasSubstr("csv_monitor.enabled=true:"), HasSubstr("wandb.enabled=true:"),
-                                 HasSubstr("flops_profiler.enabled=true:"), HasSubstr("communication_data_type=fp16:"),
+                                 HasSubstr("optimizer.type=Lion:"), HasSubstr("flops_profiler.enabled=true:"), HasSubstr("communication_data_type=fp16:"),
                                  HasSubstr("prescale_gradients=true:")));
   for (const std::string& line : lines) EXPECT_THAT(line, HasSubstr("is not yet supported"));
+}
+
+// The monitors DeepSpeed users enable: tensorboard and csv_monitor are
+// written (runtime/monitor); wandb is refused at its key with the way round.
+TEST_F(DsConfigTest, TensorBoardAndCsvMonitorsAreReadAndWandbIsRefusedWithTheWayRound) {
+  auto config = Load("ds.json", R"({"train_batch_size": 8,
+      "tensorboard": {"enabled": true, "output_path": "runs", "job_name": "gpt"},
+      "csv_monitor": {"enabled": true}})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->tensorboard.enabled);
+  EXPECT_EQ(config->tensorboard.output_path, "runs");
+  EXPECT_EQ(config->tensorboard.job_name, "gpt");
+  EXPECT_TRUE(config->csv_monitor.enabled);
+  EXPECT_EQ(config->csv_monitor.job_name, "DeepSpeedJobName");
+  auto wandb = Load("ds.json", R"({"train_batch_size": 8, "wandb": {"enabled": true, "project": "p"}})");
+  EXPECT_THAT(ProblemLines(wandb),
+              ElementsAre(AllOf(HasSubstr("wandb.enabled: dslaunch does not write W&B runs"),
+                                HasSubstr("wandb sync --sync-tensorboard"))));
 }
 
 TEST_F(DsConfigTest, NvmeOffloadOfTheOptimizerNeedsItsPathAndReadsAioFromEitherPlace) {

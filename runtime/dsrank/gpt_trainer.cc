@@ -1,5 +1,8 @@
 #include "runtime/dsrank/gpt_trainer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <array>
 #include <chrono>
 #include <fstream>
@@ -29,6 +32,7 @@
 #include "runtime/dsrank/progress_line.h"
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
@@ -36,6 +40,7 @@
 #include "runtime/model/lora.h"
 #include "runtime/model/model_registry.h"
 #include "runtime/moe/moe_layer.h"
+#include "runtime/monitor/training_monitors.h"
 #include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/torch_compat.h"
 
@@ -54,6 +59,18 @@ absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// Seconds since the epoch, for the monitors' wall-time stamps.
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// This process's peak resident host memory (ru_maxrss is in KiB on Linux).
+double PeakResidentGib() {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return usage.ru_maxrss / double(1 << 20);
+}
 
 constexpr char kConsumedSamples[] = "consumed_samples";
 
@@ -563,6 +580,20 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     if (!loss_log) return absl::PermissionDeniedError(absl::StrCat("cannot write --loss_log ", context.loss_log));
   }
 
+  // Note [Monitor metrics]: rank 0 writes the ds_config's monitors.
+  std::unique_ptr<TrainingMonitors> monitors;
+  if (context.rank == 0) {
+    char host[256] = {};
+    (void)::gethostname(host, sizeof(host) - 1);
+    DS_ASSIGN_OR_RETURN(monitors, TrainingMonitors::Open(ds, *context.file_system,
+                                                         MonitorStart{consumed, ParentDirectory(job.path), host,
+                                                                      ::getpid(), WallSeconds()}));
+    if (monitors) {
+      for (const std::string& line : monitors->Describe()) absl::FPrintF(context.out, "dsrank: %s\n", line);
+      std::fflush(context.out);
+    }
+  }
+
   const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
@@ -583,6 +614,8 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     torch::Tensor step_loss_sum;
     StepResult result;
     const int64_t step = engine->global_steps() + 1;
+    const auto step_began = Clock::now();
+    const double step_seconds_before = step_seconds;
     bool preempt_flag = false;
     double step_loss = 0;
     if (pipe) {
@@ -691,6 +724,28 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     const StepSummary summary = SummarizeStep(step_loss, preempt_flag, context);
     const double mean_loss = summary.mean_loss;
     if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
+    if (monitors) {
+      namespace metric = monitor_metric;
+      const double wall = std::chrono::duration<double>(Clock::now() - step_began).count();
+      std::vector<MonitorEvent> events = {{metric::kTrainLoss, mean_loss, consumed},
+                                          {metric::kLearningRate, result.lr, consumed}};
+      if (ds.fp16.enabled) events.push_back({metric::kLossScale, result.loss_scale, consumed});
+      if (result.boundary) events.push_back({metric::kGradNorm, result.grad_norm, consumed});
+      events.push_back({metric::kSkippedSteps, static_cast<double>(engine->skipped_steps()), consumed});
+      if (wall > 0) {
+        events.push_back({metric::kSamplesPerSecond, sampler->global_batch() / wall, consumed});
+        events.push_back({metric::kTokensPerSecond, tokens_per_step / wall, consumed});
+      }
+      if (ds.wall_clock_breakdown) {
+        events.push_back({metric::kStepMilliseconds, 1000 * (step_seconds - step_seconds_before), consumed});
+      }
+      if (context.device.is_cuda()) {
+        events.push_back({metric::kPeakGpuGib,
+                          compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30), consumed});
+      }
+      events.push_back({metric::kHostPeakRssGib, PeakResidentGib(), consumed});
+      DS_RETURN_IF_ERROR(monitors->Write(events, WallSeconds()));
+    }
     const bool printing = step % ds.steps_per_print == 0 || step == job.train.steps;
     // Every stage's times, gathered on all ranks (a collective).
     std::vector<std::array<double, 4>> stage_seconds;
@@ -793,6 +848,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (context.rank == 0) {
         absl::FPrintF(context.out, "eval step=%d loss=%.4f\n", step, eval_loss);
         std::fflush(context.out);
+      }
+      if (monitors) {
+        DS_RETURN_IF_ERROR(monitors->Write({{monitor_metric::kEvalLoss, eval_loss, consumed}}, WallSeconds()));
       }
     }
     const bool at_interval = job.checkpoint.interval > 0 && step % job.checkpoint.interval == 0;

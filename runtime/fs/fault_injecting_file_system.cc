@@ -29,6 +29,11 @@ class FaultInjectingWritableFile final : public WritableFile {
     }
     return base_->Append(data);
   }
+  absl::Status Flush() override {
+    FaultInjectingFileSystem::Decision decision = fs_.Decide(FsOp::kAppend, path());
+    if (!decision.failure.ok()) return decision.failure;
+    return base_->Flush();
+  }
   absl::Status Sync() override {
     FaultInjectingFileSystem::Decision decision = fs_.Decide(FsOp::kSync, path());
     if (!decision.failure.ok()) return decision.failure;
@@ -203,6 +208,13 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectingFileSystem::NewWrita
   Decision decision = Decide(FsOp::kCreate, path);
   if (!decision.failure.ok()) return decision.failure;
   DS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_.NewWritableFile(path));
+  return std::unique_ptr<WritableFile>(new FaultInjectingWritableFile(*this, std::move(file)));
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectingFileSystem::NewAppendableFile(const std::string& path) {
+  Decision decision = Decide(FsOp::kCreate, path);
+  if (!decision.failure.ok()) return decision.failure;
+  DS_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_.NewAppendableFile(path));
   return std::unique_ptr<WritableFile>(new FaultInjectingWritableFile(*this, std::move(file)));
 }
 

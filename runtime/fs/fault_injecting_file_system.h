@@ -34,8 +34,8 @@ namespace dslaunch::runtime {
 enum class PathMatch { kContains, kWhole };
 
 enum class FsOp {
-  kCreate,             // NewWritableFile
-  kAppend,             // WritableFile::Append
+  kCreate,             // NewWritableFile, NewAppendableFile
+  kAppend,             // WritableFile::Append, WritableFile::Flush
   kSync,               // WritableFile::Sync
   kClose,              // WritableFile::Close
   kOpen,               // NewSequentialFile, NewRandomAccessFile, MapReadOnly, ReadFile
@@ -99,6 +99,7 @@ class FaultInjectingFileSystem final : public FileSystem {
   std::vector<FsCall> Log() const;
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadOnlyMemoryRegion>> MapReadOnly(const std::string& path) override;

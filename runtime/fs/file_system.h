@@ -39,6 +39,9 @@ class WritableFile {
 
   // Appends all of `data` or fails; writes may be buffered until Sync/Close.
   virtual absl::Status Append(absl::string_view data) = 0;
+  // Hands the buffered bytes to the operating system: other processes read
+  // them, a crash of this one loses none; not durable (no fsync).
+  virtual absl::Status Flush() = 0;
   // Makes every appended byte durable (flush, then fsync).
   virtual absl::Status Sync() = 0;
   // Flushes and closes; reports the errors of delayed writes (NFS, FUSE).
@@ -98,6 +101,8 @@ class FileSystem {
 
   // Creates `path`, or truncates it when it exists.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Opens `path` for appending, creating it when it does not exist.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<ReadOnlyMemoryRegion>> MapReadOnly(const std::string& path) = 0;

@@ -31,7 +31,7 @@ class PosixWritableFile final : public WritableFile {
   absl::Status Append(absl::string_view data) override {
     if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("write ", path_, ": the file is closed"));
     if (buffer_.size() + data.size() > kWriteBufferBytes) {
-      DS_RETURN_IF_ERROR(Flush());
+      DS_RETURN_IF_ERROR(FlushBuffer());
       // A large piece goes straight to the file instead of through the buffer.
       if (data.size() > kWriteBufferBytes) return WriteAll(data);
     }
@@ -41,14 +41,14 @@ class PosixWritableFile final : public WritableFile {
 
   absl::Status Sync() override {
     if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("fsync ", path_, ": the file is closed"));
-    DS_RETURN_IF_ERROR(Flush());
+    DS_RETURN_IF_ERROR(FlushBuffer());
     if (::fsync(fd_) != 0) return ErrnoStatus(absl::StrCat("fsync ", path_));
     return absl::OkStatus();
   }
 
   absl::Status Close() override {
     if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("close ", path_, ": the file is closed"));
-    absl::Status flushed = Flush();
+    absl::Status flushed = FlushBuffer();
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0 && flushed.ok()) return ErrnoStatus(absl::StrCat("close ", path_));
     return flushed;
@@ -56,8 +56,13 @@ class PosixWritableFile final : public WritableFile {
 
   const std::string& path() const override { return path_; }
 
+  absl::Status Flush() override {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("write ", path_, ": the file is closed"));
+    return FlushBuffer();
+  }
+
  private:
-  absl::Status Flush() {
+  absl::Status FlushBuffer() {
     absl::Status written = WriteAll(buffer_);
     buffer_.clear();
     return written;
@@ -154,6 +159,12 @@ FileSystem& FileSystem::Default() {
 absl::StatusOr<std::unique_ptr<WritableFile>> PosixFileSystem::NewWritableFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(absl::StrCat("create ", path));
+  return std::make_unique<PosixWritableFile>(path, fd);
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> PosixFileSystem::NewAppendableFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("open for appending ", path));
   return std::make_unique<PosixWritableFile>(path, fd);
 }
 

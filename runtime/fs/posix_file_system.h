@@ -10,6 +10,7 @@ namespace dslaunch::runtime {
 class PosixFileSystem final : public FileSystem {
  public:
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadOnlyMemoryRegion>> MapReadOnly(const std::string& path) override;

@@ -97,6 +97,28 @@ TEST_F(PosixFileSystemTest, FoldersAreCreatedListedRenamedAndRemoved) {
   ASSERT_TRUE(fs_.RemoveTree(Path("w")).ok());
 }
 
+// An appendable file creates a missing file and keeps what an existing one
+// holds; Flush makes the appended bytes readable while the file stays open.
+TEST_F(PosixFileSystemTest, AppendableFilesKeepWhatIsThereAndFlushMakesBytesVisible) {
+  auto created = fs_.NewAppendableFile(Path("log"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE((*created)->Append("one\n").ok());
+  EXPECT_EQ(*fs_.ReadFile(Path("log")), "");  // still buffered
+  ASSERT_TRUE((*created)->Flush().ok());
+  EXPECT_EQ(*fs_.ReadFile(Path("log")), "one\n");
+  ASSERT_TRUE((*created)->Close().ok());
+  EXPECT_EQ((*created)->Flush().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto reopened = fs_.NewAppendableFile(Path("log"));
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ASSERT_TRUE((*reopened)->Append("two\n").ok());
+  ASSERT_TRUE((*reopened)->Close().ok());
+  EXPECT_EQ(*fs_.ReadFile(Path("log")), "one\ntwo\n");
+
+  auto in_missing_folder = fs_.NewAppendableFile(Path("no/such/log"));
+  EXPECT_THAT(std::string(in_missing_folder.status().message()), HasSubstr("open for appending " + Path("no/such/log")));
+}
+
 TEST_F(PosixFileSystemTest, ErrorsNameTheOperationThePathAndTheErrno) {
   auto missing = fs_.ReadFile(Path("missing"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
