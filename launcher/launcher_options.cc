@@ -311,8 +311,9 @@ constexpr OptionRow kOptions[] = {
      },
      kDefaultLeaseMs},
     {"--preempt_grace_ms", "", ValueKind::kInteger, "MS", "",
-     "job files: on SIGTERM/SIGUSR1 ranks checkpoint within MS (0: stop now)",
+     "on SIGTERM/SIGUSR1 ranks checkpoint in MS (0: stop; programs: if given)",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       o.preempt_grace_given = true;
        return SetInt64(f, v, 0, &o.preempt_grace_ms);
      },
      kDefaultPreemptGraceMs},

@@ -47,12 +47,17 @@ struct LauncherOptions {
   std::string job_id;             // --job_id ID (empty: generated)
   int64_t stop_grace_ms = kDefaultStopGraceMs; // --stop_grace_ms: SIGTERM -> SIGKILL grace
   int64_t lease_ms = kDefaultLeaseMs; // --lease_ms: agents stop ranks after this long without the controller
-  int64_t preempt_grace_ms = kDefaultPreemptGraceMs;  // --preempt_grace_ms: job files only; 0: stop at once
+  // --preempt_grace_ms: 0 stops at once. Job files checkpoint within it on
+  // SIGTERM/SIGUSR1 by default; a plain program only when the flag is given
+  // (it polls control/preempt itself, e.g. python/dslaunch's
+  // preempt_requested()), else it is stopped at once.
+  int64_t preempt_grace_ms = kDefaultPreemptGraceMs;
+  bool preempt_grace_given = false;
   int64_t rejoin_check_ms = 0;           // --rejoin_check_ms: elastic; 0: lost hosts rejoin at restarts
   int blacklist_after = 0;               // --blacklist_after N: elastic; 0: off
   int64_t blacklist_cooldown_ms = kDefaultBlacklistCooldownMs;  // --blacklist_cooldown_ms
   int64_t heartbeat_timeout_ms = kDefaultHeartbeatTimeoutMs;  // --heartbeat_timeout_ms: a frozen rank is a hang; 0: off
-  int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: job files only; 0: off
+  int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: 0: off; armed by the first reported step
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
   std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
   std::string controller_addr;    // --controller_addr: address ranks use to reach the store

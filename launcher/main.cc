@@ -112,6 +112,10 @@ absl::StatusOr<JobSpec> SpecFromOptions(const LauncherOptions& options) {
   spec.restart_backoff = std::chrono::milliseconds(options.restart_backoff_ms);
   spec.max_restart_backoff = std::chrono::milliseconds(options.max_restart_backoff_ms);
   spec.stop_grace = std::chrono::milliseconds(options.stop_grace_ms);
+  // Note [Preemption] and hang detection for any program that reports
+  // (python/dslaunch, common/heartbeat_sender.h); a job file sets both again.
+  spec.hang_timeout = std::chrono::milliseconds(options.hang_timeout_ms);
+  if (options.preempt_grace_given) spec.preempt_grace = std::chrono::milliseconds(options.preempt_grace_ms);
   spec.lease = std::chrono::milliseconds(options.lease_ms);
   spec.keepalive_interval = std::chrono::milliseconds(std::clamp<int64_t>(options.lease_ms / 4, 100, 1000));
   spec.working_dir = std::filesystem::current_path().string();

@@ -11,7 +11,8 @@ packages=(
   iproute2 procps elfutils
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
   liburing-dev  # io_uring for NVMe offload (runtime/offload/)
-  python3-torch  # reference implementations for the model tests (tests/hf/)
+  python3-torch  # reference implementations for the model tests (tests/hf/), the Python client's test
+  python3-grpcio  # python/dslaunch, the Python client (heartbeats, preemption, the store)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)
 )
