@@ -215,6 +215,12 @@ class StreamPoint {
     if (event_) event_->block(c10::cuda::getCurrentCUDAStream(device_));
 #endif
   }
+  // The calling thread waits until the work before the point is done.
+  void WaitOnHost() const {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (event_) event_->synchronize();
+#endif
+  }
 
  private:
 #if defined(DSLAUNCH_TORCH_HAS_CUDA)

@@ -8,7 +8,8 @@
 # ZeRO-0 with model.fused_kernels=false (LibTorch's LayerNorm/GELU/loss);
 # RUNS may add 2-nvme (stage 2 with the optimizer offloaded to NVMe), and any
 # run with the suffix -gas4 (4 micro-batches per step: the goal of ZeRO-Offload
-# is measured at accumulation 1 and 4, e.g. RUNS="2 2-offload 2-gas4 2-offload-gas4").
+# is measured at accumulation 1 and 4, e.g. RUNS="2 2-offload 2-gas4 2-offload-gas4");
+# -offload-delay turns on the delayed parameter update (2-offload-delay-gas4).
 # PyTorch runs (scripts/bench/pytorch_gpt.py): eager and torch.compile.
 # For each: tokens/s (mean over the steps after the first window), model FLOP
 # utilisation against 989 TFLOP/s (H200 datasheet, dense bf16) and against
@@ -55,9 +56,13 @@ for model in $models; do
   flops=$(awk -v L=$layers -v d=$width -v T=$seq -v V=$vocab 'BEGIN {
     N = V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d; printf "%.0f", 6 * N + 12 * L * d * T }')
   for run in $runs; do
-    stage=${run%%-*} extra=() run_steps=$steps print=10 accumulation=()
+    stage=${run%%-*} extra=() run_steps=$steps print=10 accumulation=() delay=()
     [[ $run == *-gas4 ]] && accumulation=(--override ds_config.gradient_accumulation_steps=4)
-    case ${run%-gas4} in
+    # Note [Delayed parameter update]: the host step beside the next forward
+    # and backward (after -offload: 2-offload-delay, 2-offload-delay-gas4).
+    [[ $run == *-delay* ]] && delay=(--override ds_config.zero_optimization.offload_optimizer.delay_update=true)
+    base=${run%-gas4}
+    case ${base%-delay} in
       # With the offload breakdown (Note [Offload breakdown]): gradients down,
       # host step, parameters up.
       *-offload) extra=(--override ds_config.zero_optimization.offload_optimizer.device=cpu
@@ -79,7 +84,7 @@ for model in $models; do
       --override model.vocab_size=$vocab --override train.micro_batch_size=16 \
       --override train.steps=$run_steps --override ds_config.steps_per_print=$print \
       --override ds_config.memory_breakdown=true --override ds_config.zero_optimization.stage=$stage \
-      "${extra[@]}" "${accumulation[@]}" configs/gpt-124m.cfg >"$log" 2>&1
+      "${extra[@]}" "${delay[@]}" "${accumulation[@]}" configs/gpt-124m.cfg >"$log" 2>&1
     # Every window after the first (which holds start-up and warm-up).
     tps=$(grep -o 'step=[0-9]* .*tokens/s=[0-9]*' "$log" | tail -n +2 | sed 's/.*tokens\/s=//' |
       awk '{s += $1; n++} END {if (n) printf "%.0f", s / n}')

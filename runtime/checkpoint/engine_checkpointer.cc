@@ -185,6 +185,9 @@ EngineCheckpointer::EngineCheckpointer(Engine& engine, FileSystem& fs) : engine_
 
 absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string& tag,
                                     const ClientState& client_state, int keep) {
+  // Note [Delayed parameter update]: the checkpoint holds step N whole (a
+  // collective: every rank saves at the same step).
+  if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
   // Note [Tensor-parallel checkpoints]: one file per rank of the job.
   const int rank = FileIndexOf(engine_).index;
   const int ranks = FileIndexOf(engine_).files;
@@ -396,6 +399,7 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
+  if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
   // Split over a tensor group or cut into stages: every parameter gathered
   // whole onto world rank 0, which writes. Over the tensor group a
   // collective (in the same order on every rank); then each stage's data
@@ -765,6 +769,9 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
 }
 
 absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, const std::string& tag) {
+  // Note [Delayed parameter update]: no host step may still write the shard
+  // the load replaces.
+  if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
   std::string chosen = tag;
   if (chosen.empty()) {
     auto latest = ReadLatestTag(fs_, dir);

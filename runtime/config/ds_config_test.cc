@@ -551,6 +551,22 @@ TEST_F(DsConfigTest, TensorBoardAndCsvMonitorsAreReadAndWandbIsRefusedWithTheWay
                                 HasSubstr("wandb sync --sync-tensorboard"))));
 }
 
+TEST_F(DsConfigTest, DelayUpdateIsReadAndNeedsCpuOffload) {
+  std::vector<std::string> lines;
+  path_ = Write("delay.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "delay_update": true}}})");
+  auto delayed = LoadDsConfig(path_, {}, WorldShape{1}, &lines);
+  ASSERT_TRUE(delayed.ok()) << delayed.status();
+  EXPECT_TRUE(delayed->zero_optimization.offload_optimizer.delay_update);
+  EXPECT_THAT(lines, ElementsAre());
+  auto without = Load("ds.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"delay_update": true}}})");
+  EXPECT_THAT(ProblemLines(without),
+              ElementsAre(HasSubstr("zero_optimization.offload_optimizer.delay_update: delay_update overlaps the "
+                                    "host optimizer step with the next forward and backward: it needs "
+                                    "offload_optimizer.device=cpu (it is none)")));
+}
+
 TEST_F(DsConfigTest, NvmeOffloadOfTheOptimizerNeedsItsPathAndReadsAioFromEitherPlace) {
   auto missing = Load("ds.json", R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})");

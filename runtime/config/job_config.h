@@ -54,6 +54,10 @@ struct OffloadConfig {
   int64_t max_in_cpu = 1000000000;
   bool fast_init = false;
   double ratio = 1.0;
+  // offload_optimizer only (dslaunch's key; DeepSpeed has none): the ZeRO-
+  // Offload paper's one-step-delayed parameter update (Note [Delayed
+  // parameter update] in runtime/engine/engine.h).
+  bool delay_update = false;
 };
 
 struct ZeroConfig {

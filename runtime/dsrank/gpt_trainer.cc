@@ -784,6 +784,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                         "host step) %.3f s\n",
                         offload.gradients_to_host, offload.norm_and_clip, offload.host_step,
                         offload.host_step_bytes / offload.host_step / 1e9, offload.parameters_to_device);
+          // Note [Delayed parameter update]: the host step beside the next
+          // forward and backward; what of it the training thread waited for.
+          if (ds.zero_optimization.offload_optimizer.delay_update) {
+            absl::FPrintF(context.out, "  delayed update: waited for the host step %.3f s of its %.3f s\n",
+                          offload.host_step_wait, offload.host_step);
+          }
         }
         for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
           const auto& t = stage_seconds[stage];

@@ -149,6 +149,20 @@ absl::Status Engine::Initialize() {
     if (offload_param == "cpu" && stage != 3) {
       return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
     }
+    // Note [Delayed parameter update].
+    delay_update_ = config_.zero_optimization.offload_optimizer.delay_update;
+    if (delay_update_ && offload != "cpu") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zero_optimization.offload_optimizer.delay_update needs offload_optimizer.device=cpu (it is ", offload, ")"));
+    }
+    if (delay_update_ && experts_apart) {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_optimizer.delay_update with expert parallelism is not yet supported");
+    }
+    if (delay_update_ && stage_) {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_optimizer.delay_update with pipeline stages is not yet supported");
+    }
     if (flat) {
       ZeroOptions options;
       options.stage = stage;
@@ -261,12 +275,15 @@ absl::Status Engine::Initialize() {
 }
 
 Engine::~Engine() {
+  // Note [Delayed parameter update]: the host step still reads the shard.
+  if (host_step_.valid()) host_step_.wait();
   if (stage3_) {
     if (auto* partitioned = dynamic_cast<PartitionedModel*>(model_.get())) partitioned->SetUnitRunner(nullptr);
   }
 }
 
 absl::Status Engine::GatherFullParameters() {
+  if (absl::Status applied = ApplyPendingUpdate(); !applied.ok()) return applied;
   if (!stage3_) return absl::OkStatus();
   try {
     return stage3_->GatherAll();
@@ -768,7 +785,34 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
     }
     if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
     const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
-    if (!factor) {
+    if (delay_update_) {
+      // Note [Delayed parameter update]: finish step N-1 (wait, upload),
+      // then hand this step to the host thread; a skipped step only finishes.
+      const auto finish_from = now();
+      std::vector<HostStepRange> ranges;
+      double waited = 0, stepped_seconds = 0;
+      if (absl::Status s = FinishHostStep(&ranges, &waited, &stepped_seconds); !s.ok()) return s;
+      const auto finished = now();
+      if (!factor) {
+        ++skipped_steps_;
+      } else {
+        const auto [beta1, beta2] = ScheduledBetas();
+        result.lr = schedule_->LrAt(successful_steps_);
+        StartHostStep(std::move(ranges), zero_->shard_gradient(), result.lr, beta1, beta2, *factor);
+        result.stepped = true;
+        ++successful_steps_;
+      }
+      if (timed) {
+        offload_seconds_.gradients_to_host += seconds(started, prepared_at);
+        offload_seconds_.norm_and_clip += seconds(prepared_at, finish_from);
+        offload_seconds_.host_step_wait += waited;
+        offload_seconds_.parameters_to_device += seconds(finish_from, finished) - waited;
+        if (stepped_seconds > 0) {
+          offload_seconds_.host_step += stepped_seconds;
+          offload_seconds_.host_step_bytes += 28 * zero_->shard_size();
+        }
+      }
+    } else if (!factor) {
       ++skipped_steps_;
     } else {
       // The clip coefficient rides in the step's one pass over the shard: a
@@ -823,6 +867,65 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
   ++global_steps_;
   ++micro_steps_;
   return result;
+}
+
+absl::Status Engine::ApplyPendingUpdate() { return FinishHostStep(nullptr, nullptr, nullptr); }
+
+absl::Status Engine::FinishHostStep(std::vector<HostStepRange>* uploaded, double* waited, double* stepped_seconds) {
+  if (!host_step_.valid()) return absl::OkStatus();
+  const auto from = std::chrono::steady_clock::now();
+  auto [status, seconds] = host_step_.get();
+  if (waited != nullptr) *waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  if (stepped_seconds != nullptr) *stepped_seconds = seconds;
+  if (!status.ok()) return status;
+  try {
+    torch::NoGradGuard no_grad;
+    // Each range's device event is recorded where the next range begins
+    // (and after the last): the copy of a range is queued between the two.
+    absl::Status gathered = zero_->GatherParameters([&](int64_t offset, int64_t length) {
+      if (uploaded == nullptr) return;
+      if (!uploaded->empty()) uploaded->back().uploaded = compat::StreamPoint::OnCurrentStream(device_);
+      uploaded->push_back(HostStepRange{offset, length, {}});
+    });
+    if (uploaded != nullptr && !uploaded->empty()) {
+      uploaded->back().uploaded = compat::StreamPoint::OnCurrentStream(device_);
+    }
+    return gathered;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("delayed parameter update: ", e.what_without_backtrace()));
+  }
+}
+
+void Engine::StartHostStep(std::vector<HostStepRange> ranges, const torch::Tensor& gradient, double lr, double beta1,
+                           double beta2, double grad_scale) {
+  const int64_t size = zero_->shard_size();
+  if (ranges.empty()) {
+    // Nothing went up (the first step, or after a skipped one): the shard in
+    // the upload's ranges, with nothing to wait for.
+    for (int64_t begin = 0; begin < size; begin += ZeroPartition::kUploadRangeElements) {
+      ranges.push_back(HostStepRange{begin, std::min(ZeroPartition::kUploadRangeElements, size - begin), {}});
+    }
+  }
+  shard_adam_->CountStep(lr, beta1, beta2);
+  // Detached handles: the training thread goes on setting the master's
+  // gradient (the next step's, in another buffer) while this one steps.
+  torch::Tensor master = zero_->master_shard().detach();
+  torch::Tensor grad = gradient.detach();
+  ShardAdam* adam = shard_adam_.get();
+  host_step_ = std::async(std::launch::async, [=, ranges = std::move(ranges)]() mutable {
+    const auto from = std::chrono::steady_clock::now();
+    try {
+      torch::NoGradGuard no_grad;
+      for (const HostStepRange& range : ranges) {
+        range.uploaded.WaitOnHost();
+        adam->StepRange(master, grad, range.offset, range.length, lr, beta1, beta2, grad_scale);
+      }
+    } catch (const c10::Error& e) {
+      return std::pair{absl::InternalError(absl::StrCat("delayed host step: ", e.what_without_backtrace())), 0.0};
+    }
+    return std::pair{absl::OkStatus(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count()};
+  });
 }
 
 absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {

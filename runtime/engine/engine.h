@@ -31,6 +31,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,7 @@
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/schedule/loss_scaler.h"
 #include "runtime/schedule/lr_schedule.h"
+#include "runtime/torch_compat.h"
 #include "runtime/zero/shard_adam.h"
 #include "runtime/zero/stage3_runner.h"
 #include "runtime/zero/zero_partition.h"
@@ -173,8 +175,12 @@ class Engine {
   // moved (28 per element: read master, gradient and moments, write master
   // and moments). Measured with a device wait at each boundary, so only when
   // asked for; zero otherwise.
+  // With delay_update (Note [Delayed parameter update]) the host step runs
+  // beside the next forward and backward; `host_step_wait` is the part of it
+  // the training thread still waited for.
   struct OffloadSeconds {
     double gradients_to_host = 0, norm_and_clip = 0, host_step = 0, parameters_to_device = 0;
+    double host_step_wait = 0;
     int64_t host_step_bytes = 0;
   };
   const OffloadSeconds& offload_seconds() const { return offload_seconds_; }
@@ -184,6 +190,27 @@ class Engine {
   // it), e.g. before reading or exporting them; the next step releases them
   // again. A no-op for stages 0-2.
   absl::Status GatherFullParameters();
+
+  // Note [Delayed parameter update]
+  // ZeRO-Offload's one-step-delayed parameter update (the paper's DPU;
+  // zero_optimization.offload_optimizer.delay_update): Step() hands step N's
+  // host Adam to a thread and returns at once, so it runs while the GPU does
+  // step N+1's forward and backward; step N+1's Step() moves its gradients
+  // to the host (a second pinned buffer, 4 bytes per shard element: the
+  // thread still reads step N's), waits for the thread, uploads step N's
+  // parameters and hands step N+1 on. The forward of step N+2 thus runs on
+  // the parameters of step N: each gradient is computed one update late
+  // (step k's on the parameters after k-2 updates). Each uploaded range is
+  // stepped again only once its copy up has landed (a device event per
+  // range), so the next host step starts while the rest still goes up.
+  // Applying the pending update early would change the run, so only what
+  // must see current parameters does: a checkpoint (save, load, export),
+  // GatherFullParameters, and the engine's end. An evaluation between steps
+  // sees what the forward sees. A run that saves a checkpoint at step N goes
+  // on from the parameters of step N, exactly as a run resumed from it does.
+  // ZeRO 1-3 with offload_optimizer.device=cpu; not with NVMe, experts or a
+  // pipeline (refused). No-op without a pending step.
+  absl::Status ApplyPendingUpdate();
   // Ok when every trainable parameter, master weight and optimizer moment of
   // this rank is finite; otherwise FailedPrecondition naming the first that is
   // not, prefixed by `what`. Not a collective.
@@ -270,6 +297,22 @@ class Engine {
   int64_t nonfinite_steps_ = 0;
   torch::Tensor nonfinite_losses_;  // this window's, on the device
   OffloadSeconds offload_seconds_;
+
+  // Note [Delayed parameter update]: the host step in flight, if any, with
+  // the ranges it steps in order, each after its device event.
+  struct HostStepRange {
+    int64_t offset = 0, length = 0;
+    compat::StreamPoint uploaded;  // this range's copy up (of the previous step) has landed
+  };
+  // Waits for the host step in flight (its time to `waited`, its own to
+  // `stepped_seconds`) and uploads its parameters, listing the uploaded
+  // ranges with their events in `uploaded`; each pointer may be null.
+  absl::Status FinishHostStep(std::vector<HostStepRange>* uploaded, double* waited, double* stepped_seconds);
+  void StartHostStep(std::vector<HostStepRange> ranges, const torch::Tensor& gradient, double lr, double beta1,
+                     double beta2, double grad_scale);
+  bool delay_update_ = false;
+  // Declared last: destroyed (after ~Engine waited for it) before what it uses.
+  std::future<std::pair<absl::Status, double>> host_step_;  // (status, seconds it stepped)
 
   // Checkpoints (runtime/checkpoint/engine_checkpointer.h) save and restore
   // all of the state above; the engine itself knows nothing of files.

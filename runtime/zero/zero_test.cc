@@ -598,6 +598,119 @@ TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
   }
 }
 
+// Note [Delayed parameter update]'s arithmetic without the engine's thread:
+// step k's gradient is taken on a second copy of the model that holds the
+// parameters after k-2 updates, and handed to a stage-0 engine on the first
+// copy through the surrogate loss Σ p·g (whose gradient is g). Returns the
+// per-step losses and the parameters after all updates.
+std::pair<std::vector<double>, std::vector<torch::Tensor>> DelayedUpdateReference(int steps, int seed) {
+  Gpt ahead(TinyGpt(), seed), behind(TinyGpt(), seed);
+  auto engine = Engine::Create(ahead.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  std::vector<torch::Tensor> previous = Parameters(ahead);
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    auto [inputs, targets] = Batch(step * 8, 8);
+    torch::Tensor loss = behind->Loss(inputs, targets);
+    losses.push_back(loss.item<double>());
+    std::vector<torch::Tensor> behind_params = behind->parameters();
+    std::vector<torch::Tensor> grads = torch::autograd::grad({loss}, behind_params, {}, false, false, true);
+    std::vector<torch::Tensor> ahead_params = ahead->parameters();
+    torch::Tensor surrogate = torch::zeros({}, torch::kDouble);
+    for (size_t i = 0; i < ahead_params.size(); ++i) {
+      if (grads[i].defined()) surrogate = surrogate + (ahead_params[i] * grads[i]).sum();
+    }
+    EXPECT_TRUE((*engine)->Backward(surrogate).ok());
+    EXPECT_TRUE((*engine)->Step().ok());
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < behind_params.size(); ++i) behind_params[i].copy_(previous[i]);
+    previous = Parameters(ahead);
+  }
+  return {losses, Parameters(ahead)};
+}
+
+TEST_F(ZeroTest, DelayedUpdateTakesEachGradientOneUpdateLateAtEveryStage) {
+  constexpr int kSteps = 4;
+  auto [reference_losses, reference_params] = DelayedUpdateReference(kSteps, 17);
+  // The delayed run is not the plain one: from the second step on, the two
+  // differ by far more than the tolerance below.
+  Gpt plain_model(TinyGpt(), 17);
+  auto plain = Engine::Create(plain_model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_TRUE(plain.ok());
+  auto plain_losses = Train(**plain, plain_model, 0, kSteps, 1, 1, 0);
+  EXPECT_EQ(plain_losses[0], reference_losses[0]);
+  EXPECT_GT(std::abs(plain_losses[2] - reference_losses[2]), 1e-3);
+  for (int stage : {1, 2, 3}) {
+    for (int world : {1, 2, 4}) {
+      for (int64_t accumulation : {1, 2}) {
+        if (8 % (world * accumulation) != 0) continue;
+        std::vector<std::vector<double>> losses(world);
+        std::vector<std::vector<torch::Tensor>> params(world);
+        RunRanks(world, [&](int rank, Communicator* comm) {
+          DsConfig config = Config(stage, 8 / (world * accumulation), accumulation, world);
+          config.zero_optimization.offload_optimizer.device = "cpu";
+          config.zero_optimization.offload_optimizer.delay_update = true;
+          if (stage == 3) config.zero_optimization.offload_param.device = "cpu";
+          Gpt model(TinyGpt(), 17);
+          auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
+          ASSERT_TRUE(engine.ok()) << engine.status();
+          losses[rank] = Train(**engine, model, 0, kSteps, accumulation, world, rank);
+          // Applies the last step's pending update first.
+          params[rank] = TrainedParameters(**engine, model);
+        });
+        const std::string what = absl::StrCat("stage ", stage, " world ", world, " gas ", accumulation);
+        for (int step = 0; step < kSteps; ++step) {
+          double mean = 0;
+          for (int rank = 0; rank < world; ++rank) mean += losses[rank][step] / world;
+          EXPECT_NEAR(mean, reference_losses[step], 1e-5) << what << " step " << step;
+        }
+        for (int rank = 0; rank < world; ++rank) {
+          EXPECT_LT(MaxDifference(params[rank], reference_params), 1e-4) << what << " rank " << rank;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ZeroTest, DelayedUpdateCheckpointsResumeBitForBit) {
+  // A save applies the pending update; the run goes on from it exactly as a
+  // run resumed from the checkpoint does.
+  const std::string dir = "/tmp/zero-delay-ckpt-" + std::to_string(::getpid());
+  ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
+  DsConfig config = Config(2, 4, 1, 2);
+  config.zero_optimization.offload_optimizer.device = "cpu";
+  config.zero_optimization.offload_optimizer.delay_update = true;
+  std::vector<double> uninterrupted;
+  std::vector<torch::Tensor> final_params;
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Gpt model(TinyGpt(), 7);
+    auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    Train(**engine, model, 0, 3, 1, 2, rank);
+    ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "step3", {{"consumed_samples", 24}}).ok());
+    auto later = Train(**engine, model, 3, 3, 1, 2, rank);
+    auto params = TrainedParameters(**engine, model);
+    if (rank == 0) {
+      uninterrupted = later;
+      final_params = params;
+    }
+  });
+  RunRanks(2, [&](int rank, Communicator* comm) {
+    Gpt model(TinyGpt(), 99);
+    auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto client = EngineCheckpointer(**engine).Load(dir);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto later = Train(**engine, model, 3, 3, 1, 2, rank);
+    auto params = TrainedParameters(**engine, model);
+    if (rank == 0) {
+      EXPECT_EQ(later, uninterrupted);
+      EXPECT_EQ(MaxDifference(params, final_params), 0.0);
+    }
+  });
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
+}
+
 TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   Gpt model(TinyGpt(), 1);
   DsConfig config = Config(0, 8, 1, 1);
@@ -617,6 +730,14 @@ TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
   ASSERT_FALSE(param_offload.ok());
   EXPECT_NE(std::string(param_offload.status().message()).find("offload_param.device=cpu needs zero_optimization.stage 3"),
             std::string::npos);
+  config.zero_optimization.offload_param.device = "none";
+  config.zero_optimization.offload_optimizer.delay_update = true;
+  auto delayed = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_FALSE(delayed.ok());
+  EXPECT_NE(std::string(delayed.status().message()).find("delay_update needs offload_optimizer.device=cpu (it is none)"),
+            std::string::npos)
+      << delayed.status();
+  config.zero_optimization.offload_optimizer.delay_update = false;
   // Stage 3 needs the model's units; a module that does not name them is refused.
   config.zero_optimization.offload_param.device = "none";
   config.zero_optimization.stage = 3;
