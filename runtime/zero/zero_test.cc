@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/engine/engine.h"
+#include "runtime/estimate/memory_estimate.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
 
@@ -152,7 +153,7 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
   // (the buckets of reduce_bucket_size at stages 1-2, the model's four units
   // at stage 3) is padded to a multiple of N, so allow N elements' worth of
   // bytes per unit and term.
-  for (int world : {2, 4}) {
+  for (int world : {1, 2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
       std::vector<Engine::MemoryBreakdown> memory(world);
       int64_t psi = 0, block = 0;
@@ -180,8 +181,17 @@ TEST_F(ZeroTest, MemoryFollowsTheZeroFormulas) {
                               : stage == 2 ? 2.0 * psi + 14.0 * psi / n
                                            : 16.0 * psi / n;
       const double units = std::max(1, memory[0].partition_units);
+      // Note [Memory estimate]: `dslaunch estimate` predicts each category.
+      ModelSize size;
+      size.trainable = psi;
+      const RankStates predicted = DslaunchRankStates(size, ZeroSetting{stage}, world, 2);
       for (int rank = 0; rank < world; ++rank) {
         const Engine::MemoryBreakdown& m = memory[rank];
+        const double padding = 16.0 * world * units;
+        EXPECT_NEAR(m.parameters, predicted.parameters, padding) << "stage " << stage << " N " << world;
+        EXPECT_NEAR(m.gradients, predicted.gradients, padding) << "stage " << stage << " N " << world;
+        EXPECT_NEAR(m.master_weights, predicted.master_weights, padding) << "stage " << stage << " N " << world;
+        EXPECT_NEAR(m.optimizer_state, predicted.optimizer_state, padding) << "stage " << stage << " N " << world;
         const double total = m.parameters + m.gradients + m.master_weights + m.optimizer_state;
         if (stage >= 2) {
           EXPECT_NEAR(m.gradients, 2.0 * psi / n, 2.0 * world * units);

@@ -1,0 +1,110 @@
+// The estimate's formulas: DeepSpeed's against its documented example, ours
+// by their terms (Engine::Memory() checks them on real ranks in zero_tests).
+#include "runtime/estimate/memory_estimate.h"
+
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/estimate/estimate_report.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Gb(int64_t bytes) { return absl::StrFormat("%.2f", static_cast<double>(bytes) / (1 << 30)); }
+
+// DeepSpeed's memory documentation estimates t5-3b on 1 node x 8 GPUs (its
+// largest layer: 32,899,072 parameters); this Ψ reproduces its printed
+// figures to their two decimals.
+constexpr int64_t kT5Params = 2851598336;
+constexpr int64_t kT5LargestLayer = 32899072;
+
+TEST(MemoryEstimateTest, DeepSpeedsZeroTwoEstimateMatchesItsDocumentedExample) {
+  const DeviceAndHost offload = DeepSpeedZero2Estimate(kT5Params, 8, 1, true);
+  EXPECT_EQ(Gb(offload.per_host), "127.48");
+  EXPECT_EQ(Gb(offload.per_gpu), "5.31");
+  const DeviceAndHost plain = DeepSpeedZero2Estimate(kT5Params, 8, 1, false);
+  EXPECT_EQ(Gb(plain.per_host), "127.48");
+  EXPECT_EQ(Gb(plain.per_gpu), "15.93");
+}
+
+TEST(MemoryEstimateTest, DeepSpeedsZeroThreeEstimateMatchesItsDocumentedExample) {
+  struct Case {
+    bool offload, params, zero_init;
+    const char* cpu;
+    const char* gpu;
+  };
+  for (const Case& c : {Case{true, true, true, "71.71", "0.12"}, Case{true, true, false, "127.48", "0.12"},
+                        Case{true, false, true, "63.74", "0.79"}, Case{true, false, false, "127.48", "0.79"},
+                        Case{false, false, true, "1.47", "6.10"}, Case{false, false, false, "127.48", "6.10"}}) {
+    const DeviceAndHost e = DeepSpeedZero3Estimate(kT5Params, kT5LargestLayer, 8, 1, c.offload, c.params, c.zero_init);
+    EXPECT_EQ(Gb(e.per_host), c.cpu) << c.offload << c.params << c.zero_init;
+    EXPECT_EQ(Gb(e.per_gpu), c.gpu) << c.offload << c.params << c.zero_init;
+  }
+}
+
+TEST(MemoryEstimateTest, OurStatesAreTheZeroFormulasAndOffloadMovesThemToTheHost) {
+  ModelSize model;
+  model.trainable = 1 << 20;
+  model.block = 1000;
+  const int64_t psi = model.trainable;
+  const int64_t n = 4;
+  auto total = [&](const RankStates& r) { return r.parameters + r.gradients + r.master_weights + r.optimizer_state; };
+  EXPECT_EQ(total(DslaunchRankStates(model, {0}, n, 2)), 16 * psi);
+  EXPECT_EQ(total(DslaunchRankStates(model, {1}, n, 2)), 4 * psi + 12 * psi / n);
+  EXPECT_EQ(total(DslaunchRankStates(model, {2}, n, 2)), 2 * psi + 14 * psi / n);
+  EXPECT_EQ(total(DslaunchRankStates(model, {3}, n, 2)), 16 * psi / n);
+  // fp32: the parameters are the stage-0 masters.
+  EXPECT_EQ(total(DslaunchRankStates(model, {0}, n, 4)), 16 * psi);
+  EXPECT_EQ(total(DslaunchRankStates(model, {2}, n, 4)), 4 * psi + 16 * psi / n);
+  const RankStates offload = DslaunchRankStates(model, {2, true}, n, 2);
+  EXPECT_EQ(offload.Device(), 2 * psi + 2 * psi / n);
+  EXPECT_EQ(offload.Host(), 12 * psi / n + 4 * psi / n);
+  EXPECT_EQ(DslaunchRankStates(model, {2, true, false, true}, n, 2).Host(), 12 * psi / n + 8 * psi / n);
+  const RankStates everything = DslaunchRankStates(model, {3, true, true}, n, 2);
+  EXPECT_EQ(everything.Device(), 2 * psi / n + 3 * 2 * model.block);
+  EXPECT_EQ(everything.Host(), 2 * psi / n + 16 * psi / n);
+}
+
+TEST(MemoryEstimateTest, ActivationsFollowThePaperAndCheckpointingKeepsLayerInputs) {
+  ModelSize model;
+  model.layers = 4;
+  model.hidden = 64;
+  model.heads = 4;
+  model.vocab = 100;
+  model.sequence_length = 32;
+  const int64_t layer = 34 * 32 * 64;
+  const int64_t logits = 32 * 100 * (2 + 4);
+  const ActivationEstimate fused = ActivationsPerSample(model, 2, false);
+  EXPECT_EQ(fused.per_sample, 4 * layer + logits);
+  EXPECT_EQ(fused.per_sample_checkpointed, 4 * 2 * 32 * 64 + layer + logits);
+  EXPECT_EQ(ActivationsPerSample(model, 2, true).per_sample, 4 * (layer + 5 * 4 * 32 * 32) + logits);
+  EXPECT_EQ(LargestMicroBatch(kGpuReserveBytes + 1000 + 350, 1000, 100), 3);
+  EXPECT_EQ(LargestMicroBatch(kGpuReserveBytes, 1000, 100), 0);
+}
+
+TEST(MemoryEstimateTest, TheReportNamesEverySettingAndTheLargestMicroBatch) {
+  EstimateRequest request;
+  request.model.description = "gpt: test";
+  request.model.trainable = 1315575808;
+  request.model.largest_layer = 103022592;
+  request.model.block = 50356224;
+  request.model.layers = 24;
+  request.model.hidden = 2048;
+  request.model.heads = 16;
+  request.model.vocab = 50304;
+  request.model.sequence_length = 1024;
+  request.gpus_per_node = 8;
+  request.gpu_memory_gib = 80;
+  const std::string report = EstimateReport(request);
+  EXPECT_THAT(report, HasSubstr("1,315,575,808 trainable parameters"));
+  EXPECT_THAT(report, HasSubstr("| 3 | optimizer, parameters |"));
+  EXPECT_THAT(report, HasSubstr("| 2 | offload_optimizer=cpu |"));
+  EXPECT_THAT(report, HasSubstr("largest micro batch on 80 GiB (checkpointed)"));
+  // ZeRO-0 bf16 on one GPU: 16Ψ = 19.60 GiB of states.
+  EXPECT_THAT(report, HasSubstr("| 0 | none | 19.60 GiB | 0.00 GiB |"));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime

@@ -1,0 +1,227 @@
+#include "runtime/estimate/model_size.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+// The byte tokenizer's ids: 256 bytes and eos (runtime/tokenizer/tokenizer.h).
+constexpr int64_t kByteVocabulary = 257;
+constexpr int64_t kDefaultSentencepieceVocabulary = 8000;
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return multiple <= 1 ? value : (value + multiple - 1) / multiple * multiple;
+}
+
+absl::StatusOr<int64_t> IntKey(const YAML::Node& root, const std::string& key, const std::string& path,
+                               std::optional<int64_t> fallback) {
+  const YAML::Node node = root[key];
+  if (!node.IsDefined() || node.IsNull()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is missing"));
+  }
+  try {
+    const int64_t value = node.as<int64_t>();
+    if (value < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": ", value, " is negative"));
+    return value;
+  } catch (const YAML::Exception&) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected an integer"));
+  }
+}
+
+bool BoolKey(const YAML::Node& root, const std::string& key) {
+  const YAML::Node node = root[key];
+  if (!node.IsDefined() || node.IsNull()) return false;
+  try {
+    return node.as<bool>();
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Each Llama projection: (name, input width, output width) of one layer.
+std::vector<std::tuple<std::string, int64_t, int64_t>> LlamaProjections(const LlamaShape& s) {
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  return {{"q_proj", s.hidden, q},         {"k_proj", s.hidden, kv},          {"v_proj", s.hidden, kv},
+          {"o_proj", q, s.hidden},         {"gate_proj", s.hidden, s.intermediate},
+          {"up_proj", s.hidden, s.intermediate}, {"down_proj", s.intermediate, s.hidden}};
+}
+
+}  // namespace
+
+int64_t GptParameters(const GptShape& s) {
+  const int64_t d = s.width;
+  return s.vocab * d + s.sequence_length * d + s.layers * (12 * d * d + 13 * d) + 2 * d;
+}
+
+int64_t LlamaParameters(const LlamaShape& s) {
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  int64_t attention = s.hidden * q * 2 + s.hidden * kv * 2;
+  if (s.attention_bias) attention += q + 2 * kv + s.hidden;
+  else if (s.qkv_bias) attention += q + 2 * kv;
+  int64_t mlp = 3 * s.hidden * s.intermediate;
+  if (s.mlp_bias) mlp += 2 * s.intermediate + s.hidden;
+  if (s.experts > 0) mlp = mlp * s.experts + s.hidden * s.experts;  // and the router
+  const int64_t per_layer = attention + mlp + 2 * s.hidden;
+  return s.vocab * s.hidden * (s.tied ? 1 : 2) + s.layers * per_layer + s.hidden;
+}
+
+absl::StatusOr<int64_t> LlamaLoraParameters(const LlamaShape& s, const LoraConfig& lora) {
+  const bool all_linear = std::find(lora.target_modules.begin(), lora.target_modules.end(), "all-linear") !=
+                          lora.target_modules.end();
+  std::set<std::string> matched;
+  int64_t per_layer = 0;
+  std::vector<std::string> names;
+  for (const auto& [name, in, out] : LlamaProjections(s)) {
+    names.push_back(name);
+    const bool take =
+        all_linear || std::find(lora.target_modules.begin(), lora.target_modules.end(), name) != lora.target_modules.end();
+    if (!take) continue;
+    matched.insert(name);
+    // Mixtral's experts carry w1/w2/w3, not these names: only attention.
+    const int64_t copies = s.experts > 0 && (name == "gate_proj" || name == "up_proj" || name == "down_proj") ? 0 : 1;
+    per_layer += copies * lora.r * (in + out);
+  }
+  int64_t head = 0;
+  for (const std::string& target : lora.target_modules) {
+    if (target == "all-linear" || matched.count(target) != 0) continue;
+    if (target == "lm_head") {
+      head = lora.r * (s.hidden + s.vocab);
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: '", target,
+                                                   "' matches no projection of this model (it has ",
+                                                   absl::StrJoin(names, ", "), ", lm_head)"));
+  }
+  return s.layers * per_layer + head;
+}
+
+absl::StatusOr<LlamaShape> ParseLlamaShape(const std::string& text, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON: ", e.what()));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  LlamaShape s;
+  const std::string type = root["model_type"].IsDefined() ? root["model_type"].as<std::string>() : "llama";
+  if (type != "llama" && type != "mistral" && type != "qwen2" && type != "mixtral") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": model_type: '", type, "' is not of the Llama family (llama, mistral, qwen2, mixtral)"));
+  }
+  auto read = [&](const std::string& key, std::optional<int64_t> fallback, int64_t* out) -> absl::Status {
+    absl::StatusOr<int64_t> value = IntKey(root, key, path, fallback);
+    if (!value.ok()) return value.status();
+    *out = *value;
+    return absl::OkStatus();
+  };
+  for (auto [key, out] : {std::pair{"hidden_size", &s.hidden}, std::pair{"intermediate_size", &s.intermediate},
+                          std::pair{"num_hidden_layers", &s.layers}, std::pair{"num_attention_heads", &s.heads},
+                          std::pair{"vocab_size", &s.vocab}}) {
+    if (absl::Status st = read(key, std::nullopt, out); !st.ok()) return st;
+  }
+  for (auto [key, value] : {std::pair{"num_attention_heads", s.heads}, std::pair{"num_hidden_layers", s.layers},
+                            std::pair{"hidden_size", s.hidden}}) {
+    if (value == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is 0"));
+  }
+  if (absl::Status st = read("num_key_value_heads", s.heads, &s.kv_heads); !st.ok()) return st;
+  if (absl::Status st = read("head_dim", s.hidden / s.heads, &s.head_dim); !st.ok()) return st;
+  if (absl::Status st = read("max_position_embeddings", 2048, &s.max_position_embeddings); !st.ok()) return st;
+  if (type == "mixtral") {
+    if (absl::Status st = read("num_local_experts", 8, &s.experts); !st.ok()) return st;
+  }
+  s.tied = BoolKey(root, "tie_word_embeddings");
+  s.attention_bias = BoolKey(root, "attention_bias");
+  s.mlp_bias = BoolKey(root, "mlp_bias");
+  s.qkv_bias = type == "qwen2";
+  return s;
+}
+
+absl::StatusOr<ModelSize> ModelSizeOf(const JobConfig& job) {
+  ModelSize size;
+  const ModelConfig& m = job.model;
+  if (m.type == "llama") {
+    if (m.from.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.from: a llama model is sized by its "
+                                                     "Hugging Face folder's config.json"));
+    }
+    const std::string path = m.from + "/config.json";
+    absl::StatusOr<std::string> text = ReadText(path);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<LlamaShape> shape = ParseLlamaShape(*text, path);
+    if (!shape.ok()) return shape.status();
+    const int64_t base = LlamaParameters(*shape);
+    size.trainable = base;
+    if (job.lora.r > 0) {
+      absl::StatusOr<int64_t> adapters = LlamaLoraParameters(*shape, job.lora);
+      if (!adapters.ok()) return absl::InvalidArgumentError(absl::StrCat(job.path, ": ", adapters.status().message()));
+      size.trainable = *adapters;
+      size.frozen = base;
+    }
+    const int64_t mlp = shape->hidden * shape->intermediate + (shape->mlp_bias ? shape->intermediate : 0);
+    size.largest_layer = std::max(shape->vocab * shape->hidden, mlp);
+    size.block = (base - shape->vocab * shape->hidden * (shape->tied ? 1 : 2) - shape->hidden) / shape->layers;
+    size.layers = shape->layers;
+    size.hidden = shape->hidden;
+    size.heads = shape->heads;
+    size.vocab = shape->vocab;
+    size.sequence_length = m.sequence_length > 0 ? m.sequence_length : shape->max_position_embeddings;
+    size.description = absl::StrCat("llama (", m.from, "): ", shape->layers, " layers, hidden ", shape->hidden,
+                                    ", ", shape->heads, " heads (", shape->kv_heads, " key/value), intermediate ",
+                                    shape->intermediate, shape->experts > 0 ? absl::StrCat(", ", shape->experts, " experts") : "",
+                                    ", vocabulary ", shape->vocab, job.lora.r > 0 ? absl::StrCat(", LoRA r=", job.lora.r) : "");
+    return size;
+  }
+  if (m.type != "gpt") {
+    return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.type: '", m.type, "' (gpt or llama)"));
+  }
+  if (m.moe.num_experts > 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(job.path, ": model.moe: the estimate does not size mixture-of-experts GPT models yet"));
+  }
+  int64_t vocab = m.vocab_size;
+  if (vocab == 0) {
+    if (job.data.tokenizer == "byte") {
+      vocab = kByteVocabulary;
+    } else if (job.data.tokenizer == "sentencepiece") {
+      vocab = job.data.tokenizer_vocab_size > 0 ? job.data.tokenizer_vocab_size : kDefaultSentencepieceVocabulary;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          job.path, ": model.vocab_size is 0 (the dataset's at run time): give it for the estimate"));
+    }
+  }
+  const int64_t tp = std::max<int64_t>(1, job.ds.tensor_parallel.tp_size);
+  vocab = RoundUp(vocab, tp * std::max<int64_t>(1, m.make_vocab_size_divisible_by));
+  GptShape shape{m.layers, m.width, vocab, m.sequence_length};
+  size.trainable = GptParameters(shape);
+  const int64_t d = m.width;
+  size.largest_layer = std::max(vocab * d, 4 * d * d + 4 * d);
+  size.block = 12 * d * d + 13 * d;
+  size.layers = m.layers;
+  size.hidden = m.width;
+  size.heads = m.heads;
+  size.vocab = vocab;
+  size.sequence_length = m.sequence_length;
+  size.description = absl::StrCat("gpt: ", m.layers, " layers, width ", m.width, ", ", m.heads, " heads, vocabulary ",
+                                  vocab, ", sequence ", m.sequence_length);
+  return size;
+}
+
+}  // namespace dslaunch::runtime
