@@ -9,7 +9,8 @@
 # RUNS may add 2-nvme (stage 2 with the optimizer offloaded to NVMe), and any
 # run with the suffix -gas4 (4 micro-batches per step: the goal of ZeRO-Offload
 # is measured at accumulation 1 and 4, e.g. RUNS="2 2-offload 2-gas4 2-offload-gas4");
-# -offload-delay turns on the delayed parameter update (2-offload-delay-gas4).
+# -offload-delay turns on the delayed parameter update (2-offload-delay-gas4);
+# 3-offload offloads ZeRO-3's parameters and optimizer both.
 # PyTorch runs (scripts/bench/pytorch_gpt.py): eager and torch.compile.
 # For each: tokens/s (mean over the steps after the first window), model FLOP
 # utilisation against 989 TFLOP/s (H200 datasheet, dense bf16) and against
@@ -67,6 +68,8 @@ for model in $models; do
       # host step, parameters up.
       *-offload) extra=(--override ds_config.zero_optimization.offload_optimizer.device=cpu
                         --override ds_config.wall_clock_breakdown=true)
+                 # 3-offload: ZeRO-3 with the parameter shard on the host too.
+                 [[ $stage == 3 ]] && extra+=(--override ds_config.zero_optimization.offload_param.device=cpu)
                  run_steps=12 print=4 ;;  # the host Adam makes these steps long
       # Note [NVMe offload]: swap files under NVME_PATH (a folder on the
       # host's drive, not tmpfs), 100M-element sub-groups.

@@ -94,6 +94,7 @@ void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, Offl
     keys->push_back(Key(p + "fast_init", &o->fast_init));
     keys->push_back(Key(p + "ratio", &o->ratio).Min(0).Max(1));
     keys->push_back(Key(p + "delay_update", &o->delay_update));
+    keys->push_back(Key(p + "delay_update_warmup_steps", &o->delay_update_warmup_steps).Min(0));
     keys->push_back(Unstored(p + "super_offload", ValueKind::kBool));
     keys->push_back(Unstored(p + "convert_grad_on_cpu", ValueKind::kBool));
     keys->push_back(Unstored(p + "cpuadam_cores_perc", ValueKind::kNumber).Min(0).Max(1));
@@ -502,6 +503,13 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                     absl::StrCat("delay_update overlaps the host optimizer step with the next forward and backward: "
                                  "it needs offload_optimizer.device=cpu (it is ",
                                  c.zero_optimization.offload_optimizer.device, ")"));
+  }
+  if (c.zero_optimization.offload_optimizer.delay_update_warmup_steps > 0 &&
+      !c.zero_optimization.offload_optimizer.delay_update) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.delay_update_warmup_steps"),
+                    walk.MarkOf("zero_optimization.offload_optimizer.delay_update_warmup_steps"),
+                    "delay_update_warmup_steps counts the plain steps before the delayed update begins: it has no "
+                    "effect without delay_update: true");
   }
   if (c.zero_optimization.offload_param.device != "none" && c.zero_optimization.stage != 3) {
     problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_param.device"),

@@ -565,6 +565,17 @@ TEST_F(DsConfigTest, DelayUpdateIsReadAndNeedsCpuOffload) {
               ElementsAre(HasSubstr("zero_optimization.offload_optimizer.delay_update: delay_update overlaps the "
                                     "host optimizer step with the next forward and backward: it needs "
                                     "offload_optimizer.device=cpu (it is none)")));
+  path_ = Write("warm.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "delay_update": true, "delay_update_warmup_steps": 40}}})");
+  auto warm = LoadDsConfig(path_, {}, WorldShape{1}, &lines);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->zero_optimization.offload_optimizer.delay_update_warmup_steps, 40);
+  auto warmup_alone = Load("ds.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "delay_update_warmup_steps": 40}}})");
+  EXPECT_THAT(ProblemLines(warmup_alone),
+              ElementsAre(HasSubstr("zero_optimization.offload_optimizer.delay_update_warmup_steps: "
+                                    "delay_update_warmup_steps counts the plain steps before the delayed update "
+                                    "begins: it has no effect without delay_update: true")));
 }
 
 TEST_F(DsConfigTest, NvmeOffloadOfTheOptimizerNeedsItsPathAndReadsAioFromEitherPlace) {

@@ -58,6 +58,9 @@ struct OffloadConfig {
   // Offload paper's one-step-delayed parameter update (Note [Delayed
   // parameter update] in runtime/engine/engine.h).
   bool delay_update = false;
+  // With delay_update: the first steps that update at once before the delay
+  // begins (the paper's warm-up: the early steps move the weights most).
+  int64_t delay_update_warmup_steps = 0;
 };
 
 struct ZeroConfig {

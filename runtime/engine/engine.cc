@@ -197,10 +197,13 @@ absl::Status Engine::Initialize() {
       // unit's gradients are reduced while the rest of backward runs. One
       // rank has nothing to overlap, and moving each unit's gradients into
       // the accumulator during backward would cost it the in-place step.
+      // With the optimizer offloaded there is no in-place step, and each
+      // unit's gradients go down to the host as soon as they are reduced
+      // (Note [Gradients to the host during backward]), at any rank count.
       const bool several_ranks = data_parallel_ != nullptr && data_parallel_->size() > 1;
       // A pipeline reduces once per step, after all micro-batches.
-      options.overlap_units = stage == 2 && config_.zero_optimization.overlap_comm && partitioned != nullptr &&
-                              several_ranks && !stage_ && !experts_apart;
+      options.overlap_units = stage == 2 && partitioned != nullptr && !stage_ && !experts_apart &&
+                              ((config_.zero_optimization.overlap_comm && several_ranks) || options.offload_optimizer);
       if (options.overlap_units) options.units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {
@@ -305,6 +308,8 @@ absl::Status Engine::Backward(const torch::Tensor& loss) {
     // Note [Non-finite guard]: counted on the device, read with the norm.
     torch::Tensor bad = torch::logical_not(torch::isfinite(loss.detach())).to(torch::kFloat).sum();
     nonfinite_losses_ = nonfinite_losses_.defined() ? nonfinite_losses_ + bad : bad;
+    // Note [Gradients to the host during backward].
+    if (zero_ && !stage_) zero_->BeginBackward(IsGradientAccumulationBoundary());
     (loss.to(torch::kFloat) * factor).backward();
     if (stage3_) {
       absl::Status swept = stage3_->FinishBackward();
@@ -785,7 +790,7 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
     }
     if (absl::Status s = SumOverModelParallelGroup(sum); !s.ok()) return s;
     const std::optional<double> factor = UnscaleAndClip(sum.item<double>(), &result);
-    if (delay_update_) {
+    if (delay_update_ && global_steps_ >= config_.zero_optimization.offload_optimizer.delay_update_warmup_steps) {
       // Note [Delayed parameter update]: finish step N-1 (wait, upload),
       // then hand this step to the host thread; a skipped step only finishes.
       const auto finish_from = now();
@@ -841,7 +846,8 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
         torch::Tensor& master = zero_->master_shard();
         gathered = zero_->GatherParameters([&](int64_t offset, int64_t length) {
           const auto from = std::chrono::steady_clock::now();
-          shard_adam_->StepRange(master, grad, offset, length, result.lr, beta1, beta2, coefficient);
+          shard_adam_->StepRange(master, grad, offset, length, result.lr, beta1, beta2, coefficient,
+                                 zero_->host_parameter_copy());
           host_step_seconds += seconds(from, std::chrono::steady_clock::now());
         });
       } else {
@@ -911,6 +917,7 @@ void Engine::StartHostStep(std::vector<HostStepRange> ranges, const torch::Tenso
   // gradient (the next step's, in another buffer) while this one steps.
   torch::Tensor master = zero_->master_shard().detach();
   torch::Tensor grad = gradient.detach();
+  torch::Tensor rounded = zero_->host_parameter_copy();  // Note [bf16 parameters from the host step]
   ShardAdam* adam = shard_adam_.get();
   host_step_ = std::async(std::launch::async, [=, ranges = std::move(ranges)]() mutable {
     const auto from = std::chrono::steady_clock::now();
@@ -918,7 +925,7 @@ void Engine::StartHostStep(std::vector<HostStepRange> ranges, const torch::Tenso
       torch::NoGradGuard no_grad;
       for (const HostStepRange& range : ranges) {
         range.uploaded.WaitOnHost();
-        adam->StepRange(master, grad, range.offset, range.length, lr, beta1, beta2, grad_scale);
+        adam->StepRange(master, grad, range.offset, range.length, lr, beta1, beta2, grad_scale, rounded);
       }
     } catch (const c10::Error& e) {
       return std::pair{absl::InternalError(absl::StrCat("delayed host step: ", e.what_without_backtrace())), 0.0};

@@ -208,6 +208,9 @@ class Engine {
   // GatherFullParameters, and the engine's end. An evaluation between steps
   // sees what the forward sees. A run that saves a checkpoint at step N goes
   // on from the parameters of step N, exactly as a run resumed from it does.
+  // With delay_update_warmup_steps = W, steps 0..W-1 update at once (the
+  // paper's warm-up) and the delay starts at step W, whose own gradient is
+  // still taken on current parameters.
   // ZeRO 1-3 with offload_optimizer.device=cpu; not with NVMe, experts or a
   // pipeline (refused). No-op without a pending step.
   absl::Status ApplyPendingUpdate();

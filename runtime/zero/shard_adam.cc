@@ -56,16 +56,17 @@ void ShardAdam::Step(torch::Tensor& p, const torch::Tensor& g, double lr, double
 }
 
 void ShardAdam::StepRange(torch::Tensor& p, const torch::Tensor& g, int64_t offset, int64_t length, double lr,
-                          double beta1, double beta2, double grad_scale) {
+                          double beta1, double beta2, double grad_scale, const torch::Tensor& rounded) {
   torch::NoGradGuard no_grad;
   torch::Tensor piece = p.narrow(0, offset, length);
   torch::Tensor m = exp_avg_.narrow(0, offset, length);
   torch::Tensor v = exp_avg_sq_.narrow(0, offset, length);
-  StepTensors(piece, g.narrow(0, offset, length), m, v, lr, beta1, beta2, grad_scale);
+  StepTensors(piece, g.narrow(0, offset, length), m, v, lr, beta1, beta2, grad_scale,
+              rounded.defined() ? rounded.narrow(0, offset, length) : torch::Tensor());
 }
 
 void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
-                            double beta1, double beta2, double grad_scale) {
+                            double beta1, double beta2, double grad_scale, const torch::Tensor& rounded) {
   if (host_kernel_) {
     kernels::AdamParams adam;
     adam.lr = static_cast<float>(lr);
@@ -77,10 +78,18 @@ void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Ten
     adam.step = step_;
     adam.grad_scale = grad_scale;
     torch::Tensor grad = g.contiguous();
+    uint16_t* rounded_out = nullptr;
+    if (rounded.defined()) {
+      TORCH_CHECK(rounded.scalar_type() == torch::kBFloat16 && rounded.is_contiguous() && !rounded.is_cuda() &&
+                      rounded.numel() == p.numel(),
+                  "the bf16 copy of a host step must be a contiguous host bf16 tensor of the range's size");
+      rounded_out = reinterpret_cast<uint16_t*>(rounded.data_ptr());
+    }
     kernels::CpuAdamStep(adam, p.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                         p.numel());
+                         p.numel(), rounded_out);
     return;
   }
+  TORCH_CHECK(!rounded.defined(), "a bf16 copy of the step needs the host kernel");
   if (p.is_cuda() && FusedAdamWAvailable()) {
     // One pass over the shard instead of LibTorch's ten.
     kernels::AdamWHyperparameters h = Hyperparameters(lr, beta1, beta2);

@@ -30,9 +30,12 @@ class ShardAdam {
             double grad_scale = 1.0);
   // Elements [offset, offset + length) of p, g and the moments through the
   // step CountStep counted (Note [Step while uploading] in zero_partition.h):
-  // stepping a shard range by range gives the bits of one Step.
+  // stepping a shard range by range gives the bits of one Step. With a
+  // defined `rounded` (bf16, p's shape; Note [bf16 parameters from the host
+  // step]), the host kernel also writes the range's new values rounded to
+  // bf16 there, in the same pass.
   void StepRange(torch::Tensor& p, const torch::Tensor& g, int64_t offset, int64_t length, double lr,
-                 double beta1, double beta2, double grad_scale);
+                 double beta1, double beta2, double grad_scale, const torch::Tensor& rounded = {});
   // One step over entries that cover the shard in pieces (Note [In-place
   // fused step]); each gradient is multiplied by grad_scale first, or, given
   // the device Σ grad² (FusedGradSumSquares), by the clip coefficient the
@@ -68,7 +71,7 @@ class ShardAdam {
   kernels::AdamWHyperparameters Hyperparameters(double lr, double beta1, double beta2) const;
   // p, m, v ← one step (the step count already advanced), in place.
   void StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, double lr,
-                   double beta1, double beta2, double grad_scale);
+                   double beta1, double beta2, double grad_scale, const torch::Tensor& rounded = {});
 
   const double eps_;
   const double weight_decay_;

@@ -137,6 +137,13 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     // Pinned host memory makes the copies to and from the GPU asynchronous.
     if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
     zero->master_shard_ = shard.requires_grad_(true);
+    // Note [bf16 parameters from the host step]. Not when stage 3 keeps its
+    // parameter shard on the host: that shard is the gathers' source already.
+    if (options.offload_optimizer && first.scalar_type() == torch::kBFloat16 &&
+        !(options.stage == 3 && options.offload_param)) {
+      zero->host_parameter_copy_ =
+          torch::empty({zero->shard_size_}, torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(first.is_cuda()));
+    }
   }
   if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
   if (options.stage == 3) {
@@ -275,6 +282,14 @@ absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
     if (worker_) compat::KeepUntilCurrentStreamDone(flat);
     if (!scattered.ok()) return scattered;
     AddToAccumulator(unit, mine);
+    if (streaming_) {
+      // Note [Gradients to the host during backward]. A unit whose
+      // gradients come twice in one backward is streamed again, whole.
+      streamed_norms_.narrow(0, u, 1).copy_(
+          MeanInto(grad_accumulator_.narrow(0, unit.shard_offset, unit.piece), unit.shard_offset, streamed_mean_,
+                   /*asynchronous=*/true));
+      streamed_units_[u] = 1;
+    }
     return absl::OkStatus();
   };
   if (!worker_) return reduce();
@@ -377,35 +392,77 @@ absl::Status ZeroPartition::ReduceShardGradientSum() {
   return absl::OkStatus();
 }
 
-absl::Status ZeroPartition::PrepareShardGradient() {
-  torch::NoGradGuard no_grad;
-  if (absl::Status s = ReduceShardGradientSum(); !s.ok()) return s;
-  const torch::Tensor& shard_sum = shard_gradient_sum_;
+torch::Tensor ZeroPartition::MeanInto(const torch::Tensor& sum, int64_t shard_offset, torch::Tensor& mean,
+                                      bool asynchronous) const {
   // Σ over ranks → mean, in fp32, and its squared norm in fp64, a chunk at a
   // time: a whole-shard fp32 and fp64 copy would need 12 bytes per element
   // on the device at once (9 GiB for a 1.2B-parameter shard).
   // (prescale_gradients is refused with ZeRO by the config: "not yet supported".)
   constexpr int64_t kChunk = int64_t{1} << 24;
-  const auto shard_options = shard_sum.options().dtype(torch::kFloat);
-  torch::Tensor mean =
-      offload() ? torch::empty({shard_size_}, shard_options.device(torch::kCPU).pinned_memory(shard_sum.is_cuda()))
-                : torch::empty({shard_size_}, shard_options);
   // The norm where the gradient is (a GPU reduces 86M values in microseconds;
   // the host would take a good part of a second).
-  torch::Tensor norm = torch::zeros({1}, shard_options.dtype(torch::kDouble));
-  for (int64_t begin = 0; begin < shard_size_; begin += kChunk) {
-    const int64_t length = std::min(kChunk, shard_size_ - begin);
-    torch::Tensor chunk = shard_sum.narrow(0, begin, length)
-                              .to(torch::kFloat, false, /*copy=*/true)
-                              .div_(static_cast<double>(data_parallel_size()));
+  torch::Tensor norm = torch::zeros({1}, sum.options().dtype(torch::kDouble));
+  for (int64_t begin = 0; begin < sum.numel(); begin += kChunk) {
+    const int64_t length = std::min(kChunk, sum.numel() - begin);
+    torch::Tensor chunk =
+        sum.narrow(0, begin, length).to(torch::kFloat, false, /*copy=*/true).div_(static_cast<double>(data_parallel_size()));
     torch::Tensor squares = chunk.to(torch::kDouble).pow_(2);
-    if (norm_weight_.defined()) squares.mul_(norm_weight_.narrow(0, begin, length).to(squares.device()));
+    if (norm_weight_.defined()) {
+      squares.mul_(norm_weight_.narrow(0, shard_offset + begin, length).to(squares.device()));
+    }
     norm.add_(squares.sum());
     // Down into pinned memory when offloading from a GPU: an asynchronous
     // copy at full PCIe bandwidth instead of a pageable one.
-    mean.narrow(0, begin, length).copy_(chunk, /*non_blocking=*/false);
+    mean.narrow(0, shard_offset + begin, length).copy_(chunk, /*non_blocking=*/asynchronous);
   }
-  local_norm_squared_ = norm;
+  return norm;
+}
+
+bool ZeroPartition::StreamsGradientsToHost() const {
+  return offload() && worker_ != nullptr && (stage() == 3 || options_.overlap_units);
+}
+
+void ZeroPartition::BeginBackward(bool last_micro_step) {
+  streaming_ = last_micro_step && StreamsGradientsToHost();
+  if (!streaming_) return;
+  const torch::Tensor& first = params_.front();
+  streamed_mean_ = torch::empty(
+      {shard_size_}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(first.is_cuda()));
+  streamed_norms_ = torch::zeros({units()}, first.options().dtype(torch::kDouble));
+  streamed_units_.assign(units_.size(), 0);
+}
+
+absl::Status ZeroPartition::PrepareShardGradient() {
+  torch::NoGradGuard no_grad;
+  if (absl::Status s = ReduceShardGradientSum(); !s.ok()) return s;
+  const torch::Tensor& shard_sum = shard_gradient_sum_;
+  torch::Tensor mean;
+  if (streaming_) {
+    // Note [Gradients to the host during backward]: the worker has drained;
+    // what remains are the units without gradients in that backward (their
+    // earlier micro-steps' sum, or zeros).
+    streaming_ = false;
+    mean = std::move(streamed_mean_);
+    streamed_unit_count_ = 0;
+    for (int u = 0; u < units(); ++u) {
+      if (streamed_units_[u]) {
+        ++streamed_unit_count_;
+        continue;
+      }
+      const Unit& unit = units_[u];
+      streamed_norms_.narrow(0, u, 1).copy_(
+          MeanInto(shard_sum.narrow(0, unit.shard_offset, unit.piece), unit.shard_offset, mean, false));
+    }
+    local_norm_squared_ = streamed_norms_.sum().reshape({1});
+    streamed_norms_ = torch::Tensor();
+  } else {
+    streamed_unit_count_ = 0;
+    const auto shard_options = shard_sum.options().dtype(torch::kFloat);
+    mean = offload()
+               ? torch::empty({shard_size_}, shard_options.device(torch::kCPU).pinned_memory(shard_sum.is_cuda()))
+               : torch::empty({shard_size_}, shard_options);
+    local_norm_squared_ = MeanInto(shard_sum, 0, mean, /*asynchronous=*/false);
+  }
   if (swapped_) {
     shard_gradient_ = mean;
   } else {
@@ -419,16 +476,19 @@ namespace {
 
 // Note [Step while uploading]: source's [offset, offset + target.numel())
 // into target, each range stepped first when step_range is given.
-void StepAndCopyToParameters(const torch::Tensor& source, int64_t offset, torch::Tensor target,
-                             const ZeroPartition::StepRange& step_range) {
+// With `rounded` (Note [bf16 parameters from the host step]) each stepped
+// range goes up from there instead.
+void StepAndCopyToParameters(const torch::Tensor& source, const torch::Tensor& rounded, int64_t offset,
+                             torch::Tensor target, const ZeroPartition::StepRange& step_range) {
   if (!step_range) {
     CopyToParameters(source.narrow(0, offset, target.numel()), target);
     return;
   }
+  const torch::Tensor& from = rounded.defined() ? rounded : source;
   for (int64_t begin = 0; begin < target.numel(); begin += ZeroPartition::kUploadRangeElements) {
     const int64_t length = std::min(ZeroPartition::kUploadRangeElements, target.numel() - begin);
     step_range(offset + begin, length);
-    CopyToParameters(source.narrow(0, offset + begin, length), target.narrow(0, begin, length));
+    CopyToParameters(from.narrow(0, offset + begin, length), target.narrow(0, begin, length));
   }
 }
 
@@ -442,13 +502,13 @@ absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     // With NVMe offload the step already wrote it (StoreUpdatedMaster).
-    if (!swapped_) StepAndCopyToParameters(master_shard_.detach(), 0, param_shard_, step_range);
+    if (!swapped_) StepAndCopyToParameters(master_shard_.detach(), host_parameter_copy_, 0, param_shard_, step_range);
     return RegatherPersistentUnits();
   }
   const torch::Tensor& updated = swapped_ ? updated_parameters_ : master_shard_;
   for (const Unit& unit : units_) {
     torch::Tensor mine = torch::empty({unit.piece}, params_.front().options());
-    StepAndCopyToParameters(updated.detach(), unit.shard_offset, mine, step_range);
+    StepAndCopyToParameters(updated.detach(), host_parameter_copy_, unit.shard_offset, mine, step_range);
     torch::Tensor all = torch::empty({unit.piece * shards_}, mine.options());
     if (comm_ != nullptr && shards_ > 1) {
       absl::Status gathered = comm_->AllGather(mine, all);

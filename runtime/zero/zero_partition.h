@@ -127,6 +127,23 @@ class ZeroPartition {
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
   // the shard accumulator and free them. No-op for stages 1 and 3.
   absl::Status AccumulateMicroStep();
+  // Note [Gradients to the host during backward]: with the optimizer on the
+  // host and each unit's gradients reduced as soon as its backward is over
+  // (stage 2 with overlapped units, stage 3), the micro-step before a step
+  // also turns each unit's reduced piece into its fp32 mean and squared norm
+  // right there, on the comm worker, and copies the mean down to pinned host
+  // memory: the copy runs beside the rest of backward instead of after it.
+  // PrepareShardGradient then handles only the units that had no gradient
+  // in that backward. The values are those of the path without streaming;
+  // the norm is summed unit by unit (fp64), so the clip coefficient can
+  // differ in its last bits. The engine says before each backward whether
+  // it is the last micro-step; the call does nothing where streaming does
+  // not apply.
+  void BeginBackward(bool last_micro_step);
+  bool StreamsGradientsToHost() const;
+  // Units whose mean the last boundary's backward streamed (read after the
+  // step's PrepareShardGradient; for tests and the offload breakdown).
+  int streamed_units() const { return streamed_unit_count_; }
   // At the boundary: the sum over ranks of this rank's pieces of the
   // gradients, in the gradients' dtype (shard_gradient_sum()). Stages 1-2
   // reduce-scatter each unit (stage 2 during the micro-steps), stage 3 drains
@@ -152,9 +169,23 @@ class ZeroPartition {
   // up. The ranges cover the shard once, in order, in pieces of at most
   // kUploadRangeElements. Not with NVMe offload, whose step writes the
   // updated values itself (StoreUpdatedMaster).
+  //
+  // Note [bf16 parameters from the host step]: with the master shard on the
+  // host and bf16 parameters (not offload_param, not NVMe), the CPU Adam
+  // also writes each stepped range rounded to bf16 into
+  // host_parameter_copy() in its one pass (the rounding is c10::BFloat16's,
+  // Note [bf16 rounding]), and a gather with `step_range` sends those 2
+  // bytes per element instead of the fp32 master's 4, with no conversion
+  // left to the device. So a `step_range` (or, under the delayed update,
+  // the host step it stands for) must write the copy of every range it
+  // covers. A gather without `step_range` (after a checkpoint load) reads
+  // the master as before.
   using StepRange = std::function<void(int64_t offset, int64_t length)>;
   static constexpr int64_t kUploadRangeElements = int64_t{1} << 24;
   absl::Status GatherParameters(const StepRange& step_range = {});
+  // Undefined unless Note [bf16 parameters from the host step] applies:
+  // [Σ S_u] bf16 on the host (pinned when the parameters are on a GPU).
+  const torch::Tensor& host_parameter_copy() const { return host_parameter_copy_; }
   // Drops gradients (model and shard) for the next accumulation window.
   void ZeroGradients();
 
@@ -252,6 +283,13 @@ class ZeroPartition {
   // Reduce-scatter (or copy on one rank) of a unit's padded flat vector.
   absl::Status ScatterInto(torch::Tensor flat, int64_t piece, torch::Tensor mine);
   void AddToAccumulator(const Unit& unit, const torch::Tensor& mine);
+  // Elements [shard_offset, shard_offset + sum.numel()) of the prepared
+  // gradient: `sum` (a piece of the reduced sum) divided by N into `mean`
+  // (fp32), 16M elements at a time; returns the piece's Σ g² ([1] fp64,
+  // weighted by norm_weight_) where `sum` is. `asynchronous`: the copy into
+  // `mean` does not wait (pinned memory, the caller's stream orders it).
+  torch::Tensor MeanInto(const torch::Tensor& sum, int64_t shard_offset, torch::Tensor& mean,
+                         bool asynchronous) const;
   // A unit's gathered flat values [N·S_u] into its model parameters.
   void CopyIntoParameters(const Unit& unit, const torch::Tensor& all);
   // Stage 3 after a step: persistent units gathered again, the others released.
@@ -280,6 +318,16 @@ class ZeroPartition {
   // when it counts every one (ZeroOptions::norm_counts).
   torch::Tensor norm_weight_;
   torch::Tensor shard_gradient_sum_;  // [Σ S_u] in the gradients' dtype, at the boundary
+  torch::Tensor host_parameter_copy_;  // Note [bf16 parameters from the host step]
+  // Note [Gradients to the host during backward]: set by BeginBackward on
+  // the training thread before the backward whose units the worker streams;
+  // the worker fills the mean, the per-unit norms and the flags, read after
+  // Drain.
+  bool streaming_ = false;
+  torch::Tensor streamed_mean_;          // [Σ S_u] fp32, host
+  torch::Tensor streamed_norms_;         // [units] fp64, device
+  std::vector<char> streamed_units_;     // per unit: its piece is in streamed_mean_
+  int streamed_unit_count_ = 0;
   // Stage 3.
   torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
   std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered

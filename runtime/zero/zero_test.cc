@@ -1,6 +1,7 @@
 // ZeRO stages 1, 2 and 3 against stage 0: the same losses and parameters,
 // the memory the ZeRO formulas promise, and checkpoints that load at another
-// data-parallel size (and stage).
+// data-parallel size (and stage). Offload (CPU, NVMe, the delayed update) is
+// in zero_offload_test.cc.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "runtime/estimate/memory_estimate.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/zero/zero_test_util.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -27,56 +29,10 @@ using testing::Batch;
 using testing::MaxDifference;
 using testing::Parameters;
 using testing::TinyGpt;
-
-DsConfig Config(int stage, int64_t micro, int64_t accumulation, int dp) {
-  DsConfig config;
-  config.zero_optimization.stage = stage;
-  config.train_micro_batch_size_per_gpu = micro;
-  config.gradient_accumulation_steps = accumulation;
-  config.train_batch_size = micro * accumulation * dp;
-  config.optimizer.type = "AdamW";
-  config.optimizer.lr = 1e-2;
-  config.optimizer.weight_decay = 0.01;
-  config.gradient_clipping = 0.5;  // clipping across shards is part of what is checked
-  config.zero_optimization.reduce_bucket_size = 1000;
-  // Stage 3: partition every unit of the tiny model (the default threshold
-  // would keep all of them whole).
-  config.zero_optimization.stage3_param_persistence_threshold = 0;
-  return config;
-}
-
-// The trained parameters; with ZeRO-3 they are gathered first (a collective).
-std::vector<torch::Tensor> TrainedParameters(Engine& engine, Gpt& model) {
-  EXPECT_TRUE(engine.GatherFullParameters().ok());
-  return Parameters(model);
-}
-
-// Global batch of 8 rows per step, split over `dp` ranks and `accumulation` micro-steps.
-std::vector<double> Train(Engine& engine, Gpt& model, int first_step, int steps, int64_t accumulation,
-                          int dp, int rank) {
-  const int64_t micro = 8 / (accumulation * dp);
-  std::vector<double> losses;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    double loss_sum = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      auto [inputs, targets] = Batch(step * 8 + m * micro * dp + rank * micro, micro);
-      torch::Tensor loss = model->Loss(inputs, targets);
-      loss_sum += loss.item<double>() / accumulation;
-      EXPECT_TRUE(engine.Backward(loss).ok());
-      EXPECT_TRUE(engine.Step().ok());
-    }
-    losses.push_back(loss_sum);
-  }
-  return losses;
-}
-
-class ZeroTest : public ::testing::Test {
- protected:
-  void RunRanks(int world, const std::function<void(int, Communicator*)>& body) {
-    store_.RunRanks(world, [&](int rank, Communicator& comm) { body(rank, &comm); });
-  }
-  testing::InProcessStore store_{"zero-test"};
-};
+using zero_testing::Config;
+using zero_testing::Train;
+using zero_testing::TrainedParameters;
+using zero_testing::ZeroTest;
 
 TEST_F(ZeroTest, StagesOneTwoAndThreeMatchStageZero) {
   Gpt reference_model(TinyGpt(), 21);
@@ -277,192 +233,6 @@ TEST_F(ZeroTest, CheckpointResumesExactlyAndLoadsAtAnotherWorldSizeAndStage) {
   EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
 }
 
-TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
-  // Stage 3 also offloads its parameter shard (offload_param).
-  for (int stage : {1, 2, 3}) {
-    std::vector<std::vector<torch::Tensor>> params(2), offloaded(2);
-    for (bool offload : {false, true}) {
-      RunRanks(2, [&](int rank, Communicator* comm) {
-        DsConfig config = Config(stage, 4, 1, 2);
-        if (offload) config.zero_optimization.offload_optimizer.device = "cpu";
-        if (offload && stage == 3) config.zero_optimization.offload_param.device = "cpu";
-        Gpt model(TinyGpt(), 13);
-        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
-        ASSERT_TRUE(engine.ok()) << engine.status();
-        Train(**engine, model, 0, 3, 1, 2, rank);
-        EXPECT_EQ((*engine)->Memory().optimizer_on_host, offload);
-        EXPECT_EQ((*engine)->Memory().parameters_on_host, offload && stage == 3);
-        (offload ? offloaded : params)[rank] = TrainedParameters(**engine, model);
-      });
-    }
-    // The SIMD step fuses the moment updates' multiply-adds (kernels/cpu_adam.h
-    // bounds it at ~1e-6 of the inputs per operation); over three steps of lr
-    // 1e-2 that stays far below 1e-5 of the weights.
-    for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_LT(MaxDifference(params[rank], offloaded[rank]), 1e-5) << "stage " << stage;
-    }
-  }
-}
-
-// Note [NVMe offload]: swap files on a real file system, beside the test.
-class NvmeFolder {
- public:
-  // Not std::filesystem: fs/file_system.h says why.
-  NvmeFolder() {
-    char cwd[4096] = {0};
-    EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
-    path_ = std::string(cwd) + "/nvme-test-" + std::to_string(::getpid());
-    EXPECT_TRUE(FileSystem::Default().RemoveTree(path_).ok());
-    EXPECT_TRUE(FileSystem::Default().CreateDirectories(path_).ok());
-  }
-  ~NvmeFolder() { (void)FileSystem::Default().RemoveTree(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void UseNvme(DsConfig& config, const std::string& path) {
-  config.zero_optimization.offload_optimizer.device = "nvme";
-  config.zero_optimization.offload_optimizer.nvme_path = path;
-  config.zero_optimization.sub_group_size = 1000;  // several sub-groups of the tiny model's shard
-  config.aio.block_size = 8192;
-  config.aio.queue_depth = 4;
-}
-
-TEST_F(ZeroTest, NvmeOffloadMatchesCpuOffloadBitForBit) {
-  // The same SIMD Adam over the same values, a sub-group at a time from the
-  // swap files instead of over the whole shard in memory: equal bit for bit,
-  // at stages 2 and 3, on 1 and 2 ranks, through io_uring and pread/pwrite.
-  NvmeFolder folder;
-  std::map<std::pair<int, int>, std::pair<std::vector<double>, std::vector<torch::Tensor>>> cpu;
-  for (int stage : {2, 3}) {
-    for (int world : {1, 2}) {
-      for (const char* io : {"cpu", "io_uring", "pread"}) {
-        if (std::string(io) == "pread") {
-          if (stage != 2 || world != 2) continue;
-          ::setenv(rank_env::kNoIoUring, "1", 1);
-        }
-        std::vector<std::vector<double>> losses(world);
-        std::vector<std::vector<torch::Tensor>> params(world);
-        RunRanks(world, [&](int rank, Communicator* comm) {
-          DsConfig config = Config(stage, 8 / world, 1, world);
-          if (std::string(io) == "cpu") {
-            config.zero_optimization.offload_optimizer.device = "cpu";
-          } else {
-            UseNvme(config, folder.path());
-          }
-          Gpt model(TinyGpt(), 17);
-          auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
-          ASSERT_TRUE(engine.ok()) << engine.status();
-          if (std::string(io) != "cpu") {
-            const std::string described = (*engine)->NvmeOffloadDescription();
-            EXPECT_NE(described.find(std::string(io) == "pread" ? "pread/pwrite" : "io_uring"), std::string::npos)
-                << described;
-            const Engine::MemoryBreakdown memory = (*engine)->Memory();
-            EXPECT_EQ(memory.master_weights, 0);
-            EXPECT_EQ(memory.optimizer_state, 0);
-            // Master and both moments of every shard element (fp32 gradients: 4 bytes each).
-            EXPECT_GE(memory.swapped_to_nvme, 12 * (memory.gradients / 4));
-          }
-          losses[rank] = Train(**engine, model, 0, 3, 1, world, rank);
-          params[rank] = TrainedParameters(**engine, model);
-        });
-        ::unsetenv(rank_env::kNoIoUring);
-        const std::string what = absl::StrCat("stage ", stage, " world ", world, " ", io);
-        if (std::string(io) == "cpu") {
-          cpu[std::make_pair(stage, world)] = {losses[0], params[0]};
-          continue;
-        }
-        const auto& reference = cpu[std::make_pair(stage, world)];
-        EXPECT_EQ(losses[0], reference.first) << what;
-        EXPECT_EQ(MaxDifference(params[0], reference.second), 0.0) << what;
-      }
-    }
-  }
-  // Every rank's folder went with its engine.
-  auto left = FileSystem::Default().ListDirectory(folder.path() + "/dslaunch-swap");
-  ASSERT_TRUE(left.ok()) << left.status();
-  EXPECT_TRUE(left->empty());
-}
-
-TEST_F(ZeroTest, NvmeOffloadCheckpointsResumeBitForBitAndLoadWithoutIt) {
-  NvmeFolder folder;
-  const std::string dir = "/tmp/zero-nvme-ckpt-" + std::to_string(::getpid());
-  ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
-  std::vector<double> uninterrupted;
-  std::vector<torch::Tensor> final_params;
-  auto config_for = [&](bool nvme) {
-    DsConfig config = Config(2, 4, 1, 2);
-    if (nvme) {
-      UseNvme(config, folder.path());
-    } else {
-      config.zero_optimization.offload_optimizer.device = "cpu";
-    }
-    return config;
-  };
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    Gpt model(TinyGpt(), 5);
-    auto engine = Engine::Create(model.ptr(), config_for(true), ParallelState::DataParallelOnly(comm), torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    Train(**engine, model, 0, 2, 1, 2, rank);
-    ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "step2", {{"consumed_samples", 16}}).ok());
-    auto later = Train(**engine, model, 2, 2, 1, 2, rank);
-    auto params = TrainedParameters(**engine, model);
-    if (rank == 0) {
-      uninterrupted = later;
-      final_params = params;
-    }
-  });
-  // Into NVMe offload again, and into CPU offload: the same checkpoint, the
-  // same continuation, bit for bit.
-  for (bool nvme : {true, false}) {
-    RunRanks(2, [&](int rank, Communicator* comm) {
-      Gpt model(TinyGpt(), 99);
-      auto engine = Engine::Create(model.ptr(), config_for(nvme), ParallelState::DataParallelOnly(comm), torch::kCPU);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      auto client = EngineCheckpointer(**engine).Load(dir);
-      ASSERT_TRUE(client.ok()) << client.status();
-      auto later = Train(**engine, model, 2, 2, 1, 2, rank);
-      auto params = TrainedParameters(**engine, model);
-      if (rank == 0) {
-        EXPECT_EQ(later, uninterrupted) << (nvme ? "nvme" : "cpu");
-        EXPECT_EQ(MaxDifference(params, final_params), 0.0) << (nvme ? "nvme" : "cpu");
-      }
-    });
-  }
-  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
-}
-
-TEST_F(ZeroTest, ACorruptSwapFileStopsTheStepNamingIt) {
-  NvmeFolder folder;
-  Gpt model(TinyGpt(), 3);
-  DsConfig config = Config(2, 8, 1, 1);
-  UseNvme(config, folder.path());
-  auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  Train(**engine, model, 0, 1, 1, 1, 0);
-  const std::string file = folder.path() + "/dslaunch-swap/job-rank0/exp_avg_sq.0.swp";
-  {
-    // One flipped bit in the payload.
-    std::fstream swap(file, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(swap.good()) << file;
-    char byte = 0;
-    swap.seekg(4096 + 8);
-    swap.read(&byte, 1);
-    byte ^= 0x10;
-    swap.seekp(4096 + 8);
-    swap.write(&byte, 1);
-  }
-  auto [inputs, targets] = Batch(8, 8);
-  ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
-  auto stepped = (*engine)->Step();
-  ASSERT_FALSE(stepped.ok());
-  EXPECT_NE(std::string(stepped.status().message()).find("swap file " + file + ": checksum mismatch"),
-            std::string::npos)
-      << stepped.status();
-}
-
 TEST_F(ZeroTest, StageThreePrefetchGathersTheNextBlockAheadWithTheSameResults) {
   // Note [ZeRO-3 prefetch]: the next block's all-gather runs on the comm
   // worker while the current one computes. Same collectives, same order of
@@ -606,119 +376,6 @@ TEST_F(ZeroTest, StageThreeWithActivationCheckpointingAndBf16MatchesStageZero) {
       EXPECT_LT(MaxDifference(params[0], params[1]), 2e-2);
     }
   }
-}
-
-// Note [Delayed parameter update]'s arithmetic without the engine's thread:
-// step k's gradient is taken on a second copy of the model that holds the
-// parameters after k-2 updates, and handed to a stage-0 engine on the first
-// copy through the surrogate loss Σ p·g (whose gradient is g). Returns the
-// per-step losses and the parameters after all updates.
-std::pair<std::vector<double>, std::vector<torch::Tensor>> DelayedUpdateReference(int steps, int seed) {
-  Gpt ahead(TinyGpt(), seed), behind(TinyGpt(), seed);
-  auto engine = Engine::Create(ahead.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  std::vector<torch::Tensor> previous = Parameters(ahead);
-  std::vector<double> losses;
-  for (int step = 0; step < steps; ++step) {
-    auto [inputs, targets] = Batch(step * 8, 8);
-    torch::Tensor loss = behind->Loss(inputs, targets);
-    losses.push_back(loss.item<double>());
-    std::vector<torch::Tensor> behind_params = behind->parameters();
-    std::vector<torch::Tensor> grads = torch::autograd::grad({loss}, behind_params, {}, false, false, true);
-    std::vector<torch::Tensor> ahead_params = ahead->parameters();
-    torch::Tensor surrogate = torch::zeros({}, torch::kDouble);
-    for (size_t i = 0; i < ahead_params.size(); ++i) {
-      if (grads[i].defined()) surrogate = surrogate + (ahead_params[i] * grads[i]).sum();
-    }
-    EXPECT_TRUE((*engine)->Backward(surrogate).ok());
-    EXPECT_TRUE((*engine)->Step().ok());
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < behind_params.size(); ++i) behind_params[i].copy_(previous[i]);
-    previous = Parameters(ahead);
-  }
-  return {losses, Parameters(ahead)};
-}
-
-TEST_F(ZeroTest, DelayedUpdateTakesEachGradientOneUpdateLateAtEveryStage) {
-  constexpr int kSteps = 4;
-  auto [reference_losses, reference_params] = DelayedUpdateReference(kSteps, 17);
-  // The delayed run is not the plain one: from the second step on, the two
-  // differ by far more than the tolerance below.
-  Gpt plain_model(TinyGpt(), 17);
-  auto plain = Engine::Create(plain_model.ptr(), Config(0, 8, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  ASSERT_TRUE(plain.ok());
-  auto plain_losses = Train(**plain, plain_model, 0, kSteps, 1, 1, 0);
-  EXPECT_EQ(plain_losses[0], reference_losses[0]);
-  EXPECT_GT(std::abs(plain_losses[2] - reference_losses[2]), 1e-3);
-  for (int stage : {1, 2, 3}) {
-    for (int world : {1, 2, 4}) {
-      for (int64_t accumulation : {1, 2}) {
-        if (8 % (world * accumulation) != 0) continue;
-        std::vector<std::vector<double>> losses(world);
-        std::vector<std::vector<torch::Tensor>> params(world);
-        RunRanks(world, [&](int rank, Communicator* comm) {
-          DsConfig config = Config(stage, 8 / (world * accumulation), accumulation, world);
-          config.zero_optimization.offload_optimizer.device = "cpu";
-          config.zero_optimization.offload_optimizer.delay_update = true;
-          if (stage == 3) config.zero_optimization.offload_param.device = "cpu";
-          Gpt model(TinyGpt(), 17);
-          auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
-          ASSERT_TRUE(engine.ok()) << engine.status();
-          losses[rank] = Train(**engine, model, 0, kSteps, accumulation, world, rank);
-          // Applies the last step's pending update first.
-          params[rank] = TrainedParameters(**engine, model);
-        });
-        const std::string what = absl::StrCat("stage ", stage, " world ", world, " gas ", accumulation);
-        for (int step = 0; step < kSteps; ++step) {
-          double mean = 0;
-          for (int rank = 0; rank < world; ++rank) mean += losses[rank][step] / world;
-          EXPECT_NEAR(mean, reference_losses[step], 1e-5) << what << " step " << step;
-        }
-        for (int rank = 0; rank < world; ++rank) {
-          EXPECT_LT(MaxDifference(params[rank], reference_params), 1e-4) << what << " rank " << rank;
-        }
-      }
-    }
-  }
-}
-
-TEST_F(ZeroTest, DelayedUpdateCheckpointsResumeBitForBit) {
-  // A save applies the pending update; the run goes on from it exactly as a
-  // run resumed from the checkpoint does.
-  const std::string dir = "/tmp/zero-delay-ckpt-" + std::to_string(::getpid());
-  ASSERT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
-  DsConfig config = Config(2, 4, 1, 2);
-  config.zero_optimization.offload_optimizer.device = "cpu";
-  config.zero_optimization.offload_optimizer.delay_update = true;
-  std::vector<double> uninterrupted;
-  std::vector<torch::Tensor> final_params;
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    Gpt model(TinyGpt(), 7);
-    auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    Train(**engine, model, 0, 3, 1, 2, rank);
-    ASSERT_TRUE(EngineCheckpointer(**engine).Save(dir, "step3", {{"consumed_samples", 24}}).ok());
-    auto later = Train(**engine, model, 3, 3, 1, 2, rank);
-    auto params = TrainedParameters(**engine, model);
-    if (rank == 0) {
-      uninterrupted = later;
-      final_params = params;
-    }
-  });
-  RunRanks(2, [&](int rank, Communicator* comm) {
-    Gpt model(TinyGpt(), 99);
-    auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    auto client = EngineCheckpointer(**engine).Load(dir);
-    ASSERT_TRUE(client.ok()) << client.status();
-    auto later = Train(**engine, model, 3, 3, 1, 2, rank);
-    auto params = TrainedParameters(**engine, model);
-    if (rank == 0) {
-      EXPECT_EQ(later, uninterrupted);
-      EXPECT_EQ(MaxDifference(params, final_params), 0.0);
-    }
-  });
-  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());
 }
 
 TEST_F(ZeroTest, RefusedCombinationsSayWhy) {
