@@ -3,18 +3,23 @@
 // Steps one buffer with every CPU Adam path this CPU supports and with
 // LibTorch's torch::optim::AdamW on the same sizes, in one run, and prints
 // elements/s, GB/s at 28 bytes per element (read p, g, m, v; write p, m, v;
-// 30 with the bf16 copy) and the speed-up over LibTorch. Built, never run by
-// the tests.
+// 30 with the bf16 copy) and the speed-up over LibTorch; then the host's copy
+// bandwidth measured here (a memcpy split over the same number of threads,
+// read plus written bytes) and the best path's share of it, issue 19's
+// yardstick. Built, never run by the tests.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu_adam.h"
+#include "kernels/range_thread_pool.h"
 
 namespace dslaunch::kernels {
 namespace {
@@ -66,6 +71,7 @@ int Run(int64_t n, int steps) {
               CpuAdamThreads(), CpuAdamIsa(), torch::get_num_threads(), torch_default_threads);
   std::printf("%-22s %10s %9s %11s\n", "path", "Melem/s", "GB/s", "vs LibTorch");
   PrintRow("libtorch AdamW", n, torch_seconds, 28, torch_seconds);
+  double best_gbps = 0;
   for (CpuAdamIsaKind isa : SupportedCpuAdamIsas(DetectCpuIsaSupport())) {
     for (bool with_bf16 : {false, true}) {
       const double seconds = SecondsPerStep(steps, [&](int64_t step) {
@@ -76,8 +82,23 @@ int Run(int64_t n, int steps) {
       });
       PrintRow(std::string(CpuAdamIsaName(isa)) + (with_bf16 ? " +bf16 copy" : ""), n, seconds,
                with_bf16 ? 30 : 28, torch_seconds);
+      if (!with_bf16) best_gbps = std::max(best_gbps, n * 28.0 / seconds / 1e9);
     }
   }
+  // The yardstick: as many bytes as an Adam step moves (3.5n floats read,
+  // 3.5n written), copied by the same number of threads.
+  const int64_t words = n * 7 / 2;
+  std::vector<float> from(words, 1.0f), to(words, 0.0f);
+  RangeThreadPool pool(CpuAdamThreads());
+  const double copy_seconds = SecondsPerStep(steps, [&](int64_t) {
+    pool.ParallelFor(words, kCpuAdamMinPieceElements, 16, [&](int64_t begin, int64_t end) {
+      std::memcpy(to.data() + begin, from.data() + begin, (end - begin) * sizeof(float));
+    });
+  });
+  const double copy_gbps = words * 8.0 / copy_seconds / 1e9;
+  std::printf("host copy bandwidth (memcpy on %d threads, read + written bytes): %.2f GB/s\n", pool.num_threads(),
+              copy_gbps);
+  std::printf("CPU Adam (fastest path) at %.0f%% of the copy bandwidth\n", 100.0 * best_gbps / copy_gbps);
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "common/rank_contract.h"
 #include "common/status_macros.h"
 #include "common/store_client.h"
+#include "kernels/cpu_adam.h"
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
@@ -568,6 +569,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                                                      : std::string(),
                     pipe->shape().micro_batches);
       for (const std::string& line : pipe->partition_lines()) absl::FPrintF(context.out, "  %s\n", line);
+    }
+    if (ds.zero_optimization.offload_optimizer.device != "none") {
+      absl::FPrintF(context.out, "dsrank: CPU Adam: %s on %d threads (%s to change)\n", kernels::CpuAdamIsa(),
+                    kernels::CpuAdamThreads(), rank_env::kCpuAdamThreads);
     }
     if (const std::string nvme = engine->NvmeOffloadDescription(); !nvme.empty()) {
       absl::FPrintF(context.out, "dsrank: NVMe offload (aio keys from %s): %s\n", ds.aio_section, nvme);

@@ -168,6 +168,7 @@ absl::Status Engine::Initialize() {
       options.stage = stage;
       options.offload_optimizer = offload == "cpu" || offload == "nvme";
       options.offload_param = offload_param == "cpu";
+      options.host_step_beside_forward = delay_update_;
       if (offload == "nvme") {
         // Note [NVMe offload]: one swap folder per rank and job, so that two
         // jobs (or ranks) sharing nvme_path never meet.

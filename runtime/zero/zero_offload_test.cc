@@ -377,10 +377,20 @@ TEST_F(ZeroTest, TheHostStepsBf16CopyIsWhatGoesUp) {
   // step sends the copy the step wrote; the parameters are then the new
   // master rounded, bit for bit. A step that does not write the copy leaves
   // the old values in it, and this check fails.
-  for (int stage : {1, 2, 3}) {
+  // Stage 3 also with its parameter shard on the host (the copy is that
+  // shard), and so under the delayed update (a copy of its own).
+  struct Case {
+    int stage;
+    bool offload_param, beside_forward;
+  };
+  for (const Case& c : {Case{1, false, false}, Case{2, false, false}, Case{3, false, false}, Case{3, true, false},
+                        Case{3, true, true}}) {
+    const int stage = c.stage;
     ZeroOptions options;
     options.stage = stage;
     options.offload_optimizer = true;
+    options.offload_param = c.offload_param;
+    options.host_step_beside_forward = c.beside_forward;
     if (stage == 3) options.units = ThreeUnits();
     std::vector<torch::Tensor> params = ThreeUnitParameters(torch::kBFloat16);
     auto zero = ZeroPartition::Create(options, params, nullptr);
@@ -410,7 +420,9 @@ TEST_F(ZeroTest, TheHostStepsBf16CopyIsWhatGoesUp) {
       torch::Tensor uploaded = torch::cat(flat);
       // One rank: the shard is every parameter in order, unpadded.
       torch::Tensor expected = z.master_shard().detach().to(torch::kBFloat16);
-      EXPECT_TRUE(torch::equal(uploaded, expected)) << "stage " << stage << " step " << step;
+      EXPECT_TRUE(torch::equal(uploaded, expected))
+          << "stage " << stage << (c.offload_param ? " offload_param" : "")
+          << (c.beside_forward ? " beside forward" : "") << " step " << step;
     }
   }
 }
@@ -454,8 +466,9 @@ TEST_F(ZeroTest, Bf16CpuOffloadMatchesBf16OnTheDevice) {
 // On a GPU the gradients stream down on the comm worker's stream into pinned
 // memory while backward goes on, and bf16 parameters go up from the host
 // step's copy: a missing wait would hand the CPU Adam a gradient still being
-// written. Against the same stages on the device (fp32: the SIMD Adam's
-// ~1e-6 per step; bf16: a bf16 step).
+// written, and a gradient off by a whole step moves a weight by ~lr = 1e-2.
+// Against the same stages on the device (fp32: the SIMD Adam's ~1e-6 per
+// step, 2.1e-5 after 4 steps on the H200; bf16: a bf16 step).
 TEST(ZeroGpuTest, CpuOffloadOnTheGpuMatchesTheDeviceStep) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::Device device(torch::kCUDA, 0);
@@ -490,7 +503,7 @@ TEST(ZeroGpuTest, CpuOffloadOnTheGpuMatchesTheDeviceStep) {
           params.push_back(values);
         }
         const std::string what = absl::StrCat(bf16 ? "bf16" : "fp32", " stage ", stage, " gas ", accumulation);
-        const double tolerance = bf16 ? 2e-2 : 1e-5;
+        const double tolerance = bf16 ? 2e-2 : 1e-4;
         for (size_t i = 0; i < losses[0].size(); ++i) {
           EXPECT_NEAR(losses[0][i], losses[1][i], tolerance) << what << " micro-step " << i;
         }

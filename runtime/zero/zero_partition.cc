@@ -137,13 +137,6 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     // Pinned host memory makes the copies to and from the GPU asynchronous.
     if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
     zero->master_shard_ = shard.requires_grad_(true);
-    // Note [bf16 parameters from the host step]. Not when stage 3 keeps its
-    // parameter shard on the host: that shard is the gathers' source already.
-    if (options.offload_optimizer && first.scalar_type() == torch::kBFloat16 &&
-        !(options.stage == 3 && options.offload_param)) {
-      zero->host_parameter_copy_ =
-          torch::empty({zero->shard_size_}, torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(first.is_cuda()));
-    }
   }
   if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
   if (options.stage == 3) {
@@ -155,6 +148,15 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     zero->worker_ = std::make_unique<CommWorker>(first.device());
     for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
+  }
+  // Note [bf16 parameters from the host step].
+  if (options.offload_optimizer && !options.nvme && first.scalar_type() == torch::kBFloat16) {
+    if (options.stage == 3 && options.offload_param && !options.host_step_beside_forward) {
+      zero->host_parameter_copy_ = zero->param_shard_;
+    } else {
+      zero->host_parameter_copy_ = torch::empty(
+          {zero->shard_size_}, torch::TensorOptions().dtype(torch::kBFloat16).pinned_memory(first.is_cuda()));
+    }
   }
   return zero;
 }
@@ -485,10 +487,12 @@ void StepAndCopyToParameters(const torch::Tensor& source, const torch::Tensor& r
     return;
   }
   const torch::Tensor& from = rounded.defined() ? rounded : source;
+  // Stage 3's host parameter shard as the copy: the step wrote it in place.
+  const bool in_place = rounded.defined() && rounded.data_ptr() == target.data_ptr() && offset == 0;
   for (int64_t begin = 0; begin < target.numel(); begin += ZeroPartition::kUploadRangeElements) {
     const int64_t length = std::min(ZeroPartition::kUploadRangeElements, target.numel() - begin);
     step_range(offset + begin, length);
-    CopyToParameters(from.narrow(0, offset + begin, length), target.narrow(0, begin, length));
+    if (!in_place) CopyToParameters(from.narrow(0, offset + begin, length), target.narrow(0, begin, length));
   }
 }
 
