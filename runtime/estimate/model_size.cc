@@ -37,14 +37,22 @@ absl::StatusOr<int64_t> IntKey(const YAML::Node& root, const std::string& key, c
   }
 }
 
-bool BoolKey(const YAML::Node& root, const std::string& key) {
+absl::StatusOr<bool> BoolKey(const YAML::Node& root, const std::string& key, const std::string& path) {
   const YAML::Node node = root[key];
   if (!node.IsDefined() || node.IsNull()) return false;
   try {
     return node.as<bool>();
   } catch (const YAML::Exception&) {
-    return false;
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected true or false"));
   }
+}
+
+absl::StatusOr<std::string> StringKey(const YAML::Node& root, const std::string& key, const std::string& path,
+                                      const std::string& fallback) {
+  const YAML::Node node = root[key];
+  if (!node.IsDefined() || node.IsNull()) return fallback;
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected a string"));
+  return node.as<std::string>();
 }
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
@@ -121,7 +129,9 @@ absl::StatusOr<LlamaShape> ParseLlamaShape(const std::string& text, const std::s
   }
   if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   LlamaShape s;
-  const std::string type = root["model_type"].IsDefined() ? root["model_type"].as<std::string>() : "llama";
+  absl::StatusOr<std::string> model_type = StringKey(root, "model_type", path, "llama");
+  if (!model_type.ok()) return model_type.status();
+  const std::string& type = *model_type;
   if (type != "llama" && type != "mistral" && type != "qwen2" && type != "mixtral") {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": model_type: '", type, "' is not of the Llama family (llama, mistral, qwen2, mixtral)"));
@@ -147,9 +157,12 @@ absl::StatusOr<LlamaShape> ParseLlamaShape(const std::string& text, const std::s
   if (type == "mixtral") {
     if (absl::Status st = read("num_local_experts", 8, &s.experts); !st.ok()) return st;
   }
-  s.tied = BoolKey(root, "tie_word_embeddings");
-  s.attention_bias = BoolKey(root, "attention_bias");
-  s.mlp_bias = BoolKey(root, "mlp_bias");
+  for (auto [key, out] : {std::pair{"tie_word_embeddings", &s.tied}, std::pair{"attention_bias", &s.attention_bias},
+                          std::pair{"mlp_bias", &s.mlp_bias}}) {
+    absl::StatusOr<bool> value = BoolKey(root, key, path);
+    if (!value.ok()) return value.status();
+    *out = *value;
+  }
   s.qkv_bias = type == "qwen2";
   return s;
 }

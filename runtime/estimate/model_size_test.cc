@@ -63,6 +63,17 @@ TEST(ModelSizeTest, AConfigOfAnotherFamilyOrWithoutItsSizesIsRefusedByKey) {
   absl::StatusOr<LlamaShape> partial = ParseLlamaShape(R"({"hidden_size": 8})", "/m/config.json");
   ASSERT_FALSE(partial.ok());
   EXPECT_THAT(std::string(partial.status().message()), HasSubstr("/m/config.json: intermediate_size is missing"));
+  // Values of the wrong kind are named, not read as a default.
+  const std::string sizes =
+      R"("hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 4)";
+  absl::StatusOr<LlamaShape> listed = ParseLlamaShape("{\"model_type\": [\"llama\"], " + sizes + "}", "/m/config.json");
+  ASSERT_FALSE(listed.ok());
+  EXPECT_THAT(std::string(listed.status().message()), HasSubstr("/m/config.json: model_type: expected a string"));
+  absl::StatusOr<LlamaShape> tied = ParseLlamaShape("{\"tie_word_embeddings\": \"yes please\", " + sizes + "}",
+                                                    "/m/config.json");
+  ASSERT_FALSE(tied.ok());
+  EXPECT_THAT(std::string(tied.status().message()),
+              HasSubstr("/m/config.json: tie_word_embeddings: expected true or false"));
 }
 
 TEST(ModelSizeTest, AJobsGptTakesTheByteVocabularyWhenTheFileLeavesItToTheDataset) {
