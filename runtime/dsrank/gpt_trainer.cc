@@ -74,6 +74,9 @@ double PeakResidentGib() {
 }
 
 constexpr char kConsumedSamples[] = "consumed_samples";
+// Note [Swap path probe]: long enough to pass a drive's cache warm-up, short
+// enough to cost well under a second on an NVMe drive.
+constexpr int64_t kNvmeProbeBytes = int64_t{256} << 20;
 
 // Instruction records (data.format other than text) -> data.prepared when
 // the pair does not exist yet: "ok" or what went wrong.
@@ -558,6 +561,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     return saved;
   };
+  // Note [Swap path probe]: every rank through its own folder (the ranks of
+  // a host share the drive, as their steps will); rank 0 reports.
+  absl::StatusOr<std::string> swap_cost = engine->ProbeNvmePath(kNvmeProbeBytes);
+  if (!swap_cost.ok()) return swap_cost.status();
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
                   model->family() == "gpt" ? std::string("GPT") : model->family(), parameter_count, context.world_size, context.device.str(),
@@ -576,6 +583,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (const std::string nvme = engine->NvmeOffloadDescription(); !nvme.empty()) {
       absl::FPrintF(context.out, "dsrank: NVMe offload (aio keys from %s): %s\n", ds.aio_section, nvme);
+      absl::FPrintF(context.out, "dsrank: nvme_path %s\n", *swap_cost);
     }
     std::fflush(context.out);
   }

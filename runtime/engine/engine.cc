@@ -16,6 +16,7 @@
 #include "runtime/torch_compat.h"
 #include "runtime/model/parameter_units.h"
 #include "runtime/moe/moe_layer.h"
+#include "runtime/offload/swap_probe.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -610,6 +611,14 @@ absl::StatusOr<StepResult> Engine::Step() {
 
 std::string Engine::NvmeOffloadDescription() const {
   return zero_ && zero_->swapped() ? zero_->swapped()->Describe() : std::string();
+}
+
+absl::StatusOr<std::string> Engine::ProbeNvmePath(int64_t max_bytes) const {
+  if (!zero_ || !zero_->swapped()) return std::string();
+  const SwappedShard& swapped = *zero_->swapped();
+  DS_ASSIGN_OR_RETURN(SwapSpeed speed,
+                      MeasureSwapSpeed(swapped.options(), std::min(max_bytes, swapped.FileBytes())));
+  return DescribeSwapCost(speed, swapped.FileBytes());
 }
 
 Engine::MemoryBreakdown Engine::Memory() const {

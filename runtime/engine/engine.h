@@ -214,6 +214,11 @@ class Engine {
   // ZeRO 1-3 with offload_optimizer.device=cpu; not with NVMe, experts or a
   // pipeline (refused). No-op without a pending step.
   absl::Status ApplyPendingUpdate();
+  // Note [Swap path probe] with NVMe offload: up to `max_bytes` (no more
+  // than the swap files hold) written and read back through this rank's
+  // swap settings, and what a step's swap traffic costs at that speed
+  // (DescribeSwapCost). Empty without NVMe offload.
+  absl::StatusOr<std::string> ProbeNvmePath(int64_t max_bytes) const;
   // Ok when every trainable parameter, master weight and optimizer moment of
   // this rank is finite; otherwise FailedPrecondition naming the first that is
   // not, prefixed by `what`. Not a collective.

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/offload/swap_probe.h"
 #include "runtime/offload/swapped_shard.h"
 
 namespace dslaunch::runtime {
@@ -156,6 +157,27 @@ TEST_P(SwappedShardTest, BadFoldersAreRefusedByName) {
   auto odd = SwappedShard::Create(odd_block, {"master"}, 100);
   ASSERT_FALSE(odd.ok());
   EXPECT_THAT(std::string(odd.status().message()), HasSubstr("aio.block_size=1000: must be a positive multiple of 4096"));
+}
+
+TEST_P(SwappedShardTest, TheProbeMeasuresTheSwapPathAndLeavesNothingBehind) {
+  // Note [Swap path probe]: its own folder beside the shard's, gone after.
+  auto speed = MeasureSwapSpeed(Options(), 1 << 20);
+  ASSERT_TRUE(speed.ok()) << speed.status();
+  EXPECT_GT(speed->write_gbps, 0);
+  EXPECT_GT(speed->read_gbps, 0);
+  EXPECT_GE(speed->bytes, 1 << 20);  // the payload and each file's header
+  EXPECT_THAT(speed->io, HasSubstr(GetParam() ? "io_uring" : "pread/pwrite"));
+  EXPECT_FALSE(fs().Exists(root_ + "/dslaunch-swap/rank0-probe"));
+  // The cost of a step at that speed: both directions, each at its rate.
+  SwapSpeed known{.write_gbps = 2, .read_gbps = 4, .bytes = 64 << 20, .io = "io_uring"};
+  EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000),
+            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads and writes 8.00 GB of swap files: at "
+            "least 6.00 s per step from the drive");
+  SwappedShardOptions missing = Options();
+  missing.nvme_path = root_ + "/nope";
+  auto refused = MeasureSwapSpeed(missing, 1 << 20);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(root_ + "/nope is not a folder"));
 }
 
 INSTANTIATE_TEST_SUITE_P(IoUringAndPosix, SwappedShardTest, ::testing::Bool(),

@@ -5,17 +5,15 @@
 //
 //   swap_bench --dir DIR [--gib 2] [--block_size 1048576] [--queue_depth 8] [--posix]
 //
-// Prints "write_gbps=X read_gbps=Y io=...".
-#include <chrono>
+// Prints "write_gbps=X read_gbps=Y io=..." (Note [Swap path probe]).
 #include <cstdio>
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "runtime/offload/swapped_shard.h"
+#include "runtime/offload/swap_probe.h"
 
 int main(int argc, char** argv) {
   using namespace dslaunch::runtime;
-  using Clock = std::chrono::steady_clock;
   std::string dir;
   double gib = 2;
   SwappedShardOptions options;
@@ -54,33 +52,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.nvme_path = dir;
-  const int64_t elements = static_cast<int64_t>(gib * (1 << 30) / 4);
   options.sub_group_elements = int64_t{64} << 20;  // 256 MiB files
-  auto shard = SwappedShard::Create(options, {"bench"}, elements);
-  if (!shard.ok()) {
-    std::fprintf(stderr, "swap_bench: %s\n", std::string(shard.status().message()).c_str());
+  auto speed = MeasureSwapSpeed(options, static_cast<int64_t>(gib * (1 << 30)));
+  if (!speed.ok()) {
+    std::fprintf(stderr, "swap_bench: %s\n", std::string(speed.status().message()).c_str());
     return 1;
   }
-  const torch::Tensor values = torch::rand({elements});
-  const double bytes = static_cast<double>((*shard)->FileBytes());
-  auto start = Clock::now();
-  if (absl::Status s = (*shard)->WriteWhole(0, values); !s.ok()) {
-    std::fprintf(stderr, "swap_bench: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  // Into memory touched before the clock starts: a fresh allocation's first
-  // touch (slow on some virtual machines) is not the swap path's cost.
-  torch::Tensor read = torch::zeros({elements});
-  start = Clock::now();
-  absl::Status read_status = (*shard)->ReadInto(0, read);
-  const double read_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!read_status.ok() || !torch::equal(read, values)) {
-    std::fprintf(stderr, "swap_bench: read back wrong: %s\n",
-                 read_status.ok() ? "values differ" : std::string(read_status.message()).c_str());
-    return 1;
-  }
-  std::printf("write_gbps=%.3f read_gbps=%.3f bytes=%.0f io=%s\n", bytes / write_seconds / 1e9,
-              bytes / read_seconds / 1e9, bytes, (*shard)->Describe().c_str());
+  std::printf("write_gbps=%.3f read_gbps=%.3f bytes=%lld io=%s\n", speed->write_gbps, speed->read_gbps,
+              static_cast<long long>(speed->bytes), speed->io.c_str());
   return 0;
 }

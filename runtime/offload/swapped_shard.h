@@ -45,6 +45,7 @@ class SwappedShard {
                                                               std::vector<std::string> streams, int64_t elements);
   ~SwappedShard();
 
+  const SwappedShardOptions& options() const { return options_; }
   int64_t elements() const { return elements_; }
   int groups() const { return static_cast<int>(group_offsets_.size()); }
   int64_t group_elements() const { return group_elements_; }
