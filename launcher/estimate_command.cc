@@ -38,7 +38,7 @@ int RunEstimateCommand(const std::vector<std::string>& args) {
             "count the attention score matrices (LibTorch without fused attention, e.g. the CPU build)")
       .Bool("--delay_update", &delay_update, "offload rows with offload_optimizer.delay_update");
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
-    Notice(absl::StrCat(parsed.message(), " (dslaunch estimate --help lists the flags)"));
+    Notice(std::string(parsed.message()));  // it names --help already
     return kUsageError;
   }
   if (flags.help_requested()) {

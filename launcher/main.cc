@@ -35,6 +35,7 @@
 #include "launcher/agent_fleet.h"
 #include "launcher/dry_run.h"
 #include "launcher/estimate_command.h"
+#include "launcher/report_command.h"
 #include "launcher/grpc_agent_client.h"
 #include "launcher/job_controller.h"
 #include "launcher/job_event_log.h"
@@ -428,6 +429,10 @@ int Main(int argc, char** argv) {
   // `dslaunch estimate ...` (Note [Memory estimate]): nothing is launched.
   if (argc > 1 && std::string(argv[1]) == "estimate") {
     return RunEstimateCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  // `dslaunch report` (ds_report): the host's and the runtime's facts.
+  if (argc > 1 && std::string(argv[1]) == "report") {
+    return RunReportCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   // Block the stop signals before any thread exists; one thread takes them.
   const sigset_t stop_signals = BlockStopSignals();

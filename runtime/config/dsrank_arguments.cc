@@ -28,7 +28,10 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
            "with pipeline stages: rank --raise_rank raises an error in micro-batch 1's forward pass of step N "
            "(tests; -1: never)")
       .Int("--raise_rank", &parsed.raise_rank, "R", "the rank --raise_at_step fails")
-      .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment");
+      .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment")
+      .Bool("--report", &parsed.report,
+            "print what this binary was built with and finds (LibTorch, CUDA, NCCL, GPUs, kernels, CPU Adam) and "
+            "exit; dslaunch report shows it with the host's facts");
   if (absl::Status status = flags.Parse(args); !status.ok()) return status;
   if (flags.help_requested()) {
     parsed.print = flags.Help();
@@ -36,6 +39,12 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
   }
   if (flags.version_requested()) {
     parsed.print = flags.Version() + "\n";
+    return parsed;
+  }
+  if (parsed.report) {
+    if (!flags.positionals().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--report takes no job file (got ", flags.positionals()[0], ")"));
+    }
     return parsed;
   }
   if (flags.positionals().empty()) return absl::InvalidArgumentError("missing the job file (a train.cfg)");

@@ -26,6 +26,7 @@ struct DsrankArguments {
   std::vector<std::string> overrides;  // "key.path=value", in the order given
   std::string loss_log;
   bool quiet_config = false;  // one line instead of the resolved configuration
+  bool report = false;        // print the runtime report (dslaunch report) and exit; no job file
   std::string pipeline_timeline;  // Chrome trace of one step's pipeline instructions
   std::string device = "auto";
   int64_t exit_at_step = -1;

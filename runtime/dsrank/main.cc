@@ -22,6 +22,7 @@
 #include "runtime/config/dsrank_arguments.h"
 #include "runtime/dsrank/gpt_trainer.h"
 #include "runtime/dsrank/rank_file_system.h"
+#include "runtime/dsrank/runtime_report.h"
 
 namespace {
 
@@ -39,6 +40,10 @@ int main(int argc, char** argv) {
   if (!arguments.ok()) return Fail(std::string(arguments.status().message()));
   if (!arguments->print.empty()) {  // --help, --version
     std::fputs(arguments->print.c_str(), stdout);
+    return 0;
+  }
+  if (arguments->report) {
+    std::fputs(RuntimeReport().c_str(), stdout);
     return 0;
   }
   std::vector<ConfigOverride> overrides;
