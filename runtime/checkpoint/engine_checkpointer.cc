@@ -500,17 +500,34 @@ absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status
   return written;
 }
 
+// The dense partition and, with expert parallelism, the experts' one.
+std::vector<std::pair<ZeroPartition*, ShardAdam*>> EngineCheckpointer::SwappedPartitions() const {
+  std::vector<std::pair<ZeroPartition*, ShardAdam*>> swapped;
+  if (engine_.zero_ && engine_.zero_->swapped() != nullptr) {
+    swapped.emplace_back(engine_.zero_.get(), engine_.shard_adam_.get());
+  }
+  if (engine_.expert_zero_ && engine_.expert_zero_->swapped() != nullptr) {
+    swapped.emplace_back(engine_.expert_zero_.get(), engine_.expert_adam_.get());
+  }
+  return swapped;
+}
+
 absl::Status EngineCheckpointer::StageSwappedState() {
-  if (!engine_.zero_ || engine_.zero_->swapped() == nullptr) return absl::OkStatus();
-  DS_RETURN_IF_ERROR(engine_.zero_->StageSwappedMaster());
-  return engine_.shard_adam_->StageSwappedMoments(*engine_.zero_->swapped());
+  for (auto [zero, adam] : SwappedPartitions()) {
+    DS_RETURN_IF_ERROR(zero->StageSwappedMaster());
+    DS_RETURN_IF_ERROR(adam->StageSwappedMoments(*zero->swapped()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EngineCheckpointer::UnstageSwappedState(bool write_back) {
-  if (!engine_.zero_ || engine_.zero_->swapped() == nullptr) return absl::OkStatus();
-  absl::Status master = engine_.zero_->UnstageSwappedMaster(write_back);
-  absl::Status moments = engine_.shard_adam_->UnstageSwappedMoments(*engine_.zero_->swapped(), write_back);
-  return master.ok() ? moments : master;
+  absl::Status first;
+  for (auto [zero, adam] : SwappedPartitions()) {
+    absl::Status master = zero->UnstageSwappedMaster(write_back);
+    absl::Status moments = adam->UnstageSwappedMoments(*zero->swapped(), write_back);
+    if (first.ok()) first = master.ok() ? moments : master;
+  }
+  return first;
 }
 
 absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {

@@ -21,6 +21,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,6 +74,7 @@ class EngineCheckpointer {
   // Note [NVMe offload]: the swapped master and moments read into memory for
   // a save or a load, and dropped again (after a load written back to the
   // swap files and into the parameters first). No-ops without NVMe offload.
+  std::vector<std::pair<ZeroPartition*, ShardAdam*>> SwappedPartitions() const;
   absl::Status StageSwappedState();
   absl::Status UnstageSwappedState(bool write_back);
 

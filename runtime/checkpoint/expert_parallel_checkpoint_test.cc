@@ -3,6 +3,8 @@
 // resumes bit for bit at the same layout, and loads at EP 4 (ZeRO 1), EP 1
 // (ZeRO 2) and EP 2 at stage 0 to continue as the uninterrupted run does, up
 // to the order of sums (1e-5 relative).
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -85,6 +87,38 @@ TEST_F(ExpertParallelCheckpointTest, ResumesExactlyAndLoadsAtOtherExpertParallel
     EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches, first: " << bad.front();
     EXPECT_EQ(loaded.params.size(), uninterrupted.params.size());
   }
+}
+
+TEST_F(ExpertParallelCheckpointTest, NvmeOffloadedExpertsResumeBitForBitAndLoadIntoCpuOffload) {
+  // Note [NVMe offload] for both partitions (the experts' swap files in a
+  // folder of their own): the NVMe run steps as CPU offload does, bit for
+  // bit, and its checkpoint resumes into NVMe and into CPU offload alike.
+  // Swap files need a real file system: a folder beside the test, not /tmp.
+  char cwd[4096] = {0};
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string nvme = std::string(cwd) + "/ep-nvme-" + std::to_string(::getpid());
+  std::filesystem::create_directories(nvme);
+  InProcessStore store;
+  ExpertLayout cpu{.family = "llama", .ep = 2, .stage = 2, .offload = "cpu"};
+  ExpertLayout swapped = cpu;
+  swapped.offload = "nvme";
+  swapped.nvme_path = nvme;
+  Continued on_cpu = TrainAround(store, 0, cpu, dir_ + "/cpu", /*load=*/false, 2);
+  Continued uninterrupted = TrainAround(store, 1, swapped, dir_ + "/nvme", /*load=*/false, 2);
+  EXPECT_EQ(uninterrupted.losses, on_cpu.losses);
+  for (const auto& [name, value] : on_cpu.params) EXPECT_TRUE(torch::equal(uninterrupted.params.at(name), value)) << name;
+  int attempt = 2;
+  for (const ExpertLayout& into : {swapped, cpu}) {
+    SCOPED_TRACE(into.Describe());
+    Continued resumed = TrainAround(store, attempt++, into, dir_ + "/nvme", /*load=*/true, 2);
+    EXPECT_EQ(resumed.losses, uninterrupted.losses);
+    for (const auto& [name, value] : uninterrupted.params) {
+      EXPECT_TRUE(torch::equal(resumed.params.at(name), value)) << name;
+    }
+  }
+  // Every rank's folders, dense and experts', went with its engine.
+  EXPECT_TRUE(std::filesystem::is_empty(nvme + "/dslaunch-swap"));
+  std::filesystem::remove_all(nvme);
 }
 
 }  // namespace

@@ -143,10 +143,6 @@ absl::Status Engine::Initialize() {
       return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_optimizer.device=", offload,
                                                      " needs zero_optimization.stage 1, 2 or 3"));
     }
-    if (offload == "nvme" && experts_apart) {
-      return absl::UnimplementedError(
-          "zero_optimization.offload_optimizer.device=nvme with expert parallelism is not yet supported (use cpu)");
-    }
     if (offload_param == "cpu" && stage != 3) {
       return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
     }
@@ -233,11 +229,14 @@ absl::Status Engine::Initialize() {
         ZeroOptions expert_options = options;
         expert_options.norm_counts.clear();
         expert_options.gradient_divisor = data_parallel_ != nullptr ? data_parallel_->size() : 1;
+        // Note [NVMe offload]: the experts' swap files in a folder of their own.
+        if (expert_options.nvme) expert_options.nvme->name += "-experts";
         auto experts = ZeroPartition::Create(expert_options, expert_params_, parallel_->expert_data());
         if (!experts.ok()) return experts.status();
         expert_zero_ = std::move(*experts);
-        expert_adam_ = std::make_unique<ShardAdam>(config_.optimizer, expert_zero_->master_shard(),
-                                                   expert_options.offload_optimizer);
+        expert_adam_ = std::make_unique<ShardAdam>(
+            config_.optimizer, expert_zero_->swapped() ? torch::empty({0}) : expert_zero_->master_shard(),
+            expert_options.offload_optimizer);
       }
       if (options.overlap_units) {
         stage3_ = Stage3Runner::GradientsOnly(zero_.get());

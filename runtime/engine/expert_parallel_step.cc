@@ -35,7 +35,14 @@ absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {
       result.lr = schedule_->LrAt(successful_steps_);
       for (auto [partition, adam] :
            {std::pair{zero_.get(), shard_adam_.get()}, std::pair{expert_zero_.get(), expert_adam_.get()}}) {
-        adam->Step(partition->master_shard(), partition->shard_gradient(), result.lr, beta1, beta2, *factor);
+        if (SwappedShard* swapped = partition->swapped()) {
+          // Note [NVMe offload]: a sub-group at a time through the swap files.
+          DS_RETURN_IF_ERROR(adam->StepSwapped(
+              *swapped, partition->shard_gradient(), result.lr, beta1, beta2, *factor,
+              [partition](int64_t offset, const torch::Tensor& master) { partition->StoreUpdatedMaster(offset, master); }));
+        } else {
+          adam->Step(partition->master_shard(), partition->shard_gradient(), result.lr, beta1, beta2, *factor);
+        }
         if (absl::Status s = partition->GatherParameters(); !s.ok()) return s;
       }
       result.stepped = true;

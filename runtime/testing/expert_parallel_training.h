@@ -27,9 +27,12 @@ struct ExpertLayout {
   int world = 4, ep = 1, stage = 2;
   int gas = 1;
   bool bf16 = false;
+  std::string offload = "none";  // offload_optimizer.device: none, cpu or nvme
+  std::string nvme_path;         // with nvme: a folder on a real file system (not tmpfs)
 
   std::string Describe() const {
-    return absl::StrCat(family, " EP ", ep, " x DP ", world, " ZeRO ", stage, " gas ", gas, bf16 ? " bf16" : "");
+    return absl::StrCat(family, " EP ", ep, " x DP ", world, " ZeRO ", stage, " gas ", gas, bf16 ? " bf16" : "",
+                        offload != "none" ? absl::StrCat(" offload ", offload) : std::string());
   }
 };
 
@@ -45,6 +48,13 @@ inline DsConfig ExpertConfig(const ExpertLayout& layout) {
   config.gradient_clipping = 0.5;  // the norm over both partitions is part of what is checked
   config.zero_optimization.reduce_bucket_size = 500;
   config.bf16.enabled = layout.bf16;
+  config.zero_optimization.offload_optimizer.device = layout.offload;
+  if (layout.offload == "nvme") {
+    config.zero_optimization.offload_optimizer.nvme_path = layout.nvme_path;
+    config.zero_optimization.sub_group_size = 1000;  // several sub-groups per partition
+    config.aio.block_size = 8192;
+    config.aio.queue_depth = 4;
+  }
   return config;
 }
 
