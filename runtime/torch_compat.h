@@ -113,6 +113,16 @@ inline absl::Status LimitCudaMemory(int device, double bytes) {
 }  // namespace dslaunch::runtime::compat
 
 namespace dslaunch::runtime::compat {
+// The name CUDA reports for `device` ("NVIDIA H200"); empty without CUDA.
+inline std::string CudaDeviceName(int device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  return at::cuda::getDeviceProperties(device)->name;
+#else
+  (void)device;
+  return "";
+#endif
+}
+
 // The most bytes LibTorch's CUDA allocator has held in tensors on `device`
 // (torch.cuda.max_memory_allocated); 0 without CUDA.
 inline int64_t CudaPeakAllocatedBytes(int device) {

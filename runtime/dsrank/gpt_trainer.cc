@@ -24,6 +24,8 @@
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/data/distributed_sampler.h"
+#include "runtime/estimate/model_flops.h"
+#include "runtime/estimate/model_size.h"
 #include "runtime/data/gpt_samples.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/instruction_dataset.h"
@@ -608,6 +610,30 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   }
 
   const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
+  // Note [Model FLOPs]: on a GPU the step line adds TFLOP/s per GPU and,
+  // where the GPU's bf16/fp16 peak is known, MFU.
+  double flops_per_token = 0, peak_flops = 0;
+  if (context.device.is_cuda()) {
+    absl::StatusOr<ModelSize> size = ModelSizeOf(job);
+    const std::string gpu = compat::CudaDeviceName(context.device.index());
+    std::string peak_text;
+    if (size.ok()) {
+      flops_per_token = ModelFlopsPerToken(*size);
+      peak_flops = ds.bf16.enabled || ds.fp16.enabled ? PeakTensorFlops(gpu) : 0;
+      peak_text = peak_flops > 0 ? absl::StrFormat("MFU against %s's %.1f TFLOP/s (dense bf16/fp16)", gpu,
+                                                   peak_flops / 1e12)
+                                 : absl::StrCat("no MFU: ",
+                                                ds.bf16.enabled || ds.fp16.enabled
+                                                    ? absl::StrCat("the peak of ", gpu, " is not in the table")
+                                                    : std::string("fp32 has no tensor-core peak to compare with"));
+    }
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: %s\n",
+                    size.ok() ? absl::StrFormat("model FLOPs: %.3f GFLOP per token; %s", flops_per_token / 1e9,
+                                                peak_text)
+                              : absl::StrCat("no TFLOP/s or MFU in the step line: ", size.status().message()));
+    }
+  }
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;
@@ -748,6 +774,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (wall > 0) {
         events.push_back({metric::kSamplesPerSecond, sampler->global_batch() / wall, consumed});
         events.push_back({metric::kTokensPerSecond, tokens_per_step / wall, consumed});
+        if (flops_per_token > 0) {
+          const double per_gpu = tokens_per_step / wall * flops_per_token / context.world_size;
+          events.push_back({metric::kTflopsPerGpu, per_gpu / 1e12, consumed});
+          if (peak_flops > 0) events.push_back({metric::kMfu, per_gpu / peak_flops, consumed});
+        }
       }
       if (ds.wall_clock_breakdown) {
         events.push_back({metric::kStepMilliseconds, 1000 * (step_seconds - step_seconds_before), consumed});
@@ -778,8 +809,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     if (context.rank == 0 && printing) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       const double elapsed = std::chrono::duration<double>(Clock::now() - training_start).count();
-      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f | %s\n", step, mean_loss,
-                    result.lr, result.loss_scale, seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0,
+      const double tokens_per_second = seconds > 0 ? window_steps * tokens_per_step / seconds : 0.0;
+      std::string utilisation;
+      if (flops_per_token > 0) {
+        const double per_gpu = tokens_per_second * flops_per_token / context.world_size;
+        absl::StrAppendFormat(&utilisation, " TFLOP/s/GPU=%.1f", per_gpu / 1e12);
+        if (peak_flops > 0) absl::StrAppendFormat(&utilisation, " MFU=%.1f%%", 100 * per_gpu / peak_flops);
+      }
+      absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f%s | %s\n", step, mean_loss,
+                    result.lr, result.loss_scale, tokens_per_second, utilisation,
                     ProgressText(step, first_step, job.train.steps, elapsed, optimizer_in_use));
       for (const std::string& line : moe_lines) absl::FPrintF(context.out, "  %s\n", line);
       if (ds.wall_clock_breakdown) {

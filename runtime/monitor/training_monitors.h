@@ -12,6 +12,8 @@
 //   Train/Samples/samples_per_second    from the step's wall clock
 //   Train/Samples/tokens_per_second
 //   Train/Samples/elapsed_time_ms_step  the optimizer step (with wall_clock_breakdown)
+//   Train/Samples/tflops_per_gpu        on a GPU: model FLOPs per second per GPU (Note [Model FLOPs])
+//   Train/Samples/mfu                   on a GPU whose peak is known, bf16/fp16: that over the peak
 //   Memory/peak_gpu_allocated_gib       on a GPU: the peak since the start
 //   Memory/host_peak_rss_gib            the rank's peak resident host memory
 // and at every train.eval_interval:
@@ -46,6 +48,8 @@ inline constexpr char kSkippedSteps[] = "Train/Samples/skipped_steps";
 inline constexpr char kSamplesPerSecond[] = "Train/Samples/samples_per_second";
 inline constexpr char kTokensPerSecond[] = "Train/Samples/tokens_per_second";
 inline constexpr char kStepMilliseconds[] = "Train/Samples/elapsed_time_ms_step";
+inline constexpr char kTflopsPerGpu[] = "Train/Samples/tflops_per_gpu";
+inline constexpr char kMfu[] = "Train/Samples/mfu";
 inline constexpr char kPeakGpuGib[] = "Memory/peak_gpu_allocated_gib";
 inline constexpr char kHostPeakRssGib[] = "Memory/host_peak_rss_gib";
 inline constexpr char kEvalLoss[] = "Eval/Samples/eval_loss";
