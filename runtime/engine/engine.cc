@@ -805,7 +805,8 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       const auto finish_from = now();
       std::vector<HostStepRange> ranges;
       double waited = 0, stepped_seconds = 0;
-      if (absl::Status s = FinishHostStep(&ranges, &waited, &stepped_seconds); !s.ok()) return s;
+      // A skipped step starts no host step: nothing waits on upload events.
+      if (absl::Status s = FinishHostStep(factor ? &ranges : nullptr, &waited, &stepped_seconds); !s.ok()) return s;
       const auto finished = now();
       if (!factor) {
         ++skipped_steps_;

@@ -99,8 +99,11 @@ torch::Tensor MoeLayerImpl::RunExperts(const torch::Tensor& rows, const torch::T
 
   // What arrived is grouped by source rank, then by local expert; the experts
   // want it grouped by expert. `order[i]`: the received row at grouped row i.
+  // With one rank or one local expert the two orders are the same: no order
+  // is built or copied to the device (this runs per MoE layer and step).
+  const bool regroup = group.split() && per_rank > 1;
   std::vector<int64_t> order;
-  order.reserve(received.size(0));
+  if (regroup) order.reserve(received.size(0));
   std::vector<int64_t> rows_of_expert(per_rank, 0);
   int64_t source_start = 0;
   std::vector<int64_t> start_in_source(group.size * per_rank);
@@ -113,12 +116,13 @@ torch::Tensor MoeLayerImpl::RunExperts(const torch::Tensor& rows, const torch::T
   for (int64_t l = 0; l < per_rank; ++l) {
     for (int q = 0; q < group.size; ++q) {
       const int64_t n = rows_from(q, first_local_ + l), start = start_in_source[q * per_rank + l];
-      for (int64_t i = 0; i < n; ++i) order.push_back(start + i);
+      if (regroup) {
+        for (int64_t i = 0; i < n; ++i) order.push_back(start + i);
+      }
       rows_of_expert[l] += n;
     }
   }
-  const bool regroup = group.split() && per_rank > 1;
-  torch::Tensor order_tensor = torch::tensor(order, torch::kLong).to(rows.device());
+  torch::Tensor order_tensor = regroup ? torch::tensor(order, torch::kLong).to(rows.device()) : torch::Tensor();
   torch::Tensor grouped = regroup ? received.index_select(0, order_tensor) : received;
 
   // One matrix product per local expert over its contiguous rows (an expert
