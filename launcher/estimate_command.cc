@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flag_table.h"
 #include "launcher/launcher_notice.h"
+#include "launcher/subcommand_flags.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/estimate/estimate_report.h"
 
@@ -37,22 +38,8 @@ int RunEstimateCommand(const std::vector<std::string>& args) {
       .Bool("--attention_scores", &attention_scores,
             "count the attention score matrices (LibTorch without fused attention, e.g. the CPU build)")
       .Bool("--delay_update", &delay_update, "offload rows with offload_optimizer.delay_update");
-  if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
-    Notice(std::string(parsed.message()));  // it names --help already
-    return kUsageError;
-  }
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (flags.version_requested()) {
-    std::puts(flags.Version().c_str());
-    return 0;
-  }
-  if (!flags.positionals().empty()) {
-    Notice(absl::StrCat("estimate: unexpected argument '", flags.positionals().front(),
-                        "' (give the job file as --model)"));
-    return kUsageError;
+  if (EarlyExit early = ParseSubcommandFlags(flags, args, "estimate", " (give the job file as --model)")) {
+    return *early;
   }
   if (model_file.empty() == (params == 0)) {
     Notice("estimate: give either --model JOB.cfg or --params N");

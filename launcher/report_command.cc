@@ -23,6 +23,7 @@
 #include "common/version.h"
 #include "launcher/launcher_notice.h"
 #include "launcher/sibling_binary.h"
+#include "launcher/subcommand_flags.h"
 
 namespace dslaunch {
 namespace {
@@ -118,22 +119,7 @@ std::string HostReport() {
 
 int RunReportCommand(const std::vector<std::string>& args) {
   FlagTable flags("dslaunch report", "dslaunch report");
-  if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
-    Notice(std::string(parsed.message()));  // it names --help already
-    return kUsageError;
-  }
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (flags.version_requested()) {
-    std::puts(flags.Version().c_str());
-    return 0;
-  }
-  if (!flags.positionals().empty()) {
-    Notice(absl::StrCat("report: unexpected argument '", flags.positionals().front(), "'"));
-    return kUsageError;
-  }
+  if (EarlyExit early = ParseSubcommandFlags(flags, args, "report", "")) return *early;
   std::fputs("== this host\n", stdout);
   std::fputs(HostReport().c_str(), stdout);
   std::fputs("== GPUs (the driver's view: nvidia-smi)\n", stdout);
