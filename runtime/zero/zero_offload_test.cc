@@ -429,7 +429,8 @@ TEST_F(ZeroTest, TheHostStepsBf16CopyIsWhatGoesUp) {
 
 TEST_F(ZeroTest, Bf16CpuOffloadMatchesBf16OnTheDevice) {
   // The whole engine in bf16: stage 2 (units streamed down during backward,
-  // one and two micro-steps) and stage 3, the bf16 copy going up, against
+  // one and two micro-steps) and stage 3 with its parameter shard on the
+  // host (written in place by the CPU Adam), the bf16 copy going up, against
   // the same stages without offload. The SIMD Adam's ~1e-6 can move a
   // weight by one bf16 step (4e-3 near 1) and the losses by a little more.
   for (int stage : {2, 3}) {
@@ -442,6 +443,7 @@ TEST_F(ZeroTest, Bf16CpuOffloadMatchesBf16OnTheDevice) {
             DsConfig config = Config(stage, 8 / (world * accumulation), accumulation, world);
             config.bf16.enabled = true;
             if (offload) config.zero_optimization.offload_optimizer.device = "cpu";
+            if (offload && stage == 3) config.zero_optimization.offload_param.device = "cpu";
             Gpt model(TinyGpt(), 23);
             auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
             ASSERT_TRUE(engine.ok()) << engine.status();
