@@ -18,7 +18,7 @@
 #include "runtime/testing/rank_group.h"
 #include "runtime/zero/shard_adam.h"
 #include "runtime/zero/zero_partition.h"
-#include "runtime/zero/zero_test_util.h"
+#include "runtime/testing/zero_training.h"
 
 namespace dslaunch::runtime {
 namespace {

@@ -20,7 +20,7 @@
 #include "runtime/estimate/memory_estimate.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/rank_group.h"
-#include "runtime/zero/zero_test_util.h"
+#include "runtime/testing/zero_training.h"
 
 namespace dslaunch::runtime {
 namespace {

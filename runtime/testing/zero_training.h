@@ -1,4 +1,4 @@
-// What the ZeRO tests share: the tiny job's config, training on data-parallel
+// What the ZeRO tests (runtime/zero) share: the tiny job's config, training on data-parallel
 // ranks (threads over Gloo), and the resume check.
 #pragma once
 
