@@ -298,6 +298,7 @@ grpc::Status AgentService::Heartbeat(grpc::ServerContext*, const HeartbeatReques
     health.progress.Clear();
     health.progress.set_step(request->step());
     *health.progress.mutable_recent_collectives() = request->recent_collectives();
+    if (request->has_metrics()) *health.progress.mutable_metrics() = request->metrics();
     event.set_attempt(request->attempt());
     event.set_global_rank(request->global_rank());
     *event.mutable_progress() = health.progress;

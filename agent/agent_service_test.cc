@@ -253,6 +253,8 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   beat.set_global_rank(0);
   beat.set_step(7);
   beat.add_recent_collectives()->set_seq(3);
+  beat.mutable_metrics()->set_total_steps(100);
+  beat.mutable_metrics()->set_loss(2.5);
   beat.set_rank_token("not-the-rank-token");
   {
     grpc::ClientContext context;
@@ -274,6 +276,8 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   EXPECT_EQ(progress[0].step(), 7);
   EXPECT_EQ(progress[0].recent_collectives(0).seq(), 3);
   EXPECT_EQ(progress[0].missed_heartbeat_ms(), 0);
+  EXPECT_EQ(progress[0].metrics().total_steps(), 100);  // the figures for `dslaunch status`
+  EXPECT_EQ(progress[0].metrics().loss(), 2.5);
   EXPECT_GT(progress[1].missed_heartbeat_ms(), 300);
   EXPECT_EQ(progress[1].step(), 7);
 

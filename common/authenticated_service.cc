@@ -47,6 +47,8 @@ void AuthenticatedService::Serve(grpc::ServerBuilder& builder) {
   builder.RegisterCallbackGenericService(unlisted_.get());
 }
 
+void AuthenticatedService::ServeBeside(grpc::ServerBuilder& builder) { builder.RegisterService(this); }
+
 grpc::Status AuthenticatedService::Admit(const std::string& full_method,
                                          const grpc::ServerContext& context,
                                          const google::protobuf::Message& request) const {

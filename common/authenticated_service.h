@@ -86,6 +86,9 @@ class AuthenticatedService final : public grpc::Service {
   // Registers this service and the refusal of unlisted methods with `builder`
   // (which then takes no other generic service).
   void Serve(grpc::ServerBuilder& builder);
+  // Registers this service on a builder that another AuthenticatedService
+  // already Serve()s: that one's refusal answers methods nobody bound.
+  void ServeBeside(grpc::ServerBuilder& builder);
 
   // OK, or why `full_method` is refused for this call (the gate itself;
   // public for tests).

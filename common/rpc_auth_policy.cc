@@ -10,6 +10,7 @@ const char* RpcCredentialName(RpcCredential credential) {
     case RpcCredential::kAgentToken: return "agent token";
     case RpcCredential::kRankToken: return "rank token";
     case RpcCredential::kStoreToken: return "store token";
+    case RpcCredential::kControllerToken: return "controller token";
   }
   return "unknown";
 }
@@ -56,6 +57,15 @@ RpcAuthPolicy StoreAuthPolicy() {
           {"/dslaunch.Store/Add", RpcCredential::kStoreToken},
           {"/dslaunch.Store/CompareSet", RpcCredential::kStoreToken},
           {"/dslaunch.Store/Delete", RpcCredential::kStoreToken},
+      }};
+}
+
+RpcAuthPolicy ControllerAuthPolicy() {
+  return RpcAuthPolicy{
+      "dslaunch controller",
+      {
+          // A user's `dslaunch status`: the job's status file, or --token_file.
+          {"/dslaunch.Controller/GetJobStatus", RpcCredential::kControllerToken},
       }};
 }
 

@@ -31,6 +31,10 @@ enum class RpcCredential {
   kAgentToken,  // the cluster token from --token_file, in "x-dslaunch-token"
   kRankToken,   // a rank's own DSLAUNCH_RANK_TOKEN, in the request's rank_token
   kStoreToken,  // the job's DSLAUNCH_STORE_TOKEN, in "x-dslaunch-token"
+  // The controller's own token, in "x-dslaunch-token": --token_file's token,
+  // or one made for this run; the job's status file (0600) holds it
+  // (launcher/job_status_file.h). Ranks never get it.
+  kControllerToken,
 };
 
 const char* RpcCredentialName(RpcCredential credential);
@@ -52,5 +56,8 @@ RpcAuthPolicy AgentAuthPolicy();
 
 // The controller's rendezvous store (proto/store.proto).
 RpcAuthPolicy StoreAuthPolicy();
+
+// The controller's job status (proto/controller.proto), on the store's port.
+RpcAuthPolicy ControllerAuthPolicy();
 
 }  // namespace dslaunch

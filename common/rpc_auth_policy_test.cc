@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/agent.pb.h"
+#include "proto/controller.pb.h"
 #include "proto/store.pb.h"
 
 namespace dslaunch {
@@ -23,6 +24,15 @@ TEST(RpcAuthPolicy, AgentTableCoversEveryMethodOfTheAgentService) {
   EXPECT_THAT(AgentAuthPolicy().Unlisted(agent), ::testing::IsEmpty());
   // And lists nothing the service lacks (a renamed RPC leaves no stale line).
   EXPECT_EQ(AgentAuthPolicy().methods.size(), static_cast<size_t>(agent.method_count()));
+}
+
+TEST(RpcAuthPolicy, ControllerTableCoversEveryMethodOfTheControllerService) {
+  const auto& controller = ServiceOf(*JobStatusRequest::descriptor(), "Controller");
+  EXPECT_THAT(ControllerAuthPolicy().Unlisted(controller), ::testing::IsEmpty());
+  EXPECT_EQ(ControllerAuthPolicy().methods.size(), static_cast<size_t>(controller.method_count()));
+  for (const auto& [method, credential] : ControllerAuthPolicy().methods) {
+    EXPECT_EQ(credential, RpcCredential::kControllerToken) << method;
+  }
 }
 
 TEST(RpcAuthPolicy, StoreTableCoversEveryMethodOfTheStoreService) {

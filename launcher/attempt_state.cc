@@ -67,12 +67,14 @@ bool JobController::AttemptState::Start() {
       report_.exit_code = 1;
       report_.cause = std::string(ready.message());
       report_.startup_error = report_.cause;
+      if (job_.board_ != nullptr) job_.board_->AttemptFailed(report_.cause);
       report_.failed_unix_us = report_.all_gone_unix_us = NowUs();
       job_.SetState(JOB_STOPPING);
       return false;
     }
   }
   for (const auto& rank : plan_.ranks) live_.insert(rank.global_rank);
+  if (job_.board_ != nullptr) job_.board_->StartAttempt(attempt_, plan_);
   std::vector<bool> node_started;
   absl::Status started = job_.StartAttempt(attempt_, &node_started);
   for (size_t node = 0; node < node_started.size(); ++node) {
@@ -237,6 +239,8 @@ void JobController::AttemptState::OnRankEvent(int node, const RankEvent& event) 
   const std::string& host = HostOfRank(rank);
   if (event.has_output()) {
     OnRankOutput(rank, host, event.output());
+  } else if (event.has_started()) {
+    if (job_.board_ != nullptr) job_.board_->RankStarted(attempt_, rank, event.started().pid());
   } else if (event.has_progress() && event.progress().missed_heartbeat_ms() > 0) {
     OnMissedHeartbeat(rank, host, event.progress());
   } else if (event.has_progress()) {
@@ -252,6 +256,7 @@ void JobController::AttemptState::OnRankOutput(int rank, const std::string& host
 
 void JobController::AttemptState::OnHeartbeat(int rank, const RankProgress& progress) {
   heartbeats_[rank] = progress;
+  if (job_.board_ != nullptr) job_.board_->Heartbeat(attempt_, rank, progress);
   // Recovery timing: the first step any rank finishes after a restart.
   if (previous_ == nullptr || first_step_logged_ || progress.step() < 0 || previous_->failed_unix_us <= 0) return;
   first_step_logged_ = true;
@@ -278,6 +283,7 @@ void JobController::AttemptState::OnMissedHeartbeat(int rank, const std::string&
 void JobController::AttemptState::OnRankEnded(int rank, const std::string& host, const RankEnded& ended) {
   live_.erase(rank);
   last_end_us_ = std::max(last_end_us_, ended.ended_unix_us());
+  if (job_.board_ != nullptr) job_.board_->RankFinished(attempt_, rank, ended);
   if (ended.stopped_by_agent() && phase_ == Phase::kStopping) {
     ++report_.stopped_ranks;  // this controller's own teardown
     last_stopped_us_ = std::max(last_stopped_us_, ended.ended_unix_us());
@@ -311,6 +317,7 @@ void JobController::AttemptState::Fail(Failure failure) {
   report_.startup_error = std::move(failure.startup_error);
   report_.stderr_tail = std::move(failure.stderr_tail);
   report_.failed_unix_us = failure.at_us;
+  if (job_.board_ != nullptr) job_.board_->AttemptFailed(report_.cause);
   Notice(absl::StrCat("attempt ", attempt_, ": ", report_.cause, "; stopping every rank"));
   EnterStopping(spec_.stop_grace, report_.cause);
 }

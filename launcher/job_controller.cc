@@ -80,6 +80,7 @@ void JobController::SetState(JobState next) {
     return;
   }
   state_ = next;
+  if (board_ != nullptr) board_->SetState(next);
   log_->Append(JobEvent("state").Text("state", JobState_Name(next)).Int("attempt", attempt_));
 }
 
@@ -201,6 +202,7 @@ void JobController::AnnounceRestart(const JobOutcome& outcome, std::chrono::mill
   }
   int used = 0;
   for (const auto& earlier : outcome.attempts) used += earlier.end == ATTEMPT_RESCALED ? 0 : 1;
+  if (board_ != nullptr) board_->SetRestartsUsed(used);
   const std::string when = backoff.count() > 0 ? absl::StrCat(" in ", backoff.count(), " ms") : std::string();
   notice_(absl::StrCat("restarting the job: attempt ", next, " (restart ", used, " of ", spec_.max_restarts, ")",
                        when));

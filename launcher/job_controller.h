@@ -67,6 +67,7 @@
 #include "launcher/controller_event_loop.h"
 #include "launcher/freeze_watch.h"
 #include "launcher/job_event_log.h"
+#include "launcher/job_status_board.h"
 #include "launcher/launch_plan.h"
 #include "launcher/rank_output.h"
 #include "launcher/restart_policy.h"
@@ -172,6 +173,11 @@ class JobController {
                 std::function<void(int attempt)> on_attempt_over = nullptr,
                 JobEventLog* event_log = nullptr);
 
+  // Note [Live job status]: from now on, everything the controller learns of
+  // the job is also written to `board` (which must outlive Run()). Call
+  // before Run().
+  void PublishStatusTo(JobStatusBoard* board) { board_ = board; }
+
   JobOutcome Run();
 
   // A stop signal for dslaunch (SIGINT, SIGTERM): stop every rank and end the
@@ -270,6 +276,7 @@ class JobController {
   const std::function<void(int)> on_attempt_over_;
   NullJobEventLog null_log_;
   JobEventLog* const log_;  // event_log or &null_log_
+  JobStatusBoard* board_ = nullptr;  // Note [Live job status]; may be null
   const RestartPolicy policy_;
   const std::shared_ptr<FreezeWatch> freeze_watch_;
 

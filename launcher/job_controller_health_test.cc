@@ -132,5 +132,47 @@ TEST_F(JobControllerTest, AMissedHeartbeatFailsTheAttemptAsAHang) {
   EXPECT_EQ(b_.starts().front().heartbeat_timeout_ms(), 3000);  // the agents watch with the job's bound
 }
 
+// Note [Live job status]: what `dslaunch status` and /metrics show follows
+// the job as the controller sees it: ranks and pids, heartbeats with their
+// figures, the cause of a failed attempt, the restart, the end.
+TEST_F(JobControllerTest, TheStatusBoardFollowsTheJob) {
+  JobStatusBoard board(spec_.job_id, 1);
+  board_ = &board;
+  spec_.max_restarts = 1;
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RankProgress progress;
+    progress.set_step(3);
+    progress.mutable_metrics()->set_total_steps(10);
+    progress.mutable_metrics()->set_loss(2.25);
+    for (int rank : {0, 1}) a_.Heartbeat(0, rank, progress);
+    for (int rank : {2, 3}) b_.Heartbeat(0, rank, progress);
+    ASSERT_TRUE(WaitForStatus([](const JobStatusReply& s) { return s.step() == 3; }));
+    JobStatusReply status = board_->Snapshot();
+    EXPECT_EQ(status.state(), JOB_RUNNING);
+    EXPECT_EQ(status.total_steps(), 10);
+    EXPECT_EQ(status.ranks(2).host(), "host-b");
+    EXPECT_EQ(status.ranks(2).pid(), 1002);
+    EXPECT_EQ(status.ranks(2).metrics().loss(), 2.25);
+    EXPECT_GE(status.ranks(2).heartbeat_age_ms(), 0);
+
+    b_.EndRank(0, 3, Exited(7));
+    ASSERT_TRUE(WaitStarted(1));
+    ASSERT_TRUE(WaitForStatus([](const JobStatusReply& s) { return s.attempt() == 1 && s.state() == JOB_RUNNING; }));
+    status = board_->Snapshot();
+    EXPECT_EQ(status.restarts_used(), 1);
+    EXPECT_EQ(status.last_error(), "rank 3 on host-b exited with code 7");
+    EXPECT_EQ(status.step(), -1);  // the new attempt has reported no step
+    EXPECT_EQ(status.ranks_alive(), 4);
+    for (int rank : {0, 1}) a_.EndRank(1, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(1, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  const JobStatusReply status = board.Snapshot();
+  EXPECT_EQ(status.state(), JOB_SUCCEEDED);
+  EXPECT_EQ(status.ranks_alive(), 0);
+  EXPECT_EQ(status.ranks(0).end(), "exited 0");
+}
+
 }  // namespace
 }  // namespace dslaunch::controller_testing

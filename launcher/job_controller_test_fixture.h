@@ -104,6 +104,7 @@ class JobControllerTest : public ::testing::Test {
         },
         [this](int attempt) { attempts_over_.push_back(attempt); }, &log_);
     running_ = &controller;
+    if (board_ != nullptr) controller.PublishStatusTo(board_);
     std::thread side;
     if (during) side = std::thread([&] { during(controller); });
     JobOutcome outcome = controller.Run();
@@ -136,6 +137,15 @@ class JobControllerTest : public ::testing::Test {
   }
 
   // Waits (bounded) until `agents` agents (host-a first) have started `attempt`.
+  // Waits (bounded) until the board's snapshot satisfies `done`.
+  bool WaitForStatus(const std::function<bool(const JobStatusReply&)>& done) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < deadline;) {
+      if (done(board_->Snapshot())) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
+
   bool WaitStarted(int attempt, int agents = 2) {
     for (auto deadline = std::chrono::steady_clock::now() + 10s;
          std::chrono::steady_clock::now() < deadline;) {
@@ -155,6 +165,7 @@ class JobControllerTest : public ::testing::Test {
   JobSpec spec_;
   FakeAgentClient a_, b_;
   RecordingOutput output_;
+  JobStatusBoard* board_ = nullptr;  // Note [Live job status]: set to watch the job's status
   std::mutex notices_mu_;
   std::vector<std::string> notices_;
   std::vector<int> attempts_over_;

@@ -362,6 +362,12 @@ constexpr OptionRow kOptions[] = {
        o.controller_addr = v;
        return absl::OkStatus();
      }},
+    {"--metrics_addr", "", ValueKind::kText, "HOST:PORT", "off",
+     "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9400)",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.metrics_addr = v;
+       return absl::OkStatus();
+     }},
     {"--validate", "", ValueKind::kText, "FILE", "",
      "check a train.cfg or ds_config.json for these ranks; print it resolved; start nothing",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
@@ -561,6 +567,10 @@ std::string LauncherUsage() {
       "Runs PROGRAM with ARGS once per selected slot of the hostfile's hosts. Options come\n"
       "before PROGRAM; everything from PROGRAM on (or after \"--\") is passed through.\n"
       "Long options also accept --name=value and '-' for '_' (--max-restarts).\n\n"
+      "subcommands (each with its own --help):\n"
+      "  dslaunch status [--job ID] [--watch]   a running job's state, steps and ranks\n"
+      "  dslaunch estimate --model JOB.cfg      memory a job needs, per GPU and host\n"
+      "  dslaunch report                        versions, GPUs, kernels: what to check when something is off\n\n"
       "options:\n");
   for (const OptionRow& row : kOptions) {
     std::string left = left_column(row);

@@ -32,7 +32,9 @@
 #include "common/net_address.h"
 #include "common/rank_contract.h"
 #include "common/version.h"
+#include "common/metrics_http_server.h"
 #include "launcher/agent_fleet.h"
+#include "launcher/controller_status_service.h"
 #include "launcher/dry_run.h"
 #include "launcher/estimate_command.h"
 #include "launcher/report_command.h"
@@ -40,14 +42,18 @@
 #include "launcher/job_controller.h"
 #include "launcher/job_event_log.h"
 #include "launcher/job_file.h"
+#include "launcher/job_status_board.h"
+#include "launcher/job_status_file.h"
 #include "launcher/launch_plan.h"
 #include "launcher/launcher_notice.h"
 #include "launcher/launcher_options.h"
 #include "launcher/node_resolution.h"
+#include "launcher/prometheus_metrics.h"
 #include "launcher/rank_output.h"
 #include "launcher/rendezvous_store.h"
 #include "launcher/sibling_binary.h"
 #include "launcher/signal_forwarder.h"
+#include "launcher/status_command.h"
 
 extern char** environ;
 
@@ -73,10 +79,15 @@ struct PlannedJob {
   bool local() const { return launcher == LauncherKind::kLocal; }
 };
 
-// The rendezvous store and the gRPC server that serves it.
+// The rendezvous store and the gRPC server that serves it, with the job's
+// live status (Note [Live job status]) on the same port.
 struct StoreServer {
   std::unique_ptr<RendezvousStore> store;
+  std::unique_ptr<JobStatusBoard> board;
+  std::unique_ptr<ControllerStatusService> status;
   std::unique_ptr<grpc::Server> server;
+  ScopedJobStatusFile status_file;  // Note [Job status file]
+  std::unique_ptr<MetricsHttpServer> metrics;
 };
 
 std::string LocalHostname() {
@@ -275,12 +286,22 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   JobSpec& spec = job->spec;
   spec.environment.store_token = GenerateToken();
   store->store = std::make_unique<RendezvousStore>(spec.job_id, spec.environment.store_token);
+  store->board = std::make_unique<JobStatusBoard>(spec.job_id, spec.max_restarts);
+  // Note [Job status file]: `dslaunch status` on this machine uses a token
+  // of this run; one elsewhere may use the job's --token_file.
+  const std::string controller_token = GenerateToken();
+  store->status = std::make_unique<ControllerStatusService>(
+      store->board.get(), std::vector<std::string>{controller_token, options.token_file.empty() ? "" : job->token});
+  JobStatusBoard* board = store->board.get();
+  store->store->ObserveSets(store_keys::kCheckpointCommitted,
+                            [board](int, const std::string& tag) { board->CheckpointCommitted(tag); });
   grpc::ServerBuilder builder;
   int store_port = 0;
   builder.AddListeningPort(job->local() ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
                            &store_port);
   RefusePortSharing(builder);
   store->store->Serve(builder);
+  store->status->ServeBeside(builder);
   store->server = builder.BuildAndStart();
   if (!store->server || store_port == 0) {
     Notice("cannot start the rendezvous store");
@@ -298,6 +319,21 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
     store_host = *toward;
   }
   spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
+  JobStatusFile file{spec.job_id, spec.environment.store_addr, controller_token, ::getpid(), ""};
+  auto written = WriteJobStatusFile(RunDirectory(), file);
+  if (written.ok()) {
+    store->status_file = ScopedJobStatusFile(*written);
+  } else {
+    Notice(absl::StrCat("`dslaunch status` will not find this job: ", written.status().message()));
+  }
+  if (!options.metrics_addr.empty()) {
+    auto metrics = MetricsHttpServer::Start(
+        options.metrics_addr, [board] { return PrometheusText(board->Snapshot()); }, "--metrics_addr");
+    if (!metrics.ok()) return UsageError(metrics.status());
+    store->metrics = std::move(*metrics);
+    Notice(absl::StrCat("serving the job's metrics at http://", options.metrics_addr.substr(0, options.metrics_addr.rfind(':')),
+                        ":", store->metrics->port(), "/metrics"));
+  }
   return std::nullopt;
 }
 
@@ -390,8 +426,8 @@ void SetHealthChecks(const LauncherOptions& options, const std::string& log_dir_
 
 // Runs the job to its end; returns dslaunch's exit code.
 int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<AgentClient*>& agents,
-           const std::string& log_dir_job, RendezvousStore* store, FileJobEventLog* event_log,
-           SignalForwarder* signals) {
+           const std::string& log_dir_job, RendezvousStore* store, JobStatusBoard* board,
+           FileJobEventLog* event_log, SignalForwarder* signals) {
   TeeOutput output;
   output.Add(std::make_unique<ConsoleOutput>(options.console_ranks, !options.no_prefix));
   if (!options.log_dir.empty()) output.Add(std::make_unique<LogDirOutput>(options.log_dir, spec.job_id));
@@ -416,6 +452,7 @@ int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<Agent
     store->DropAttempt(attempt);
   };
   JobController controller(spec, agents, &output, Notice, on_attempt_over, event_log);
+  controller.PublishStatusTo(board);
   signals->Attach(&controller);
   JobOutcome outcome = controller.Run();
   signals->Attach(nullptr);
@@ -433,6 +470,10 @@ int Main(int argc, char** argv) {
   // `dslaunch report` (ds_report): the host's and the runtime's facts.
   if (argc > 1 && std::string(argv[1]) == "report") {
     return RunReportCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  // `dslaunch status` (Note [Live job status]): asks a running controller.
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return RunStatusCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   // Block the stop signals before any thread exists; one thread takes them.
   const sigset_t stop_signals = BlockStopSignals();
@@ -460,7 +501,7 @@ int Main(int argc, char** argv) {
     return 128 + pending;
   }
   const int exit_code = RunJob(options, job.spec, AgentsInPlanOrder(job.spec.plan, agents), log_dir_job,
-                               store.store.get(), event_log.get(), &signals);
+                               store.store.get(), store.board.get(), event_log.get(), &signals);
   store.store->Shutdown();
   store.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   agents.clients.clear();

@@ -66,10 +66,19 @@ grpc::Status RendezvousStore::Set(grpc::ServerContext* context, const StoreSetRe
                                   StoreSetReply*) {
   std::string key;
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  values_[key] = request->value();
-  WakeWaitersOf(key);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = request->value();
+    WakeWaitersOf(key);
+  }
+  auto [first, last] = observers_.equal_range(request->key());
+  for (auto it = first; it != last; ++it) it->second(request->scope().attempt(), request->value());
   return grpc::Status::OK;
+}
+
+void RendezvousStore::ObserveSets(std::string key,
+                                  std::function<void(int attempt, const std::string& value)> observer) {
+  observers_.emplace(std::move(key), std::move(observer));
 }
 
 grpc::Status RendezvousStore::Get(grpc::ServerContext* context, const StoreGetRequest* request,

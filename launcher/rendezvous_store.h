@@ -13,6 +13,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -49,6 +50,11 @@ class RendezvousStore final {
   // preemption request "control/preempt" that ranks poll).
   void SetForAttempt(int attempt, const std::string& key, const std::string& value);
 
+  // Calls `observer(attempt, value)` after each Set of `key` by a rank (e.g.
+  // "checkpoint/committed", Note [Live job status]), on the RPC's thread and
+  // outside the store's lock. Register before the server starts.
+  void ObserveSets(std::string key, std::function<void(int attempt, const std::string& value)> observer);
+
   // The controller's own read of an attempt's key; nullopt when absent.
   std::optional<std::string> GetForAttempt(int attempt, const std::string& key);
 
@@ -84,6 +90,8 @@ class RendezvousStore final {
   void WakeWaitersOf(const std::string& key);
   void WakeEveryWaiter();
 
+  // Set once before serving; read-only afterwards.
+  std::multimap<std::string, std::function<void(int, const std::string&)>> observers_;
   std::mutex mu_;
   std::map<std::string, std::string> values_;  // guarded by mu_
   // Each waiting call's condition variable, under every key it waits for.

@@ -12,6 +12,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +43,10 @@ class RendezvousStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = std::make_unique<RendezvousStore>(kJob, kToken);
+    store_->ObserveSets("observed", [this](int attempt, const std::string& value) {
+      std::lock_guard<std::mutex> lock(observed_mu_);
+      observed_.emplace_back(attempt, value);
+    });
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     store_->Serve(builder);
@@ -62,6 +67,8 @@ class RendezvousStoreTest : public ::testing::Test {
   }
 
   int port_ = 0;
+  std::mutex observed_mu_;
+  std::vector<std::pair<int, std::string>> observed_;  // the sets of "observed"
   std::unique_ptr<RendezvousStore> store_;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -96,6 +103,17 @@ TEST_F(RendezvousStoreTest, SetGetAndAbsentGet) {
   ASSERT_TRUE(got.ok());
   ASSERT_TRUE(got->has_value());
   EXPECT_EQ(**got, "");
+}
+
+// Note [Live job status]: the controller hears of each committed checkpoint
+// as the rank writes it, not when the attempt is over.
+TEST_F(RendezvousStoreTest, ObserversSeeEverySetOfTheirKeyOnly) {
+  ASSERT_TRUE(Client(0)->Set("observed", "global_step2").ok());
+  ASSERT_TRUE(Client(0)->Set("other", "x").ok());
+  ASSERT_TRUE(Client(1)->Set("observed", "global_step4").ok());
+  EXPECT_FALSE(Client(1)->Set("", "refused").ok());
+  std::lock_guard<std::mutex> lock(observed_mu_);
+  EXPECT_EQ(observed_, (std::vector<std::pair<int, std::string>>{{0, "global_step2"}, {1, "global_step4"}}));
 }
 
 TEST_F(RendezvousStoreTest, EmptyKeyIsInvalid) {

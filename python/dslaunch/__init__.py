@@ -76,8 +76,11 @@ def store():
         return _store
 
 
-def heartbeat(step):
-    """Records this rank's step (call it after every step)."""
+def heartbeat(step, loss=None, total_steps=None, tokens_per_second=None, samples_per_second=None,
+              learning_rate=None):
+    """Records this rank's step (call it after every step), with what `dslaunch status` and the
+    controller's /metrics show of the run when given: the step's loss, the run's last step (for the
+    percentage and the ETA), throughput and learning rate."""
     global _heartbeats
     agent = os.environ.get(_contract.AGENT_ADDR)
     token = os.environ.get(_contract.RANK_TOKEN)
@@ -86,7 +89,9 @@ def heartbeat(step):
             if _heartbeats is None:
                 _heartbeats = HeartbeatThread(agent, os.environ[_contract.JOB_ID], _attempt(), rank(), token,
                                               int(os.environ.get(_contract.HEARTBEAT_MS, "1000")))
-        _heartbeats.report(step)
+        figures = {"loss": loss, "total_steps": total_steps, "tokens_per_second": tokens_per_second,
+                   "samples_per_second": samples_per_second, "learning_rate": learning_rate}
+        _heartbeats.report(step, figures if any(v is not None for v in figures.values()) else None)
     elif rank() == 0 and store() is not None:
         # No agent to beat to: rank 0 publishes progress in the store, as dsrank does.
         store().set(_contract.PROGRESS_STEP_KEY, "step %d" % int(step))

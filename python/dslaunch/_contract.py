@@ -38,9 +38,12 @@ STORE_ADD = "/dslaunch.Store/Add"
 STORE_COMPARE_SET = "/dslaunch.Store/CompareSet"
 STORE_DELETE = "/dslaunch.Store/Delete"
 
-# Field numbers: {message: {field: number}} (proto/agent.proto, proto/store.proto).
+# Field numbers: {message: {field: number}} (proto/agent.proto, proto/store.proto);
+# tests/python/test_contract_mirror.py checks them against proto/.
 FIELDS = {
-    "HeartbeatRequest": {"job_id": 1, "attempt": 2, "global_rank": 3, "rank_token": 4, "step": 5},
+    "HeartbeatRequest": {"job_id": 1, "attempt": 2, "global_rank": 3, "rank_token": 4, "step": 5, "metrics": 7},
+    "RankMetrics": {"total_steps": 1, "loss": 2, "tokens_per_second": 3, "samples_per_second": 4,
+                    "learning_rate": 5, "gpu_memory_bytes": 6},
     "StoreScope": {"job_id": 1, "attempt": 2},
     "StoreSetRequest": {"scope": 1, "key": 2, "value": 3},
     "StoreGetRequest": {"scope": 1, "key": 2},

@@ -3,8 +3,10 @@
 Messages are built as lists of (field number, value) and read back as
 {field number: [values]}; integers are varints (negative ones as 10-byte
 two's complement, as protobuf writes int32/int64), str and bytes are
-length-delimited, a nested message is bytes from encode().
+length-delimited, a nested message is bytes from encode(), and a float is
+a double (fixed 64-bit, little-endian).
 """
+import struct
 
 
 def _varint(value):
@@ -33,6 +35,9 @@ def encode(fields):
         elif isinstance(value, int):
             if value:
                 out += _varint(number << 3) + _varint(value)
+        elif isinstance(value, float):
+            if value:
+                out += _varint((number << 3) | 1) + struct.pack("<d", value)
         else:
             if isinstance(value, str):
                 value = value.encode()

@@ -19,6 +19,8 @@ class HeartbeatThread:
         self._identity = [(f["job_id"], job_id), (f["attempt"], int(attempt)), (f["global_rank"], int(rank)),
                           (f["rank_token"], rank_token)]
         self._step_field = f["step"]
+        self._metrics_field = f["metrics"]
+        self._metrics = b""
         self._interval_s = max(c.MINIMUM_HEARTBEAT_MS, int(interval_ms)) / 1000.0
         self._channel = grpc.insecure_channel(agent_address)
         self._send = self._channel.unary_unary(c.AGENT_HEARTBEAT, request_serializer=lambda b: b,
@@ -32,10 +34,18 @@ class HeartbeatThread:
         self._thread = threading.Thread(target=self._loop, name="dslaunch-heartbeat", daemon=True)
         self._thread.start()
 
-    def report(self, step):
+    def report(self, step, metrics=None):
+        """metrics: {RankMetrics field: value} for `dslaunch status` and /metrics (None: keep the last)."""
+        m = c.FIELDS["RankMetrics"]
+        encoded = None
+        if metrics is not None:
+            encoded = _wire.encode([(m[name], int(value) if name == "total_steps" else float(value))
+                                    for name, value in metrics.items() if value is not None])
         with self._lock:
             first = self._step < 0
             self._step = int(step)
+            if encoded is not None:
+                self._metrics = encoded
         if first:
             self._wake.set()  # the first step goes out now: the controller times recovery from it
 
@@ -48,8 +58,8 @@ class HeartbeatThread:
     def _loop(self):
         while not self._stopping:
             with self._lock:
-                step = self._step
-            request = _wire.encode(self._identity + [(self._step_field, step)])
+                step, metrics = self._step, self._metrics
+            request = _wire.encode(self._identity + [(self._step_field, step), (self._metrics_field, metrics)])
             try:
                 self._send(request, timeout=max(self._interval_s, 0.5))
                 self.accepted += 1

@@ -21,6 +21,11 @@ void RankRuntime::ReportStep(int64_t step) {
   if (heartbeats_ != nullptr && !reported_first_step_.exchange(true)) heartbeats_->SendSoon();
 }
 
+void RankRuntime::ReportMetrics(const RankMetrics& metrics) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
+  metrics_ = metrics;
+}
+
 bool RankRuntime::heartbeats_accepted() const { return heartbeats_ != nullptr && heartbeats_->accepted() > 0; }
 
 absl::StatusOr<std::unique_ptr<RankRuntime>> StartRank(const RankEnvironment& env, const RankOptions& options) {
@@ -63,6 +68,8 @@ absl::StatusOr<std::unique_ptr<RankRuntime>> StartRank(const RankEnvironment& en
   runtime->heartbeats_ = HeartbeatSender::Start(env, [raw](HeartbeatRequest* beat) {
     beat->set_step(raw->step_.load());
     raw->recorder_.Snapshot(beat->mutable_recent_collectives());
+    std::lock_guard<std::mutex> lock(raw->metrics_mu_);
+    if (raw->metrics_.ByteSizeLong() > 0) *beat->mutable_metrics() = raw->metrics_;
   });
   return runtime;
 }

@@ -15,11 +15,13 @@
 //      slow progress and name the rank behind (Note [Rank heartbeats]).
 // Without dslaunch the process is one rank with no store and no heartbeats.
 //
-// Not thread-safe, except ReportStep and heartbeats_accepted (any thread).
+// Not thread-safe, except ReportStep, ReportMetrics and heartbeats_accepted
+// (any thread).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <torch/torch.h>
@@ -60,6 +62,9 @@ class RankRuntime {
 
   // The last finished step, for the heartbeats; the first one is sent at once.
   void ReportStep(int64_t step);
+  // The run's figures at the last finished step (loss, tokens/s, ...), sent
+  // with the next heartbeat for `dslaunch status` and /metrics.
+  void ReportMetrics(const RankMetrics& metrics);
   // Whether the agent accepted one of this rank's heartbeats (so the
   // controller has its step); false without heartbeats.
   bool heartbeats_accepted() const;
@@ -77,6 +82,8 @@ class RankRuntime {
   std::shared_ptr<const ParallelState> parallel_;
   std::atomic<int64_t> step_{-1};
   std::atomic<bool> reported_first_step_{false};
+  std::mutex metrics_mu_;
+  RankMetrics metrics_;  // guarded by metrics_mu_
   std::unique_ptr<HeartbeatSender> heartbeats_;
 };
 

@@ -33,6 +33,7 @@
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/dsrank/instruction_data.h"
 #include "runtime/dsrank/progress_line.h"
+#include "runtime/dsrank/step_metrics.h"
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
 #include "runtime/fs/file_system.h"
@@ -763,6 +764,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     const StepSummary summary = SummarizeStep(step_loss, preempt_flag, context);
     const double mean_loss = summary.mean_loss;
     if (loss_log.is_open()) loss_log << absl::StrFormat("%d\t%.9g\n", step, mean_loss) << std::flush;
+    if (context.rank_runtime != nullptr) {  // for `dslaunch status` and /metrics, with the next heartbeat
+      const double wall = std::chrono::duration<double>(Clock::now() - step_began).count();
+      context.rank_runtime->ReportMetrics(StepMetrics(job.train.steps, mean_loss, result.lr, wall, tokens_per_step,
+                                                      sampler->global_batch(), context.device));
+    }
     if (monitors) {
       namespace metric = monitor_metric;
       const double wall = std::chrono::duration<double>(Clock::now() - step_began).count();

@@ -66,7 +66,7 @@ def main():
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         mean /= world
-        dslaunch.heartbeat(step)
+        dslaunch.heartbeat(step, loss=mean.item(), total_steps=args.steps)
         if rank == 0:
             print("step=%d loss=%.9f" % (step, mean.item()), flush=True)
             if log:

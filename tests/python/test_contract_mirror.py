@@ -50,7 +50,7 @@ if not interval or int(interval.group(1)) != c.MINIMUM_HEARTBEAT_MS:
                     (c.MINIMUM_HEARTBEAT_MS, interval.group(1) if interval else "nothing"))
 
 messages, methods = {}, set()
-for name in ("agent.proto", "store.proto"):
+for name in ("agent.proto", "controller.proto", "store.proto"):
     text = re.sub(r"//[^\n]*", "", read("proto", name))
     package = re.search(r"package ([\w.]+);", text).group(1)
     for message, body in re.findall(r"message (\w+) \{([^{}]*)\}", text):
