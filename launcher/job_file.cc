@@ -118,9 +118,12 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
 }
 
 // One verdict. Valid: the resolved config on stdout, 0. Not valid because
-// of keys not supported yet: those on stderr, 2.
+// of keys not supported yet: those on stderr, 2. Either way, the keys that
+// have no effect here are warnings on stderr first (Note [Keys without
+// effect here]).
 int PrintVerdict(const std::string& path, int world_size, const std::string& resolved,
-                 const std::vector<std::string>& not_yet_supported) {
+                 const std::vector<std::string>& not_yet_supported, const std::vector<std::string>& without_effect) {
+  for (const std::string& line : without_effect) Notice(absl::StrCat("warning: ", path, ": ", line));
   if (!not_yet_supported.empty()) {
     Notice(absl::StrCat(path, " is not valid for ", world_size,
                         " rank(s): it asks for what this runtime does not support yet:\n  ",
@@ -171,13 +174,13 @@ int ValidateConfigFile(const LauncherOptions& options, int world_size, bool rank
   const std::string& path = options.validate;
   runtime::WorldShape world{world_size};
   if (absl::EndsWith(path, ".json")) {
-    std::vector<std::string> not_yet_supported;
-    auto config = runtime::LoadDsConfig(path, *overrides, world, &not_yet_supported);
+    std::vector<std::string> not_yet_supported, without_effect;
+    auto config = runtime::LoadDsConfig(path, *overrides, world, &not_yet_supported, &without_effect);
     if (!config.ok()) return PrintInvalid(path, world_size, config.status());
     if (absl::Status cpu = CheckPrecisionOnCpu(*config, ranks_on_cpu); !cpu.ok()) {
       return PrintInvalid(path, world_size, cpu);
     }
-    return PrintVerdict(path, world_size, runtime::DescribeDsConfig(*config), not_yet_supported);
+    return PrintVerdict(path, world_size, runtime::DescribeDsConfig(*config), not_yet_supported, without_effect);
   }
   auto job = runtime::LoadJobConfig(path, *overrides, world);
   if (!job.ok()) return PrintInvalid(path, world_size, job.status());
@@ -185,7 +188,8 @@ int ValidateConfigFile(const LauncherOptions& options, int world_size, bool rank
     return PrintInvalid(path, world_size, cpu);
   }
   if (absl::Status nvme = CheckLocalNvmePath(*job, local); !nvme.ok()) return PrintInvalid(path, world_size, nvme);
-  return PrintVerdict(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported);
+  return PrintVerdict(path, world_size, runtime::DescribeJobConfig(*job), job->not_yet_supported,
+                      job->without_effect);
 }
 
 }  // namespace dslaunch

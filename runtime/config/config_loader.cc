@@ -122,7 +122,8 @@ absl::StatusOr<ConfigOverride> ParseOverride(const std::string& text) {
 absl::StatusOr<DsConfig> LoadDsConfig(const std::string& path,
                                       const std::vector<ConfigOverride>& overrides,
                                       const WorldShape& world,
-                                      std::vector<std::string>* not_yet_supported) {
+                                      std::vector<std::string>* not_yet_supported,
+                                      std::vector<std::string>* without_effect) {
   absl::StatusOr<YAML::Node> root = ReadYamlFile(path, "ds_config file");
   if (!root.ok()) return root.status();
   Problems problems;
@@ -140,6 +141,7 @@ absl::StatusOr<DsConfig> LoadDsConfig(const std::string& path,
   if (not_yet_supported != nullptr) {
     *not_yet_supported = config_internal::NotYetSupported(walk, config);
   }
+  if (without_effect != nullptr) *without_effect = config_internal::WithoutEffectHere(walk, config);
   return config;
 }
 
@@ -236,6 +238,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
   config_internal::CheckMoe(job_walk, job_source, ds_walk, ds_source, job, &problems);
   if (!problems.empty()) return problems.ToStatus();
   job.not_yet_supported = config_internal::NotYetSupported(ds_walk, job.ds);
+  job.without_effect = config_internal::WithoutEffectHere(ds_walk, job.ds);
   return job;
 }
 

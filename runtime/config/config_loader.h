@@ -43,12 +43,13 @@ absl::StatusOr<JobConfig> LoadElasticJobConfig(const std::string& path,
 // A bare ds_config.json/yaml, for `dslaunch --validate ds_config.json`.
 // "auto" values that need a job file are reported as unresolvable only when
 // nothing else can fill them (batch sizes need two of the three numbers).
-// `not_yet_supported`, when given, receives the lines JobConfig::not_yet_supported
-// would hold.
+// `not_yet_supported` and `without_effect`, when given, receive the lines
+// JobConfig::not_yet_supported and JobConfig::without_effect would hold.
 absl::StatusOr<DsConfig> LoadDsConfig(const std::string& path,
                                       const std::vector<ConfigOverride>& overrides,
                                       const WorldShape& world,
-                                      std::vector<std::string>* not_yet_supported = nullptr);
+                                      std::vector<std::string>* not_yet_supported = nullptr,
+                                      std::vector<std::string>* without_effect = nullptr);
 
 // The resolved config as YAML (printed once at start and by --validate).
 std::string DescribeJobConfig(const JobConfig& config);

@@ -132,6 +132,22 @@ KeySpec Unstored(std::string path, ValueKind kind) {
   return MakeKey(std::move(path), kind, std::monostate());
 }
 
+bool KeySpec::IsDeepSpeedDefault(const YAML::Node& node) const {
+  if (node.IsNull()) return true;
+  if (!node.IsScalar()) return false;
+  const std::string& text = node.Scalar();
+  bool given_bool = false, default_bool = false;
+  if (kind == ValueKind::kBool && ParseBoolText(text, &given_bool) && ParseBoolText(deepspeed_default, &default_bool)) {
+    return given_bool == default_bool;
+  }
+  double given_number = 0, default_number = 0;
+  if ((kind == ValueKind::kInt || kind == ValueKind::kNumber) && ParseNumberText(text, &given_number) &&
+      ParseNumberText(deepspeed_default, &default_number)) {
+    return given_number == default_number;
+  }
+  return absl::EqualsIgnoreCase(text, deepspeed_default);
+}
+
 YAML::Mark WalkResult::MarkOf(const std::string& canonical) const {
   auto it = given.find(canonical);
   return it == given.end() ? YAML::Mark::null_mark() : it->second.mark;

@@ -95,6 +95,23 @@ struct KeySpec {
   std::string canonical;   // for another name of the same key: the listed key's path
   bool required = false;   // must be present whenever its top-level section is
 
+  // Note [Keys without effect here]
+  // A key DeepSpeed reads that nothing here stores (Unstored) says what a
+  // value other than DeepSpeed's default means here, so that no setting is
+  // silently ignored:
+  //   kRefused  - it would change what is computed: "not yet supported";
+  //   kIgnored  - it tunes DeepSpeed's speed or memory only, or has an
+  //               equivalent here: accepted, with a warning naming it;
+  //   kInert    - a parameter of a feature another key turns on (and that
+  //               key is refused when it does): nothing to say;
+  //   kRead     - the loader reads it from the walk itself (its own check).
+  // A value equal to `deepspeed_default` (compared as a bool, a number or
+  // text, as the key's kind says; null counts as the default) says nothing.
+  enum class Unbuilt { kNone, kRefused, kIgnored, kInert, kRead };
+  Unbuilt unbuilt = Unbuilt::kNone;
+  std::string deepspeed_default;
+  std::string unbuilt_what;  // kRefused: the feature; kIgnored: why it has no effect here
+
   KeySpec& Min(double v) { min = v; return *this; }
   KeySpec& Above(double v) { min = v; min_exclusive = true; return *this; }
   KeySpec& Max(double v) { max = v; return *this; }
@@ -105,6 +122,22 @@ struct KeySpec {
   KeySpec& Nullable() { null_ok = true; return *this; }
   KeySpec& AliasOf(std::string path_) { canonical = std::move(path_); return *this; }
   KeySpec& Required() { required = true; return *this; }
+  KeySpec& RefusedUnless(std::string default_value, std::string feature) {
+    unbuilt = Unbuilt::kRefused;
+    deepspeed_default = std::move(default_value);
+    unbuilt_what = std::move(feature);
+    return *this;
+  }
+  KeySpec& IgnoredUnless(std::string default_value, std::string why) {
+    unbuilt = Unbuilt::kIgnored;
+    deepspeed_default = std::move(default_value);
+    unbuilt_what = std::move(why);
+    return *this;
+  }
+  KeySpec& Inert() { unbuilt = Unbuilt::kInert; return *this; }
+  KeySpec& ReadByLoader() { unbuilt = Unbuilt::kRead; return *this; }
+  // Whether `node` (this key's given value) is DeepSpeed's default.
+  bool IsDeepSpeedDefault(const YAML::Node& node) const;
 
   const std::string& canonical_path() const { return canonical.empty() ? path : canonical; }
 };

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/config/config_limits.h"
+#include "runtime/config/ds_config_unbuilt_features.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -61,7 +62,9 @@ std::vector<SchedulerParam> SchedulerParams(SchedulerConfig* s) {
       {Key(p + "warmup_min_ratio", &s->warmup_min_ratio).Min(0).Max(1), {kWarmupCosineLR}},
       {Key(p + "cos_min_ratio", &s->cos_min_ratio).Min(0).Max(1), {kWarmupCosineLR}},
       // Where a resumed schedule starts; checkpoints restore it here instead.
-      {Unstored(p + "last_batch_iteration", ValueKind::kInt).Min(-1),
+      {Unstored(p + "last_batch_iteration", ValueKind::kInt)
+           .Min(-1)
+           .RefusedUnless("-1", "starting a schedule part-way (checkpoints restore the step instead)"),
        {kLRRangeTest, kOneCycle, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR}},
   };
 }
@@ -89,15 +92,24 @@ void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, Offl
   keys->push_back(Key(p + "pin_memory", &o->pin_memory));
   keys->push_back(Key(p + "buffer_count", &o->buffer_count).Min(0));
   if (for_optimizer) {
-    keys->push_back(Unstored(p + "pipeline_read", ValueKind::kBool));
-    keys->push_back(Unstored(p + "pipeline_write", ValueKind::kBool));
+    for (const char* name : {"pipeline_read", "pipeline_write"}) {
+      keys->push_back(Unstored(p + name, ValueKind::kBool)
+                          .IgnoredUnless("false", "NVMe swaps here always overlap reading, stepping and writing "
+                                                  "(Note [NVMe offload])"));
+    }
     keys->push_back(Key(p + "fast_init", &o->fast_init));
     keys->push_back(Key(p + "ratio", &o->ratio).Min(0).Max(1));
     keys->push_back(Key(p + "delay_update", &o->delay_update));
     keys->push_back(Key(p + "delay_update_warmup_steps", &o->delay_update_warmup_steps).Min(0));
-    keys->push_back(Unstored(p + "super_offload", ValueKind::kBool));
-    keys->push_back(Unstored(p + "convert_grad_on_cpu", ValueKind::kBool));
-    keys->push_back(Unstored(p + "cpuadam_cores_perc", ValueKind::kNumber).Min(0).Max(1));
+    keys->push_back(Unstored(p + "super_offload", ValueKind::kBool)
+                        .IgnoredUnless("false", "DeepSpeed's SuperOffload speed path for Grace Hopper; "
+                                                "delay_update is this runtime's overlap of the host step"));
+    keys->push_back(Unstored(p + "convert_grad_on_cpu", ValueKind::kBool)
+                        .IgnoredUnless("true", "where gradients are converted to fp32 is a speed choice"));
+    keys->push_back(Unstored(p + "cpuadam_cores_perc", ValueKind::kNumber)
+                        .Min(0)
+                        .Max(1)
+                        .IgnoredUnless("0.8", "set the CPU Adam's threads with DSLAUNCH_CPU_ADAM_THREADS"));
   } else {
     keys->push_back(Key(p + "buffer_size", &o->buffer_size).Min(0));
     keys->push_back(Key(p + "max_in_cpu", &o->max_in_cpu).Min(0));
@@ -113,6 +125,43 @@ void AddMonitorKeys(std::vector<KeySpec>* keys, const std::string& section, Moni
 // "key=value" for a not-yet-supported line.
 std::string Setting(const std::string& key, const std::string& value) {
   return absl::StrCat(key, "=", value);
+}
+
+// Note [Keys without effect here]: the keys of class `unbuilt` given with a
+// value other than DeepSpeed's default, each with "key=value" as written.
+std::vector<std::pair<KeySpec, std::string>> GivenOtherThanDefault(const WalkResult& walk, const DsConfig& c,
+                                                                   KeySpec::Unbuilt unbuilt) {
+  DsConfig unused;
+  std::vector<std::pair<KeySpec, std::string>> found;
+  for (KeySpec& spec : DsConfigKeys(&unused, c.scheduler.type)) {
+    // The walk keys what it saw by the canonical path (an alias's row is the
+    // same key), and remembers the path as written.
+    if (spec.unbuilt != unbuilt || !spec.canonical.empty() || !walk.Has(spec.path) || walk.IsAuto(spec.path)) {
+      continue;
+    }
+    const WalkResult::Given& given = walk.given.at(spec.path);
+    if (spec.IsDeepSpeedDefault(given.node)) continue;
+    const std::string setting = Setting(given.path, given.node.IsScalar() ? given.node.Scalar() : "...");
+    found.emplace_back(std::move(spec), setting);
+  }
+  return found;
+}
+
+// The paths of every `enabled: true` at any depth of `node` (at `path`).
+std::vector<std::string> EnabledUnder(const YAML::Node& node, const std::string& path) {
+  std::vector<std::string> found;
+  if (!node.IsMap()) return found;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) continue;
+    const std::string child = absl::StrCat(path, ".", entry.first.Scalar());
+    bool on = false;
+    if (entry.first.Scalar() == "enabled" && entry.second.IsScalar() && ParseBoolText(entry.second.Scalar(), &on) &&
+        on) {
+      found.push_back(child);
+    }
+    for (std::string& deeper : EnabledUnder(entry.second, child)) found.push_back(std::move(deeper));
+  }
+  return found;
 }
 
 bool GivenBool(const WalkResult& walk, const std::string& path, bool* value) {
@@ -154,12 +203,17 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("prescale_gradients", &c->prescale_gradients),
       Key("gradient_predivide_factor", &c->gradient_predivide_factor).Above(0),
       Key("moe_expert_parallel_size", &c->moe_expert_parallel_size).Min(1),
-      Unstored("sparse_gradients", ValueKind::kBool),
-      Unstored("zero_allow_untested_optimizer", ValueKind::kBool),
-      Unstored("zero_force_ds_cpu_optimizer", ValueKind::kBool),
-      Unstored("dump_state", ValueKind::kBool),
-      Unstored("disable_allgather", ValueKind::kBool),
-      Unstored("dataloader_drop_last", ValueKind::kBool),
+      Unstored("sparse_gradients", ValueKind::kBool).RefusedUnless("false", "sparse gradient reduction"),
+      Unstored("zero_allow_untested_optimizer", ValueKind::kBool)
+          .IgnoredUnless("false", "the optimizers built here (Adam, AdamW) need no permission"),
+      Unstored("zero_force_ds_cpu_optimizer", ValueKind::kBool)
+          .IgnoredUnless("true", "the host optimizer of an offload is always this runtime's CPU Adam"),
+      Unstored("dump_state", ValueKind::kBool)
+          .IgnoredUnless("false", "dslaunch --validate prints the resolved configuration instead"),
+      Unstored("disable_allgather", ValueKind::kBool)
+          .IgnoredUnless("false", "how DeepSpeed gathers ZeRO-1/2 partitions is a speed choice; this runtime all-gathers"),
+      Unstored("dataloader_drop_last", ValueKind::kBool)
+          .IgnoredUnless("false", "it applies to DeepSpeed's deepspeed_io loader; dsrank's sampler reads its own data"),
 
       Key("fp16.enabled", &c->fp16.enabled).Auto(),
       Key("fp16.auto_cast", &c->fp16.auto_cast),
@@ -169,7 +223,8 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("fp16.hysteresis", &c->fp16.hysteresis).Min(1),
       Key("fp16.consecutive_hysteresis", &c->fp16.consecutive_hysteresis),
       Key("fp16.min_loss_scale", &c->fp16.min_loss_scale).Above(0),
-      Unstored("fp16.fp16_master_weights_and_grads", ValueKind::kBool),
+      Unstored("fp16.fp16_master_weights_and_grads", ValueKind::kBool)
+          .RefusedUnless("false", "fp16 master weights and gradients (without an fp32 master copy)"),
   };
   // bf16 and its legacy name "bfloat16" (DeepSpeed reads "bfloat16" when "bf16" is absent).
   for (const std::string section : {"bf16", "bfloat16"}) {
@@ -179,15 +234,25 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       keys.push_back(std::move(spec));
     };
     add(Key(section + ".enabled", &c->bf16.enabled).Auto(), "enabled");
-    for (const char* name : {"immediate_grad_update", "check_grad_overflow",
-                             "bf16_master_weights_and_grads", "bf16_optimizer_states"}) {
-      add(Unstored(section + "." + name, ValueKind::kBool), name);
-    }
+    add(Unstored(section + ".immediate_grad_update", ValueKind::kBool)
+            .IgnoredUnless("false", "when bf16 gradients are added to the fp32 ones is a memory choice of DeepSpeed's "
+                                   "BF16 optimizer; results agree"),
+        "immediate_grad_update");
+    add(Unstored(section + ".check_grad_overflow", ValueKind::kBool)
+            .IgnoredUnless("true", "every step's loss and gradient norm are checked for non-finite values here, "
+                                    "whatever the precision (Note [Non-finite guard])"),
+        "check_grad_overflow");
+    add(Unstored(section + ".bf16_master_weights_and_grads", ValueKind::kBool)
+            .RefusedUnless("false", "bf16 master weights and gradients (without an fp32 master copy)"),
+        "bf16_master_weights_and_grads");
+    add(Unstored(section + ".bf16_optimizer_states", ValueKind::kBool)
+            .RefusedUnless("false", "bf16 optimizer states"),
+        "bf16_optimizer_states");
   }
   keys.insert(keys.end(), {
       // Apex AMP: DeepSpeed passes every other key to amp.initialize().
-      Unstored("amp.enabled", ValueKind::kBool),
-      Unstored("amp.opt_level", ValueKind::kString),
+      Unstored("amp.enabled", ValueKind::kBool).RefusedUnless("false", "Apex AMP (use fp16 or bf16)"),
+      Unstored("amp.opt_level", ValueKind::kString).Inert(),
 
       Key("optimizer.type", &c->optimizer.type).OneOf(OptimizerTypes()).FoldCase().Required(),
       Key("optimizer.params.lr", &c->optimizer.lr).Min(0).Auto(),
@@ -195,10 +260,14 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("optimizer.params.eps", &c->optimizer.eps).Min(0).Auto(),
       Key("optimizer.params.weight_decay", &c->optimizer.weight_decay).Min(0).Auto(),
       Key("optimizer.params.adam_w_mode", &c->optimizer.adam_w_mode),
-      Unstored("optimizer.params.torch_adam", ValueKind::kBool),
-      Unstored("optimizer.params.bias_correction", ValueKind::kBool),
-      Unstored("optimizer.params.amsgrad", ValueKind::kBool),
-      Unstored("optimizer.legacy_fusion", ValueKind::kBool),
+      Unstored("optimizer.params.torch_adam", ValueKind::kBool)
+          .IgnoredUnless("false", "which Adam kernel runs is a speed choice; this runtime's fused Adam computes "
+                                  "torch.optim.AdamW's update"),
+      Unstored("optimizer.params.bias_correction", ValueKind::kBool)
+          .RefusedUnless("true", "Adam without bias correction"),
+      Unstored("optimizer.params.amsgrad", ValueKind::kBool).RefusedUnless("false", "AMSGrad"),
+      Unstored("optimizer.legacy_fusion", ValueKind::kBool)
+          .IgnoredUnless("false", "a speed choice of DeepSpeed's fp16 optimizer"),
 
       Key("scheduler.type", &c->scheduler.type).OneOf(SchedulerTypes()).Required(),
   });
@@ -221,13 +290,16 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key(zp + "contiguous_gradients", &z->contiguous_gradients),
       Key(zp + "reduce_scatter", &z->reduce_scatter),
       Key(zp + "reduce_bucket_size", &z->reduce_bucket_size).Min(0).Auto(),
-      Unstored(zp + "use_multi_rank_bucket_allreduce", ValueKind::kBool),
+      Unstored(zp + "use_multi_rank_bucket_allreduce", ValueKind::kBool)
+          .IgnoredUnless("true", "how DeepSpeed buckets its all-reduce is a speed choice"),
       Key(zp + "allgather_partitions", &z->allgather_partitions),
       Key(zp + "allgather_bucket_size", &z->allgather_bucket_size).Min(0),
       // null: DeepSpeed's default, true for stage 3 and false below.
       Key(zp + "overlap_comm", &z->overlap_comm).Nullable(),
-      Unstored(zp + "load_from_fp32_weights", ValueKind::kBool),
-      Unstored(zp + "elastic_checkpoint", ValueKind::kBool),
+      Unstored(zp + "load_from_fp32_weights", ValueKind::kBool)
+          .RefusedUnless("true", "restoring the fp32 master from the 16-bit weights of a checkpoint"),
+      Unstored(zp + "elastic_checkpoint", ValueKind::kBool)
+          .IgnoredUnless("false", "checkpoints here load at any world size and ZeRO stage (Note [Reshardable checkpoints])"),
       Key(zp + "sub_group_size", &z->sub_group_size).Min(0),
       Key(zp + "round_robin_gradients", &z->round_robin_gradients),
       // DeepSpeed's pydantic model takes each stage3_ key also under its field name.
@@ -238,7 +310,13 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
           .Min(0).Auto(),
       Key(zp + "param_persistence_threshold", &z->stage3_param_persistence_threshold)
           .Min(0).Auto().AliasOf(zp + "stage3_param_persistence_threshold"),
-      Unstored(zp + "stage3_model_persistence_threshold", ValueKind::kInt).Min(0),
+      Unstored(zp + "stage3_model_persistence_threshold", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("9223372036854775807", "a ZeRO-3 memory and speed threshold of DeepSpeed's"),
+      Unstored(zp + "model_persistence_threshold", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("9223372036854775807", "a ZeRO-3 memory and speed threshold of DeepSpeed's")
+          .AliasOf(zp + "stage3_model_persistence_threshold"),
       Key(zp + "stage3_max_live_parameters", &z->stage3_max_live_parameters).Min(0),
       Key(zp + "max_live_parameters", &z->stage3_max_live_parameters).Min(0)
           .AliasOf(zp + "stage3_max_live_parameters"),
@@ -252,20 +330,41 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key(zp + "stage3_gather_fp16_weights_on_model_save",
           &z->stage3_gather_16bit_weights_on_model_save)
           .AliasOf(zp + "stage3_gather_16bit_weights_on_model_save"),
-      Unstored(zp + "stage3_module_granularity_threshold", ValueKind::kInt).Min(0),
-      Unstored(zp + "stage3_use_all_reduce_for_fetch_params", ValueKind::kBool),
-      Unstored(zp + "ignore_unused_parameters", ValueKind::kBool),
-      Unstored(zp + "legacy_stage1", ValueKind::kBool),
-      Unstored(zp + "zero_hpz_partition_size", ValueKind::kInt).Min(0),
-      Unstored(zp + "zero_quantized_weights", ValueKind::kBool),
-      Unstored(zp + "zero_quantized_nontrainable_weights", ValueKind::kBool),
-      Unstored(zp + "zero_quantized_gradients", ValueKind::kBool),
-      Unstored(zp + "mics_shard_size", ValueKind::kInt),
-      Unstored(zp + "mics_hierarchical_params_gather", ValueKind::kBool),
-      Unstored(zp + "memory_efficient_linear", ValueKind::kBool),
-      Unstored(zp + "pipeline_loading_checkpoint", ValueKind::kBool),
-      Unstored(zp + "override_module_apply", ValueKind::kBool),
-      Unstored(zp + "log_trace_cache_warnings", ValueKind::kBool),
+      Unstored(zp + "stage3_module_granularity_threshold", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("0", "a ZeRO-3 speed threshold of DeepSpeed's (this runtime gathers one block at a time)"),
+      Unstored(zp + "module_granularity_threshold", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("0", "a ZeRO-3 speed threshold of DeepSpeed's (this runtime gathers one block at a time)")
+          .AliasOf(zp + "stage3_module_granularity_threshold"),
+      Unstored(zp + "stage3_use_all_reduce_for_fetch_params", ValueKind::kBool)
+          .IgnoredUnless("false", "how DeepSpeed fetches ZeRO-3 parameters is a speed choice"),
+      Unstored(zp + "use_all_reduce_for_fetch_params", ValueKind::kBool)
+          .IgnoredUnless("false", "how DeepSpeed fetches ZeRO-3 parameters is a speed choice")
+          .AliasOf(zp + "stage3_use_all_reduce_for_fetch_params"),
+      Unstored(zp + "ignore_unused_parameters", ValueKind::kBool)
+          .RefusedUnless("true", "stopping on parameters that got no gradient"),
+      Unstored(zp + "legacy_stage1", ValueKind::kBool)
+          .IgnoredUnless("false", "DeepSpeed's old stage-1 code path; stage 1 here is one implementation"),
+      Unstored(zp + "zero_hpz_partition_size", ValueKind::kInt)
+          .Min(0)
+          .RefusedUnless("1", "ZeRO++ hierarchical partitioning (hpZ)"),
+      Unstored(zp + "zero_quantized_weights", ValueKind::kBool)
+          .RefusedUnless("false", "ZeRO++ quantized weight communication (qwZ)"),
+      Unstored(zp + "zero_quantized_nontrainable_weights", ValueKind::kBool)
+          .RefusedUnless("false", "quantized frozen weights"),
+      Unstored(zp + "zero_quantized_gradients", ValueKind::kBool)
+          .RefusedUnless("false", "ZeRO++ quantized gradient communication (qgZ)"),
+      Unstored(zp + "mics_shard_size", ValueKind::kInt).RefusedUnless("-1", "MiCS sharding"),
+      Unstored(zp + "mics_hierarchical_params_gather", ValueKind::kBool).Inert(),
+      Unstored(zp + "memory_efficient_linear", ValueKind::kBool)
+          .IgnoredUnless("true", "a ZeRO-3 memory choice of DeepSpeed's linear layers"),
+      Unstored(zp + "pipeline_loading_checkpoint", ValueKind::kBool)
+          .IgnoredUnless("false", "how DeepSpeed loads ZeRO-3 checkpoints of pipeline modules"),
+      Unstored(zp + "override_module_apply", ValueKind::kBool)
+          .IgnoredUnless("true", "a ZeRO-3 hook of DeepSpeed's into torch.nn.Module.apply"),
+      Unstored(zp + "log_trace_cache_warnings", ValueKind::kBool)
+          .IgnoredUnless("false", "DeepSpeed's ZeRO-3 prefetch trace logging"),
   });
   AddOffloadKeys(&keys, zp + "offload_optimizer", &z->offload_optimizer, /*for_optimizer=*/true);
   AddOffloadKeys(&keys, zp + "offload_param", &z->offload_param, /*for_optimizer=*/false);
@@ -299,7 +398,8 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("aio.intra_op_parallelism", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
       Key("aio.single_submit", &aio->single_submit),
       Key("aio.overlap_events", &aio->overlap_events),
-      Unstored("aio.use_gds", ValueKind::kBool),
+      Unstored("aio.use_gds", ValueKind::kBool)
+          .IgnoredUnless("false", "GPUDirect Storage is a speed path; swaps here go through host memory"),
 
       // "auto" (DeepSpeed's default) takes the stage count of the model: 1 here.
       Key("pipeline.stages", &pipe->stages).Min(1).Auto(),
@@ -311,22 +411,28 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("pipeline.layers_per_stage", &pipe->layers_per_stage).Min(1),
       Key("pipeline.schedule", &pipe->schedule).OneOf({"1f1b", "interleaved", "gpipe"}),
       Key("pipeline.virtual_stages", &pipe->virtual_stages).Min(1),
-      Unstored("pipeline.seed_layers", ValueKind::kBool),
+      Unstored("pipeline.seed_layers", ValueKind::kBool).RefusedUnless("false", "seeding each pipeline layer"),
       Key("pipeline.activation_checkpoint_interval", &pipe->activation_checkpoint_interval).Min(0),
       BoolOrAuto("pipeline.pipe_partitioned", &pipe->pipe_partitioned),
       BoolOrAuto("pipeline.grad_partitioned", &pipe->grad_partitioned),
 
       // DeepSpeed's AutoTP training config: autotp_size, or tp {tp_size, tp_grain_size};
       // the flat tp_size / tp_grain_size / mpu are dslaunch's shorthand.
-      Unstored("tensor_parallel.autotp_size", ValueKind::kInt).Min(0),
+      Unstored("tensor_parallel.autotp_size", ValueKind::kInt).Min(0).ReadByLoader(),
       Key("tensor_parallel.tp_size", &tp->tp_size).Min(1),
       Key("tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1),
       Key("tensor_parallel.mpu", &tp->mpu).Nullable(),
       Key("tensor_parallel.tp.tp_size", &tp->tp_size).Min(1).AliasOf("tensor_parallel.tp_size"),
       Key("tensor_parallel.tp.tp_grain_size", &tp->tp_grain_size).Min(1)
           .AliasOf("tensor_parallel.tp_grain_size"),
-      Unstored("tensor_parallel.tp_overlap_comm", ValueKind::kBool),
-      Unstored("tensor_parallel.keep_module_on_host", ValueKind::kBool),
+      // DeepSpeed's field name for the `tp` block.
+      Key("tensor_parallel.tensor_parallel.tp_size", &tp->tp_size).Min(1).AliasOf("tensor_parallel.tp_size"),
+      Key("tensor_parallel.tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1)
+          .AliasOf("tensor_parallel.tp_grain_size"),
+      Unstored("tensor_parallel.tp_overlap_comm", ValueKind::kBool)
+          .IgnoredUnless("false", "DeepSpeed's AutoTP overlap is a speed choice"),
+      Unstored("tensor_parallel.keep_module_on_host", ValueKind::kBool)
+          .IgnoredUnless("false", "where DeepSpeed's AutoTP keeps the unsharded module while it loads"),
 
       Key("moe.enabled", &c->moe.enabled),
       Key("moe.ep_size", &c->moe.ep_size).Min(1),
@@ -337,12 +443,12 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
   FlopsProfilerConfig* f = &c->flops_profiler;
   keys.insert(keys.end(), {
       Key("wandb.enabled", &c->wandb.enabled),
-      Unstored("wandb.team", ValueKind::kString).Nullable(),
-      Unstored("wandb.group", ValueKind::kString).Nullable(),
-      Unstored("wandb.project", ValueKind::kString),
+      Unstored("wandb.team", ValueKind::kString).Nullable().Inert(),
+      Unstored("wandb.group", ValueKind::kString).Nullable().Inert(),
+      Unstored("wandb.project", ValueKind::kString).Inert(),
 
       Key("flops_profiler.enabled", &f->enabled),
-      Unstored("flops_profiler.recompute_fwd_factor", ValueKind::kNumber).Min(0),
+      Unstored("flops_profiler.recompute_fwd_factor", ValueKind::kNumber).Min(0).Inert(),
       Key("flops_profiler.profile_step", &f->profile_step).Min(1),
       Key("flops_profiler.module_depth", &f->module_depth).Min(-1),
       Key("flops_profiler.top_modules", &f->top_modules).Min(1),
@@ -350,14 +456,28 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("flops_profiler.output_file", &f->output_file).Nullable(),
 
       Unstored("data_types.grad_accum_dtype", ValueKind::kString)
-          .OneOf(kPrecisionNames).FoldCase().Nullable(),
+          .OneOf(kPrecisionNames).FoldCase().Nullable()
+          .RefusedUnless("", "a gradient accumulation type other than the gradients' own"),
       Unstored("checkpoint.tag_validation", ValueKind::kString)
-          .OneOf({"Ignore", "Warn", "Fail"}).FoldCase(),
-      Unstored("checkpoint.load_universal", ValueKind::kBool),
-      Unstored("checkpoint.use_node_local_storage", ValueKind::kBool),
-      Unstored("checkpoint.parallel_write.pipeline_stage", ValueKind::kBool),
+          .OneOf({"Ignore", "Warn", "Fail"}).FoldCase()
+          .IgnoredUnless("Warn", "a checkpoint here is committed only once every rank wrote the same tag "
+                                 "(Note [Committed checkpoints])"),
+      Unstored("checkpoint.load_universal", ValueKind::kBool)
+          .RefusedUnless("false", "loading DeepSpeed's universal checkpoints (this runtime's own reshard at any "
+                                  "world size; dsconsolidate exports safetensors)"),
+      Unstored("checkpoint.use_node_local_storage", ValueKind::kBool)
+          .RefusedUnless("false", "checkpoints on node-local storage"),
+      Unstored("checkpoint.parallel_write.pipeline_stage", ValueKind::kBool)
+          .IgnoredUnless("false", "every rank here writes its own files in parallel already"),
   });
+  AddKeysOfFeaturesNotBuilt(&keys);
   return keys;
+}
+
+std::vector<std::string> DsConfigOpenSections() {
+  std::vector<std::string> sections = {"amp", "zero_optimization.zeropp_loco_param"};
+  for (const OpenFeatureSection& open : OpenSectionsOfFeaturesNotBuilt()) sections.push_back(open.section);
+  return sections;
 }
 
 WalkResult WalkDsConfig(const YAML::Node& root, const TreeSource& source, DsConfig* config,
@@ -366,8 +486,7 @@ WalkResult WalkDsConfig(const YAML::Node& root, const TreeSource& source, DsConf
   const std::string optimizer_type = PeekScalar(root, "optimizer", "type");
   SchemaWalker walker(DsConfigKeys(config, scheduler_type));
 
-  walker.AllowAnyKeysUnder("amp");
-  walker.AllowAnyKeysUnder("zero_optimization.zeropp_loco_param");
+  for (const std::string& section : DsConfigOpenSections()) walker.AllowAnyKeysUnder(section);
   // Parameters of optimizers not built here go to them unchecked, as DeepSpeed
   // passes them to the optimizer's constructor.
   if (!optimizer_type.empty() && !IsAdamFamily(optimizer_type)) {
@@ -565,20 +684,6 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("optimizer.type", c.optimizer.type),
         absl::StrCat("the ", c.optimizer.type, " optimizer (Adam and AdamW are built)"));
   }
-  bool flag = false;
-  if (GivenBool(walk, "optimizer.params.amsgrad", &flag) && flag) {
-    add(Setting("optimizer.params.amsgrad", "true"), "AMSGrad");
-  }
-  if (GivenBool(walk, "optimizer.params.bias_correction", &flag) && !flag) {
-    add(Setting("optimizer.params.bias_correction", "false"), "Adam without bias correction");
-  }
-  if (walk.HasValue("scheduler.params.last_batch_iteration")) {
-    const std::string& text = walk.given.at("scheduler.params.last_batch_iteration").node.Scalar();
-    if (text != "-1") {
-      add(Setting("scheduler.params.last_batch_iteration", text),
-          "starting a schedule part-way (checkpoints restore the step instead)");
-    }
-  }
   if (c.flops_profiler.enabled) {
     add(Setting("flops_profiler.enabled", "true"), "the flops profiler");
   }
@@ -587,16 +692,26 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
         "communicating gradients in a type other than their own");
   }
   if (c.prescale_gradients) add(Setting("prescale_gradients", "true"), "gradient prescaling");
-  if (GivenBool(walk, "sparse_gradients", &flag) && flag) {
-    add(Setting("sparse_gradients", "true"), "sparse gradient reduction");
+  // Note [Keys without effect here]: every key DeepSpeed reads that would
+  // change what is computed here.
+  for (const auto& [spec, setting] : GivenOtherThanDefault(walk, c, KeySpec::Unbuilt::kRefused)) {
+    add(setting, spec.unbuilt_what);
   }
-  if (GivenBool(walk, "amp.enabled", &flag) && flag) {
-    add(Setting("amp.enabled", "true"), "Apex AMP (use fp16 or bf16)");
+  for (const OpenFeatureSection& open : OpenSectionsOfFeaturesNotBuilt()) {
+    if (!walk.Has(open.section)) continue;
+    for (const std::string& path : EnabledUnder(walk.given.at(open.section).node, walk.WrittenPath(open.section))) {
+      add(Setting(path, "true"), open.feature);
+    }
   }
-  if (walk.HasValue("data_types.grad_accum_dtype")) {
-    add(Setting("data_types.grad_accum_dtype",
-                walk.given.at("data_types.grad_accum_dtype").node.Scalar()),
-        "a gradient accumulation type other than the gradients' own");
+  return lines;
+}
+
+std::vector<std::string> WithoutEffectHere(const WalkResult& walk, const DsConfig& c) {
+  std::vector<std::string> lines;
+  for (const auto& [spec, setting] : GivenOtherThanDefault(walk, c, KeySpec::Unbuilt::kIgnored)) {
+    lines.push_back(absl::StrCat(setting, " has no effect here (DeepSpeed's default is ",
+                                 spec.deepspeed_default.empty() ? "none" : spec.deepspeed_default, "): ",
+                                 spec.unbuilt_what));
   }
   return lines;
 }

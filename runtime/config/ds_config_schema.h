@@ -21,6 +21,11 @@ const std::vector<std::string>& OptimizerTypes();
 // schedulers when it is empty or unknown.
 std::vector<KeySpec> DsConfigKeys(DsConfig* config, const std::string& scheduler_type);
 
+// Sections whose keys are accepted unchecked in every configuration (amp's
+// options go to amp.initialize(); ZeRO++'s LoCo parameters; the blocks of
+// OpenSectionsOfFeaturesNotBuilt()).
+std::vector<std::string> DsConfigOpenSections();
+
 // Checks a ds_config tree and writes it into `config`. The optimizer's and the
 // scheduler's `type` decide which `params` keys are valid.
 WalkResult WalkDsConfig(const YAML::Node& root, const TreeSource& source, DsConfig* config,
@@ -38,5 +43,11 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
 // Features configured that the runtime does not build yet, one line each
 // (JobConfig::not_yet_supported).
 std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig& config);
+
+// Note [Keys without effect here] (config_schema.h): the keys given with a
+// value other than DeepSpeed's default that only tune DeepSpeed's speed or
+// memory, or have an equivalent here; each line names the key, its value and
+// why it has no effect. Warnings: the job runs.
+std::vector<std::string> WithoutEffectHere(const WalkResult& walk, const DsConfig& config);
 
 }  // namespace dslaunch::runtime::config_internal

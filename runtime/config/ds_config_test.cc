@@ -2,12 +2,14 @@
 // DeepSpeed's defaults, overrides, JSON and YAML, not-yet-supported lines.
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/config/ds_config_schema.h"
 #include "runtime/config/config_test_util.h"
 
 namespace dslaunch::runtime {
@@ -623,6 +625,61 @@ data_types: {grad_accum_dtype: fp32}
                                           HasSubstr("optimizer.params.bias_correction=false:"),
                                           HasSubstr("scheduler.params.last_batch_iteration=99:"),
                                           HasSubstr("data_types.grad_accum_dtype=fp32:")));
+}
+
+// Note [Keys without effect here]: a key that would change what is computed
+// is refused unless it has DeepSpeed's default; one that only tunes
+// DeepSpeed's speed or memory is accepted with a warning naming it; at the
+// default, neither says anything.
+TEST_F(DsConfigTest, KeysWithoutEffectAreRefusedOrWarnedAboutNeverIgnored) {
+  path_ = Write("ds.yaml", R"(train_batch_size: 8
+zero_optimization:
+  stage: 3
+  zero_quantized_gradients: true
+  zero_hpz_partition_size: 8
+  use_multi_rank_bucket_allreduce: false
+  stage3_module_granularity_threshold: 0
+  offload_optimizer: {device: cpu, cpuadam_cores_perc: 0.5}
+bfloat16: {enabled: true, bf16_optimizer_states: true}
+checkpoint: {load_universal: true, tag_validation: warn}
+)");
+  std::vector<std::string> refused, warned;
+  auto config = LoadDsConfig(path_, {}, WorldShape{1}, &refused, &warned);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(refused, UnorderedElementsAre(
+                           HasSubstr("zero_optimization.zero_quantized_gradients=true: ZeRO++ quantized gradient"),
+                           HasSubstr("zero_optimization.zero_hpz_partition_size=8: ZeRO++ hierarchical"),
+                           HasSubstr("bfloat16.bf16_optimizer_states=true: bf16 optimizer states"),  // as written
+                           HasSubstr("checkpoint.load_universal=true: loading DeepSpeed's universal")));
+  EXPECT_THAT(warned, UnorderedElementsAre(
+                          AllOf(HasSubstr("zero_optimization.use_multi_rank_bucket_allreduce=false has no effect "
+                                          "here (DeepSpeed's default is true)"),
+                                HasSubstr("speed choice")),
+                          AllOf(HasSubstr("zero_optimization.offload_optimizer.cpuadam_cores_perc=0.5"),
+                                HasSubstr("DSLAUNCH_CPU_ADAM_THREADS"))));
+
+  // DeepSpeed's defaults, written out: nothing to say.
+  path_ = Write("defaults.yaml", R"(train_batch_size: 8
+zero_optimization: {stage: 2, zero_quantized_gradients: false, zero_hpz_partition_size: 1,
+                    use_multi_rank_bucket_allreduce: true, mics_shard_size: -1, ignore_unused_parameters: true}
+checkpoint: {load_universal: false, tag_validation: Warn}
+optimizer: {type: AdamW, params: {torch_adam: false, bias_correction: true}}
+)");
+  config = LoadDsConfig(path_, {}, WorldShape{1}, &refused, &warned);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(refused, IsEmpty());
+  EXPECT_THAT(warned, IsEmpty());
+}
+
+TEST_F(DsConfigTest, EveryKeyStoredNowhereSaysWhatItMeansHere) {
+  for (const std::string& schedule : config_internal::SchedulerTypes()) {
+    DsConfig config;
+    for (const config_internal::KeySpec& spec : config_internal::DsConfigKeys(&config, schedule)) {
+      if (!std::holds_alternative<std::monostate>(spec.field)) continue;
+      EXPECT_NE(spec.unbuilt, config_internal::KeySpec::Unbuilt::kNone)
+          << spec.path << " is stored nowhere and says nothing of a value other than DeepSpeed's default";
+    }
+  }
 }
 
 TEST_F(DsConfigTest, ExpertParallelSizeIsSaidOnce) {

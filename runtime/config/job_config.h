@@ -334,6 +334,9 @@ struct JobConfig {
   // Features configured that the runtime does not implement yet, one line each
   // ("zero_optimization.stage=2: ZeRO stage 2 is not yet supported").
   std::vector<std::string> not_yet_supported;
+  // ds_config keys given that have no effect here (Note [Keys without effect
+  // here], config_schema.h), one warning line each; the job runs.
+  std::vector<std::string> without_effect;
 };
 
 }  // namespace dslaunch::runtime

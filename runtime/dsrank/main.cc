@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
                           : LoadJobConfig(config_path, overrides, WorldShape{env->world_size});
   if (!job.ok()) return Fail(std::string(job.status().message()));
   if (!batch_note.empty() && env->rank == 0) std::fprintf(stderr, "dsrank: %s\n", batch_note.c_str());
+  for (const std::string& line : job->without_effect) {
+    if (env->rank == 0) std::fprintf(stderr, "dsrank: warning: ds_config %s\n", line.c_str());
+  }
   for (const std::string& line : job->not_yet_supported) {
     if (env->rank == 0) std::fprintf(stderr, "dsrank: not yet supported: %s\n", line.c_str());
   }

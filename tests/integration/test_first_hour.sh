@@ -61,6 +61,17 @@ expect_usage_error not_yet_supported "is not valid for 1 rank(s): it asks for wh
 grep -q "flops_profiler.enabled=true" "$WORK/not_yet_supported.err" || fail "the unsupported key is not named"
 pass "--validate: valid on stdout with exit 0; not supported on stderr with exit 2, no 'valid'"
 
+# Note [Keys without effect here]: a DeepSpeed speed knob is a warning, a
+# DeepSpeed feature not built here is refused; neither is silently ignored.
+"$DSLAUNCH" --validate "$CONFIG" --override ds_config.zero_optimization.use_multi_rank_bucket_allreduce=false \
+  >"$WORK/knob.out" 2>"$WORK/knob.err" || fail "a speed knob made the file invalid: $(cat "$WORK/knob.err")"
+grep -q "is valid for 1 rank(s); resolved:" "$WORK/knob.out" || fail "no valid verdict with a speed knob"
+grep -q "warning: .*zero_optimization.use_multi_rank_bucket_allreduce=false has no effect here" "$WORK/knob.err" ||
+  fail "the speed knob was not named: $(cat "$WORK/knob.err")"
+expect_usage_error quantized "ZeRO++ quantized gradient communication (qgZ) is not yet supported" \
+  --validate "$CONFIG" --override ds_config.zero_optimization.zero_quantized_gradients=true
+pass "--validate: a DeepSpeed speed knob is a warning naming it; a DeepSpeed feature not built here is refused"
+
 # --- fp16 on a machine without GPUs -----------------------------------------
 if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   expect_usage_error fp16_validate "fp16.enabled=true (train.precision=fp16) needs GPUs" \
