@@ -4,10 +4,12 @@
 #include <sched.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <google/protobuf/stubs/common.h>
@@ -117,9 +119,51 @@ std::string HostReport() {
   return absl::StrJoin(lines, "\n") + "\n";
 }
 
+// `--check`: dscomm_bench over the hosts the dslaunch options after "--"
+// select, through dslaunch itself, so that what is checked is the path a job
+// takes (agents, store, NCCL or Gloo). Returns the bench's exit status.
+int RunCollectiveCheck(const std::vector<std::string>& launch_options, int64_t max_bytes) {
+  for (const std::string& option : launch_options) {
+    if (!absl::StartsWith(option, "-") && option.find('/') != std::string::npos) {
+      Notice(absl::StrCat("report --check: '", option, "' looks like a program; after -- give only dslaunch's "
+                          "host options (-H, --num_nodes, --num_gpus, -i, -e, --launcher, --agents, --token_file)"));
+      return kUsageError;
+    }
+  }
+  std::vector<std::string> command = {BinaryBesideThisOne("dslaunch")};
+  command.insert(command.end(), launch_options.begin(), launch_options.end());
+  const std::vector<std::string> bench = {BinaryBesideThisOne("dscomm_bench"), "--min_bytes", "1048576",
+                                          "--max_bytes", absl::StrCat(max_bytes), "--iters", "5", "--warmup", "2"};
+  command.insert(command.end(), bench.begin(), bench.end());
+  std::vector<std::string> quoted;
+  for (const std::string& part : command) quoted.push_back(ShellQuote(part));
+  const std::string line = absl::StrJoin(quoted, " ");
+  std::printf("== collectives over the job's hosts (%s)\n", absl::StrJoin(command, " ").c_str());
+  std::fflush(stdout);
+  const int status = std::system(line.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  std::printf(code == 0 ? "check: every collective returned the right values; busbw above is per size, as "
+                          "nccl-tests defines it\n"
+                        : "check: FAILED (exit %d): see the lines above\n",
+              code);
+  return code;
+}
+
 int RunReportCommand(const std::vector<std::string>& args) {
-  FlagTable flags("dslaunch report", "dslaunch report");
-  if (EarlyExit early = ParseSubcommandFlags(flags, args, "report", "")) return *early;
+  bool check = false;
+  int64_t check_max_bytes = 64 << 20;
+  FlagTable flags("dslaunch report", "dslaunch report [--check [--check_max_bytes N] [-- DSLAUNCH HOST OPTIONS]]");
+  flags.Bool("--check", &check,
+             "also run all_reduce, reduce_scatter and all_gather over the hosts the options after -- select "
+             "(dscomm_bench through dslaunch) and print their bus bandwidth")
+      .Int("--check_max_bytes", &check_max_bytes, "N", "the largest buffer --check sends (from 1 MiB, doubling)",
+           {1 << 20, int64_t{1} << 34});
+  if (EarlyExit early = ParseSubcommandFlags(flags, args, "report", "", /*allow_positionals=*/true)) return *early;
+  if (!check && !flags.positionals().empty()) {
+    Notice(absl::StrCat("report: unexpected argument '", flags.positionals().front(),
+                        "' (host options go after --check --)"));
+    return kUsageError;
+  }
   std::fputs("== this host\n", stdout);
   std::fputs(HostReport().c_str(), stdout);
   std::fputs("== GPUs (the driver's view: nvidia-smi)\n", stdout);
@@ -144,6 +188,7 @@ int RunReportCommand(const std::vector<std::string>& args) {
     Notice(absl::StrCat("report: ", dsrank, " --report failed: the runtime's half above is missing or partial"));
     return 1;
   }
+  if (check) return RunCollectiveCheck(flags.positionals(), check_max_bytes);
   return 0;
 }
 

@@ -14,8 +14,10 @@ namespace dslaunch {
 
 // nullopt: go on. Otherwise the exit code, having printed the help, the
 // version or the error (`stray` names what to do with a positional).
+// With `allow_positionals` the caller judges them (flags.positionals()).
 inline EarlyExit ParseSubcommandFlags(FlagTable& flags, const std::vector<std::string>& args,
-                                      const std::string& subcommand, const std::string& stray) {
+                                      const std::string& subcommand, const std::string& stray,
+                                      bool allow_positionals = false) {
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) return UsageError(parsed);  // it names --help
   if (flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
@@ -25,7 +27,7 @@ inline EarlyExit ParseSubcommandFlags(FlagTable& flags, const std::vector<std::s
     std::puts(flags.Version().c_str());
     return 0;
   }
-  if (!flags.positionals().empty()) {
+  if (!allow_positionals && !flags.positionals().empty()) {
     Notice(absl::StrCat(subcommand, ": unexpected argument '", flags.positionals().front(), "'", stray));
     return kUsageError;
   }

@@ -33,3 +33,20 @@ set -e
 ((bogus == 2)) || fail "dslaunch report --bogus: exit $bogus"
 (($(grep -c -- "--help lists the flags" "$WORK/bogus.err") == 1)) || fail "the hint is not printed once: $(cat "$WORK/bogus.err")"
 pass "dsrank --report alone, and a bad flag refused with its hint once"
+
+# --check: dscomm_bench through dslaunch over the hosts the options after --
+# select (here two local Gloo ranks), every collective checked.
+"$DSLAUNCH" report --check --check_max_bytes 2097152 -- --num_gpus 2 >"$WORK/check.out" 2>"$WORK/check.err" ||
+  fail "report --check exited $?: $(tail -5 "$WORK/check.out" "$WORK/check.err")"
+grep -Eq '^== collectives over the job.s hosts \(.*dslaunch --num_gpus 2 .*dscomm_bench --min_bytes 1048576 --max_bytes 2097152' \
+  "$WORK/check.out" || fail "no --check header: $(cat "$WORK/check.out")"
+rows=$(grep -cE '(all_reduce|reduce_scatter|all_gather) +(1048576|2097152) ' "$WORK/check.out" || true)
+((rows == 6)) || fail "expected 6 checked rows (3 collectives x 2 sizes), got $rows: $(cat "$WORK/check.out")"
+grep -q '^check: every collective returned the right values' "$WORK/check.out" || fail "no verdict: $(tail -3 "$WORK/check.out")"
+set +e
+"$DSLAUNCH" report extra >/dev/null 2>"$WORK/extra.err"
+extra=$?
+set -e
+((extra == 2)) && grep -q "unexpected argument 'extra' (host options go after --check --)" "$WORK/extra.err" ||
+  fail "a stray argument without --check: exit $extra, $(cat "$WORK/extra.err")"
+pass "report --check runs every collective over the selected hosts through dslaunch and prints its bus bandwidth"
