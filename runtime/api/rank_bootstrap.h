@@ -59,6 +59,9 @@ class RankRuntime {
   // Null without dslaunch.
   StoreClient* store() const { return store_.get(); }
   const std::shared_ptr<const ParallelState>& parallel() const { return parallel_; }
+  // Every collective of every group of this rank goes through it (Note
+  // [Comms logger] attaches there).
+  FlightRecorder& flight_recorder() { return recorder_; }
 
   // The last finished step, for the heartbeats; the first one is sent at once.
   void ReportStep(int64_t step);

@@ -1,6 +1,7 @@
 #include "runtime/comm/flight_recorder.h"
 
 #include "absl/time/clock.h"
+#include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -8,6 +9,8 @@ namespace {
 int64_t Bytes(const torch::Tensor& tensor) { return tensor.numel() * tensor.element_size(); }
 
 }  // namespace
+
+void RecordingCommunicator::WaitForDevice(const torch::Device& device) { compat::SynchronizeDevice(device); }
 
 int64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -44,34 +47,34 @@ void FlightRecorder::Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecor
 }
 
 absl::Status RecordingCommunicator::AllReduce(torch::Tensor& tensor, ReduceOp op) {
-  return Record("all_reduce", Bytes(tensor), [&] { return inner_->AllReduce(tensor, op); });
+  return Record("all_reduce", Bytes(tensor), tensor.device(), [&] { return inner_->AllReduce(tensor, op); });
 }
 absl::Status RecordingCommunicator::ReduceScatter(const torch::Tensor& input, torch::Tensor& output,
                                                   ReduceOp op) {
-  return Record("reduce_scatter", Bytes(input), [&] { return inner_->ReduceScatter(input, output, op); });
+  return Record("reduce_scatter", Bytes(input), input.device(), [&] { return inner_->ReduceScatter(input, output, op); });
 }
 absl::Status RecordingCommunicator::AllGather(const torch::Tensor& input, torch::Tensor& output) {
-  return Record("all_gather", Bytes(output), [&] { return inner_->AllGather(input, output); });
+  return Record("all_gather", Bytes(output), output.device(), [&] { return inner_->AllGather(input, output); });
 }
 absl::Status RecordingCommunicator::Broadcast(torch::Tensor& tensor, int root) {
-  return Record("broadcast", Bytes(tensor), [&] { return inner_->Broadcast(tensor, root); });
+  return Record("broadcast", Bytes(tensor), tensor.device(), [&] { return inner_->Broadcast(tensor, root); });
 }
 absl::Status RecordingCommunicator::Send(const torch::Tensor& tensor, int peer) {
-  return Record("send", Bytes(tensor), [&] { return inner_->Send(tensor, peer); });
+  return Record("send", Bytes(tensor), tensor.device(), [&] { return inner_->Send(tensor, peer); });
 }
 absl::Status RecordingCommunicator::Recv(torch::Tensor& tensor, int peer) {
-  return Record("recv", Bytes(tensor), [&] { return inner_->Recv(tensor, peer); });
+  return Record("recv", Bytes(tensor), tensor.device(), [&] { return inner_->Recv(tensor, peer); });
 }
 absl::Status RecordingCommunicator::SendRecv(std::vector<PeerTransfer>& transfers) {
   int64_t bytes = 0;
   for (const PeerTransfer& transfer : transfers) bytes += Bytes(transfer.tensor);
-  return Record("send_recv", bytes, [&] { return inner_->SendRecv(transfers); });
+  return Record("send_recv", bytes, transfers.empty() ? torch::Device(torch::kCPU) : transfers[0].tensor.device(), [&] { return inner_->SendRecv(transfers); });
 }
 absl::Status RecordingCommunicator::AllToAll(const torch::Tensor& input, torch::Tensor& output) {
-  return Record("all_to_all", Bytes(input), [&] { return inner_->AllToAll(input, output); });
+  return Record("all_to_all", Bytes(input), input.device(), [&] { return inner_->AllToAll(input, output); });
 }
 absl::Status RecordingCommunicator::Barrier() {
-  return Record("barrier", 0, [&] { return inner_->Barrier(); });
+  return Record("barrier", 0, torch::Device(torch::kCPU), [&] { return inner_->Barrier(); });
 }
 
 }  // namespace dslaunch::runtime

@@ -16,6 +16,7 @@
 // is inside a call.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -24,6 +25,7 @@
 
 #include "proto/agent.pb.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/comms_logger.h"
 
 namespace dslaunch::runtime {
 
@@ -37,7 +39,13 @@ class FlightRecorder {
   // The recorded calls, oldest first.
   void Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecord>* out) const;
 
+  // Note [Comms logger]: from now on, the calls `logger` wants are timed
+  // into it (null: none). `logger` must outlive the communicators' calls.
+  void AttachCommsLogger(CommsLogger* logger) { comms_logger_.store(logger); }
+  CommsLogger* comms_logger() const { return comms_logger_.load(std::memory_order_relaxed); }
+
  private:
+  std::atomic<CommsLogger*> comms_logger_{nullptr};
   mutable std::mutex mu_;
   int64_t next_seq_ = 1;               // guarded by mu_
   std::deque<CollectiveRecord> calls_;  // guarded by mu_
@@ -65,13 +73,31 @@ class RecordingCommunicator : public Communicator {
   absl::Status Barrier() override;
 
  private:
+  // `device`: where the call's tensors live (the logger waits for it).
   template <typename Call>
-  absl::Status Record(const char* op, int64_t bytes, Call call) {
+  absl::Status Record(const char* op, int64_t bytes, const torch::Device& device, Call call) {
     const int64_t seq = recorder_->Begin(group_, op, bytes);
-    absl::Status status = call();
+    CommsLogger* logger = recorder_->comms_logger();
+    absl::Status status;
+    if (logger != nullptr && logger->Wants(op)) {
+      status = TimedCall(logger, op, bytes, device, call);
+    } else {
+      status = call();
+    }
     recorder_->End(seq);
     return status;
   }
+  template <typename Call>
+  absl::Status TimedCall(CommsLogger* logger, const char* op, int64_t bytes, const torch::Device& device, Call call) {
+    WaitForDevice(device);
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status status = call();
+    WaitForDevice(device);
+    logger->Record(op, group_, size(), bytes,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return status;
+  }
+  static void WaitForDevice(const torch::Device& device);
 
   std::unique_ptr<Communicator> inner_;
   FlightRecorder* const recorder_;

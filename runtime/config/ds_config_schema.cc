@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/config/config_limits.h"
 #include "runtime/config/ds_config_unbuilt_features.h"
+#include "common/collective_op_names.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -455,6 +456,15 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("flops_profiler.detailed", &f->detailed),
       Key("flops_profiler.output_file", &f->output_file).Nullable(),
 
+      // Note [Comms logger] (runtime/comm/comms_logger.h).
+      Key("comms_logger.enabled", &c->comms_logger.enabled),
+      Key("comms_logger.verbose", &c->comms_logger.verbose),
+      Key("comms_logger.prof_all", &c->comms_logger.prof_all),
+      Key("comms_logger.prof_ops", &c->comms_logger.prof_ops),
+      Unstored("comms_logger.debug", ValueKind::kBool)
+          .IgnoredUnless("false", "DeepSpeed adds the calling Python function to each line; each line here names "
+                                  "the op's process group"),
+
       Unstored("data_types.grad_accum_dtype", ValueKind::kString)
           .OneOf(kPrecisionNames).FoldCase().Nullable()
           .RefusedUnless("", "a gradient accumulation type other than the gradients' own"),
@@ -635,6 +645,14 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                     walk.MarkOf("zero_optimization.offload_param.device"),
                     absl::StrCat("offload_param.device=", c.zero_optimization.offload_param.device,
                                  " offloads partitioned parameters: it needs zero_optimization.stage 3"));
+  }
+  for (const std::string& op : c.comms_logger.prof_ops) {
+    if (CanonicalCollectiveName(op).empty()) {
+      problems->AtKey(source, walk.WrittenPath("comms_logger.prof_ops"), walk.MarkOf("comms_logger.prof_ops"),
+                      absl::StrCat("'", op, "' is not a collective (all_reduce, all_gather, reduce_scatter, "
+                                   "all_to_all, broadcast, send, recv, send_recv, barrier, or DeepSpeed's names of "
+                                   "them such as all_gather_into_tensor)"));
+    }
   }
   bool amp = false;
   // Note [Monitor metrics] (runtime/monitor/training_monitors.h): the

@@ -26,9 +26,6 @@ void AddKeysOfFeaturesNotBuilt(std::vector<KeySpec>* keys) {
   AddFeature(keys, "comet", "enabled", "false", kBool, "Comet logging (tensorboard and csv_monitor are written)",
              {"api_key", "experiment_key", "experiment_name", "mode", "online", "project", "samples_log_interval",
               "workspace"});
-  AddFeature(keys, "comms_logger", "enabled", "false", kBool,
-             "the comms logger (hang reports carry each rank's recent collectives from its flight recorder)",
-             {"debug", "prof_all", "prof_ops", "verbose"});
   AddFeature(keys, "compile", "deepcompile", "false", kBool, "DeepCompile",
              {"debug_log", "double_buffer", "free_activation", "free_activation_threshold", "keep_all_input_tensors",
               "keep_int_input_tensors", "offload_activation", "offload_activation_pin_memory", "offload_opt_states",

@@ -143,6 +143,14 @@ struct FlopsProfilerConfig {
   std::string output_file;
 };
 
+// DeepSpeed's comms_logger block (Note [Comms logger], runtime/comm/comms_logger.h).
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  std::vector<std::string> prof_ops;  // as written (DeepSpeed's or this runtime's op names)
+};
+
 // ds_config.json, resolved: no "auto" remains and the batch triad agrees
 // with the world size.
 struct DsConfig {
@@ -172,6 +180,7 @@ struct DsConfig {
   MonitorConfig csv_monitor;
   MonitorConfig wandb;
   FlopsProfilerConfig flops_profiler;
+  CommsLoggerConfig comms_logger;
 };
 
 // The expert-parallel size a ds_config asks for: moe_expert_parallel_size,

@@ -32,6 +32,7 @@
 #include "runtime/data/instruction_samples.h"
 #include "runtime/data/prepare_dataset.h"
 #include "runtime/dsrank/instruction_data.h"
+#include "runtime/dsrank/job_comms_logger.h"
 #include "runtime/dsrank/progress_line.h"
 #include "runtime/dsrank/step_metrics.h"
 #include "runtime/dsrank/training_batches.h"
@@ -642,6 +643,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   std::array<double, 4> pipeline_seconds{};
   int64_t last_saved = -1;
   int64_t nonfinite_in_a_row = 0;
+  // Note [Comms logger]: the training loop's collectives (not the load's).
+  std::unique_ptr<JobCommsLogger> comms_logger =
+      JobCommsLogger::Attach(ds.comms_logger, context.rank_runtime, context.rank, context.out);
   const auto training_start = Clock::now();
   const int64_t first_step = engine->global_steps() + 1;  // of this attempt (after a resume)
   const std::string optimizer_in_use = OptimizerInUse(ds);
@@ -958,6 +962,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                     adapter_options.folder, job.export_.dtype);
     }
   }
+  if (comms_logger) comms_logger->PrintSummary();
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: done: %d step(s), %d skipped (%d with a non-finite loss or gradient norm)\n",
                   engine->global_steps(), engine->skipped_steps(), engine->nonfinite_steps());
