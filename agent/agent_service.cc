@@ -1,9 +1,13 @@
 #include "agent/agent_service.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "agent/core_binding.h"
 #include "common/auth_token.h"
+#include "common/core_list.h"
+#include "common/grpc_status.h"
 #include "common/control_plane_limits.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -54,6 +58,32 @@ grpc::Status AgentService::CheckAgentToken(const grpc::ServerContext& context) c
 }
 
 namespace {
+
+// Note [Core binding]: each rank of the request (by global rank) with its
+// share of this host's cores, in local-rank order.
+absl::StatusOr<std::map<int, RankCores>> CoreShares(const StartRanksRequest& request, const std::string& host) {
+  const std::vector<int> mine = AffinityCores();
+  std::vector<int> available = mine;
+  if (!request.core_binding().core_list().empty()) {
+    auto listed = ParseCoreList(request.core_binding().core_list(), "--bind_core_list");
+    if (!listed.ok()) return listed.status();
+    for (int core : *listed) {
+      if (!std::binary_search(mine.begin(), mine.end(), core)) {
+        return absl::FailedPreconditionError(absl::StrCat("--bind_core_list: core ", core, " is not available on host ",
+                                                          host, " (its cores: ", FormatCoreList(mine), ")"));
+      }
+    }
+    available = std::move(*listed);
+  }
+  std::vector<std::pair<int, int>> ranks;  // (local rank, global rank)
+  for (const RankSpec& rank : request.ranks()) ranks.emplace_back(rank.local_rank(), rank.global_rank());
+  std::sort(ranks.begin(), ranks.end());
+  auto split = SplitCoresAmongRanks(available, static_cast<int>(ranks.size()), NumaNodeCores(), host);
+  if (!split.ok()) return split.status();
+  std::map<int, RankCores> shares;
+  for (size_t i = 0; i < ranks.size(); ++i) shares[ranks[i].second] = (*split)[i];
+  return shares;
+}
 
 const grpc::Status& UnknownRankRefusal() {
   static const grpc::Status* refused =
@@ -155,12 +185,25 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       std::lock_guard<std::mutex> service_lock(mu_);
       contact = rank_contact_address_;
     }
+    // Note [Core binding]: every rank's share, or the whole request is refused.
+    std::map<int, RankCores> cores_of_rank;
+    if (request->core_binding().enabled()) {
+      auto shares = CoreShares(*request, config_.hostname);
+      if (!shares.ok()) return ToGrpcStatus(shares.status());
+      cores_of_rank = std::move(*shares);
+    }
     for (const RankSpec& spec : request->ranks()) {
       SpawnRequest spawn;
       spawn.argv.assign(spec.argv().begin(), spec.argv().end());
       spawn.env = StartRanksEnvironment(*request, spec);
       spawn.working_dir = spec.working_dir();
       spawn.keeper = config_.keeper_path;
+      if (auto share = cores_of_rank.find(spec.global_rank()); share != cores_of_rank.end()) {
+        spawn.cpus = share->second.cores;
+        spawn.mem_node = share->second.numa_node;
+        // As DeepSpeed's launcher: one OpenMP thread per core of the share.
+        if (!spawn.env.count("OMP_NUM_THREADS")) spawn.env["OMP_NUM_THREADS"] = absl::StrCat(spawn.cpus.size());
+      }
       // Note [Rank heartbeats]: a token of its own, never the agent's.
       RankHealth& health = job->health[{request->attempt(), spec.global_rank()}];
       health = RankHealth();

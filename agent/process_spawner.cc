@@ -199,6 +199,8 @@ absl::StatusOr<SpawnedProcess> SpawnRankProcess(const SpawnRequest& request) {
 
   KeeperSpec spec;
   spec.env = RankEnvironment(request.env);
+  spec.cpus = request.cpus;
+  spec.mem_node = request.mem_node;
   boost::filesystem::path exe;
   if (program.find('/') != std::string::npos) {
     exe = program;

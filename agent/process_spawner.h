@@ -59,6 +59,8 @@ struct SpawnRequest {
   std::map<std::string, std::string> env;  // added to the agent's own environment
   std::string working_dir;                 // empty: the agent's
   std::string keeper;                      // path of dsagent_keeper (Note [Rank keeper])
+  std::vector<int> cpus;                   // Note [Core binding]: empty: not bound
+  int mem_node = -1;                       // with cpus: the NUMA node for memory, or -1
 };
 
 // A running rank. The caller owns the file descriptors and reaps the keeper.

@@ -6,6 +6,9 @@
 // Single-threaded; every wait is sigwaitinfo/sigtimedwait on blocked signals,
 // so no signal handler runs here at all.
 #include <fcntl.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -67,6 +70,29 @@ struct ExecFailure {
   int stage;  // 0: chdir, 1: execve
   int error;  // errno
 };
+
+// Note [Core binding] (agent/core_binding.h): the keeper binds itself, so
+// the rank and every thread it starts inherit the cores and the memory node.
+void BindToCores(const KeeperSpec& spec) {
+  if (spec.cpus.empty()) return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int cpu : spec.cpus) {
+    if (cpu >= CPU_SETSIZE) FailToStart("core " + std::to_string(cpu) + " is beyond this keeper's CPU set size");
+    CPU_SET(cpu, &mask);
+  }
+  if (::sched_setaffinity(0, sizeof(mask), &mask) != 0) {
+    FailToStart(std::string("cannot bind to its cores (sched_setaffinity): ") + std::strerror(errno));
+  }
+  if (spec.mem_node < 0) return;
+  unsigned long nodes[16] = {};  // 1024 nodes
+  if (spec.mem_node >= static_cast<int>(sizeof(nodes) * 8)) return;
+  nodes[spec.mem_node / (8 * sizeof(unsigned long))] |= 1ul << (spec.mem_node % (8 * sizeof(unsigned long)));
+  if (::syscall(SYS_set_mempolicy, MPOL_BIND, nodes, sizeof(nodes) * 8) != 0) {
+    FailToStart("cannot bind memory to NUMA node " + std::to_string(spec.mem_node) +
+                " (set_mempolicy): " + std::strerror(errno));
+  }
+}
 
 // Forks the rank and execs it. Returns its pid once execve succeeded; on any
 // failure reports it and exits.
@@ -196,6 +222,7 @@ int Run(int argc, char** argv) {
   KeeperSpec spec;
   std::string error;
   if (!DecodeKeeperSpec(encoded, &spec, &error)) FailToStart(error);
+  BindToCores(spec);
 
   const pid_t rank = StartRank(spec, rank_mask);
   WriteAll(kKeeperReportFd, KeeperStartedLine(rank));

@@ -5,7 +5,7 @@
 namespace dslaunch {
 namespace {
 
-constexpr std::string_view kSpecTag = "dsagent-keeper-spec-v1";
+constexpr std::string_view kSpecTag = "dsagent-keeper-spec-v2";
 constexpr std::string_view kStarted = "started ";
 constexpr std::string_view kFailed = "failed ";
 
@@ -71,6 +71,9 @@ std::string EncodeKeeperSpec(const KeeperSpec& spec) {
   for (const auto& arg : spec.argv) Put(&out, arg);
   Put(&out, std::to_string(spec.env.size()));
   for (const auto& entry : spec.env) Put(&out, entry);
+  Put(&out, std::to_string(spec.cpus.size()));
+  for (int cpu : spec.cpus) Put(&out, std::to_string(cpu));
+  Put(&out, std::to_string(spec.mem_node + 1));  // counts are unsigned: -1 travels as 0
   return out;
 }
 
@@ -95,8 +98,27 @@ bool DecodeKeeperSpec(std::string_view data, KeeperSpec* spec, std::string* erro
     *error = "keeper spec: malformed environment";
     return false;
   }
+  size_t cpus = 0, mem_node = 0;
+  if (!TakeCount(data, &at, &cpus) || cpus > data.size()) {
+    *error = "keeper spec: malformed core binding";
+    return false;
+  }
+  spec->cpus.clear();
+  for (size_t i = 0; i < cpus; ++i) {
+    size_t cpu = 0;
+    if (!TakeCount(data, &at, &cpu) || cpu > 1u << 16) {
+      *error = "keeper spec: malformed core binding";
+      return false;
+    }
+    spec->cpus.push_back(static_cast<int>(cpu));
+  }
+  if (!TakeCount(data, &at, &mem_node) || mem_node > 1u << 16) {
+    *error = "keeper spec: malformed memory binding";
+    return false;
+  }
+  spec->mem_node = static_cast<int>(mem_node) - 1;
   if (at != data.size()) {
-    *error = "keeper spec: bytes after the environment";
+    *error = "keeper spec: bytes after the binding";
     return false;
   }
   return true;

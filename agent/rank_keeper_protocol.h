@@ -31,6 +31,10 @@ struct KeeperSpec {
   std::string working_dir;        // empty: the keeper's own
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=VALUE": the rank's whole environment
+  // Note [Core binding] (agent/core_binding.h): the keeper binds itself
+  // before it forks the rank. Empty / -1: no binding.
+  std::vector<int> cpus;
+  int mem_node = -1;
 };
 
 // NUL-separated fields behind a version tag. Strings may hold any byte but NUL

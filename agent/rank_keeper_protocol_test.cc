@@ -18,6 +18,14 @@ TEST(KeeperSpec, RoundTripsEveryField) {
   EXPECT_EQ(decoded.working_dir, spec.working_dir);
   EXPECT_EQ(decoded.argv, spec.argv);
   EXPECT_EQ(decoded.env, spec.env);
+  EXPECT_TRUE(decoded.cpus.empty());
+  EXPECT_EQ(decoded.mem_node, -1);
+  // Note [Core binding].
+  spec.cpus = {2, 3};
+  spec.mem_node = 1;
+  ASSERT_TRUE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error)) << error;
+  EXPECT_EQ(decoded.cpus, spec.cpus);
+  EXPECT_EQ(decoded.mem_node, 1);
 }
 
 TEST(KeeperSpec, RefusesWhatWasNotEncoded) {

@@ -327,6 +327,10 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
     requests[node].set_attempt(attempt);
     requests[node].set_lease_ms(spec_.lease.count());
     requests[node].set_heartbeat_timeout_ms(spec_.heartbeat_timeout.count());
+    if (spec_.bind_cores_to_rank) {  // Note [Core binding], agent/core_binding.h
+      requests[node].mutable_core_binding()->set_enabled(true);
+      requests[node].mutable_core_binding()->set_core_list(spec_.bind_core_list);
+    }
   }
   // Every host at once: start-up time does not grow with the number of hosts.
   std::vector<std::future<absl::Status>> started;

@@ -132,6 +132,11 @@ struct JobSpec {
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;
+  // Note [Core binding] (agent/core_binding.h): each agent binds every rank
+  // of its host to cores of its own, from bind_core_list ("1,3-5,7") or the
+  // agent's own cores.
+  bool bind_cores_to_rank = false;
+  std::string bind_core_list;
   // Wait before attempt k: min(restart_backoff * 2^(k-1), max_restart_backoff).
   std::chrono::milliseconds restart_backoff{1000};
   std::chrono::milliseconds max_restart_backoff{kDefaultMaxRestartBackoffMs};

@@ -1,5 +1,7 @@
 #include "launcher/launcher_options.h"
 
+#include "common/core_list.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -240,6 +242,20 @@ constexpr OptionRow kOptions[] = {
      "do not append --local_rank=N to the program's arguments",
      [](absl::string_view, const std::string&, LauncherOptions& o) {
        o.no_local_rank = true;
+       return absl::OkStatus();
+     }},
+    {"--bind_cores_to_rank", "", ValueKind::kFlag, "", "",
+     "bind each rank of a host to cores (and a NUMA node) of its own; OMP_NUM_THREADS=cores",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.bind_cores_to_rank = true;
+       return absl::OkStatus();
+     }},
+    {"--bind_core_list", "", ValueKind::kText, "CORES", "all of them",
+     "with --bind_cores_to_rank: the cores to share, e.g. 0-15,32-47",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       auto cores = ParseCoreList(v, "--bind_core_list");
+       if (!cores.ok()) return cores.status();
+       o.bind_core_list = FormatCoreList(*cores);
        return absl::OkStatus();
      }},
     {"--log_dir", "", ValueKind::kText, "DIR", "",
@@ -545,6 +561,10 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
   } else if (options.launcher == LauncherKind::kStatic) {
     return absl::InvalidArgumentError(
         "--launcher static needs --agents host:port,... (the agents already running)");
+  }
+  if (!options.bind_core_list.empty() && !options.bind_cores_to_rank) {
+    return absl::InvalidArgumentError("--bind_core_list names the cores --bind_cores_to_rank shares out; add "
+                                      "--bind_cores_to_rank");
   }
   if (options.program.empty() && options.validate.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("missing PROGRAM: ", kUsageLine));

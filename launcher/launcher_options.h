@@ -61,6 +61,8 @@ struct LauncherOptions {
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
   std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
   std::string controller_addr;    // --controller_addr: address ranks use to reach the store
+  bool bind_cores_to_rank = false;  // --bind_cores_to_rank (Note [Core binding])
+  std::string bind_core_list;       // --bind_core_list 1,3-5,7
   std::string metrics_addr;       // --metrics_addr HOST:PORT: Prometheus /metrics (Note [Live job status])
   std::string validate;           // --validate FILE: check a job file or ds_config, start nothing
   std::vector<std::string> overrides;  // --override key.path=value (repeatable)

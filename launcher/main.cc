@@ -125,6 +125,8 @@ absl::StatusOr<JobSpec> SpecFromOptions(const LauncherOptions& options) {
   spec.restart_backoff = std::chrono::milliseconds(options.restart_backoff_ms);
   spec.max_restart_backoff = std::chrono::milliseconds(options.max_restart_backoff_ms);
   spec.stop_grace = std::chrono::milliseconds(options.stop_grace_ms);
+  spec.bind_cores_to_rank = options.bind_cores_to_rank;
+  spec.bind_core_list = options.bind_core_list;
   // Note [Preemption] and hang detection for any program that reports
   // (python/dslaunch, common/heartbeat_sender.h); a job file sets both again.
   spec.hang_timeout = std::chrono::milliseconds(options.hang_timeout_ms);
