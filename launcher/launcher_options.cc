@@ -590,6 +590,7 @@ std::string LauncherUsage() {
       "subcommands (each with its own --help):\n"
       "  dslaunch status [--job ID] [--watch]   a running job's state, steps and ranks\n"
       "  dslaunch estimate --model JOB.cfg      memory a job needs, per GPU and host\n"
+      "  dslaunch plot RUN_DIR                  a run's csv_monitor curves as plot.png and plot.html\n"
       "  dslaunch report                        versions, GPUs, kernels: what to check when something is off\n\n"
       "options:\n");
   for (const OptionRow& row : kOptions) {

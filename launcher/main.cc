@@ -48,6 +48,7 @@
 #include "launcher/launcher_notice.h"
 #include "launcher/launcher_options.h"
 #include "launcher/node_resolution.h"
+#include "launcher/plot_command.h"
 #include "launcher/prometheus_metrics.h"
 #include "launcher/rank_output.h"
 #include "launcher/rendezvous_store.h"
@@ -472,6 +473,10 @@ int Main(int argc, char** argv) {
   // `dslaunch report` (ds_report): the host's and the runtime's facts.
   if (argc > 1 && std::string(argv[1]) == "report") {
     return RunReportCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  // `dslaunch plot RUN_DIR` (Note [Plots]): the monitors' curves as a PNG and a page.
+  if (argc > 1 && std::string(argv[1]) == "plot") {
+    return RunPlotCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   // `dslaunch status` (Note [Live job status]): asks a running controller.
   if (argc > 1 && std::string(argv[1]) == "status") {

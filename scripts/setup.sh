@@ -13,6 +13,7 @@ packages=(
   liburing-dev  # io_uring for NVMe offload (runtime/offload/)
   python3-torch  # reference implementations for the model tests (tests/hf/), the Python client's test
   python3-grpcio  # python/dslaunch, the Python client (heartbeats, preemption, the store)
+  gnuplot-nox  # dslaunch plot (launcher/plot_command.h)
   python3-prometheus-client  # an independent reader of the controller's /metrics (tests/integration/test_status.sh)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)
