@@ -702,8 +702,12 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("optimizer.type", c.optimizer.type),
         absl::StrCat("the ", c.optimizer.type, " optimizer (Adam and AdamW are built)"));
   }
-  if (c.flops_profiler.enabled) {
-    add(Setting("flops_profiler.enabled", "true"), "the flops profiler");
+  // Note [Flops profiler] (runtime/dsrank/flops_profiler.h): built for ZeRO 0-2 without pipeline stages.
+  if (c.flops_profiler.enabled && c.zero_optimization.stage == 3) {
+    add(Setting("flops_profiler.enabled", "true"), "the flops profiler at zero_optimization.stage 3");
+  }
+  if (c.flops_profiler.enabled && c.pipeline.stages > 1) {
+    add(Setting("flops_profiler.enabled", "true"), "the flops profiler with pipeline stages");
   }
   if (!c.communication_data_type.empty()) {
     add(Setting("communication_data_type", c.communication_data_type),

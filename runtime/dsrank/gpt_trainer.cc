@@ -31,6 +31,7 @@
 #include "runtime/data/instruction_dataset.h"
 #include "runtime/data/instruction_samples.h"
 #include "runtime/data/prepare_dataset.h"
+#include "runtime/dsrank/flops_profiler.h"
 #include "runtime/dsrank/instruction_data.h"
 #include "runtime/dsrank/job_comms_logger.h"
 #include "runtime/dsrank/progress_line.h"
@@ -643,6 +644,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   std::array<double, 4> pipeline_seconds{};
   int64_t last_saved = -1;
   int64_t nonfinite_in_a_row = 0;
+  // Note [Flops profiler]: one step measured, then one pass layer by layer.
+  if (absl::Status profilable = FlopsProfiler::Check(job); !profilable.ok()) return profilable;
+  DS_ASSIGN_OR_RETURN(std::unique_ptr<FlopsProfiler> flops_profiler,
+                      FlopsProfiler::Create(ds.flops_profiler, context.device, context.rank));
+  std::optional<TokenBatch> profiled_batch;  // the profiled step's first micro-batch, until its report
   // Note [Comms logger]: the training loop's collectives (not the load's).
   std::unique_ptr<JobCommsLogger> comms_logger =
       JobCommsLogger::Attach(ds.comms_logger, context.rank_runtime, context.rank, context.out);
@@ -697,10 +703,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                                       : train_samples->Load(sampler->MicroBatchIndices(consumed, micro), context.device, &read);
         if (!read.ok()) return read;
         auto started = Clock::now();
+        const bool profiling = flops_profiler && micro == 0 && flops_profiler->ProfilesStep(step);
+        if (profiling) profiled_batch = batch, flops_profiler->Mark(FlopsProfiler::kForwardBegin);
         torch::Tensor loss = model->BatchLoss(batch);
+        if (profiling) flops_profiler->Mark(FlopsProfiler::kForwardEnd);
         torch::Tensor detached = loss.detach().to(torch::kDouble);
         step_loss_sum = step_loss_sum.defined() ? step_loss_sum + detached : detached;
         if (auto s = engine->Backward(loss); !s.ok()) return s;
+        if (profiling) flops_profiler->Mark(FlopsProfiler::kBackwardEnd);
         auto backward_done = Clock::now();
         if (micro + 1 == ds.gradient_accumulation_steps) {
           // What does not need the step's results runs while the GPU still
@@ -719,13 +729,23 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
           overlapped_seconds += std::chrono::duration<double>(Clock::now() - backward_done).count();
         }
         auto step_started = Clock::now();
+        if (profiled_batch) flops_profiler->Mark(FlopsProfiler::kStepBegin);
         auto stepped = engine->Step();
         if (!stepped.ok()) return stepped.status();
         result = *stepped;
+        if (profiled_batch) flops_profiler->Mark(FlopsProfiler::kStepEnd);
         forward_backward_seconds += std::chrono::duration<double>(backward_done - started).count();
         step_seconds += std::chrono::duration<double>(Clock::now() - step_started).count();
       }
       step_loss = step_loss_sum.item<double>() / ds.gradient_accumulation_steps;
+      if (profiled_batch) {
+        const int data_size = context.parallel ? static_cast<int>(context.parallel->group(GroupKind::kData).members.size()) : 1;
+        const ProfileShape shape{context.world_size, data_size, context.world_size / std::max(1, data_size),
+                                 sampler->global_batch()};
+        DS_RETURN_IF_ERROR(
+            flops_profiler->Report(step, *profiled_batch, *model, *built->module, shape, context.rank, context.out));
+        profiled_batch.reset();
+      }
     }
     // Progress for the controller's hang detection (--hang_timeout_ms): the
     // heartbeat thread reports every rank's step through its agent. Until

@@ -57,8 +57,8 @@ pass "CUDA_VISIBLE_DEVICES=1,3 gives two ranks on devices 1 and 3"
 grep -q "is valid for 1 rank(s); resolved:" "$WORK/valid.out" || fail "no valid verdict on stdout"
 [[ ! -s $WORK/valid.err ]] || fail "a valid file wrote to stderr: $(cat "$WORK/valid.err")"
 expect_usage_error not_yet_supported "is not valid for 1 rank(s): it asks for what this runtime does not support yet:" \
-  --validate "$CONFIG" --override ds_config.flops_profiler.enabled=true
-grep -q "flops_profiler.enabled=true" "$WORK/not_yet_supported.err" || fail "the unsupported key is not named"
+  --validate "$CONFIG" --override ds_config.elasticity.enabled=true
+grep -q "elasticity.enabled=true" "$WORK/not_yet_supported.err" || fail "the unsupported key is not named"
 pass "--validate: valid on stdout with exit 0; not supported on stderr with exit 2, no 'valid'"
 
 # Note [Keys without effect here]: a DeepSpeed speed knob is a warning, a
