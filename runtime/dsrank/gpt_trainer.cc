@@ -24,8 +24,6 @@
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/data/distributed_sampler.h"
-#include "runtime/estimate/model_flops.h"
-#include "runtime/estimate/model_size.h"
 #include "runtime/data/gpt_samples.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/data/instruction_dataset.h"
@@ -34,6 +32,9 @@
 #include "runtime/dsrank/flops_profiler.h"
 #include "runtime/dsrank/instruction_data.h"
 #include "runtime/dsrank/job_comms_logger.h"
+#include "runtime/dsrank/model_utilization.h"
+#include "runtime/dsrank/moe_telemetry.h"
+#include "runtime/moe/moe_layer.h"
 #include "runtime/dsrank/progress_line.h"
 #include "runtime/dsrank/step_metrics.h"
 #include "runtime/dsrank/training_batches.h"
@@ -45,7 +46,6 @@
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/model_registry.h"
-#include "runtime/moe/moe_layer.h"
 #include "runtime/monitor/training_monitors.h"
 #include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/torch_compat.h"
@@ -155,42 +155,6 @@ double MeanOverWorld(double value, const TrainerContext& context) {
   torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(context.device));
   if (!context.world->AllReduce(t, ReduceOp::kSum).ok()) return value;
   return t.item<double>() / context.world->size();
-}
-
-// model.moe.telemetry: one line per expert layer with the routing of the
-// last micro-batch summed over the world: tokens per expert, the dropped
-// share of (token, choice) pairs and the mean auxiliary loss. A collective.
-absl::StatusOr<std::vector<std::string>> MoeTelemetryLines(torch::nn::Module& module, const TrainerContext& context) {
-  std::vector<std::pair<std::string, const MoeLayerImpl*>> layers;
-  for (const auto& item : module.named_modules()) {
-    if (const auto* layer = dynamic_cast<const MoeLayerImpl*>(item.value().get()))
-      layers.emplace_back(item.key(), layer);
-  }
-  std::vector<std::string> lines;
-  if (layers.empty()) return lines;
-  const int64_t experts = layers[0].second->options().gating.num_experts;
-  // Per layer: the tokens of each expert, the dropped fraction, the auxiliary
-  // loss.
-  torch::Tensor table = torch::zeros({static_cast<int64_t>(layers.size()), experts + 2},
-                                     torch::TensorOptions().dtype(torch::kDouble).device(context.device));
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const MoeLayerStats& stats = layers[i].second->last_stats();
-    if (!stats.tokens_per_expert.defined()) continue;
-    table[i].narrow(0, 0, experts).copy_(stats.tokens_per_expert);
-    table[i][experts] = stats.dropped.to(table.device());
-    table[i][experts + 1] = stats.aux_loss.to(table.device());
-  }
-  const int ranks = context.world != nullptr ? context.world->size() : 1;
-  if (ranks > 1) DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
-  table = table.cpu();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    std::vector<int64_t> tokens;
-    for (int64_t e = 0; e < experts; ++e) tokens.push_back(static_cast<int64_t>(table[i][e].item<double>()));
-    lines.push_back(absl::StrFormat("moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f", layers[i].first,
-                                    absl::StrJoin(tokens, " "), 100.0 * table[i][experts].item<double>() / ranks,
-                                    table[i][experts + 1].item<double>() / ranks));
-  }
-  return lines;
 }
 
 // Note [Preemption]: dslaunch writes "control/preempt" into the store on
@@ -613,30 +577,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   }
 
   const int64_t tokens_per_step = sampler->global_batch() * job.model.sequence_length;
-  // Note [Model FLOPs]: on a GPU the step line adds TFLOP/s per GPU and,
-  // where the GPU's bf16/fp16 peak is known, MFU.
-  double flops_per_token = 0, peak_flops = 0;
-  if (context.device.is_cuda()) {
-    absl::StatusOr<ModelSize> size = ModelSizeOf(job);
-    const std::string gpu = compat::CudaDeviceName(context.device.index());
-    std::string peak_text;
-    if (size.ok()) {
-      flops_per_token = ModelFlopsPerToken(*size);
-      peak_flops = ds.bf16.enabled || ds.fp16.enabled ? PeakTensorFlops(gpu) : 0;
-      peak_text = peak_flops > 0 ? absl::StrFormat("MFU against %s's %.1f TFLOP/s (dense bf16/fp16)", gpu,
-                                                   peak_flops / 1e12)
-                                 : absl::StrCat("no MFU: ",
-                                                ds.bf16.enabled || ds.fp16.enabled
-                                                    ? absl::StrCat("the peak of ", gpu, " is not in the table")
-                                                    : std::string("fp32 has no tensor-core peak to compare with"));
-    }
-    if (context.rank == 0) {
-      absl::FPrintF(context.out, "dsrank: %s\n",
-                    size.ok() ? absl::StrFormat("model FLOPs: %.3f GFLOP per token; %s", flops_per_token / 1e9,
-                                                peak_text)
-                              : absl::StrCat("no TFLOP/s or MFU in the step line: ", size.status().message()));
-    }
-  }
+  // Note [Model FLOPs]: on a GPU the step line adds TFLOP/s per GPU and MFU.
+  const ModelUtilization utilization = ModelUtilizationOf(job, context);
+  const double flops_per_token = utilization.flops_per_token, peak_flops = utilization.peak_flops;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   double forward_backward_seconds = 0, step_seconds = 0, overlapped_seconds = 0;

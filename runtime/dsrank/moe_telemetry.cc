@@ -1,0 +1,43 @@
+#include "runtime/dsrank/moe_telemetry.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "runtime/moe/moe_layer.h"
+
+namespace dslaunch::runtime {
+
+absl::StatusOr<std::vector<std::string>> MoeTelemetryLines(torch::nn::Module& module, const TrainerContext& context) {
+  std::vector<std::pair<std::string, const MoeLayerImpl*>> layers;
+  for (const auto& item : module.named_modules()) {
+    if (const auto* layer = dynamic_cast<const MoeLayerImpl*>(item.value().get()))
+      layers.emplace_back(item.key(), layer);
+  }
+  std::vector<std::string> lines;
+  if (layers.empty()) return lines;
+  const int64_t experts = layers[0].second->options().gating.num_experts;
+  // Per layer: the tokens of each expert, the dropped fraction, the auxiliary
+  // loss.
+  torch::Tensor table = torch::zeros({static_cast<int64_t>(layers.size()), experts + 2},
+                                     torch::TensorOptions().dtype(torch::kDouble).device(context.device));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const MoeLayerStats& stats = layers[i].second->last_stats();
+    if (!stats.tokens_per_expert.defined()) continue;
+    table[i].narrow(0, 0, experts).copy_(stats.tokens_per_expert);
+    table[i][experts] = stats.dropped.to(table.device());
+    table[i][experts + 1] = stats.aux_loss.to(table.device());
+  }
+  const int ranks = context.world != nullptr ? context.world->size() : 1;
+  if (ranks > 1) DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
+  table = table.cpu();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::vector<int64_t> tokens;
+    for (int64_t e = 0; e < experts; ++e) tokens.push_back(static_cast<int64_t>(table[i][e].item<double>()));
+    lines.push_back(absl::StrFormat("moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f", layers[i].first,
+                                    absl::StrJoin(tokens, " "), 100.0 * table[i][experts].item<double>() / ranks,
+                                    table[i][experts + 1].item<double>() / ranks));
+  }
+  return lines;
+}
+
+}  // namespace dslaunch::runtime
