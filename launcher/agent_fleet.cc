@@ -120,7 +120,7 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
   if (exe.empty() || ::access(exe.c_str(), X_OK) != 0) {
     ::close(log_fd);
     return absl::NotFoundError(absl::StrCat("cannot execute '", argv[0], "' to start the agent for ",
-                                            host, " (see --agent_binary / --ssh_command)"));
+                                            host, " (see --agent_binary, --ssh_command / --slurm_command)"));
   }
   std::vector<std::string> args(argv.begin() + 1, argv.end());
   std::error_code error;
@@ -209,11 +209,32 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
 
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartOverSsh(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
+  return StartRemote(hosts, options, [&](const std::string& host) {
+    std::vector<std::string> argv = options.ssh_command;
+    argv.push_back(host);
+    return argv;
+  });
+}
+
+absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartOverSlurm(
+    const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
+  return StartRemote(hosts, options, [&](const std::string& host) {
+    std::vector<std::string> argv = options.slurm_command;
+    for (const std::string& arg : {std::string("--nodes=1"), std::string("--ntasks=1"), "--nodelist=" + host}) {
+      argv.push_back(arg);
+    }
+    return argv;
+  });
+}
+
+absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartRemote(
+    const std::vector<std::string>& hosts, const AgentLaunchOptions& options,
+    const std::function<std::vector<std::string>(const std::string& host)>& remote) {
   auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
   for (const std::string& host : hosts) {
-    std::vector<std::string> argv = options.ssh_command;
+    std::vector<std::string> argv = remote(host);
     for (const std::string& arg :
-         {host, options.agent_binary, std::string("--listen"), std::string("0.0.0.0:0"),
+         {options.agent_binary, std::string("--listen"), std::string("0.0.0.0:0"),
           std::string("--exit_on_stdin_eof"), std::string("--token_file"), options.token_file,
           std::string("--name"), host, std::string("--lease_ms"), absl::StrCat(options.lease_ms),
           std::string("--stop_grace_ms"), absl::StrCat(options.stop_grace_ms)}) {

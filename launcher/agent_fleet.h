@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ struct AgentLaunchOptions {
   int64_t stop_grace_ms = kDefaultStopGraceMs;
   std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
   std::vector<std::string> ssh_command{"ssh"};  // host and the agent command are appended
+  // Note [SLURM]: "--nodes=1 --ntasks=1 --nodelist=HOST" and the agent command are appended.
+  std::vector<std::string> slurm_command{"srun", "--overlap"};
   std::chrono::milliseconds ready_timeout{20000};
 };
 
@@ -47,6 +50,11 @@ class AgentFleet {
   // One dsagent per host, started by `ssh_command HOST dsagent ...`; the agent
   // exits when that ssh session ends.
   static absl::StatusOr<std::unique_ptr<AgentFleet>> StartOverSsh(
+      const std::vector<std::string>& hosts, const AgentLaunchOptions& options);
+  // Note [SLURM]: one dsagent per host, each a job step of its own started by
+  // `slurm_command --nodes=1 --ntasks=1 --nodelist=HOST dsagent ...`; the
+  // agent exits when its stdin closes or the step is cancelled.
+  static absl::StatusOr<std::unique_ptr<AgentFleet>> StartOverSlurm(
       const std::vector<std::string>& hosts, const AgentLaunchOptions& options);
   // Agents that already run at `addresses` (host:port each).
   static absl::StatusOr<std::unique_ptr<AgentFleet>> Existing(
@@ -64,6 +72,11 @@ class AgentFleet {
   absl::StatusOr<int> SpawnAndWaitReady(const std::string& host, const std::vector<std::string>& argv,
                                         const AgentLaunchOptions& options,
                                         const std::string& stdin_text = "");
+
+  // One agent per host behind `remote(host)` (ssh HOST, srun ... --nodelist=HOST).
+  static absl::StatusOr<std::unique_ptr<AgentFleet>> StartRemote(
+      const std::vector<std::string>& hosts, const AgentLaunchOptions& options,
+      const std::function<std::vector<std::string>(const std::string& host)>& remote);
 
   std::vector<AgentEndpoint> endpoints_;
   std::vector<Started> started_;

@@ -42,7 +42,7 @@ std::string GridCoordinates(const JobSpec& spec, int rank) {
 
 void PrintDryRun(const JobSpec& spec, LauncherKind launcher, std::FILE* out) {
   const LaunchPlan& plan = spec.plan;
-  const char* kinds[] = {"auto", "local", "ssh", "static"};
+  const char* kinds[] = {"auto", "local", "ssh", "static", "slurm"};
   std::fprintf(out, "dslaunch dry run: job %s, %d rank(s) on %zu node(s), launcher %s\n",
                spec.job_id.c_str(), plan.world_size(), plan.nodes.size(),
                kinds[static_cast<int>(launcher)]);

@@ -141,8 +141,10 @@ absl::Status SetLauncher(absl::string_view flag, const std::string& value,
     options.launcher = LauncherKind::kSsh;
   } else if (value == "static") {
     options.launcher = LauncherKind::kStatic;
+  } else if (value == "slurm") {
+    options.launcher = LauncherKind::kSlurm;
   } else {
-    return BadValue(flag, value, "expected local, ssh or static");
+    return BadValue(flag, value, "expected local, ssh, slurm or static");
   }
   return absl::OkStatus();
 }
@@ -274,7 +276,7 @@ constexpr OptionRow kOptions[] = {
        return absl::OkStatus();
      }},
     {"--launcher", "", ValueKind::kText, "KIND", "auto",
-     "local, ssh or static; auto: local if every host is this machine, else ssh",
+     "local, ssh, slurm or static; auto: local for this host alone, else ssh",
      SetLauncher},
     {"--agents", "", ValueKind::kText, "LIST", "",
      "running agents host:port,host:port (implies --launcher static)",
@@ -370,6 +372,12 @@ constexpr OptionRow kOptions[] = {
      "remote shell, split on spaces; host and command are appended",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
        o.ssh_command = v;
+       return absl::OkStatus();
+     }},
+    {"--slurm_command", "", ValueKind::kText, "CMD", "srun --overlap",
+     "--launcher slurm: starts each agent (+ --nodelist=HOST ...)",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.slurm_command = v;
        return absl::OkStatus();
      }},
     {"--controller_addr", "", ValueKind::kText, "ADDR", "picked automatically",
@@ -551,10 +559,11 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
   options.program.assign(argv.begin() + std::min(i, argv.size()), argv.end());
 
   if (!options.agents.empty()) {
-    if (options.launcher == LauncherKind::kLocal || options.launcher == LauncherKind::kSsh) {
+    if (options.launcher == LauncherKind::kLocal || options.launcher == LauncherKind::kSsh ||
+        options.launcher == LauncherKind::kSlurm) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--agents cannot be used with --launcher ",
-          options.launcher == LauncherKind::kLocal ? "local" : "ssh",
+          options.launcher == LauncherKind::kLocal ? "local" : options.launcher == LauncherKind::kSsh ? "ssh" : "slurm",
           ": those start their own agents"));
     }
     options.launcher = LauncherKind::kStatic;

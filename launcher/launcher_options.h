@@ -21,6 +21,7 @@ enum class LauncherKind {
   kLocal,   // the controller starts dsagent processes on this machine
   kSsh,     // the controller starts dsagent on each host over ssh
   kStatic,  // agents already run; --agents lists them
+  kSlurm,   // the controller starts dsagent on each host of a SLURM allocation with srun (Note [SLURM])
 };
 
 struct LauncherOptions {
@@ -60,6 +61,7 @@ struct LauncherOptions {
   int64_t hang_timeout_ms = 0;    // --hang_timeout_ms: 0: off; armed by the first reported step
   std::string agent_binary;       // --agent_binary (empty: dsagent beside dslaunch, then PATH)
   std::string ssh_command = "ssh";  // --ssh_command (split on spaces; host and command appended)
+  std::string slurm_command = "srun --overlap";  // --slurm_command (Note [SLURM], launcher/slurm_environment.h)
   std::string controller_addr;    // --controller_addr: address ranks use to reach the store
   bool bind_cores_to_rank = false;  // --bind_cores_to_rank (Note [Core binding])
   std::string bind_core_list;       // --bind_core_list 1,3-5,7

@@ -306,8 +306,14 @@ TEST(LauncherOptions, LauncherKinds) {
   auto local = Parse({"--launcher", "local", "prog"});
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(local->launcher, LauncherKind::kLocal);
-  EXPECT_THAT(ErrorOf({"--launcher", "slurm", "prog"}),
-              HasSubstr("--launcher 'slurm': expected local, ssh or static"));
+  auto slurm = Parse({"--launcher", "slurm", "--slurm_command", "srun --overlap --gpus-per-node=8", "prog"});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ(slurm->launcher, LauncherKind::kSlurm);
+  EXPECT_EQ(slurm->slurm_command, "srun --overlap --gpus-per-node=8");
+  EXPECT_THAT(ErrorOf({"--launcher", "pbs", "prog"}),
+              HasSubstr("--launcher 'pbs': expected local, ssh, slurm or static"));
+  EXPECT_THAT(ErrorOf({"--launcher", "slurm", "--agents", "a:1", "prog"}),
+              HasSubstr("--agents cannot be used with --launcher slurm"));
 }
 
 TEST(LauncherOptions, AgentsImplyStatic) {

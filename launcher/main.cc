@@ -151,6 +151,10 @@ NodeResolutionContext ThisMachine() {
   NodeResolutionContext context;
   context.local_gpu_count = DetectLocalGpuCount();
   if (const char* visible = std::getenv(rank_env::kCudaVisibleDevices)) context.cuda_visible_devices = visible;
+  // Note [SLURM]: the allocation --launcher slurm runs in.
+  if (const char* nodes = std::getenv("SLURM_JOB_NODELIST")) context.slurm_nodelist = nodes;
+  if (const char* gpus = std::getenv("SLURM_GPUS_ON_NODE")) context.slurm_gpus_on_node = gpus;
+  if (const char* gpus = std::getenv("SLURM_GPUS_PER_NODE")) context.slurm_gpus_per_node = gpus;
   context.local_hostname = LocalHostname();
   context.default_hostfile_exists = std::filesystem::exists(kDefaultHostfile);
   return context;
@@ -274,9 +278,10 @@ EarlyExit ReadAndPlan(const LauncherOptions& options, PlannedJob* job, AgentConn
     PrintDryRun(job->spec, job->launcher, stdout);
     return 0;
   }
-  if (job->launcher == LauncherKind::kSsh && job->token.empty()) {
+  if ((job->launcher == LauncherKind::kSsh || job->launcher == LauncherKind::kSlurm) && job->token.empty()) {
     return UsageError(absl::InvalidArgumentError(
-        "--launcher ssh: --token_file is required (the same file must exist on every host)"));
+        absl::StrCat("--launcher ", job->launcher == LauncherKind::kSsh ? "ssh" : "slurm",
+                     ": --token_file is required (the same file must exist on every host)")));
   }
   // Local agents without --token_file get a token of this run on their stdin
   // (Note [Token on stdin], agent_fleet.cc): no file, nothing left behind.
@@ -370,9 +375,12 @@ EarlyExit StartAgents(const LauncherOptions& options, const PlannedJob& job, con
   launch.stop_grace_ms = options.stop_grace_ms;
   launch.agent_log_dir = log_dir_job;
   launch.ssh_command = absl::StrSplit(options.ssh_command, ' ', absl::SkipEmpty());
+  launch.slurm_command = absl::StrSplit(options.slurm_command, ' ', absl::SkipEmpty());
   std::vector<std::string> hosts;
   for (const auto& node : job.spec.plan.nodes) hosts.push_back(node.host);
-  auto started = job.local() ? AgentFleet::StartLocal(hosts, launch) : AgentFleet::StartOverSsh(hosts, launch);
+  auto started = job.local()                              ? AgentFleet::StartLocal(hosts, launch)
+                 : job.launcher == LauncherKind::kSlurm ? AgentFleet::StartOverSlurm(hosts, launch)
+                                                        : AgentFleet::StartOverSsh(hosts, launch);
   if (!started.ok()) {
     Notice(std::string(started.status().message()));
     return kLaunchError;

@@ -1,5 +1,7 @@
 #include "launcher/node_resolution.h"
 
+#include "launcher/slurm_environment.h"
+
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
@@ -109,6 +111,26 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
     return result;
   }
 
+  // Note [SLURM]: the allocation's hosts, unless a hostfile is given.
+  if (options.launcher == LauncherKind::kSlurm && !options.hostfile_given) {
+    if (context.slurm_nodelist.empty()) {
+      return absl::InvalidArgumentError(
+          "--launcher slurm: SLURM_JOB_NODELIST is not set; run dslaunch inside an allocation (salloc, or an sbatch "
+          "script) or give --hostfile");
+    }
+    DS_ASSIGN_OR_RETURN(std::vector<std::string> hosts,
+                        ExpandSlurmHostlist(context.slurm_nodelist, "SLURM_JOB_NODELIST"));
+    DS_ASSIGN_OR_RETURN(int gpus, SlurmGpusPerNode(context.slurm_gpus_on_node, context.slurm_gpus_per_node));
+    const int slots = options.num_gpus > 0 ? options.num_gpus : std::max(1, gpus);
+    ResourceRequest request{options.num_nodes, -1, options.include, options.exclude};
+    DS_ASSIGN_OR_RETURN(result.nodes,
+                        SelectResources(SyntheticHostfile(hosts, std::vector<int>(hosts.size(), slots),
+                                                          "SLURM_JOB_NODELIST"),
+                                        request));
+    DS_RETURN_IF_ERROR(CheckWorldSize(result.nodes, "SLURM_JOB_NODELIST as selected"));
+    result.launcher = LauncherKind::kSlurm;
+    return result;
+  }
   std::string hostfile_path;
   if (options.hostfile_given) {
     hostfile_path = options.hostfile;

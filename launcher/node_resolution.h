@@ -33,6 +33,10 @@ struct NodeResolutionContext {
   bool default_hostfile_exists = false;
   // CUDA_VISIBLE_DEVICES as dslaunch was started with it (empty: unset).
   std::string cuda_visible_devices;
+  // Note [SLURM]: SLURM_JOB_NODELIST, SLURM_GPUS_ON_NODE, SLURM_GPUS_PER_NODE (empty: unset).
+  std::string slurm_nodelist;
+  std::string slurm_gpus_on_node;
+  std::string slurm_gpus_per_node;
 };
 
 // The rules:

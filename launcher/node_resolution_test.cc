@@ -442,4 +442,53 @@ TEST_F(NodeResolutionTest, AgentsExcludeApplies) {
 }
 
 }  // namespace
+// ---------------------------------------------------------------------------
+// Note [SLURM]: --launcher slurm takes the allocation's hosts.
+
+TEST_F(NodeResolutionTest, SlurmTakesTheAllocationsHostsAndGpus) {
+  options_.launcher = LauncherKind::kSlurm;
+  context_.slurm_nodelist = "gpu[01-03]";
+  context_.slurm_gpus_per_node = "gpu:h100:4";
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 3u);
+  EXPECT_EQ(resolution->nodes[2].host, "gpu03");
+  EXPECT_THAT(resolution->nodes[0].slots, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(resolution->launcher, LauncherKind::kSlurm);
+  // --num_nodes and --num_gpus select, as from a hostfile.
+  options_.num_nodes = 2;
+  options_.num_gpus = 2;
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 2u);
+  EXPECT_THAT(resolution->nodes[1].slots, ElementsAre(0, 1));
+  // --exclude names a host of the allocation.
+  options_.num_nodes = -1;
+  options_.num_gpus = -1;
+  options_.exclude = "gpu02";
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 2u);
+  EXPECT_EQ(resolution->nodes[1].host, "gpu03");
+}
+
+TEST_F(NodeResolutionTest, SlurmOutsideAnAllocationSaysSo) {
+  options_.launcher = LauncherKind::kSlurm;
+  auto resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("SLURM_JOB_NODELIST is not set"));
+  context_.slurm_nodelist = "gpu[01-";
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_FALSE(resolution.ok());
+  EXPECT_THAT(std::string(resolution.status().message()), HasSubstr("SLURM_JOB_NODELIST='gpu[01-'"));
+  // A hostfile given wins over the allocation's list.
+  UseHostfile("worker-0 slots=2\n");
+  context_.slurm_nodelist = "gpu[01-02]";
+  resolution = ResolveNodes(options_, context_);
+  ASSERT_TRUE(resolution.ok()) << resolution.status();
+  ASSERT_EQ(resolution->nodes.size(), 1u);
+  EXPECT_EQ(resolution->nodes[0].host, "worker-0");
+  EXPECT_EQ(resolution->launcher, LauncherKind::kSlurm);
+}
+
 }  // namespace dslaunch
