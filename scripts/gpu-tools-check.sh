@@ -15,9 +15,11 @@ common=(--num_gpus 1 --override "data.prepared=$data/fortunes-all-byte" --overri
   --override train.micro_batch_size=16 --override train.warmup_steps=2 --override checkpoint.interval=0
   --override ds_config.zero_optimization.stage=2)
 fail() { echo "FAIL: $*"; exit 1; }
+# Checkpoints stay out of $OUT (too many files to bring back).
+ck=$(mktemp -d)
 
 # Note [Flops profiler] and Note [Comms logger].
-"$bin/dslaunch" "${common[@]}" --override "checkpoint.dir=$out/ck-tools" --override train.steps=6 \
+"$bin/dslaunch" "${common[@]}" --override "checkpoint.dir=$ck/tools" --override train.steps=6 \
   --override ds_config.flops_profiler.enabled=true --override ds_config.flops_profiler.profile_step=4 \
   --override ds_config.comms_logger.enabled=true configs/gpt-124m.cfg >"$out/tools.log" 2>&1 ||
   { tail -n 20 "$out/tools.log"; fail "the profiled job"; }
@@ -28,7 +30,7 @@ echo "== flops profile"; grep -E '^(fwd|bwd|iter|step|samples|params per GPU)' "
 
 # Note [Live job status]: a job long enough to be asked.
 export DSLAUNCH_RUN_DIR="$out/run"
-"$bin/dslaunch" "${common[@]}" --override "checkpoint.dir=$out/ck-status" --override train.steps=400 \
+"$bin/dslaunch" "${common[@]}" --override "checkpoint.dir=$ck/status" --override train.steps=400 \
   --override checkpoint.interval=5 --override ds_config.steps_per_print=5 --job_id gpu-status \
   --metrics_addr 127.0.0.1:0 configs/gpt-124m.cfg >"$out/status-job.log" 2>&1 &
 job=$!

@@ -5,9 +5,10 @@
 // first micro-batch's forward and backward and around the optimizer step,
 // and reads the clock each time (the other steps are not touched: off, the
 // profiler costs one comparison per micro-batch). After that step every
-// rank runs the same micro-batch once more, without gradients, one layer at
-// a time through ModelInterface::ForwardLayers, timing each layer the same
-// way: the per-module forward latency DeepSpeed measures with hooks, which
+// rank runs the same micro-batch twice more, without gradients, one layer
+// at a time through ModelInterface::ForwardLayers, timing each layer of the
+// second pass the same way (the first warms up kernels a forward without
+// gradients meets for the first time): the per-module forward latency DeepSpeed measures with hooks, which
 // LibTorch's C++ modules do not have. Rank 0 then prints DeepSpeed's three
 // sections (or writes them to `output_file`): the profile summary (sizes,
 // params, forward MACs and flops, latencies and FLOPS of forward, backward,
