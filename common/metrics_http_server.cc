@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,7 +29,7 @@ void WriteAll(int fd, const std::string& data) {
   while (done < data.size()) {
     const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the client went away
+    if (n <= 0) return;  // the client went away, or stopped reading for SO_SNDTIMEO
     done += static_cast<size_t>(n);
   }
 }
@@ -106,7 +107,19 @@ void MetricsHttpServer::Loop() {
     }
     if (fds[1].revents != 0) return;
     const int connection = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
+    if (connection < 0) {
+      // Out of descriptors (EMFILE, ENFILE): the listening socket stays
+      // readable, so wait a little (or for the stop) rather than spin.
+      if (errno != EINTR && errno != ECONNABORTED) {
+        pollfd wake = {wake_fd_, POLLIN, 0};
+        if (::poll(&wake, 1, 100) > 0) return;
+      }
+      continue;
+    }
+    // A client that stops reading cannot hold the thread (or the shutdown)
+    // for longer than this per send.
+    const timeval send_timeout = {kRequestTimeoutMs / 1000, 0};
+    ::setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
     Serve(connection);
     ::close(connection);
   }

@@ -2,9 +2,10 @@
 // answers with the text `render()` returns, as
 // "text/plain; version=0.0.4; charset=utf-8"; any other path is 404 and any
 // other method 405. One connection at a time on one thread, each closed
-// after its answer (Connection: close), and a client that sends no complete
-// request within 5 s is dropped: scrapes come every few seconds, and a slow
-// or silent client cannot hold the thread for long.
+// after its answer (Connection: close); a client that sends no complete
+// request within 5 s, or stops reading the answer for 5 s, is dropped:
+// scrapes come every few seconds, and a slow or silent client cannot hold the
+// thread, or the server's shutdown, for long.
 //
 // Why not a library: prometheus-cpp (with its civetweb) is not in Debian
 // bookworm, and a scrape needs only this much HTTP.

@@ -50,6 +50,21 @@ absl::Status CheckSafeFolder(const std::string& dir) {
 
 bool ProcessAlive(int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
+// The file at `path` as written by WriteJobStatusFile; false when it is not one.
+bool ReadOne(const std::string& path, JobStatusFile* file) {
+  std::ifstream in(path);
+  if (!in) return false;
+  file->path = path;
+  std::string key, value;
+  while (in >> key >> value) {
+    if (key == "job_id") file->job_id = value;
+    if (key == "address") file->address = value;
+    if (key == "token") file->token = value;
+    if (key == "pid") (void)absl::SimpleAtoi(value, &file->pid);
+  }
+  return !file->job_id.empty() && !file->address.empty() && !file->token.empty();
+}
+
 }  // namespace
 
 std::string RunDirectory() {
@@ -70,8 +85,16 @@ absl::StatusOr<std::string> WriteJobStatusFile(const std::string& dir, const Job
   }
   if (absl::Status safe = CheckSafeFolder(dir); !safe.ok()) return safe;
   const std::string path = absl::StrCat(dir, "/", file.job_id, kSuffix);
+  // Another live controller of the same job id keeps its file.
+  JobStatusFile existing;
+  if (ReadOne(path, &existing) && existing.pid != file.pid && ProcessAlive(existing.pid)) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", file.job_id, "' already runs on this machine (dslaunch pid ",
+                                                 existing.pid, ", ", path, "); give this job another --job_id"));
+  }
+  // A name of our own, created here (never a link or a file someone left).
   const std::string temporary = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(temporary.c_str());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary, ": ", std::strerror(errno)));
   const std::string text = absl::StrCat("job_id ", file.job_id, "\naddress ", file.address, "\ntoken ", file.token,
                                         "\npid ", file.pid, "\n");
@@ -95,17 +118,8 @@ absl::StatusOr<std::vector<JobStatusFile>> ReadJobStatusFiles(const std::string&
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, kSuffix)) continue;
-    std::ifstream in(entry.path());
     JobStatusFile file;
-    file.path = entry.path().string();
-    std::string key, value;
-    while (in >> key >> value) {
-      if (key == "job_id") file.job_id = value;
-      if (key == "address") file.address = value;
-      if (key == "token") file.token = value;
-      if (key == "pid") (void)absl::SimpleAtoi(value, &file.pid);
-    }
-    if (file.job_id.empty() || file.address.empty() || file.token.empty()) continue;  // not one of ours
+    if (!ReadOne(entry.path().string(), &file)) continue;  // not one of ours
     if (!ProcessAlive(file.pid)) {
       if (stale != nullptr) stale->push_back(file.path);
       continue;
@@ -119,7 +133,9 @@ absl::StatusOr<std::vector<JobStatusFile>> ReadJobStatusFiles(const std::string&
 }
 
 ScopedJobStatusFile::~ScopedJobStatusFile() {
-  if (!path_.empty()) ::unlink(path_.c_str());
+  // Only while the file is still this process's.
+  JobStatusFile file;
+  if (!path_.empty() && ReadOne(path_, &file) && file.pid == ::getpid()) ::unlink(path_.c_str());
 }
 
 }  // namespace dslaunch

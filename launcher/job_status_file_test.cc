@@ -94,6 +94,28 @@ class ScopedVariable {
   std::optional<std::string> old_;
 };
 
+TEST(JobStatusFile, ASecondControllerOfTheSameJobIdLeavesTheFirstOnesFile) {
+  TestTempDir temp;
+  const std::string dir = temp.path() + "/run";
+  auto first = WriteJobStatusFile(dir, JobStatusFile{"job-1", "127.0.0.1:1", "first", ::getpid(), ""});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ScopedJobStatusFile scoped(*first);
+  // A live controller (this process's parent stands in) already has the id.
+  auto second = WriteJobStatusFile(dir, JobStatusFile{"job-1", "127.0.0.1:2", "second", ::getppid(), ""});
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("job 'job-1' already runs on this machine"));
+  auto files = ReadJobStatusFiles(dir);
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files->size(), 1u);
+  EXPECT_EQ((*files)[0].token, "first");
+  // A file of another process (the parent stands in) is not removed by a
+  // scope of this one.
+  auto other = WriteJobStatusFile(dir, JobStatusFile{"job-2", "127.0.0.1:4", "other", ::getppid(), ""});
+  ASSERT_TRUE(other.ok()) << other.status();
+  { ScopedJobStatusFile not_mine(*other); }
+  EXPECT_EQ(::access(other->c_str(), F_OK), 0);
+}
+
 TEST(JobStatusFile, RunDirectoryFollowsTheVariables) {
   ScopedVariable run_dir(kRunDirVariable, nullptr);
   ScopedVariable runtime_dir("XDG_RUNTIME_DIR", nullptr);

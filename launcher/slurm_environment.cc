@@ -85,10 +85,15 @@ absl::StatusOr<int> SlurmGpusPerNode(const std::string& gpus_on_node, const std:
     return gpus;
   }
   if (gpus_per_node.empty()) return 0;
-  // "8", "gpu:8", "gpu:h100:8": the count is the last field.
-  const std::vector<std::string> fields = absl::StrSplit(gpus_per_node, ':');
-  if (!absl::SimpleAtoi(fields.back(), &gpus) || gpus < 0) {
-    return Bad("SLURM_GPUS_PER_NODE", gpus_per_node, "expected N, gpu:N or gpu:TYPE:N");
+  // "8", "gpu:8", "gpu:h100:8", or several types "gpu:a100:2,gpu:v100:1":
+  // each entry's count is its last field, and the node has their sum.
+  for (absl::string_view entry : absl::StrSplit(gpus_per_node, ',')) {
+    const std::vector<std::string> fields = absl::StrSplit(entry, ':');
+    int count = 0;
+    if (!absl::SimpleAtoi(fields.back(), &count) || count < 0) {
+      return Bad("SLURM_GPUS_PER_NODE", gpus_per_node, "expected N, gpu:N or gpu:TYPE:N (comma-separated)");
+    }
+    gpus += count;
   }
   return gpus;
 }

@@ -30,7 +30,8 @@ namespace dslaunch {
 absl::StatusOr<std::vector<std::string>> ExpandSlurmHostlist(const std::string& hostlist, const std::string& what);
 
 // A host's GPU count from SLURM_GPUS_ON_NODE or SLURM_GPUS_PER_NODE as SLURM
-// writes them ("8", "gpu:8", "gpu:h100:8"); 0 when neither says.
+// writes them ("8", "gpu:8", "gpu:h100:8", "gpu:a100:2,gpu:v100:1" → 3); 0
+// when neither says.
 absl::StatusOr<int> SlurmGpusPerNode(const std::string& gpus_on_node, const std::string& gpus_per_node);
 
 }  // namespace dslaunch

@@ -36,6 +36,7 @@ TEST(SlurmGpus, ReadsEitherVariable) {
   EXPECT_EQ(*SlurmGpusPerNode("4", "gpu:8"), 4);  // the node's own count first
   EXPECT_EQ(*SlurmGpusPerNode("", "gpu:h100:8"), 8);
   EXPECT_EQ(*SlurmGpusPerNode("", "2"), 2);
+  EXPECT_EQ(*SlurmGpusPerNode("", "gpu:a100:2,gpu:v100:1"), 3);
   EXPECT_EQ(*SlurmGpusPerNode("", ""), 0);
   EXPECT_FALSE(SlurmGpusPerNode("", "gpu:many").ok());
   EXPECT_FALSE(SlurmGpusPerNode("x", "").ok());

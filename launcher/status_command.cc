@@ -29,7 +29,11 @@ std::string Duration(double seconds) {
   return absl::StrFormat("%d:%02d", total / 60, total % 60);
 }
 
-std::string StateName(JobState state) { return JobState_Name(state).substr(4); }  // "JOB_RUNNING" → "RUNNING"
+// "JOB_RUNNING" → "RUNNING"; a state this client does not know, by number.
+std::string StateName(JobState state) {
+  const std::string name = JobState_Name(state);
+  return name.size() > 4 ? name.substr(4) : absl::StrCat("state ", static_cast<int>(state));
+}
 
 std::string RankStateName(const RankStatus& rank) {
   switch (rank.state()) {

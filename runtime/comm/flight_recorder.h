@@ -41,8 +41,8 @@ class FlightRecorder {
 
   // Note [Comms logger]: from now on, the calls `logger` wants are timed
   // into it (null: none). `logger` must outlive the communicators' calls.
-  void AttachCommsLogger(CommsLogger* logger) { comms_logger_.store(logger); }
-  CommsLogger* comms_logger() const { return comms_logger_.load(std::memory_order_relaxed); }
+  void AttachCommsLogger(CommsLogger* logger) { comms_logger_.store(logger, std::memory_order_release); }
+  CommsLogger* comms_logger() const { return comms_logger_.load(std::memory_order_acquire); }
 
  private:
   std::atomic<CommsLogger*> comms_logger_{nullptr};
@@ -76,16 +76,15 @@ class RecordingCommunicator : public Communicator {
   // `device`: where the call's tensors live (the logger waits for it).
   template <typename Call>
   absl::Status Record(const char* op, int64_t bytes, const torch::Device& device, Call call) {
-    const int64_t seq = recorder_->Begin(group_, op, bytes);
+    // The record ends however the call does, a thrown c10::Error included.
+    struct Ending {
+      FlightRecorder* recorder;
+      int64_t seq;
+      ~Ending() { recorder->End(seq); }
+    } ending{recorder_, recorder_->Begin(group_, op, bytes)};
     CommsLogger* logger = recorder_->comms_logger();
-    absl::Status status;
-    if (logger != nullptr && logger->Wants(op)) {
-      status = TimedCall(logger, op, bytes, device, call);
-    } else {
-      status = call();
-    }
-    recorder_->End(seq);
-    return status;
+    if (logger != nullptr && logger->Wants(op)) return TimedCall(logger, op, bytes, device, call);
+    return call();
   }
   template <typename Call>
   absl::Status TimedCall(CommsLogger* logger, const char* op, int64_t bytes, const torch::Device& device, Call call) {

@@ -455,6 +455,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   const int64_t parameter_count = model->ParameterCount();
   // Note [Pipeline stages]: with pipeline.stages > 1 the pipeline cuts the
   // model and creates this stage's engine; one step is one schedule.
+  // Note [Comms logger]: declared before the engines, so that it outlives
+  // their communication threads (a call in flight may still record into it).
+  std::unique_ptr<JobCommsLogger> comms_logger;
   std::unique_ptr<PipelineEngine> pipe;
   std::unique_ptr<Engine> plain_engine;
   {
@@ -593,10 +596,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                       FlopsProfiler::Create(ds.flops_profiler, context.device, context.rank));
   std::optional<TokenBatch> profiled_batch;  // the profiled step's first micro-batch, until its report
   // Note [Comms logger]: the training loop's collectives (not the load's).
-  std::unique_ptr<JobCommsLogger> comms_logger =
-      JobCommsLogger::Attach(ds.comms_logger, context.rank_runtime, context.rank, context.out);
+  comms_logger = JobCommsLogger::Attach(ds.comms_logger, context.rank_runtime, context.rank, context.out);
   const auto training_start = Clock::now();
   const int64_t first_step = engine->global_steps() + 1;  // of this attempt (after a resume)
+  if (flops_profiler && context.rank == 0 &&
+      (ds.flops_profiler.profile_step < first_step || ds.flops_profiler.profile_step > job.train.steps)) {
+    absl::FPrintF(context.out, "dsrank: warning: flops_profiler.profile_step=%d is outside the steps this run trains "
+                  "(%d-%d): no profile\n", ds.flops_profiler.profile_step, first_step, job.train.steps);
+  }
   const std::string optimizer_in_use = OptimizerInUse(ds);
   // The first micro-batch of the next step, read while the GPU works.
   std::optional<TokenBatch> prefetched;
