@@ -299,11 +299,18 @@ void JobController::AttemptState::OnRankEnded(int rank, const std::string& host,
     Fail(std::move(failure));
   } else if (IsFailure(ended)) {
     Failure failure(ClassifyEnd(ended), DescribeEnd(rank, host, ended), ended.ended_unix_us());
+    failure.blamed_agent = AgentOfRank(rank);
+    // Note [Honest exits]: a rank that failed while this controller was
+    // frozen past the leases failed because its peers were being stopped.
+    if (auto frozen = AttributeFailureDuringFreeze(failure.cause, job_.RecentFreeze(), job_.lease_timing())) {
+      failure.end = frozen->end;
+      failure.cause = frozen->cause;
+      failure.blamed_agent = -1;
+    }
     job_.LogRankFailure(attempt_, rank, host, ended, failure.cause);
     failure.exit_code = ExitCodeOf(ended);
     if (ended.state() == RANK_LOST) failure.startup_error = ended.detail();
     failure.stderr_tail = StderrTail(ended);
-    failure.blamed_agent = AgentOfRank(rank);
     Fail(std::move(failure));
   }
 }

@@ -131,6 +131,39 @@ TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchWasFrozenBlamesTheFreeze
   EXPECT_EQ(log_.Named("attempt_end")[0].GetText("end"), "ATTEMPT_CONTROLLER_FROZEN");
 }
 
+// test_chaos's controller_frozen, once in 50 runs: the agent on host-b
+// stopped its rank for the lease, the rank on host-a lost its collective's
+// peer and exited 1, and that end reached the controller first.
+TEST_F(JobControllerTest, ARankThatFailedWhileDslaunchWasFrozenPastTheLeaseBlamesTheFreeze) {
+  spec_.lease = 1000ms;
+  spec_.keepalive_interval = 250ms;
+  OthersFinish(a_, b_);
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RecordFreeze(*freezes_, 1800ms);
+    a_.EndRank(0, 0, Exited(1, {"dsrank: gloo all_reduce: Connection closed by peer"}));
+  });
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_CONTROLLER_FROZEN);
+  EXPECT_EQ(outcome.attempts[0].cause,
+            "dslaunch was frozen for 1800 ms (SIGSTOP?) and the agents' leases (1000 ms) expired, stopping the "
+            "ranks; meanwhile rank 0 on host-a exited with code 1");
+  EXPECT_EQ(outcome.attempts[0].blamed_agent, -1);
+}
+
+TEST_F(JobControllerTest, ARankThatFailsAfterAShortFreezeIsItsOwnCause) {
+  spec_.lease = 10000ms;
+  spec_.keepalive_interval = 1000ms;
+  OthersFinish(a_, b_);
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitStarted(0));
+    RecordFreeze(*freezes_, 600ms);
+    a_.EndRank(0, 0, Exited(7));
+  });
+  EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_RANK_ERROR);
+  EXPECT_EQ(outcome.attempts[0].cause, "rank 0 on host-a exited with code 7");
+}
+
 TEST_F(JobControllerTest, AStreamThatBrokeWhileDslaunchWasFrozenIsNoLostHost) {
   // Frozen past the keep-alive window: the agent's stream broke ("keepalive
   // watchdog timeout"), but the host is fine.

@@ -63,6 +63,17 @@ StopAttribution AttributeUnexpectedStop(int rank, const std::string& host, const
   return why;
 }
 
+std::optional<StopAttribution> AttributeFailureDuringFreeze(const std::string& how,
+                                                            const std::optional<FreezeWatch::Freeze>& freeze,
+                                                            const LeaseTiming& timing) {
+  if (!freeze || !timing.FreezeOutlastsLease(freeze->duration())) return std::nullopt;
+  StopAttribution why;
+  why.end = ATTEMPT_CONTROLLER_FROZEN;
+  why.cause = absl::StrCat(DescribeFreeze(*freeze), " and the agents' leases (", timing.lease.count(),
+                           " ms) expired, stopping the ranks; meanwhile ", how);
+  return why;
+}
+
 std::optional<StopAttribution> AttributeLostStream(const std::string& host, const absl::Status& error,
                                                    const std::optional<FreezeWatch::Freeze>& freeze,
                                                    const LeaseTiming& timing) {

@@ -41,6 +41,17 @@ StopAttribution AttributeUnexpectedStop(int rank, const std::string& host, const
                                         const std::optional<FreezeWatch::Freeze>& freeze,
                                         const LeaseTiming& timing);
 
+// `rank` on `host` ended badly by itself (`how`: JobController::DescribeEnd's
+// words). When the controller was frozen around that time long enough for
+// the agents' leases to run out, the agents were stopping every rank: the
+// rank most likely failed because a peer of its collectives was stopped
+// ("Connection closed by peer"), and whichever end reaches the controller
+// first once it runs again, the freeze is the cause (ATTEMPT_CONTROLLER_FROZEN).
+// nullopt otherwise: the rank's own failure is the cause.
+std::optional<StopAttribution> AttributeFailureDuringFreeze(const std::string& how,
+                                                            const std::optional<FreezeWatch::Freeze>& freeze,
+                                                            const LeaseTiming& timing);
+
 // The event stream from `host` broke with `error`. When the controller was
 // frozen around that time, the freeze is the cause (ATTEMPT_CONTROLLER_FROZEN,
 // no host blamed); nullopt: a lost host as the error says.
