@@ -468,6 +468,43 @@ int AgentService::StopAllJobs(std::chrono::milliseconds grace, const std::string
   return signalled;
 }
 
+std::vector<AgentJobReport> AgentService::Report() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  auto seconds = [](std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  std::vector<AgentJobReport> reports;
+  for (const auto& job : jobs) {
+    AgentJobReport& report = reports.emplace_back();
+    report.job_id = job->id;
+    std::lock_guard<std::mutex> lock(job->mu);
+    report.seconds_since_controller_contact = seconds(now - job->last_contact);
+    report.lease_seconds = seconds(job->lease);
+    for (const auto& supervisor : job->ranks) {
+      AgentJobReport::Rank& rank = report.ranks.emplace_back();
+      rank.attempt = supervisor->attempt();
+      RankStatus& status = rank.status;
+      status.set_global_rank(supervisor->global_rank());
+      status.set_host(config_.hostname);
+      status.set_state(supervisor->state());
+      status.set_pid(supervisor->pid());
+      status.set_step(-1);
+      status.set_heartbeat_age_ms(-1);
+      auto health = job->health.find({supervisor->attempt(), supervisor->global_rank()});
+      if (health != job->health.end() && health->second.reported) {
+        status.set_step(health->second.progress.step());
+        status.set_heartbeat_age_ms(
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - health->second.last).count());
+        if (health->second.progress.has_metrics()) *status.mutable_metrics() = health->second.progress.metrics();
+      }
+    }
+  }
+  return reports;
+}
+
 int AgentService::LiveRankCount(const std::string& job_id) {
   std::shared_ptr<Job> job = FindJob(job_id);
   if (!job) return 0;

@@ -40,6 +40,7 @@
 #include "common/blocking_queue.h"
 #include "common/control_plane_defaults.h"
 #include "proto/agent.grpc.pb.h"
+#include "proto/controller.pb.h"
 
 namespace dslaunch {
 
@@ -51,6 +52,18 @@ struct AgentConfig {
   std::string hostname;                             // reported by Describe
   int gpu_count = 0;                                // reported by Describe
   std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
+};
+
+// What an agent knows of one job, for its /metrics (agent/agent_metrics.h).
+struct AgentJobReport {
+  std::string job_id;
+  double seconds_since_controller_contact = 0;
+  double lease_seconds = 0;
+  struct Rank {
+    int attempt = 0;
+    RankStatus status;  // host, global rank, state, pid, step, heartbeat age, metrics
+  };
+  std::vector<Rank> ranks;
 };
 
 class AgentService final {
@@ -90,6 +103,9 @@ class AgentService final {
   // (daemon shutdown; the ranks' RankEnded say STOP_AGENT_SHUTDOWN and
   // `reason`). Returns how many ranks were signalled.
   int StopAllJobs(std::chrono::milliseconds grace, const std::string& reason);
+
+  // Every job this agent knows and its ranks, as of now.
+  std::vector<AgentJobReport> Report();
 
   // Number of ranks of `job_id` that have not ended (tests).
   int LiveRankCount(const std::string& job_id);

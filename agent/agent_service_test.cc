@@ -4,6 +4,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -281,6 +282,21 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   EXPECT_GT(progress[1].missed_heartbeat_ms(), 300);
   EXPECT_EQ(progress[1].step(), 7);
 
+  // The agent's own report (its /metrics): the rank, its last beat and its age.
+  std::vector<AgentJobReport> report = service_->Report();
+  ASSERT_EQ(report.size(), 1u);
+  EXPECT_EQ(report[0].job_id, "beating");
+  EXPECT_EQ(report[0].lease_seconds, 10);
+  ASSERT_EQ(report[0].ranks.size(), 1u);
+  EXPECT_EQ(report[0].ranks[0].attempt, 1);
+  const RankStatus& reported = report[0].ranks[0].status;
+  EXPECT_EQ(reported.host(), "test-host");
+  EXPECT_EQ(reported.state(), RANK_RUNNING);
+  EXPECT_GT(reported.pid(), 0);
+  EXPECT_EQ(reported.step(), 7);
+  EXPECT_GE(reported.heartbeat_age_ms(), 300);
+  EXPECT_EQ(reported.metrics().loss(), 2.5);
+
   // Diagnose: the live rank's native stacks (eu-stack) and its last heartbeat.
   grpc::ClientContext context;
   Authorize(&context);
@@ -303,6 +319,7 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
 
 TEST_F(AgentServiceTest, StopJobTouchesOnlyThatJob) {
   StartAgent();
+  EXPECT_TRUE(service_->Report().empty());
   for (const char* job : {"job-1", "job-2"}) {
     grpc::ClientContext context;
     Authorize(&context);
@@ -321,6 +338,13 @@ TEST_F(AgentServiceTest, StopJobTouchesOnlyThatJob) {
   EXPECT_EQ(reply.signalled(), 2);
   EXPECT_TRUE(WaitLive("job-1", 0));
   EXPECT_EQ(service_->LiveRankCount("job-2"), 2);
+  // The report says how each rank stands: ended by the stop's SIGTERM, or running.
+  std::map<std::string, std::multiset<RankState>> states;
+  for (const AgentJobReport& job : service_->Report()) {
+    for (const AgentJobReport::Rank& rank : job.ranks) states[job.job_id].insert(rank.status.state());
+  }
+  EXPECT_EQ(states["job-1"], std::multiset<RankState>({RANK_KILLED, RANK_KILLED}));
+  EXPECT_EQ(states["job-2"], std::multiset<RankState>({RANK_RUNNING, RANK_RUNNING}));
 }
 
 TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {

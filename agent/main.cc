@@ -30,7 +30,9 @@
 #include "common/exclusive_port.h"
 #include "common/control_plane_defaults.h"
 #include "common/control_plane_limits.h"
+#include "agent/agent_metrics.h"
 #include "common/flag_table.h"
+#include "common/prometheus_endpoint.h"
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
@@ -46,6 +48,7 @@ struct AgentFlags {
   std::string name;
   std::string keeper;  // empty: dsagent_keeper beside this binary
   bool exit_on_stdin_eof = false;
+  std::string metrics_addr;  // empty: no /metrics
 };
 
 // dsagent's flags: parsing and --help from one table.
@@ -69,7 +72,9 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
       .String("--keeper", &flags.keeper, "PATH",
               "the per-rank keeper (default: dsagent_keeper beside dsagent)")
       .Bool("--exit_on_stdin_eof", &flags.exit_on_stdin_eof,
-            "stop everything and exit when stdin closes (ssh launcher)");
+            "stop everything and exit when stdin closes (ssh launcher)")
+      .String("--metrics_addr", &flags.metrics_addr, "HOST:PORT",
+              "serve Prometheus /metrics of this host's ranks there (port 0: a free one; no authentication)");
   return table;
 }
 
@@ -198,6 +203,19 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   dslaunch::LogLine(absl::StrCat("listening on ", bound.ToString(), ", lease ", flags.lease_ms,
                                  " ms, ", config.gpu_count, " GPU(s)"));
+  std::unique_ptr<dslaunch::PrometheusEndpoint> metrics;  // goes before the service it reads
+  if (!flags.metrics_addr.empty()) {
+    dslaunch::AgentService* reported = service.get();
+    auto started = dslaunch::PrometheusEndpoint::Start(
+        flags.metrics_addr, [reported] { return dslaunch::AgentMetricFamilies(reported->Report()); },
+        "--metrics_addr");
+    if (!started.ok()) {
+      server->Shutdown();
+      return Fail(std::string(started.status().message()));
+    }
+    metrics = std::move(*started);
+    dslaunch::LogLine(absl::StrCat("serving this host's rank metrics at ", metrics->url()));
+  }
 
   if (flags.exit_on_stdin_eof) {
     std::thread([] {
@@ -215,6 +233,7 @@ int main(int argc, char** argv) {
   service->StopAllJobs(std::chrono::milliseconds(flags.stop_grace_ms),
                        absl::StrCat("agent received ", strsignal(signal_number)));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  metrics.reset();
   service.reset();
   return 0;
 }

@@ -117,6 +117,12 @@ void RankSupervisor::Emit(RankEvent event) {
   sink_(std::move(event));
 }
 
+RankState RankSupervisor::state() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_.load()) return end_state_;
+  return pid_ > 0 ? RANK_RUNNING : RANK_SPAWNING;
+}
+
 void RankSupervisor::EmitEnded(RankState state, int exit_code, int signal,
                                const std::string& detail) {
   absl::Status moved = lifecycle_.Transition(state);
@@ -134,6 +140,7 @@ void RankSupervisor::EmitEnded(RankState state, int exit_code, int signal,
       ended->set_stop_detail(stop_cause_.detail);
       ended->set_controller_silent_ms(stop_cause_.controller_silent_ms);
     }
+    end_state_ = state;
     ended_.store(true);
   }
   ended->set_ended_unix_us(absl::ToUnixMicros(absl::Now()));

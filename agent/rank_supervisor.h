@@ -68,6 +68,8 @@ class RankSupervisor {
   pid_t pid();
   int attempt() const { return attempt_; }
   int global_rank() const { return global_rank_; }
+  // SPAWNING, RUNNING, or how it ended (EXITED, KILLED, LOST); for reports.
+  RankState state();
 
   // How many stderr lines RankEnded carries.
   static constexpr size_t kStderrTailLines = 20;
@@ -91,6 +93,7 @@ class RankSupervisor {
   pid_t pid_ = 0;                        // guarded by mu_
   bool stop_requested_ = false;          // guarded by mu_
   StopCause stop_cause_;                 // of the first Stop(); guarded by mu_
+  RankState end_state_ = RANK_STATE_UNSPECIFIED;  // once ended; guarded by mu_
   std::chrono::steady_clock::time_point kill_deadline_;  // guarded by mu_
   int wake_fd_ = -1;                     // eventfd that interrupts the poll loop
 

@@ -4,8 +4,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
@@ -13,10 +16,12 @@
 #include <boost/process/extend.hpp>
 #include <boost/process/search_path.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/net_address.h"
 #include "common/status_macros.h"
 
@@ -68,6 +73,25 @@ std::string SafeFileName(const std::string& host) {
   return name;
 }
 
+// The last `count` lines of the file open at `fd` (its last 2 KiB at most),
+// joined with " | ".
+std::string LastLines(int fd, int count) {
+  if (fd < 0) return "";
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || info.st_size <= 0) return "";
+  const off_t size = info.st_size;
+  const off_t from = std::max<off_t>(0, size - 2048);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  const ssize_t n = ::pread(fd, text.data(), text.size(), from);
+  if (n <= 0) return "";
+  text.resize(static_cast<size_t>(n));
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // cut mid-line
+  if (static_cast<int>(lines.size()) > count) lines.erase(lines.begin(), lines.end() - count);
+  for (std::string& line : lines) line = std::string(absl::StripAsciiWhitespace(line));
+  return absl::StrJoin(lines, " | ");
+}
+
 }  // namespace
 
 AgentFleet::~AgentFleet() {
@@ -108,17 +132,27 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
     for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1]}) ::close(fd);
     return error;
   }
-  std::string log_path = "/dev/null";
+  // The agent's stderr (and ssh's or srun's): the job's log folder, or else an
+  // unnamed file that goes with the agent. Either way its last lines explain
+  // an agent that never reports ready ("Permission denied (publickey)").
+  std::string log_path;
+  int log_fd = -1;
   if (!options.agent_log_dir.empty()) {
     log_path = absl::StrCat(options.agent_log_dir, "/agent_", SafeFileName(host), ".log");
+    log_fd = ::open(log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) return ErrnoStatus(absl::StrCat("open ", log_path));
+  } else {
+    log_fd = ::open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (log_fd < 0) log_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (log_fd < 0) return ErrnoStatus("open /dev/null");
   }
-  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return ErrnoStatus(absl::StrCat("open ", log_path));
+  const int tail_fd = ::fcntl(log_fd, F_DUPFD_CLOEXEC, 0);  // ours, to read the tail
 
   boost::filesystem::path exe = argv[0];
   if (argv[0].find('/') == std::string::npos) exe = bp::search_path(argv[0]);
   if (exe.empty() || ::access(exe.c_str(), X_OK) != 0) {
     ::close(log_fd);
+    if (tail_fd >= 0) ::close(tail_fd);
     return absl::NotFoundError(absl::StrCat("cannot execute '", argv[0], "' to start the agent for ",
                                             host, " (see --agent_binary, --ssh_command / --slurm_command)"));
   }
@@ -134,6 +168,7 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
   if (error) {
     ::close(in_pipe[1]);
     ::close(out_pipe[0]);
+    if (tail_fd >= 0) ::close(tail_fd);
     return absl::InternalError(absl::StrCat("cannot start the agent for ", host, ": ",
                                             error.message()));
   }
@@ -145,6 +180,7 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
   std::string received;
   auto deadline = std::chrono::steady_clock::now() + options.ready_timeout;
   int port = -1;
+  bool exited = false;
   while (port < 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -153,7 +189,10 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
     if (::poll(&fd, 1, static_cast<int>(left.count())) <= 0) continue;
     char chunk[512];
     ssize_t n = ::read(out_pipe[0], chunk, sizeof(chunk));
-    if (n <= 0) break;  // the agent (or ssh) exited
+    if (n <= 0) {  // the agent (or ssh) exited
+      exited = true;
+      break;
+    }
     received.append(chunk, static_cast<size_t>(n));
     size_t at = received.find(kReadyPrefix);
     size_t end = at == std::string::npos ? at : received.find('\n', at);
@@ -170,15 +209,33 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
   }
   ::close(out_pipe[0]);
   if (port < 0) {
-    std::string hint = options.agent_log_dir.empty()
-                           ? "rerun with --log_dir to keep the agent's log"
-                           : absl::StrCat("see ", log_path);
+    if (exited) {
+      // Its last words are written by now, or very soon after the pipe closed.
+      for (int i = 0; i < 20 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(10 * 1000);
+    }
+    const std::string said = LastLines(tail_fd, 5);
+    if (tail_fd >= 0) ::close(tail_fd);
+    std::string hint = options.agent_log_dir.empty() ? "rerun with --log_dir to keep the agent's log"
+                                                     : absl::StrCat("see ", log_path);
     return absl::UnavailableError(absl::StrCat(
-        "the agent for ", host, " did not report ready within ", options.ready_timeout.count(),
-        " ms (", absl::StrJoin(argv, " "), "); ", hint));
+        "the agent for ", host,
+        exited ? " exited before it reported ready"
+               : absl::StrCat(" did not report ready within ", options.ready_timeout.count(), " ms"),
+        " (", absl::StrJoin(argv, " "), ")", said.empty() ? "" : absl::StrCat(": ", said), "; ", hint));
   }
+  if (tail_fd >= 0) ::close(tail_fd);
   return port;
 }
+
+namespace {
+
+void AppendMetricsFlag(const AgentLaunchOptions& options, std::vector<std::string>& argv) {
+  if (options.metrics_addr.empty()) return;
+  argv.push_back("--metrics_addr");
+  argv.push_back(options.metrics_addr);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
@@ -200,6 +257,7 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
                                    absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);
     }
+    AppendMetricsFlag(options, argv);
     DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options,
                                                            token_on_stdin ? options.token + "\n" : ""));
     fleet->endpoints_.push_back({host, absl::StrCat("127.0.0.1:", port)});
@@ -240,6 +298,7 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartRemote(
           std::string("--stop_grace_ms"), absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);
     }
+    AppendMetricsFlag(options, argv);
     DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options));
     fleet->endpoints_.push_back({host, HostPort{host, port}.ToString()});
   }

@@ -278,6 +278,12 @@ constexpr OptionRow kOptions[] = {
     {"--launcher", "", ValueKind::kText, "KIND", "auto",
      "local, ssh, slurm or static; auto: local for this host alone, else ssh",
      SetLauncher},
+    {"--force_multi", "", ValueKind::kFlag, "", "",
+     "start agents over ssh even for this machine alone (DeepSpeed's flag; = --launcher ssh)",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.force_multi = true;
+       return absl::OkStatus();
+     }},
     {"--agents", "", ValueKind::kText, "LIST", "",
      "running agents host:port,host:port (implies --launcher static)",
      SetAgents},
@@ -390,6 +396,14 @@ constexpr OptionRow kOptions[] = {
      "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9400)",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
        o.metrics_addr = v;
+       return absl::OkStatus();
+     }},
+    {"--agent_metrics_addr", "", ValueKind::kText, "ADDR", "off",
+     "HOST:PORT: each agent dslaunch starts serves its ranks' /metrics there",
+     [](absl::string_view flag, const std::string& v, LauncherOptions& o) {
+       auto parsed = ParseHostPort(v, std::string(flag));
+       if (!parsed.ok()) return parsed.status();
+       o.agent_metrics_addr = v;
        return absl::OkStatus();
      }},
     {"--validate", "", ValueKind::kText, "FILE", "",
@@ -558,6 +572,20 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
   }
   options.program.assign(argv.begin() + std::min(i, argv.size()), argv.end());
 
+  if (options.force_multi) {
+    // DeepSpeed runs a one-host job in place, even on a remote host, unless
+    // --force_multi; dslaunch's auto launcher already uses ssh for a remote
+    // host, so the flag matters only for this machine named in a hostfile.
+    if (options.launcher != LauncherKind::kAuto && options.launcher != LauncherKind::kSsh) {
+      return absl::InvalidArgumentError("--force_multi asks for the ssh launcher; it cannot be used with "
+                                        "--launcher local, slurm or static (or --agents)");
+    }
+    if (!options.agents.empty()) {
+      return absl::InvalidArgumentError("--force_multi asks for the ssh launcher; --agents names agents already "
+                                        "running");
+    }
+    options.launcher = LauncherKind::kSsh;
+  }
   if (!options.agents.empty()) {
     if (options.launcher == LauncherKind::kLocal || options.launcher == LauncherKind::kSsh ||
         options.launcher == LauncherKind::kSlurm) {
@@ -567,6 +595,10 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
           ": those start their own agents"));
     }
     options.launcher = LauncherKind::kStatic;
+    if (!options.agent_metrics_addr.empty()) {
+      return absl::InvalidArgumentError("--agent_metrics_addr is for the agents dslaunch starts; agents already "
+                                        "running (--agents) serve /metrics with their own dsagent --metrics_addr");
+    }
   } else if (options.launcher == LauncherKind::kStatic) {
     return absl::InvalidArgumentError(
         "--launcher static needs --agents host:port,... (the agents already running)");

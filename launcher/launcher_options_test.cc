@@ -316,6 +316,19 @@ TEST(LauncherOptions, LauncherKinds) {
               HasSubstr("--agents cannot be used with --launcher slurm"));
 }
 
+// DeepSpeed's --force_multi: the multi-node (ssh) path for one host.
+TEST(LauncherOptions, ForceMultiIsTheSshLauncher) {
+  auto options = Parse({"--force_multi", "-H", "hosts", "prog"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->launcher, LauncherKind::kSsh);
+  auto with_ssh = Parse({"--force_multi", "--launcher", "ssh", "prog"});
+  ASSERT_TRUE(with_ssh.ok()) << with_ssh.status();
+  EXPECT_EQ(with_ssh->launcher, LauncherKind::kSsh);
+  EXPECT_THAT(ErrorOf({"--force_multi", "--launcher", "local", "prog"}),
+              HasSubstr("--force_multi asks for the ssh launcher; it cannot be used with --launcher local"));
+  EXPECT_THAT(ErrorOf({"--force_multi", "--agents", "h:1", "prog"}), HasSubstr("--force_multi"));
+}
+
 TEST(LauncherOptions, AgentsImplyStatic) {
   auto options = Parse({"--agents", "10.0.0.2:7000,node-3:7001,[::1]:7002", "prog"});
   ASSERT_TRUE(options.ok()) << options.status();
@@ -342,6 +355,15 @@ TEST(LauncherOptions, AgentsErrors) {
               HasSubstr("--agents 'h:1,,g:2': empty entry"));
   EXPECT_THAT(ErrorOf({"--agents", "h:0", "prog"}), HasSubstr("'h:0' needs a host and a nonzero"));
   EXPECT_THAT(ErrorOf({"--agents", "h:1,h:1", "prog"}), HasSubstr("agent 'h:1' is listed twice"));
+  EXPECT_THAT(ErrorOf({"--agents", "h:1", "--agent_metrics_addr", "0.0.0.0:9401", "prog"}),
+              HasSubstr("agents already running (--agents) serve /metrics with their own dsagent --metrics_addr"));
+}
+
+TEST(LauncherOptions, AgentMetricsAddressIsCheckedWhenGiven) {
+  auto options = Parse({"--agent_metrics_addr", "0.0.0.0:9401", "prog"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->agent_metrics_addr, "0.0.0.0:9401");
+  EXPECT_THAT(ErrorOf({"--agent_metrics_addr", "9401", "prog"}), HasSubstr("--agent_metrics_addr"));
 }
 
 TEST(LauncherOptions, JobIdCharacters) {

@@ -32,7 +32,7 @@
 #include "common/net_address.h"
 #include "common/rank_contract.h"
 #include "common/version.h"
-#include "common/metrics_http_server.h"
+#include "common/prometheus_endpoint.h"
 #include "launcher/agent_fleet.h"
 #include "launcher/controller_status_service.h"
 #include "launcher/dry_run.h"
@@ -88,7 +88,7 @@ struct StoreServer {
   std::unique_ptr<ControllerStatusService> status;
   std::unique_ptr<grpc::Server> server;
   ScopedJobStatusFile status_file;  // Note [Job status file]
-  std::unique_ptr<MetricsHttpServer> metrics;
+  std::unique_ptr<PrometheusEndpoint> metrics;
 };
 
 std::string LocalHostname() {
@@ -335,12 +335,11 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
     Notice(absl::StrCat("`dslaunch status` will not find this job: ", written.status().message()));
   }
   if (!options.metrics_addr.empty()) {
-    auto metrics = MetricsHttpServer::Start(
-        options.metrics_addr, [board] { return PrometheusText(board->Snapshot()); }, "--metrics_addr");
+    auto metrics = PrometheusEndpoint::Start(
+        options.metrics_addr, [board] { return JobMetricFamilies(board->Snapshot()); }, "--metrics_addr");
     if (!metrics.ok()) return UsageError(metrics.status());
     store->metrics = std::move(*metrics);
-    Notice(absl::StrCat("serving the job's metrics at http://", options.metrics_addr.substr(0, options.metrics_addr.rfind(':')),
-                        ":", store->metrics->port(), "/metrics"));
+    Notice(absl::StrCat("serving the job's metrics at ", store->metrics->url()));
   }
   return std::nullopt;
 }
@@ -374,6 +373,7 @@ EarlyExit StartAgents(const LauncherOptions& options, const PlannedJob& job, con
   launch.lease_ms = options.lease_ms;
   launch.stop_grace_ms = options.stop_grace_ms;
   launch.agent_log_dir = log_dir_job;
+  launch.metrics_addr = options.agent_metrics_addr;
   launch.ssh_command = absl::StrSplit(options.ssh_command, ' ', absl::SkipEmpty());
   launch.slurm_command = absl::StrSplit(options.slurm_command, ' ', absl::SkipEmpty());
   std::vector<std::string> hosts;

@@ -164,7 +164,7 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
     result.launcher = LauncherKind::kLocal;
     result.visible_devices_used = true;
     if (options.launcher == LauncherKind::kSsh) {
-      return absl::InvalidArgumentError("--launcher ssh needs a --hostfile naming the hosts");
+      return absl::InvalidArgumentError("--launcher ssh (and --force_multi) needs a --hostfile naming the hosts");
     }
   } else {
     int nodes = options.num_nodes > 0 ? options.num_nodes : 1;
@@ -179,7 +179,7 @@ absl::StatusOr<NodeResolution> ResolveNodes(const LauncherOptions& options,
                                         selection));
     result.launcher = LauncherKind::kLocal;
     if (options.launcher == LauncherKind::kSsh) {
-      return absl::InvalidArgumentError("--launcher ssh needs a --hostfile naming the hosts");
+      return absl::InvalidArgumentError("--launcher ssh (and --force_multi) needs a --hostfile naming the hosts");
     }
   }
   if (options.launcher != LauncherKind::kAuto) {

@@ -2,15 +2,23 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "prometheus/text_serializer.h"
 
 namespace dslaunch {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// What a scrape receives.
+std::string PrometheusText(const JobStatusReply& status) {
+  return prometheus::TextSerializer().Serialize(JobMetricFamilies(status));
+}
 
 JobStatusReply Running() {
   JobStatusReply status;
@@ -36,7 +44,7 @@ JobStatusReply Running() {
   return status;
 }
 
-TEST(PrometheusText, FamiliesHaveHelpAndTypeAndLabelsAreEscaped) {
+TEST(JobMetricFamilies, FamiliesHaveHelpAndTypeAndLabelsAreEscaped) {
   const std::string text = PrometheusText(Running());
   EXPECT_THAT(text, HasSubstr("# HELP dslaunch_job_state "));
   EXPECT_THAT(text, HasSubstr("# TYPE dslaunch_job_state gauge\n"));
@@ -53,7 +61,7 @@ TEST(PrometheusText, FamiliesHaveHelpAndTypeAndLabelsAreEscaped) {
   EXPECT_THAT(text, Not(HasSubstr("dslaunch_job_seconds_since_checkpoint")));
 }
 
-TEST(PrometheusText, ReportedFiguresAppearOncePerFamily) {
+TEST(JobMetricFamilies, ReportedFiguresAppearOncePerFamily) {
   JobStatusReply status = Running();
   status.set_step(20);
   status.set_total_steps(100);
@@ -73,7 +81,7 @@ TEST(PrometheusText, ReportedFiguresAppearOncePerFamily) {
   EXPECT_THAT(text, HasSubstr("dslaunch_job_eta_seconds{job_id=\"job \\\"7\\\"\\\\x\"} 40\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_job_seconds_since_checkpoint{job_id=\"job \\\"7\\\"\\\\x\"} 30\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_job_tokens_per_second{job_id=\"job \\\"7\\\"\\\\x\"} 5120\n"));
-  EXPECT_THAT(text, HasSubstr("dslaunch_job_loss{job_id=\"job \\\"7\\\"\\\\x\"} NaN\n"));  // a diverged loss
+  EXPECT_THAT(text, HasSubstr("dslaunch_job_loss{job_id=\"job \\\"7\\\"\\\\x\"} Nan\n"));  // a diverged loss; any case parses
   EXPECT_THAT(text, HasSubstr("rank=\"1\",host=\"node\\na\"} 0.25\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_rank_gpu_memory_bytes{job_id=\"job \\\"7\\\"\\\\x\",rank=\"0\",host=\"node\\na\"} 2147483648\n"));
   // One HELP per family, however many ranks.

@@ -14,6 +14,9 @@ packages=(
   python3-torch  # reference implementations for the model tests (tests/hf/), the Python client's test
   python3-grpcio  # python/dslaunch, the Python client (heartbeats, preemption, the store)
   gnuplot-nox  # dslaunch plot (launcher/plot_command.h)
+  prometheus-cpp-dev  # the controller's and agents' /metrics (common/prometheus_endpoint.h)
+  python3-kubernetes  # the Kubernetes API's types, to check deploy/kubernetes (tests/deploy/)
+  openssh-server  # a real sshd for the ssh launcher's test in network namespaces
   python3-prometheus-client  # an independent reader of the controller's /metrics (tests/integration/test_status.sh)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)

@@ -30,7 +30,8 @@ grep -q "no dslaunch job is running as this user on this machine" "$WORK/none.ou
 pass "with no job running, dslaunch status says so and exits 1"
 
 # A long dsrank job: it checkpoints every 2 steps and runs until stopped.
-"$DSLAUNCH" --num_gpus 2 --job_id train1 --metrics_addr 127.0.0.1:0 --override "data.prepared=$WORK/data/fortunes" \
+"$DSLAUNCH" --num_gpus 2 --job_id train1 --metrics_addr 127.0.0.1:0 --agent_metrics_addr 127.0.0.1:0 \
+  --log_dir "$WORK/logs" --override "data.prepared=$WORK/data/fortunes" \
   --override train.steps=100000 --override checkpoint.interval=2 --override "checkpoint.dir=$WORK/ck" \
   --override ds_config.steps_per_print=1 "$CONFIG" --quiet_config >"$WORK/train1.out" 2>"$WORK/train1.err" &
 TRAIN_PID=$!
@@ -61,7 +62,7 @@ import sys, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 with urllib.request.urlopen(sys.argv[1], timeout=10) as response:
     assert response.status == 200
-    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4"), response.headers["Content-Type"]
+    assert response.headers["Content-Type"].startswith("text/plain"), response.headers["Content-Type"]
     text = response.read().decode()
 samples = {}
 for family in text_string_to_metric_families(text):
@@ -87,6 +88,34 @@ for rank in ("0", "1"):
 print("scraped %d families, job step %d" % (len(samples), one("dslaunch_job_step")))
 PY
 pass "/metrics, parsed by python3-prometheus-client, carries the job's state, step, rate, ETA, loss, checkpoint age and each rank's figures"
+
+# The agent's own /metrics (--agent_metrics_addr): its ranks, from its side.
+agent_log=$(ls "$WORK"/logs/train1/agent_*.log | head -1)
+agent_url=$(grep -o "serving this host's rank metrics at http://[0-9.:]*/metrics" "$agent_log" | awk '{print $NF}')
+[[ -n $agent_url ]] || fail "the agent did not say where its metrics are: $(head -5 "$agent_log")"
+"$PY" - "$agent_url" <<'PY' || fail "the agent's scraped metrics are wrong"
+import sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+with urllib.request.urlopen(sys.argv[1], timeout=10) as response:
+    text = response.read().decode()
+samples = {}
+for family in text_string_to_metric_families(text):
+    for sample in family.samples:
+        samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+def one(name, **labels):
+    found = [v for l, v in samples.get(name, []) if all(l.get(k) == v2 for k, v2 in labels.items())]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+assert one("dsagent_jobs") == 1
+assert 0 <= one("dsagent_job_controller_silence_seconds", job_id="train1") < 10
+assert one("dsagent_job_lease_seconds", job_id="train1") == 10
+for rank in ("0", "1"):
+    assert one("dsagent_rank_alive", job_id="train1", attempt="0", rank=rank) == 1
+    assert one("dsagent_rank_step", job_id="train1", rank=rank) >= 3
+    assert 0 < one("dsagent_rank_loss", job_id="train1", rank=rank) < 10
+print("agent: scraped %d families" % len(samples))
+PY
+pass "an agent's /metrics, parsed by python3-prometheus-client, carries its job, lease and each rank's step and loss"
 
 # A second job, of a program that sends no heartbeats, started with a token.
 new_token "$WORK/token"
