@@ -702,10 +702,7 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("optimizer.type", c.optimizer.type),
         absl::StrCat("the ", c.optimizer.type, " optimizer (Adam and AdamW are built)"));
   }
-  // Note [Flops profiler] (runtime/dsrank/flops_profiler.h): built for ZeRO 0-2 without pipeline stages.
-  if (c.flops_profiler.enabled && c.zero_optimization.stage == 3) {
-    add(Setting("flops_profiler.enabled", "true"), "the flops profiler at zero_optimization.stage 3");
-  }
+  // Note [Flops profiler] (runtime/dsrank/flops_profiler.h): built for ZeRO 0-3 without pipeline stages.
   if (c.flops_profiler.enabled && c.pipeline.stages > 1) {
     add(Setting("flops_profiler.enabled", "true"), "the flops profiler with pipeline stages");
   }

@@ -104,7 +104,6 @@ absl::Status FlopsProfiler::Check(const JobConfig& job) {
     return absl::FailedPreconditionError(absl::StrCat("flops_profiler.enabled: not yet supported with ", why,
                                                       " (Note [Flops profiler])"));
   };
-  if (job.ds.zero_optimization.stage == 3) return refuse("zero_optimization.stage 3: each profiled layer needs a gather");
   if (job.ds.pipeline.stages > 1) return refuse("pipeline.stages > 1");
   if (job.model.moe.num_experts > 0) return refuse("model.moe: a token runs its top-k experts, not every matrix");
   return absl::OkStatus();

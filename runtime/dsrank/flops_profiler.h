@@ -23,9 +23,13 @@
 // layer with attention (type *Block) adds its core, 2 · rows · time · width
 // (QKᵀ and the weighting of V), with width the input size of its first
 // matrix. rows = batch × time tokens. Flops = 2 × MACs, as DeepSpeed counts.
-// Not yet: ZeRO stage 3 (each profiled layer would need its own gather),
-// pipeline stages, and mixtures of experts (a token runs top-k experts, not
-// every matrix): each refused at start, naming the key.
+// At ZeRO stage 3 the parameters keep their shapes while their storage is
+// released, so the count is the same; the layer-by-layer pass runs through
+// the engine's unit runner as training does, so each layer is gathered for
+// its pass and its latency includes that all-gather (every rank runs the
+// pass, so the collectives match).
+// Not yet: pipeline stages, and mixtures of experts (a token runs top-k
+// experts, not every matrix): each refused at start, naming the key.
 #pragma once
 
 #include <cstdint>
