@@ -18,6 +18,7 @@
 #include "launcher/launcher_notice.h"
 #include "launcher/subcommand_flags.h"
 #include "runtime/monitor/csv_monitor.h"
+#include "runtime/monitor/tensorboard_event_reader.h"
 #include "runtime/monitor/training_monitors.h"
 
 namespace dslaunch {
@@ -73,6 +74,46 @@ std::map<std::string, Series> ReadCsvFiles(const std::string& folder, std::vecto
   return found;
 }
 
+// Note [Plots]: without csv_monitor files, the run's TensorBoard event files
+// (one folder of events.out.tfevents.* files, read in name order with
+// resumes purged, runtime/monitor/tensorboard_event_reader.h), keyed like
+// the CSV files.
+std::map<std::string, Series> ReadEventFiles(const std::string& folder, std::string* problem) {
+  std::map<std::string, std::vector<std::string>> by_folder;
+  std::error_code error;
+  for (auto it = fs::recursive_directory_iterator(folder, error); !error && it != fs::recursive_directory_iterator();
+       it.increment(error)) {
+    if (it->is_regular_file() && it->path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+      by_folder[it->path().parent_path().string()].push_back(it->path().string());
+    }
+  }
+  if (by_folder.empty()) return {};
+  if (by_folder.size() > 1) {
+    *problem = absl::StrCat("TensorBoard event files of ", by_folder.size(), " runs under ", folder,
+                            " (", by_folder.begin()->first, ", ...): give the folder of one");
+    return {};
+  }
+  auto& [run, files] = *by_folder.begin();
+  std::sort(files.begin(), files.end());
+  auto scalars = runtime::ReadTensorBoardScalars(files);
+  if (!scalars.ok()) {
+    *problem = std::string(scalars.status().message());
+    return {};
+  }
+  if (scalars->torn_records > 0) {
+    Notice(absl::StrCat("plot: ", scalars->torn_records, " event file(s) under ", run,
+                        " end in a record cut short (a killed writer); plotted what came before"));
+  }
+  std::map<std::string, Series> found;
+  for (const auto& [tag, points] : scalars->by_tag) {
+    if (points.empty()) continue;
+    Series series{tag, absl::StrCat(run, " (TensorBoard ", tag, ")"), {}};
+    for (const runtime::ScalarPoint& point : points) series.points.emplace_back(point.step, point.value);
+    found[runtime::CsvMonitorFileName(tag)] = std::move(series);
+  }
+  return found;
+}
+
 struct Panel {
   std::string title;
   std::string y_label;
@@ -116,7 +157,7 @@ std::string HtmlEscape(const std::string& text) {
 int RunPlotCommand(const std::vector<std::string>& args) {
   std::string output;
   FlagTable flags("dslaunch plot", "dslaunch plot RUN_DIR [--output DIR]");
-  flags.Positional("RUN_DIR", "a run's csv_monitor folder (csv_monitor.output_path, or its job_name folder)")
+  flags.Positional("RUN_DIR", "a run's csv_monitor or tensorboard folder (output_path, or its job_name folder)")
       .String("--output", &output, "DIR", "where plot.png and plot.html go (default: RUN_DIR)");
   if (EarlyExit early = ParseSubcommandFlags(flags, args, "plot", "", /*allow_positionals=*/true)) return *early;
   if (flags.positionals().size() != 1) {
@@ -130,11 +171,20 @@ int RunPlotCommand(const std::vector<std::string>& args) {
   }
   if (output.empty()) output = run_dir;
   std::vector<std::string> skipped;
-  const std::map<std::string, Series> files = ReadCsvFiles(run_dir, &skipped);
+  std::map<std::string, Series> files = ReadCsvFiles(run_dir, &skipped);
   for (const std::string& path : skipped) Notice(absl::StrCat("plot: skipping ", path, ": not a csv_monitor file"));
   if (files.empty()) {
-    Notice(absl::StrCat("plot: no csv_monitor file under ", run_dir, " (set ds_config.csv_monitor.enabled: true and "
-                        "its output_path; dslaunch plot reads those files)"));
+    std::string problem;
+    files = ReadEventFiles(run_dir, &problem);
+    if (!problem.empty()) {
+      Notice(absl::StrCat("plot: ", problem));
+      return 1;
+    }
+  }
+  if (files.empty()) {
+    Notice(absl::StrCat("plot: no csv_monitor or TensorBoard file under ", run_dir,
+                        " (set ds_config.csv_monitor.enabled or tensorboard.enabled: true and its output_path; "
+                        "dslaunch plot reads those files)"));
     return 1;
   }
   std::error_code error;
