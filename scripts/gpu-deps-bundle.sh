@@ -16,7 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libgloo-dev libxxhash-dev liburing-dev liburing2
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
-  libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4
+  civetweb libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4
 )
 cd "$out"
 apt-get download "${packages[@]}"
