@@ -378,7 +378,8 @@ TEST_F(ZeroTest, TheHostStepsBf16CopyIsWhatGoesUp) {
   // master rounded, bit for bit. A step that does not write the copy leaves
   // the old values in it, and this check fails.
   // Stage 3 also with its parameter shard on the host (the copy is that
-  // shard), and so under the delayed update (a copy of its own).
+  // shard), and so under the delayed update (a second shard that trades
+  // places with the first at each gather).
   struct Case {
     int stage;
     bool offload_param, beside_forward;
@@ -409,10 +410,16 @@ TEST_F(ZeroTest, TheHostStepsBf16CopyIsWhatGoesUp) {
       ASSERT_TRUE(z.PrepareShardGradient().ok());
       shard_adam.CountStep(1e-1, 0.9, 0.999);
       torch::Tensor grad = z.shard_gradient();
+      const void* copy_before = z.host_parameter_copy().data_ptr();
       ASSERT_TRUE(z.GatherParameters([&](int64_t offset, int64_t length) {
                      shard_adam.StepRange(z.master_shard(), grad, offset, length, 1e-1, 0.9, 0.999, 1.0,
                                           z.host_parameter_copy());
                    }).ok());
+      // Stage 3 with the copy a second shard beside the parameter shard (here
+      // on the CPU both live on the host; on a GPU only with offload_param):
+      // the two trade places, nothing is copied.
+      const bool trades = stage == 3 && !(c.offload_param && !c.beside_forward);
+      EXPECT_EQ(z.host_parameter_copy().data_ptr() != copy_before, trades) << "stage " << stage << " step " << step;
       z.ZeroGradients();
       if (stage == 3) ASSERT_TRUE(z.GatherUnit(0).ok() && z.GatherUnit(1).ok() && z.GatherUnit(2).ok());
       std::vector<torch::Tensor> flat;

@@ -506,7 +506,20 @@ absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
     // With NVMe offload the step already wrote it (StoreUpdatedMaster).
-    if (!swapped_) StepAndCopyToParameters(master_shard_.detach(), host_parameter_copy_, 0, param_shard_, step_range);
+    if (swapped_) return RegatherPersistentUnits();  // the step already wrote it (StoreUpdatedMaster)
+    // Note [bf16 parameters from the host step]: under the delayed update the
+    // step wrote a second host shard beside the one the forward read; the
+    // two trade places instead of 2 bytes per element being copied across.
+    const bool trade = step_range && host_parameter_copy_.defined() && !host_parameter_copy_.is_same(param_shard_) &&
+                       host_parameter_copy_.device() == param_shard_.device();
+    if (trade) {
+      for (int64_t begin = 0; begin < param_shard_.numel(); begin += kUploadRangeElements) {
+        step_range(begin, std::min(kUploadRangeElements, param_shard_.numel() - begin));
+      }
+      std::swap(param_shard_, host_parameter_copy_);
+    } else {
+      StepAndCopyToParameters(master_shard_.detach(), host_parameter_copy_, 0, param_shard_, step_range);
+    }
     return RegatherPersistentUnits();
   }
   const torch::Tensor& updated = swapped_ ? updated_parameters_ : master_shard_;

@@ -183,9 +183,13 @@ class ZeroPartition {
   // parameter shard on the host (offload_param) the copy is that shard
   // itself, so nothing is copied at all (a one-thread host conversion of
   // 1.3B elements took 0.9 s per step), except under the delayed update,
-  // whose step runs while the forward reads the shard. So a `step_range` (or, under the delayed update,
-  // the host step it stands for) must write the copy of every range it
-  // covers. A gather without `step_range` (after a checkpoint load) reads
+  // whose step runs while the forward reads the shard: there the copy is a
+  // second host shard, and the gather makes the two trade places (the
+  // forward then reads what the step wrote; the next step writes the other)
+  // instead of copying 2 bytes per element across (one thread moved 1.2B
+  // elements in 0.37 s per step on the H200 host). So a `step_range` (or,
+  // under the delayed update, the host step it stands for) must write the
+  // copy of every range it covers. A gather without `step_range` (after a checkpoint load) reads
   // the master as before.
   using StepRange = std::function<void(int64_t offset, int64_t length)>;
   static constexpr int64_t kUploadRangeElements = int64_t{1} << 24;
