@@ -210,8 +210,14 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
   ::close(out_pipe[0]);
   if (port < 0) {
     if (exited) {
-      // Its last words are written by now, or very soon after the pipe closed.
-      for (int i = 0; i < 20 && ::waitpid(pid, nullptr, WNOHANG) == 0; ++i) ::usleep(10 * 1000);
+      // Its last words are written by now, or very soon after the pipe
+      // closed. WNOWAIT: the zombie keeps its pid, which the destructor signals.
+      for (int i = 0; i < 20; ++i) {
+        siginfo_t info{};
+        const int polled = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+        if (polled != 0 || info.si_pid != 0) break;
+        ::usleep(10 * 1000);
+      }
     }
     const std::string said = LastLines(tail_fd, 5);
     if (tail_fd >= 0) ::close(tail_fd);

@@ -57,7 +57,10 @@ pass "dslaunch status shows the dsrank job: state, step of total with an ETA, th
 
 metrics_url=$(grep -o 'serving the job.s metrics at http://[0-9.:]*/metrics' "$WORK/train1.err" | awk '{print $NF}')
 [[ -n $metrics_url ]] || fail "dslaunch did not say where its metrics are: $(head -5 "$WORK/train1.err")"
-"$PY" - "$metrics_url" <<'PY' || fail "the scraped metrics are wrong"
+# scrape URL: checks on stdin run after this, with `one(name, **labels)`,
+# the one sample of that name with those labels (python3-prometheus-client).
+scrape() {
+  "$PY" -c "$(cat <<'PY'
 import sys, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 with urllib.request.urlopen(sys.argv[1], timeout=10) as response:
@@ -72,6 +75,11 @@ def one(name, **labels):
     found = [v for l, v in samples.get(name, []) if all(l.get(k) == v2 for k, v2 in labels.items())]
     assert len(found) == 1, (name, labels, samples.get(name))
     return found[0]
+PY
+)
+$(cat)" "$1"
+}
+scrape "$metrics_url" <<'PY' || fail "the scraped metrics are wrong"
 assert one("dslaunch_job_state", job_id="train1", state="RUNNING") == 1
 assert one("dslaunch_job_state", job_id="train1", state="FAILED") == 0
 assert one("dslaunch_job_world_size") == 2 and one("dslaunch_job_ranks_alive") == 2
@@ -93,19 +101,7 @@ pass "/metrics, parsed by python3-prometheus-client, carries the job's state, st
 agent_log=$(ls "$WORK"/logs/train1/agent_*.log | head -1)
 agent_url=$(grep -o "serving this host's rank metrics at http://[0-9.:]*/metrics" "$agent_log" | awk '{print $NF}')
 [[ -n $agent_url ]] || fail "the agent did not say where its metrics are: $(head -5 "$agent_log")"
-"$PY" - "$agent_url" <<'PY' || fail "the agent's scraped metrics are wrong"
-import sys, urllib.request
-from prometheus_client.parser import text_string_to_metric_families
-with urllib.request.urlopen(sys.argv[1], timeout=10) as response:
-    text = response.read().decode()
-samples = {}
-for family in text_string_to_metric_families(text):
-    for sample in family.samples:
-        samples.setdefault(sample.name, []).append((sample.labels, sample.value))
-def one(name, **labels):
-    found = [v for l, v in samples.get(name, []) if all(l.get(k) == v2 for k, v2 in labels.items())]
-    assert len(found) == 1, (name, labels, samples.get(name))
-    return found[0]
+scrape "$agent_url" <<'PY' || fail "the agent's scraped metrics are wrong"
 assert one("dsagent_jobs") == 1
 assert 0 <= one("dsagent_job_controller_silence_seconds", job_id="train1") < 10
 assert one("dsagent_job_lease_seconds", job_id="train1") == 10
