@@ -15,7 +15,8 @@ std::vector<prometheus::MetricFamily> JobMetricFamilies(const JobStatusReply& st
                         "1 for the state the job is in (launcher/job_controller.h)");
     for (int state = JOB_PLANNING; state <= JOB_CANCELLED; ++state) {
       MetricLabels labels = job;
-      labels.push_back({"state", JobState_Name(static_cast<JobState>(state)).substr(4)});  // "JOB_RUNNING" → "RUNNING"
+      // "JOB_RUNNING" → "RUNNING"
+      labels.push_back({"state", JobState_Name(static_cast<JobState>(state)).substr(4)});
       AddMetricSample(family, labels, status.state() == state ? 1 : 0);
     }
   }

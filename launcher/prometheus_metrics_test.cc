@@ -81,7 +81,8 @@ TEST(JobMetricFamilies, ReportedFiguresAppearOncePerFamily) {
   EXPECT_THAT(text, HasSubstr("dslaunch_job_eta_seconds{job_id=\"job \\\"7\\\"\\\\x\"} 40\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_job_seconds_since_checkpoint{job_id=\"job \\\"7\\\"\\\\x\"} 30\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_job_tokens_per_second{job_id=\"job \\\"7\\\"\\\\x\"} 5120\n"));
-  EXPECT_THAT(text, HasSubstr("dslaunch_job_loss{job_id=\"job \\\"7\\\"\\\\x\"} Nan\n"));  // a diverged loss; any case parses
+  // A diverged loss (prometheus-cpp writes "Nan"; parsers take any case).
+  EXPECT_THAT(text, HasSubstr("dslaunch_job_loss{job_id=\"job \\\"7\\\"\\\\x\"} Nan\n"));
   EXPECT_THAT(text, HasSubstr("rank=\"1\",host=\"node\\na\"} 0.25\n"));
   EXPECT_THAT(text, HasSubstr("dslaunch_rank_gpu_memory_bytes{job_id=\"job \\\"7\\\"\\\\x\",rank=\"0\",host=\"node\\na\"} 2147483648\n"));
   // One HELP per family, however many ranks.
