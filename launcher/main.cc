@@ -303,18 +303,10 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   JobStatusBoard* board = store->board.get();
   store->store->ObserveSets(store_keys::kCheckpointCommitted,
                             [board](int, const std::string& tag) { board->CheckpointCommitted(tag); });
-  grpc::ServerBuilder builder;
-  int store_port = 0;
-  builder.AddListeningPort(job->local() ? "127.0.0.1:0" : "0.0.0.0:0", grpc::InsecureServerCredentials(),
-                           &store_port);
-  RefusePortSharing(builder);
-  store->store->Serve(builder);
-  store->status->ServeBeside(builder);
-  store->server = builder.BuildAndStart();
-  if (!store->server || store_port == 0) {
-    Notice("cannot start the rendezvous store");
-    return kLaunchError;
-  }
+  // The store listens only where the ranks reach it (and `dslaunch status`
+  // finds it): loopback for a job on this machine, else --controller_addr or
+  // the address this machine uses toward rank 0's host; never every
+  // interface.
   std::string store_host = options.controller_addr;
   if (store_host.empty() && job->local()) store_host = "127.0.0.1";
   if (store_host.empty()) {
@@ -325,6 +317,19 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
       return kUsageError;
     }
     store_host = *toward;
+  }
+  grpc::ServerBuilder builder;
+  int store_port = 0;
+  builder.AddListeningPort(HostPort{store_host, 0}.ToString(), grpc::InsecureServerCredentials(), &store_port);
+  RefusePortSharing(builder);
+  store->store->Serve(builder);
+  store->status->ServeBeside(builder);
+  store->server = builder.BuildAndStart();
+  if (!store->server || store_port == 0) {
+    Notice(absl::StrCat("cannot start the rendezvous store on ", store_host,
+                        options.controller_addr.empty() ? "" : " (--controller_addr)",
+                        ": not an address of this machine?"));
+    return options.controller_addr.empty() ? kLaunchError : kUsageError;
   }
   spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
   JobStatusFile file{spec.job_id, spec.environment.store_addr, controller_token, ::getpid(), ""};

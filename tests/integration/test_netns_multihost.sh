@@ -44,6 +44,13 @@ set +e
 launcher=$!
 CLEANUP_PIDS+=("$launcher")
 wait_until 30 files_at_least "$WORK/pids" 'rank_*.pid' 2 || fail "ranks did not start"
+# The store listens where the ranks reach it, not on every interface.
+listening=$(ss -Hltnp | grep "pid=$launcher," | awk '{print $4}' || true)
+[[ -n $listening ]] || fail "found no socket dslaunch listens on"
+while read -r address; do
+  # (gRPC's IPv6 socket shows the IPv4 address mapped: [::ffff:a.b.c.d]:port)
+  [[ $address == "$CONTROLLER_ADDR:"* || $address == "[::ffff:$CONTROLLER_ADDR]:"* ]] || fail "dslaunch listens on $address, not only on $CONTROLLER_ADDR: $listening"
+done <<<"$listening"
 cut_at=$SECONDS
 ip link set "dsv${tag}b" down
 wait "$launcher"
