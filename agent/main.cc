@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -31,6 +32,7 @@
 #include "common/control_plane_defaults.h"
 #include "common/control_plane_limits.h"
 #include "agent/agent_metrics.h"
+#include "agent/ssh_listen_address.h"
 #include "common/flag_table.h"
 #include "common/prometheus_endpoint.h"
 #include "common/gpu_count.h"
@@ -49,6 +51,7 @@ struct AgentFlags {
   std::string keeper;  // empty: dsagent_keeper beside this binary
   bool exit_on_stdin_eof = false;
   std::string metrics_addr;  // empty: no /metrics
+  bool listen_on_ssh_address = false;
 };
 
 // dsagent's flags: parsing and --help from one table.
@@ -73,6 +76,8 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
               "the per-rank keeper (default: dsagent_keeper beside dsagent)")
       .Bool("--exit_on_stdin_eof", &flags.exit_on_stdin_eof,
             "stop everything and exit when stdin closes (ssh launcher)")
+      .Bool("--listen_on_ssh_address", &flags.listen_on_ssh_address,
+            "listen on a free port of the address the ssh connection came in at (SSH_CONNECTION; the ssh launcher)")
       .String("--metrics_addr", &flags.metrics_addr, "HOST:PORT",
               "serve Prometheus /metrics of this host's ranks there (port 0: a free one; no authentication)");
   return table;
@@ -140,6 +145,11 @@ int main(int argc, char** argv) {
   if (flags.token_file.empty() == !flags.token_stdin) return Fail("one of --token_file and --token_stdin is required");
   auto listen = dslaunch::ParseHostPort(flags.listen, "--listen");
   if (!listen.ok()) return Fail(std::string(listen.status().message()));
+  if (flags.listen_on_ssh_address) {
+    auto host = dslaunch::ListenHostFromSshConnection(std::getenv("SSH_CONNECTION"));
+    if (!host.ok()) return Fail(std::string(host.status().message()));
+    *listen = dslaunch::HostPort{*host, 0};
+  }
   auto token = flags.token_stdin ? ReadTokenLine(STDIN_FILENO) : dslaunch::ReadTokenFile(flags.token_file);
   if (!token.ok()) return Fail(std::string(token.status().message()));
 

@@ -273,33 +273,44 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
 
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartOverSsh(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
-  return StartRemote(hosts, options, [&](const std::string& host) {
-    std::vector<std::string> argv = options.ssh_command;
-    argv.push_back(host);
-    return argv;
-  });
+  // The agent listens where the ssh connection came in (SSH_CONNECTION),
+  // the address this controller reached its host at; no other interface.
+  return StartRemote(
+      hosts, options,
+      [&](const std::string& host) {
+        std::vector<std::string> argv = options.ssh_command;
+        argv.push_back(host);
+        return argv;
+      },
+      {"--listen_on_ssh_address"});
 }
 
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartOverSlurm(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options) {
-  return StartRemote(hosts, options, [&](const std::string& host) {
-    std::vector<std::string> argv = options.slurm_command;
-    for (const std::string& arg : {std::string("--nodes=1"), std::string("--ntasks=1"), "--nodelist=" + host}) {
-      argv.push_back(arg);
-    }
-    return argv;
-  });
+  // An srun step knows no address it was reached at: every interface.
+  return StartRemote(
+      hosts, options,
+      [&](const std::string& host) {
+        std::vector<std::string> argv = options.slurm_command;
+        for (const std::string& arg : {std::string("--nodes=1"), std::string("--ntasks=1"), "--nodelist=" + host}) {
+          argv.push_back(arg);
+        }
+        return argv;
+      },
+      {"--listen", "0.0.0.0:0"});
 }
 
 absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartRemote(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options,
-    const std::function<std::vector<std::string>(const std::string& host)>& remote) {
+    const std::function<std::vector<std::string>(const std::string& host)>& remote,
+    const std::vector<std::string>& listen) {
   auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
   for (const std::string& host : hosts) {
     std::vector<std::string> argv = remote(host);
+    argv.push_back(options.agent_binary);
+    for (const std::string& arg : listen) argv.push_back(arg);
     for (const std::string& arg :
-         {options.agent_binary, std::string("--listen"), std::string("0.0.0.0:0"),
-          std::string("--exit_on_stdin_eof"), std::string("--token_file"), options.token_file,
+         {std::string("--exit_on_stdin_eof"), std::string("--token_file"), options.token_file,
           std::string("--name"), host, std::string("--lease_ms"), absl::StrCat(options.lease_ms),
           std::string("--stop_grace_ms"), absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);

@@ -74,10 +74,12 @@ class AgentFleet {
                                         const AgentLaunchOptions& options,
                                         const std::string& stdin_text = "");
 
-  // One agent per host behind `remote(host)` (ssh HOST, srun ... --nodelist=HOST).
+  // One agent per host behind `remote(host)` (ssh HOST, srun ... --nodelist=HOST),
+  // listening as `listen` (dsagent flags) says.
   static absl::StatusOr<std::unique_ptr<AgentFleet>> StartRemote(
       const std::vector<std::string>& hosts, const AgentLaunchOptions& options,
-      const std::function<std::vector<std::string>(const std::string& host)>& remote);
+      const std::function<std::vector<std::string>(const std::string& host)>& remote,
+      const std::vector<std::string>& listen);
 
   std::vector<AgentEndpoint> endpoints_;
   std::vector<Started> started_;

@@ -50,8 +50,13 @@ printf '%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$WORK/hostfile"
 
 # 1. A job over real ssh.
 "$DSLAUNCH" --hostfile "$WORK/hostfile" --ssh_command "ssh -i $WORK/user_key $ssh_options" \
-  --token_file "$WORK/token" "$TEST_RANK" --check_env --store >"$WORK/ssh.out" 2>"$WORK/ssh.err" ||
-  fail "the job over ssh exited $?"
+  --token_file "$WORK/token" --job_id sshjob --log_dir "$WORK/logs" "$TEST_RANK" --check_env --store \
+  >"$WORK/ssh.out" 2>"$WORK/ssh.err" || fail "the job over ssh exited $?"
+# Each agent listened where its ssh connection came in (SSH_CONNECTION), not on every interface.
+for addr in "$ADDR_A" "$ADDR_B"; do
+  grep -q "listening on $addr:[0-9]*," "$WORK/logs/sshjob/agent_$addr.log" ||
+    fail "the agent on $addr did not listen on $addr: $(grep listening "$WORK/logs/sshjob/agent_$addr.log")"
+done
 (($(grep -c ENV_OK "$WORK/ssh.out") == 4)) || fail "4 ranks expected over ssh"
 grep -q "^\[$ADDR_B:3\] ENV_OK rank=3 local_rank=1 world=4 node=1 cvd=0,1 master=$ADDR_A:" "$WORK/ssh.out" ||
   fail "rank 3 on $ADDR_B must see MASTER_ADDR $ADDR_A"
@@ -63,7 +68,7 @@ agents_in() { ip netns pids "$1" | xargs -r ps -o args= -p | grep -c -- '--exit_
 wait_until 20 bash -c "[[ \$(ip netns pids $NS_A | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 &&
                           \$(ip netns pids $NS_B | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 ]]" ||
   fail "an agent started over ssh outlived the job: A $(agents_in "$NS_A"), B $(agents_in "$NS_B")"
-pass "real ssh to two hosts: 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
+pass "real ssh to two hosts: agents on the ssh address only, 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
 
 # 2. A key host B's sshd does not take: host A's agent may start, host B's
 #    cannot; the job ends with ssh's own words and no rank ever starts.
