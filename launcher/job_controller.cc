@@ -306,6 +306,7 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
   RankEnvironmentInputs env = spec_.environment;
   env.attempt = attempt;
   env.max_restarts = spec_.max_restarts;
+  if (spec_.store_token_for_attempt) env.store_token = spec_.store_token_for_attempt(attempt);
   if (spec_.attempt_environment) {
     for (const auto& [key, value] : spec_.attempt_environment(attempt)) env.passthrough[key] = value;
   }

@@ -129,6 +129,9 @@ struct JobSpec {
   // Variables added to every rank's environment for one attempt (e.g.
   // DSLAUNCH_RESUME_TAG, Note [Committed checkpoints]); called before it starts.
   std::function<std::map<std::string, std::string>(int attempt)> attempt_environment;
+  // Note [Store token per attempt] (rendezvous_store.h): the store token the
+  // ranks of an attempt get; unset: environment.store_token in every attempt.
+  std::function<std::string(int attempt)> store_token_for_attempt;
   // When set (one address per node of `plan`), MASTER_ADDR is rank 0's
   // node's address in every attempt; empty: environment.master_addr as given.
   std::vector<std::string> node_addresses;

@@ -71,6 +71,7 @@ TEST_F(JobControllerTest, SignalledRankExitsWith128PlusSignal) {
 
 TEST_F(JobControllerTest, RestartsUntilAnAttemptSucceeds) {
   spec_.max_restarts = 3;
+  spec_.store_token_for_attempt = [](int attempt) { return "store-token-of-attempt-" + std::to_string(attempt); };
   a_.behaviour = [](int attempt, const RankSpec& rank) {
     if (attempt < 2 && rank.global_rank() == 0) return std::optional<RankEnded>(Exited(1));
     return std::optional<RankEnded>(attempt < 2 ? std::nullopt : std::optional<RankEnded>(Exited(0)));
@@ -92,6 +93,8 @@ TEST_F(JobControllerTest, RestartsUntilAnAttemptSucceeds) {
     EXPECT_EQ(EnvOf(rank, "DSLAUNCH_ATTEMPT"), std::to_string(attempt));
     EXPECT_EQ(EnvOf(rank, "TORCHELASTIC_RESTART_COUNT"), std::to_string(attempt));
     EXPECT_EQ(EnvOf(rank, "TORCHELASTIC_MAX_RESTARTS"), "3");
+    // Note [Store token per attempt]: each attempt's ranks get their own.
+    EXPECT_EQ(EnvOf(rank, "DSLAUNCH_STORE_TOKEN"), "store-token-of-attempt-" + std::to_string(attempt));
   }
   EXPECT_EQ(attempts_over_, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(output_.attempts_started, (std::vector<int>{0, 1, 2}));

@@ -294,6 +294,8 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   JobSpec& spec = job->spec;
   spec.environment.store_token = GenerateToken();
   store->store = std::make_unique<RendezvousStore>(spec.job_id, spec.environment.store_token);
+  RendezvousStore* attempts = store->store.get();
+  spec.store_token_for_attempt = [attempts](int attempt) { return attempts->TokenForAttempt(attempt); };
   store->board = std::make_unique<JobStatusBoard>(spec.job_id, spec.max_restarts);
   // Note [Job status file]: `dslaunch status` on this machine uses a token
   // of this run; one elsewhere may use the job's --token_file.

@@ -16,6 +16,11 @@ RendezvousStore::RendezvousStore(std::string job_id, std::string token)
             {{RpcCredential::kStoreToken,
               [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
                 if (CallHasToken(context, token_)) return grpc::Status::OK;
+                // An attempt's token: which attempt it opens is CheckCall's.
+                std::lock_guard<std::mutex> lock(mu_);
+                for (const auto& [attempt, token] : attempt_tokens_) {
+                  if (CallHasToken(context, token)) return grpc::Status::OK;
+                }
                 return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                     "rendezvous store: missing or wrong DSLAUNCH_STORE_TOKEN");
               }}}) {
@@ -28,6 +33,13 @@ RendezvousStore::RendezvousStore(std::string job_id, std::string token)
 }
 
 void RendezvousStore::Serve(grpc::ServerBuilder& builder) { gate_.Serve(builder); }
+
+std::string RendezvousStore::TokenForAttempt(int attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, made] = attempt_tokens_.try_emplace(attempt);
+  if (made) it->second = GenerateToken();
+  return it->second;
+}
 
 std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
 
@@ -43,6 +55,15 @@ grpc::Status RendezvousStore::CheckCall(const grpc::ServerContext& context,
   if (scope.attempt() < dropped_below_ || shut_down_) {
     return grpc::Status(grpc::StatusCode::ABORTED,
                         absl::StrCat("attempt ", scope.attempt(), " of job ", job_id_, " is over"));
+  }
+  // Note [Store token per attempt]: an attempt's token opens that attempt only.
+  if (!CallHasToken(context, token_)) {
+    auto own = attempt_tokens_.find(scope.attempt());
+    if (own == attempt_tokens_.end() || !CallHasToken(context, own->second)) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("rendezvous store: this DSLAUNCH_STORE_TOKEN does not open attempt ",
+                                       scope.attempt(), own == attempt_tokens_.end() ? " (not started)" : ""));
+    }
   }
   return grpc::Status::OK;
 }

@@ -7,7 +7,15 @@
 // call, which is fine for the thousands of ranks of one job.
 //
 // Every call passes the authentication gate first (Note [One authentication
-// gate], common/rpc_auth_policy.h): it carries the job's store token.
+// gate], common/rpc_auth_policy.h): it carries a store token.
+//
+// Note [Store token per attempt]: the ranks of attempt N get a token of that
+// attempt alone (TokenForAttempt, DSLAUNCH_STORE_TOKEN), which opens only
+// attempt N's namespace: a rank left over from an earlier attempt, or one
+// that learns its attempt's token, cannot write into (or read) another
+// attempt's keys, nor into an attempt that has not started. The job's own
+// token (the constructor's) opens every live attempt, for the controller's
+// side and its tests.
 //
 // Thread-safe.
 #pragma once
@@ -45,6 +53,10 @@ class RendezvousStore final {
                           StoreCompareSetReply* reply);
   grpc::Status Delete(grpc::ServerContext* context, const StoreDeleteRequest* request,
                       StoreDeleteReply* reply);
+
+  // Note [Store token per attempt]: attempt's token, made at the first call
+  // (the controller asks for it as it starts the attempt's ranks).
+  std::string TokenForAttempt(int attempt);
 
   // The controller's own write into an attempt's namespace (e.g. the
   // preemption request "control/preempt" that ranks poll).
@@ -98,6 +110,7 @@ class RendezvousStore final {
   std::multimap<std::string, std::condition_variable*> waiters_;  // guarded by mu_
   int64_t waiters_woken_ = 0;                                      // guarded by mu_
   int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
+  std::map<int, std::string> attempt_tokens_;  // Note [Store token per attempt]; guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
   AuthenticatedService gate_;
 };

@@ -432,6 +432,37 @@ TEST_F(RendezvousStoreTest, WrongJobIsPermissionDenied) {
   EXPECT_EQ(**got, "v");
 }
 
+// Note [Store token per attempt]: a rank's token opens its own attempt only:
+// not a later one (started or not), not an earlier one.
+TEST_F(RendezvousStoreTest, AnAttemptsTokenOpensThatAttemptOnly) {
+  const std::string token1 = store_->TokenForAttempt(1);
+  EXPECT_EQ(store_->TokenForAttempt(1), token1);  // made once
+  const std::string token2 = store_->TokenForAttempt(2);
+  EXPECT_NE(token1, token2);
+  EXPECT_NE(token1, kToken);
+  auto own = Client(1, token1);
+  ASSERT_TRUE(own->Set("k", "from-1").ok());
+  auto got = own->Get("k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ(**got, "from-1");
+  for (int other : {2, 3, 0}) {  // started, not started, earlier
+    SCOPED_TRACE(other);
+    auto trespasser = Client(other, token1);
+    const absl::Status set = trespasser->Set("k", "poison");
+    EXPECT_EQ(set.code(), absl::StatusCode::kPermissionDenied) << set;
+    EXPECT_THAT(Message(set), HasSubstr("does not open attempt " + std::to_string(other)));
+    EXPECT_EQ(trespasser->Get("k").status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(trespasser->Wait({"k"}, 1s).code(), absl::StatusCode::kPermissionDenied);
+  }
+  EXPECT_THAT(Message(Client(3, token1)->Set("k", "x")), HasSubstr("(not started)"));
+  // Attempt 2's own token does, and finds nothing attempt 1's token wrote there.
+  auto second = Client(2, token2)->Get("k");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->has_value());
+  // The job's token opens every live attempt (the controller's side).
+  EXPECT_TRUE(Client(3)->Set("k", "controller").ok());
+}
+
 TEST_F(RendezvousStoreTest, AttemptsAreIsolated) {
   auto first = Client(0);
   auto second = Client(1);
