@@ -32,8 +32,10 @@ namespace {
 
 constexpr char kReadyPrefix[] = "DSAGENT_READY ";
 
-// Note [Token on stdin]: the token of a job's local agents travels on each
-// agent's stdin pipe rather than in a file. A file would need a folder to
+// Note [Token on stdin]: the token of the agents dslaunch starts travels on
+// each agent's stdin pipe rather than in a file (for ssh and srun agents, down
+// the session to the remote agent's stdin: no host needs the token file, and
+// no agent's command line, which a rank can read in /proc, names one). A file would need a folder to
 // hold it and someone to remove it: a SIGKILL of dslaunch (or any death that
 // runs no destructor) left /tmp/dslaunch-XXXXXX with the 0600 token behind,
 // and unlinking it once the agents have read it still leaves that window.
@@ -304,19 +306,24 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartRemote(
     const std::vector<std::string>& hosts, const AgentLaunchOptions& options,
     const std::function<std::vector<std::string>(const std::string& host)>& remote,
     const std::vector<std::string>& listen) {
+  if (options.token.empty()) return absl::InvalidArgumentError("remote agents need a token to hand over on stdin");
   auto fleet = std::unique_ptr<AgentFleet>(new AgentFleet());
   for (const std::string& host : hosts) {
     std::vector<std::string> argv = remote(host);
     argv.push_back(options.agent_binary);
     for (const std::string& arg : listen) argv.push_back(arg);
+    // Note [Token on stdin]: the token goes down the ssh session (or srun
+    // step) as the first line of the agent's stdin, so no host needs a copy
+    // of the file, and no command line (which any rank can read in /proc)
+    // names one.
     for (const std::string& arg :
-         {std::string("--exit_on_stdin_eof"), std::string("--token_file"), options.token_file,
-          std::string("--name"), host, std::string("--lease_ms"), absl::StrCat(options.lease_ms),
-          std::string("--stop_grace_ms"), absl::StrCat(options.stop_grace_ms)}) {
+         {std::string("--exit_on_stdin_eof"), std::string("--token_stdin"), std::string("--name"), host,
+          std::string("--lease_ms"), absl::StrCat(options.lease_ms), std::string("--stop_grace_ms"),
+          absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);
     }
     AppendMetricsFlag(options, argv);
-    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options));
+    DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options, options.token + "\n"));
     fleet->endpoints_.push_back({host, HostPort{host, port}.ToString()});
   }
   return fleet;

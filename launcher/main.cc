@@ -278,13 +278,9 @@ EarlyExit ReadAndPlan(const LauncherOptions& options, PlannedJob* job, AgentConn
     PrintDryRun(job->spec, job->launcher, stdout);
     return 0;
   }
-  if ((job->launcher == LauncherKind::kSsh || job->launcher == LauncherKind::kSlurm) && job->token.empty()) {
-    return UsageError(absl::InvalidArgumentError(
-        absl::StrCat("--launcher ", job->launcher == LauncherKind::kSsh ? "ssh" : "slurm",
-                     ": --token_file is required (the same file must exist on every host)")));
-  }
-  // Local agents without --token_file get a token of this run on their stdin
-  // (Note [Token on stdin], agent_fleet.cc): no file, nothing left behind.
+  // Agents dslaunch starts (locally, over ssh or srun) get the token on their
+  // stdin (Note [Token on stdin], agent_fleet.cc); without --token_file it is
+  // a token of this run: no file on any host, nothing left behind.
   if (job->token.empty()) job->token = GenerateToken();
   return std::nullopt;
 }

@@ -5,8 +5,9 @@
 # namespace --nodelist names). The hosts come from SLURM_JOB_NODELIST in
 # SLURM's hostlist syntax, the slots from SLURM_GPUS_PER_NODE; each agent is
 # a one-task step on its host; ranks on both hosts reach each other and the
-# store; the agents end with the job. Outside an allocation, or without a
-# token file, dslaunch refuses before starting anything.
+# store; the agents end with the job; the token goes down each step's stdin
+# (no token file). Outside an allocation dslaunch refuses before starting
+# anything.
 # Needs root (ip netns); fails, never skips, without it.
 source "$(dirname "$0")/lib.sh"
 
@@ -18,7 +19,7 @@ srun_log="$WORK/srun.log"
 SLURM_JOB_NODELIST="$prefix.[${ADDR_A##*.}-${ADDR_B##*.}]" SLURM_GPUS_PER_NODE=gpu:2 \
   FAKE_SSH_HOSTS="$ADDR_A=$NS_A,$ADDR_B=$NS_B" FAKE_SRUN_LOG="$srun_log" \
   "$DSLAUNCH" --launcher slurm --slurm_command "bash $(dirname "$0")/fake_srun.sh --overlap" \
-  --token_file "$WORK/token" "$TEST_RANK" --check_env --store >"$WORK/slurm.out" 2>"$WORK/slurm.err" ||
+  "$TEST_RANK" --check_env --store >"$WORK/slurm.out" 2>"$WORK/slurm.err" ||
   fail "the SLURM job exited $?: $(tail -5 "$WORK/slurm.err")"
 (($(grep -c 'ENV_OK' "$WORK/slurm.out") == 4)) || fail "expected 4 ranks: $(cat "$WORK/slurm.out")"
 grep -q "^\[$ADDR_B:3\] ENV_OK rank=3 local_rank=1 world=4 node=1" "$WORK/slurm.out" || fail "rank 3 is not on $ADDR_B"
@@ -30,7 +31,7 @@ done
 (($(wc -l <"$srun_log") == 2)) || fail "expected one step per host: $(cat "$srun_log")"
 wait_until 10 bash -c "! ip netns pids $NS_A | xargs -r ps -o args= -p | grep -q -- --exit_on_stdin_eof" ||
   fail "an agent started by srun outlived the job"
-pass "--launcher slurm: SLURM_JOB_NODELIST's 2 hosts x SLURM_GPUS_PER_NODE's 2 slots, one srun step per agent, store reached"
+pass "--launcher slurm: SLURM_JOB_NODELIST's 2 hosts x SLURM_GPUS_PER_NODE's 2 slots, one srun step per agent (token on its stdin, no file), store reached"
 
 refused() {  # NAME PATTERN [env assignments] -- dslaunch arguments
   local name=$1 pattern=$2 code
@@ -43,9 +44,7 @@ refused() {  # NAME PATTERN [env assignments] -- dslaunch arguments
 }
 refused outside "SLURM_JOB_NODELIST is not set" -u SLURM_JOB_NODELIST \
   "$DSLAUNCH" --launcher slurm --token_file "$WORK/token" "$TEST_RANK"
-refused no_token "--launcher slurm: --token_file is required" SLURM_JOB_NODELIST="$prefix.[2-3]" \
-  "$DSLAUNCH" --launcher slurm "$TEST_RANK"
 refused bad_list "SLURM_JOB_NODELIST='$prefix.\[2-'" SLURM_JOB_NODELIST="$prefix.[2-" \
   "$DSLAUNCH" --launcher slurm --token_file "$WORK/token" "$TEST_RANK"
 [[ ! -s $srun_log || $(wc -l <"$srun_log") == 2 ]] || fail "a refused job started a step"
-pass "outside an allocation, without a token file, or with a broken node list: refused before any step"
+pass "outside an allocation, or with a broken node list: refused before any step"

@@ -15,7 +15,6 @@ SSHD=/usr/sbin/sshd
 command -v ssh-keygen >/dev/null || fail "ssh-keygen is missing (openssh-client)"
 
 setup_two_host_network
-new_token "$WORK/token"
 mkdir -p /run/sshd  # sshd's privilege separation directory
 ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
 ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
@@ -49,9 +48,21 @@ ssh_options="-o BatchMode=yes -o StrictHostKeyChecking=accept-new -o UserKnownHo
 printf '%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$WORK/hostfile"
 
 # 1. A job over real ssh.
+# No --token_file: a token of this run goes down each ssh session's stdin.
 "$DSLAUNCH" --hostfile "$WORK/hostfile" --ssh_command "ssh -i $WORK/user_key $ssh_options" \
-  --token_file "$WORK/token" --job_id sshjob --log_dir "$WORK/logs" "$TEST_RANK" --check_env --store \
-  >"$WORK/ssh.out" 2>"$WORK/ssh.err" || fail "the job over ssh exited $?"
+  --job_id sshjob --log_dir "$WORK/logs" "$TEST_RANK" --check_env --store --sleep_ms 1000 \
+  >"$WORK/ssh.out" 2>"$WORK/ssh.err" &
+job=$!
+CLEANUP_PIDS+=("$job")
+# While it runs: no agent's command line names a token or a token file.
+agent_args() { ip netns pids "$1" | xargs -r ps -o args= -p | grep -- --exit_on_stdin_eof || true; }
+wait_until 30 bash -c "ip netns pids $NS_B | xargs -r ps -o args= -p | grep -q -- --exit_on_stdin_eof" ||
+  fail "no agent started on $ADDR_B"
+for ns in "$NS_A" "$NS_B"; do
+  args=$(agent_args "$ns")
+  [[ $args == *--token_stdin* && $args != *token_file* ]] || fail "an agent's command line: $args"
+done
+wait "$job" || fail "the job over ssh exited $?: $(tail -5 "$WORK/ssh.err")"
 # Each agent listened where its ssh connection came in (SSH_CONNECTION), not on every interface.
 for addr in "$ADDR_A" "$ADDR_B"; do
   grep -q "listening on $addr:[0-9]*," "$WORK/logs/sshjob/agent_$addr.log" ||
@@ -68,7 +79,7 @@ agents_in() { ip netns pids "$1" | xargs -r ps -o args= -p | grep -c -- '--exit_
 wait_until 20 bash -c "[[ \$(ip netns pids $NS_A | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 &&
                           \$(ip netns pids $NS_B | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 ]]" ||
   fail "an agent started over ssh outlived the job: A $(agents_in "$NS_A"), B $(agents_in "$NS_B")"
-pass "real ssh to two hosts: agents on the ssh address only, 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
+pass "real ssh to two hosts without a token file: the token on the agents' stdin, agents on the ssh address only, 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
 
 # 2. A key host B's sshd does not take: host A's agent may start, host B's
 #    cannot; the job ends with ssh's own words and no rank ever starts.
@@ -81,7 +92,7 @@ wait_until 20 listening_again ||
 mkdir -p "$WORK/pids"
 set +e
 "$DSLAUNCH" --hostfile "$WORK/hostfile2" --ssh_command "ssh -i $WORK/user_key $ssh_options" \
-  --token_file "$WORK/token" "$TEST_RANK" --pid_dir "$WORK/pids" >"$WORK/refused.out" 2>"$WORK/refused.err"
+  "$TEST_RANK" --pid_dir "$WORK/pids" >"$WORK/refused.out" 2>"$WORK/refused.err"
 code=$?
 set -e
 ((code != 0)) || fail "a job with a host that refuses ssh succeeded"
