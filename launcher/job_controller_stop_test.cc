@@ -25,6 +25,23 @@ void RecordFreeze(FreezeWatch& watch, std::chrono::milliseconds frozen) {
   watch.Record(FreezeWatch::Freeze{now - frozen, now});
 }
 
+// Rank 0 on host-a ends as `end` just after dslaunch was frozen for
+// `frozen`, with this lease and keep-alive; every other rank finishes.
+class JobControllerFreezeTest : public JobControllerTest {
+ protected:
+  JobOutcome RunRankEndAfterFreeze(std::chrono::milliseconds lease, std::chrono::milliseconds keepalive,
+                                   std::chrono::milliseconds frozen, RankEnded end) {
+    spec_.lease = lease;
+    spec_.keepalive_interval = keepalive;
+    OthersFinish(a_, b_);
+    return Run([&](JobController&) {
+      ASSERT_TRUE(WaitStarted(0));
+      RecordFreeze(*freezes_, frozen);
+      a_.EndRank(0, 0, end);
+    });
+  }
+};
+
 TEST_F(JobControllerTest, AnOutsideStopJobFailsTheAttemptAndNamesItsCaller) {
   OthersFinish(a_, b_);
   JobOutcome outcome = Run([this](JobController&) {
@@ -89,31 +106,19 @@ TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchRanBlamesTheLink) {
   EXPECT_TRUE(log_.Named("controller_frozen").empty());
 }
 
-TEST_F(JobControllerTest, AFreezeShorterThanTheLeaseIsNotWhatExpiredIt) {
-  spec_.lease = 10000ms;
-  spec_.keepalive_interval = 1000ms;
-  OthersFinish(a_, b_);
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    RecordFreeze(*freezes_, 600ms);
-    a_.EndRank(0, 0, StoppedByAgent(STOP_LEASE_EXPIRED, "no word from the controller for 10050 ms", 10050));
-  });
+TEST_F(JobControllerFreezeTest, AFreezeShorterThanTheLeaseIsNotWhatExpiredIt) {
+  JobOutcome outcome = RunRankEndAfterFreeze(
+      10000ms, 1000ms, 600ms, StoppedByAgent(STOP_LEASE_EXPIRED, "no word from the controller for 10050 ms", 10050));
   EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_RANK_STOPPED);
   EXPECT_THAT(outcome.attempts[0].cause, HasSubstr("(killed by SIGTERM); dslaunch was frozen for only 600 ms: the "
                                                    "network to host-a?"));
 }
 
-TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchWasFrozenBlamesTheFreeze) {
+TEST_F(JobControllerFreezeTest, ALeaseThatExpiredWhileDslaunchWasFrozenBlamesTheFreeze) {
   // The reproduction: dslaunch SIGSTOPped for 2 s with a 1 s lease.
-  spec_.lease = 1000ms;
-  spec_.keepalive_interval = 250ms;
-  OthersFinish(a_, b_);
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    RecordFreeze(*freezes_, 2000ms);
-    a_.EndRank(0, 0, StoppedByAgent(STOP_LEASE_EXPIRED, "no word from the controller for 1150 ms (lease 1000 ms)",
-                                    1150));
-  });
+  JobOutcome outcome = RunRankEndAfterFreeze(
+      1000ms, 250ms, 2000ms,
+      StoppedByAgent(STOP_LEASE_EXPIRED, "no word from the controller for 1150 ms (lease 1000 ms)", 1150));
   EXPECT_EQ(outcome.state, JOB_FAILED);
   EXPECT_EQ(outcome.exit_code, 1);
   EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_CONTROLLER_FROZEN);
@@ -134,15 +139,9 @@ TEST_F(JobControllerTest, ALeaseThatExpiredWhileDslaunchWasFrozenBlamesTheFreeze
 // test_chaos's controller_frozen, once in 50 runs: the agent on host-b
 // stopped its rank for the lease, the rank on host-a lost its collective's
 // peer and exited 1, and that end reached the controller first.
-TEST_F(JobControllerTest, ARankThatFailedWhileDslaunchWasFrozenPastTheLeaseBlamesTheFreeze) {
-  spec_.lease = 1000ms;
-  spec_.keepalive_interval = 250ms;
-  OthersFinish(a_, b_);
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    RecordFreeze(*freezes_, 1800ms);
-    a_.EndRank(0, 0, Exited(1, {"dsrank: gloo all_reduce: Connection closed by peer"}));
-  });
+TEST_F(JobControllerFreezeTest, ARankThatFailedWhileDslaunchWasFrozenPastTheLeaseBlamesTheFreeze) {
+  JobOutcome outcome = RunRankEndAfterFreeze(1000ms, 250ms, 1800ms,
+                                             Exited(1, {"dsrank: gloo all_reduce: Connection closed by peer"}));
   EXPECT_EQ(outcome.state, JOB_FAILED);
   EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_CONTROLLER_FROZEN);
   EXPECT_EQ(outcome.attempts[0].cause,
@@ -151,15 +150,8 @@ TEST_F(JobControllerTest, ARankThatFailedWhileDslaunchWasFrozenPastTheLeaseBlame
   EXPECT_EQ(outcome.attempts[0].blamed_agent, -1);
 }
 
-TEST_F(JobControllerTest, ARankThatFailsAfterAShortFreezeIsItsOwnCause) {
-  spec_.lease = 10000ms;
-  spec_.keepalive_interval = 1000ms;
-  OthersFinish(a_, b_);
-  JobOutcome outcome = Run([this](JobController&) {
-    ASSERT_TRUE(WaitStarted(0));
-    RecordFreeze(*freezes_, 600ms);
-    a_.EndRank(0, 0, Exited(7));
-  });
+TEST_F(JobControllerFreezeTest, ARankThatFailsAfterAShortFreezeIsItsOwnCause) {
+  JobOutcome outcome = RunRankEndAfterFreeze(10000ms, 1000ms, 600ms, Exited(7));
   EXPECT_EQ(outcome.attempts[0].end, ATTEMPT_RANK_ERROR);
   EXPECT_EQ(outcome.attempts[0].cause, "rank 0 on host-a exited with code 7");
 }
