@@ -24,6 +24,10 @@ AgentService::AgentService(AgentConfig config)
               [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
                 return CheckAgentToken(context);
               }},
+             {RpcCredential::kAgentAndJobToken,
+              [this](const grpc::ServerContext& context, const google::protobuf::Message& request) {
+                return CheckJobCredential(context, request);
+              }},
              {RpcCredential::kRankToken,
               [this](const grpc::ServerContext&, const google::protobuf::Message& request) {
                 return CheckRankToken(request);
@@ -111,16 +115,58 @@ grpc::Status AgentService::CheckRankToken(const google::protobuf::Message& reque
   return grpc::Status::OK;
 }
 
-std::shared_ptr<AgentService::Job> AgentService::FindOrCreateJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& job = jobs_[job_id];
-  if (!job) {
-    job = std::make_shared<Job>(job_id);
-    std::lock_guard<std::mutex> job_lock(job->mu);
-    job->last_contact = std::chrono::steady_clock::now();
-    job->lease = config_.default_lease;
+grpc::Status AgentService::CheckJobCredential(const grpc::ServerContext& context,
+                                              const google::protobuf::Message& request) {
+  if (grpc::Status agent = CheckAgentToken(context); !agent.ok()) return agent;
+  // The table lists this credential for requests that name a job only
+  // (rpc_auth_policy_test.cc checks that each of them has a job_id).
+  const google::protobuf::FieldDescriptor* field = request.GetDescriptor()->FindFieldByName("job_id");
+  if (field == nullptr || field->type() != google::protobuf::FieldDescriptor::TYPE_STRING ||
+      field->is_repeated()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("dsagent: ", request.GetTypeName(), " names no job to check a job credential against"));
   }
-  return job;
+  const std::string job_id = request.GetReflection()->GetString(request, field);
+  const std::string credential = CallJobToken(context);
+  if (credential.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat("dsagent: a call about job ", job_id, " needs the job's own credential in ",
+                                     kJobTokenMetadataKey, " (its dslaunch makes one per run); this call has none"));
+  }
+  if (absl::Status strong = CheckTokenStrength(credential); !strong.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat("dsagent: a call about job ", job_id, " needs the job's own credential in ",
+                                     kJobTokenMetadataKey, "; this call's is weak: ", strong.message()));
+  }
+  std::shared_ptr<Job> job;
+  return JobOfCall(context, job_id, /*bind=*/false, &job);
+}
+
+grpc::Status AgentService::JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
+                                     std::shared_ptr<Job>* job) {
+  const std::string credential = CallJobToken(context);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    if (!bind) {
+      job->reset();
+      return grpc::Status::OK;
+    }
+    auto created = std::make_shared<Job>(job_id, credential);
+    {
+      std::lock_guard<std::mutex> job_lock(created->mu);
+      created->last_contact = std::chrono::steady_clock::now();
+      created->lease = config_.default_lease;
+    }
+    it = jobs_.emplace(job_id, std::move(created)).first;
+  } else if (!TokensEqual(it->second->credential, credential)) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("dsagent: job ", job_id, " belongs to another controller: the call's job "
+                                     "credential is not the one the job was started with (does another dslaunch "
+                                     "run with --job_id ", job_id, "?)"));
+  }
+  *job = it->second;
+  return grpc::Status::OK;
 }
 
 std::shared_ptr<AgentService::Job> AgentService::FindJob(const std::string& job_id) {
@@ -164,7 +210,8 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
                         absl::StrCat("StartRanks: lease_ms ", request->lease_ms(), " is above the bound of ",
                                      kMaxLeaseMs, " ms"));
   }
-  std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
+  std::shared_ptr<Job> job;
+  if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
   std::vector<RankSupervisor*> started;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -249,7 +296,8 @@ grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRe
                         absl::StrCat("StopJob: grace_ms ", request->grace_ms(), " is above the bound of ",
                                      kMaxStopGraceMs, " ms"));
   }
-  std::shared_ptr<Job> job = FindJob(request->job_id());
+  std::shared_ptr<Job> job;
+  if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/false, &job); !owned.ok()) return owned;
   if (!job) {
     reply->set_signalled(0);
     return grpc::Status::OK;
@@ -270,13 +318,16 @@ grpc::Status AgentService::StopJob(grpc::ServerContext* context, const StopJobRe
 
 grpc::Status AgentService::KeepAlive(grpc::ServerContext* context, const KeepAliveRequest* request,
                                      KeepAliveReply*) {
-  Touch(*FindOrCreateJob(request->job_id()));
+  std::shared_ptr<Job> job;
+  if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
+  Touch(*job);
   return grpc::Status::OK;
 }
 
 grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchRequest* request,
                                  grpc::ServerWriter<RankEvent>* writer) {
-  std::shared_ptr<Job> job = FindOrCreateJob(request->job_id());
+  std::shared_ptr<Job> job;
+  if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
   int64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -404,7 +455,8 @@ std::string NativeStacks(pid_t pid) {
 
 grpc::Status AgentService::Diagnose(grpc::ServerContext* context, const DiagnoseRequest* request,
                                     DiagnoseReply* reply) {
-  std::shared_ptr<Job> job = FindJob(request->job_id());
+  std::shared_ptr<Job> job;
+  if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/false, &job); !owned.ok()) return owned;
   if (!job) return grpc::Status::OK;
   Touch(*job);
   struct Target {

@@ -22,7 +22,8 @@
 //
 // Every RPC passes the authentication gate first (Note [One authentication
 // gate], common/rpc_auth_policy.h): the controller's calls carry the agent
-// token, a rank's Heartbeat its own rank token.
+// token, and those about a job that job's own credential too (Note [Per-job
+// credentials]); a rank's Heartbeat carries its own rank token.
 //
 // Thread-safe: gRPC calls it from many threads.
 #pragma once
@@ -121,8 +122,9 @@ class AgentService final {
   };
 
   struct Job {
-    explicit Job(std::string id) : id(std::move(id)) {}
+    Job(std::string id, std::string credential) : id(std::move(id)), credential(std::move(credential)) {}
     const std::string id;
+    const std::string credential;  // Note [Per-job credentials]: bound by the first call for the job
     BlockingQueue<RankEvent> events;  // everything that happened, for the watcher
     std::mutex mu;
     std::vector<std::unique_ptr<RankSupervisor>> ranks;  // guarded by mu
@@ -135,10 +137,21 @@ class AgentService final {
     std::map<std::pair<int, int>, RankHealth> health;    // (attempt, rank); guarded by mu
   };
 
-  // The gate's checks of the agent token and of a Heartbeat's rank token.
+  // The gate's checks of the agent token, of the agent token with a job's
+  // credential, and of a Heartbeat's rank token.
   grpc::Status CheckAgentToken(const grpc::ServerContext& context) const;
+  grpc::Status CheckJobCredential(const grpc::ServerContext& context, const google::protobuf::Message& request);
   grpc::Status CheckRankToken(const google::protobuf::Message& request);
-  std::shared_ptr<Job> FindOrCreateJob(const std::string& job_id);
+  // Note [Per-job credentials]: the job `job_id` if the call's credential is
+  // the one it is bound to; nullptr when the agent does not know the job,
+  // unless `bind`, which creates it bound to the call's credential. Refused
+  // (PERMISSION_DENIED) when the job is bound to another credential. The
+  // gate has checked the call; handlers look jobs up through this so that a
+  // job forgotten and re-created between the gate and the handler is checked
+  // again under the lock.
+  grpc::Status JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
+                         std::shared_ptr<Job>* job);
+  // Any job by id, for the rank-token checks and the agent's own report.
   std::shared_ptr<Job> FindJob(const std::string& job_id);
   void Touch(Job& job);
   // `cause.detail` is also what the agent logs.

@@ -19,6 +19,9 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
+// Note [Per-job credentials]: what the tests' controller binds its jobs to.
+constexpr char kJobCredential[] = "9f8e7d6c5b4a39281706f5e4d3c2b1a0";
+constexpr char kOtherJobCredential[] = "a1b2c3d4e5f60718293a4b5c6d7e8f90";
 
 class AgentServiceTest : public ::testing::Test {
  protected:
@@ -46,8 +49,10 @@ class AgentServiceTest : public ::testing::Test {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
     service_.reset();
   }
-  static void Authorize(grpc::ClientContext* context, const std::string& token = kToken) {
+  static void Authorize(grpc::ClientContext* context, const std::string& token = kToken,
+                        const std::string& job_credential = kJobCredential) {
     AttachToken(context, token);
+    if (!job_credential.empty()) AttachJobToken(context, job_credential);
     context->set_deadline(std::chrono::system_clock::now() + 20s);
   }
   StartRanksRequest SleepingRanks(const std::string& job, int count, int64_t lease_ms = 0) {
@@ -112,6 +117,15 @@ TEST_F(AgentServiceTest, EveryListedMethodRefusesAMissingOrWrongToken) {
                     : "dsagent: missing or wrong token; check --token_file on both sides")
           << method;
     }
+  }
+  // Note [Per-job credentials]: the agent token alone opens no call about a job.
+  for (const auto& [method, credential] : policy.methods) {
+    if (credential != RpcCredential::kAgentAndJobToken) continue;
+    grpc::Status status = GenericUnaryCall(channel, method, kToken);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+    EXPECT_NE(status.error_message().find("needs the job's own credential in x-dslaunch-job-token"),
+              std::string::npos)
+        << method << ": " << status.error_message();
   }
   // The agent token is not a rank token: Heartbeat still refuses it.
   EXPECT_EQ(GenericUnaryCall(channel, "/dslaunch.Agent/Heartbeat", kToken).error_code(),
@@ -345,6 +359,94 @@ TEST_F(AgentServiceTest, StopJobTouchesOnlyThatJob) {
   }
   EXPECT_EQ(states["job-1"], std::multiset<RankState>({RANK_KILLED, RANK_KILLED}));
   EXPECT_EQ(states["job-2"], std::multiset<RankState>({RANK_RUNNING, RANK_RUNNING}));
+}
+
+// Note [Per-job credentials]: a job is bound to the credential of the first
+// call that names it. With the agent token but another job's credential, a
+// weak one or none, nothing about it works: no stop, no watch, no diagnosis,
+// no keep-alive, no further ranks; its ranks live on. Its own credential
+// still works, and the other credential's job is untouched by it.
+TEST_F(AgentServiceTest, AJobAnswersOnlyToItsOwnCredential) {
+  StartAgent();
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("owned", 2), &reply).ok());
+  }
+  {
+    grpc::ClientContext context;
+    Authorize(&context, kToken, kOtherJobCredential);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, SleepingRanks("other", 1), &reply).ok());
+  }
+  const std::string weak(40, 'a');
+  for (const std::string& credential : {std::string(kOtherJobCredential), weak, std::string()}) {
+    const grpc::StatusCode expected =
+        credential == kOtherJobCredential ? grpc::StatusCode::PERMISSION_DENIED : grpc::StatusCode::UNAUTHENTICATED;
+    SCOPED_TRACE(credential.empty() ? "no job credential" : credential);
+    {
+      grpc::ClientContext context;
+      Authorize(&context, kToken, credential);
+      StopJobRequest stop;
+      stop.set_job_id("owned");
+      stop.set_attempt(-1);
+      StopJobReply reply;
+      grpc::Status status = stub_->StopJob(&context, stop, &reply);
+      EXPECT_EQ(status.error_code(), expected) << status.error_message();
+      if (expected == grpc::StatusCode::PERMISSION_DENIED) {
+        EXPECT_EQ(status.error_message(),
+                  "dsagent: job owned belongs to another controller: the call's job credential is not the one the "
+                  "job was started with (does another dslaunch run with --job_id owned?)");
+      }
+    }
+    {
+      grpc::ClientContext context;
+      Authorize(&context, kToken, credential);
+      WatchRequest watch;
+      watch.set_job_id("owned");
+      auto reader = stub_->Watch(&context, watch);
+      RankEvent event;
+      EXPECT_FALSE(reader->Read(&event));
+      EXPECT_EQ(reader->Finish().error_code(), expected);
+    }
+    {
+      grpc::ClientContext context;
+      Authorize(&context, kToken, credential);
+      DiagnoseRequest diagnose;
+      diagnose.set_job_id("owned");
+      DiagnoseReply reply;
+      EXPECT_EQ(stub_->Diagnose(&context, diagnose, &reply).error_code(), expected);
+    }
+    {
+      grpc::ClientContext context;
+      Authorize(&context, kToken, credential);
+      KeepAliveRequest keep;
+      keep.set_job_id("owned");
+      KeepAliveReply reply;
+      EXPECT_EQ(stub_->KeepAlive(&context, keep, &reply).error_code(), expected);
+    }
+    {
+      grpc::ClientContext context;
+      Authorize(&context, kToken, credential);
+      StartRanksRequest more = SleepingRanks("owned", 1);
+      more.set_attempt(7);
+      StartRanksReply reply;
+      EXPECT_EQ(stub_->StartRanks(&context, more, &reply).error_code(), expected);
+    }
+  }
+  EXPECT_EQ(service_->LiveRankCount("owned"), 2);
+  // The owner's credential stops its own job and only that.
+  grpc::ClientContext context;
+  Authorize(&context);
+  StopJobRequest stop;
+  stop.set_job_id("owned");
+  stop.set_attempt(-1);
+  StopJobReply reply;
+  ASSERT_TRUE(stub_->StopJob(&context, stop, &reply).ok());
+  EXPECT_EQ(reply.signalled(), 2);
+  EXPECT_TRUE(WaitLive("owned", 0));
+  EXPECT_EQ(service_->LiveRankCount("other"), 1);
 }
 
 TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {

@@ -121,4 +121,11 @@ bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected
   return TokensEqual(absl::string_view(it->second.data(), it->second.size()), expected);
 }
 
+std::string CallJobToken(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kJobTokenMetadataKey);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
 }  // namespace dslaunch

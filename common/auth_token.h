@@ -4,9 +4,12 @@
 // Every gRPC call to a dsagent carries the cluster token in the
 // "x-dslaunch-token" metadata entry; the token comes from --token_file on both
 // sides (the local launcher generates one and hands it to the agents it starts).
-// Calls to the controller's rendezvous store carry a per-job token that the
-// controller generates and gives to ranks in DSLAUNCH_STORE_TOKEN. Tokens are
-// compared in constant time. The transport is plaintext gRPC: run agents on a
+// The calls a controller makes for one job also carry that job's own
+// credential in "x-dslaunch-job-token" (Note [Per-job credentials],
+// common/rpc_auth_policy.h). Calls to the controller's rendezvous store carry
+// a per-job token that the controller generates and gives to ranks in
+// DSLAUNCH_STORE_TOKEN. Tokens are compared in constant time. The transport is
+// plaintext gRPC unless --tls_dir is given: without it, run agents on a
 // trusted network (or loopback, their default).
 #pragma once
 
@@ -21,6 +24,7 @@
 namespace dslaunch {
 
 inline constexpr char kTokenMetadataKey[] = "x-dslaunch-token";
+inline constexpr char kJobTokenMetadataKey[] = "x-dslaunch-job-token";
 
 // Reads a token file: the first line, trimmed. Errors name the file. A file
 // that other users can read is refused (it is a password), and so is a weak
@@ -52,7 +56,15 @@ inline void AttachToken(grpc::ClientContext* context, const std::string& token) 
   context->AddMetadata(kTokenMetadataKey, token);
 }
 
+// Attaches the job's own credential to an outgoing call for that job.
+inline void AttachJobToken(grpc::ClientContext* context, const std::string& job_token) {
+  context->AddMetadata(kJobTokenMetadataKey, job_token);
+}
+
 // True when the call carries `expected`.
 bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected);
+
+// The job credential the call carries; empty when it carries none.
+std::string CallJobToken(const grpc::ServerContext& context);
 
 }  // namespace dslaunch

@@ -11,6 +11,7 @@ const char* RpcCredentialName(RpcCredential credential) {
     case RpcCredential::kRankToken: return "rank token";
     case RpcCredential::kStoreToken: return "store token";
     case RpcCredential::kControllerToken: return "controller token";
+    case RpcCredential::kAgentAndJobToken: return "agent token and job credential";
   }
   return "unknown";
 }
@@ -37,11 +38,12 @@ RpcAuthPolicy AgentAuthPolicy() {
       {
           {"/dslaunch.Agent/Describe", RpcCredential::kAgentToken},
           {"/dslaunch.Agent/ReservePort", RpcCredential::kAgentToken},
-          {"/dslaunch.Agent/StartRanks", RpcCredential::kAgentToken},
-          {"/dslaunch.Agent/StopJob", RpcCredential::kAgentToken},
-          {"/dslaunch.Agent/KeepAlive", RpcCredential::kAgentToken},
-          {"/dslaunch.Agent/Watch", RpcCredential::kAgentToken},
-          {"/dslaunch.Agent/Diagnose", RpcCredential::kAgentToken},
+          // Note [Per-job credentials]: about one job, so that job's too.
+          {"/dslaunch.Agent/StartRanks", RpcCredential::kAgentAndJobToken},
+          {"/dslaunch.Agent/StopJob", RpcCredential::kAgentAndJobToken},
+          {"/dslaunch.Agent/KeepAlive", RpcCredential::kAgentAndJobToken},
+          {"/dslaunch.Agent/Watch", RpcCredential::kAgentAndJobToken},
+          {"/dslaunch.Agent/Diagnose", RpcCredential::kAgentAndJobToken},
           // From a rank of this host: its own token, never the agent's.
           {"/dslaunch.Agent/Heartbeat", RpcCredential::kRankToken},
       }};

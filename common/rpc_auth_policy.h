@@ -16,6 +16,24 @@
 // InsecureServerCredentials aborts on SetAuthMetadataProcessor
 // (insecure_server_credentials.cc: "assertion failed: 0"). The gate wraps the
 // method handlers instead, which gRPC's own generated code does the same way.
+//
+// Note [Per-job credentials]
+// The agent token (--token_file, or one of the run for agents dslaunch starts)
+// lets a controller use an agent: Describe, ReservePort. Every call about one
+// job (StartRanks, StopJob, KeepAlive, Watch, Diagnose: each request names a
+// job_id) also needs that job's own credential, kAgentAndJobToken: a token
+// the controller makes for its run, keeps in its memory only (no file, no
+// command line, no environment) and sends in "x-dslaunch-job-token". The
+// first call that names a job the agent does not know binds the job to the
+// credential it carries; every later call for that job must carry the same
+// one, or it is PERMISSION_DENIED. So a rank of another job that read every
+// file, command line and environment it could, the agent token included,
+// still cannot stop, watch, diagnose, keep alive or add ranks to a job it
+// does not own; neither can a second dslaunch started with the same --job_id.
+// Ranks never get a job credential: a rank's Heartbeat carries its own rank
+// token. A job credential must be as strong as any token (CheckTokenStrength).
+// What this does not stop: a process of the controller's own user that can
+// ptrace it or read its memory; that needs ranks run as another user.
 #pragma once
 
 #include <map>
@@ -35,6 +53,10 @@ enum class RpcCredential {
   // or one made for this run; the job's status file (0600) holds it
   // (launcher/job_status_file.h). Ranks never get it.
   kControllerToken,
+  // Note [Per-job credentials]: the agent token in "x-dslaunch-token" and the
+  // credential the job named by the request's job_id is bound to, in
+  // "x-dslaunch-job-token" (the first call for an unknown job binds it).
+  kAgentAndJobToken,
 };
 
 const char* RpcCredentialName(RpcCredential credential);

@@ -41,6 +41,30 @@ TEST(RpcAuthPolicy, StoreTableCoversEveryMethodOfTheStoreService) {
   EXPECT_EQ(StoreAuthPolicy().methods.size(), static_cast<size_t>(store.method_count()));
 }
 
+// Note [Per-job credentials]: every agent call whose request names a job,
+// except a rank's Heartbeat, needs that job's credential; a new RPC about a
+// job that is listed with the agent token alone fails here.
+TEST(RpcAuthPolicy, EveryCallAboutAJobNeedsItsCredential) {
+  const auto& agent = ServiceOf(*DescribeRequest::descriptor(), "Agent");
+  const RpcAuthPolicy policy = AgentAuthPolicy();
+  int per_job = 0;
+  for (int i = 0; i < agent.method_count(); ++i) {
+    const google::protobuf::MethodDescriptor& method = *agent.method(i);
+    const std::string full = "/" + agent.full_name() + "/" + method.name();
+    ASSERT_NE(policy.Find(full), nullptr) << full;
+    const bool names_a_job = method.input_type()->FindFieldByName("job_id") != nullptr;
+    if (method.name() == "Heartbeat") {
+      EXPECT_EQ(*policy.Find(full), RpcCredential::kRankToken);
+    } else if (names_a_job) {
+      EXPECT_EQ(*policy.Find(full), RpcCredential::kAgentAndJobToken) << full;
+      ++per_job;
+    } else {
+      EXPECT_EQ(*policy.Find(full), RpcCredential::kAgentToken) << full;
+    }
+  }
+  EXPECT_EQ(per_job, 5);
+}
+
 // The coverage check can fail: a table missing a method names it.
 TEST(RpcAuthPolicy, UnlistedNamesAMethodMissingFromTheTable) {
   RpcAuthPolicy policy = AgentAuthPolicy();
@@ -52,7 +76,9 @@ TEST(RpcAuthPolicy, UnlistedNamesAMethodMissingFromTheTable) {
 TEST(RpcAuthPolicy, CredentialsOfTheAgentAndTheStore) {
   const RpcAuthPolicy agent = AgentAuthPolicy();
   ASSERT_NE(agent.Find("/dslaunch.Agent/StartRanks"), nullptr);
-  EXPECT_EQ(*agent.Find("/dslaunch.Agent/StartRanks"), RpcCredential::kAgentToken);
+  EXPECT_EQ(*agent.Find("/dslaunch.Agent/StartRanks"), RpcCredential::kAgentAndJobToken);
+  ASSERT_NE(agent.Find("/dslaunch.Agent/Describe"), nullptr);
+  EXPECT_EQ(*agent.Find("/dslaunch.Agent/Describe"), RpcCredential::kAgentToken);
   ASSERT_NE(agent.Find("/dslaunch.Agent/Heartbeat"), nullptr);
   EXPECT_EQ(*agent.Find("/dslaunch.Agent/Heartbeat"), RpcCredential::kRankToken);
   EXPECT_EQ(agent.Find("/dslaunch.Store/Set"), nullptr);  // exact full names only

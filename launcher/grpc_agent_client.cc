@@ -24,10 +24,12 @@ std::string ThisProcessName() {
 }  // namespace
 
 GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, std::string token,
+                                 std::string job_credential,
                                  std::chrono::milliseconds call_timeout, std::chrono::milliseconds keepalive)
     : host_(std::move(host)),
       address_(address),
       token_(std::move(token)),
+      job_credential_(std::move(job_credential)),
       requester_(ThisProcessName()),
       call_timeout_(call_timeout) {
   grpc::ChannelArguments args;
@@ -48,8 +50,13 @@ GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, s
 
 GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
 
-void GrpcAgentClient::Prepare(grpc::ClientContext* context) const {
+void GrpcAgentClient::AttachCredentials(grpc::ClientContext* context) const {
   AttachToken(context, token_);
+  if (!job_credential_.empty()) AttachJobToken(context, job_credential_);
+}
+
+void GrpcAgentClient::Prepare(grpc::ClientContext* context) const {
+  AttachCredentials(context);
   context->set_deadline(std::chrono::system_clock::now() + call_timeout_);
 }
 
@@ -88,7 +95,7 @@ std::chrono::milliseconds GrpcAgentClient::StartRanksDeadline(std::chrono::milli
 
 absl::Status GrpcAgentClient::StartRanks(const StartRanksRequest& request) {
   grpc::ClientContext context;
-  AttachToken(&context, token_);
+  AttachCredentials(&context);
   context.set_deadline(std::chrono::system_clock::now() +
                        StartRanksDeadline(call_timeout_, request.ranks_size()));
   StartRanksReply reply;
@@ -119,7 +126,7 @@ absl::Status GrpcAgentClient::StopJob(const std::string& job_id, int attempt,
 
 absl::StatusOr<DiagnoseReply> GrpcAgentClient::Diagnose(const std::string& job_id, int attempt) {
   grpc::ClientContext context;
-  AttachToken(&context, token_);
+  AttachCredentials(&context);
   // Stack dumps take a moment per rank: longer than an ordinary call.
   context.set_deadline(std::chrono::system_clock::now() + call_timeout_ + std::chrono::seconds(30));
   DiagnoseRequest request;
@@ -145,7 +152,7 @@ absl::Status GrpcAgentClient::StartWatch(const std::string& job_id, EventHandler
   StopWatch();
   watch_stopping_ = false;
   auto context = std::make_unique<grpc::ClientContext>();
-  AttachToken(context.get(), token_);
+  AttachCredentials(context.get());
   grpc::ClientContext* raw_context = context.get();
   {
     std::lock_guard<std::mutex> lock(watch_mu_);

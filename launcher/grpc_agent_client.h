@@ -1,4 +1,6 @@
-// AgentClient over gRPC, with the cluster token on every call.
+// AgentClient over gRPC, with the cluster token on every call and the job's
+// own credential on every call about the job (Note [Per-job credentials],
+// common/rpc_auth_policy.h).
 // Thread-safe except StartWatch/StopWatch, which the controller calls from
 // one thread.
 #pragma once
@@ -18,11 +20,13 @@ namespace dslaunch {
 
 class GrpcAgentClient final : public AgentClient {
  public:
-  // `address` is host:port of the agent; `host` is the name shown to users.
+  // `address` is host:port of the agent; `host` is the name shown to users;
+  // `job_credential` is what this controller's job is bound to on the agent
+  // (empty for a client that only calls Describe).
   // The connection is pinged every `keepalive` and declared dead when a ping
   // goes unanswered for as long: a lost host is noticed within 2 × keepalive
   // (dslaunch uses a quarter of the lease, so within half of it).
-  GrpcAgentClient(std::string host, const std::string& address, std::string token,
+  GrpcAgentClient(std::string host, const std::string& address, std::string token, std::string job_credential,
                   std::chrono::milliseconds call_timeout = std::chrono::milliseconds(kDefaultAgentCallTimeoutMs),
                   std::chrono::milliseconds keepalive = std::chrono::milliseconds(2000));
   ~GrpcAgentClient() override;
@@ -50,12 +54,15 @@ class GrpcAgentClient final : public AgentClient {
                                                       int ranks);
 
  private:
+  // Both credentials and the call timeout.
   void Prepare(grpc::ClientContext* context) const;
+  void AttachCredentials(grpc::ClientContext* context) const;
   absl::Status Annotate(const grpc::Status& status, const char* method) const;
 
   const std::string host_;
   const std::string address_;
   const std::string token_;
+  const std::string job_credential_;
   // Sent with every StopJob ("dslaunch pid P on HOST"): the ranks it stops
   // report it, so a StopJob is never anonymous (Note [Honest exits]).
   const std::string requester_;

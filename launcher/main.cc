@@ -76,6 +76,9 @@ struct PlannedJob {
   JobSpec spec;
   LauncherKind launcher = LauncherKind::kLocal;
   std::string token;      // empty: none given (local agents get one of this run)
+  // Note [Per-job credentials] (common/rpc_auth_policy.h): what this run's
+  // job is bound to on every agent. In this process's memory only.
+  const std::string job_credential = GenerateToken();
   std::string rank0_host;  // where rank 0 runs, as this machine dials it
   bool local() const { return launcher == LauncherKind::kLocal; }
 };
@@ -161,16 +164,17 @@ NodeResolutionContext ThisMachine() {
 }
 
 std::unique_ptr<GrpcAgentClient> ClientFor(const LauncherOptions& options, const std::string& name,
-                                           const std::string& address, const std::string& token) {
-  return std::make_unique<GrpcAgentClient>(name, address, token, kCallTimeout,
+                                           const std::string& address, const PlannedJob& job) {
+  return std::make_unique<GrpcAgentClient>(name, address, job.token, job.job_credential, kCallTimeout,
                                            std::chrono::milliseconds(options.lease_ms / 4));
 }
 
 // --agents: agents already running. Each node is named by the host name its
 // agent reports (what users see in [host:rank]); two agents on one machine
 // fall back to their addresses.
-EarlyExit ConnectStaticAgents(const LauncherOptions& options, const std::string& token,
+EarlyExit ConnectStaticAgents(const LauncherOptions& options, const PlannedJob& job,
                               NodeResolutionContext* context, AgentConnections* agents) {
+  const std::string& token = job.token;
   if (token.empty()) {
     return UsageError(absl::InvalidArgumentError(
         "--agents: --token_file is required to talk to agents that are already running"));
@@ -184,7 +188,7 @@ EarlyExit ConnectStaticAgents(const LauncherOptions& options, const std::string&
   agents->fleet = std::move(*existing);
   std::vector<DescribeReply> described;
   for (const auto& endpoint : agents->fleet->endpoints()) {
-    auto reply = GrpcAgentClient(endpoint.host, endpoint.address, token).Describe();
+    auto reply = GrpcAgentClient(endpoint.host, endpoint.address, token, /*job_credential=*/"").Describe();
     if (!reply.ok()) {
       Notice(std::string(reply.status().message()));
       return kLaunchError;
@@ -197,7 +201,7 @@ EarlyExit ConnectStaticAgents(const LauncherOptions& options, const std::string&
   for (size_t i = 0; i < described.size(); ++i) {
     const AgentEndpoint& endpoint = agents->fleet->endpoints()[i];
     std::string name = unique ? described[i].hostname() : endpoint.address;
-    agents->clients.push_back(ClientFor(options, name, endpoint.address, token));
+    agents->clients.push_back(ClientFor(options, name, endpoint.address, job));
     agents->dial_host[name] = endpoint.host;
     context->agent_hosts.push_back(name);
     context->agent_gpu_counts.push_back(described[i].gpu_count());
@@ -271,7 +275,7 @@ EarlyExit ReadAndPlan(const LauncherOptions& options, PlannedJob* job, AgentConn
     job->token = *read;
   }
   if (!options.agents.empty()) {
-    if (EarlyExit early = ConnectStaticAgents(options, job->token, &context, agents)) return early;
+    if (EarlyExit early = ConnectStaticAgents(options, *job, &context, agents)) return early;
   }
   if (EarlyExit early = PlanJob(options, context, *agents, job)) return early;
   if (options.dry_run) {
@@ -390,7 +394,7 @@ EarlyExit StartAgents(const LauncherOptions& options, const PlannedJob& job, con
   }
   agents->fleet = std::move(*started);
   for (const auto& endpoint : agents->fleet->endpoints()) {
-    agents->clients.push_back(ClientFor(options, endpoint.host, endpoint.address, job.token));
+    agents->clients.push_back(ClientFor(options, endpoint.host, endpoint.address, job));
     auto described = agents->clients.back()->Describe();
     if (!described.ok()) {
       Notice(std::string(described.status().message()));
