@@ -259,6 +259,8 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
         spawn.env[rank_env::kAgentAddr] = contact;
         spawn.env[rank_env::kRankToken] = health.token;
       }
+      // Note [Mutual TLS]: the rank reaches this agent and the store as the host does.
+      if (!config_.tls_dir.empty()) spawn.env[rank_env::kTlsDir] = config_.tls_dir;
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(
           request->attempt(), spec.global_rank(), std::move(spawn),

@@ -53,6 +53,7 @@ struct AgentConfig {
   std::string hostname;                             // reported by Describe
   int gpu_count = 0;                                // reported by Describe
   std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
+  std::string tls_dir;      // Note [Mutual TLS]: given to ranks as DSLAUNCH_TLS_DIR; empty: none
 };
 
 // What an agent knows of one job, for its /metrics (agent/agent_metrics.h).

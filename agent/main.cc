@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "common/gpu_count.h"
 #include "common/log.h"
 #include "common/net_address.h"
+#include "common/tls_files.h"
 
 namespace {
 
@@ -52,6 +54,7 @@ struct AgentFlags {
   bool exit_on_stdin_eof = false;
   std::string metrics_addr;  // empty: no /metrics
   bool listen_on_ssh_address = false;
+  std::string tls_dir;  // Note [Mutual TLS]; empty: plaintext
 };
 
 // dsagent's flags: parsing and --help from one table.
@@ -79,7 +82,9 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
       .Bool("--listen_on_ssh_address", &flags.listen_on_ssh_address,
             "listen on a free port of the address the ssh connection came in at (SSH_CONNECTION; the ssh launcher)")
       .String("--metrics_addr", &flags.metrics_addr, "HOST:PORT",
-              "serve Prometheus /metrics of this host's ranks there (port 0: a free one; no authentication)");
+              "serve Prometheus /metrics of this host's ranks there (port 0: a free one; no authentication)")
+      .String("--tls_dir", &flags.tls_dir, "DIR",
+              "mutual TLS: ca.crt, tls.crt, tls.key (dslaunch certs makes them); ranks get it too");
   return table;
 }
 
@@ -152,6 +157,13 @@ int main(int argc, char** argv) {
   }
   auto token = flags.token_stdin ? ReadTokenLine(STDIN_FILENO) : dslaunch::ReadTokenFile(flags.token_file);
   if (!token.ok()) return Fail(std::string(token.status().message()));
+  // Note [Mutual TLS]: read now, so that a bad folder is an error at start.
+  std::optional<dslaunch::TlsFiles> tls;
+  if (!flags.tls_dir.empty()) {
+    auto read = dslaunch::ReadTlsDir(flags.tls_dir, "--tls_dir");
+    if (!read.ok()) return Fail(std::string(read.status().message()));
+    tls = std::move(*read);
+  }
 
   // Note [Rank keeper]: no rank starts without one, so its absence is an
   // error now, not at the first job.
@@ -185,11 +197,12 @@ int main(int argc, char** argv) {
   config.hostname = flags.name;
   config.gpu_count = dslaunch::DetectLocalGpuCount();
   config.keeper_path = flags.keeper;
+  if (tls) config.tls_dir = tls->dir;  // absolute: ranks start in other folders
   auto service = std::make_unique<dslaunch::AgentService>(config);
 
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(listen->ToString(), grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen->ToString(), dslaunch::ServerCredentialsFor(tls ? &*tls : nullptr), &bound_port);
   dslaunch::RefusePortSharing(builder);
   // Notice a controller whose connection died (a cut link) within seconds.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);

@@ -6,24 +6,31 @@
 #include <algorithm>
 
 #include "common/rank_contract.h"
+#include "common/tls_files.h"
 
 namespace dslaunch {
 
-std::unique_ptr<HeartbeatSender> HeartbeatSender::Start(const RankEnvironment& env, Snapshot snapshot) {
+absl::StatusOr<std::unique_ptr<HeartbeatSender>> HeartbeatSender::Start(const RankEnvironment& env,
+                                                                         Snapshot snapshot) {
   if (!env.has_agent()) return nullptr;
+  auto credentials = RankChannelCredentials(env.tls_dir);
+  if (!credentials.ok()) return credentials.status();
   HeartbeatRequest identity;
   identity.set_job_id(env.job_id);
   identity.set_attempt(env.attempt);
   identity.set_global_rank(env.rank);
   identity.set_rank_token(env.rank_token);
   const auto interval = std::chrono::milliseconds(std::max(kMinimumIntervalMs, env.heartbeat_ms));
-  return std::make_unique<HeartbeatSender>(env.agent_addr, identity, interval, std::move(snapshot));
+  return std::make_unique<HeartbeatSender>(env.agent_addr, identity, interval, std::move(snapshot),
+                                           std::move(*credentials));
 }
 
 HeartbeatSender::HeartbeatSender(std::string agent_address, HeartbeatRequest identity,
-                                 std::chrono::milliseconds interval, Snapshot snapshot)
+                                 std::chrono::milliseconds interval, Snapshot snapshot,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
     : identity_(std::move(identity)), interval_(interval), snapshot_(std::move(snapshot)) {
-  stub_ = Agent::NewStub(grpc::CreateChannel(agent_address, grpc::InsecureChannelCredentials()));
+  stub_ = Agent::NewStub(grpc::CreateChannel(
+      agent_address, credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()));
   thread_ = std::thread([this] { Loop(); });
 }
 

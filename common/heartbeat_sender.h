@@ -21,6 +21,9 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/security/credentials.h>
+
+#include "absl/status/statusor.h"
 #include "proto/agent.grpc.pb.h"
 
 namespace dslaunch {
@@ -36,10 +39,12 @@ class HeartbeatSender {
   static constexpr int kMinimumIntervalMs = 50;
 
   // nullptr when the rank was not started by a dsagent (the contract has no
-  // agent address or rank token).
-  static std::unique_ptr<HeartbeatSender> Start(const RankEnvironment& env, Snapshot snapshot);
+  // agent address or rank token); an error naming DSLAUNCH_TLS_DIR when its
+  // TLS folder cannot be read (Note [Mutual TLS]).
+  static absl::StatusOr<std::unique_ptr<HeartbeatSender>> Start(const RankEnvironment& env, Snapshot snapshot);
+  // Plaintext unless `credentials` are given.
   HeartbeatSender(std::string agent_address, HeartbeatRequest identity, std::chrono::milliseconds interval,
-                  Snapshot snapshot);
+                  Snapshot snapshot, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~HeartbeatSender();  // stops and joins the thread
 
   // Heartbeats the agent accepted so far (tests).

@@ -66,6 +66,7 @@ absl::StatusOr<RankEnvironment> ParseRankEnvironment(const EnvLookup& lookup) {
   env.agent_addr = read.Text(kAgentAddr);
   env.rank_token = read.Text(kRankToken);
   env.resume_tag = read.Text(kResumeTag);
+  env.tls_dir = read.Text(kTlsDir);
   if (read.IsSet(kElastic)) {
     const std::string elastic = read.Text(kElastic);
     if (elastic != "1" && elastic != "0") read.Fail(absl::StrCat(kElastic, "='", elastic, "' is not 0 or 1"));

@@ -62,6 +62,9 @@ inline constexpr char kEnvVersionName[] = "DSLAUNCH_ENV_VERSION";
 inline constexpr char kAgentAddr[] = "DSLAUNCH_AGENT_ADDR";
 inline constexpr char kRankToken[] = "DSLAUNCH_RANK_TOKEN";
 inline constexpr char kHeartbeatMs[] = "DSLAUNCH_HEARTBEAT_MS";
+// The agent's --tls_dir (Note [Mutual TLS], common/tls_files.h): the rank
+// reaches the store and its agent over TLS with the host's certificate.
+inline constexpr char kTlsDir[] = "DSLAUNCH_TLS_DIR";
 // "1" in a job with elastic bounds (Note [Elastic batch]).
 inline constexpr char kElastic[] = "DSLAUNCH_ELASTIC";
 // The checkpoint the controller recorded as committed (Note [Committed checkpoints]).
@@ -115,6 +118,7 @@ struct RankEnvironment {
   int heartbeat_ms = 1000;
   bool elastic = false;
   std::string resume_tag;
+  std::string tls_dir;  // empty: plaintext
 
   // Whether the rendezvous store can be reached (dslaunch started this rank).
   bool has_store() const { return !store_addr.empty(); }

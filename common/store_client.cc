@@ -9,6 +9,7 @@
 #include "common/auth_token.h"
 #include "common/grpc_status.h"
 #include "common/rank_contract.h"
+#include "common/tls_files.h"
 
 namespace dslaunch {
 namespace {
@@ -19,8 +20,9 @@ constexpr std::chrono::milliseconds kCallDeadline{30000};
 }  // namespace
 
 StoreClient::StoreClient(const std::string& address, std::string token, std::string job_id,
-                         int attempt)
-    : stub_(Store::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+                         int attempt, std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(Store::NewStub(grpc::CreateChannel(
+          address, credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()))),
       token_(std::move(token)),
       job_id_(std::move(job_id)),
       attempt_(attempt) {}
@@ -37,7 +39,10 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::FromContract(const Ran
         "environment variable ", rank_env::kStoreAddr,
         " is not set: this program must be started by dslaunch to use the rendezvous store"));
   }
-  return std::make_unique<StoreClient>(env.store_addr, env.store_token, env.job_id, env.attempt);
+  auto credentials = RankChannelCredentials(env.tls_dir);
+  if (!credentials.ok()) return credentials.status();
+  return std::make_unique<StoreClient>(env.store_addr, env.store_token, env.job_id, env.attempt,
+                                       std::move(*credentials));
 }
 
 void StoreClient::Prepare(grpc::ClientContext* context, std::chrono::milliseconds deadline) const {

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include <grpcpp/security/credentials.h>
+
 #include "proto/store.grpc.pb.h"
 
 namespace dslaunch {
@@ -23,7 +25,9 @@ struct RankEnvironment;
 
 class StoreClient {
  public:
-  StoreClient(const std::string& address, std::string token, std::string job_id, int attempt);
+  // Plaintext unless `credentials` are given (Note [Mutual TLS]).
+  StoreClient(const std::string& address, std::string token, std::string job_id, int attempt,
+              std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   // Builds a client from the rank environment (Note [Rank environment contract]).
   // Errors name the missing or malformed variable.

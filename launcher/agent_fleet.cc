@@ -237,10 +237,16 @@ absl::StatusOr<int> AgentFleet::SpawnAndWaitReady(const std::string& host,
 
 namespace {
 
-void AppendMetricsFlag(const AgentLaunchOptions& options, std::vector<std::string>& argv) {
-  if (options.metrics_addr.empty()) return;
-  argv.push_back("--metrics_addr");
-  argv.push_back(options.metrics_addr);
+// The flags every started agent gets when they are set.
+void AppendOptionalFlags(const AgentLaunchOptions& options, std::vector<std::string>& argv) {
+  if (!options.metrics_addr.empty()) {
+    argv.push_back("--metrics_addr");
+    argv.push_back(options.metrics_addr);
+  }
+  if (!options.tls_dir.empty()) {  // Note [Mutual TLS]
+    argv.push_back("--tls_dir");
+    argv.push_back(options.tls_dir);
+  }
 }
 
 }  // namespace
@@ -265,7 +271,7 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartLocal(
                                    absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);
     }
-    AppendMetricsFlag(options, argv);
+    AppendOptionalFlags(options, argv);
     DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options,
                                                            token_on_stdin ? options.token + "\n" : ""));
     fleet->endpoints_.push_back({host, absl::StrCat("127.0.0.1:", port)});
@@ -322,7 +328,7 @@ absl::StatusOr<std::unique_ptr<AgentFleet>> AgentFleet::StartRemote(
           absl::StrCat(options.stop_grace_ms)}) {
       argv.push_back(arg);
     }
-    AppendMetricsFlag(options, argv);
+    AppendOptionalFlags(options, argv);
     DS_ASSIGN_OR_RETURN(int port, fleet->SpawnAndWaitReady(host, argv, options, options.token + "\n"));
     fleet->endpoints_.push_back({host, HostPort{host, port}.ToString()});
   }

@@ -34,6 +34,7 @@ struct AgentLaunchOptions {
   int64_t stop_grace_ms = kDefaultStopGraceMs;
   std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
   std::string metrics_addr;   // dsagent --metrics_addr for every agent; empty: none
+  std::string tls_dir;        // dsagent --tls_dir for every agent (same path on every host); empty: none
   std::vector<std::string> ssh_command{"ssh"};  // host and the agent command are appended
   // Note [SLURM]: "--nodes=1 --ntasks=1 --nodelist=HOST" and the agent command are appended.
   std::vector<std::string> slurm_command{"srun", "--overlap"};

@@ -25,6 +25,7 @@ std::string ThisProcessName() {
 
 GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, std::string token,
                                  std::string job_credential,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
                                  std::chrono::milliseconds call_timeout, std::chrono::milliseconds keepalive)
     : host_(std::move(host)),
       address_(address),
@@ -45,7 +46,9 @@ GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, s
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   stub_ = Agent::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(address, credentials != nullptr ? std::move(credentials)
+                                                                : grpc::InsecureChannelCredentials(),
+                                args));
 }
 
 GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
@@ -74,6 +77,15 @@ absl::StatusOr<DescribeReply> GrpcAgentClient::Describe() {
   context.set_wait_for_ready(true);
   DescribeReply reply;
   absl::Status status = Annotate(stub_->Describe(&context, DescribeRequest(), &reply), "Describe");
+  if (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) {
+    // A handshake that fails (TLS on one side only, another CA, a name the
+    // agent's certificate lacks) looks the same as nobody listening.
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), ": no connection to the agent within ",
+                                     call_timeout_.count(), " ms; is it running at that address, and do both "
+                                     "sides agree on --tls_dir (Note [Mutual TLS]: the same CA, a certificate "
+                                     "naming ", address_.substr(0, address_.rfind(':')), ")?"));
+  }
   if (!status.ok()) return status;
   return reply;
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 
 #include "common/control_plane_defaults.h"
 #include "launcher/agent_client.h"
@@ -26,7 +27,10 @@ class GrpcAgentClient final : public AgentClient {
   // The connection is pinged every `keepalive` and declared dead when a ping
   // goes unanswered for as long: a lost host is noticed within 2 × keepalive
   // (dslaunch uses a quarter of the lease, so within half of it).
+  // `credentials`: TLS for an agent started with --tls_dir (Note [Mutual
+  // TLS]); null: plaintext.
   GrpcAgentClient(std::string host, const std::string& address, std::string token, std::string job_credential,
+                  std::shared_ptr<grpc::ChannelCredentials> credentials,
                   std::chrono::milliseconds call_timeout = std::chrono::milliseconds(kDefaultAgentCallTimeoutMs),
                   std::chrono::milliseconds keepalive = std::chrono::milliseconds(2000));
   ~GrpcAgentClient() override;

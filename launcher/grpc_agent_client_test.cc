@@ -36,7 +36,7 @@ TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_GT(port, 0);
-  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", "job-credential", 10s);
+  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", "job-credential", nullptr, 10s);
 
   StartRanksRequest request;
   request.set_job_id("job");

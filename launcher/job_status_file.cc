@@ -55,8 +55,11 @@ bool ReadOne(const std::string& path, JobStatusFile* file) {
   std::ifstream in(path);
   if (!in) return false;
   file->path = path;
-  std::string key, value;
-  while (in >> key >> value) {
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) continue;
+    const std::string key = line.substr(0, space), value = line.substr(space + 1);
+    if (key == "tls_dir") file->tls_dir = value;  // a path: may hold spaces
     if (key == "job_id") file->job_id = value;
     if (key == "address") file->address = value;
     if (key == "token") file->token = value;
@@ -97,7 +100,8 @@ absl::StatusOr<std::string> WriteJobStatusFile(const std::string& dir, const Job
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary, ": ", std::strerror(errno)));
   const std::string text = absl::StrCat("job_id ", file.job_id, "\naddress ", file.address, "\ntoken ", file.token,
-                                        "\npid ", file.pid, "\n");
+                                        "\npid ", file.pid, "\n",
+                                        file.tls_dir.empty() ? "" : absl::StrCat("tls_dir ", file.tls_dir, "\n"));
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const int saved = errno;
   ::close(fd);

@@ -4,7 +4,7 @@
 // While a job runs, its controller keeps one small file per job in the run
 // folder, `<run dir>/<job id>.status`: the job id, the address of the
 // store's port (which also serves the Controller RPC), the controller's
-// token and its pid, one "key value" line each. `dslaunch status` reads it,
+// token, its pid and, with --tls_dir, that folder, one "key value" line each. `dslaunch status` reads it,
 // so a user on the controller's machine needs no flag, token or port.
 //   - The run folder is $DSLAUNCH_RUN_DIR, else $XDG_RUNTIME_DIR/dslaunch,
 //     else /tmp/dslaunch-<uid>. It is made 0700; one that another user owns
@@ -32,6 +32,7 @@ struct JobStatusFile {
   std::string address;  // host:port of the Controller service
   std::string token;    // the controller's token
   int64_t pid = 0;      // the controller's
+  std::string tls_dir;  // the controller's --tls_dir (Note [Mutual TLS]); empty: plaintext
   std::string path;     // where it was read from (readers)
 };
 

@@ -293,6 +293,12 @@ constexpr OptionRow kOptions[] = {
        o.token_file = v;
        return absl::OkStatus();
      }},
+    {"--tls_dir", "", ValueKind::kText, "DIR", "",
+     "mutual TLS: ca.crt, tls.crt, tls.key (dslaunch certs); started agents get the same path",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       o.tls_dir = v;
+       return absl::OkStatus();
+     }},
     {"--max_restarts", "", ValueKind::kInteger, "N", "0",
      "restart the whole job up to N times after a rank fails",
      [](absl::string_view f, const std::string& v, LauncherOptions& o) {
@@ -632,7 +638,8 @@ std::string LauncherUsage() {
       "  dslaunch status [--job ID] [--watch]   a running job's state, steps and ranks\n"
       "  dslaunch estimate --model JOB.cfg      memory a job needs, per GPU and host\n"
       "  dslaunch plot RUN_DIR                  a run's csv_monitor curves as plot.png and plot.html\n"
-      "  dslaunch report                        versions, GPUs, kernels: what to check when something is off\n\n"
+      "  dslaunch report                        versions, GPUs, kernels: what to check when something is off\n"
+      "  dslaunch certs --out DIR --hosts LIST  a CA and a --tls_dir folder per host (mutual TLS)\n\n"
       "options:\n");
   for (const OptionRow& row : kOptions) {
     std::string left = left_column(row);

@@ -41,6 +41,7 @@ struct LauncherOptions {
   LauncherKind launcher = LauncherKind::kAuto;  // --launcher local|ssh|static
   std::vector<std::string> agents;  // --agents host:port,host:port
   std::string token_file;         // --token_file F
+  std::string tls_dir;            // --tls_dir DIR: Note [Mutual TLS] (common/tls_files.h)
   int max_restarts = 0;           // --max_restarts N
   int64_t restart_backoff_ms = 1000;       // --restart_backoff_ms: wait before restart 1, doubling
   int64_t max_restart_backoff_ms = kDefaultMaxRestartBackoffMs;  // --max_restart_backoff_ms: cap of that wait

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <grpcpp/server.h>
@@ -33,7 +34,9 @@
 #include "common/rank_contract.h"
 #include "common/version.h"
 #include "common/prometheus_endpoint.h"
+#include "common/tls_files.h"
 #include "launcher/agent_fleet.h"
+#include "launcher/certs_command.h"
 #include "launcher/controller_status_service.h"
 #include "launcher/dry_run.h"
 #include "launcher/estimate_command.h"
@@ -79,6 +82,9 @@ struct PlannedJob {
   // Note [Per-job credentials] (common/rpc_auth_policy.h): what this run's
   // job is bound to on every agent. In this process's memory only.
   const std::string job_credential = GenerateToken();
+  // Note [Mutual TLS]: --tls_dir, read at planning; nullopt: plaintext.
+  std::optional<TlsFiles> tls;
+  const TlsFiles* tls_files() const { return tls ? &*tls : nullptr; }
   std::string rank0_host;  // where rank 0 runs, as this machine dials it
   bool local() const { return launcher == LauncherKind::kLocal; }
 };
@@ -165,7 +171,8 @@ NodeResolutionContext ThisMachine() {
 
 std::unique_ptr<GrpcAgentClient> ClientFor(const LauncherOptions& options, const std::string& name,
                                            const std::string& address, const PlannedJob& job) {
-  return std::make_unique<GrpcAgentClient>(name, address, job.token, job.job_credential, kCallTimeout,
+  return std::make_unique<GrpcAgentClient>(name, address, job.token, job.job_credential,
+                                           ChannelCredentialsFor(job.tls_files()), kCallTimeout,
                                            std::chrono::milliseconds(options.lease_ms / 4));
 }
 
@@ -188,7 +195,9 @@ EarlyExit ConnectStaticAgents(const LauncherOptions& options, const PlannedJob& 
   agents->fleet = std::move(*existing);
   std::vector<DescribeReply> described;
   for (const auto& endpoint : agents->fleet->endpoints()) {
-    auto reply = GrpcAgentClient(endpoint.host, endpoint.address, token, /*job_credential=*/"").Describe();
+    auto reply = GrpcAgentClient(endpoint.host, endpoint.address, token, /*job_credential=*/"",
+                                 ChannelCredentialsFor(job.tls_files()))
+                     .Describe();
     if (!reply.ok()) {
       Notice(std::string(reply.status().message()));
       return kLaunchError;
@@ -274,6 +283,11 @@ EarlyExit ReadAndPlan(const LauncherOptions& options, PlannedJob* job, AgentConn
     if (!read.ok()) return UsageError(read.status());
     job->token = *read;
   }
+  if (!options.tls_dir.empty()) {
+    auto read = ReadTlsDir(options.tls_dir, "--tls_dir");
+    if (!read.ok()) return UsageError(read.status());
+    job->tls = std::move(*read);
+  }
   if (!options.agents.empty()) {
     if (EarlyExit early = ConnectStaticAgents(options, *job, &context, agents)) return early;
   }
@@ -322,7 +336,7 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
   }
   grpc::ServerBuilder builder;
   int store_port = 0;
-  builder.AddListeningPort(HostPort{store_host, 0}.ToString(), grpc::InsecureServerCredentials(), &store_port);
+  builder.AddListeningPort(HostPort{store_host, 0}.ToString(), ServerCredentialsFor(job->tls_files()), &store_port);
   RefusePortSharing(builder);
   store->store->Serve(builder);
   store->status->ServeBeside(builder);
@@ -334,7 +348,8 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
     return options.controller_addr.empty() ? kLaunchError : kUsageError;
   }
   spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
-  JobStatusFile file{spec.job_id, spec.environment.store_addr, controller_token, ::getpid(), ""};
+  JobStatusFile file{spec.job_id, spec.environment.store_addr, controller_token, ::getpid(),
+                     job->tls ? job->tls->dir : ""};
   auto written = WriteJobStatusFile(RunDirectory(), file);
   if (written.ok()) {
     store->status_file = ScopedJobStatusFile(*written);
@@ -381,6 +396,7 @@ EarlyExit StartAgents(const LauncherOptions& options, const PlannedJob& job, con
   launch.stop_grace_ms = options.stop_grace_ms;
   launch.agent_log_dir = log_dir_job;
   launch.metrics_addr = options.agent_metrics_addr;
+  if (job.tls) launch.tls_dir = job.tls->dir;  // absolute: the same path on every host
   launch.ssh_command = absl::StrSplit(options.ssh_command, ' ', absl::SkipEmpty());
   launch.slurm_command = absl::StrSplit(options.slurm_command, ' ', absl::SkipEmpty());
   std::vector<std::string> hosts;
@@ -492,6 +508,10 @@ int Main(int argc, char** argv) {
   // `dslaunch plot RUN_DIR` (Note [Plots]): the monitors' curves as a PNG and a page.
   if (argc > 1 && std::string(argv[1]) == "plot") {
     return RunPlotCommand(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  // `dslaunch certs` (Note [Mutual TLS]): a CA and a TLS folder per host.
+  if (argc > 1 && std::string(argv[1]) == "certs") {
+    return RunCertsCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   // `dslaunch status` (Note [Live job status]): asks a running controller.
   if (argc > 1 && std::string(argv[1]) == "status") {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/auth_token.h"
 #include "common/flag_table.h"
+#include "common/tls_files.h"
 #include "launcher/job_status_file.h"
 #include "launcher/launcher_notice.h"
 #include "launcher/subcommand_flags.h"
@@ -56,10 +57,17 @@ struct Target {
   std::string job_id;
   std::string address;
   std::string token;
+  std::string tls_dir;  // Note [Mutual TLS]: empty: plaintext
 };
 
 absl::StatusOr<JobStatusReply> Ask(const Target& target) {
-  auto channel = grpc::CreateChannel(target.address, grpc::InsecureChannelCredentials());
+  std::optional<TlsFiles> tls;
+  if (!target.tls_dir.empty()) {
+    auto read = ReadTlsDir(target.tls_dir, "--tls_dir");
+    if (!read.ok()) return read.status();
+    tls = std::move(*read);
+  }
+  auto channel = grpc::CreateChannel(target.address, ChannelCredentialsFor(tls ? &*tls : nullptr));
   auto stub = Controller::NewStub(channel);
   grpc::ClientContext context;
   AttachToken(&context, target.token);
@@ -118,16 +126,20 @@ std::string FormatJobLine(const JobStatusReply& status) {
 }
 
 int RunStatusCommand(const std::vector<std::string>& args) {
-  std::string job_id, controller, token_file;
+  std::string job_id, controller, token_file, tls_dir;
   bool watch = false;
   int64_t interval_ms = 2000;
-  FlagTable flags("dslaunch status", "dslaunch status [--job ID] [--watch] [--controller HOST:PORT --token_file FILE]");
+  FlagTable flags("dslaunch status",
+                  "dslaunch status [--job ID] [--watch] [--controller HOST:PORT --token_file FILE [--tls_dir DIR]]");
   flags.String("--job", &job_id, "ID", "the job to show (default: the only one running on this machine)")
       .Bool("--watch", &watch, "refresh until the job ends (Ctrl-C to stop watching; the job goes on)")
       .Int("--interval_ms", &interval_ms, "MS", "how often --watch refreshes", {100, 3600000})
       .String("--controller", &controller, "HOST:PORT",
               "ask the controller at this address (its store port) instead of this machine's status files")
-      .String("--token_file", &token_file, "FILE", "with --controller: the job's --token_file");
+      .String("--token_file", &token_file, "FILE", "with --controller: the job's --token_file")
+      .String("--tls_dir", &tls_dir, "DIR",
+              "with --controller: this host's TLS folder, for a job started with --tls_dir (the status files name "
+              "their own)");
   if (EarlyExit early = ParseSubcommandFlags(flags, args, "status", " (use --job ID)")) return *early;
 
   std::vector<Target> targets;
@@ -141,10 +153,10 @@ int RunStatusCommand(const std::vector<std::string>& args) {
       Notice(absl::StrCat("status: ", token.status().message()));
       return kUsageError;
     }
-    targets.push_back({job_id, controller, *token});
+    targets.push_back({job_id, controller, *token, tls_dir});
   } else {
-    if (!token_file.empty()) {
-      Notice("status: --token_file goes with --controller");
+    if (!token_file.empty() || !tls_dir.empty()) {
+      Notice(absl::StrCat("status: ", token_file.empty() ? "--tls_dir" : "--token_file", " goes with --controller"));
       return kUsageError;
     }
     const std::string dir = RunDirectory();
@@ -159,7 +171,9 @@ int RunStatusCommand(const std::vector<std::string>& args) {
       Notice(absl::StrCat("status: removed ", path, ": its controller is gone (killed before it could remove it)"));
     }
     for (const JobStatusFile& file : *files) {
-      if (job_id.empty() || file.job_id == job_id) targets.push_back({file.job_id, file.address, file.token});
+      if (job_id.empty() || file.job_id == job_id) {
+        targets.push_back({file.job_id, file.address, file.token, file.tls_dir});
+      }
     }
     if (targets.empty()) {
       Notice(job_id.empty() ? absl::StrCat("status: no dslaunch job is running as this user on this machine (",

@@ -17,6 +17,7 @@ AGENT_ADDR = "DSLAUNCH_AGENT_ADDR"
 RANK_TOKEN = "DSLAUNCH_RANK_TOKEN"
 HEARTBEAT_MS = "DSLAUNCH_HEARTBEAT_MS"
 RESUME_TAG = "DSLAUNCH_RESUME_TAG"
+TLS_DIR = "DSLAUNCH_TLS_DIR"
 
 # Store keys (common/rank_contract.h, namespace store_keys).
 PREEMPT_KEY = "control/preempt"

@@ -11,6 +11,7 @@ import grpc
 
 from . import _contract as c
 from . import _wire
+from ._channel import open_channel
 
 
 class HeartbeatThread:
@@ -22,7 +23,7 @@ class HeartbeatThread:
         self._metrics_field = f["metrics"]
         self._metrics = b""
         self._interval_s = max(c.MINIMUM_HEARTBEAT_MS, int(interval_ms)) / 1000.0
-        self._channel = grpc.insecure_channel(agent_address)
+        self._channel = open_channel(agent_address)
         self._send = self._channel.unary_unary(c.AGENT_HEARTBEAT, request_serializer=lambda b: b,
                                                response_deserializer=lambda b: b)
         self._step = -1

@@ -7,6 +7,7 @@ import grpc
 
 from . import _contract as c
 from . import _wire
+from ._channel import open_channel
 
 
 class StoreError(RuntimeError):
@@ -19,7 +20,7 @@ def _identity(payload):
 
 class Store:
     def __init__(self, address, token, job_id, attempt, timeout_s=30.0):
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address)
         self._metadata = ((c.TOKEN_METADATA_KEY, token),) if token else ()
         self._scope = _wire.encode([(c.FIELDS["StoreScope"]["job_id"], job_id),
                                     (c.FIELDS["StoreScope"]["attempt"], int(attempt))])

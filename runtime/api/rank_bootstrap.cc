@@ -65,12 +65,14 @@ absl::StatusOr<std::unique_ptr<RankRuntime>> StartRank(const RankEnvironment& en
   runtime->parallel_ = std::move(*parallel);
 
   RankRuntime* raw = runtime.get();
-  runtime->heartbeats_ = HeartbeatSender::Start(env, [raw](HeartbeatRequest* beat) {
+  auto heartbeats = HeartbeatSender::Start(env, [raw](HeartbeatRequest* beat) {
     beat->set_step(raw->step_.load());
     raw->recorder_.Snapshot(beat->mutable_recent_collectives());
     std::lock_guard<std::mutex> lock(raw->metrics_mu_);
     if (raw->metrics_.ByteSizeLong() > 0) *beat->mutable_metrics() = raw->metrics_;
   });
+  if (!heartbeats.ok()) return heartbeats.status();
+  runtime->heartbeats_ = std::move(*heartbeats);
   return runtime;
 }
 

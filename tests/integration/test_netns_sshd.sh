@@ -4,7 +4,11 @@
 # dslaunch outside them starts the agents with the real ssh client and a key
 # made for the test, as on a cluster.
 #   1. A job over ssh: 4 ranks on two hosts, the store reached from both,
-#      and the agents gone with the job (their ssh sessions closed).
+#      and the agents gone with the job (their ssh sessions closed). Every
+#      connection is mutual TLS (Note [Mutual TLS]) with one certificate
+#      from `dslaunch certs --one_for_all` that names both hosts and the
+#      controller's address, in a folder both "hosts" share (as an NFS home
+#      would be).
 #   2. A host that refuses the key: dslaunch fails before any rank starts,
 #      naming the host and quoting ssh, and nothing is left running.
 # Needs root (ip netns, sshd); fails, never skips, without them.
@@ -49,7 +53,10 @@ printf '%s slots=2\n%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$WORK/hostfile"
 
 # 1. A job over real ssh.
 # No --token_file: a token of this run goes down each ssh session's stdin.
+"$DSLAUNCH" certs --out "$WORK/certs" --hosts "$ADDR_A,$ADDR_B,$CONTROLLER_ADDR" --one_for_all >"$WORK/certs.out" ||
+  fail "dslaunch certs --one_for_all failed"
 "$DSLAUNCH" --hostfile "$WORK/hostfile" --ssh_command "ssh -i $WORK/user_key $ssh_options" \
+  --tls_dir "$WORK/certs/all-hosts" \
   --job_id sshjob --log_dir "$WORK/logs" "$TEST_RANK" --check_env --store --sleep_ms 1000 \
   >"$WORK/ssh.out" 2>"$WORK/ssh.err" &
 job=$!
@@ -61,6 +68,7 @@ wait_until 30 bash -c "ip netns pids $NS_B | xargs -r ps -o args= -p | grep -q -
 for ns in "$NS_A" "$NS_B"; do
   args=$(agent_args "$ns")
   [[ $args == *--token_stdin* && $args != *token_file* ]] || fail "an agent's command line: $args"
+  [[ $args == *"--tls_dir $WORK/certs/all-hosts"* ]] || fail "an agent started without --tls_dir: $args"
 done
 wait "$job" || fail "the job over ssh exited $?: $(tail -5 "$WORK/ssh.err")"
 # Each agent listened where its ssh connection came in (SSH_CONNECTION), not on every interface.
@@ -79,7 +87,7 @@ agents_in() { ip netns pids "$1" | xargs -r ps -o args= -p | grep -c -- '--exit_
 wait_until 20 bash -c "[[ \$(ip netns pids $NS_A | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 &&
                           \$(ip netns pids $NS_B | xargs -r ps -o args= -p | grep -c -- --exit_on_stdin_eof) == 0 ]]" ||
   fail "an agent started over ssh outlived the job: A $(agents_in "$NS_A"), B $(agents_in "$NS_B")"
-pass "real ssh to two hosts without a token file: the token on the agents' stdin, agents on the ssh address only, 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
+pass "real ssh to two hosts without a token file, over mutual TLS: the token on the agents' stdin, agents on the ssh address only, 4 ranks, MASTER_ADDR and the store across hosts, agents gone with the job"
 
 # 2. A key host B's sshd does not take: host A's agent may start, host B's
 #    cannot; the job ends with ssh's own words and no rank ever starts.

@@ -31,7 +31,7 @@ contract = constants(read("common", "rank_contract.h"))
 expected = {
     "RANK": "kRank", "WORLD_SIZE": "kWorldSize", "LOCAL_RANK": "kLocalRank", "JOB_ID": "kJobId",
     "ATTEMPT": "kAttempt", "STORE_ADDR": "kStoreAddr", "STORE_TOKEN": "kStoreToken", "AGENT_ADDR": "kAgentAddr",
-    "RANK_TOKEN": "kRankToken", "HEARTBEAT_MS": "kHeartbeatMs", "RESUME_TAG": "kResumeTag",
+    "RANK_TOKEN": "kRankToken", "HEARTBEAT_MS": "kHeartbeatMs", "RESUME_TAG": "kResumeTag", "TLS_DIR": "kTlsDir",
     "PREEMPT_KEY": "kPreempt", "PROGRESS_STEP_KEY": "kProgressStep",
     "CHECKPOINT_COMMITTED_KEY": "kCheckpointCommitted",
 }
@@ -43,6 +43,12 @@ for python_name, cpp_name in expected.items():
 auth = constants(read("common", "auth_token.h"))
 if auth.get("kTokenMetadataKey") != c.TOKEN_METADATA_KEY:
     failures.append("TOKEN_METADATA_KEY = %r, auth_token.h says %r" % (c.TOKEN_METADATA_KEY, auth.get("kTokenMetadataKey")))
+
+from dslaunch import _channel  # noqa: E402
+tls = constants(read("common", "tls_files.h"))
+if (tls.get("kTlsCaFile"), tls.get("kTlsCertFile"), tls.get("kTlsKeyFile")) != _channel.TLS_FILES:
+    failures.append("_channel.TLS_FILES = %r, tls_files.h says %r" %
+                    (_channel.TLS_FILES, (tls.get("kTlsCaFile"), tls.get("kTlsCertFile"), tls.get("kTlsKeyFile"))))
 
 interval = re.search(r"kMinimumIntervalMs = (\d+);", read("common", "heartbeat_sender.h"))
 if not interval or int(interval.group(1)) != c.MINIMUM_HEARTBEAT_MS:
