@@ -17,6 +17,7 @@ packages=(
   prometheus-cpp-dev  # the controller's and agents' /metrics (common/prometheus_endpoint.h)
   python3-kubernetes  # the Kubernetes API's types, to check deploy/kubernetes (tests/deploy/)
   openssh-server  # a real sshd for the ssh launcher's test in network namespaces
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizers for the fuzz targets (scripts/fuzz.sh, tests/fuzz/)
   libssl-dev openssl  # dslaunch certs (common/tls_certificates.h); openssl verifies its files (tests/integration/test_tls.sh)
   python3-prometheus-client  # an independent reader of the controller's /metrics (tests/integration/test_status.sh)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)

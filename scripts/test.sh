@@ -8,3 +8,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "${BUILD_DIR:-$root/build}"
 # Integration tests measure fail-fast latency; two at a time is what 2 cores take.
 ctest --output-on-failure --timeout 300 -j "${TEST_JOBS:-2}"
+# Note [Fuzzing]: every parser's libFuzzer target, FUZZ_SECONDS (30) each, in
+# a clang build folder of its own, after replaying the kept findings.
+"$root/scripts/fuzz.sh"

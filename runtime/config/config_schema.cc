@@ -232,8 +232,12 @@ void SchemaWalker::WalkMap(const YAML::Node& map, const std::string& prefix) {
   // Duplicate keys: JSON parsers keep the last, DeepSpeed refuses them.
   std::map<std::string, int> first_line;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key = it->first;
-    const YAML::Node& value = it->second;
+    // Copies, not references: yaml-cpp's iterator hands out a temporary
+    // proxy, so `it->first` dies with the statement (a stack use after scope
+    // that ASan found through tests/fuzz/ds_config_fuzzer). A Node is a
+    // handle: copying it copies no tree.
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
     if (!key.IsScalar()) {
       problems_->AtKey(*source_, prefix, key.Mark(),
                        absl::StrCat("keys must be names, got ", DescribeValue(key)));
