@@ -12,7 +12,8 @@
 # Environment: CONFIG (configs/gpt-tiny.cfg), STEPS (300), WINDOW (steps per
 # printed row, 25), DSLAUNCH (build/bin/dslaunch), NUM_GPUS (1), EXTRA (more
 # dslaunch arguments), OUT (where the runs' logs and CSV files go; a temp
-# folder otherwise).
+# folder otherwise), WARMUP (N > 0: a third run, delayed after N plain steps,
+# offload_optimizer.delay_update_warmup_steps, as the ZeRO-Offload paper does).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -26,23 +27,40 @@ mkdir -p "$out"
 # shellcheck disable=SC2206
 extra=(${EXTRA:-})
 
-for delay in false true; do
+runs=(false true)
+((${WARMUP:-0} > 0)) && runs+=(warmup)
+for run in "${runs[@]}"; do
+  delay=$run
+  warmup=()
+  if [[ $run == warmup ]]; then
+    delay=true
+    warmup=(--override "ds_config.zero_optimization.offload_optimizer.delay_update_warmup_steps=$WARMUP")
+  fi
   "$dslaunch" --num_gpus "${NUM_GPUS:-1}" --override train.steps="$steps" --override 'checkpoint.dir=""' \
     --override ds_config.zero_optimization.stage=2 \
     --override ds_config.zero_optimization.offload_optimizer.device=cpu \
-    --override ds_config.zero_optimization.offload_optimizer.delay_update=$delay \
+    --override ds_config.zero_optimization.offload_optimizer.delay_update=$delay "${warmup[@]}" \
     --override ds_config.csv_monitor.enabled=true --override "ds_config.csv_monitor.output_path=$out" \
-    --override ds_config.csv_monitor.job_name="delay-$delay" "${extra[@]}" "$config" >"$out/delay-$delay.log" 2>&1 ||
-    { tail -n 20 "$out/delay-$delay.log"; exit 1; }
+    --override ds_config.csv_monitor.job_name="delay-$run" "${extra[@]}" "$config" >"$out/delay-$run.log" 2>&1 ||
+    { tail -n 20 "$out/delay-$run.log"; exit 1; }
 done
 
 plain="$out/delay-false/Train_Samples_train_loss.csv"
 delayed="$out/delay-true/Train_Samples_train_loss.csv"
-for f in "$plain" "$delayed"; do [[ -s $f ]] || { echo "delay-update-curve: $f is missing" >&2; exit 1; }; done
+# With WARMUP: the warmed-up run's column; without it, the delayed one again (not printed).
+warmed="$out/delay-${runs[-1]}/Train_Samples_train_loss.csv"
+for f in "$plain" "$delayed" "$warmed"; do [[ -s $f ]] || { echo "delay-update-curve: $f is missing" >&2; exit 1; }; done
 echo "$config, $steps steps, ZeRO-2 + CPU offload: mean train_loss per window of $window steps"
-paste -d, <(tail -n +2 "$plain") <(tail -n +2 "$delayed") | awk -F, -v w="$window" '
-  BEGIN { printf "| steps | plain | delay_update | difference |\n|---|---|---|---|\n" }
-  { a += $2; b += $4; n++; row++
-    if (n == w) { printf "| %d-%d | %.4f | %.4f | %+.4f |\n", row - w + 1, row, a / n, b / n, (b - a) / n; a = b = n = 0 } }
-  END { if (n) printf "| %d-%d | %.4f | %.4f | %+.4f |\n", row - n + 1, row, a / n, b / n, (b - a) / n }'
+paste -d, <(tail -n +2 "$plain") <(tail -n +2 "$delayed") <(tail -n +2 "$warmed") | awk -F, -v w="$window" -v warm="${WARMUP:-0}" '
+  function row_out(first, last, n) {
+    if (warm > 0) printf "| %d-%d | %.4f | %.4f | %+.4f | %.4f | %+.4f |\n", first, last, a / n, b / n, (b - a) / n, c / n, (c - a) / n
+    else printf "| %d-%d | %.4f | %.4f | %+.4f |\n", first, last, a / n, b / n, (b - a) / n
+  }
+  BEGIN {
+    if (warm > 0) printf "| steps | plain | delay_update | difference | delay after %d plain steps | difference |\n|---|---|---|---|---|---|\n", warm
+    else printf "| steps | plain | delay_update | difference |\n|---|---|---|---|\n"
+  }
+  { a += $2; b += $4; c += $6; n++; row++
+    if (n == w) { row_out(row - w + 1, row, n); a = b = c = n = 0 } }
+  END { if (n) row_out(row - n + 1, row, n) }'
 echo "(logs and CSV files in $out)"
