@@ -261,6 +261,16 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       }
       // Note [Mutual TLS]: the rank reaches this agent and the store as the host does.
       if (!config_.tls_dir.empty()) spawn.env[rank_env::kTlsDir] = config_.tls_dir;
+      // Note [Ranks as another user]: its ids, and its HOME, USER, LOGNAME
+      // unless the job sets them.
+      if (config_.run_as) {
+        spawn.uid = config_.run_as->uid;
+        spawn.gid = config_.run_as->gid;
+        spawn.groups = config_.run_as->groups;
+        spawn.env.emplace("HOME", config_.run_as->home);
+        spawn.env.emplace("USER", config_.run_as->name);
+        spawn.env.emplace("LOGNAME", config_.run_as->name);
+      }
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(
           request->attempt(), spec.global_rank(), std::move(spawn),

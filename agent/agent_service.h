@@ -32,11 +32,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/rank_supervisor.h"
+#include "agent/run_as_user.h"
 #include "common/authenticated_service.h"
 #include "common/blocking_queue.h"
 #include "common/control_plane_defaults.h"
@@ -54,6 +56,7 @@ struct AgentConfig {
   int gpu_count = 0;                                // reported by Describe
   std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
   std::string tls_dir;      // Note [Mutual TLS]: given to ranks as DSLAUNCH_TLS_DIR; empty: none
+  std::optional<RunAsUser> run_as;  // Note [Ranks as another user]; nullopt: ranks run as the agent
 };
 
 // What an agent knows of one job, for its /metrics (agent/agent_metrics.h).

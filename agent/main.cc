@@ -55,6 +55,7 @@ struct AgentFlags {
   std::string metrics_addr;  // empty: no /metrics
   bool listen_on_ssh_address = false;
   std::string tls_dir;  // Note [Mutual TLS]; empty: plaintext
+  std::string run_as;   // Note [Ranks as another user]; empty: ranks run as the agent
 };
 
 // dsagent's flags: parsing and --help from one table.
@@ -84,7 +85,9 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
       .String("--metrics_addr", &flags.metrics_addr, "HOST:PORT",
               "serve Prometheus /metrics of this host's ranks there (port 0: a free one; no authentication)")
       .String("--tls_dir", &flags.tls_dir, "DIR",
-              "mutual TLS: ca.crt, tls.crt, tls.key (dslaunch certs makes them); ranks get it too");
+              "mutual TLS: ca.crt, tls.crt, tls.key (dslaunch certs makes them); ranks get it too")
+      .String("--run_as", &flags.run_as, "USER",
+              "run every rank as USER (the agent runs as root): ranks cannot read the agent's token or signal it");
   return table;
 }
 
@@ -198,6 +201,12 @@ int main(int argc, char** argv) {
   config.gpu_count = dslaunch::DetectLocalGpuCount();
   config.keeper_path = flags.keeper;
   if (tls) config.tls_dir = tls->dir;  // absolute: ranks start in other folders
+  if (!flags.run_as.empty()) {
+    auto user = dslaunch::ResolveRunAsUser(flags.run_as);
+    if (!user.ok()) return Fail(std::string(user.status().message()));
+    if (absl::Status can = dslaunch::CheckCanRunAs(*user); !can.ok()) return Fail(std::string(can.message()));
+    config.run_as = std::move(*user);
+  }
   auto service = std::make_unique<dslaunch::AgentService>(config);
 
   grpc::ServerBuilder builder;

@@ -201,6 +201,9 @@ absl::StatusOr<SpawnedProcess> SpawnRankProcess(const SpawnRequest& request) {
   spec.env = RankEnvironment(request.env);
   spec.cpus = request.cpus;
   spec.mem_node = request.mem_node;
+  spec.uid = request.uid;
+  spec.gid = request.gid;
+  spec.groups = request.groups;
   boost::filesystem::path exe;
   if (program.find('/') != std::string::npos) {
     exe = program;

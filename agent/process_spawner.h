@@ -61,6 +61,10 @@ struct SpawnRequest {
   std::string keeper;                      // path of dsagent_keeper (Note [Rank keeper])
   std::vector<int> cpus;                   // Note [Core binding]: empty: not bound
   int mem_node = -1;                       // with cpus: the NUMA node for memory, or -1
+  // Note [Ranks as another user] (agent/run_as_user.h): -1: the agent's own.
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::vector<int64_t> groups;
 };
 
 // A running rank. The caller owns the file descriptors and reaps the keeper.

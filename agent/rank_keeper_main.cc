@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -67,9 +68,18 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 // Why the rank's child could not become the rank: written by the child to the
 // exec-status pipe, read by the keeper. Nothing arrives when execve succeeds.
 struct ExecFailure {
-  int stage;  // 0: chdir, 1: execve
+  int stage;  // 0: chdir, 1: execve, 2: becoming the rank's user
   int error;  // errno
 };
+
+// Note [Ranks as another user] (agent/run_as_user.h): groups first, then the
+// gid, then the uid (after which no other change is allowed). True when the
+// process is that user now.
+bool BecomeUser(const KeeperSpec& spec) {
+  std::vector<gid_t> groups(spec.groups.begin(), spec.groups.end());
+  return ::setgroups(groups.size(), groups.data()) == 0 && ::setgid(static_cast<gid_t>(spec.gid)) == 0 &&
+         ::setuid(static_cast<uid_t>(spec.uid)) == 0;
+}
 
 // Note [Core binding] (agent/core_binding.h): the keeper binds itself, so
 // the rank and every thread it starts inherit the cores and the memory node.
@@ -109,13 +119,20 @@ pid_t StartRank(KeeperSpec& spec, const sigset_t& rank_mask) {
     // everything it starts), SIGKILL when the keeper dies, the agent's
     // signal dispositions except an ignored SIGPIPE, an empty mask.
     ::setpgid(0, 0);
+    ExecFailure failure{0, 0};
+    // Before the parent-death signal: a change of identity clears it.
+    if (spec.uid >= 0 && !BecomeUser(spec)) {
+      failure = ExecFailure{2, errno};
+      ssize_t ignored = ::write(status_pipe[1], &failure, sizeof(failure));
+      (void)ignored;
+      ::_exit(kKeeperFailedExitCode);
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != keeper) ::_exit(kKeeperFailedExitCode);
     ::close(status_pipe[0]);
     ::close(kKeeperReportFd);
     ::signal(SIGPIPE, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &rank_mask, nullptr);
-    ExecFailure failure{0, 0};
     if (spec.working_dir.empty() || ::chdir(spec.working_dir.c_str()) == 0) {
       failure.stage = 1;
       ::execve(spec.exe.c_str(), argv.data(), envp.data());
@@ -139,6 +156,10 @@ pid_t StartRank(KeeperSpec& spec, const sigset_t& rank_mask) {
     if (failure.stage == 0) {
       FailToStart("cannot enter working directory " + spec.working_dir + ": " +
                   std::strerror(failure.error));
+    }
+    if (failure.stage == 2) {
+      FailToStart("cannot become uid " + std::to_string(spec.uid) + " gid " + std::to_string(spec.gid) +
+                  " (dsagent --run_as): " + std::strerror(failure.error));
     }
     FailToStart("cannot start '" + spec.exe + "': " + std::strerror(failure.error));
   }

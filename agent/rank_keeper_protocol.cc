@@ -5,7 +5,7 @@
 namespace dslaunch {
 namespace {
 
-constexpr std::string_view kSpecTag = "dsagent-keeper-spec-v2";
+constexpr std::string_view kSpecTag = "dsagent-keeper-spec-v3";
 constexpr std::string_view kStarted = "started ";
 constexpr std::string_view kFailed = "failed ";
 
@@ -74,6 +74,10 @@ std::string EncodeKeeperSpec(const KeeperSpec& spec) {
   Put(&out, std::to_string(spec.cpus.size()));
   for (int cpu : spec.cpus) Put(&out, std::to_string(cpu));
   Put(&out, std::to_string(spec.mem_node + 1));  // counts are unsigned: -1 travels as 0
+  Put(&out, std::to_string(spec.uid + 1));
+  Put(&out, std::to_string(spec.gid + 1));
+  Put(&out, std::to_string(spec.groups.size()));
+  for (int64_t group : spec.groups) Put(&out, std::to_string(group));
   return out;
 }
 
@@ -117,6 +121,30 @@ bool DecodeKeeperSpec(std::string_view data, KeeperSpec* spec, std::string* erro
     return false;
   }
   spec->mem_node = static_cast<int>(mem_node) - 1;
+  // Note [Ranks as another user]: ids travel plus one (-1 as 0); 2^32 - 1 is
+  // no id (setuid's "unchanged").
+  constexpr size_t kIdLimit = size_t{1} << 32;
+  size_t uid = 0, gid = 0, groups = 0;
+  if (!TakeCount(data, &at, &uid) || uid >= kIdLimit || !TakeCount(data, &at, &gid) || gid >= kIdLimit ||
+      !TakeCount(data, &at, &groups) || groups > 65536) {
+    *error = "keeper spec: malformed user";
+    return false;
+  }
+  spec->uid = static_cast<int64_t>(uid) - 1;
+  spec->gid = static_cast<int64_t>(gid) - 1;
+  spec->groups.clear();
+  for (size_t i = 0; i < groups; ++i) {
+    size_t group = 0;
+    if (!TakeCount(data, &at, &group) || group >= kIdLimit - 1) {
+      *error = "keeper spec: malformed user";
+      return false;
+    }
+    spec->groups.push_back(static_cast<int64_t>(group));
+  }
+  if ((spec->uid < 0) != (spec->gid < 0)) {
+    *error = "keeper spec: a uid without a gid, or a gid without a uid";
+    return false;
+  }
   if (at != data.size()) {
     *error = "keeper spec: bytes after the binding";
     return false;

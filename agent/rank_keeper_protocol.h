@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,12 @@ struct KeeperSpec {
   // before it forks the rank. Empty / -1: no binding.
   std::vector<int> cpus;
   int mem_node = -1;
+  // Note [Ranks as another user] (agent/run_as_user.h): the rank drops to
+  // this uid, gid and supplementary groups before it changes directory and
+  // execs. -1: it keeps the keeper's identity.
+  int64_t uid = -1;
+  int64_t gid = -1;
+  std::vector<int64_t> groups;
 };
 
 // NUL-separated fields behind a version tag. Strings may hold any byte but NUL

@@ -26,6 +26,18 @@ TEST(KeeperSpec, RoundTripsEveryField) {
   ASSERT_TRUE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error)) << error;
   EXPECT_EQ(decoded.cpus, spec.cpus);
   EXPECT_EQ(decoded.mem_node, 1);
+  EXPECT_EQ(decoded.uid, -1);
+  EXPECT_EQ(decoded.gid, -1);
+  // Note [Ranks as another user]; uid 0 is a uid like any other.
+  for (int64_t uid : {int64_t{0}, int64_t{65534}, int64_t{4294967294}}) {
+    spec.uid = uid;
+    spec.gid = 100;
+    spec.groups = {100, 44, 0};
+    ASSERT_TRUE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error)) << error;
+    EXPECT_EQ(decoded.uid, uid);
+    EXPECT_EQ(decoded.gid, 100);
+    EXPECT_EQ(decoded.groups, spec.groups);
+  }
 }
 
 TEST(KeeperSpec, RefusesWhatWasNotEncoded) {
@@ -40,6 +52,10 @@ TEST(KeeperSpec, RefusesWhatWasNotEncoded) {
   EXPECT_FALSE(DecodeKeeperSpec(good.substr(0, good.size() - 1), &decoded, &error));
   EXPECT_FALSE(DecodeKeeperSpec(good + "x", &decoded, &error));
   EXPECT_NE(error.find("bytes after"), std::string::npos);
+  spec.uid = 1000;  // no gid
+  EXPECT_FALSE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error));
+  EXPECT_NE(error.find("uid without a gid"), std::string::npos);
+  spec.uid = -1;
   spec.argv.clear();
   EXPECT_FALSE(DecodeKeeperSpec(EncodeKeeperSpec(spec), &decoded, &error));
   EXPECT_NE(error.find("argv"), std::string::npos);
