@@ -839,6 +839,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                       m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
                       m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
                       m.frozen_parameters);
+        if (m.swapped_to_nvme == 0 && m.host_parameter_copy > 0) {
+          absl::FPrintF(context.out, "  host copy of the bf16 parameters the CPU Adam writes: %d B\n",
+                        m.host_parameter_copy);
+        }
         if (m.swapped_to_nvme > 0) {
           absl::FPrintF(context.out,
                         "  NVMe offload: master weights and optimizer state %d B in swap files, host buffers %d B, "

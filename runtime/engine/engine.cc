@@ -638,6 +638,8 @@ Engine::MemoryBreakdown Engine::Memory() const {
       bytes.swapped_to_nvme = swapped->FileBytes();
       bytes.swap_buffers = swapped->HostBufferBytes();
       if (zero_->stage() != 3) bytes.host_parameter_copy = zero_->shard_size() * zero_->ParameterElementBytes();
+    } else {
+      bytes.host_parameter_copy = zero_->HostParameterCopyBytes();
     }
     if (expert_zero_) {
       bytes.parameters += expert_zero_->ParameterBytes();

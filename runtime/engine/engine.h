@@ -157,7 +157,11 @@ class Engine {
     // NVMe offload (Note [NVMe offload]): master weights and optimizer state
     // in swap files (bytes on disk; master_weights and optimizer_state are 0),
     // the host buffers they stream through, and the updated parameters kept
-    // on the host for the gathers (stages 0-2).
+    // on the host for the gathers (stages 0-2). Without NVMe,
+    // host_parameter_copy is the bf16 buffer the CPU Adam writes the rounded
+    // parameters into when it is not the parameter shard itself (Note [bf16
+    // parameters from the host step]: stages 1-2, and stage 3's second shard
+    // under delay_update), 2 bytes per shard element.
     int64_t swapped_to_nvme = 0, swap_buffers = 0, host_parameter_copy = 0;
   };
   MemoryBreakdown Memory() const;

@@ -54,6 +54,7 @@ std::string EstimateReport(const EstimateRequest& r) {
   };
   for (Row row : rows) {
     row.setting.delay_update = r.delay_update && row.setting.offload_optimizer;
+    row.setting.bf16 = r.precision == "bf16";
     const RankStates states = DslaunchRankStates(m, row.setting, world, r.compute_bytes);
     absl::StrAppend(&out, "| ", row.setting.stage, " | ", row.offload, " | ", Gib(states.Device()), " | ",
                     Gib(states.Host() * r.gpus_per_node), " |");

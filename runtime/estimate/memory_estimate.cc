@@ -12,7 +12,7 @@ int64_t RankStates::Device() const {
 }
 
 int64_t RankStates::Host() const {
-  int64_t bytes = host_gradient;
+  int64_t bytes = host_gradient + host_parameter_copy;
   if (parameters_on_host) bytes += parameters;
   if (optimizer_on_host) bytes += master_weights + optimizer_state;
   return bytes;
@@ -30,6 +30,9 @@ RankStates DslaunchRankStates(const ModelSize& model, const ZeroSetting& setting
   r.optimizer_on_host = setting.offload_optimizer && stage >= 1;
   r.parameters_on_host = setting.offload_param && stage == 3;
   if (r.optimizer_on_host) r.host_gradient = 4 * psi / n * (setting.delay_update ? 2 : 1);
+  if (r.optimizer_on_host && setting.bf16 && !(r.parameters_on_host && !setting.delay_update)) {
+    r.host_parameter_copy = 2 * psi / n;
+  }
   if (stage == 3) r.gathered_working = 3 * k * model.block;
   return r;
 }

@@ -13,8 +13,10 @@
 // which for bf16 is DeepSpeed's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N.
 // offload_optimizer.device=cpu moves the masters and moments to the host
 // and adds the pinned fp32 gradient shard there (4Ψ/N; twice that with
-// delay_update, Note [Delayed parameter update]); offload_param (stage 3)
-// moves the parameter shard too. Frozen parameters (LoRA's base) are held
+// delay_update, Note [Delayed parameter update]); with bf16 also the bf16
+// copy the CPU Adam writes (2Ψ/N; at stage 3 with offload_param it is the
+// parameter shard itself, so nothing more, unless delay_update needs a
+// second shard); offload_param (stage 3) moves the parameter shard too. Frozen parameters (LoRA's base) are held
 // whole in the compute dtype on every GPU. Every unit is padded to a
 // multiple of N elements, so a real rank holds up to N elements per unit
 // more. Stage 3 also holds gathered units while it computes: two blocks
@@ -54,6 +56,9 @@ struct ZeroSetting {
   bool offload_optimizer = false;
   bool offload_param = false;  // stage 3 only
   bool delay_update = false;   // with offload_optimizer
+  // bf16 compute with offload_optimizer: the CPU Adam also writes the rounded
+  // parameters into a host buffer (Note [bf16 parameters from the host step]).
+  bool bf16 = false;
 };
 
 // One rank's model states (Note [Memory estimate]), by Engine::Memory()'s
@@ -62,6 +67,10 @@ struct RankStates {
   int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
   int64_t frozen_parameters = 0;
   int64_t host_gradient = 0;     // the pinned fp32 gradient shard of offload
+  // bf16 with offload_optimizer: the host buffer the CPU Adam writes the
+  // rounded parameters into, 2Ψ/N; none at stage 3 with offload_param, where
+  // it is the parameter shard itself, unless delay_update needs a second one.
+  int64_t host_parameter_copy = 0;
   int64_t gathered_working = 0;  // stage 3: gathered blocks and their gradients
   bool optimizer_on_host = false, parameters_on_host = false;
   int64_t Device() const;

@@ -65,6 +65,17 @@ TEST(MemoryEstimateTest, OurStatesAreTheZeroFormulasAndOffloadMovesThemToTheHost
   const RankStates everything = DslaunchRankStates(model, {3, true, true}, n, 2);
   EXPECT_EQ(everything.Device(), 2 * psi / n + 3 * 2 * model.block);
   EXPECT_EQ(everything.Host(), 2 * psi / n + 16 * psi / n);
+  // bf16: the CPU Adam's bf16 copy, 2Ψ/N, a buffer of its own except at
+  // stage 3 with offload_param, where it is the parameter shard, until
+  // delay_update needs a second shard.
+  ZeroSetting bf16_stage2{2, true};
+  bf16_stage2.bf16 = true;
+  EXPECT_EQ(DslaunchRankStates(model, bf16_stage2, n, 2).Host(), 12 * psi / n + 4 * psi / n + 2 * psi / n);
+  ZeroSetting bf16_everything{3, true, true};
+  bf16_everything.bf16 = true;
+  EXPECT_EQ(DslaunchRankStates(model, bf16_everything, n, 2).Host(), 2 * psi / n + 16 * psi / n);
+  bf16_everything.delay_update = true;
+  EXPECT_EQ(DslaunchRankStates(model, bf16_everything, n, 2).Host(), 2 * psi / n + 20 * psi / n + 2 * psi / n);
 }
 
 TEST(MemoryEstimateTest, ActivationsFollowThePaperAndCheckpointingKeepsLayerInputs) {

@@ -266,6 +266,13 @@ class ZeroPartition {
   int64_t ParameterBytes() const;
   int64_t GradientBytes() const;
   int64_t MasterBytes() const { return swapped_ ? 0 : master_shard_.numel() * 4; }
+  // Note [bf16 parameters from the host step]: the host buffer the CPU Adam
+  // writes the rounded parameters into, when it is a buffer of its own (0
+  // when there is none, or when it is the parameter shard itself).
+  int64_t HostParameterCopyBytes() const {
+    if (!host_parameter_copy_.defined() || host_parameter_copy_.is_same(param_shard_)) return 0;
+    return host_parameter_copy_.numel() * host_parameter_copy_.element_size();
+  }
   int64_t ParameterElementBytes() const { return params_.front().element_size(); }
 
   // For checkpoints: this rank's pieces [Σ S_u] of a flat vector of Ψ
