@@ -138,8 +138,22 @@ grpc::Status AgentService::CheckJobCredential(const grpc::ServerContext& context
                         absl::StrCat("dsagent: a call about job ", job_id, " needs the job's own credential in ",
                                      kJobTokenMetadataKey, "; this call's is weak: ", strong.message()));
   }
-  std::shared_ptr<Job> job;
-  return JobOfCall(context, job_id, /*bind=*/false, &job);
+  // Bound to another credential: refused, unless the job is over, which a
+  // binding call (StartRanks, Watch, KeepAlive) may take; JobOfCall decides.
+  std::shared_ptr<Job> job = FindJob(job_id);
+  if (job && !TokensEqual(job->credential, credential) && !JobIsOver(*job)) {
+    return JobOfCall(context, job_id, /*bind=*/false, &job);
+  }
+  return grpc::Status::OK;
+}
+
+bool AgentService::JobIsOver(Job& job) {
+  std::lock_guard<std::mutex> lock(job.mu);
+  if (job.watched) return false;
+  for (const auto& rank : job.ranks) {
+    if (!rank->ended()) return false;
+  }
+  return true;
 }
 
 grpc::Status AgentService::JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
@@ -160,6 +174,21 @@ grpc::Status AgentService::JobOfCall(const grpc::ServerContext& context, const s
     }
     it = jobs_.emplace(job_id, std::move(created)).first;
   } else if (!TokensEqual(it->second->credential, credential)) {
+    // A job whose ranks have all ended and that nobody watches is over: a new
+    // dslaunch may take its id at once (a rerun with the same --job_id),
+    // without waiting for the agent to forget it a lease later.
+    if (bind && JobIsOver(*it->second)) {
+      LogLine(absl::StrCat("job ", job_id, ": ended and unwatched; a new controller takes the id"));
+      auto created = std::make_shared<Job>(job_id, credential);
+      {
+        std::lock_guard<std::mutex> job_lock(created->mu);
+        created->last_contact = std::chrono::steady_clock::now();
+        created->lease = config_.default_lease;
+      }
+      it->second = std::move(created);
+      *job = it->second;
+      return grpc::Status::OK;
+    }
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("dsagent: job ", job_id, " belongs to another controller: the call's job "
                                      "credential is not the one the job was started with (does another dslaunch "

@@ -149,12 +149,16 @@ class AgentService final {
   // Note [Per-job credentials]: the job `job_id` if the call's credential is
   // the one it is bound to; nullptr when the agent does not know the job,
   // unless `bind`, which creates it bound to the call's credential. Refused
-  // (PERMISSION_DENIED) when the job is bound to another credential. The
+  // (PERMISSION_DENIED) when the job is bound to another credential, unless
+  // `bind` and the job is over (no live rank, no watcher): then the job
+  // starts afresh under the call's credential (a rerun with the same id). The
   // gate has checked the call; handlers look jobs up through this so that a
   // job forgotten and re-created between the gate and the handler is checked
   // again under the lock.
   grpc::Status JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
                          std::shared_ptr<Job>* job);
+  // No live rank and no watcher (takes job.mu).
+  static bool JobIsOver(Job& job);
   // Any job by id, for the rank-token checks and the agent's own report.
   std::shared_ptr<Job> FindJob(const std::string& job_id);
   void Touch(Job& job);

@@ -447,6 +447,20 @@ TEST_F(AgentServiceTest, AJobAnswersOnlyToItsOwnCredential) {
   EXPECT_EQ(reply.signalled(), 2);
   EXPECT_TRUE(WaitLive("owned", 0));
   EXPECT_EQ(service_->LiveRankCount("other"), 1);
+  // Over (no live rank, no watcher): a new controller may rerun the id at
+  // once; the job it starts is its own, and the old credential is refused.
+  {
+    grpc::ClientContext again;
+    Authorize(&again, kToken, kOtherJobCredential);
+    StartRanksReply started;
+    ASSERT_TRUE(stub_->StartRanks(&again, SleepingRanks("owned", 1), &started).ok());
+  }
+  EXPECT_EQ(service_->LiveRankCount("owned"), 1);
+  grpc::ClientContext old;
+  Authorize(&old);
+  StopJobReply none;
+  EXPECT_EQ(stub_->StopJob(&old, stop, &none).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(service_->LiveRankCount("owned"), 1);
 }
 
 TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {
