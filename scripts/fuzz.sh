@@ -30,6 +30,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPI
 ninja -C "$build" -j "${JOBS:-$(nproc)}" "${targets[@]/%/_fuzzer}"
 
 work=$(mktemp -d /tmp/dslaunch-fuzz.XXXXXX)
+export TMPDIR=$work  # the targets that need a file write theirs here
 report_finding() {  # TARGET LOG
   echo "fuzz.sh: $1: FINDING" >&2
   grep -v '^#[0-9]' "$2" | tail -n 60 >&2
