@@ -156,46 +156,53 @@ bool AgentService::JobIsOver(Job& job) {
   return true;
 }
 
+std::shared_ptr<AgentService::Job> AgentService::NewJob(const std::string& job_id, const std::string& credential) {
+  auto created = std::make_shared<Job>(job_id, credential);
+  std::lock_guard<std::mutex> job_lock(created->mu);  // no other thread can hold it yet
+  created->last_contact = std::chrono::steady_clock::now();
+  created->lease = config_.default_lease;
+  return created;
+}
+
 grpc::Status AgentService::JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
                                      std::shared_ptr<Job>* job) {
   const std::string credential = CallJobToken(context);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    if (!bind) {
-      job->reset();
-      return grpc::Status::OK;
-    }
-    auto created = std::make_shared<Job>(job_id, credential);
-    {
-      std::lock_guard<std::mutex> job_lock(created->mu);
-      created->last_contact = std::chrono::steady_clock::now();
-      created->lease = config_.default_lease;
-    }
-    it = jobs_.emplace(job_id, std::move(created)).first;
-  } else if (!TokensEqual(it->second->credential, credential)) {
-    // A job whose ranks have all ended and that nobody watches is over: a new
-    // dslaunch may take its id at once (a rerun with the same --job_id),
-    // without waiting for the agent to forget it a lease later.
-    if (bind && JobIsOver(*it->second)) {
-      LogLine(absl::StrCat("job ", job_id, ": ended and unwatched; a new controller takes the id"));
-      auto created = std::make_shared<Job>(job_id, credential);
-      {
-        std::lock_guard<std::mutex> job_lock(created->mu);
-        created->last_contact = std::chrono::steady_clock::now();
-        created->lease = config_.default_lease;
+  std::shared_ptr<Job> other;  // the job, bound to another credential
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      if (!bind) {
+        job->reset();
+        return grpc::Status::OK;
       }
-      it->second = std::move(created);
+      it = jobs_.emplace(job_id, NewJob(job_id, credential)).first;
+    }
+    if (TokensEqual(it->second->credential, credential)) {
       *job = it->second;
       return grpc::Status::OK;
     }
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("dsagent: job ", job_id, " belongs to another controller: the call's job "
-                                     "credential is not the one the job was started with (does another dslaunch "
-                                     "run with --job_id ", job_id, "?)"));
+    other = it->second;
   }
-  *job = it->second;
-  return grpc::Status::OK;
+  // A job whose ranks have all ended and that nobody watches is over: a new
+  // dslaunch may take its id at once (a rerun with the same --job_id),
+  // without waiting for the agent to forget it a lease later. Whether it is
+  // over is asked outside mu_, and the job replaced only if it is still the
+  // one asked about.
+  if (bind && JobIsOver(*other)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end() && it->second == other) {
+      LogLine(absl::StrCat("job ", job_id, ": ended and unwatched; a new controller takes the id"));
+      it->second = NewJob(job_id, credential);
+      *job = it->second;
+      return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat("dsagent: job ", job_id, " belongs to another controller: the call's job "
+                                   "credential is not the one the job was started with (does another dslaunch "
+                                   "run with --job_id ", job_id, "?)"));
 }
 
 std::shared_ptr<AgentService::Job> AgentService::FindJob(const std::string& job_id) {
@@ -241,6 +248,13 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
   }
   std::shared_ptr<Job> job;
   if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
+  // Read before the job's lock: mu_ is never taken under a job's lock (the
+  // lease loop takes the two the other way round).
+  std::string contact;
+  {
+    std::lock_guard<std::mutex> service_lock(mu_);
+    contact = rank_contact_address_;
+  }
   std::vector<RankSupervisor*> started;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -256,11 +270,6 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       }
     }
     job->heartbeat_timeout = std::chrono::milliseconds(std::max<int64_t>(0, request->heartbeat_timeout_ms()));
-    std::string contact;
-    {
-      std::lock_guard<std::mutex> service_lock(mu_);
-      contact = rank_contact_address_;
-    }
     // Note [Core binding]: every rank's share, or the whole request is refused.
     std::map<int, RankCores> cores_of_rank;
     if (request->core_binding().enabled()) {

@@ -159,6 +159,8 @@ class AgentService final {
                          std::shared_ptr<Job>* job);
   // No live rank and no watcher (takes job.mu).
   static bool JobIsOver(Job& job);
+  // A job bound to `credential`, its lease the default.
+  std::shared_ptr<Job> NewJob(const std::string& job_id, const std::string& credential);
   // Any job by id, for the rank-token checks and the agent's own report.
   std::shared_ptr<Job> FindJob(const std::string& job_id);
   void Touch(Job& job);
@@ -170,6 +172,7 @@ class AgentService final {
   void CheckHeartbeats(Job& job, std::chrono::steady_clock::time_point now);
 
   const AgentConfig config_;
+  // Lock order: mu_, then a job's mu; never mu_ under a job's lock.
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   bool shutting_down_ = false;                        // guarded by mu_
