@@ -16,7 +16,7 @@ int RunCertsCommand(const std::vector<std::string>& args) {
   std::string out, hosts;
   int64_t days = 365;
   bool one_for_all = false;
-  FlagTable flags("dslaunch certs", "dslaunch certs --out DIR --hosts HOST,HOST,... [--days N]");
+  FlagTable flags("dslaunch certs", "dslaunch certs --out DIR --hosts HOST,HOST,... [--days N] [--one_for_all]");
   flags.String("--out", &out, "DIR", "where the CA and one folder per host go (made 0700; an existing CA signs)")
       .String("--hosts", &hosts, "LIST",
               "the hosts' names or addresses as controllers and ranks dial them (localhost and 127.0.0.1 are "
