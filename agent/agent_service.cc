@@ -21,15 +21,15 @@ AgentService::AgentService(AgentConfig config)
     : config_(std::move(config)),
       gate_(AgentAuthPolicy(),
             {{RpcCredential::kAgentToken,
-              [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
+              [this](const grpc::ServerContextBase& context, const google::protobuf::Message&) {
                 return CheckAgentToken(context);
               }},
              {RpcCredential::kAgentAndJobToken,
-              [this](const grpc::ServerContext& context, const google::protobuf::Message& request) {
+              [this](const grpc::ServerContextBase& context, const google::protobuf::Message& request) {
                 return CheckJobCredential(context, request);
               }},
              {RpcCredential::kRankToken,
-              [this](const grpc::ServerContext&, const google::protobuf::Message& request) {
+              [this](const grpc::ServerContextBase&, const google::protobuf::Message& request) {
                 return CheckRankToken(request);
               }}}) {
   gate_.Unary("/dslaunch.Agent/Describe", this, &AgentService::Describe);
@@ -55,7 +55,7 @@ AgentService::~AgentService() {
   StopAllJobs(std::chrono::milliseconds(0), "agent shutting down");
 }
 
-grpc::Status AgentService::CheckAgentToken(const grpc::ServerContext& context) const {
+grpc::Status AgentService::CheckAgentToken(const grpc::ServerContextBase& context) const {
   if (CallHasToken(context, config_.token)) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       "dsagent: missing or wrong token; check --token_file on both sides");
@@ -115,7 +115,7 @@ grpc::Status AgentService::CheckRankToken(const google::protobuf::Message& reque
   return grpc::Status::OK;
 }
 
-grpc::Status AgentService::CheckJobCredential(const grpc::ServerContext& context,
+grpc::Status AgentService::CheckJobCredential(const grpc::ServerContextBase& context,
                                               const google::protobuf::Message& request) {
   if (grpc::Status agent = CheckAgentToken(context); !agent.ok()) return agent;
   // The table lists this credential for requests that name a job only
@@ -164,7 +164,7 @@ std::shared_ptr<AgentService::Job> AgentService::NewJob(const std::string& job_i
   return created;
 }
 
-grpc::Status AgentService::JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
+grpc::Status AgentService::JobOfCall(const grpc::ServerContextBase& context, const std::string& job_id, bool bind,
                                      std::shared_ptr<Job>* job) {
   const std::string credential = CallJobToken(context);
   std::shared_ptr<Job> other;  // the job, bound to another credential

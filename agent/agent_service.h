@@ -143,8 +143,8 @@ class AgentService final {
 
   // The gate's checks of the agent token, of the agent token with a job's
   // credential, and of a Heartbeat's rank token.
-  grpc::Status CheckAgentToken(const grpc::ServerContext& context) const;
-  grpc::Status CheckJobCredential(const grpc::ServerContext& context, const google::protobuf::Message& request);
+  grpc::Status CheckAgentToken(const grpc::ServerContextBase& context) const;
+  grpc::Status CheckJobCredential(const grpc::ServerContextBase& context, const google::protobuf::Message& request);
   grpc::Status CheckRankToken(const google::protobuf::Message& request);
   // Note [Per-job credentials]: the job `job_id` if the call's credential is
   // the one it is bound to; nullptr when the agent does not know the job,
@@ -155,7 +155,7 @@ class AgentService final {
   // gate has checked the call; handlers look jobs up through this so that a
   // job forgotten and re-created between the gate and the handler is checked
   // again under the lock.
-  grpc::Status JobOfCall(const grpc::ServerContext& context, const std::string& job_id, bool bind,
+  grpc::Status JobOfCall(const grpc::ServerContextBase& context, const std::string& job_id, bool bind,
                          std::shared_ptr<Job>* job);
   // No live rank and no watcher (takes job.mu).
   static bool JobIsOver(Job& job);

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/agent_service.h"
+#include "common/mutex_deadlock_detection.h"
 #include "common/auth_token.h"
 #include "common/exclusive_port.h"
 #include "common/control_plane_defaults.h"
@@ -134,6 +135,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dslaunch::TurnOffMutexDeadlockDetection();
   AgentFlags flags;
   dslaunch::FlagTable table = AgentFlagTable(flags);
   if (absl::Status parsed = table.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {

@@ -114,14 +114,14 @@ bool TokensEqual(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected) {
+bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view expected) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kTokenMetadataKey);
   if (it == metadata.end()) return false;
   return TokensEqual(absl::string_view(it->second.data(), it->second.size()), expected);
 }
 
-std::string CallJobToken(const grpc::ServerContext& context) {
+std::string CallJobToken(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kJobTokenMetadataKey);
   if (it == metadata.end()) return "";

@@ -62,9 +62,9 @@ inline void AttachJobToken(grpc::ClientContext* context, const std::string& job_
 }
 
 // True when the call carries `expected`.
-bool CallHasToken(const grpc::ServerContext& context, absl::string_view expected);
+bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view expected);
 
 // The job credential the call carries; empty when it carries none.
-std::string CallJobToken(const grpc::ServerContext& context);
+std::string CallJobToken(const grpc::ServerContextBase& context);
 
 }  // namespace dslaunch

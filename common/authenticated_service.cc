@@ -39,6 +39,7 @@ AuthenticatedService::~AuthenticatedService() = default;
 
 const char* AuthenticatedService::Intern(const std::string& full_method) {
   method_names_.push_back(full_method);
+  ++methods_added_;
   return method_names_.back().c_str();
 }
 
@@ -50,7 +51,7 @@ void AuthenticatedService::Serve(grpc::ServerBuilder& builder) {
 void AuthenticatedService::ServeBeside(grpc::ServerBuilder& builder) { builder.RegisterService(this); }
 
 grpc::Status AuthenticatedService::Admit(const std::string& full_method,
-                                         const grpc::ServerContext& context,
+                                         const grpc::ServerContextBase& context,
                                          const google::protobuf::Message& request) const {
   const RpcCredential* credential = policy_.Find(full_method);
   if (credential == nullptr) {

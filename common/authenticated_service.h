@@ -31,7 +31,10 @@
 #include <grpcpp/impl/service_type.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/callback_common.h>
 #include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/server_callback.h>
+#include <grpcpp/impl/codegen/server_callback_handlers.h>
 
 #include "common/rpc_auth_policy.h"
 
@@ -40,7 +43,7 @@ namespace dslaunch {
 // OK when the call carries the credential; otherwise the status the caller
 // gets (its message is what users read: say which flag or variable to check).
 using CredentialCheck =
-    std::function<grpc::Status(const grpc::ServerContext& context,
+    std::function<grpc::Status(const grpc::ServerContextBase& context,
                                const google::protobuf::Message& request)>;
 
 class AuthenticatedService final : public grpc::Service {
@@ -83,6 +86,30 @@ class AuthenticatedService final : public grpc::Service {
             impl)));
   }
 
+  // A unary method on gRPC's callback API: the handler returns a reactor and
+  // may finish it later, holding no thread while it waits (the store's Wait).
+  // A refused call is finished by the gate and never reaches the handler.
+  template <class Impl, class Request, class Reply>
+  void CallbackUnary(const std::string& full_method, Impl* impl,
+                     grpc::ServerUnaryReactor* (Impl::*handler)(grpc::CallbackServerContext*,
+                                                                const Request*, Reply*)) {
+    const char* name = Intern(full_method);
+    AddMethod(new grpc::internal::RpcServiceMethod(name, grpc::internal::RpcMethod::NORMAL_RPC,
+                                                   nullptr));
+    MarkMethodCallback(
+        methods_added_ - 1,
+        new grpc::internal::CallbackUnaryHandler<Request, Reply>(
+            [this, name, impl, handler](grpc::CallbackServerContext* context,
+                                        const Request* request, Reply* reply) {
+              if (grpc::Status refused = Admit(name, *context, *request); !refused.ok()) {
+                grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+                reactor->Finish(refused);
+                return reactor;
+              }
+              return (impl->*handler)(context, request, reply);
+            }));
+  }
+
   // Registers this service and the refusal of unlisted methods with `builder`
   // (which then takes no other generic service).
   void Serve(grpc::ServerBuilder& builder);
@@ -92,7 +119,7 @@ class AuthenticatedService final : public grpc::Service {
 
   // OK, or why `full_method` is refused for this call (the gate itself;
   // public for tests).
-  grpc::Status Admit(const std::string& full_method, const grpc::ServerContext& context,
+  grpc::Status Admit(const std::string& full_method, const grpc::ServerContextBase& context,
                      const google::protobuf::Message& request) const;
 
   const RpcAuthPolicy& policy() const { return policy_; }
@@ -101,11 +128,13 @@ class AuthenticatedService final : public grpc::Service {
   class UnlistedMethodRefusal;
 
   // gRPC keeps a method's name as a const char*: it must outlive the server.
+  // Also counts the methods added (the index MarkMethodCallback takes).
   const char* Intern(const std::string& full_method);
 
   const RpcAuthPolicy policy_;
   const std::map<RpcCredential, CredentialCheck> checks_;
   std::deque<std::string> method_names_;  // stable addresses
+  int methods_added_ = 0;
   std::unique_ptr<grpc::CallbackGenericService> unlisted_;
 };
 

@@ -42,7 +42,7 @@ class AuthenticatedServiceTest : public ::testing::Test {
         std::move(policy),
         std::map<RpcCredential, CredentialCheck>{
             {RpcCredential::kAgentToken,
-             [](const grpc::ServerContext& context, const google::protobuf::Message&) {
+             [](const grpc::ServerContextBase& context, const google::protobuf::Message&) {
                return CallHasToken(context, kToken)
                           ? grpc::Status::OK
                           : grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "test: wrong token");

@@ -10,7 +10,7 @@ ControllerStatusService::ControllerStatusService(const JobStatusBoard* board, st
       tokens_(std::move(tokens)),
       gate_(ControllerAuthPolicy(),
             {{RpcCredential::kControllerToken,
-              [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
+              [this](const grpc::ServerContextBase& context, const google::protobuf::Message&) {
                 for (const std::string& token : tokens_) {
                   if (!token.empty() && CallHasToken(context, token)) return grpc::Status::OK;
                 }

@@ -25,8 +25,9 @@ class GrpcAgentClient final : public AgentClient {
   // `job_credential` is what this controller's job is bound to on the agent
   // (empty for a client that only calls Describe).
   // The connection is pinged every `keepalive` and declared dead when a ping
-  // goes unanswered for as long: a lost host is noticed within 2 × keepalive
-  // (dslaunch uses a quarter of the lease, so within half of it).
+  // goes unanswered for twice as long: a lost host is noticed within
+  // 3 × keepalive (dslaunch uses a quarter of the lease, so within three
+  // quarters of it).
   // `credentials`: TLS for an agent started with --tls_dir (Note [Mutual
   // TLS]); null: plaintext.
   GrpcAgentClient(std::string host, const std::string& address, std::string token, std::string job_credential,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/for_each_concurrently.h"
 #include "launcher/attempt_state.h"
 #include "launcher/start_ranks_request.h"
 
@@ -128,11 +129,16 @@ void JobController::StopKeepAlives() {
 }
 
 bool JobController::WatchEveryAgent() {
+  // Every agent at once (common/for_each_concurrently.h).
+  std::vector<absl::Status> watching(agents_.size());
+  ForEachConcurrently(agents_.size(), kAgentCallsInFlight,
+                      [&](size_t node) { watching[node] = WatchAgent(static_cast<int>(node)); });
   for (size_t node = 0; node < agents_.size(); ++node) {
-    absl::Status watching = WatchAgent(static_cast<int>(node));
-    if (watching.ok()) continue;
-    notice_(absl::StrCat("cannot watch the job on ", agents_[node]->host(), ": ", watching.message()));
-    for (size_t opened = 0; opened < node; ++opened) agents_[opened]->StopWatch();
+    if (watching[node].ok()) continue;
+    notice_(absl::StrCat("cannot watch the job on ", agents_[node]->host(), ": ", watching[node].message()));
+    for (size_t opened = 0; opened < agents_.size(); ++opened) {
+      if (watching[opened].ok()) agents_[opened]->StopWatch();
+    }
     return false;
   }
   return true;

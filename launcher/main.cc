@@ -25,6 +25,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/for_each_concurrently.h"
+#include "common/mutex_deadlock_detection.h"
 #include "common/auth_token.h"
 #include "common/control_plane_defaults.h"
 #include "common/exclusive_port.h"
@@ -193,11 +195,16 @@ EarlyExit ConnectStaticAgents(const LauncherOptions& options, const PlannedJob& 
   auto existing = AgentFleet::Existing(options.agents);
   if (!existing.ok()) return UsageError(existing.status());
   agents->fleet = std::move(*existing);
+  // Every agent at once (common/for_each_concurrently.h).
+  const std::vector<AgentEndpoint>& endpoints = agents->fleet->endpoints();
+  std::vector<absl::StatusOr<DescribeReply>> replies(endpoints.size());
+  ForEachConcurrently(endpoints.size(), kAgentCallsInFlight, [&](size_t at) {
+    replies[at] = GrpcAgentClient(endpoints[at].host, endpoints[at].address, token,
+                                  /*job_credential=*/"", ChannelCredentialsFor(job.tls_files()))
+                      .Describe();
+  });
   std::vector<DescribeReply> described;
-  for (const auto& endpoint : agents->fleet->endpoints()) {
-    auto reply = GrpcAgentClient(endpoint.host, endpoint.address, token, /*job_credential=*/"",
-                                 ChannelCredentialsFor(job.tls_files()))
-                     .Describe();
+  for (const auto& reply : replies) {
     if (!reply.ok()) {
       Notice(std::string(reply.status().message()));
       return kLaunchError;
@@ -497,6 +504,7 @@ int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<Agent
 }
 
 int Main(int argc, char** argv) {
+  TurnOffMutexDeadlockDetection();
   // `dslaunch estimate ...` (Note [Memory estimate]): nothing is launched.
   if (argc > 1 && std::string(argv[1]) == "estimate") {
     return RunEstimateCommand(std::vector<std::string>(argv + 2, argv + argc));

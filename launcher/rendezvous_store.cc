@@ -1,6 +1,5 @@
 #include "launcher/rendezvous_store.h"
 
-#include <set>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -14,7 +13,7 @@ RendezvousStore::RendezvousStore(std::string job_id, std::string token)
       token_(std::move(token)),
       gate_(StoreAuthPolicy(),
             {{RpcCredential::kStoreToken,
-              [this](const grpc::ServerContext& context, const google::protobuf::Message&) {
+              [this](const grpc::ServerContextBase& context, const google::protobuf::Message&) {
                 if (CallHasToken(context, token_)) return grpc::Status::OK;
                 // An attempt's token: which attempt it opens is CheckCall's.
                 std::lock_guard<std::mutex> lock(mu_);
@@ -26,10 +25,24 @@ RendezvousStore::RendezvousStore(std::string job_id, std::string token)
               }}}) {
   gate_.Unary("/dslaunch.Store/Set", this, &RendezvousStore::Set);
   gate_.Unary("/dslaunch.Store/Get", this, &RendezvousStore::Get);
-  gate_.Unary("/dslaunch.Store/Wait", this, &RendezvousStore::Wait);
+  gate_.CallbackUnary("/dslaunch.Store/Wait", this, &RendezvousStore::Wait);
   gate_.Unary("/dslaunch.Store/Add", this, &RendezvousStore::Add);
   gate_.Unary("/dslaunch.Store/CompareSet", this, &RendezvousStore::CompareSet);
   gate_.Unary("/dslaunch.Store/Delete", this, &RendezvousStore::Delete);
+  deadline_thread_ = std::thread([this] { DeadlineLoop(); });
+}
+
+RendezvousStore::~RendezvousStore() {
+  EndedWaiters ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    destroying_ = true;
+    shut_down_ = true;
+    ended = EndWaitersOfOverAttempts();
+  }
+  deadlines_changed_.notify_all();
+  RunDone(std::move(ended));
+  if (deadline_thread_.joinable()) deadline_thread_.join();
 }
 
 void RendezvousStore::Serve(grpc::ServerBuilder& builder) { gate_.Serve(builder); }
@@ -43,7 +56,7 @@ std::string RendezvousStore::TokenForAttempt(int attempt) {
 
 std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
 
-grpc::Status RendezvousStore::CheckCall(const grpc::ServerContext& context,
+grpc::Status RendezvousStore::CheckCall(const grpc::ServerContextBase& context,
                                         const StoreScope& scope) {
   if (scope.job_id() != job_id_) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
@@ -68,7 +81,7 @@ grpc::Status RendezvousStore::CheckCall(const grpc::ServerContext& context,
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousStore::Check(const grpc::ServerContext& context, const StoreScope& scope,
+grpc::Status RendezvousStore::Check(const grpc::ServerContextBase& context, const StoreScope& scope,
                                     const std::string& key, std::string* full_key) {
   if (auto s = CheckCall(context, scope); !s.ok()) return s;
   return ScopedKey(scope, key, full_key);
@@ -87,11 +100,13 @@ grpc::Status RendezvousStore::Set(grpc::ServerContext* context, const StoreSetRe
                                   StoreSetReply*) {
   std::string key;
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  EndedWaiters ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     values_[key] = request->value();
-    WakeWaitersOf(key);
+    ended = WakeWaitersOf(key);
   }
+  RunDone(std::move(ended));
   auto [first, last] = observers_.equal_range(request->key());
   for (auto it = first; it != last; ++it) it->second(request->scope().attempt(), request->value());
   return grpc::Status::OK;
@@ -113,64 +128,154 @@ grpc::Status RendezvousStore::Get(grpc::ServerContext* context, const StoreGetRe
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousStore::Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
-                                   StoreWaitReply*) {
-  if (auto s = CheckCall(*context, request->scope()); !s.ok()) return s;
+grpc::ServerUnaryReactor* RendezvousStore::Wait(grpc::CallbackServerContext* context,
+                                                const StoreWaitRequest* request, StoreWaitReply*) {
+  // Finishes the call once StartWait's `done` runs; a cancelled call (the
+  // rank died, its deadline passed) ends its waiter.
+  class WaitCall final : public grpc::ServerUnaryReactor {
+   public:
+    explicit WaitCall(RendezvousStore* store) : store_(store) {}
+    void Begin(uint64_t id) {
+      std::lock_guard<std::mutex> lock(mu_);
+      id_ = id;
+      if (cancelled_ && id_ != 0) store_->CancelWait(id_);
+    }
+    void OnCancel() override {
+      uint64_t id = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cancelled_ = true;
+        id = id_;
+      }
+      if (id != 0) store_->CancelWait(id);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    RendezvousStore* const store_;
+    std::mutex mu_;
+    uint64_t id_ = 0;        // guarded by mu_
+    bool cancelled_ = false;  // guarded by mu_
+  };
+  auto* call = new WaitCall(this);
+  call->Begin(StartWait(*context, *request, [call](grpc::Status status) { call->Finish(status); }));
+  return call;
+}
+
+uint64_t RendezvousStore::StartWait(const grpc::ServerContextBase& context,
+                                    const StoreWaitRequest& request, WaitDone done) {
+  if (auto s = CheckCall(context, request.scope()); !s.ok()) {
+    done(s);
+    return 0;
+  }
   std::vector<std::string> keys;
-  for (const auto& key : request->keys()) {
+  for (const auto& key : request.keys()) {
     std::string full;
-    if (auto s = ScopedKey(request->scope(), key, &full); !s.ok()) return s;
+    if (auto s = ScopedKey(request.scope(), key, &full); !s.ok()) {
+      done(s);
+      return 0;
+    }
     keys.push_back(std::move(full));
   }
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(std::max<int64_t>(0, request->timeout_ms()));
-  std::condition_variable changed;
-  std::unique_lock<std::mutex> lock(mu_);
-  std::vector<std::multimap<std::string, std::condition_variable*>::iterator> registered;
-  for (const auto& key : keys) registered.push_back(waiters_.emplace(key, &changed));
-  struct Unregister {
-    RendezvousStore* store;
-    decltype(registered)* entries;
-    ~Unregister() {  // runs with mu_ held: `lock` is destroyed after this
-      for (auto it : *entries) store->waiters_.erase(it);
+  const int64_t timeout_ms = std::max<int64_t>(0, request.timeout_ms());
+  EndedWaiters ended;
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int attempt = request.scope().attempt();
+    if (AllPresent(keys)) {
+      ended.push_back({std::move(done), grpc::Status::OK});
+    } else if (shut_down_ || attempt < dropped_below_) {
+      ended.push_back({std::move(done), grpc::Status(grpc::StatusCode::ABORTED,
+                                                     absl::StrCat("attempt ", attempt, " of job ",
+                                                                  job_id_, " is over"))});
+    } else if (timeout_ms == 0) {
+      ended.push_back({std::move(done), TimedOut(keys, timeout_ms)});
+    } else {
+      id = next_waiter_++;
+      Waiter& waiter = waiting_[id];
+      waiter.keys = std::move(keys);
+      waiter.attempt = attempt;
+      waiter.timeout_ms = timeout_ms;
+      waiter.done = std::move(done);
+      for (const auto& key : waiter.keys) waiter.by_key.push_back(waiters_.emplace(key, id));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      waiter.by_deadline = deadlines_.emplace(deadline, id);
+      if (waiter.by_deadline == deadlines_.begin()) deadlines_changed_.notify_all();
     }
-  } unregister{this, &registered};
-  auto all_present = [&] {
-    for (const auto& key : keys) {
-      if (!values_.count(key)) return false;
-    }
-    return true;
-  };
-  const int attempt = request->scope().attempt();
-  while (!all_present()) {
-    if (shut_down_ || attempt < dropped_below_) {
-      return grpc::Status(grpc::StatusCode::ABORTED,
-                          absl::StrCat("attempt ", attempt, " of job ", job_id_, " is over"));
-    }
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    // Wake up now and then to notice a cancelled call.
-    auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-    changed.wait_until(lock, slice);
-    if (std::chrono::steady_clock::now() >= deadline && !all_present()) {
-      std::string missing;
-      for (const auto& key : keys) {
-        if (!values_.count(key)) {
-          missing = key.substr(key.find('/') + 1);
-          break;
-        }
-      }
+  }
+  RunDone(std::move(ended));
+  return id;
+}
+
+void RendezvousStore::CancelWait(uint64_t id) {
+  WaitDone done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done = TakeWaiter(id);
+  }
+  if (done) done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+}
+
+grpc::Status RendezvousStore::TimedOut(const std::vector<std::string>& keys, int64_t timeout_ms) const {
+  for (const auto& key : keys) {
+    if (!values_.count(key)) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("store key '", missing, "' did not appear within ",
-                                       request->timeout_ms(), " ms"));
+                          absl::StrCat("store key '", key.substr(key.find('/') + 1),
+                                       "' did not appear within ", timeout_ms, " ms"));
     }
   }
   return grpc::Status::OK;
+}
+
+bool RendezvousStore::AllPresent(const std::vector<std::string>& keys) const {
+  for (const auto& key : keys) {
+    if (!values_.count(key)) return false;
+  }
+  return true;
+}
+
+RendezvousStore::WaitDone RendezvousStore::TakeWaiter(uint64_t id) {
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return nullptr;
+  for (auto entry : it->second.by_key) waiters_.erase(entry);
+  deadlines_.erase(it->second.by_deadline);
+  WaitDone done = std::move(it->second.done);
+  waiting_.erase(it);
+  return done;
+}
+
+void RendezvousStore::RunDone(EndedWaiters ended) {
+  for (auto& [done, status] : ended) done(status);
+}
+
+void RendezvousStore::DeadlineLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!destroying_) {
+    if (deadlines_.empty()) {
+      deadlines_changed_.wait(lock);
+      continue;
+    }
+    const auto earliest = deadlines_.begin()->first;
+    if (std::chrono::steady_clock::now() < earliest) {
+      deadlines_changed_.wait_until(lock, earliest);
+      continue;
+    }
+    const uint64_t id = deadlines_.begin()->second;
+    const Waiter& waiter = waiting_.at(id);
+    grpc::Status status = TimedOut(waiter.keys, waiter.timeout_ms);
+    WaitDone done = TakeWaiter(id);
+    lock.unlock();
+    done(status);
+    lock.lock();
+  }
 }
 
 grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRequest* request,
                                   StoreAddReply* reply) {
   std::string key;
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
+  EndedWaiters ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t current = 0;
@@ -186,8 +291,9 @@ grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRe
     }
     values_[key] = absl::StrCat(current);
     reply->set_value(current);
-    WakeWaitersOf(key);
+    ended = WakeWaitersOf(key);
   }
+  RunDone(std::move(ended));
   return grpc::Status::OK;
 }
 
@@ -197,6 +303,7 @@ grpc::Status RendezvousStore::CompareSet(grpc::ServerContext* context,
   std::string key;
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
   bool swapped = false;
+  EndedWaiters ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = values_.find(key);
@@ -205,12 +312,13 @@ grpc::Status RendezvousStore::CompareSet(grpc::ServerContext* context,
     if (matches) {
       values_[key] = request->desired();
       swapped = true;
-      WakeWaitersOf(key);
+      ended = WakeWaitersOf(key);
     }
     reply->set_swapped(swapped);
     auto now = values_.find(key);
     if (now != values_.end()) reply->set_value(now->second);
   }
+  RunDone(std::move(ended));
   return grpc::Status::OK;
 }
 
@@ -224,10 +332,14 @@ grpc::Status RendezvousStore::Delete(grpc::ServerContext* context,
 }
 
 void RendezvousStore::SetForAttempt(int attempt, const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::string full_key = AttemptPrefix(attempt) + key;
-  values_[full_key] = value;
-  WakeWaitersOf(full_key);
+  EndedWaiters ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string full_key = AttemptPrefix(attempt) + key;
+    values_[full_key] = value;
+    ended = WakeWaitersOf(full_key);
+  }
+  RunDone(std::move(ended));
 }
 
 std::optional<std::string> RendezvousStore::GetForAttempt(int attempt, const std::string& key) {
@@ -238,6 +350,7 @@ std::optional<std::string> RendezvousStore::GetForAttempt(int attempt, const std
 }
 
 void RendezvousStore::DropAttempt(int attempt) {
+  EndedWaiters ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string prefix = AttemptPrefix(attempt);
@@ -246,38 +359,55 @@ void RendezvousStore::DropAttempt(int attempt) {
       it = values_.erase(it);
     }
     dropped_below_ = std::max(dropped_below_, attempt + 1);
-    WakeEveryWaiter();
+    ended = EndWaitersOfOverAttempts();
   }
+  RunDone(std::move(ended));
 }
 
 void RendezvousStore::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
-  shut_down_ = true;
-  WakeEveryWaiter();
+  EndedWaiters ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    ended = EndWaitersOfOverAttempts();
+  }
+  RunDone(std::move(ended));
 }
 
-void RendezvousStore::WakeWaitersOf(const std::string& key) {
+RendezvousStore::EndedWaiters RendezvousStore::WakeWaitersOf(const std::string& key) {
+  std::vector<uint64_t> ready;
   auto [begin, end] = waiters_.equal_range(key);
   for (auto it = begin; it != end; ++it) {
-    it->second->notify_one();
     ++waiters_woken_;
+    if (AllPresent(waiting_.at(it->second).keys)) ready.push_back(it->second);
   }
+  EndedWaiters ended;
+  for (uint64_t id : ready) ended.push_back({TakeWaiter(id), grpc::Status::OK});
+  return ended;
+}
+
+RendezvousStore::EndedWaiters RendezvousStore::EndWaitersOfOverAttempts() {
+  std::vector<std::pair<uint64_t, int>> over;
+  for (const auto& [id, waiter] : waiting_) {
+    if (shut_down_ || waiter.attempt < dropped_below_) over.emplace_back(id, waiter.attempt);
+  }
+  EndedWaiters ended;
+  for (const auto& [id, attempt] : over) {
+    ended.push_back({TakeWaiter(id), grpc::Status(grpc::StatusCode::ABORTED,
+                                                  absl::StrCat("attempt ", attempt, " of job ",
+                                                               job_id_, " is over"))});
+  }
+  return ended;
 }
 
 size_t RendezvousStore::WaitingCalls() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::condition_variable*> calls;
-  for (const auto& [key, changed] : waiters_) calls.insert(changed);
-  return calls.size();
+  return waiting_.size();
 }
 
 int64_t RendezvousStore::WaitersWoken() {
   std::lock_guard<std::mutex> lock(mu_);
   return waiters_woken_;
-}
-
-void RendezvousStore::WakeEveryWaiter() {
-  for (auto& [key, changed] : waiters_) changed->notify_one();
 }
 
 }  // namespace dslaunch

@@ -3,8 +3,16 @@
 // heartbeats and checkpoint commits; no second TCP store.
 //
 // Keys live in the namespace "<attempt>/<key>" of the controller's one job; a
-// call for another job id is refused. Wait blocks a server thread per waiting
-// call, which is fine for the thousands of ranks of one job.
+// call for another job id is refused.
+//
+// Note [Waiting without a thread]: Wait is served on gRPC's callback API. A
+// waiting call is an entry under each key it waits for and under its
+// deadline, not a blocked thread: the 8,000 ranks of a 1,000-host job wait
+// for their groups' NCCL ids at once. (A thread per waiting call made the
+// sync server create and switch between thousands of threads: at 500 agents
+// x 8 ranks, rendezvous took 7 s past the last StartRanks; see
+// scripts/control-plane-scale.sh.) A write finishes the waiters of its key
+// whose keys are all present; one thread finishes those whose timeout passed.
 //
 // Every call passes the authentication gate first (Note [One authentication
 // gate], common/rpc_auth_policy.h): it carries a store token.
@@ -26,6 +34,8 @@
 #include <optional>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/authenticated_service.h"
 #include "proto/store.grpc.pb.h"
@@ -35,6 +45,8 @@ namespace dslaunch {
 class RendezvousStore final {
  public:
   RendezvousStore(std::string job_id, std::string token);
+  // Ends every waiter (ABORTED) and joins the deadline thread.
+  ~RendezvousStore();
 
   // Registers the store, behind its authentication gate, with `builder`.
   void Serve(grpc::ServerBuilder& builder);
@@ -45,14 +57,24 @@ class RendezvousStore final {
                    StoreSetReply* reply);
   grpc::Status Get(grpc::ServerContext* context, const StoreGetRequest* request,
                    StoreGetReply* reply);
-  grpc::Status Wait(grpc::ServerContext* context, const StoreWaitRequest* request,
-                    StoreWaitReply* reply);
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
+                                 const StoreWaitRequest* request, StoreWaitReply* reply);
   grpc::Status Add(grpc::ServerContext* context, const StoreAddRequest* request,
                    StoreAddReply* reply);
   grpc::Status CompareSet(grpc::ServerContext* context, const StoreCompareSetRequest* request,
                           StoreCompareSetReply* reply);
   grpc::Status Delete(grpc::ServerContext* context, const StoreDeleteRequest* request,
                       StoreDeleteReply* reply);
+
+  // Wait without gRPC's reactor (Wait's core; the fuzzer's too): `done` runs
+  // exactly once, outside the store's lock, with OK once every key exists,
+  // or with why not (timeout, the attempt is over, CancelWait). Returns the
+  // waiter's id, or 0 when `done` has already run.
+  using WaitDone = std::function<void(grpc::Status)>;
+  uint64_t StartWait(const grpc::ServerContextBase& context, const StoreWaitRequest& request,
+                     WaitDone done);
+  // Ends waiter `id` with CANCELLED, if it still waits.
+  void CancelWait(uint64_t id);
 
   // Note [Store token per attempt]: attempt's token, made at the first call
   // (the controller asks for it as it starts the attempt's ranks).
@@ -85,9 +107,9 @@ class RendezvousStore final {
  private:
   // Job and a live attempt (the gate checked the token); the reason to
   // refuse the call otherwise.
-  grpc::Status CheckCall(const grpc::ServerContext& context, const StoreScope& scope);
+  grpc::Status CheckCall(const grpc::ServerContextBase& context, const StoreScope& scope);
   // CheckCall, then the full key.
-  grpc::Status Check(const grpc::ServerContext& context, const StoreScope& scope,
+  grpc::Status Check(const grpc::ServerContextBase& context, const StoreScope& scope,
                      const std::string& key, std::string* full_key);
   static grpc::Status ScopedKey(const StoreScope& scope, const std::string& key,
                                 std::string* full_key);
@@ -98,21 +120,52 @@ class RendezvousStore final {
   // A write wakes only the waiters of the key it wrote: a barrier of N ranks
   // is N writes of a counter nobody waits on and one write of the key all N
   // wait for, so N waiting ranks cost O(N) wake-ups, not O(N^2).
+  // Each returns the waiters it ended, to be told outside mu_ (RunDone).
   // REQUIRES: mu_ held.
-  void WakeWaitersOf(const std::string& key);
-  void WakeEveryWaiter();
+  struct Ended {
+    WaitDone done;
+    grpc::Status status;
+  };
+  using EndedWaiters = std::vector<Ended>;
+  EndedWaiters WakeWaitersOf(const std::string& key);
+  // Ends the waiters of attempts that are over (every waiter after Shutdown).
+  EndedWaiters EndWaitersOfOverAttempts();
+  bool AllPresent(const std::vector<std::string>& keys) const;
+  // OK when every key exists, else DEADLINE_EXCEEDED naming the first missing.
+  grpc::Status TimedOut(const std::vector<std::string>& keys, int64_t timeout_ms) const;
+  // Removes waiter `id` from every index; its `done`.
+  WaitDone TakeWaiter(uint64_t id);
+  static void RunDone(EndedWaiters ended);
+  // Ends waiters whose timeout passed, until the store is destroyed.
+  void DeadlineLoop();
+
+  struct Waiter {
+    std::vector<std::string> keys;  // full keys
+    int attempt = 0;
+    int64_t timeout_ms = 0;
+    WaitDone done;
+    std::vector<std::multimap<std::string, uint64_t>::iterator> by_key;
+    std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator by_deadline;
+  };
 
   // Set once before serving; read-only afterwards.
   std::multimap<std::string, std::function<void(int, const std::string&)>> observers_;
   std::mutex mu_;
   std::map<std::string, std::string> values_;  // guarded by mu_
-  // Each waiting call's condition variable, under every key it waits for.
-  std::multimap<std::string, std::condition_variable*> waiters_;  // guarded by mu_
-  int64_t waiters_woken_ = 0;                                      // guarded by mu_
+  // Note [Waiting without a thread]: every waiting call, by id, by each key
+  // it waits for and by its deadline.
+  std::map<uint64_t, Waiter> waiting_;                                          // guarded by mu_
+  std::multimap<std::string, uint64_t> waiters_;                                // guarded by mu_
+  std::multimap<std::chrono::steady_clock::time_point, uint64_t> deadlines_;    // guarded by mu_
+  uint64_t next_waiter_ = 1;                                                    // guarded by mu_
+  int64_t waiters_woken_ = 0;                                                   // guarded by mu_
+  bool destroying_ = false;                                                     // guarded by mu_
+  std::condition_variable deadlines_changed_;
   int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
   std::map<int, std::string> attempt_tokens_;  // Note [Store token per attempt]; guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
   AuthenticatedService gate_;
+  std::thread deadline_thread_;  // DeadlineLoop; started last
 };
 
 }  // namespace dslaunch

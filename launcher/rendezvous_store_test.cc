@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <memory>
@@ -629,6 +630,75 @@ TEST_F(RendezvousStoreTest, FromEnvironmentRejectsABadAttempt) {
   auto client = StoreClient::FromEnvironment();
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_EQ((*client)->attempt(), 3);
+}
+
+}  // namespace
+}  // namespace dslaunch
+
+namespace dslaunch {
+namespace {
+
+// Note [Waiting without a thread]: a caller that gives up (its process died,
+// its own deadline passed) takes its waiter with it; nothing waits on.
+TEST_F(RendezvousStoreTest, AWaitItsCallerAbandonsLeavesNoWaiter) {
+  auto stub = Store::NewStub(grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  AttachToken(&context, kToken);
+  context.set_deadline(std::chrono::system_clock::now() + 300ms);
+  StoreWaitRequest request;
+  request.mutable_scope()->set_job_id(kJob);
+  request.mutable_scope()->set_attempt(0);
+  request.add_keys("never-written");
+  request.set_timeout_ms(600000);
+  StoreWaitReply reply;
+  EXPECT_EQ(stub->Wait(&context, request, &reply).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  for (auto deadline = std::chrono::steady_clock::now() + kBound;
+       store_->WaitingCalls() != 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(store_->WaitingCalls(), 0u);
+}
+
+// Thousands of ranks wait at once without a thread each: 2,000 waiting calls
+// over one connection, ended by one write.
+TEST_F(RendezvousStoreTest, TwoThousandWaitersNeedNoThreadEach) {
+  constexpr int kWaiters = 2000;
+  auto stub = Store::NewStub(grpc::CreateChannel(Address(), grpc::InsecureChannelCredentials()));
+  struct Call {
+    grpc::ClientContext context;
+    StoreWaitRequest request;
+    StoreWaitReply reply;
+    std::promise<grpc::Status> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kWaiters; ++i) {
+    auto call = std::make_unique<Call>();
+    AttachToken(&call->context, kToken);
+    call->context.set_deadline(std::chrono::system_clock::now() + kBound);
+    call->request.mutable_scope()->set_job_id(kJob);
+    call->request.add_keys("go");
+    call->request.set_timeout_ms(std::chrono::milliseconds(kBound).count());
+    Call* raw = call.get();
+    stub->async()->Wait(&raw->context, &raw->request, &raw->reply,
+                        [raw](grpc::Status status) { raw->done.set_value(std::move(status)); });
+    calls.push_back(std::move(call));
+  }
+  for (auto deadline = std::chrono::steady_clock::now() + kBound;
+       store_->WaitingCalls() != kWaiters && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(store_->WaitingCalls(), static_cast<size_t>(kWaiters));
+  // A thread per waiting call (the sync API) would make this over 2,000.
+  const auto threads = std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                     std::filesystem::directory_iterator());
+  EXPECT_LT(threads, 200);
+  ASSERT_TRUE(Client()->Set("go", "1").ok());
+  for (auto& call : calls) {
+    auto result = call->done.get_future();
+    ASSERT_EQ(result.wait_for(kBound), std::future_status::ready);
+    EXPECT_TRUE(result.get().ok());
+  }
+  EXPECT_EQ(store_->WaitingCalls(), 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <grpcpp/test/server_context_test_spouse.h>
 
 #include <cstdint>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -180,8 +181,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         request.add_keys(key);
         if (op == 6) request.add_keys(keys[0]);
         request.set_timeout_ms(0);
-        dslaunch::StoreWaitReply reply;
-        status = store.Wait(&context, &request, &reply);
+        std::promise<grpc::Status> waited;
+        store.StartWait(context, request, [&waited](grpc::Status s) { waited.set_value(std::move(s)); });
+        status = waited.get_future().get();
         if (opens) {
           bool empty = key.empty(), present = model.values.count(slot) > 0;
           if (op == 6) present = present && model.values.count({attempt, keys[0]}) > 0;
