@@ -30,7 +30,7 @@ run() {  # NAME GPUS [overrides...]
   shift 2
   local log="$out/moe-$name.log"
   "$bin/dslaunch" --num_gpus "$n" "$root/configs/gpt-tiny.cfg" --override model.layers=24 --override model.width=1024 \
-    --override model.heads=16 --override model.sequence_length=1024 --override "data.prepared=$data/fortunes-byte" \
+    --override model.heads=16 --override model.sequence_length=1024 --override "data.prepared=$data/fortunes-all-byte" \
     --override train.steps="$steps" --override train.micro_batch_size="$batch" \
     --override train.global_batch_size=$((batch * n)) --override train.precision=bf16 --override train.eval_interval=0 \
     --override 'checkpoint.dir=""' --override train.warmup_steps=2 --override ds_config.zero_optimization.stage=1 \

@@ -239,5 +239,28 @@ TEST(CheckpointManifestTest, ARecordCutShortOrMalformedIsRefused) {
               HasSubstr("C:2: bad file entry"));
 }
 
+// A damaged or forged record cannot send VerifyCheckpoint out of the folder,
+// nor list a file twice or with a digest that is not 16 hex digits.
+TEST(CheckpointManifestTest, OnlyPlainFileNamesOfTheFolderAreListed) {
+  const std::string head = "dslaunch-checkpoint 1\ntag t\nstep 1\nranks 1\n";
+  const std::string rank0 = "file rank_0.pt 10 00000000000000ff\n";
+  for (const std::string& name : {"../../etc/passwd", "sub/rank_1.pt", "..", ".", ""}) {
+    SCOPED_TRACE(name);
+    auto parsed = CheckpointManifest::Parse(head + rank0 + "file " + name + " 1 0123456789abcdef\nend\n", "C");
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("C:6: not a file name of the checkpoint folder"));
+  }
+  EXPECT_THAT(std::string(CheckpointManifest::Parse(head + rank0 + rank0 + "end\n", "C").status().message()),
+              HasSubstr("C:6: the file is listed twice"));
+  EXPECT_THAT(
+      std::string(CheckpointManifest::Parse(head + "file rank_0.pt 10 0x000000000000ff\nend\n", "C").status().message()),
+      HasSubstr("C:5: bad file entry"));
+  EXPECT_TRUE(CheckpointManifest::Parse(head + rank0 + "end\n", "C").ok());
+  // A one-line record of blanks is no tag (the fuzzer's first finding here).
+  EXPECT_FALSE(CheckpointManifest::Parse("\v\v\v\v", "C").ok());
+  EXPECT_FALSE(CheckpointManifest::Parse("a\tb\n", "C").ok());
+  EXPECT_EQ(CheckpointManifest::Parse("global_step5\n", "C")->tag, "global_step5");
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime

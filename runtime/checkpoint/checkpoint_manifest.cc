@@ -1,5 +1,8 @@
 #include "runtime/checkpoint/checkpoint_manifest.h"
 
+#include <algorithm>
+#include <set>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -35,14 +38,18 @@ absl::StatusOr<CheckpointManifest> CheckpointManifest::Parse(const std::string& 
   if (lines.empty()) return absl::DataLossError(absl::StrCat(path, " is empty"));
   if (lines[0] != kMagic) {
     // Before the record existed COMPLETE held the tag alone.
-    if (lines.size() == 1 && !lines[0].empty() && lines[0].find(' ') == std::string::npos) {
-      manifest.tag = std::string(absl::StripAsciiWhitespace(lines[0]));
+    // (A line of blanks alone is no tag: the fuzzer found "\v\v\v\v" read as
+    // an empty one.)
+    const absl::string_view tag = absl::StripAsciiWhitespace(lines[0]);
+    if (lines.size() == 1 && !tag.empty() && std::none_of(tag.begin(), tag.end(), absl::ascii_isspace)) {
+      manifest.tag = std::string(tag);
       manifest.legacy = true;
       return manifest;
     }
     return absl::DataLossError(absl::StrCat(path, ":1: not a dslaunch checkpoint record"));
   }
   bool ended = false;
+  std::set<std::string> listed;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string where = absl::StrCat(path, ":", i + 1, ": ");
     if (ended) return absl::DataLossError(absl::StrCat(where, "text after 'end'"));
@@ -59,7 +66,15 @@ absl::StatusOr<CheckpointManifest> CheckpointManifest::Parse(const std::string& 
     } else if (words[0] == "file" && words.size() == 4) {
       File file;
       file.name = words[1];
+      // A file of the folder itself: VerifyCheckpoint opens folder/name, and
+      // a damaged or forged record must not send it elsewhere.
+      if (file.name.empty() || file.name == "." || file.name == ".." ||
+          file.name.find('/') != std::string::npos) {
+        return bad("not a file name of the checkpoint folder");
+      }
+      if (!listed.insert(file.name).second) return bad("the file is listed twice");
       if (!absl::SimpleAtoi(words[2], &file.digest.size) || file.digest.size < 0 || words[3].size() != 16 ||
+          !std::all_of(words[3].begin(), words[3].end(), absl::ascii_isxdigit) ||
           !absl::SimpleHexAtoi(words[3], &file.digest.xxh3)) {
         return bad("bad file entry");
       }

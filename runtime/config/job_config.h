@@ -209,6 +209,7 @@ struct ModelMoeConfig {
   bool use_residual = false;           // residual MoE: a dense expert beside the mixture
   bool telemetry = false;              // tokens per expert, dropped fraction, auxiliary loss
                                        // per layer and step
+  int expert_row_multiple = 128;       // Note [Expert row buckets]; 1: none
 };
 
 struct ModelConfig {

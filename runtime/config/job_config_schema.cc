@@ -120,6 +120,7 @@ std::vector<KeySpec> JobConfigKeys(JobConfig* job) {
       Key("model.moe.z_loss_coef", &m->moe.z_loss_coef).Min(0),
       Key("model.moe.use_residual", &m->moe.use_residual),
       Key("model.moe.telemetry", &m->moe.telemetry),
+      Key("model.moe.expert_row_multiple", &m->moe.expert_row_multiple).Min(1).Max(1 << 16),
 
       Key("data.prepared", &d->prepared),
       Key("data.text_files", &d->text_files),
@@ -222,7 +223,8 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
         {"noisy_gate_policy", !moe.noisy_gate_policy.empty() && moe.noisy_gate_policy != "None"},
         {"aux_loss_coef", moe.aux_loss_coef != d.aux_loss_coef},
         {"z_loss_coef", moe.z_loss_coef != d.z_loss_coef},
-        {"use_residual", moe.use_residual != d.use_residual}};
+        {"use_residual", moe.use_residual != d.use_residual},
+        {"expert_row_multiple", moe.expert_row_multiple != d.expert_row_multiple}};
     for (const auto& [key, different] : changed) {
       if (!different) continue;
       at_job(absl::StrCat("model.moe.", key),

@@ -341,6 +341,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     moe.aux_loss_coef = m.aux_loss_coef;
     moe.z_loss_coef = m.z_loss_coef;
     moe.use_residual = m.use_residual;
+    moe.expert_row_multiple = m.expert_row_multiple;
   }
   // The rank's expert group, for model.moe's experts or a Mixtral folder's.
   if (context.parallel && context.parallel->expert() != nullptr) {

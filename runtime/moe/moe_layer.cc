@@ -127,11 +127,18 @@ torch::Tensor MoeLayerImpl::RunExperts(const torch::Tensor& rows, const torch::T
 
   // One matrix product per local expert over its contiguous rows (an expert
   // with no rows still runs, on none, so its gradient exists and is zero).
+  // Note [Expert row buckets]: padded to a multiple of expert_row_multiple.
   std::vector<torch::Tensor> outputs;
   int64_t offset = 0;
+  const int64_t multiple = std::max<int64_t>(1, options_.expert_row_multiple);
   for (int64_t l = 0; l < per_rank; ++l) {
-    outputs.push_back(local_[l]->forward(grouped.narrow(0, offset, rows_of_expert[l])));
-    offset += rows_of_expert[l];
+    const int64_t n = rows_of_expert[l];
+    const int64_t padded = (n + multiple - 1) / multiple * multiple;
+    torch::Tensor input = grouped.narrow(0, offset, n);
+    if (padded != n) input = torch::constant_pad_nd(input, {0, 0, 0, padded - n});
+    torch::Tensor output = local_[l]->forward(input);
+    outputs.push_back(padded != n ? output.narrow(0, 0, n) : output);
+    offset += n;
   }
   torch::Tensor out = torch::cat(outputs, 0);
   if (regroup) {

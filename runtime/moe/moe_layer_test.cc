@@ -125,6 +125,41 @@ TEST(MoeLayerTest, AuxiliaryLossGetsTheLossGradientScale) {
   EXPECT_THROW(orphan.forward(x).sum().backward(), c10::Error);
 }
 
+// Note [Expert row buckets]: padding each expert's rows to a multiple
+// changes no output and no gradient (dropless and capacity-bound, top-1 and
+// top-2; the noise of top-2's second-expert sampling replayed by seed).
+TEST(MoeLayerTest, ExpertRowBucketsChangeNoResult) {
+  for (int64_t k : {1, 2}) {
+    for (bool drop : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("k=", k, " drop_tokens=", drop));
+      std::vector<torch::Tensor> reference;
+      for (int64_t multiple : {1, 3, 128}) {
+        MoeOptions options;
+        options.gating = GatingOptions{.num_experts = kExperts, .top_k = k, .capacity_factor = 1.0,
+                                       .min_capacity = 0, .drop_tokens = drop};
+        options.expert_row_multiple = multiple;
+        LossGradientScale cell;
+        MoeLayerImpl layer(kHidden, options, Experts(true), &cell);
+        Initialize(layer, 7);
+        torch::Tensor x = Tokens(0, 23).requires_grad_(true);
+        torch::manual_seed(5);
+        torch::Tensor y = layer.forward(x);
+        RecordLossGradientScale(y.square().mean(), &cell).backward();
+        std::vector<torch::Tensor> results{y.detach(), x.grad()};
+        for (const auto& item : layer.named_parameters()) results.push_back(item.value().grad());
+        if (multiple == 1) {
+          reference = results;
+          continue;
+        }
+        ASSERT_EQ(results.size(), reference.size());
+        for (size_t i = 0; i < results.size(); ++i) {
+          EXPECT_LT(RelativeError(results[i], reference[i]), 1e-6) << "multiple " << multiple << ", tensor " << i;
+        }
+      }
+    }
+  }
+}
+
 struct Case {
   int64_t k = 1;
   bool drop_tokens = true;

@@ -36,6 +36,9 @@ std::string CheckMoeOptions(const MoeOptions& options) {
     return absl::StrCat("model.moe.top_k=", g.top_k, ": must be between 1 and num_experts (", g.num_experts, ")");
   }
   if (options.every < 1) return absl::StrCat("model.moe.every=", options.every, ": must be at least 1");
+  if (options.expert_row_multiple < 1) {
+    return absl::StrCat("model.moe.expert_row_multiple=", options.expert_row_multiple, ": must be at least 1");
+  }
   if (g.capacity_factor <= 0 || g.eval_capacity_factor <= 0) {
     return absl::StrCat("model.moe.capacity_factor=", g.capacity_factor,
                         ", eval_capacity_factor=", g.eval_capacity_factor, ": must be positive");
