@@ -79,7 +79,7 @@ absl::StatusOr<Pipe> MakePipe(bool nonblocking_read) {
 
 // The agent's environment with the request's variables added or replaced,
 // as "NAME=VALUE" strings in the agent's order, new names after.
-std::vector<std::string> RankEnvironment(const std::map<std::string, std::string>& overrides) {
+std::vector<std::string> EnvironmentForRank(const std::map<std::string, std::string>& overrides) {
   std::vector<std::string> env;
   std::unordered_map<std::string, size_t> index;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -198,7 +198,7 @@ absl::StatusOr<SpawnedProcess> SpawnRankProcess(const SpawnRequest& request) {
   }
 
   KeeperSpec spec;
-  spec.env = RankEnvironment(request.env);
+  spec.env = EnvironmentForRank(request.env);
   spec.cpus = request.cpus;
   spec.mem_node = request.mem_node;
   spec.uid = request.uid;

@@ -1,6 +1,7 @@
 #include "launcher/hang_diagnosis.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,19 +11,32 @@ namespace dslaunch {
 namespace {
 
 struct Position {
-  int64_t seq = 0;       // newest collective started (0: none)
+  int64_t seq = 0;       // newest collective started in the group (0: none)
   std::string op;
+  std::string group;
   bool finished = true;  // not inside it
 };
 
-Position Newest(const RankProgress& progress) {
+Position Of(const CollectiveRecord& record) {
   Position position;
-  if (progress.recent_collectives().empty()) return position;
-  const CollectiveRecord& last = *progress.recent_collectives().rbegin();
-  position.seq = last.seq();
-  position.op = last.op();
-  position.finished = last.completed();
+  position.seq = record.seq();
+  position.op = record.op();
+  position.group = record.group();
+  position.finished = record.completed();
   return position;
+}
+
+// The rank's newest collective in each group it called in.
+std::map<std::string, Position> NewestPerGroup(const RankProgress& progress) {
+  std::map<std::string, Position> newest;
+  for (const CollectiveRecord& record : progress.recent_collectives()) newest[record.group()] = Of(record);
+  return newest;
+}
+
+// The rank's newest collective in any group.
+Position NewestOverall(const RankProgress& progress) {
+  if (progress.recent_collectives().empty()) return Position{};
+  return Of(*progress.recent_collectives().rbegin());
 }
 
 std::string Ranks(const std::vector<int>& ranks, const std::function<std::string(int)>& host_of) {
@@ -31,9 +45,52 @@ std::string Ranks(const std::vector<int>& ranks, const std::function<std::string
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(named, ", "));
 }
 
-std::string Where(const Position& p) {
+// `name_group`: several groups were seen, so a number says which group's.
+std::string Where(const Position& p, bool name_group) {
   if (p.seq == 0) return "no collective yet";
-  return absl::StrCat("#", p.seq, " (", p.op, p.finished ? ", finished" : "", ")");
+  return absl::StrCat("#", p.seq, " (", p.op, p.finished ? ", finished" : "", ")",
+                      name_group ? absl::StrCat(" in ", p.group.empty() ? "an unnamed group" : p.group) : "");
+}
+
+// One group's ranks behind its newest collective, or "" when none is.
+// A rank that never called in a group is not counted as its member, except
+// a rank with no collective at all (behind in every group).
+struct Lag {
+  std::string line;
+  bool names_a_rank_outside_communication = false;
+};
+
+Lag LagInGroup(const std::string& group, const std::map<int, RankProgress>& beats,
+               const std::map<int, std::map<std::string, Position>>& per_group,
+               const std::function<std::string(int)>& host_of, bool name_group) {
+  std::map<int, Position> positions;
+  int64_t newest = 0;
+  for (const auto& [rank, groups] : per_group) {
+    auto it = groups.find(group);
+    if (it != groups.end()) {
+      positions[rank] = it->second;
+    } else if (groups.empty()) {
+      positions[rank] = Position{};
+    } else {
+      continue;
+    }
+    newest = std::max(newest, positions[rank].seq);
+  }
+  std::vector<int> behind, ahead;
+  for (const auto& [rank, position] : positions) (position.seq < newest ? behind : ahead).push_back(rank);
+  if (behind.empty()) return {};
+  const Position& front = positions[ahead.front()];
+  Lag lag;
+  lag.line = absl::StrCat(name_group ? absl::StrCat("in ", group.empty() ? "an unnamed group" : group, ", ") : "",
+                          Ranks(behind, host_of), behind.size() == 1 ? " is" : " are", " behind: newest collective ");
+  std::vector<std::string> wheres;
+  for (int rank : behind) {
+    wheres.push_back(Where(positions[rank], false));
+    if (NewestOverall(beats.at(rank)).finished) lag.names_a_rank_outside_communication = true;
+  }
+  absl::StrAppend(&lag.line, absl::StrJoin(wheres, ", "), " while ", Ranks(ahead, host_of),
+                  front.finished ? " finished " : " wait in ", Where(front, false));
+  return lag;
 }
 
 }  // namespace
@@ -41,33 +98,43 @@ std::string Where(const Position& p) {
 std::string DescribeHang(const std::map<int, RankProgress>& last_heartbeats,
                          const std::function<std::string(int rank)>& host_of) {
   if (last_heartbeats.empty()) return "";
-  std::map<int, Position> positions;
-  int64_t newest = 0;
+  // Note [Per-group collective numbers]: numbers compare only within a group.
+  std::map<int, std::map<std::string, Position>> per_group;
+  std::set<std::string> groups;
   for (const auto& [rank, progress] : last_heartbeats) {
-    positions[rank] = Newest(progress);
-    newest = std::max(newest, positions[rank].seq);
+    per_group[rank] = NewestPerGroup(progress);
+    for (const auto& [group, position] : per_group[rank]) groups.insert(group);
   }
-  std::vector<int> behind, ahead;
-  for (const auto& [rank, position] : positions) (position.seq < newest ? behind : ahead).push_back(rank);
-  const Position& front = positions[ahead.front()];
-  if (!behind.empty()) {
-    std::string line = absl::StrCat(Ranks(behind, host_of), behind.size() == 1 ? " is" : " are",
-                                     " behind: newest collective ");
-    std::vector<std::string> wheres;
-    for (int rank : behind) wheres.push_back(Where(positions[rank]));
-    absl::StrAppend(&line, absl::StrJoin(wheres, ", "), " while ", Ranks(ahead, host_of),
-                    front.finished ? " finished " : " wait in ", Where(front));
-    return line;
+  const bool name_group = groups.size() > 1;
+  if (groups.empty()) groups.insert("");
+  // A rank behind in a group while it waits in another group's collective
+  // is a victim; one behind and outside every collective is the cause: its
+  // groups come first.
+  std::vector<std::string> causes, victims;
+  for (const std::string& group : groups) {
+    Lag lag = LagInGroup(group, last_heartbeats, per_group, host_of, name_group);
+    if (lag.line.empty()) continue;
+    (lag.names_a_rank_outside_communication ? causes : victims).push_back(lag.line);
   }
-  // Everyone reached the same collective.
+  if (!causes.empty() || !victims.empty()) {
+    causes.insert(causes.end(), victims.begin(), victims.end());
+    return absl::StrJoin(causes, "; ");
+  }
+  // In every group, every member reached the same collective.
+  std::map<int, Position> positions;
+  for (const auto& [rank, progress] : last_heartbeats) positions[rank] = NewestOverall(progress);
   std::vector<int> waiting, outside;
   for (const auto& [rank, position] : positions) (position.finished ? outside : waiting).push_back(rank);
   if (outside.empty()) {
-    return absl::StrCat("every rank waits in collective ", Where(front),
+    std::set<std::string> wheres;
+    for (const auto& [rank, position] : positions) wheres.insert(Where(position, name_group));
+    return absl::StrCat("every rank waits in collective ", absl::StrJoin(wheres, ", "),
                         ": no rank is behind; the collective itself is stuck (network or backend)");
   }
   if (!waiting.empty()) {
-    return absl::StrCat(Ranks(outside, host_of), " left collective ", Where(front), " while ",
+    std::set<std::string> left;  // the collective the others still wait in
+    for (int rank : waiting) left.insert(Where(positions[rank], name_group));
+    return absl::StrCat(Ranks(outside, host_of), " left collective ", absl::StrJoin(left, ", "), " while ",
                         Ranks(waiting, host_of), " still wait in it");
   }
   // No rank is communicating: compare steps.
@@ -94,7 +161,8 @@ std::string FormatDiagnosis(const RankDiagnosis& diagnosis, const std::string& h
     absl::StrAppend(&text, "last heartbeat ", diagnosis.heartbeat_age_ms(), " ms ago: step ", beat.step(), "\n");
     absl::StrAppend(&text, "recent collectives (oldest first):\n");
     for (const CollectiveRecord& call : beat.recent_collectives()) {
-      absl::StrAppend(&text, "  #", call.seq(), " ", call.op(), " ", call.bytes(), " B, started ",
+      absl::StrAppend(&text, "  #", call.seq(), " ", call.op(), call.group().empty() ? "" : " in " + call.group(),
+                      " ", call.bytes(), " B, started ",
                       call.started_unix_us(), " us, ",
                       call.completed() ? absl::StrCat("took ", call.duration_us(), " us") : "NOT FINISHED",
                       "\n");

@@ -1,5 +1,8 @@
 #include "launcher/hang_diagnosis.h"
 
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace dslaunch {
@@ -53,6 +56,58 @@ TEST(DescribeHang, RanksWithoutCollectivesAreBehindThoseWithSome) {
             "rank 1 (host-a) is behind: newest collective no collective yet while rank 0 (host-a) wait in #1 "
             "(all_reduce)");
   EXPECT_EQ(DescribeHang({}, HostOf), "");
+}
+
+// A heartbeat from calls made in this order: {group, seq, finished}.
+struct Call {
+  std::string group;
+  int64_t seq;
+  bool finished;
+};
+RankProgress Calls(int64_t step, const std::vector<Call>& calls) {
+  RankProgress progress;
+  progress.set_step(step);
+  for (const Call& c : calls) {
+    CollectiveRecord* record = progress.add_recent_collectives();
+    record->set_group(c.group);
+    record->set_seq(c.seq);
+    record->set_op("all_reduce");
+    record->set_completed(c.finished);
+  }
+  return progress;
+}
+
+TEST(DescribeHang, ComparesNumbersWithinEachGroupAndNamesTheCauseFirst) {
+  // World 4 as tensor 2 x data 2: tensor.0 = {0, 1}, tensor.1 = {2, 3},
+  // data.0 = {0, 2}, data.1 = {1, 3}. Each step: a tensor all-reduce, then
+  // a data all-reduce. Rank 1 stops computing after step 5; rank 0 waits for
+  // it in tensor.0 #6, rank 3 in data.1 #6, and rank 2 in data.0 #6 for rank
+  // 0 (a victim, behind in data.0 only because it waits elsewhere). Numbered
+  // across groups, ranks 0 and 1 would both look behind.
+  std::map<int, RankProgress> beats = {
+      {0, Calls(5, {{"tensor.0", 5, true}, {"data.0", 5, true}, {"tensor.0", 6, false}})},
+      {1, Calls(5, {{"tensor.0", 5, true}, {"data.1", 5, true}})},
+      {2, Calls(5, {{"data.0", 5, true}, {"tensor.1", 6, true}, {"data.0", 6, false}})},
+      {3, Calls(5, {{"data.1", 5, true}, {"tensor.1", 6, true}, {"data.1", 6, false}})}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "in data.1, rank 1 (host-a) is behind: newest collective #5 (all_reduce, finished) while rank 3 "
+            "(host-b) wait in #6 (all_reduce); "
+            "in tensor.0, rank 1 (host-a) is behind: newest collective #5 (all_reduce, finished) while rank 0 "
+            "(host-a) wait in #6 (all_reduce); "
+            "in data.0, rank 0 (host-a) is behind: newest collective #5 (all_reduce, finished) while rank 2 "
+            "(host-b) wait in #6 (all_reduce)");
+}
+
+TEST(DescribeHang, GroupsStuckAtTheSameNumberBlameTheCollectives) {
+  // Pipeline stages make different numbers of calls in all: rank 0 sent 9
+  // times in pipe.0 where rank 1's data group saw 3 calls. Nobody is behind
+  // within a group; every rank waits.
+  std::map<int, RankProgress> beats = {
+      {0, Calls(2, {{"pipe.0", 8, true}, {"pipe.0", 9, false}})},
+      {1, Calls(2, {{"data.1", 3, true}, {"pipe.0", 9, false}})}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "every rank waits in collective #9 (all_reduce) in pipe.0: no rank is behind; the collective itself "
+            "is stuck (network or backend)");
 }
 
 TEST(FormatDiagnosis, ShowsHeartbeatCollectivesAndStacks) {

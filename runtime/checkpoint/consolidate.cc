@@ -27,12 +27,12 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
   ConsolidateSummary summary;
   summary.tag = tag;
   if (summary.tag.empty()) {
-    auto latest = ReadLatestTag(FileSystem::Default(), dir);
+    auto latest = ReadLatestTag(*options.fs, dir);
     if (!latest.ok()) return latest.status();
     summary.tag = *latest;
   }
   const std::string folder = TagDir(dir, summary.tag);
-  if (auto verified = VerifyCheckpoint(FileSystem::Default(), dir, summary.tag); !verified.ok()) return verified.status();
+  if (auto verified = VerifyCheckpoint(*options.fs, dir, summary.tag); !verified.ok()) return verified.status();
   // Values from a diverged run are refused unless asked for.
   auto check_finite = [&](const torch::Tensor& values, const std::string& where) -> absl::Status {
     if (options.allow_nonfinite) return absl::OkStatus();
@@ -123,7 +123,7 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
         entries.push_back(SafetensorsEntry{names[i], shape});
       }
     }
-    auto writer = SafetensorsWriter::Create(output, entries);
+    auto writer = SafetensorsWriter::Create(*options.fs, output, entries);
     if (!writer.ok()) return writer.status();
     summary.tensors = static_cast<int64_t>(entries.size());
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 
@@ -26,6 +27,9 @@ struct ConsolidateOptions {
   // Export NaN or infinite values instead of refusing (a diverged run, kept
   // for inspection).
   bool allow_nonfinite = false;
+  // Where the checkpoint is verified and the output written (tests pass a
+  // FaultInjectingFileSystem).
+  FileSystem* fs = &FileSystem::Default();
 };
 
 // `tag` empty: the one `latest` names. The checkpoint is verified first

@@ -377,7 +377,7 @@ absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) 
         entries.push_back(SafetensorsEntry{item.key(), item.value().sizes().vec()});
         values.push_back(item.value());
       }
-      auto writer = SafetensorsWriter::Create(folder + "/" + Engine::kGatheredWeightsFile, entries);
+      auto writer = SafetensorsWriter::Create(fs_, folder + "/" + Engine::kGatheredWeightsFile, entries);
       if (!writer.ok()) return writer.status();
       for (const torch::Tensor& value : values) {
         // The 16-bit values, widened to fp32 exactly (the writer stores F32).

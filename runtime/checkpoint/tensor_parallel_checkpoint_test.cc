@@ -15,14 +15,14 @@ namespace {
 
 using testing::TensorParallelLayout;
 
-struct Continued {
+struct TensorParallelContinued {
   std::vector<double> losses;                   // the steps after the checkpoint
   std::map<std::string, torch::Tensor> params;  // whole, after them
 };
 
 // Trains `layout` for `before` steps (and saves to `dir` when `save`), or
 // loads `dir`'s checkpoint first; then trains 2 more steps.
-Continued TrainAround(const TensorParallelLayout& layout, const std::string& dir, bool load, int before) {
+TensorParallelContinued TrainAround(const TensorParallelLayout& layout, const std::string& dir, bool load, int before) {
   std::vector<std::vector<double>> losses(layout.world());
   std::vector<std::map<std::string, torch::Tensor>> params(layout.world());
   testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
@@ -44,7 +44,7 @@ Continued TrainAround(const TensorParallelLayout& layout, const std::string& dir
     testing::TrainTensorParallelSteps(*engine, *r.family, layout, state, before, 2, &losses[rank]);
     params[rank] = testing::WholeParameters(*engine, *r.module, *r.family, r.group);
   });
-  return Continued{testing::MeanLosses(losses), params[0]};
+  return TensorParallelContinued{testing::MeanLosses(losses), params[0]};
 }
 
 class TensorParallelCheckpointTest : public ::testing::Test {
@@ -58,7 +58,7 @@ class TensorParallelCheckpointTest : public ::testing::Test {
   std::string dir_;
 };
 
-void ExpectClose(const Continued& got, const Continued& want, const std::string& what) {
+void ExpectClose(const TensorParallelContinued& got, const TensorParallelContinued& want, const std::string& what) {
   ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
   for (size_t i = 0; i < want.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << ", step " << i;
@@ -72,14 +72,14 @@ TEST_F(TensorParallelCheckpointTest, ResumesBitForBitAndLoadsAtOtherTensorParall
   for (const std::string family : {"gpt", "llama"}) {
     const TensorParallelLayout saved_layout{family, 2, 2, 1};
     const std::string dir = dir_ + "/" + family;
-    const Continued uninterrupted = TrainAround(saved_layout, dir, /*load=*/false, 3);
+    const TensorParallelContinued uninterrupted = TrainAround(saved_layout, dir, /*load=*/false, 3);
     ASSERT_EQ(uninterrupted.losses.size(), 2u);
     // One file per rank of the job.
     for (int file = 0; file < 4; ++file) {
       EXPECT_TRUE(std::filesystem::exists(dir + "/global_step3/rank_" + std::to_string(file) + ".pt")) << file;
     }
 
-    const Continued same = TrainAround(saved_layout, dir, /*load=*/true, 3);
+    const TensorParallelContinued same = TrainAround(saved_layout, dir, /*load=*/true, 3);
     EXPECT_EQ(same.losses, uninterrupted.losses) << family << ": the resume is not bit for bit";
     for (const auto& [name, value] : uninterrupted.params) {
       EXPECT_TRUE(torch::equal(same.params.at(name), value)) << family << ": " << name;

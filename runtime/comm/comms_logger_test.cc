@@ -84,8 +84,8 @@ TEST(CommsLogger, TheRecorderTimesTheOpsAskedFor) {
   EXPECT_THAT(summary, HasSubstr("Comm. Op"));
   EXPECT_THAT(summary, HasSubstr("busbw_avg (Gbps)"));
   EXPECT_THAT(summary, HasSubstr("\nall_reduce\n"));
-  EXPECT_THAT(summary, testing::ContainsRegex("4.00 KB +3 "));
-  EXPECT_THAT(summary, testing::ContainsRegex("4.00 MB +1 "));
+  EXPECT_THAT(summary, ::testing::ContainsRegex("4.00 KB +3 "));
+  EXPECT_THAT(summary, ::testing::ContainsRegex("4.00 MB +1 "));
   EXPECT_THAT(summary, Not(HasSubstr("all_gather")));
   // The recorder still numbers every call, timed or not.
   google::protobuf::RepeatedPtrField<CollectiveRecord> records;

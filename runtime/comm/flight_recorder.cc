@@ -15,24 +15,27 @@ void RecordingCommunicator::WaitForDevice(const torch::Device& device) { compat:
 int64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord record;
-  record.set_seq(next_seq_++);
+  auto [next, inserted] = next_seq_.try_emplace(group, 1);
+  record.set_seq(next->second++);
   record.set_op(op);
   record.set_group(group);
   record.set_bytes(bytes);
   record.set_started_unix_us(absl::ToUnixMicros(absl::Now()));
   calls_.push_back(std::move(record));
+  call_ids_.push_back(next_call_++);
   starts_.push_back(std::chrono::steady_clock::now());
   while (calls_.size() > kCapacity) {
     calls_.pop_front();
+    call_ids_.pop_front();
     starts_.pop_front();
   }
-  return calls_.back().seq();
+  return call_ids_.back();
 }
 
-void FlightRecorder::End(int64_t seq) {
+void FlightRecorder::End(int64_t call) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = calls_.size(); i-- > 0;) {
-    if (calls_[i].seq() != seq) continue;
+    if (call_ids_[i] != call) continue;
     calls_[i].set_completed(true);
     calls_[i].set_duration_us(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - starts_[i]).count());

@@ -5,12 +5,14 @@
 // same way, so when a job hangs, the rank whose newest number is behind the
 // others' is the one that never arrived (launcher/hang_diagnosis.h).
 //
-// One recorder serves every communicator of a rank (runtime/parallel): calls
-// are numbered in the order this rank makes them, whichever group they are
-// in, and each record names its group. With data parallelism alone every rank
-// makes the same calls, so numbers compare across ranks; the tensor and
-// pipeline axes make ranks' call sequences differ, and their issues compare
-// within a group.
+// Note [Per-group collective numbers]: one recorder serves every
+// communicator of a rank (runtime/parallel), and numbers each group's calls
+// on their own: 1, 2, ... per group name ("world", "tensor.1", "data.0",
+// ...), so the members of a group number the same calls alike even when the
+// tensor, pipeline and expert axes make ranks' whole call sequences differ.
+// Each record names its group; hang diagnosis compares numbers only within
+// a group. The last kCapacity calls of the rank, all groups together, are
+// kept.
 //
 // Thread-safe: the heartbeat thread takes snapshots while the training thread
 // is inside a call.
@@ -19,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,9 +36,10 @@ class FlightRecorder {
  public:
   static constexpr size_t kCapacity = 16;
 
-  // Returns the call's sequence number (1, 2, ...).
+  // Records a call's start; returns what End takes. The record's number is
+  // the group's next (1, 2, ...).
   int64_t Begin(const std::string& group, const char* op, int64_t bytes);
-  void End(int64_t seq);
+  void End(int64_t call);
   // The recorded calls, oldest first.
   void Snapshot(google::protobuf::RepeatedPtrField<CollectiveRecord>* out) const;
 
@@ -47,9 +51,12 @@ class FlightRecorder {
  private:
   std::atomic<CommsLogger*> comms_logger_{nullptr};
   mutable std::mutex mu_;
-  int64_t next_seq_ = 1;               // guarded by mu_
-  std::deque<CollectiveRecord> calls_;  // guarded by mu_
-  std::deque<std::chrono::steady_clock::time_point> starts_;  // guarded by mu_, parallel to calls_
+  std::map<std::string, int64_t> next_seq_;  // by group; guarded by mu_
+  int64_t next_call_ = 1;                    // guarded by mu_
+  std::deque<CollectiveRecord> calls_;       // guarded by mu_
+  // Parallel to calls_, guarded by mu_:
+  std::deque<int64_t> call_ids_;
+  std::deque<std::chrono::steady_clock::time_point> starts_;
 };
 
 class RecordingCommunicator : public Communicator {
@@ -79,8 +86,8 @@ class RecordingCommunicator : public Communicator {
     // The record ends however the call does, a thrown c10::Error included.
     struct Ending {
       FlightRecorder* recorder;
-      int64_t seq;
-      ~Ending() { recorder->End(seq); }
+      int64_t call;
+      ~Ending() { recorder->End(call); }
     } ending{recorder_, recorder_->Begin(group_, op, bytes)};
     CommsLogger* logger = recorder_->comms_logger();
     if (logger != nullptr && logger->Wants(op)) return TimedCall(logger, op, bytes, device, call);

@@ -9,7 +9,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string ErrorOf(const std::vector<std::string>& args) {
+std::string ArgumentsErrorOf(const std::vector<std::string>& args) {
   auto parsed = ParseDsrankArguments(args);
   return parsed.ok() ? "" : std::string(parsed.status().message());
 }
@@ -31,17 +31,17 @@ TEST(DsrankArguments, TakesEveryFlagInBothSpellings) {
 }
 
 TEST(DsrankArguments, NamesWhatIsWrong) {
-  EXPECT_THAT(ErrorOf({"job.cfg", "--override"}), HasSubstr("--override needs a value"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--exit_at_step", "ten"}), HasSubstr("--exit_at_step 'ten': not an integer"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--device", "tpu"}), HasSubstr("--device 'tpu': expected one of auto, cpu, cuda"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--cuda_memory_limit_gb", "0"}), HasSubstr("--cuda_memory_limit_gb '0': must be in (0, 65536]"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--override"}), HasSubstr("--override needs a value"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--exit_at_step", "ten"}), HasSubstr("--exit_at_step 'ten': not an integer"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--device", "tpu"}), HasSubstr("--device 'tpu': expected one of auto, cpu, cuda"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--cuda_memory_limit_gb", "0"}), HasSubstr("--cuda_memory_limit_gb '0': must be in (0, 65536]"));
   // Names match exactly: no prefix of a flag is taken for it.
-  EXPECT_THAT(ErrorOf({"job.cfg", "--overrides", "a=1"}), HasSubstr("unknown flag --overrides; did you mean --override?"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "other.cfg"}), HasSubstr("unexpected argument 'other.cfg' (the job file is job.cfg)"));
-  EXPECT_THAT(ErrorOf({"--loss_log", "x"}), HasSubstr("missing the job file"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--overrides", "a=1"}), HasSubstr("unknown flag --overrides; did you mean --override?"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "other.cfg"}), HasSubstr("unexpected argument 'other.cfg' (the job file is job.cfg)"));
+  EXPECT_THAT(ArgumentsErrorOf({"--loss_log", "x"}), HasSubstr("missing the job file"));
   // Names match exactly: a longer or shorter spelling is refused with the nearest name.
-  EXPECT_THAT(ErrorOf({"job.cfg", "--devicex", "cpu"}), HasSubstr("unknown flag --devicex; did you mean --device?"));
-  EXPECT_THAT(ErrorOf({"job.cfg", "--devic=cpu"}), HasSubstr("unknown flag --devic; did you mean --device?"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--devicex", "cpu"}), HasSubstr("unknown flag --devicex; did you mean --device?"));
+  EXPECT_THAT(ArgumentsErrorOf({"job.cfg", "--devic=cpu"}), HasSubstr("unknown flag --devic; did you mean --device?"));
 }
 
 TEST(DsrankArguments, HelpAndVersionNeedNoJobFile) {

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/data/run_command_for_test.h"
 #include "runtime/data/dsprep_options.h"
 #include "runtime/data/indexed_dataset.h"
 #include "runtime/fs/file_system.h"
@@ -202,17 +203,6 @@ TEST(DsprepOptionsTest, ErrorsNameTheFlag) {
   EXPECT_THAT(ParseDsprepArgs({"--input", "a", "--output", "o", "--split_on_percent_lines=1"})
                   .status().message(),
               HasSubstr("--split_on_percent_lines '1': expected true or false"));
-}
-
-// Runs `command` through the shell; returns its exit status and output.
-int RunCommand(const std::string& command, std::string* output) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST_F(PrepareDatasetTest, DsprepEndToEndOnFortunes) {

@@ -7,6 +7,7 @@
 #include "common/test_temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/data/run_command_for_test.h"
 #include "runtime/data/dsprep_options.h"
 #include "runtime/data/instruction_dataset.h"
 #include "runtime/data/instruction_samples.h"
@@ -223,17 +224,6 @@ TEST_F(PrepareInstructionsTest, ModelTokenizerNeedsAFolderWithOne) {
   auto summary = PrepareInstructionDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->tokenizer, "hf");  // the folder's tokenizer.model, through our reader
-}
-
-// Runs `command` through the shell; returns its exit status and output.
-int RunCommand(const std::string& command, std::string* output) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 TEST_F(PrepareInstructionsTest, DsprepEndToEndOnChatJsonl) {

@@ -29,6 +29,20 @@ class FaultInjectingWritableFile final : public WritableFile {
     }
     return base_->Append(data);
   }
+  absl::Status WriteAt(uint64_t offset, absl::string_view data) override {
+    FaultInjectingFileSystem::Decision decision = fs_.Decide(FsOp::kAppend, path());
+    if (decision.truncate) {
+      (void)base_->WriteAt(offset, data.substr(0, data.size() / 2));
+      (void)base_->Sync();
+    }
+    if (!decision.failure.ok()) return decision.failure;
+    if (decision.corrupt && !data.empty()) {
+      std::string damaged(data);
+      damaged[damaged.size() / 2] ^= 0x5a;
+      return base_->WriteAt(offset, damaged);
+    }
+    return base_->WriteAt(offset, data);
+  }
   absl::Status Flush() override {
     FaultInjectingFileSystem::Decision decision = fs_.Decide(FsOp::kAppend, path());
     if (!decision.failure.ok()) return decision.failure;

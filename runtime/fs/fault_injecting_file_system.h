@@ -35,7 +35,7 @@ enum class PathMatch { kContains, kWhole };
 
 enum class FsOp {
   kCreate,             // NewWritableFile, NewAppendableFile
-  kAppend,             // WritableFile::Append, WritableFile::Flush
+  kAppend,             // WritableFile::Append, WriteAt, Flush
   kSync,               // WritableFile::Sync
   kClose,              // WritableFile::Close
   kOpen,               // NewSequentialFile, NewRandomAccessFile, MapReadOnly, ReadFile

@@ -39,6 +39,11 @@ class WritableFile {
 
   // Appends all of `data` or fails; writes may be buffered until Sync/Close.
   virtual absl::Status Append(absl::string_view data) = 0;
+  // Writes all of `data` at byte `offset` from the file's start (pwrite),
+  // over what is there or past the end (a gap reads as zeros). Appended
+  // bytes still buffered go to the system first, so the two mix; the next
+  // Append still goes at the end of what was appended, not after this.
+  virtual absl::Status WriteAt(uint64_t offset, absl::string_view data) = 0;
   // Hands the buffered bytes to the operating system: other processes read
   // them, a crash of this one loses none; not durable (no fsync).
   virtual absl::Status Flush() = 0;

@@ -23,7 +23,8 @@ constexpr size_t kWriteBufferBytes = 1 << 20;
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  PosixWritableFile(std::string path, int fd, bool appending)
+      : path_(std::move(path)), fd_(fd), appending_(appending) {}
   ~PosixWritableFile() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -36,6 +37,25 @@ class PosixWritableFile final : public WritableFile {
       if (data.size() > kWriteBufferBytes) return WriteAll(data);
     }
     buffer_.append(data.data(), data.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteAt(uint64_t offset, absl::string_view data) override {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("write ", path_, ": the file is closed"));
+    // O_APPEND makes Linux's pwrite append whatever the offset.
+    if (appending_) {
+      return absl::FailedPreconditionError(absl::StrCat("write ", path_, " at an offset: opened for appending"));
+    }
+    DS_RETURN_IF_ERROR(FlushBuffer());
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(absl::StrCat("write ", path_));
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+      offset += static_cast<uint64_t>(n);
+    }
     return absl::OkStatus();
   }
 
@@ -82,6 +102,7 @@ class PosixWritableFile final : public WritableFile {
 
   const std::string path_;
   int fd_;
+  const bool appending_;  // O_APPEND: no WriteAt
   std::string buffer_;
 };
 
@@ -159,13 +180,13 @@ FileSystem& FileSystem::Default() {
 absl::StatusOr<std::unique_ptr<WritableFile>> PosixFileSystem::NewWritableFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(absl::StrCat("create ", path));
-  return std::make_unique<PosixWritableFile>(path, fd);
+  return std::make_unique<PosixWritableFile>(path, fd, /*appending=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> PosixFileSystem::NewAppendableFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(absl::StrCat("open for appending ", path));
-  return std::make_unique<PosixWritableFile>(path, fd);
+  return std::make_unique<PosixWritableFile>(path, fd, /*appending=*/true);
 }
 
 absl::StatusOr<std::unique_ptr<SequentialFile>> PosixFileSystem::NewSequentialFile(const std::string& path) {

@@ -78,6 +78,26 @@ TEST_F(PosixFileSystemTest, WrittenBytesReadBackWholeSequentiallyAndMapped) {
   EXPECT_EQ(info->size, static_cast<int64_t>(expected.size()));
 }
 
+TEST_F(PosixFileSystemTest, WritesAtOffsetsMixWithBufferedAppends) {
+  auto file = fs_.NewWritableFile(Path("a"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Append("0123").ok());     // still in the buffer
+  ASSERT_TRUE((*file)->WriteAt(6, "xy").ok());   // past the end: a gap of zeros
+  ASSERT_TRUE((*file)->WriteAt(1, "AB").ok());   // over appended bytes
+  ASSERT_TRUE((*file)->Append("45").ok());       // at the end of what was appended
+  ASSERT_TRUE((*file)->Close().ok());
+  auto whole = fs_.ReadFile(Path("a"));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, std::string("0AB345xy", 8));
+
+  // O_APPEND would put the bytes at the end whatever the offset: refused.
+  auto appendable = fs_.NewAppendableFile(Path("a"));
+  ASSERT_TRUE(appendable.ok());
+  absl::Status placed = (*appendable)->WriteAt(0, "z");
+  EXPECT_EQ(placed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(placed.message()), HasSubstr("opened for appending"));
+}
+
 TEST_F(PosixFileSystemTest, FoldersAreCreatedListedRenamedAndRemoved) {
   ASSERT_TRUE(fs_.CreateDirectories(Path("x/y/z")).ok());
   ASSERT_TRUE(fs_.CreateDirectories(Path("x/y/z")).ok());  // again: not an error

@@ -1,7 +1,7 @@
 // dsgen: try a Hugging Face model folder by continuing a prompt.
 //
 //   dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
-//         [--greedy | --temperature T [--top_p P] [--seed S]]
+//         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
 //         [--device cpu|cuda[:N]]
 //   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
@@ -20,8 +20,8 @@
 // (ModelInterface::BatchLoss) and its backward, and writes the F32 tensor
 // "loss" and every parameter's gradient under its Hugging Face name: what
 // tests/hf/ checks against the reference's autograd.
-// Correct before fast: each new token runs the whole sequence again (no
-// key/value cache yet).
+// Generation runs on the continuous-batching engine (generation_engine.h):
+// the prompt in one step, then one cached decode per token.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flag_table.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/generate/generation_engine.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -53,6 +54,8 @@ struct Options {
   bool greedy = false;
   double temperature = 0;
   double top_p = 1.0;
+  int64_t top_k = 0;
+  double repetition_penalty = 1.0;
   int64_t seed = 0;
   bool print_logprobs = false;
   bool print_ids = false;
@@ -171,25 +174,35 @@ absl::Status Run(const Options& options) {
   torch::NoGradGuard no_grad;
   model->eval();
 
-  SamplingOptions sampling;
-  sampling.greedy = options.temperature <= 0;
-  sampling.temperature = options.temperature;
-  sampling.top_p = options.top_p;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(options.seed));
-
-  std::vector<int64_t> sequence = *ids;
+  if (!options.dump_logits.empty()) {
+    torch::Tensor logits = model->forward(torch::tensor(*ids, torch::kLong).view({1, -1}).to(device))[0];
+    if (absl::Status s = WriteTensors(fs, options.dump_logits, {{"logits", logits}}); !s.ok()) return s;
+  }
+  // Note [Continuous batching]: one request, its prompt in one step, then a
+  // cached decode per token.
   std::vector<SampledToken> generated;
-  for (int64_t step = 0; step <= options.max_new_tokens; ++step) {
-    torch::Tensor tokens = torch::tensor(sequence, torch::kLong).view({1, -1}).to(device);
-    torch::Tensor logits = model->forward(tokens)[0];
-    if (step == 0 && !options.dump_logits.empty()) {
-      if (absl::Status s = WriteTensors(fs, options.dump_logits, {{"logits", logits}}); !s.ok()) return s;
+  if (options.max_new_tokens > 0) {
+    GenerationRequest request;
+    request.prompt = *ids;
+    request.max_new_tokens = options.max_new_tokens;
+    request.sampling.greedy = options.temperature <= 0;
+    request.sampling.temperature = options.temperature > 0 ? options.temperature : 1.0;
+    request.sampling.top_k = options.top_k;
+    request.sampling.top_p = options.top_p;
+    request.sampling.repetition_penalty = options.repetition_penalty;
+    request.sampling.seed = static_cast<uint64_t>(options.seed);
+    if (tokenizer && tokenizer->eos_id() >= 0) request.stop_tokens = {tokenizer->eos_id()};
+    GenerationEngineOptions engine_options;
+    engine_options.max_sequences = 1;
+    engine_options.max_tokens_per_step = std::max<int64_t>(1, static_cast<int64_t>(ids->size()));
+    engine_options.cache_positions = static_cast<int64_t>(ids->size()) + options.max_new_tokens;
+    auto engine = GenerationEngine::Create(model, engine_options);
+    if (!engine.ok()) return engine.status();
+    auto results = (*engine)->GenerateAll({std::move(request)});
+    if (!results.ok()) return results.status();
+    for (size_t i = 0; i < (*results)[0].tokens.size(); ++i) {
+      generated.push_back(SampledToken{(*results)[0].tokens[i], (*results)[0].logprobs[i]});
     }
-    if (step == options.max_new_tokens) break;
-    SampledToken next = SampleToken(logits[-1], sampling, generator);
-    generated.push_back(next);
-    sequence.push_back(next.id);
-    if (tokenizer && next.id == tokenizer->eos_id()) break;
   }
   std::vector<std::string> out;
   for (const SampledToken& token : generated) {
@@ -228,6 +241,11 @@ int main(int argc, char** argv) {
               {0, 100, /*min_exclusive=*/true})
       .Double("--top_p", &options.top_p, "P", "with --temperature: sample from the top-p nucleus",
               {0, 1, /*min_exclusive=*/true})
+      .Int("--top_k", &options.top_k, "K", "with --temperature: sample from the K most probable tokens (0: all)",
+           {0, 1 << 30})
+      .Double("--repetition_penalty", &options.repetition_penalty, "P",
+              "divide a seen token's positive logit by P, multiply a negative one (1: off)",
+              {0, 100, /*min_exclusive=*/true})
       .Int("--seed", &options.seed, "S", "seed of the sampling", {0, INT64_MAX})
       .Bool("--print_logprobs", &options.print_logprobs, "one line per new token: its id and log-probability")
       .Bool("--print_ids", &options.print_ids, "with --prompt: the new token ids too, on a line before the text")
@@ -265,6 +283,7 @@ int main(int argc, char** argv) {
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
+  if (options.top_k > 0 && options.temperature <= 0) problem = "--top_k needs --temperature (sampling)";
   if (!options.dump_gradients.empty() && options.max_new_tokens != 0) {
     problem = "--dump_gradients computes a training step instead of generating: give --max_new_tokens 0";
   }

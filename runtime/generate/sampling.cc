@@ -1,15 +1,49 @@
 #include "runtime/generate/sampling.h"
 
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace dslaunch::runtime {
 
-SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator) {
+absl::Status CheckSamplingOptions(const SamplingOptions& options, const std::string& where) {
+  if (!options.greedy && !(options.temperature > 0 && std::isfinite(options.temperature))) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "temperature must be > 0 (got ", options.temperature, ")"));
+  }
+  if (options.top_k < 0) return absl::InvalidArgumentError(absl::StrCat(where, "top_k must be >= 0 (got ", options.top_k, ")"));
+  if (!(options.top_p > 0 && options.top_p <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "top_p must be in (0, 1] (got ", options.top_p, ")"));
+  }
+  if (!(options.repetition_penalty > 0 && std::isfinite(options.repetition_penalty))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "repetition_penalty must be > 0 (got ", options.repetition_penalty, ")"));
+  }
+  return absl::OkStatus();
+}
+
+SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
+                         const std::vector<int64_t>& seen) {
   torch::Tensor scores = logits.detach().to(torch::kCPU, torch::kDouble).reshape({-1});
   torch::Tensor logprobs = torch::log_softmax(scores, 0);
+  if (options.repetition_penalty != 1.0 && !seen.empty()) {
+    torch::Tensor ids = std::get<0>(at::_unique(torch::tensor(seen, torch::kLong)));
+    torch::Tensor picked = scores.index_select(0, ids);
+    picked = torch::where(picked > 0, picked / options.repetition_penalty, picked * options.repetition_penalty);
+    scores = scores.index_copy(0, ids, picked);
+  }
   SampledToken token;
   if (options.greedy) {
     token.id = scores.argmax().item<int64_t>();
   } else {
-    torch::Tensor probabilities = torch::softmax(scores / options.temperature, 0);
+    scores = scores / options.temperature;
+    if (options.top_k > 0 && options.top_k < scores.size(0)) {
+      // Ties with the k-th score stay, as transformers' TopKLogitsWarper.
+      const double kth = std::get<0>(scores.topk(options.top_k)).min().item<double>();
+      scores = scores.masked_fill(scores < kth, -std::numeric_limits<double>::infinity());
+    }
+    torch::Tensor probabilities = torch::softmax(scores, 0);
     if (options.top_p < 1.0) {
       // Keep the most probable tokens until their mass reaches top_p (the
       // token that crosses it included), as transformers' TopPLogitsWarper.

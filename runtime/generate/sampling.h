@@ -1,28 +1,41 @@
 // Choosing the next token from a model's logits, as Hugging Face's generate
-// does: greedy (argmax), or sampling at a temperature from the smallest set
-// of tokens whose probabilities reach top_p (nucleus sampling).
+// does: the repetition penalty over the tokens seen so far, then greedy
+// (argmax), or sampling at a temperature from the top_k most probable tokens
+// and, of those, the smallest set whose probabilities reach top_p (nucleus
+// sampling). The order is transformers': penalty, temperature, top-k, top-p.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/torch.h>
+
+#include "absl/status/status.h"
 
 namespace dslaunch::runtime {
 
 struct SamplingOptions {
   bool greedy = true;
-  double temperature = 1.0;  // > 0
-  double top_p = 1.0;        // (0, 1]
+  double temperature = 1.0;         // > 0
+  int64_t top_k = 0;                // 0: every token
+  double top_p = 1.0;               // (0, 1]
+  double repetition_penalty = 1.0;  // > 0; 1: none (CTRL's: a seen token's logit / p if > 0, else · p)
   uint64_t seed = 0;
 };
 
+// InvalidArgument naming the field (prefixed by `where`, e.g. "--" or
+// "request ") when a value is out of its range.
+absl::Status CheckSamplingOptions(const SamplingOptions& options, const std::string& where);
+
 struct SampledToken {
   int64_t id = 0;
-  double logprob = 0;  // log-probability of `id` under the model (temperature 1, no top-p)
+  double logprob = 0;  // log-probability of `id` under the model (temperature 1, no penalty, top-k or top-p)
 };
 
-// `logits` [vocab], any floating dtype. `generator` draws the samples (the
-// same seed gives the same continuation).
-SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
+// `logits` [vocab], any floating dtype. `seen`: the tokens the repetition
+// penalty applies to (the prompt and what was generated). `generator` draws
+// the samples (the same seed gives the same continuation).
+SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
+                         const std::vector<int64_t>& seen = {});
 
 }  // namespace dslaunch::runtime

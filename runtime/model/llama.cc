@@ -51,8 +51,9 @@ torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
   return RmsNormOp(x, SequenceRegionParameter(weight, group_), eps_, fused_);
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options, int64_t layer)
     : options_(options),
+      layer_(layer),
       heads_(options.heads / Slices(options)),
       kv_heads_(KeyValueHeadsReplicated(options) ? 1 : options.kv_heads / Slices(options)),
       head_dim_(options.head_dim),
@@ -82,7 +83,8 @@ torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const tor
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
-                                          const torch::Tensor& sin, const torch::Tensor& allowed) {
+                                          const torch::Tensor& sin, const torch::Tensor& allowed,
+                                          KeyValueCache* cache) {
   const TensorParallelGroup& group = options_.tensor_parallel;
   // Every time step, on every rank (under sequence parallelism, gathered).
   const torch::Tensor x = EnterColumnParallel(input, group);
@@ -93,6 +95,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
   torch::Tensor q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
   torch::Tensor k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
   torch::Tensor v = KeyValueHeads(v_proj, x).transpose(1, 2);
+  if (cache != nullptr) {
+    torch::Tensor y = cache->Attend(layer_, q, k, v).transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
+    return RowParallel(o_proj, y, group);
+  }
   if (kv_heads_ != heads_) {
     // Key/value head j serves query heads j·g .. j·g + g - 1.
     const int64_t group = heads_ / kv_heads_;
@@ -119,7 +125,7 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index, LossGradientScale* aux_scale) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
-  self_attn = register_module("self_attn", LlamaAttention(options));
+  self_attn = register_module("self_attn", LlamaAttention(options, index));
   if (options.moe.IsExpertBlock(index)) {
     TORCH_CHECK(aux_scale != nullptr, "an expert layer needs its model's auxiliary-loss scale");
     const int64_t hidden = options.hidden, inner = options.intermediate;
@@ -139,8 +145,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                             const torch::Tensor& allowed) {
-  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed);
+                                             const torch::Tensor& allowed, KeyValueCache* cache) {
+  torch::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, allowed, cache);
   torch::Tensor n = post_attention_layernorm->forward(h);
   return h + (block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n));
 }
@@ -265,6 +271,27 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   const AttentionContext context = Context(tokens, positions, segments, x);
   for (int64_t i = 0; i < options_.layers; ++i) x = RunLayer(i, x, context);
   return Head(x);
+}
+
+torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                          KeyValueCache& cache, const torch::Tensor& logit_rows) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(0) == 1, "a cached forward takes tokens [1, n]");
+  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == tokens.size(1), "a cached forward takes positions [n]");
+  TORCH_CHECK(!options_.tensor_parallel.split() || !options_.tensor_parallel.sequence_parallel,
+              "a cached forward with sequence parallelism is not built");
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, options_.tensor_parallel);
+  // Tables up to the step's furthest position: what Hugging Face's dynamic
+  // NTK scaling computes from during cached generation, too.
+  const int64_t length = positions.max().item<int64_t>() + 1;
+  auto [cos, sin] = RotaryCosSin(options_.rope, length, x.device(), x.scalar_type());
+  const torch::Tensor at = positions.to(cos.device());
+  cos = cos.index({at}).unsqueeze(0).unsqueeze(0);  // [1, 1, n, head_dim]
+  sin = sin.index({at}).unsqueeze(0).unsqueeze(0);
+  for (int64_t i = 0; i < options_.layers; ++i) {
+    x = model->layers[i]->as<LlamaDecoderLayer>()->forward(x, cos, sin, {}, &cache);
+  }
+  return Head(x.index_select(1, logit_rows.to(x.device()))).squeeze(0);
 }
 
 torch::Tensor LlamaImpl::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/key_value_cache.h"
 #include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
@@ -94,12 +95,14 @@ TORCH_MODULE(LlamaRmsNorm);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const LlamaOptions& options);
+  // `layer`: the decoder layer's index (what a key/value cache files it under).
+  explicit LlamaAttentionImpl(const LlamaOptions& options, int64_t layer = 0);
   // x [batch, time, hidden]; cos, sin [time, head_dim] (or [batch, 1, time,
   // head_dim]) in x's dtype; `allowed` undefined (causal) or the
-  // [batch, 1, time, time] mask of packed records.
+  // [batch, 1, time, time] mask of packed records. With `cache` (Note
+  // [Key/value cache seam]) the cache attends instead, and `allowed` is unused.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& allowed = {});
+                        const torch::Tensor& allowed = {}, KeyValueCache* cache = nullptr);
 
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
@@ -109,6 +112,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const;
 
   LlamaOptions options_;
+  int64_t layer_;
   int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   bool fused_;
 };
@@ -134,7 +138,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   explicit LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index = 0,
                                  LossGradientScale* aux_scale = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& allowed = {});
+                        const torch::Tensor& allowed = {}, KeyValueCache* cache = nullptr);
 
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
@@ -178,6 +182,13 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // (Hugging Face's ignore index: prompt tokens of instruction data).
   torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
   torch::Tensor BatchLoss(const TokenBatch& batch) override;
+  // Note [Key/value cache seam]: one step of cached decoding. tokens [1, n]
+  // of several sequences side by side, each at its own position
+  // (`positions` [n]); `cache` keeps the keys and values and attends each
+  // token to its own sequence. Returns the logits of the rows `logit_rows`
+  // [r] only: [r, vocab] (in the parameters' dtype). Not under autograd.
+  torch::Tensor ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions, KeyValueCache& cache,
+                                 const torch::Tensor& logit_rows);
 
   const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;

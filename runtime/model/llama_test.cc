@@ -12,7 +12,7 @@
 namespace dslaunch::runtime {
 namespace {
 
-LlamaOptions Small() {
+LlamaOptions SmallLlama() {
   LlamaOptions o;
   o.layers = 2;
   o.hidden = 32;
@@ -86,9 +86,9 @@ TEST(RotaryEmbeddingTest, ScalingsChangeTheFrequenciesTheWayTheirTypesSay) {
 
 TEST(LlamaTest, GroupedQueryAttentionEqualsFullAttentionWithRepeatedKeyValueHeads) {
   torch::NoGradGuard no_grad;
-  LlamaOptions grouped_options = Small();
+  LlamaOptions grouped_options = SmallLlama();
   Llama grouped(grouped_options, 3);
-  LlamaOptions full_options = Small();
+  LlamaOptions full_options = SmallLlama();
   full_options.kv_heads = full_options.heads;
   Llama full(full_options, 4);
   // Copy every weight; k and v get each key/value head repeated for its
@@ -107,7 +107,7 @@ TEST(LlamaTest, GroupedQueryAttentionEqualsFullAttentionWithRepeatedKeyValueHead
 
 TEST(LlamaTest, IsCausalAndTiedHeadsUseTheEmbedding) {
   torch::NoGradGuard no_grad;
-  LlamaOptions options = Small();
+  LlamaOptions options = SmallLlama();
   options.tie_word_embeddings = true;
   Llama llama(options, 5);
   EXPECT_FALSE(llama->lm_head);
@@ -135,7 +135,7 @@ TEST(LlamaTest, RmsNormKeepsItsStatisticsInFloat32) {
 }
 
 TEST(LlamaTest, TheLossIgnoresTargetsOfMinus100) {
-  LlamaOptions options = Small();
+  LlamaOptions options = SmallLlama();
   Llama llama(options, 6);
   torch::Tensor tokens = Tokens(1, 8);
   torch::Tensor targets = tokens.roll(-1, 1);
@@ -147,7 +147,7 @@ TEST(LlamaTest, TheLossIgnoresTargetsOfMinus100) {
 }
 
 TEST(LlamaTest, ActivationCheckpointingGivesTheSameGradients) {
-  LlamaOptions options = Small();
+  LlamaOptions options = SmallLlama();
   Llama plain(options, 8);
   options.checkpointed_blocks = 2;
   Llama checkpointed(options, 8);
@@ -163,7 +163,7 @@ TEST(LlamaTest, ActivationCheckpointingGivesTheSameGradients) {
 }
 
 TEST(LlamaTest, PackedRecordsComputeWhatEachComputesAlone) {
-  Llama llama(Small(), 10);
+  Llama llama(SmallLlama(), 10);
   torch::NoGradGuard no_grad;
   // Row: record A (5 tokens), record B (4 tokens), 3 padding positions.
   const torch::Tensor a = Tokens(1, 5), b = (Tokens(1, 4) + 3) % 50;
@@ -197,7 +197,7 @@ TEST(LlamaTest, FusedKernelsGiveLibTorchsLossAndGradientsOnTheGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   if (!FusedKernelsBuilt()) GTEST_SKIP() << "built without the CUDA kernels";
   for (torch::ScalarType type : {torch::kFloat, torch::kBFloat16}) {
-    LlamaOptions options = Small();
+    LlamaOptions options = SmallLlama();
     options.hidden = 64;
     options.intermediate = 176;
     options.head_dim = 16;
@@ -227,7 +227,7 @@ TEST(LlamaTest, FusedKernelsGiveLibTorchsLossAndGradientsOnTheGpu) {
 }
 
 TEST(LlamaTest, ASequenceLongerThanTheSlidingWindowIsRefused) {
-  LlamaOptions options = Small();
+  LlamaOptions options = SmallLlama();
   options.sliding_window = 4;
   Llama llama(options, 9);
   EXPECT_THROW(llama->forward(Tokens(1, 5)), c10::Error);

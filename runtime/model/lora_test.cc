@@ -11,7 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LlamaOptions Small() {
+LlamaOptions SmallLora() {
   LlamaOptions o;
   o.layers = 2;
   o.hidden = 32;
@@ -23,7 +23,7 @@ LlamaOptions Small() {
   return o;
 }
 
-torch::Tensor Tokens() { return (torch::arange(2 * 7) * 7 % 50).view({2, 7}); }
+torch::Tensor LoraTokens() { return (torch::arange(2 * 7) * 7 % 50).view({2, 7}); }
 
 LoraSettings QkvO(int64_t r = 4) {
   LoraSettings settings;
@@ -34,15 +34,15 @@ LoraSettings QkvO(int64_t r = 4) {
 }
 
 TEST(LoraTest, AnAdaptedModelStartsWhereItsBaseIsAndOnlyTheAdaptersTrain) {
-  Llama llama(Small(), 1);
+  Llama llama(SmallLora(), 1);
   torch::NoGradGuard no_grad;
-  const torch::Tensor before = llama->forward(Tokens());
+  const torch::Tensor before = llama->forward(LoraTokens());
   auto summary = ApplyLora(*llama, QkvO(), 5);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->adapted_projections, 8);  // 4 per layer, 2 layers
   // q: A [4, 32] + B [32, 4]; k and v: B [16, 4]; o: A [4, 32] + B [32, 4].
   EXPECT_EQ(summary->trainable_parameters, 2 * (4 * 32 + 32 * 4 + 2 * (4 * 32 + 16 * 4) + 4 * 32 + 32 * 4));
-  EXPECT_TRUE(torch::equal(llama->forward(Tokens()), before)) << "lora_B starts at zero";
+  EXPECT_TRUE(torch::equal(llama->forward(LoraTokens()), before)) << "lora_B starts at zero";
   int64_t trainable = 0;
   for (const auto& item : llama->named_parameters()) {
     EXPECT_EQ(item.value().requires_grad(), IsLoraParameterName(item.key())) << item.key();
@@ -54,7 +54,7 @@ TEST(LoraTest, AnAdaptedModelStartsWhereItsBaseIsAndOnlyTheAdaptersTrain) {
 }
 
 TEST(LoraTest, TheAdapterAddsScaleTimesBAxAndMergesIntoTheSameFunction) {
-  Llama llama(Small(), 1);
+  Llama llama(SmallLora(), 1);
   ASSERT_TRUE(ApplyLora(*llama, QkvO(), 5).ok());
   torch::NoGradGuard no_grad;
   llama->eval();
@@ -68,12 +68,12 @@ TEST(LoraTest, TheAdapterAddsScaleTimesBAxAndMergesIntoTheSameFunction) {
   EXPECT_TRUE(torch::allclose(q->forward(x), expected, 1e-5, 1e-6)) << "scale = lora_alpha / r = 16 / 4";
 
   // A plain model holding the merged weights computes the same logits.
-  Llama merged(Small(), 2);
+  Llama merged(SmallLora(), 2);
   auto target = merged->named_parameters();
   for (const std::string& name : MergedParameterNames(*llama)) target[name].copy_(MergedParameter(*llama, name));
   EXPECT_EQ(MergedParameterNames(*llama).size(), target.size());
-  EXPECT_TRUE(torch::allclose(merged->forward(Tokens()), llama->forward(Tokens()), 1e-4, 1e-5));
-  EXPECT_FALSE(torch::allclose(merged->forward(Tokens()), Llama(Small(), 1)->forward(Tokens()), 1e-3, 1e-3))
+  EXPECT_TRUE(torch::allclose(merged->forward(LoraTokens()), llama->forward(LoraTokens()), 1e-4, 1e-5));
+  EXPECT_FALSE(torch::allclose(merged->forward(LoraTokens()), Llama(SmallLora(), 1)->forward(LoraTokens()), 1e-3, 1e-3))
       << "the adapters changed nothing: the test would pass on a broken merge";
 }
 
@@ -87,7 +87,7 @@ TEST(LoraTest, RsLoraScalesByTheSquareRootOfTheRank) {
 }
 
 TEST(LoraTest, ZeroThreeUnitsHoldOnlyTheAdaptersAndSkipFrozenOnes) {
-  Llama llama(Small(), 1);
+  Llama llama(SmallLora(), 1);
   ASSERT_EQ(llama->ParameterUnits().size(), 4u);  // embedding, 2 layers, head
   ASSERT_TRUE(ApplyLora(*llama, QkvO(), 5).ok());
   const std::vector<ParameterUnit> units = llama->ParameterUnits();
@@ -100,7 +100,7 @@ TEST(LoraTest, ZeroThreeUnitsHoldOnlyTheAdaptersAndSkipFrozenOnes) {
 }
 
 TEST(LoraTest, TargetsThatMatchNothingAreRefusedByName) {
-  Llama llama(Small(), 1);
+  Llama llama(SmallLora(), 1);
   LoraSettings settings = QkvO();
   settings.target_modules = {"q_proj", "query_key_value"};
   auto applied = ApplyLora(*llama, settings, 5);
@@ -111,7 +111,7 @@ TEST(LoraTest, TargetsThatMatchNothingAreRefusedByName) {
 }
 
 TEST(LoraTest, AllLinearAdaptsEveryProjectionButTheHead) {
-  Llama llama(Small(), 1);
+  Llama llama(SmallLora(), 1);
   LoraSettings settings = QkvO();
   settings.target_modules = {"all-linear"};
   auto applied = ApplyLora(*llama, settings, 5);

@@ -125,12 +125,18 @@ TEST(ParallelStateTest, RecordsEachGroupByName) {
                      torch::Tensor x = torch::ones({2});
                      ASSERT_TRUE(state.tensor()->AllReduce(x, ReduceOp::kSum).ok());
                      ASSERT_TRUE(state.data()->AllReduce(x, ReduceOp::kSum).ok());
+                     ASSERT_TRUE(state.tensor()->AllReduce(x, ReduceOp::kSum).ok());
                      google::protobuf::RepeatedPtrField<CollectiveRecord> calls;
                      recorder.Snapshot(&calls);
-                     ASSERT_EQ(calls.size(), 2);
+                     ASSERT_EQ(calls.size(), 3);
                      EXPECT_EQ(calls[0].group(), absl::StrCat("tensor.", rank / 2));
                      EXPECT_EQ(calls[1].group(), absl::StrCat("data.", rank % 2));
-                     EXPECT_EQ(calls[1].seq(), calls[0].seq() + 1);
+                     EXPECT_EQ(calls[2].group(), calls[0].group());
+                     // Note [Per-group collective numbers]: each group counts its own calls.
+                     EXPECT_EQ(calls[0].seq(), 1);
+                     EXPECT_EQ(calls[1].seq(), 1);
+                     EXPECT_EQ(calls[2].seq(), 2);
+                     for (const auto& call : calls) EXPECT_TRUE(call.completed());
                    });
 }
 

@@ -13,7 +13,7 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kIgnoreIndex = -100;
 
-void Check(const absl::Status& status, const char* what) {
+void CheckVocabCollective(const absl::Status& status, const char* what) {
   TORCH_CHECK(status.ok(), "vocab-parallel cross-entropy ", what, ": ", status.ToString());
 }
 
@@ -31,7 +31,7 @@ struct VocabParallelLoss : torch::autograd::Function<VocabParallelLoss> {
     torch::Tensor z = logits.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
     if (real < columns) z.narrow(1, real, columns - real).fill_(-std::numeric_limits<float>::infinity());
     torch::Tensor row_max = std::get<0>(z.max(1));
-    if (comm != nullptr) Check(comm->AllReduce(row_max, ReduceOp::kMax), "all-reduce of the row maxima");
+    if (comm != nullptr) CheckVocabCollective(comm->AllReduce(row_max, ReduceOp::kMax), "all-reduce of the row maxima");
     z.sub_(row_max.unsqueeze(1));
 
     const torch::Tensor kept = targets.ne(kIgnoreIndex);
@@ -43,7 +43,7 @@ struct VocabParallelLoss : torch::autograd::Function<VocabParallelLoss> {
     sums[2] = smoothing > 0 ? z.narrow(1, 0, real).sum(1) : torch::zeros({z.size(0)}, z.options());
     z.exp_();
     sums[1] = z.sum(1);
-    if (comm != nullptr) Check(comm->AllReduce(sums, ReduceOp::kSum), "all-reduce of the row sums");
+    if (comm != nullptr) CheckVocabCollective(comm->AllReduce(sums, ReduceOp::kSum), "all-reduce of the row sums");
 
     torch::Tensor row_loss = sums[1].log() - (1.0 - smoothing) * sums[0];
     if (smoothing > 0) row_loss = row_loss - smoothing * sums[2] / static_cast<double>(vocab_size);

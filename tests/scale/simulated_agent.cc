@@ -130,12 +130,24 @@ struct RankRendezvous : std::enable_shared_from_this<RankRendezvous> {
 
   std::string Key() const { return absl::StrCat("comm/", groups[next].name, "/nccl_unique_id"); }
 
-  std::unique_ptr<grpc::ClientContext> NewContext(std::chrono::milliseconds deadline) const {
-    auto context = std::make_unique<grpc::ClientContext>();
-    AttachToken(context.get(), token);
-    context->set_deadline(std::chrono::system_clock::now() + deadline);
-    context->set_wait_for_ready(true);
-    return context;
+  // One store call in flight: what gRPC's callback reads and writes lives
+  // here until the callback has run.
+  template <typename Request, typename Reply>
+  struct Call {
+    grpc::ClientContext context;
+    Request request;
+    Reply reply;
+  };
+
+  // A call with the rank's token, a deadline, and the attempt's scope.
+  template <typename Request, typename Reply>
+  std::shared_ptr<Call<Request, Reply>> NewCall(std::chrono::milliseconds deadline) const {
+    auto call = std::make_shared<Call<Request, Reply>>();
+    AttachToken(&call->context, token);
+    call->context.set_deadline(std::chrono::system_clock::now() + deadline);
+    call->context.set_wait_for_ready(true);
+    *call->request.mutable_scope() = scope;
+    return call;
   }
 
   void Step() {
@@ -158,19 +170,11 @@ struct RankRendezvous : std::enable_shared_from_this<RankRendezvous> {
   }
 
   void Publish() {
-    struct Call {
-      std::unique_ptr<grpc::ClientContext> context;
-      StoreSetRequest request;
-      StoreSetReply reply;
-    };
-    auto call = std::make_shared<Call>();
-    call->context = NewContext(std::chrono::seconds(60));
-    *call->request.mutable_scope() = scope;
+    auto call = NewCall<StoreSetRequest, StoreSetReply>(std::chrono::seconds(60));
     call->request.set_key(Key());
     call->request.set_value(std::string(kUniqueIdBytes, static_cast<char>('a' + next)));
-    auto self = shared_from_this();
-    stub->async()->Set(call->context.get(), &call->request, &call->reply,
-                       [self, call](grpc::Status status) {
+    stub->async()->Set(&call->context, &call->request, &call->reply,
+                       [self = shared_from_this(), call](grpc::Status status) {
                          if (!status.ok()) return self->Fail("Set", status);
                          ++self->next;
                          self->Step();
@@ -178,38 +182,22 @@ struct RankRendezvous : std::enable_shared_from_this<RankRendezvous> {
   }
 
   void AwaitKey() {
-    struct Call {
-      std::unique_ptr<grpc::ClientContext> context;
-      StoreWaitRequest request;
-      StoreWaitReply reply;
-    };
-    auto call = std::make_shared<Call>();
-    call->context = NewContext(kRendezvousTimeout + std::chrono::seconds(60));
-    *call->request.mutable_scope() = scope;
+    auto call = NewCall<StoreWaitRequest, StoreWaitReply>(kRendezvousTimeout + std::chrono::seconds(60));
     call->request.add_keys(Key());
     call->request.set_timeout_ms(std::chrono::milliseconds(kRendezvousTimeout).count());
-    auto self = shared_from_this();
-    stub->async()->Wait(call->context.get(), &call->request, &call->reply,
-                        [self, call](grpc::Status status) {
+    stub->async()->Wait(&call->context, &call->request, &call->reply,
+                        [self = shared_from_this(), call](grpc::Status status) {
                           if (!status.ok()) return self->Fail("Wait", status);
                           self->ReadKey();
                         });
   }
 
   void ReadKey() {
-    struct Call {
-      std::unique_ptr<grpc::ClientContext> context;
-      StoreGetRequest request;
-      StoreGetReply reply;
-    };
     agent->counters_->store_calls.fetch_add(1);
-    auto call = std::make_shared<Call>();
-    call->context = NewContext(std::chrono::seconds(60));
-    *call->request.mutable_scope() = scope;
+    auto call = NewCall<StoreGetRequest, StoreGetReply>(std::chrono::seconds(60));
     call->request.set_key(Key());
-    auto self = shared_from_this();
-    stub->async()->Get(call->context.get(), &call->request, &call->reply,
-                       [self, call](grpc::Status status) {
+    stub->async()->Get(&call->context, &call->request, &call->reply,
+                       [self = shared_from_this(), call](grpc::Status status) {
                          if (!status.ok()) return self->Fail("Get", status);
                          if (!call->reply.found() || call->reply.value().size() != kUniqueIdBytes) {
                            return self->Fail("Get", grpc::Status(grpc::StatusCode::DATA_LOSS,

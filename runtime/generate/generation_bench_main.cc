@@ -1,0 +1,232 @@
+// generation_bench: the generation engine's speed on one device, with a
+// reference measured in the same run.
+//
+//   generation_bench [--shape 7b|tiny] [--device cuda] [--dtype bfloat16]
+//                    [--prompt_tokens 2000] [--decode_tokens 256]
+//                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
+//                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
+//
+// Random weights of the shape (Llama-2-7B: 32 layers of width 4096, 32
+// heads, MLP 11008, vocabulary 32000). Prints one line per figure:
+//   - the weights' bytes and the HBM roofline of batch-1 decoding
+//     (bandwidth / weight bytes: every weight is read once per token);
+//   - time to first token of a --prompt_tokens prompt (one prefill step);
+//   - batch-1 decode tokens/s after a 128-token prompt, and its share of
+//     the roofline;
+//   - the reference: greedy decoding that runs the whole sequence again for
+//     every token (no cache), from the same prompt, tokens/s;
+//   - --batch requests at once (continuous batching): generated tokens/s.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/flag_table.h"
+#include "runtime/generate/generation_engine.h"
+#include "runtime/hf/hf_export.h"
+#include "runtime/torch_compat.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+struct Options {
+  std::string shape = "7b";
+  std::string device = "cuda";
+  std::string dtype = "bfloat16";
+  int64_t prompt_tokens = 2000;
+  int64_t decode_tokens = 256;
+  int64_t batch = 64;
+  int64_t batch_prompt_tokens = 128;
+  int64_t batch_new_tokens = 128;
+  int64_t reference_tokens = 16;
+  double hbm_tb_per_s = 4.8;
+  std::string key_length_multiples = "128";
+};
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t salt) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < length; ++i) ids.push_back((i * 7919 + salt * 104729 + 1) % vocab);
+  return ids;
+}
+
+absl::Status Run(const Options& options) {
+  LlamaOptions shape;
+  if (options.shape == "7b") {
+    shape.layers = 32;
+    shape.hidden = 4096;
+    shape.intermediate = 11008;
+    shape.heads = 32;
+    shape.kv_heads = 32;
+    shape.head_dim = 128;
+    shape.vocab_size = 32000;
+    shape.rope.max_position_embeddings = 4096;
+  } else {
+    shape.layers = 2;
+    shape.hidden = 64;
+    shape.intermediate = 172;
+    shape.heads = 4;
+    shape.kv_heads = 4;
+    shape.head_dim = 16;
+    shape.vocab_size = 256;
+    shape.rope.max_position_embeddings = 4096;
+  }
+  auto dtype = ParseExportDtype(options.dtype, "--dtype");
+  if (!dtype.ok()) return dtype.status();
+  torch::Device device(options.device);
+  const auto built = std::chrono::steady_clock::now();
+  Llama model(shape, /*seed=*/1);
+  model->to(device, *dtype);
+  model->eval();
+  int64_t weight_bytes = 0;
+  for (const auto& p : model->parameters()) weight_bytes += p.numel() * p.element_size();
+  const double roofline = options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
+  absl::PrintF("model %s %s on %s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %.1f TB/s\n",
+               options.shape, options.dtype, options.device, weight_bytes / 1e9, Seconds(built), roofline,
+               options.hbm_tb_per_s);
+  std::vector<int64_t> multiples;
+  for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
+    int64_t m = 0;
+    if (!absl::SimpleAtoi(part, &m) || m < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--key_length_multiples: '", part, "' is not a whole number >= 1"));
+    }
+    multiples.push_back(m);
+  }
+  double engine_rate = 0;
+  const std::vector<int64_t> prompt = Prompt(128, shape.vocab_size, 3);
+  for (int64_t multiple : multiples) {
+    absl::PrintF("-- key length multiple %d\n", multiple);
+
+    auto engine_for = [&](int64_t sequences, int64_t positions, int64_t step_tokens) {
+      GenerationEngineOptions engine;
+      engine.max_sequences = sequences;
+      engine.max_tokens_per_step = std::max(step_tokens, sequences);
+      engine.cache_positions = positions;
+      engine.key_length_multiple = multiple;
+      return GenerationEngine::Create(model, engine);
+    };
+    auto greedy = [](std::vector<int64_t> prompt, int64_t new_tokens) {
+      GenerationRequest request;
+      request.prompt = std::move(prompt);
+      request.max_new_tokens = new_tokens;
+      return request;
+    };
+
+    // Time to first token: one prefill step.
+    {
+      auto engine = engine_for(1, options.prompt_tokens + 1, options.prompt_tokens);
+      if (!engine.ok()) return engine.status();
+      for (int warm = 0; warm < 2; ++warm) {
+        if (auto r = (*engine)->GenerateAll({greedy(Prompt(options.prompt_tokens, shape.vocab_size, warm), 1)});
+            !r.ok()) {
+          return r.status();
+        }
+      }
+      const auto start = std::chrono::steady_clock::now();
+      if (auto r = (*engine)->GenerateAll({greedy(Prompt(options.prompt_tokens, shape.vocab_size, 7), 1)}); !r.ok()) {
+        return r.status();
+      }
+      absl::PrintF("time to first token, %d-token prompt: %.1f ms\n", options.prompt_tokens, 1e3 * Seconds(start));
+    }
+    // Batch-1 decoding after a 128-token prompt: the prefill step first, then
+    // the decode steps timed.
+    {
+      auto engine = engine_for(1, 128 + options.decode_tokens, 128);
+      if (!engine.ok()) return engine.status();
+      if (auto r = (*engine)->GenerateAll({greedy(prompt, 16)}); !r.ok()) return r.status();  // warm-up
+      if (auto id = (*engine)->Submit(greedy(prompt, options.decode_tokens)); !id.ok()) return id.status();
+      if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // the prefill
+      const auto start = std::chrono::steady_clock::now();
+      int64_t decoded = 0;
+      while (!(*engine)->Idle()) {
+        auto step = (*engine)->Step();
+        if (!step.ok()) return step.status();
+        decoded += static_cast<int64_t>(step->size());
+      }
+      engine_rate = decoded / Seconds(start);
+      absl::PrintF("batch-1 decode (cached): %.1f tokens/s over %d tokens = %.0f%% of the roofline\n", engine_rate,
+                   decoded, 100 * engine_rate / roofline);
+    }
+    // Continuous batching: --batch requests submitted at once.
+    if (options.batch > 0) {
+      const int64_t positions = options.batch * (options.batch_prompt_tokens + options.batch_new_tokens);
+      auto engine = engine_for(options.batch, positions, 2048);
+      if (!engine.ok()) return engine.status();
+      std::vector<GenerationRequest> requests;
+      for (int64_t i = 0; i < options.batch; ++i) {
+        requests.push_back(
+            greedy(Prompt(options.batch_prompt_tokens, shape.vocab_size, 100 + i), options.batch_new_tokens));
+      }
+      if (auto r = (*engine)->GenerateAll({requests[0]}); !r.ok()) return r.status();  // warm-up
+      const auto start = std::chrono::steady_clock::now();
+      auto results = (*engine)->GenerateAll(requests);
+      if (!results.ok()) return results.status();
+      const double seconds = Seconds(start);
+      int64_t generated = 0;
+      for (const auto& r : *results) generated += static_cast<int64_t>(r.tokens.size());
+      absl::PrintF("batch %d (continuous batching, %d-token prompts, %d new each): %.1f generated tokens/s, %.2f s\n",
+                   options.batch, options.batch_prompt_tokens, options.batch_new_tokens, generated / seconds, seconds);
+      const GenerationStats stats = (*engine)->Stats();
+      absl::PrintF("  cache %.2f GB in %d blocks; %d steps\n", stats.cache_bytes / 1e9, stats.cache_blocks,
+                   stats.steps);
+    }
+  }
+  // The reference: the whole sequence again for every token.
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<int64_t> sequence = prompt;
+    auto once = [&] {
+      torch::Tensor logits = model->forward(torch::tensor(sequence, torch::kLong).view({1, -1}).to(device))[0][-1];
+      sequence.push_back(logits.argmax().item<int64_t>());
+    };
+    once();  // warm-up
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < options.reference_tokens; ++i) once();
+    const double rate = options.reference_tokens / Seconds(start);
+    absl::PrintF("reference, uncached (whole sequence per token): %.1f tokens/s; cached / reference = %.1fx\n", rate,
+                 engine_rate / rate);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
+
+int main(int argc, char** argv) {
+  dslaunch::runtime::Options options;
+  dslaunch::FlagTable flags("generation_bench", "generation_bench [flags]");
+  flags.String("--shape", &options.shape, "SHAPE", "the model's shape", {"7b", "tiny"})
+      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
+      .String("--dtype", &options.dtype, "DTYPE", "weights and compute", {"float32", "bfloat16", "float16"})
+      .Int("--prompt_tokens", &options.prompt_tokens, "N", "prompt of the time-to-first-token figure", {1, 1 << 20})
+      .Int("--decode_tokens", &options.decode_tokens, "N", "tokens of the batch-1 decode figure", {1, 1 << 20})
+      .Int("--batch", &options.batch, "N", "requests of the continuous-batching figure (0: skip)", {0, 1 << 16})
+      .Int("--batch_prompt_tokens", &options.batch_prompt_tokens, "N", "each batched request's prompt", {1, 1 << 20})
+      .Int("--batch_new_tokens", &options.batch_new_tokens, "N", "each batched request's new tokens", {1, 1 << 20})
+      .Int("--reference_tokens", &options.reference_tokens, "N", "tokens of the uncached reference", {1, 1 << 20})
+      .Double("--hbm_tb_per_s", &options.hbm_tb_per_s, "TB/S", "memory bandwidth of the roofline", {0, 100, true})
+      .String("--key_length_multiples", &options.key_length_multiples, "N,N",
+              "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
+    std::fprintf(stderr, "generation_bench: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  if (absl::Status status = dslaunch::runtime::Run(options); !status.ok()) {
+    std::fprintf(stderr, "generation_bench: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,265 @@
+#include "runtime/generate/generation_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace dslaunch::runtime {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+GenerationEngine::GenerationEngine(Llama model, const GenerationEngineOptions& options,
+                                   std::unique_ptr<PagedKvCache> cache)
+    : model_(std::move(model)), options_(options), cache_(std::move(cache)) {}
+
+absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama model,
+                                                                           const GenerationEngineOptions& options) {
+  const LlamaOptions& llama = model->options();
+  if (llama.tensor_parallel.split()) {
+    return absl::UnimplementedError(absl::StrCat("generation with tensor parallelism (", llama.tensor_parallel.size,
+                                                 " ranks) is not yet supported"));
+  }
+  if (options.max_sequences < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_sequences must be >= 1 (got ", options.max_sequences, ")"));
+  }
+  if (options.max_tokens_per_step < options.max_sequences) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens_per_step (", options.max_tokens_per_step,
+                                                   ") must be >= max_sequences (", options.max_sequences,
+                                                   "): every running sequence decodes a token each step"));
+  }
+  if (options.block_size < 1 || options.cache_positions < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size and cache_positions must be >= 1 (got ",
+                                                   options.block_size, ", ", options.cache_positions, ")"));
+  }
+  const torch::Tensor any = model->parameters().front();
+  PagedKvCacheOptions cache;
+  cache.layers = llama.layers;
+  cache.kv_heads = llama.kv_heads;
+  cache.head_dim = llama.head_dim;
+  cache.block_size = options.block_size;
+  cache.key_length_multiple = options.key_length_multiple;
+  cache.blocks = (options.cache_positions + options.block_size - 1) / options.block_size;
+  cache.dtype = any.scalar_type();
+  cache.device = any.device();
+  auto pool = PagedKvCache::Create(cache);
+  if (!pool.ok()) return pool.status();
+  model->eval();
+  return std::unique_ptr<GenerationEngine>(new GenerationEngine(std::move(model), options, std::move(*pool)));
+}
+
+absl::StatusOr<int64_t> GenerationEngine::Submit(GenerationRequest request) {
+  const LlamaOptions& llama = model_->options();
+  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= llama.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: token ", i, " (", request.prompt[i],
+                                                     ") is not below the vocabulary size ", llama.vocab_size));
+    }
+  }
+  if (request.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be >= 1 (got ", request.max_new_tokens, ")"));
+  }
+  if (absl::Status checked = CheckSamplingOptions(request.sampling, ""); !checked.ok()) return checked;
+  const int64_t positions = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  // Dynamic NTK scaling is made to run past the trained context; any
+  // other model is held to it, as vLLM's max_model_len.
+  const int64_t context = llama.rope.max_position_embeddings;
+  if (positions > context && llama.rope.scaling.type != RopeScaling::Type::kDynamic) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", request.prompt.size(), " tokens) + max_new_tokens (",
+                                                   request.max_new_tokens, ") is longer than the model's context (",
+                                                   context, ", max_position_embeddings)"));
+  }
+  if (llama.sliding_window > 0 && positions > llama.sliding_window) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt + max_new_tokens (", positions,
+                                                   ") is longer than the model's sliding_window (",
+                                                   llama.sliding_window, "): sliding-window attention is not built"));
+  }
+  if (cache_->BlocksFor(positions) > cache_->total_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt + max_new_tokens (", positions,
+                                                   " positions) is more than the whole key/value cache holds (",
+                                                   cache_->total_blocks() * cache_->block_size(), ")"));
+  }
+  Sequence sequence;
+  sequence.id = next_id_++;
+  sequence.tokens = request.prompt;
+  sequence.generator = at::make_generator<at::CPUGeneratorImpl>(request.sampling.seed);
+  sequence.request = std::move(request);
+  waiting_.push_back(std::move(sequence));
+  return waiting_.back().id;
+}
+
+absl::Status GenerationEngine::Cancel(int64_t request) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->id != request) continue;
+    it->result.finished = FinishReason::kCancelled;
+    finished_[request] = std::move(it->result);
+    waiting_.erase(it);
+    return absl::OkStatus();
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if (it->id != request) continue;
+    Finish(*it, FinishReason::kCancelled);
+    running_.erase(it);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("request ", request, " is not waiting or running"));
+}
+
+void GenerationEngine::Finish(Sequence& sequence, FinishReason reason) {
+  cache_->Release(sequence.id);
+  sequence.result.finished = reason;
+  finished_[sequence.id] = std::move(sequence.result);
+}
+
+void GenerationEngine::Admit() {
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_sequences) {
+    Sequence& next = waiting_.front();
+    const int64_t positions = static_cast<int64_t>(next.request.prompt.size()) + next.request.max_new_tokens;
+    // Reserved whole: a running sequence never waits for memory.
+    if (!cache_->Reserve(next.id, positions).ok()) break;
+    running_.push_back(std::move(next));
+    waiting_.pop_front();
+  }
+}
+
+absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
+  Admit();
+  std::vector<GeneratedToken> produced;
+  if (running_.empty()) return produced;
+  // What each running sequence runs this step: decodes first, then prompt
+  // pieces in admission order within what is left of the budget.
+  std::vector<StepPiece> pieces;
+  std::vector<size_t> owners;  // index into running_ of each piece
+  int64_t budget = options_.max_tokens_per_step;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence& s = running_[i];
+    if (s.cached == static_cast<int64_t>(s.tokens.size()) - 1) {
+      pieces.push_back({s.id, s.cached, 1});
+      owners.push_back(i);
+      --budget;
+    }
+  }
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const Sequence& s = running_[i];
+    const int64_t missing = static_cast<int64_t>(s.tokens.size()) - s.cached;
+    if (missing <= 1) continue;  // decoding (above; a one-token prompt too)
+    const int64_t take = std::min(missing, budget);
+    pieces.push_back({s.id, s.cached, take});
+    owners.push_back(i);
+    budget -= take;
+  }
+  std::vector<int64_t> tokens, positions, logit_rows;
+  std::vector<size_t> sampled;  // owners of the logit rows
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const Sequence& s = running_[owners[p]];
+    for (int64_t q = 0; q < pieces[p].count; ++q) {
+      tokens.push_back(s.tokens[pieces[p].first + q]);
+      positions.push_back(pieces[p].first + q);
+    }
+    // The piece reaches the sequence's newest token: its logits choose the next.
+    if (pieces[p].first + pieces[p].count == static_cast<int64_t>(s.tokens.size())) {
+      logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+      sampled.push_back(owners[p]);
+    }
+  }
+  auto step = cache_->BeginStep(pieces);
+  if (!step.ok()) return step.status();
+  torch::Tensor logits;
+  try {
+    const torch::Device device = model_->parameters().front().device();
+    logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device),
+                                      torch::tensor(positions, torch::kLong), **step,
+                                      torch::tensor(logit_rows, torch::kLong))
+                 .to(torch::kCPU);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("generation step: ", e.what_without_backtrace()));
+  }
+  ++stats_.steps;
+  stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    Sequence& s = running_[owners[p]];
+    s.cached += pieces[p].count;
+    if (pieces[p].first < static_cast<int64_t>(s.request.prompt.size())) {
+      stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
+    }
+  }
+  std::vector<bool> done(running_.size(), false);
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Sequence& s = running_[sampled[r]];
+    SampledToken next = SampleToken(logits[static_cast<int64_t>(r)], s.request.sampling, s.generator, s.tokens);
+    s.tokens.push_back(next.id);
+    s.result.tokens.push_back(next.id);
+    s.result.logprobs.push_back(next.logprob);
+    ++stats_.generated_tokens;
+    GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone};
+    const auto& stops = s.request.stop_tokens;
+    if (std::find(stops.begin(), stops.end(), next.id) != stops.end()) {
+      out.finished = FinishReason::kStop;
+    } else if (static_cast<int64_t>(s.result.tokens.size()) >= s.request.max_new_tokens) {
+      out.finished = FinishReason::kLength;
+    }
+    if (out.finished != FinishReason::kNone) {
+      Finish(s, out.finished);
+      done[sampled[r]] = true;
+    }
+    produced.push_back(out);
+  }
+  std::vector<Sequence> still;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (!done[i]) still.push_back(std::move(running_[i]));
+  }
+  running_ = std::move(still);
+  return produced;
+}
+
+GenerationStats GenerationEngine::Stats() const {
+  GenerationStats stats = stats_;
+  stats.waiting = static_cast<int64_t>(waiting_.size());
+  stats.running = static_cast<int64_t>(running_.size());
+  stats.cache_blocks = cache_->total_blocks();
+  stats.cache_free_blocks = cache_->free_blocks();
+  stats.cache_bytes = cache_->bytes();
+  return stats;
+}
+
+absl::StatusOr<GenerationResult> GenerationEngine::TakeResult(int64_t request) {
+  auto it = finished_.find(request);
+  if (it == finished_.end()) return absl::NotFoundError(absl::StrCat("request ", request, " has not finished"));
+  GenerationResult result = std::move(it->second);
+  finished_.erase(it);
+  return result;
+}
+
+absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::GenerateAll(std::vector<GenerationRequest> requests) {
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto id = Submit(std::move(requests[i]));
+    if (!id.ok()) return absl::Status(id.status().code(), absl::StrCat("request ", i, ": ", id.status().message()));
+    ids.push_back(*id);
+  }
+  while (!Idle()) {
+    if (auto step = Step(); !step.ok()) return step.status();
+  }
+  std::vector<GenerationResult> results;
+  for (int64_t id : ids) {
+    auto result = TakeResult(id);
+    if (!result.ok()) return result.status();
+    results.push_back(std::move(*result));
+  }
+  return results;
+}
+
+}  // namespace dslaunch::runtime

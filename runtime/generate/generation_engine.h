@@ -1,0 +1,130 @@
+// Note [Continuous batching]: the generation engine serves many requests
+// with one model and one paged key/value cache (Note [Paged key/value
+// cache]). Each Step() is one cached forward over the tokens the scheduler
+// picks:
+//   1. waiting requests are admitted, oldest first, while fewer than
+//      max_sequences run and the cache can hold a request's prompt plus its
+//      max_new_tokens (so a running sequence never waits for memory and none
+//      is ever evicted);
+//   2. every running sequence that has its prompt in the cache decodes one
+//      token;
+//   3. what is left of max_tokens_per_step goes to prompts not yet in the
+//      cache, oldest first, a long prompt split across steps (DeepSpeed-FastGen's
+//      Dynamic SplitFuse): decoding never stalls behind a long prefill.
+// New requests join between steps; a finished or cancelled request's blocks
+// go back to the pool at once. Each request draws its samples from its own
+// generator seeded by its seed, so its tokens do not depend on what else is
+// in the batch: batched output equals one-request-at-a-time output.
+// A request's prompt plus max_new_tokens must fit the model's context
+// (max_position_embeddings), except with dynamic NTK scaling, made to run
+// past it: there a new token's rotation uses the length so far while cached
+// keys keep theirs, as Hugging Face's cached generate() does.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/generate/paged_kv_cache.h"
+#include "runtime/generate/sampling.h"
+#include "runtime/model/llama.h"
+
+namespace dslaunch::runtime {
+
+struct GenerationEngineOptions {
+  int64_t max_sequences = 64;          // running at once
+  int64_t max_tokens_per_step = 512;   // tokens of one forward (>= max_sequences)
+  int64_t block_size = 16;             // cache positions per block
+  int64_t cache_positions = 1 << 16;   // the pool, in positions (rounded up to blocks)
+  // Attention's key length padded to a multiple of this (Note [Paged
+  // key/value cache]): a new shape every step costs more than the padding.
+  int64_t key_length_multiple = 128;
+};
+
+struct GenerationRequest {
+  std::vector<int64_t> prompt;
+  int64_t max_new_tokens = 32;
+  SamplingOptions sampling;
+  std::vector<int64_t> stop_tokens;  // ends the request when generated (kept in its output)
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancelled"
+
+// What a request got in one step.
+struct GeneratedToken {
+  int64_t request = 0;
+  int64_t token = 0;
+  double logprob = 0;
+  FinishReason finished = FinishReason::kNone;  // set on its last token
+};
+
+struct GenerationResult {
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;
+  FinishReason finished = FinishReason::kNone;
+};
+
+struct GenerationStats {
+  int64_t waiting = 0, running = 0;
+  int64_t cache_blocks = 0, cache_free_blocks = 0, cache_bytes = 0;
+  int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
+  int64_t last_step_tokens = 0;  // tokens the last forward ran
+};
+
+class GenerationEngine {
+ public:
+  // `model` in eval mode on its device, with the parameters' dtype the
+  // cache's. Tensor parallelism is refused (not yet built here).
+  static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(Llama model, const GenerationEngineOptions& options);
+
+  // Queues a request; returns its id. InvalidArgument naming the field for
+  // an empty prompt, a token id outside the vocabulary, bad sampling
+  // options, or a prompt plus max_new_tokens longer than the model's
+  // context or the whole cache.
+  absl::StatusOr<int64_t> Submit(GenerationRequest request);
+  // Ends a request now (a client went away); its blocks go back to the pool.
+  // NotFound for an unknown or finished id.
+  absl::Status Cancel(int64_t request);
+
+  // One forward over the scheduled tokens; the tokens it produced.
+  absl::StatusOr<std::vector<GeneratedToken>> Step();
+  bool Idle() const { return waiting_.empty() && running_.empty(); }
+  GenerationStats Stats() const;
+
+  // Submits `requests` and steps until all are done; results in their order.
+  absl::StatusOr<std::vector<GenerationResult>> GenerateAll(std::vector<GenerationRequest> requests);
+  // The result of a finished request (taken once); NotFound otherwise.
+  absl::StatusOr<GenerationResult> TakeResult(int64_t request);
+
+ private:
+  struct Sequence {
+    int64_t id = 0;
+    GenerationRequest request;
+    std::vector<int64_t> tokens;  // prompt, then generated
+    int64_t cached = 0;           // positions whose keys and values are in the cache
+    at::Generator generator;
+    GenerationResult result;
+  };
+  GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache);
+  void Admit();
+  void Finish(Sequence& sequence, FinishReason reason);
+
+  Llama model_;
+  GenerationEngineOptions options_;
+  std::unique_ptr<PagedKvCache> cache_;
+  int64_t next_id_ = 1;
+  std::deque<Sequence> waiting_;
+  std::vector<Sequence> running_;  // admission order
+  std::map<int64_t, GenerationResult> finished_;
+  GenerationStats stats_;
+};
+
+}  // namespace dslaunch::runtime

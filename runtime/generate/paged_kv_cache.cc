@@ -1,0 +1,188 @@
+#include "runtime/generate/paged_kv_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/torch_compat.h"
+
+namespace dslaunch::runtime {
+
+PagedKvCache::PagedKvCache(const PagedKvCacheOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKvCacheOptions& options) {
+  if (options.layers < 1 || options.kv_heads < 1 || options.head_dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a key/value cache needs layers, kv_heads and head_dim >= 1 (got ",
+                                                   options.layers, ", ", options.kv_heads, ", ", options.head_dim, ")"));
+  }
+  if (options.block_size < 1 || options.blocks < 1 || options.key_length_multiple < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a key/value cache needs block_size, blocks and key_length_multiple >= 1 (got ",
+                                                   options.block_size, ", ", options.blocks, ", ",
+                                                   options.key_length_multiple, ")"));
+  }
+  auto cache = std::unique_ptr<PagedKvCache>(new PagedKvCache(options));
+  const auto tensor_options = torch::TensorOptions().dtype(options.dtype).device(options.device);
+  try {
+    for (int64_t layer = 0; layer < options.layers; ++layer) {
+      cache->keys_.push_back(
+          torch::zeros({options.blocks * options.block_size, options.kv_heads, options.head_dim}, tensor_options));
+      cache->values_.push_back(torch::zeros_like(cache->keys_.back()));
+    }
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("a key/value cache of ", options.blocks, " blocks x ",
+                                                     options.block_size, " positions: ", e.what_without_backtrace()));
+  }
+  // Block 0 is given first.
+  for (int64_t block = options.blocks; block-- > 0;) cache->free_.push_back(block);
+  return cache;
+}
+
+int64_t PagedKvCache::bytes_per_position() const {
+  return 2 * options_.layers * options_.kv_heads * options_.head_dim * c10::elementSize(options_.dtype);
+}
+
+int64_t PagedKvCache::bytes() const { return bytes_per_position() * options_.blocks * options_.block_size; }
+
+absl::Status PagedKvCache::Reserve(int64_t sequence, int64_t positions) {
+  std::vector<int64_t>& table = tables_[sequence];
+  const int64_t more = BlocksFor(positions) - static_cast<int64_t>(table.size());
+  if (more <= 0) return absl::OkStatus();
+  if (more > free_blocks()) {
+    if (table.empty()) tables_.erase(sequence);
+    return absl::ResourceExhaustedError(absl::StrCat("the key/value cache has ", free_blocks(), " free blocks of ",
+                                                     options_.block_size, " positions; ", positions,
+                                                     " positions need ", more, " more"));
+  }
+  for (int64_t i = 0; i < more; ++i) {
+    table.push_back(free_.back());
+    free_.pop_back();
+  }
+  return absl::OkStatus();
+}
+
+void PagedKvCache::Release(int64_t sequence) {
+  auto it = tables_.find(sequence);
+  if (it == tables_.end()) return;
+  for (auto block = it->second.rbegin(); block != it->second.rend(); ++block) free_.push_back(*block);
+  tables_.erase(it);
+}
+
+int64_t PagedKvCache::Capacity(int64_t sequence) const {
+  auto it = tables_.find(sequence);
+  return it == tables_.end() ? 0 : static_cast<int64_t>(it->second.size()) * options_.block_size;
+}
+
+torch::Tensor PagedKvCache::Slots(int64_t sequence, int64_t end, int64_t padded) const {
+  const std::vector<int64_t>& table = tables_.at(sequence);
+  std::vector<int64_t> slots(static_cast<size_t>(padded), 0);
+  for (int64_t p = 0; p < end; ++p) slots[p] = table[p / options_.block_size] * options_.block_size + p % options_.block_size;
+  return torch::tensor(slots, torch::kLong).to(options_.device);
+}
+
+absl::StatusOr<std::unique_ptr<PagedKvCache::Step>> PagedKvCache::BeginStep(const std::vector<StepPiece>& pieces) {
+  std::vector<Step::Piece> planned;
+  Step::Decodes decodes;
+  std::vector<int64_t> decode_offsets, decode_ends, decode_sequences;
+  int64_t offset = 0;
+  const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(options_.device);
+  for (const StepPiece& piece : pieces) {
+    if (piece.count < 1 || piece.first < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("a step piece of sequence ", piece.sequence, " at ", piece.first,
+                                                     " with ", piece.count, " tokens"));
+    }
+    const int64_t end = piece.first + piece.count;
+    if (Capacity(piece.sequence) < end) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", piece.sequence, " has room for ",
+                                                        Capacity(piece.sequence), " positions, not ", end));
+    }
+    if (piece.count == 1) {
+      decode_offsets.push_back(offset);
+      decode_ends.push_back(end);
+      decode_sequences.push_back(piece.sequence);
+      decodes.longest = std::max(decodes.longest, end);
+      offset += 1;
+      continue;
+    }
+    Step::Piece p;
+    p.offset = offset;
+    p.count = piece.count;
+    const int64_t padded = Padded(end);
+    p.visible = Slots(piece.sequence, end, padded);
+    p.written = p.visible.narrow(0, piece.first, piece.count);
+    // Token i (position first + i) sees positions 0 .. first + i (never the
+    // padding past `end`).
+    p.allowed = torch::ones({piece.count, padded}, bool_options).tril(piece.first).view({1, 1, piece.count, padded});
+    planned.push_back(std::move(p));
+    offset += piece.count;
+  }
+  decodes.count = static_cast<int64_t>(decode_sequences.size());
+  decodes.longest = Padded(decodes.longest);
+  if (decodes.count > 0) {
+    // One host table, one copy to the device.
+    std::vector<int64_t> visible(static_cast<size_t>(decodes.count * decodes.longest), 0);
+    std::vector<int64_t> written;
+    for (int64_t d = 0; d < decodes.count; ++d) {
+      const std::vector<int64_t>& table = tables_.at(decode_sequences[d]);
+      for (int64_t p = 0; p < decode_ends[d]; ++p) {
+        visible[d * decodes.longest + p] = table[p / options_.block_size] * options_.block_size + p % options_.block_size;
+      }
+      written.push_back(visible[d * decodes.longest + decode_ends[d] - 1]);
+    }
+    decodes.offsets = torch::tensor(decode_offsets, torch::kLong).to(options_.device);
+    decodes.written = torch::tensor(written, torch::kLong).to(options_.device);
+    decodes.visible = torch::tensor(visible, torch::kLong).view({decodes.count, decodes.longest}).to(options_.device);
+    decodes.allowed = (torch::arange(decodes.longest, torch::kLong).unsqueeze(0) <
+                       torch::tensor(decode_ends, torch::kLong).unsqueeze(1))
+                          .view({decodes.count, 1, 1, decodes.longest})
+                          .to(options_.device);
+  }
+  return std::unique_ptr<Step>(new Step(*this, std::move(planned), std::move(decodes)));
+}
+
+torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
+                                         const torch::Tensor& v) {
+  const int64_t heads = q.size(1), kv_heads = k.size(1), head_dim = k.size(3);
+  TORCH_CHECK(kv_heads == cache_.options_.kv_heads && head_dim == cache_.options_.head_dim,
+              "the key/value cache holds ", cache_.options_.kv_heads, " heads of ", cache_.options_.head_dim,
+              ", not ", kv_heads, " of ", head_dim);
+  torch::Tensor& keys = cache_.keys_.at(layer);
+  torch::Tensor& values = cache_.values_.at(layer);
+  // [1, kv_heads, n, d] → [n, kv_heads, d], the pool's layout.
+  const torch::Tensor step_keys = k.squeeze(0).transpose(0, 1).to(keys.scalar_type());
+  const torch::Tensor step_values = v.squeeze(0).transpose(0, 1).to(values.scalar_type());
+  // Key/value head j serves query heads j·g .. j·g + g - 1, as in the
+  // uncached forward.
+  auto widen = [&](torch::Tensor seen, int64_t head_axis) {
+    seen = seen.to(q.scalar_type());
+    return kv_heads == heads ? seen : seen.repeat_interleave(heads / kv_heads, head_axis);
+  };
+  torch::Tensor out = torch::empty_like(q);
+  if (decodes_.count > 0) {
+    keys.index_copy_(0, decodes_.written, step_keys.index_select(0, decodes_.offsets));
+    values.index_copy_(0, decodes_.written, step_values.index_select(0, decodes_.offsets));
+    // [d · longest, kv_heads, dim] → [d, heads, longest, dim].
+    auto gather = [&](const torch::Tensor& pool) {
+      torch::Tensor seen = pool.index_select(0, decodes_.visible.view({-1}))
+                               .view({decodes_.count, decodes_.longest, kv_heads, head_dim})
+                               .transpose(1, 2);
+      return widen(seen, 1);
+    };
+    // [1, heads, d, dim] → [d, heads, 1, dim] and back.
+    torch::Tensor queries = q.index_select(2, decodes_.offsets).squeeze(0).transpose(0, 1).unsqueeze(2);
+    torch::Tensor y = compat::MaskedAttention(queries, gather(keys), gather(values), decodes_.allowed);
+    out.index_copy_(2, decodes_.offsets, y.squeeze(2).transpose(0, 1).unsqueeze(0));
+  }
+  for (const Piece& piece : pieces_) {
+    keys.index_copy_(0, piece.written, step_keys.narrow(0, piece.offset, piece.count));
+    values.index_copy_(0, piece.written, step_values.narrow(0, piece.offset, piece.count));
+    // [L, kv_heads, d] → [1, heads, L, d].
+    auto gather = [&](const torch::Tensor& pool) {
+      return widen(pool.index_select(0, piece.visible).transpose(0, 1), 0).unsqueeze(0);
+    };
+    out.narrow(2, piece.offset, piece.count)
+        .copy_(compat::MaskedAttention(q.narrow(2, piece.offset, piece.count), gather(keys), gather(values),
+                                       piece.allowed));
+  }
+  return out;
+}
+
+}  // namespace dslaunch::runtime

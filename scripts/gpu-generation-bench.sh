@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On a GPU host: the generation engine (issue 20) on a Llama-2-7B-shaped
+# model in bf16, random weights (runtime/generate/generation_bench_main.cc):
+# time to first token of a 2,000-token prompt, batch-1 decode against the HBM
+# roofline and against an uncached reference, continuous batching at batch
+# 64; then the PyTorch reference in the same run, written as gpt-fast does
+# (static cache, torch.compile; scripts/bench/static_cache_reference.py).
+#   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference)
+# Results: $OUT/generation-bench.log (or gpu-out/).
+set -uo pipefail
+GPU_TARGETS=${GPU_TARGETS:-generation_bench}
+source "$(dirname "$0")/gpu-bench-env.sh"
+cd "$root"
+timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
+  --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" 2>&1 | tee "$out/generation-bench.log"
+if [[ "${REFERENCE:-1}" != 0 ]]; then
+  timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
+    --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"
+fi
