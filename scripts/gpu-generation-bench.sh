@@ -5,14 +5,16 @@
 # roofline and against an uncached reference, continuous batching at batch
 # 64; then the PyTorch reference in the same run, written as gpt-fast does
 # (static cache, torch.compile; scripts/bench/static_cache_reference.py).
-#   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference)
+#   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference;
+#   FUSED=1: the CUDA kernels for RMSNorm, RoPE and SwiGLU; KEY_LENGTH_MULTIPLES=1,128)
 # Results: $OUT/generation-bench.log (or gpu-out/).
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-generation_bench}
 source "$(dirname "$0")/gpu-bench-env.sh"
 cd "$root"
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
-  --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" 2>&1 | tee "$out/generation-bench.log"
+  --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \
+  ${FUSED:+--fused_kernels} 2>&1 | tee "$out/generation-bench.log"
 if [[ "${REFERENCE:-1}" != 0 ]]; then
   timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
     --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"

@@ -11,8 +11,10 @@
 #   EXPERTS="8 2" bash scripts/gpu-moe-profile.sh
 # ROW_MULTIPLES (default "1 128"): model.moe.expert_row_multiple values to
 # compare in the same run (Note [Expert row buckets]); NCU=0: wall times only;
-# CAPACITY=1.25: drop tokens over that capacity factor instead of dropless.
-# Results: $OUT/profile-moe-E-rM.md (or gpu-out/).
+# CAPACITY=1.25: drop tokens over that capacity factor instead of dropless;
+# TELEMETRY (default "false"): model.moe.telemetry values to compare in the
+# same run, e.g. TELEMETRY="false true".
+# Results: $OUT/profile-moe-E-rM[-cC][-tT].md (or gpu-out/).
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-dsrank}
 source "$(dirname "$0")/gpu-bench-env.sh"
@@ -20,7 +22,10 @@ cd "$root"
 batch=${BATCH:-8}
 for e in ${EXPERTS:-8 2}; do
 for m in ${ROW_MULTIPLES:-1 128}; do
-  name="$e-r$m${CAPACITY:+-c$CAPACITY}"
+for telemetry in ${TELEMETRY:-false}; do
+  name="$e-r$m${CAPACITY:+-c$CAPACITY}-t$telemetry"
+  routing_label=dropless
+  [[ -n "${CAPACITY:-}" ]] && routing_label="capacity $CAPACITY"
   routing=(--override model.moe.drop_tokens=false)
   [[ -n "${CAPACITY:-}" ]] && routing=(--override model.moe.drop_tokens=true --override model.moe.capacity_factor="$CAPACITY")
   args=(configs/gpt-tiny.cfg --device cuda --override model.layers=24 --override model.width=1024
@@ -29,23 +34,24 @@ for m in ${ROW_MULTIPLES:-1 128}; do
     --override train.precision=bf16 --override train.eval_interval=0 --override 'checkpoint.dir=""'
     --override train.warmup_steps=2 --override ds_config.zero_optimization.stage=1 --override ds_config.steps_per_print=4
     --override model.moe.num_experts="$e" --override model.moe.top_k=2 --override model.moe.every=2
-    "${routing[@]}" --override model.moe.expert_row_multiple="$m")
+    "${routing[@]}" --override model.moe.expert_row_multiple="$m" --override model.moe.telemetry="$telemetry")
   "$bin/dsrank" "${args[@]}" --override train.steps=16 --override ds_config.wall_clock_breakdown=true \
     >"$out/profile-moe-$name-wall.log" 2>&1 || { tail -5 "$out/profile-moe-$name-wall.log"; continue; }
   tps=$(grep -o 'tokens/s=[0-9]*' "$out/profile-moe-$name-wall.log" | tail -1 | cut -d= -f2)
   wall=$(awk -v t="${tps:-0}" -v b="$batch" 'BEGIN { if (t > 0) printf "%.3f", b * 1024 / t * 1000; else print 0 }')
   if [[ "${NCU:-1}" == 0 ]]; then
-    echo "dsrank MoE, $e experts top-2 ${CAPACITY:+capacity $CAPACITY}${CAPACITY:-dropless}, expert_row_multiple $m: $tps tokens/s, $wall ms/step; $(grep 'wall clock' "$out/profile-moe-$name-wall.log" | tail -1)"
+    echo "dsrank MoE, $e experts top-2 $routing_label, expert_row_multiple $m, telemetry $telemetry: $tps tokens/s, $wall ms/step; $(grep 'wall clock' "$out/profile-moe-$name-wall.log" | tail -1)"
     continue
   fi
   timeout "${NCU_TIMEOUT:-240}" ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
     --launch-skip "${SKIP:-20000}" --launch-count "${COUNT:-12000}" "$bin/dsrank" "${args[@]}" --override train.steps=40 \
     >"$out/profile-moe-$name.csv" 2>"$out/profile-moe-$name.csv.err"
   {
-    echo "## dsrank MoE, $e experts top-2 ${CAPACITY:+capacity $CAPACITY}${CAPACITY:-dropless}, expert_row_multiple $m, bf16, batch $batch x 1024 ($tps tokens/s, $wall ms/step without the profiler)"
+    echo "## dsrank MoE, $e experts top-2 $routing_label, expert_row_multiple $m, bf16, batch $batch x 1024 ($tps tokens/s, $wall ms/step without the profiler)"
     grep 'wall clock' "$out/profile-moe-$name-wall.log" | tail -1
     python3 scripts/bench/kernel_time_table.py "$out/profile-moe-$name.csv" --wall_ms "$wall" --top 30
   } >"$out/profile-moe-$name.md" 2>&1
   cat "$out/profile-moe-$name.md"
+done
 done
 done

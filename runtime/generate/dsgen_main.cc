@@ -1,6 +1,6 @@
 // dsgen: try a Hugging Face model folder by continuing a prompt.
 //
-//   dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
+//   dsgen --model DIR [--adapter DIR] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
 //         [--device cpu|cuda[:N]]
@@ -34,6 +34,7 @@
 #include "common/flag_table.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
+#include "runtime/generate/peft_adapter_loader.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -48,6 +49,7 @@ namespace {
 
 struct Options {
   std::string model;
+  std::string adapter;
   std::string prompt_ids;
   std::string prompt;
   int64_t max_new_tokens = 32;
@@ -168,6 +170,11 @@ absl::Status Run(const Options& options) {
   model_options.checkpointed_blocks = options.checkpointed_layers;
   Llama model(model_options, /*seed=*/0);
   if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
+  if (!options.adapter.empty()) {
+    // Note [PEFT adapter folders in]: unmerged, on the base just loaded.
+    auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
+    if (!adapted.ok()) return adapted.status();
+  }
   model->to(device, *dtype);
   // Dropout is off either way (Llama has none; config.json's attention_dropout is refused unless 0).
   if (!options.dump_gradients.empty()) return DumpGradients(fs, options, model, *ids, device);
@@ -233,6 +240,8 @@ int main(int argc, char** argv) {
   Options options;
   dslaunch::FlagTable flags("dsgen", "dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [flags]");
   flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json + safetensors)")
+      .String("--adapter", &options.adapter, "DIR",
+              "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) put on the model")
       .String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
       .String("--prompt", &options.prompt, "TEXT", "the prompt as text (needs the folder's tokenizer)")
       .Int("--max_new_tokens", &options.max_new_tokens, "N", "tokens to generate", {0, 1 << 20})
@@ -286,6 +295,9 @@ int main(int argc, char** argv) {
   if (options.top_k > 0 && options.temperature <= 0) problem = "--top_k needs --temperature (sampling)";
   if (!options.dump_gradients.empty() && options.max_new_tokens != 0) {
     problem = "--dump_gradients computes a training step instead of generating: give --max_new_tokens 0";
+  }
+  if (!options.dump_gradients.empty() && !options.adapter.empty()) {
+    problem = "--adapter goes with generation and --dump_logits, not --dump_gradients";
   }
   if (options.dump_gradients.empty() && (options.masked_prefix != 0 || options.checkpointed_layers != 0)) {
     problem = "--masked_prefix and --checkpointed_layers go with --dump_gradients";

@@ -45,6 +45,7 @@ struct Options {
   int64_t reference_tokens = 16;
   double hbm_tb_per_s = 4.8;
   std::string key_length_multiples = "128";
+  bool fused_kernels = false;
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -78,6 +79,7 @@ absl::Status Run(const Options& options) {
     shape.vocab_size = 256;
     shape.rope.max_position_embeddings = 4096;
   }
+  shape.fused_kernels = options.fused_kernels;  // RMSNorm, RoPE and SwiGLU kernels (CUDA)
   auto dtype = ParseExportDtype(options.dtype, "--dtype");
   if (!dtype.ok()) return dtype.status();
   torch::Device device(options.device);
@@ -88,9 +90,10 @@ absl::Status Run(const Options& options) {
   int64_t weight_bytes = 0;
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * p.element_size();
   const double roofline = options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
-  absl::PrintF("model %s %s on %s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %.1f TB/s\n",
-               options.shape, options.dtype, options.device, weight_bytes / 1e9, Seconds(built), roofline,
-               options.hbm_tb_per_s);
+  absl::PrintF(
+      "model %s %s on %s%s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %.1f TB/s\n",
+      options.shape, options.dtype, options.device, options.fused_kernels ? " (fused kernels)" : "",
+      weight_bytes / 1e9, Seconds(built), roofline, options.hbm_tb_per_s);
   std::vector<int64_t> multiples;
   for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
     int64_t m = 0;
@@ -214,7 +217,8 @@ int main(int argc, char** argv) {
       .Int("--reference_tokens", &options.reference_tokens, "N", "tokens of the uncached reference", {1, 1 << 20})
       .Double("--hbm_tb_per_s", &options.hbm_tb_per_s, "TB/S", "memory bandwidth of the roofline", {0, 100, true})
       .String("--key_length_multiples", &options.key_length_multiples, "N,N",
-              "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn");
+              "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn")
+      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
     std::fprintf(stderr, "generation_bench: %s\n", std::string(parsed.message()).c_str());

@@ -6,7 +6,8 @@
 #    state (memory_breakdown);
 #  - the PEFT adapter folder, applied on the base by the independent
 #    reference (tests/hf/llama_reference.py --adapter), gives the logits dsgen
-#    computes from the merged export, both written at ZeRO-3 on 2 ranks;
+#    computes from the merged export, both written at ZeRO-3 on 2 ranks, and
+#    dsgen --adapter (unmerged, on the base) gives the reference's logits;
 #  - stop and resume are bit for bit;
 #  - a target that matches no projection is refused by name; nothing runs.
 source "$(dirname "$0")/lib.sh"
@@ -77,6 +78,25 @@ PYEOF
 "$PY" "$HF/llama_reference.py" logits "$WORK/tiny" 1,20,300,41,5 --compare "$WORK/merged.logits" \
   --atol 2e-5 --rtol 2e-5 >/dev/null 2>&1 && fail "the merged export gives the base's logits: the adapter did nothing"
 pass "PEFT adapter + base in the reference = the merged export in dsgen (fp32, written at ZeRO-3 on 2 ranks)"
+
+# 4. The adapter folder read back (Note [PEFT adapter folders in]): dsgen on
+#    the base with --adapter, unmerged, gives the reference's logits of base
+#    + adapter; a setting it does not compute is refused by name.
+"$DSGEN" --model "$WORK/tiny" --adapter "$WORK/adapter" --prompt_ids 1,20,300,41,5 --max_new_tokens 0 \
+  --dump_logits "$WORK/adapted.logits" >"$WORK/dsgen-adapter.out" 2>&1 ||
+  fail "dsgen --adapter: $(cat "$WORK/dsgen-adapter.out")"
+"$PY" "$HF/llama_reference.py" logits "$WORK/tiny" 1,20,300,41,5 --adapter "$WORK/adapter" --compare "$WORK/adapted.logits" \
+  --atol 2e-5 --rtol 2e-5 >"$WORK/reference-adapter.out" 2>&1 ||
+  fail "the reference (base + adapter) disagrees with dsgen --adapter: $(cat "$WORK/reference-adapter.out")"
+mkdir -p "$WORK/dora"
+cp "$WORK/adapter/adapter_model.safetensors" "$WORK/dora/"
+sed 's/"use_dora": false/"use_dora": true/' "$WORK/adapter/adapter_config.json" >"$WORK/dora/adapter_config.json"
+if "$DSGEN" --model "$WORK/tiny" --adapter "$WORK/dora" --prompt_ids 1,2 --max_new_tokens 1 >"$WORK/dora.out" 2>&1; then
+  fail "dsgen took a DoRA adapter"
+fi
+grep -q "adapter_config.json: use_dora is set; DoRA is not supported" "$WORK/dora.out" ||
+  fail "a DoRA adapter was refused without naming use_dora: $(cat "$WORK/dora.out")"
+pass "dsgen --adapter (base + PEFT adapter, unmerged) = the reference's base + adapter; use_dora refused by name"
 
 # 4. Stop after step 3, resume to 6 (ZeRO-2, 2 ranks): bit-identical losses.
 Z2=(--override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=2
