@@ -2,7 +2,7 @@
 # (cmake/install_runtime.cmake), and the Debian package CPack builds from it.
 #
 #   <prefix>/bin/                      dslaunch, dsagent, dsagent_keeper, dsrank, dsprep, dstokenize,
-#                                      dsgen, dsconsolidate, dscomm_bench (dslaunch finds the others beside itself)
+#                                      dsgen, dsserve, dsconsolidate, dscomm_bench (dslaunch finds the others beside itself)
 #   <prefix>/share/dslaunch/configs/   the shipped job configs and ds_configs
 #   <prefix>/share/dslaunch/deploy/    Kubernetes manifests (deploy/kubernetes/)
 #   <prefix>/lib/systemd/system/       dsagent.service, its paths filled in
@@ -18,7 +18,7 @@ include(GNUInstallDirs)
 
 # Every program, bin/ as in the build tree (dslaunch starts dsagent and
 # dscomm_bench from its own folder, dsagent its keeper).
-set(DSLAUNCH_INSTALLED_PROGRAMS dslaunch dsagent dsagent_keeper dsrank dsprep dstokenize dsgen dsconsolidate
+set(DSLAUNCH_INSTALLED_PROGRAMS dslaunch dsagent dsagent_keeper dsrank dsprep dstokenize dsgen dsserve dsconsolidate
                                 dscomm_bench)
 foreach(program IN LISTS DSLAUNCH_INSTALLED_PROGRAMS)
   if(NOT TARGET ${program})
@@ -46,7 +46,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/dslaunch DESTINATION lib/python3/
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 
 # One completion script; bash-completion loads it by command name.
-foreach(program dslaunch dsagent dsrank dsprep dstokenize dsgen dsconsolidate dscomm_bench)
+foreach(program dslaunch dsagent dsrank dsprep dstokenize dsgen dsserve dsconsolidate dscomm_bench)
   install(FILES ${PROJECT_SOURCE_DIR}/deploy/completion/dslaunch.bash
           DESTINATION share/bash-completion/completions RENAME ${program})
 endforeach()

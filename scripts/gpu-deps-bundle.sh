@@ -17,6 +17,7 @@ packages=(
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
   civetweb libcivetweb-dev libcivetweb1 libcurl4-openssl-dev libcurl4
+  libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1
 )
 cd "$out"
 apt-get download "${packages[@]}"

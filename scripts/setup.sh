@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libyaml-cpp-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev googletest
-  iproute2 procps elfutils
+  iproute2 procps elfutils curl
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece fortunes libxxhash-dev
   liburing-dev  # io_uring for NVMe offload (runtime/offload/)
   python3-torch  # reference implementations for the model tests (tests/hf/), the Python client's test
@@ -21,6 +21,7 @@ packages=(
   libssl-dev openssl  # dslaunch certs (common/tls_certificates.h); openssl verifies its files (tests/integration/test_tls.sh)
   python3-prometheus-client  # an independent reader of the controller's /metrics (tests/integration/test_status.sh)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
+  libcpp-httplib-dev  # dsserve's HTTP server (runtime/serve/openai_server.h)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)
 )
 # npm: Debian's package, unless the nodejs present already brings its own

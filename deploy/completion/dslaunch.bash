@@ -1,5 +1,5 @@
 # bash completion for dslaunch and its tools (dsagent, dsrank, dsprep,
-# dstokenize, dsgen, dsconsolidate, dscomm_bench). Installed as
+# dstokenize, dsgen, dsserve, dsconsolidate, dscomm_bench). Installed as
 # share/bash-completion/completions/<tool>; to try it from a checkout:
 #   source deploy/completion/dslaunch.bash
 #
@@ -58,4 +58,4 @@ _dslaunch_complete() {
   fi
 }
 
-complete -o default -F _dslaunch_complete dslaunch dsagent dsrank dsprep dstokenize dsgen dsconsolidate dscomm_bench
+complete -o default -F _dslaunch_complete dslaunch dsagent dsrank dsprep dstokenize dsgen dsserve dsconsolidate dscomm_bench

@@ -34,11 +34,10 @@
 #include "common/flag_table.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
-#include "runtime/generate/peft_adapter_loader.h"
+#include "runtime/generate/generation_model.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
-#include "runtime/hf/hf_weights.h"
 #include "runtime/hf/safetensors_stream_writer.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
@@ -139,12 +138,8 @@ absl::Status Run(const Options& options) {
   if (!config.ok()) return config.status();
   auto dtype = ParseExportDtype(options.dtype, "--dtype");
   if (!dtype.ok()) return dtype.status();
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(options.device);
-  } catch (const c10::Error&) {
-    return absl::InvalidArgumentError(absl::StrCat("--device '", options.device, "' is not cpu, cuda or cuda:N"));
-  }
+  auto device = ParseGenerationDevice(options.device);
+  if (!device.ok()) return device.status();
   // --prompt TEXT: the folder's own tokenizer (runtime/tokenizer/), with
   // bos where the model adds it; the continuation stops at eos.
   std::unique_ptr<Tokenizer> tokenizer;
@@ -166,23 +161,20 @@ absl::Status Run(const Options& options) {
   }
   if (!ids.ok()) return ids.status();
 
-  LlamaOptions model_options = config->options;
-  model_options.checkpointed_blocks = options.checkpointed_layers;
-  Llama model(model_options, /*seed=*/0);
-  if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
-  if (!options.adapter.empty()) {
-    // Note [PEFT adapter folders in]: unmerged, on the base just loaded.
-    auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
-    if (!adapted.ok()) return adapted.status();
-  }
-  model->to(device, *dtype);
-  // Dropout is off either way (Llama has none; config.json's attention_dropout is refused unless 0).
-  if (!options.dump_gradients.empty()) return DumpGradients(fs, options, model, *ids, device);
+  GenerationModelOptions model_options;
+  model_options.model = options.model;
+  model_options.adapter = options.adapter;
+  model_options.dtype = options.dtype;
+  model_options.device = options.device;
+  model_options.checkpointed_layers = options.checkpointed_layers;
+  auto loaded = LoadGenerationModel(model_options);
+  if (!loaded.ok()) return loaded.status();
+  Llama model = *loaded;
+  if (!options.dump_gradients.empty()) return DumpGradients(fs, options, model, *ids, *device);
   torch::NoGradGuard no_grad;
-  model->eval();
 
   if (!options.dump_logits.empty()) {
-    torch::Tensor logits = model->forward(torch::tensor(*ids, torch::kLong).view({1, -1}).to(device))[0];
+    torch::Tensor logits = model->forward(torch::tensor(*ids, torch::kLong).view({1, -1}).to(*device))[0];
     if (absl::Status s = WriteTensors(fs, options.dump_logits, {{"logits", logits}}); !s.ok()) return s;
   }
   // Note [Continuous batching]: one request, its prompt in one step, then a

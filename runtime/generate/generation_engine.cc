@@ -22,8 +22,8 @@ const char* FinishReasonName(FinishReason reason) {
 }
 
 GenerationEngine::GenerationEngine(Llama model, const GenerationEngineOptions& options,
-                                   std::unique_ptr<PagedKvCache> cache)
-    : model_(std::move(model)), options_(options), cache_(std::move(cache)) {}
+                                   std::unique_ptr<PagedKvCache> cache, torch::Device device)
+    : model_(std::move(model)), options_(options), cache_(std::move(cache)), device_(device) {}
 
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama model,
                                                                            const GenerationEngineOptions& options) {
@@ -57,10 +57,22 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama
   auto pool = PagedKvCache::Create(cache);
   if (!pool.ok()) return pool.status();
   model->eval();
-  return std::unique_ptr<GenerationEngine>(new GenerationEngine(std::move(model), options, std::move(*pool)));
+  return std::unique_ptr<GenerationEngine>(
+      new GenerationEngine(std::move(model), options, std::move(*pool), cache.device));
 }
 
 absl::StatusOr<int64_t> GenerationEngine::Submit(GenerationRequest request) {
+  if (absl::Status checked = CheckRequest(request); !checked.ok()) return checked;
+  Sequence sequence;
+  sequence.id = next_id_++;
+  sequence.tokens = request.prompt;
+  sequence.generator = at::make_generator<at::CPUGeneratorImpl>(request.sampling.seed);
+  sequence.request = std::move(request);
+  waiting_.push_back(std::move(sequence));
+  return waiting_.back().id;
+}
+
+absl::Status GenerationEngine::CheckRequest(const GenerationRequest& request) const {
   const LlamaOptions& llama = model_->options();
   if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -92,13 +104,7 @@ absl::StatusOr<int64_t> GenerationEngine::Submit(GenerationRequest request) {
                                                    " positions) is more than the whole key/value cache holds (",
                                                    cache_->total_blocks() * cache_->block_size(), ")"));
   }
-  Sequence sequence;
-  sequence.id = next_id_++;
-  sequence.tokens = request.prompt;
-  sequence.generator = at::make_generator<at::CPUGeneratorImpl>(request.sampling.seed);
-  sequence.request = std::move(request);
-  waiting_.push_back(std::move(sequence));
-  return waiting_.back().id;
+  return absl::OkStatus();
 }
 
 absl::Status GenerationEngine::Cancel(int64_t request) {
@@ -179,8 +185,7 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   if (!step.ok()) return step.status();
   torch::Tensor logits;
   try {
-    const torch::Device device = model_->parameters().front().device();
-    logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device),
+    logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device_),
                                       torch::tensor(positions, torch::kLong), **step,
                                       torch::tensor(logit_rows, torch::kLong))
                  .to(torch::kCPU);
@@ -247,7 +252,13 @@ absl::StatusOr<std::vector<GenerationResult>> GenerationEngine::GenerateAll(std:
   std::vector<int64_t> ids;
   for (size_t i = 0; i < requests.size(); ++i) {
     auto id = Submit(std::move(requests[i]));
-    if (!id.ok()) return absl::Status(id.status().code(), absl::StrCat("request ", i, ": ", id.status().message()));
+    if (!id.ok()) {
+      for (int64_t queued : ids) {
+        (void)Cancel(queued);
+        (void)TakeResult(queued);
+      }
+      return absl::Status(id.status().code(), absl::StrCat("request ", i, ": ", id.status().message()));
+    }
     ids.push_back(*id);
   }
   while (!Idle()) {

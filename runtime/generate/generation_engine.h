@@ -90,6 +90,16 @@ class GenerationEngine {
   // options, or a prompt plus max_new_tokens longer than the model's
   // context or the whole cache.
   absl::StatusOr<int64_t> Submit(GenerationRequest request);
+  // What Submit checks, without queueing: thread-safe (it reads only what
+  // Create fixed), so a server can refuse a bad request on its own thread.
+  absl::Status CheckRequest(const GenerationRequest& request) const;
+  // The model's context (max_position_embeddings), and whether a request may
+  // run past it (dynamic NTK scaling).
+  int64_t context_length() const { return model_->options().rope.max_position_embeddings; }
+  int64_t max_sequences() const { return options_.max_sequences; }
+  // Positions the whole key/value cache holds.
+  int64_t cache_positions() const { return cache_->total_blocks() * cache_->block_size(); }
+  bool runs_past_context() const { return model_->options().rope.scaling.type == RopeScaling::Type::kDynamic; }
   // Ends a request now (a client went away); its blocks go back to the pool.
   // NotFound for an unknown or finished id.
   absl::Status Cancel(int64_t request);
@@ -100,6 +110,8 @@ class GenerationEngine {
   GenerationStats Stats() const;
 
   // Submits `requests` and steps until all are done; results in their order.
+  // A request refused by Submit leaves nothing queued (the ones before it
+  // are cancelled).
   absl::StatusOr<std::vector<GenerationResult>> GenerateAll(std::vector<GenerationRequest> requests);
   // The result of a finished request (taken once); NotFound otherwise.
   absl::StatusOr<GenerationResult> TakeResult(int64_t request);
@@ -113,13 +125,15 @@ class GenerationEngine {
     at::Generator generator;
     GenerationResult result;
   };
-  GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache);
+  GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache,
+                   torch::Device device);
   void Admit();
   void Finish(Sequence& sequence, FinishReason reason);
 
   Llama model_;
   GenerationEngineOptions options_;
   std::unique_ptr<PagedKvCache> cache_;
+  torch::Device device_;  // the model's, fixed at Create
   int64_t next_id_ = 1;
   std::deque<Sequence> waiting_;
   std::vector<Sequence> running_;  // admission order

@@ -238,7 +238,15 @@ TEST(GenerationEngineTest, BadRequestsAndOptionsAreRefusedNamingTheField) {
   r = good;
   r.max_new_tokens = 38;
   EXPECT_THAT(refused(r), HasSubstr("more than the whole key/value cache holds (40)"));
+  EXPECT_TRUE((*engine)->CheckRequest(good).ok());
+  EXPECT_THAT(std::string((*engine)->CheckRequest(r).message()), HasSubstr("more than the whole key/value cache"));
   EXPECT_TRUE((*engine)->Idle());
+  // GenerateAll with a bad request in the middle leaves nothing queued.
+  auto all = (*engine)->GenerateAll({good, r, good});
+  ASSERT_FALSE(all.ok());
+  EXPECT_THAT(std::string(all.status().message()), HasSubstr("request 1: "));
+  EXPECT_TRUE((*engine)->Idle()) << "the good request before the bad one is still queued";
+  EXPECT_EQ((*engine)->Stats().cache_free_blocks, (*engine)->Stats().cache_blocks);
 
   options.max_sequences = 8;
   options.max_tokens_per_step = 4;

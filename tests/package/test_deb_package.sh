@@ -44,7 +44,7 @@ apt-get install --simulate --no-install-recommends "$deb" >"$work/apt-simulate.l
 
 # Files.
 dpkg-deb --contents "$deb" | awk '{print $NF}' | sed 's|^\./|/|' >"$work/files"
-programs=(dslaunch dsagent dsagent_keeper dsrank dsprep dstokenize dsgen dsconsolidate dscomm_bench)
+programs=(dslaunch dsagent dsagent_keeper dsrank dsprep dstokenize dsgen dsserve dsconsolidate dscomm_bench)
 for program in "${programs[@]}"; do
   grep -qx "/usr/bin/$program" "$work/files" || fail "/usr/bin/$program is not in the package"
 done

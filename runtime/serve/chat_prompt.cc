@@ -1,0 +1,55 @@
+#include "runtime/serve/chat_prompt.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/data/instruction_encoding.h"
+
+namespace dslaunch::runtime {
+
+absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                           const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) return absl::InvalidArgumentError("messages: no messages");
+  if (messages.back().role == "assistant") {
+    return absl::InvalidArgumentError(absl::StrCat("messages[", messages.size() - 1,
+                                                   "]: the conversation ends with the assistant's message; end it "
+                                                   "with a user message"));
+  }
+  ChatPrompt prompt;
+  auto add = [&](const std::vector<int32_t>& ids) { prompt.tokens.insert(prompt.tokens.end(), ids.begin(), ids.end()); };
+  if (tokenizer.bos_id() >= 0) prompt.tokens.push_back(tokenizer.bos_id());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    const RoleTemplate* role = nullptr;
+    if (message.role == "system") {
+      if (!chat_template.system) {
+        return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: the chat template has no system role"));
+      }
+      role = &*chat_template.system;
+    } else if (message.role == "user") {
+      role = &chat_template.user;
+    } else if (message.role == "assistant") {
+      role = &chat_template.assistant;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("messages[", i, "].role: '", message.role, "' is not a role"));
+    }
+    // Empty pieces are left out, as training's segments are.
+    if (!role->prefix.empty()) add(EncodeTemplateText(tokenizer, role->prefix));
+    if (!message.content.empty()) add(tokenizer.EncodePlainText(message.content));
+    if (!role->suffix.empty()) add(EncodeTemplateText(tokenizer, role->suffix));
+  }
+  if (!chat_template.assistant.prefix.empty()) add(EncodeTemplateText(tokenizer, chat_template.assistant.prefix));
+
+  if (tokenizer.eos_id() >= 0) prompt.stop_tokens.push_back(tokenizer.eos_id());
+  const std::string& end_of_turn = chat_template.assistant.suffix;
+  if (!end_of_turn.empty()) {
+    const std::vector<int32_t> ids = EncodeTemplateText(tokenizer, end_of_turn);
+    const std::optional<int32_t> special = tokenizer.TokenId(end_of_turn);
+    if (ids.size() == 1 && special && *special == ids[0]) {
+      if (ids[0] != tokenizer.eos_id()) prompt.stop_tokens.push_back(ids[0]);
+    } else {
+      prompt.stop_strings.push_back(end_of_turn);
+    }
+  }
+  return prompt;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,39 @@
+// A chat request's messages -> the prompt's token ids and what ends the
+// assistant's turn.
+//
+// Note [Chat prompts]
+// A served conversation is encoded exactly as training encodes a chat record
+// (runtime/data/instruction_encoding.h): bos where the tokenizer has one,
+// then each message as its role's prefix (template text: special tokens
+// allowed), its content (plain text: a user's "<|eot_id|>" stays characters)
+// and its role's suffix, each piece encoded apart; then the assistant's
+// prefix, after which the model writes. The template is the job file's
+// data.chat_template form (prefix and suffix per role; Jinja templates are
+// not interpreted, as in training). The assistant's turn ends at eos, and at
+// the assistant suffix: as a stop token when it is one special token
+// ("<|eot_id|>"), otherwise as a stop string.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/data/instruction_format.h"
+#include "runtime/serve/openai_request.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace dslaunch::runtime {
+
+struct ChatPrompt {
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> stop_tokens;
+  std::vector<std::string> stop_strings;
+};
+
+// InvalidArgument naming the message for a role the template lacks (system)
+// or a conversation that does not end with a user or system message.
+absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
+                                           const std::vector<ChatMessage>& messages);
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,228 @@
+// dsserve: an OpenAI-compatible server for a Hugging Face model folder
+// (Note [OpenAI-compatible serving], runtime/serve/openai_server.h).
+//
+//   dsserve --model DIR [--adapter DIR] [--listen HOST:PORT] [--served_model_name NAME]
+//           [--chat_template FILE] [--api_key_file FILE] [--dtype ...] [--device ...]
+//           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
+//
+// Start: the model is loaded, the logit probe runs (Note [Probe logits]: a
+// mismatch refuses to serve), the address is bound, then one line
+//   dsserve: serving 'NAME' on http://HOST:PORT ...
+// is printed: a script waits for it. SIGINT or SIGTERM stops accepting,
+// ends the requests in flight (503) and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/auth_token.h"
+#include "common/flag_table.h"
+#include "common/net_address.h"
+#include "runtime/data/instruction_format.h"
+#include "runtime/generate/cached_forward_probe.h"
+#include "runtime/generate/generation_engine.h"
+#include "runtime/generate/generation_model.h"
+#include "runtime/serve/openai_server.h"
+#include "runtime/serve/serving_loop.h"
+#include "runtime/serve/serving_metrics.h"
+#include "runtime/tokenizer/model_tokenizer.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+struct Options {
+  std::string model;
+  std::string adapter;
+  std::string listen = "127.0.0.1:8000";
+  std::string served_model_name;
+  std::string chat_template;
+  std::string api_key_file;
+  std::string dtype = "float32";
+  std::string device = "cpu";
+  int64_t max_sequences = 64;
+  int64_t max_tokens_per_step = 512;
+  int64_t cache_positions = 1 << 16;
+  int64_t block_size = 16;
+  int64_t key_length_multiple = 128;
+  int64_t max_queue = 256;
+  int64_t max_connections = 256;
+  int64_t default_max_tokens = 16;
+};
+
+// The probe prompt: a fixed sentence in the folder's own tokens (bos first
+// where the model adds it), cut to fit the context.
+std::vector<int64_t> ProbeTokens(const Tokenizer& tokenizer, int64_t context, int64_t vocab) {
+  std::vector<int64_t> tokens;
+  if (tokenizer.bos_id() >= 0) tokens.push_back(tokenizer.bos_id());
+  for (int32_t id : tokenizer.Encode("The quick brown fox jumps over the lazy dog; 0123456789 (probe).")) {
+    tokens.push_back(id);
+  }
+  for (int64_t i = 0; static_cast<int64_t>(tokens.size()) < 8; ++i) tokens.push_back(i % vocab);
+  if (static_cast<int64_t>(tokens.size()) > std::min<int64_t>(context, 32)) tokens.resize(std::min<int64_t>(context, 32));
+  return tokens;
+}
+
+absl::Status Run(const Options& options) {
+  auto address = ParseHostPort(options.listen, "--listen");
+  if (!address.ok()) return address.status();
+  OpenAiServerOptions server_options;
+  server_options.host = address->host;
+  server_options.port = address->port;
+  server_options.model_name = options.served_model_name.empty()
+                                  ? std::filesystem::path(options.model).lexically_normal().filename().string()
+                                  : options.served_model_name;
+  if (server_options.model_name.empty()) server_options.model_name = options.model;
+  server_options.default_max_tokens = options.default_max_tokens;
+  server_options.max_connections = static_cast<int>(options.max_connections);
+  if (!options.api_key_file.empty()) {
+    auto key = ReadTokenFile(options.api_key_file);
+    if (!key.ok()) return absl::Status(key.status().code(), absl::StrCat("--api_key_file: ", key.status().message()));
+    server_options.api_key = *key;
+  }
+  if (!options.chat_template.empty()) {
+    auto chat_template = ReadChatTemplateFile(options.chat_template);
+    if (!chat_template.ok()) return chat_template.status();
+    server_options.chat_template = *chat_template;
+  }
+  auto tokenizer = LoadModelTokenizer(options.model);
+  if (!tokenizer.ok()) {
+    return absl::Status(tokenizer.status().code(), absl::StrCat("dsserve needs the folder's tokenizer: ",
+                                                                tokenizer.status().message()));
+  }
+  GenerationModelOptions model_options;
+  model_options.model = options.model;
+  model_options.adapter = options.adapter;
+  model_options.dtype = options.dtype;
+  model_options.device = options.device;
+  auto model = LoadGenerationModel(model_options);
+  if (!model.ok()) return model.status();
+  const LlamaOptions& llama = (*model)->options();
+  if ((*tokenizer)->vocab_size() > llama.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model, " has ", (*tokenizer)->vocab_size(),
+                                                   " tokens, more than the model's vocabulary (", llama.vocab_size, ")"));
+  }
+  // Note [Probe logits]: the generation path agrees with the training forward, or nothing is served.
+  auto probe = ProbeCachedForward(*model, ProbeTokens(**tokenizer, llama.rope.max_position_embeddings, llama.vocab_size));
+  if (!probe.ok()) return probe.status();
+
+  GenerationEngineOptions engine_options;
+  engine_options.max_sequences = options.max_sequences;
+  engine_options.max_tokens_per_step = options.max_tokens_per_step;
+  engine_options.cache_positions = options.cache_positions;
+  engine_options.block_size = options.block_size;
+  engine_options.key_length_multiple = options.key_length_multiple;
+  auto engine = GenerationEngine::Create(*model, engine_options);
+  if (!engine.ok()) return engine.status();
+  const GenerationStats cache = (*engine)->Stats();
+
+  ServingMetrics metrics;
+  ServingLoopOptions loop_options;
+  loop_options.max_queue = options.max_queue;
+  ServingLoop loop(std::move(*engine), loop_options, &metrics);
+  auto server = OpenAiServer::Bind(server_options, loop, **tokenizer, metrics);
+  if (!server.ok()) return server.status();
+  loop.Start();
+
+  // SIGINT/SIGTERM: stop accepting, end what is in flight.
+  std::thread signals([&loop, &server] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int signal_number = 0;
+    sigwait(&set, &signal_number);
+    (*server)->Stop();
+    loop.Stop();
+  });
+  signals.detach();
+
+  absl::PrintF("dsserve: serving '%s' on http://%s (probe: %d positions, max |logit difference| %.3g, allowed "
+               "%.3g; key/value cache %d blocks of %d positions, %.1f MiB)\n",
+               server_options.model_name, HostPort{address->host, (*server)->port()}.ToString(), probe->positions, probe->max_abs_difference, probe->tolerance, cache.cache_blocks,
+               options.block_size, static_cast<double>(cache.cache_bytes) / (1 << 20));
+  std::fflush(stdout);
+  (*server)->Serve();
+  loop.Stop();
+  absl::PrintF("dsserve: stopped\n");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
+
+int main(int argc, char** argv) {
+  using dslaunch::runtime::Options;
+  // Signals go to the signal-handling thread only (blocked here, before any
+  // thread starts); a client that went away must not kill the server.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Options options;
+  dslaunch::FlagTable flags("dsserve", "dsserve --model DIR [--listen HOST:PORT] [flags]");
+  flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json, safetensors, tokenizer)")
+      .String("--adapter", &options.adapter, "DIR", "a PEFT LoRA adapter folder put on the model (unmerged)")
+      .String("--listen", &options.listen, "HOST:PORT", "the address to serve on (port 0: a free one)")
+      .String("--served_model_name", &options.served_model_name, "NAME",
+              "the model's name in the API (default: the folder's name)")
+      .String("--chat_template", &options.chat_template, "FILE",
+              "a chat template (YAML: system/user/assistant prefix and suffix, as the job file's data.chat_template) "
+              "for /v1/chat/completions")
+      .String("--api_key_file", &options.api_key_file, "FILE",
+              "require 'Authorization: Bearer <key>' on /v1/ routes; the key is the file's first line")
+      .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
+      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
+      .Int("--max_sequences", &options.max_sequences, "N", "requests generating at once", {1, 1 << 16})
+      .Int("--max_tokens_per_step", &options.max_tokens_per_step, "N",
+           "tokens of one forward; long prompts are split across steps", {1, 1 << 24})
+      .Int("--cache_positions", &options.cache_positions, "N", "positions of the paged key/value cache",
+           {1, int64_t{1} << 32})
+      .Int("--block_size", &options.block_size, "N", "positions per cache block", {1, 1 << 16})
+      .Int("--key_length_multiple", &options.key_length_multiple, "N",
+           "attention's key length padded to a multiple of N (fewer shapes)", {1, 1 << 16})
+      .Int("--max_queue", &options.max_queue, "N", "requests waiting beyond --max_sequences; more get 429", {0, 1 << 24})
+      .Int("--max_connections", &options.max_connections, "N",
+           "connections served at once (a streaming response holds one)", {1, 1 << 16})
+      .Int("--default_max_tokens", &options.default_max_tokens, "N",
+           "max_tokens of a /v1/completions request that gives none (OpenAI's default is 16)", {1, 1 << 24});
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::Status parsed = flags.Parse(args);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "dsserve: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::printf("%s\n", flags.Version().c_str());
+    return 0;
+  }
+  std::string problem;
+  if (options.model.empty()) problem = "--model is required";
+  if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
+  if (options.max_tokens_per_step < options.max_sequences) {
+    problem = absl::StrCat("--max_tokens_per_step (", options.max_tokens_per_step, ") must be >= --max_sequences (",
+                           options.max_sequences, "): every running request decodes a token each step");
+  }
+  if (!problem.empty()) {
+    std::fprintf(stderr, "dsserve: %s (see --help)\n", problem.c_str());
+    return 2;
+  }
+  absl::Status status = dslaunch::runtime::Run(options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dsserve: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,363 @@
+#include "runtime/serve/openai_request.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/tokenizer/json_value.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+constexpr int kMaxStopStrings = 4;
+
+// Reads fields of one request object, stopping at the first problem.
+class FieldReader {
+ public:
+  explicit FieldReader(ApiError* error) : error_(error) {}
+
+  bool ok() const { return ok_; }
+  // The top-level field being read: errors inside it name it as "param"
+  // (their message gives the whole path, "stop[2]").
+  void set_field(const std::string& field) { field_ = field; }
+
+  bool Fail(const std::string& param, const std::string& message) {
+    if (ok_) {
+      error_->http_status = 400;
+      error_->type = "invalid_request_error";
+      error_->param = field_.empty() ? param : field_;
+      error_->message = message;
+      ok_ = false;
+    }
+    return false;
+  }
+
+  bool Number(const JsonValue& value, const std::string& name, double low, double high, double* out) {
+    if (!value.is_number()) return Fail(name, absl::StrCat(name, ": expected a number, got ", JsonValue::TypeName(value.type())));
+    const double v = value.number_value();
+    if (!(v >= low && v <= high)) return Fail(name, absl::StrCat(name, ": ", v, " is not in [", low, ", ", high, "]"));
+    *out = v;
+    return true;
+  }
+
+  bool Integer(const JsonValue& value, const std::string& name, int64_t low, int64_t high, int64_t* out) {
+    if (!value.is_number() || value.number_value() != std::floor(value.number_value())) {
+      return Fail(name, absl::StrCat(name, ": expected an integer, got ",
+                                     value.is_number() ? absl::StrCat(value.number_value())
+                                                       : std::string(JsonValue::TypeName(value.type()))));
+    }
+    const double v = value.number_value();
+    if (v < static_cast<double>(low) || v > static_cast<double>(high)) {
+      return Fail(name, absl::StrCat(name, ": ", static_cast<int64_t>(v), " is not in [", low, ", ", high, "]"));
+    }
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+
+  bool Bool(const JsonValue& value, const std::string& name, bool* out) {
+    if (!value.is_bool()) return Fail(name, absl::StrCat(name, ": expected true or false, got ", JsonValue::TypeName(value.type())));
+    *out = value.bool_value();
+    return true;
+  }
+
+  bool String(const JsonValue& value, const std::string& name, std::string* out) {
+    if (!value.is_string()) return Fail(name, absl::StrCat(name, ": expected a string, got ", JsonValue::TypeName(value.type())));
+    *out = value.string_value();
+    return true;
+  }
+
+  // A field this server does not do, accepted at its neutral value only.
+  bool Neutral(const JsonValue& value, const std::string& name, const std::function<bool(const JsonValue&)>& neutral,
+               const std::string& what) {
+    if (value.is_null() || neutral(value)) return true;
+    return Fail(name, absl::StrCat(name, ": this server ", what));
+  }
+
+ private:
+  ApiError* error_;
+  std::string field_;
+  bool ok_ = true;
+};
+
+bool IsNumber(const JsonValue& v, double x) { return v.is_number() && v.number_value() == x; }
+
+// The shared fields; returns false (error filled) on a problem, and sets
+// *handled for a key it read.
+bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue& value, GenerationParameters* p,
+                   bool* handled) {
+  *handled = true;
+  if (key == "max_tokens" || key == "max_completion_tokens") {
+    if (value.is_null()) return true;
+    int64_t n = 0;
+    if (!reader.Integer(value, key, 1, int64_t{1} << 31, &n)) return false;
+    p->max_tokens = n;
+    return true;
+  }
+  if (key == "temperature") return value.is_null() || reader.Number(value, key, 0, 2, &p->temperature);
+  if (key == "top_p") {
+    if (value.is_null()) return true;
+    if (!reader.Number(value, key, 0, 1, &p->top_p)) return false;
+    if (p->top_p <= 0) return reader.Fail(key, "top_p: must be > 0");
+    return true;
+  }
+  if (key == "top_k") {
+    if (value.is_null()) return true;
+    if (!reader.Integer(value, key, -1, int64_t{1} << 31, &p->top_k)) return false;
+    if (p->top_k < 0) p->top_k = 0;  // vLLM's -1: every token
+    return true;
+  }
+  if (key == "repetition_penalty") {
+    if (value.is_null()) return true;
+    if (!reader.Number(value, key, 0, 100, &p->repetition_penalty)) return false;
+    if (p->repetition_penalty <= 0) return reader.Fail(key, "repetition_penalty: must be > 0");
+    return true;
+  }
+  if (key == "seed") {
+    if (value.is_null()) return true;
+    int64_t seed = 0;
+    if (!reader.Integer(value, key, INT64_MIN / 2, INT64_MAX / 2, &seed)) return false;
+    p->seed = static_cast<uint64_t>(seed);
+    return true;
+  }
+  if (key == "stop") {
+    if (value.is_null()) return true;
+    if (value.is_string()) {
+      if (value.string_value().empty()) return reader.Fail(key, "stop: an empty string");
+      p->stop = {value.string_value()};
+      return true;
+    }
+    if (!value.is_array()) return reader.Fail(key, absl::StrCat("stop: expected a string or an array of strings, got ",
+                                                                JsonValue::TypeName(value.type())));
+    if (value.items().size() > kMaxStopStrings) {
+      return reader.Fail(key, absl::StrCat("stop: at most ", kMaxStopStrings, " strings (got ", value.items().size(), ")"));
+    }
+    for (size_t i = 0; i < value.items().size(); ++i) {
+      const std::string name = absl::StrCat("stop[", i, "]");
+      std::string text;
+      if (!reader.String(value.items()[i], name, &text)) return false;
+      if (text.empty()) return reader.Fail(key, absl::StrCat(name, ": an empty string"));
+      p->stop.push_back(std::move(text));
+    }
+    return true;
+  }
+  if (key == "stream") return value.is_null() || reader.Bool(value, key, &p->stream);
+  if (key == "ignore_eos") return value.is_null() || reader.Bool(value, key, &p->ignore_eos);
+  if (key == "stream_options") {
+    if (value.is_null()) return true;
+    if (!value.is_object()) return reader.Fail(key, absl::StrCat("stream_options: expected an object, got ",
+                                                                 JsonValue::TypeName(value.type())));
+    for (size_t i = 0; i < value.keys().size(); ++i) {
+      if (value.keys()[i] != "include_usage") {
+        return reader.Fail("stream_options", absl::StrCat("stream_options: unknown field '", value.keys()[i], "'"));
+      }
+      if (!reader.Bool(value.items()[i], "stream_options.include_usage", &p->include_usage)) return false;
+    }
+    return true;
+  }
+  // OpenAI's fields this server does not do: their neutral value only.
+  if (key == "n" || key == "best_of") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return IsNumber(v, 1); },
+                          "returns one choice per request: give 1 or leave it out");
+  }
+  if (key == "echo") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_bool() && !v.bool_value(); },
+                          "does not echo the prompt: give false or leave it out");
+  }
+  if (key == "logprobs" || key == "top_logprobs") {
+    return reader.Neutral(value, key,
+                          [](const JsonValue& v) { return (v.is_bool() && !v.bool_value()) || IsNumber(v, 0); },
+                          "does not return log-probabilities yet: leave it out");
+  }
+  if (key == "frequency_penalty" || key == "presence_penalty") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return IsNumber(v, 0); },
+                          "does not apply OpenAI's frequency or presence penalties: give 0 or leave it out "
+                          "(repetition_penalty is supported)");
+  }
+  if (key == "logit_bias") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_object() && v.keys().empty(); },
+                          "does not apply a logit bias: leave it out");
+  }
+  if (key == "suffix") {
+    return reader.Neutral(value, key, [](const JsonValue&) { return false; }, "does not insert text: leave it out");
+  }
+  if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call" ||
+      key == "response_format") {
+    return reader.Neutral(value, key, [](const JsonValue&) { return false; },
+                          "does not do tool calls or structured output: leave it out");
+  }
+  if (key == "user") {
+    std::string ignored;
+    return value.is_null() || reader.String(value, key, &ignored);
+  }
+  *handled = false;
+  return true;
+}
+
+std::optional<JsonValue> ParseBody(absl::string_view body, ApiError* error) {
+  auto parsed = ParseJson(body, "the request body");
+  if (!parsed.ok()) {
+    *error = ApiError{400, "invalid_request_error", "", std::string(parsed.status().message()), ""};
+    return std::nullopt;
+  }
+  if (!parsed->is_object()) {
+    *error = ApiError{400, "invalid_request_error", "",
+                      absl::StrCat("the request body must be a JSON object, got ", JsonValue::TypeName(parsed->type())), ""};
+    return std::nullopt;
+  }
+  return std::move(*parsed);
+}
+
+bool ReadPrompt(FieldReader& reader, const JsonValue& value, CompletionRequest* request) {
+  const std::string name = "prompt";
+  if (value.is_string()) {
+    request->prompt_text = value.string_value();
+    return true;
+  }
+  if (!value.is_array() || value.items().empty()) {
+    return reader.Fail(name, absl::StrCat("prompt: expected a string, an array of token ids or an array of one of "
+                                          "them, got ", value.is_array() ? "an empty array" : JsonValue::TypeName(value.type())));
+  }
+  const JsonValue* ids = &value;
+  if (value.items()[0].is_string() || value.items()[0].is_array()) {
+    if (value.items().size() != 1) {
+      return reader.Fail(name, absl::StrCat("prompt: one prompt per request is supported (got ", value.items().size(), ")"));
+    }
+    if (value.items()[0].is_string()) {
+      request->prompt_text = value.items()[0].string_value();
+      return true;
+    }
+    ids = &value.items()[0];
+    if (ids->items().empty()) return reader.Fail(name, "prompt[0]: no token ids");
+  }
+  for (size_t i = 0; i < ids->items().size(); ++i) {
+    int64_t id = 0;
+    if (!reader.Integer(ids->items()[i], absl::StrCat(ids == &value ? "prompt[" : "prompt[0][", i, "]"), 0,
+                        int64_t{1} << 31, &id)) {
+      return false;
+    }
+    request->prompt_ids.push_back(id);
+  }
+  return true;
+}
+
+bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* request) {
+  if (!value.is_array() || value.items().empty()) {
+    return reader.Fail("messages", absl::StrCat("messages: expected a non-empty array of messages, got ",
+                                                value.is_array() ? "an empty array" : JsonValue::TypeName(value.type())));
+  }
+  for (size_t i = 0; i < value.items().size(); ++i) {
+    const JsonValue& item = value.items()[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!item.is_object()) return reader.Fail("messages", absl::StrCat(where, ": expected an object"));
+    ChatMessage message;
+    bool has_role = false, has_content = false;
+    for (size_t k = 0; k < item.keys().size(); ++k) {
+      const std::string& key = item.keys()[k];
+      const JsonValue& field = item.items()[k];
+      if (key == "role") {
+        if (!reader.String(field, where + ".role", &message.role)) return false;
+        if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+          return reader.Fail("messages", absl::StrCat(where, ".role: '", message.role,
+                                                      "' is not one of system, user, assistant"));
+        }
+        has_role = true;
+      } else if (key == "content") {
+        has_content = true;
+        if (field.is_string()) {
+          message.content = field.string_value();
+        } else if (field.is_array()) {
+          // Content parts: text only.
+          for (size_t p = 0; p < field.items().size(); ++p) {
+            const JsonValue& part = field.items()[p];
+            const std::string part_where = absl::StrCat(where, ".content[", p, "]");
+            const JsonValue* type = part.Find("type");
+            const JsonValue* text = part.Find("text");
+            if (!part.is_object() || type == nullptr || !type->is_string() || type->string_value() != "text" ||
+                text == nullptr || !text->is_string()) {
+              return reader.Fail("messages", absl::StrCat(part_where, ": only {\"type\": \"text\", \"text\": ...} "
+                                                          "parts are supported"));
+            }
+            message.content += text->string_value();
+          }
+        } else {
+          return reader.Fail("messages", absl::StrCat(where, ".content: expected a string or an array of text parts, got ",
+                                                      JsonValue::TypeName(field.type())));
+        }
+      } else if (key == "name") {
+        std::string ignored;
+        if (!reader.String(field, where + ".name", &ignored)) return false;
+      } else {
+        return reader.Fail("messages", absl::StrCat(where, ": unknown field '", key, "'"));
+      }
+    }
+    if (!has_role) return reader.Fail("messages", absl::StrCat(where, ": no role"));
+    if (!has_content) return reader.Fail("messages", absl::StrCat(where, ": no content"));
+    request->messages.push_back(std::move(message));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, ApiError* error) {
+  std::optional<JsonValue> root = ParseBody(body, error);
+  if (!root) return std::nullopt;
+  FieldReader reader(error);
+  CompletionRequest request;
+  bool has_prompt = false;
+  for (size_t i = 0; i < root->keys().size() && reader.ok(); ++i) {
+    const std::string& key = root->keys()[i];
+    const JsonValue& value = root->items()[i];
+    reader.set_field(key);
+    bool handled = false;
+    if (!ReadParameter(reader, key, value, &request.parameters, &handled) || handled) continue;
+    if (key == "model") {
+      reader.String(value, key, &request.model);
+    } else if (key == "prompt") {
+      has_prompt = true;
+      ReadPrompt(reader, value, &request);
+    } else if (key == "messages") {
+      reader.Fail(key, "messages: /v1/completions takes a prompt; messages go to /v1/chat/completions");
+    } else {
+      reader.Fail(key, absl::StrCat("unknown field '", key, "'"));
+    }
+  }
+  reader.set_field("");
+  if (reader.ok() && !has_prompt) reader.Fail("prompt", "prompt: missing");
+  if (!reader.ok()) return std::nullopt;
+  return request;
+}
+
+std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* error) {
+  std::optional<JsonValue> root = ParseBody(body, error);
+  if (!root) return std::nullopt;
+  FieldReader reader(error);
+  ChatRequest request;
+  bool has_messages = false;
+  for (size_t i = 0; i < root->keys().size() && reader.ok(); ++i) {
+    const std::string& key = root->keys()[i];
+    const JsonValue& value = root->items()[i];
+    reader.set_field(key);
+    bool handled = false;
+    if (!ReadParameter(reader, key, value, &request.parameters, &handled) || handled) continue;
+    if (key == "model") {
+      reader.String(value, key, &request.model);
+    } else if (key == "messages") {
+      has_messages = true;
+      ReadMessages(reader, value, &request);
+    } else if (key == "prompt") {
+      reader.Fail(key, "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions");
+    } else {
+      reader.Fail(key, absl::StrCat("unknown field '", key, "'"));
+    }
+  }
+  reader.set_field("");
+  if (reader.ok() && !has_messages) reader.Fail("messages", "messages: missing");
+  if (!reader.ok()) return std::nullopt;
+  return request;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,79 @@
+// The bodies of OpenAI's /v1/completions and /v1/chat/completions requests,
+// read strictly.
+//
+// Note [What an OpenAI request may say]
+// A request is a JSON object (runtime/tokenizer/json_value.h, the strict
+// reader). Every field OpenAI defines for these two endpoints is known here:
+//  - the ones this server does are read and range-checked: model, prompt
+//    (a string, an array of one string, an array of token ids or an array of
+//    one such array), messages (roles system, user, assistant; content a
+//    string or an array of {"type": "text", "text"} parts), max_tokens (chat:
+//    max_completion_tokens too), temperature (0 is greedy), top_p, seed, stop
+//    (a string or up to 4), stream, stream_options.include_usage, and the
+//    extensions vLLM users send: top_k, repetition_penalty, ignore_eos
+//    (generate past eos: benchmarks);
+//  - the ones it does not do are accepted only at their neutral value (n and
+//    best_of 1, echo false, logprobs null/false/0, frequency_penalty and
+//    presence_penalty 0, logit_bias empty, suffix null, tools absent) and
+//    otherwise refused naming the field: never silently ignored;
+//  - user (an end-user id for abuse monitoring) is accepted and unused;
+//  - any other key is an error naming it.
+// Errors carry the field as OpenAI's "param" so the response can name it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace dslaunch::runtime {
+
+// An OpenAI-shaped error: HTTP status, "type", "param" (the field, or empty)
+// and the message.
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string message;
+  std::string code;  // OpenAI's "code" (e.g. "model_not_found"); empty: null
+};
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant"
+  std::string content;
+};
+
+// What both endpoints share.
+struct GenerationParameters {
+  std::optional<int64_t> max_tokens;  // absent: the endpoint's default
+  double temperature = 1.0;           // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;                  // 0 (or -1 in the request): every token
+  double repetition_penalty = 1.0;
+  std::optional<uint64_t> seed;       // absent: a fresh random seed
+  std::vector<std::string> stop;      // up to 4 non-empty strings
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  bool ignore_eos = false;            // vLLM's: eos does not end the request
+};
+
+struct CompletionRequest {
+  std::string model;                 // empty when not given
+  std::optional<std::string> prompt_text;
+  std::vector<int64_t> prompt_ids;   // when the prompt is token ids
+  GenerationParameters parameters;
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  GenerationParameters parameters;
+};
+
+// Parses a request body. On error, `error` is filled and nullopt returned.
+std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, ApiError* error);
+std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* error);
+
+}  // namespace dslaunch::runtime

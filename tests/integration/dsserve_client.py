@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""A small OpenAI-style client for dsserve's integration test (test_dsserve.sh),
+written as a Python user would write one with the standard library: JSON
+bodies over HTTP, server-sent events read line by line.
+
+usage: dsserve_client.py URL KEY_FILE CHECK [ARGS...]
+checks:
+  greedy PROMPT DSGEN_OUT       /v1/completions at temperature 0, plain and
+                                streamed, both give the text dsgen printed
+  same_text COMPLETION_JSON DSGEN_OUT   a completion (curl's) has dsgen's text
+  concurrent N                  N streaming requests at once (completions and
+                                chats, sampled with seeds): none lost, each
+                                equals the same request alone, unstreamed
+  chat                          /v1/chat/completions shapes, streamed and not
+  errors                        the documented errors for bad input
+  disconnect                    a client that goes away mid-stream: its
+                                request is cancelled, the cache is whole again
+Prints one PASS line per check; exits 1 naming what differed."""
+import concurrent.futures
+import http.client
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+URL = sys.argv[1].rstrip("/")
+KEY = open(sys.argv[2]).read().strip()
+HOST = urllib.parse.urlparse(URL)
+
+
+def dsgen_text(path):
+    """The continuation dsgen printed (its last byte is the newline it adds),
+    with each byte that is not UTF-8 as U+FFFD, as dsserve's JSON writes it
+    (a random model may emit half a character)."""
+    raw = open(path, "rb").read()[:-1]
+    return "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in raw.decode("utf-8", "surrogateescape"))
+
+
+def check_same_text(completion_json, dsgen_out):
+    got = json.load(open(completion_json))["choices"][0]["text"]
+    expected = dsgen_text(dsgen_out)
+    if got != expected:
+        fail(f"the completion's text {got!r}, dsgen continued with {expected!r}")
+    print(f"PASS: {got!r} is dsgen's continuation")
+
+
+def fail(message):
+    print(f"FAIL: dsserve_client: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def post(path, body, key=KEY, raw=None):
+    """(status, parsed JSON body)."""
+    data = raw if raw is not None else json.dumps(body).encode()
+    request = urllib.request.Request(URL + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def stream(path, body):
+    """The chunks of a streamed response, [DONE] checked."""
+    connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=120)
+    connection.request("POST", path, json.dumps(dict(body, stream=True)),
+                       {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    response = connection.getresponse()
+    if response.status != 200:
+        fail(f"streamed {path}: HTTP {response.status}: {response.read()!r}")
+    if not response.getheader("Content-Type", "").startswith("text/event-stream"):
+        fail(f"streamed {path}: Content-Type {response.getheader('Content-Type')}")
+    chunks, done = [], False
+    for line in response:
+        line = line.decode().rstrip("\n")
+        if not line:
+            continue
+        if not line.startswith("data: "):
+            fail(f"streamed {path}: a line that is not 'data: ...': {line!r}")
+        if done:
+            fail(f"streamed {path}: data after [DONE]: {line!r}")
+        if line == "data: [DONE]":
+            done = True
+            continue
+        chunks.append(json.loads(line[len("data: "):]))
+    connection.close()
+    if not done:
+        fail(f"streamed {path}: the stream ended without [DONE]")
+    return chunks
+
+
+def completion_text(chunks):
+    text, reasons = "", []
+    for chunk in chunks:
+        if chunk["object"] != "text_completion":
+            fail(f"a completion chunk of object {chunk['object']}")
+        for choice in chunk["choices"]:
+            text += choice["text"]
+            if choice["finish_reason"] is not None:
+                reasons.append(choice["finish_reason"])
+    if len(reasons) != 1:
+        fail(f"a stream with finish reasons {reasons}")
+    return text, reasons[0]
+
+
+def chat_text(chunks):
+    if chunks[0]["choices"][0]["delta"] != {"role": "assistant", "content": ""}:
+        fail(f"the first chat chunk is {chunks[0]}")
+    text, reasons = "", []
+    for chunk in chunks:
+        if chunk["object"] != "chat.completion.chunk":
+            fail(f"a chat chunk of object {chunk['object']}")
+        for choice in chunk["choices"]:
+            text += choice["delta"].get("content", "")
+            if choice["finish_reason"] is not None:
+                reasons.append(choice["finish_reason"])
+    if len(reasons) != 1:
+        fail(f"a chat stream with finish reasons {reasons}")
+    return text, reasons[0]
+
+
+def metrics():
+    with urllib.request.urlopen(URL + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def check_greedy(prompt, dsgen_out):
+    expected = dsgen_text(dsgen_out)
+    status, body = post("/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0})
+    if status != 200:
+        fail(f"greedy completion: HTTP {status}: {body}")
+    if body["object"] != "text_completion" or not body["id"].startswith("cmpl-"):
+        fail(f"greedy completion: not a text_completion: {body}")
+    choice = body["choices"][0]
+    if choice["text"] != expected:
+        fail(f"greedy completion {choice['text']!r}, dsgen continued with {expected!r}")
+    usage = body["usage"]
+    if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"] or usage["completion_tokens"] < 1:
+        fail(f"usage {usage}")
+    chunks = stream("/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0,
+                                        "stream_options": {"include_usage": True}})
+    if chunks[-1]["choices"] != [] or chunks[-1]["usage"] != usage:
+        fail(f"the usage chunk {chunks[-1]}, the plain response's usage {usage}")
+    text, reason = completion_text(chunks[:-1])
+    if text != expected or reason != choice["finish_reason"]:
+        fail(f"streamed {text!r} ({reason}), plain {expected!r} ({choice['finish_reason']})")
+    print(f"PASS: greedy /v1/completions, plain and streamed in {len(chunks)} chunks, equal dsgen's {expected!r}")
+
+
+def request_body(i):
+    if i % 3 == 2:
+        return "/v1/chat/completions", {"messages": [{"role": "user", "content": f"Tell me about the number {i}."}],
+                                        "max_tokens": 6 + i % 9, "temperature": 0.8, "seed": i}
+    return "/v1/completions", {"prompt": f"Item {i}: the", "max_tokens": 4 + i % 13, "temperature": 0.7,
+                               "top_p": 0.9, "seed": 1000 + i, "stop": ["xyzzy"]}
+
+
+def one_streamed(i):
+    path, body = request_body(i)
+    chunks = stream(path, body)
+    return chat_text(chunks) if "chat" in path else completion_text(chunks)
+
+
+def check_concurrent(n):
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        streamed = list(pool.map(one_streamed, range(n)))
+    seconds = time.monotonic() - started
+    for i, (text, reason) in enumerate(streamed):
+        path, body = request_body(i)
+        status, plain = post(path, body)
+        if status != 200:
+            fail(f"request {i} alone: HTTP {status}: {plain}")
+        choice = plain["choices"][0]
+        alone = choice["message"]["content"] if "chat" in path else choice["text"]
+        if (text, reason) != (alone, choice["finish_reason"]):
+            fail(f"request {i}: streamed among {n} gave {text!r} ({reason}), alone {alone!r} ({choice['finish_reason']})")
+    print(f"PASS: {n} concurrent streaming requests in {seconds:.1f} s, none lost, each equal to itself alone")
+
+
+def check_chat():
+    body = {"model": MODEL, "messages": [{"role": "system", "content": "Answer briefly."},
+                                         {"role": "user", "content": "What color is the sky?"}],
+            "max_tokens": 10, "temperature": 0}
+    status, plain = post("/v1/chat/completions", body)
+    if status != 200:
+        fail(f"chat: HTTP {status}: {plain}")
+    if plain["object"] != "chat.completion" or not plain["id"].startswith("chatcmpl-") or plain["model"] != MODEL:
+        fail(f"chat: {plain}")
+    message = plain["choices"][0]["message"]
+    if message["role"] != "assistant":
+        fail(f"chat message {message}")
+    text, reason = chat_text(stream("/v1/chat/completions", body))
+    if (text, reason) != (message["content"], plain["choices"][0]["finish_reason"]):
+        fail(f"chat streamed {text!r} ({reason}), plain {message['content']!r}")
+    print(f"PASS: /v1/chat/completions plain and streamed agree: {text!r} ({reason})")
+
+
+def expect_error(label, status_wanted, status, body, param=None, code=None, message=None):
+    error = body.get("error") if isinstance(body, dict) else None
+    if status != status_wanted or not error or set(error) != {"message", "type", "param", "code"}:
+        fail(f"{label}: HTTP {status} {body}, expected {status_wanted} with an OpenAI error body")
+    if param is not None and error["param"] != param:
+        fail(f"{label}: param {error['param']!r}, expected {param!r}: {error}")
+    if code is not None and error["code"] != code:
+        fail(f"{label}: code {error['code']!r}, expected {code!r}")
+    if message is not None and message not in error["message"]:
+        fail(f"{label}: message {error['message']!r} lacks {message!r}")
+
+
+def check_errors():
+    expect_error("no key", 401, *post("/v1/completions", {"prompt": "x"}, key=""), code="invalid_api_key")
+    expect_error("wrong key", 401, *post("/v1/completions", {"prompt": "x"}, key="0" * 64), code="invalid_api_key")
+    expect_error("bad JSON", 400, *post("/v1/completions", None, raw=b'{"prompt": "x",}'), message="the request body:1:")
+    expect_error("max_tokens 0", 400, *post("/v1/completions", {"prompt": "x", "max_tokens": 0}), param="max_tokens")
+    expect_error("n 2", 400, *post("/v1/completions", {"prompt": "x", "n": 2}), param="n")
+    expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
+    long_prompt = " ".join(["apple river stone"] * 3000)
+    expect_error("over-long prompt", 400, *post("/v1/completions", {"prompt": long_prompt}), param="prompt",
+                 code="context_length_exceeded")
+    expect_error("over-long max_tokens", 400, *post("/v1/completions", {"prompt": "x", "max_tokens": 100000}),
+                 param="max_tokens", code="context_length_exceeded")
+    expect_error("token id", 400, *post("/v1/completions", {"prompt": [1, 10 ** 6]}), param="prompt",
+                 message="vocabulary")
+    expect_error("model", 404, *post("/v1/completions", {"model": "gpt-4", "prompt": "x"}), param="model",
+                 code="model_not_found")
+    expect_error("chat role", 400, *post("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}),
+                 param="messages", message="messages[0].role")
+    try:
+        urllib.request.urlopen(URL + "/v1/engines", timeout=30)
+        fail("GET /v1/engines answered 200")
+    except urllib.error.HTTPError as error:
+        if error.code != 401:  # /v1/ routes need the key before anything else
+            fail(f"GET /v1/engines without a key: HTTP {error.code}")
+    request = urllib.request.Request(URL + "/nope", headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        urllib.request.urlopen(request, timeout=30)
+        fail("GET /nope answered 200")
+    except urllib.error.HTTPError as error:
+        expect_error("no route", 404, error.code, json.loads(error.read()), message="this server answers")
+    request = urllib.request.Request(URL + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        models = json.loads(response.read())
+    if [m["id"] for m in models["data"]] != [MODEL]:
+        fail(f"/v1/models: {models}")
+    print("PASS: 401 without or with a wrong key; 400 naming the field for bad JSON, ranges, unknown fields, "
+          "over-long prompts; 404 for another model and unknown routes")
+
+
+def check_disconnect():
+    before = metrics()
+    connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=120)
+    connection.request("POST", "/v1/completions",
+                       json.dumps({"prompt": "Once", "max_tokens": 4000, "ignore_eos": True, "stream": True}),
+                       {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    response = connection.getresponse()
+    first = response.readline()
+    if not first.startswith(b"data: "):
+        fail(f"disconnect: the first line {first!r}")
+    connection.sock.close()  # the client goes away mid-stream
+    connection.close()
+    cancelled = 'dsserve_requests_total{finish_reason="cancelled"}'
+    deadline = time.monotonic() + 60
+    while True:
+        now = metrics()
+        if (now[cancelled] == before[cancelled] + 1 and now["dsserve_running_requests"] == 0 and
+                now["dsserve_kv_cache_free_blocks"] == now["dsserve_kv_cache_blocks"]):
+            break
+        if time.monotonic() > deadline:
+            fail(f"disconnect: after 60 s cancelled {now[cancelled]} (before {before[cancelled]}), running "
+                 f"{now['dsserve_running_requests']}, free blocks {now['dsserve_kv_cache_free_blocks']} of "
+                 f"{now['dsserve_kv_cache_blocks']}")
+        time.sleep(0.05)
+    generated = now["dsserve_generation_tokens_total"] - before["dsserve_generation_tokens_total"]
+    if generated >= 4000:
+        fail(f"disconnect: {generated:.0f} tokens generated, the whole request")
+    print(f"PASS: a client gone mid-stream: its request cancelled after {generated:.0f} of 4000 tokens, "
+          "every cache block free again")
+
+
+MODEL = None
+if __name__ == "__main__":
+    if sys.argv[3] == "same_text":
+        check_same_text(sys.argv[4], sys.argv[5])
+        sys.exit(0)
+    with urllib.request.urlopen(urllib.request.Request(URL + "/v1/models",
+                                                       headers={"Authorization": f"Bearer {KEY}"}), timeout=30) as r:
+        MODEL = json.loads(r.read())["data"][0]["id"]
+    check, args = sys.argv[3], sys.argv[4:]
+    {"greedy": lambda: check_greedy(args[0], args[1]),
+     "same_text": lambda: check_same_text(args[0], args[1]),
+     "concurrent": lambda: check_concurrent(int(args[0])),
+     "chat": check_chat,
+     "errors": check_errors,
+     "disconnect": check_disconnect}[check]()

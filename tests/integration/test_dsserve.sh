@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# dsserve (issue 20, Note [OpenAI-compatible serving]) on a tiny Llama folder
+# with its SentencePiece tokenizer (tests/hf/make_tiny_instruct.py), asked
+# by curl and by a small Python client (dsserve_client.py):
+#  - the greedy completion is dsgen's, plain and streamed;
+#  - 64 concurrent streaming requests (completions and chats, sampled with
+#    seeds) all end, each with what the same request gets alone;
+#  - chat completions stream what they answer unstreamed;
+#  - bad input gets OpenAI's error body naming the field (400), a missing
+#    key 401, another model 404; bad flags stop dsserve before it serves;
+#  - a client that goes away mid-stream frees its sequence;
+#  - /metrics parses with the Prometheus client library; SIGTERM exits 0.
+source "$(dirname "$0")/lib.sh"
+: "${DSGEN:?DSGEN must point at the dsgen binary}"
+: "${DSSERVE:?DSSERVE must point at the dsserve binary}"
+HF=$(cd "$(dirname "$0")/../hf" && pwd)
+CLIENT=$(cd "$(dirname "$0")" && pwd)/dsserve_client.py
+PY=${REFERENCE_PYTHON:-/usr/bin/python3}
+command -v spm_train >/dev/null || fail "no spm_train (scripts/setup.sh installs sentencepiece)"
+command -v curl >/dev/null || fail "no curl"
+"$PY" "$HF/make_tiny_instruct.py" "$WORK/ti" >/dev/null
+MODEL=$WORK/ti/model
+# Random weights work at any length: a long context lets one request run long
+# enough to be cancelled mid-stream.
+"$PY" -c 'import json, sys
+p = sys.argv[1] + "/config.json"; c = json.load(open(p)); c["max_position_embeddings"] = 4096
+json.dump(c, open(p, "w"), indent=2)' "$MODEL"
+cat >"$WORK/chat.yaml" <<'YAML'
+system: {prefix: "<<SYS>>\n", suffix: "\n<</SYS>>\n\n"}
+user: {prefix: "[INST] ", suffix: " [/INST]"}
+assistant: {prefix: " ", suffix: " </s>"}
+YAML
+new_token "$WORK/key"
+chmod 600 "$WORK/key"
+
+# 1. Bad flags and files stop dsserve before it serves, naming what is wrong.
+expect_refusal() {  # LABEL PATTERN ARGS...
+  local label=$1 pattern=$2 out
+  shift 2
+  if out=$(timeout 120 "$DSSERVE" "$@" 2>&1); then fail "$label: dsserve started: $out"; fi
+  grep -q -- "$pattern" <<<"$out" || fail "$label: '$out' does not say '$pattern'"
+}
+expect_refusal "no folder" "$WORK/nope" --model "$WORK/nope" --listen 127.0.0.1:0
+expect_refusal "bad --listen" "--listen" --model "$MODEL" --listen nonsense
+cp "$WORK/key" "$WORK/open-key" && chmod 644 "$WORK/open-key"
+expect_refusal "readable key" "--api_key_file" --model "$MODEL" --listen 127.0.0.1:0 --api_key_file "$WORK/open-key"
+printf 'user: {prefix: "a"}\nassistant: {prefix: "b"}\nrole: {}\n' >"$WORK/bad-chat.yaml"
+expect_refusal "bad template" "bad-chat.yaml" --model "$MODEL" --listen 127.0.0.1:0 --chat_template "$WORK/bad-chat.yaml"
+expect_refusal "flag" "--max_sequence" --model "$MODEL" --max_sequence 4
+pass "bad flags, a missing folder, a readable key file and a bad chat template stop dsserve, named"
+
+# 2. Serve.
+"$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --served_model_name tiny-llama --chat_template "$WORK/chat.yaml" \
+  --api_key_file "$WORK/key" --max_sequences 16 --max_tokens_per_step 256 --cache_positions 8192 --max_queue 128 \
+  >"$WORK/serve.out" 2>"$WORK/serve.err" &
+SERVER=$!
+CLEANUP_PIDS+=("$SERVER")
+wait_until 180 grep -q "dsserve: serving" "$WORK/serve.out" ||
+  fail "dsserve did not start: $(cat "$WORK/serve.out" "$WORK/serve.err")"
+line=$(grep -m1 "dsserve: serving" "$WORK/serve.out")
+[[ $line =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address in '$line'"
+URL=${BASH_REMATCH[1]}
+[[ $line =~ probe:\ [0-9]+\ positions ]] || fail "no probe figures in '$line'"
+pass "dsserve serves at $URL after its logit probe: ${line#*(}"
+expect_refusal "port in use" "cannot bind" --model "$MODEL" --listen "${URL#http://}"
+
+# 3. curl: health, a greedy completion equal to dsgen's continuation.
+[[ $(curl -sS "$URL/health") == ok ]] || fail "/health: $(curl -sS "$URL/health")"
+prompt="Name a color of the sky."
+"$DSGEN" --model "$MODEL" --prompt "$prompt" --max_new_tokens 8 >"$WORK/dsgen.out" 2>&1 || fail "dsgen: $(cat "$WORK/dsgen.out")"
+curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/curl.json"
+"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/curl.json" "$WORK/dsgen.out" >"$WORK/same.log" ||
+  fail "curl's completion: $(cat "$WORK/curl.json")"
+status=$(curl -sS -o "$WORK/401.json" -w '%{http_code}' -d '{"prompt": "x"}' "$URL/v1/completions")
+[[ $status == 401 ]] && grep -q invalid_api_key "$WORK/401.json" || fail "no key: HTTP $status $(cat "$WORK/401.json")"
+pass "curl: /health, a greedy completion equal to dsgen's ($(cat "$WORK/same.log")), 401 without the key"
+
+# 4. The Python client.
+"$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
+"$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 64
+"$PY" "$CLIENT" "$URL" "$WORK/key" chat
+"$PY" "$CLIENT" "$URL" "$WORK/key" errors
+"$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
+
+# 5. /metrics through an independent parser; nothing left running.
+curl -sS "$URL/metrics" >"$WORK/metrics.txt"
+"$PY" - "$WORK/metrics.txt" <<'PYTHON' || fail "/metrics: $(head -40 "$WORK/metrics.txt")"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+families = list(text_string_to_metric_families(open(sys.argv[1]).read()))
+types = {f.name: f.type for f in families}
+samples = [s for f in families for s in f.samples]
+def value(name, **labels):
+    found = [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, "%s %s: %d samples" % (name, labels, len(found))
+    return found[0]
+assert types["dsserve_time_to_first_token_seconds"] == "histogram", types
+assert types["dsserve_requests"] == "counter", types
+assert value("dsserve_time_to_first_token_seconds_count") >= 64, "fewer first tokens than requests"
+assert value("dsserve_requests_total", finish_reason="cancelled") == 1
+assert value("dsserve_rejected_requests_total", reason="unauthorized") >= 3
+assert value("dsserve_rejected_requests_total", reason="bad_request") >= 8
+assert value("dsserve_running_requests") == 0 and value("dsserve_queue_depth") == 0
+assert value("dsserve_kv_cache_free_blocks") == value("dsserve_kv_cache_blocks")
+ended = sum(s.value for s in samples if s.name == "dsserve_requests_total")
+print("metrics: %d requests ended, %d tokens generated" % (ended, value("dsserve_generation_tokens_total")))
+PYTHON
+pass "/metrics parses (prometheus_client): histograms, counters by reason, an idle whole cache"
+
+# 6. SIGTERM: exit 0.
+kill -TERM "$SERVER"
+wait_until 60 pid_gone "$SERVER" || fail "dsserve did not exit on SIGTERM"
+set +e
+wait "$SERVER"
+code=$?
+set -e
+((code == 0)) || fail "dsserve exited $code on SIGTERM: $(tail -5 "$WORK/serve.err")"
+grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
+pass "SIGTERM: dsserve stopped, exit 0"
