@@ -1,6 +1,9 @@
 #include "runtime/checkpoint/consolidate.h"
 
+#include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include <torch/torch.h>
 
@@ -19,11 +22,52 @@ bool Has(torch::serialize::InputArchive& archive, const std::string& key) {
   return archive.try_read(key, ignored);
 }
 
-}  // namespace
+// Where consolidated values go: a safetensors file, or host memory. Offsets
+// count fp32 elements of the whole output, tensors back to back.
+class ConsolidationSink {
+ public:
+  virtual ~ConsolidationSink() = default;
+  virtual absl::Status WriteAt(int64_t element, const float* data, int64_t count) = 0;
+  virtual absl::Status Append(const float* data, int64_t count) = 0;
+  virtual absl::Status Finish() = 0;
+};
+using MakeSink = std::function<absl::StatusOr<std::unique_ptr<ConsolidationSink>>(
+    const std::vector<SafetensorsEntry>& entries, int64_t elements)>;
 
-absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
-                                                         const std::string& output,
-                                                         const ConsolidateOptions& options) {
+class FileSink final : public ConsolidationSink {
+ public:
+  explicit FileSink(std::unique_ptr<SafetensorsWriter> writer) : writer_(std::move(writer)) {}
+  absl::Status WriteAt(int64_t element, const float* data, int64_t count) override {
+    return writer_->WriteAt(element, data, count);
+  }
+  absl::Status Append(const float* data, int64_t count) override { return writer_->Append(data, count); }
+  absl::Status Finish() override { return writer_->Finish(); }
+
+ private:
+  std::unique_ptr<SafetensorsWriter> writer_;
+};
+
+class MemorySink final : public ConsolidationSink {
+ public:
+  explicit MemorySink(torch::Tensor flat) : flat_(std::move(flat)) {}
+  absl::Status WriteAt(int64_t element, const float* data, int64_t count) override {
+    std::memcpy(flat_.data_ptr<float>() + element, data, static_cast<size_t>(count) * sizeof(float));
+    return absl::OkStatus();
+  }
+  absl::Status Append(const float* data, int64_t count) override {
+    absl::Status s = WriteAt(appended_, data, count);
+    appended_ += count;
+    return s;
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+
+ private:
+  torch::Tensor flat_;
+  int64_t appended_ = 0;
+};
+
+absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std::string& tag,
+                                               const ConsolidateOptions& options, const MakeSink& make_sink) {
   ConsolidateSummary summary;
   summary.tag = tag;
   if (summary.tag.empty()) {
@@ -123,7 +167,7 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
         entries.push_back(SafetensorsEntry{names[i], shape});
       }
     }
-    auto writer = SafetensorsWriter::Create(*options.fs, output, entries);
+    auto writer = make_sink(entries, output_size);
     if (!writer.ok()) return writer.status();
     summary.tensors = static_cast<int64_t>(entries.size());
 
@@ -212,6 +256,50 @@ absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir,
     return absl::DataLossError(absl::StrCat("consolidate ", folder, ": ", e.what_without_backtrace()));
   }
   return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
+                                                         const std::string& output,
+                                                         const ConsolidateOptions& options) {
+  return Consolidate(dir, tag, options,
+                     [&](const std::vector<SafetensorsEntry>& entries,
+                         int64_t) -> absl::StatusOr<std::unique_ptr<ConsolidationSink>> {
+                       auto writer = SafetensorsWriter::Create(*options.fs, output, entries);
+                       if (!writer.ok()) return writer.status();
+                       return std::unique_ptr<ConsolidationSink>(new FileSink(std::move(*writer)));
+                     });
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ConsolidateCheckpointInMemory(
+    const std::string& dir, const std::string& tag, const ConsolidateOptions& options, ConsolidateSummary* summary) {
+  torch::Tensor flat;
+  std::vector<SafetensorsEntry> layout;
+  auto done = Consolidate(dir, tag, options,
+                          [&](const std::vector<SafetensorsEntry>& entries,
+                              int64_t elements) -> absl::StatusOr<std::unique_ptr<ConsolidationSink>> {
+                            layout = entries;
+                            try {
+                              flat = torch::empty({elements}, torch::kFloat);
+                            } catch (const c10::Error& e) {
+                              return absl::ResourceExhaustedError(absl::StrCat(
+                                  "consolidating ", dir, " in memory: ", elements, " fp32 values: ",
+                                  e.what_without_backtrace()));
+                            }
+                            return std::unique_ptr<ConsolidationSink>(new MemorySink(flat));
+                          });
+  if (!done.ok()) return done.status();
+  if (summary != nullptr) *summary = *done;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  int64_t offset = 0;
+  for (const SafetensorsEntry& entry : layout) {
+    int64_t numel = 1;
+    for (int64_t d : entry.shape) numel *= d;
+    tensors.emplace_back(entry.name, flat.narrow(0, offset, numel).view(entry.shape));
+    offset += numel;
+  }
+  return tensors;
 }
 
 }  // namespace dslaunch::runtime

@@ -10,6 +10,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "runtime/fs/file_system.h"
@@ -39,5 +43,13 @@ struct ConsolidateOptions {
 absl::StatusOr<ConsolidateSummary> ConsolidateCheckpoint(const std::string& dir, const std::string& tag,
                                                          const std::string& output,
                                                          const ConsolidateOptions& options = {});
+
+// The same values without a file: the checkpoint's parameters in host memory
+// as fp32 tensors (views into one buffer), named and ordered as
+// ConsolidateCheckpoint writes them. What generation reads a training
+// checkpoint with (no conversion step). `summary` may be null.
+absl::StatusOr<std::vector<std::pair<std::string, torch::Tensor>>> ConsolidateCheckpointInMemory(
+    const std::string& dir, const std::string& tag, const ConsolidateOptions& options = {},
+    ConsolidateSummary* summary = nullptr);
 
 }  // namespace dslaunch::runtime

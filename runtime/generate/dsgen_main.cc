@@ -1,6 +1,6 @@
 // dsgen: try a Hugging Face model folder by continuing a prompt.
 //
-//   dsgen --model DIR [--adapter DIR] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
+//   dsgen --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
 //         [--device cpu|cuda[:N]]
@@ -49,6 +49,8 @@ namespace {
 struct Options {
   std::string model;
   std::string adapter;
+  std::string checkpoint;
+  std::string checkpoint_tag;
   std::string prompt_ids;
   std::string prompt;
   int64_t max_new_tokens = 32;
@@ -164,6 +166,8 @@ absl::Status Run(const Options& options) {
   GenerationModelOptions model_options;
   model_options.model = options.model;
   model_options.adapter = options.adapter;
+  model_options.checkpoint = options.checkpoint;
+  model_options.checkpoint_tag = options.checkpoint_tag;
   model_options.dtype = options.dtype;
   model_options.device = options.device;
   model_options.checkpointed_layers = options.checkpointed_layers;
@@ -234,6 +238,10 @@ int main(int argc, char** argv) {
   flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json + safetensors)")
       .String("--adapter", &options.adapter, "DIR",
               "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) put on the model")
+      .String("--checkpoint", &options.checkpoint, "DIR",
+              "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
+              "weights, read in place of the folder's")
+      .String("--checkpoint_tag", &options.checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
       .String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
       .String("--prompt", &options.prompt, "TEXT", "the prompt as text (needs the folder's tokenizer)")
       .Int("--max_new_tokens", &options.max_new_tokens, "N", "tokens to generate", {0, 1 << 20})
@@ -279,6 +287,10 @@ int main(int argc, char** argv) {
   }
   std::string problem;
   if (options.model.empty()) problem = "--model is required";
+  if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) problem = "--checkpoint_tag goes with --checkpoint";
+  if (!options.checkpoint.empty() && !options.adapter.empty()) {
+    problem = "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
+  }
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";

@@ -1,6 +1,10 @@
 #include "runtime/generate/generation_model.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/peft_adapter_loader.h"
 #include "runtime/hf/hf_export.h"
@@ -18,6 +22,48 @@ absl::StatusOr<torch::Device> ParseGenerationDevice(const std::string& text) {
   }
 }
 
+namespace {
+
+// Every parameter of `model` from the checkpoint's consolidated masters.
+absl::Status LoadCheckpointWeights(const GenerationModelOptions& options, torch::nn::Module& model) {
+  ConsolidateSummary summary;
+  auto tensors = ConsolidateCheckpointInMemory(options.checkpoint, options.checkpoint_tag, {}, &summary);
+  if (!tensors.ok()) return tensors.status();
+  std::map<std::string, torch::Tensor> by_name;
+  for (auto& [name, tensor] : *tensors) {
+    if (name.find("lora_") != std::string::npos) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.checkpoint, "/", summary.tag, " holds LoRA adapters (", name,
+          "), not the model: serve the job's export.hf_dir (merged), or its export.adapter_dir with --adapter"));
+    }
+    by_name[name] = tensor;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    auto it = by_name.find(item.key());
+    if (it == by_name.end()) {
+      return absl::NotFoundError(absl::StrCat(options.checkpoint, "/", summary.tag, " has no parameter ", item.key(),
+                                              " of the model ", options.model, " describes"));
+    }
+    if (it->second.sizes() != item.value().sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.checkpoint, "/", summary.tag, ": parameter ", item.key(), " is [",
+          absl::StrJoin(it->second.sizes(), ", "), "], the model ", options.model, " describes [",
+          absl::StrJoin(item.value().sizes(), ", "), "]"));
+    }
+    item.value().copy_(it->second);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(options.checkpoint, "/", summary.tag, " holds ", by_name.size(),
+                                                   " parameters the model ", options.model, " has not, e.g. ",
+                                                   by_name.begin()->first));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options) {
   FileSystem& fs = FileSystem::Default();
   auto folder = HfModelFolder::Open(fs, options.model);
@@ -31,7 +77,11 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   LlamaOptions model_options = config->options;
   model_options.checkpointed_blocks = options.checkpointed_layers;
   Llama model(model_options, /*seed=*/0);
-  if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
+  if (options.checkpoint.empty()) {
+    if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
+  } else if (absl::Status loaded = LoadCheckpointWeights(options, *model); !loaded.ok()) {
+    return loaded;
+  }
   if (!options.adapter.empty()) {
     auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
     if (!adapted.ok()) return adapted.status();

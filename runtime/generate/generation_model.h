@@ -11,13 +11,22 @@
 namespace dslaunch::runtime {
 
 struct GenerationModelOptions {
-  std::string model;    // folder
+  std::string model;    // folder (config.json; its weights unless `checkpoint`)
   std::string adapter;  // folder, or empty
+  // A training checkpoint folder (checkpoint.dir of a job that started from
+  // `model`), any ZeRO stage or data-parallel size, pipeline stages too:
+  // its fp32 masters are consolidated in memory and are the weights (no
+  // conversion step). `checkpoint_tag` empty: the one `latest` names.
+  std::string checkpoint;
+  std::string checkpoint_tag;
   std::string dtype = "float32";  // float32 | bfloat16 | float16 (named --dtype in errors)
   std::string device = "cpu";     // cpu | cuda | cuda:N (named --device in errors)
   int64_t checkpointed_layers = 0;
 };
 
+// Errors name the file, tensor or flag. A checkpoint of LoRA adapters only
+// is refused (its base is the folder; its adapters go out as a PEFT folder
+// with export.adapter_dir, for --adapter).
 absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options);
 
 // Parses --device; InvalidArgument naming the flag.

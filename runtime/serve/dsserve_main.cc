@@ -1,7 +1,7 @@
 // dsserve: an OpenAI-compatible server for a Hugging Face model folder
 // (Note [OpenAI-compatible serving], runtime/serve/openai_server.h).
 //
-//   dsserve --model DIR [--adapter DIR] [--listen HOST:PORT] [--served_model_name NAME]
+//   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
 //           [--chat_template FILE] [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
 //
@@ -39,6 +39,8 @@ namespace {
 struct Options {
   std::string model;
   std::string adapter;
+  std::string checkpoint;
+  std::string checkpoint_tag;
   std::string listen = "127.0.0.1:8000";
   std::string served_model_name;
   std::string chat_template;
@@ -98,6 +100,8 @@ absl::Status Run(const Options& options) {
   GenerationModelOptions model_options;
   model_options.model = options.model;
   model_options.adapter = options.adapter;
+  model_options.checkpoint = options.checkpoint;
+  model_options.checkpoint_tag = options.checkpoint_tag;
   model_options.dtype = options.dtype;
   model_options.device = options.device;
   auto model = LoadGenerationModel(model_options);
@@ -171,6 +175,10 @@ int main(int argc, char** argv) {
   dslaunch::FlagTable flags("dsserve", "dsserve --model DIR [--listen HOST:PORT] [flags]");
   flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json, safetensors, tokenizer)")
       .String("--adapter", &options.adapter, "DIR", "a PEFT LoRA adapter folder put on the model (unmerged)")
+      .String("--checkpoint", &options.checkpoint, "DIR",
+              "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
+              "weights, read in place of the folder's")
+      .String("--checkpoint_tag", &options.checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
       .String("--listen", &options.listen, "HOST:PORT", "the address to serve on (port 0: a free one)")
       .String("--served_model_name", &options.served_model_name, "NAME",
               "the model's name in the API (default: the folder's name)")
@@ -210,6 +218,10 @@ int main(int argc, char** argv) {
   }
   std::string problem;
   if (options.model.empty()) problem = "--model is required";
+  if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) problem = "--checkpoint_tag goes with --checkpoint";
+  if (!options.checkpoint.empty() && !options.adapter.empty()) {
+    problem = "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
+  }
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.max_tokens_per_step < options.max_sequences) {
     problem = absl::StrCat("--max_tokens_per_step (", options.max_tokens_per_step, ") must be >= --max_sequences (",

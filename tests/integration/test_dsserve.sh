@@ -9,16 +9,19 @@
 #  - bad input gets OpenAI's error body naming the field (400), a missing
 #    key 401, another model 404; bad flags stop dsserve before it serves;
 #  - a client that goes away mid-stream frees its sequence;
-#  - /metrics parses with the Prometheus client library; SIGTERM exits 0.
+#  - /metrics parses with the Prometheus client library; SIGTERM exits 0;
+#  - a full fine-tune's ZeRO-3 checkpoint of 2 ranks serves with no
+#    conversion (dsgen's continuation from the same checkpoint); a LoRA
+#    checkpoint is refused, naming what to serve instead.
 source "$(dirname "$0")/lib.sh"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
 : "${DSSERVE:?DSSERVE must point at the dsserve binary}"
-HF=$(cd "$(dirname "$0")/../hf" && pwd)
+: "${DSRANK:?DSRANK must point at the dsrank binary}"
 CLIENT=$(cd "$(dirname "$0")" && pwd)/dsserve_client.py
-PY=${REFERENCE_PYTHON:-/usr/bin/python3}
-command -v spm_train >/dev/null || fail "no spm_train (scripts/setup.sh installs sentencepiece)"
 command -v curl >/dev/null || fail "no curl"
-"$PY" "$HF/make_tiny_instruct.py" "$WORK/ti" >/dev/null
+# The tiny instruction setup: $WORK/ti/model (a random Llama folder with its
+# SentencePiece tokenizer), CONFIG and COMMON for its fine-tuning job.
+source "$(dirname "$0")/llama_instruct_setup.sh"
 MODEL=$WORK/ti/model
 # Random weights work at any length: a long context lets one request run long
 # enough to be cancelled mid-stream.
@@ -109,12 +112,43 @@ PYTHON
 pass "/metrics parses (prometheus_client): histograms, counters by reason, an idle whole cache"
 
 # 6. SIGTERM: exit 0.
-kill -TERM "$SERVER"
-wait_until 60 pid_gone "$SERVER" || fail "dsserve did not exit on SIGTERM"
-set +e
-wait "$SERVER"
-code=$?
-set -e
-((code == 0)) || fail "dsserve exited $code on SIGTERM: $(tail -5 "$WORK/serve.err")"
+stop_server() {
+  kill -TERM "$SERVER"
+  wait_until 60 pid_gone "$SERVER" || fail "dsserve did not exit on SIGTERM"
+  set +e
+  wait "$SERVER"
+  code=$?
+  set -e
+  ((code == 0)) || fail "dsserve exited $code on SIGTERM: $(tail -5 "$WORK/serve.err")"
+}
+stop_server
 grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
 pass "SIGTERM: dsserve stopped, exit 0"
+
+# 7. A training checkpoint serves with no conversion: a full fine-tune (no
+#    LoRA) at ZeRO-3 on 2 ranks, read in place by dsserve and by dsgen.
+run_job full 2 --override lora.r=0 --override 'lora.target_modules=[]' --override train.steps=3 --override train.warmup_steps=1 \
+  --override train.eval_interval=0 --override "checkpoint.dir=$WORK/ck_full" \
+  --override ds_config.zero_optimization.stage=3 --override ds_config.zero_optimization.stage3_param_persistence_threshold=0
+"$DSGEN" --model "$MODEL" --checkpoint "$WORK/ck_full" --prompt "$prompt" --max_new_tokens 8 >"$WORK/dsgen_ck.out" 2>&1 ||
+  fail "dsgen --checkpoint: $(cat "$WORK/dsgen_ck.out")"
+cmp -s "$WORK/dsgen_ck.out" "$WORK/dsgen.out" && fail "the fine-tuned checkpoint continues exactly as the base folder"
+"$DSSERVE" --model "$MODEL" --checkpoint "$WORK/ck_full" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
+  >"$WORK/serve.out" 2>"$WORK/serve.err" &
+SERVER=$!
+CLEANUP_PIDS+=("$SERVER")
+wait_until 180 grep -q "dsserve: serving" "$WORK/serve.out" ||
+  fail "dsserve --checkpoint did not start: $(cat "$WORK/serve.out" "$WORK/serve.err")"
+[[ $(grep -m1 "dsserve: serving" "$WORK/serve.out") =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address"
+URL=${BASH_REMATCH[1]}
+curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/curl_ck.json"
+"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/curl_ck.json" "$WORK/dsgen_ck.out" >"$WORK/same_ck.log" ||
+  fail "the checkpoint's completion: $(cat "$WORK/curl_ck.json")"
+stop_server
+pass "a ZeRO-3 checkpoint of 2 ranks serves in place: $(cat "$WORK/same_ck.log")"
+
+# 8. A LoRA checkpoint holds adapters, not the model: refused, naming the way.
+run_job lora 2 --override train.steps=3 --override train.warmup_steps=1 --override train.eval_interval=0 --override "checkpoint.dir=$WORK/ck_lora"
+expect_refusal "LoRA checkpoint" "holds LoRA adapters" --model "$MODEL" --checkpoint "$WORK/ck_lora" --listen 127.0.0.1:0
+pass "a LoRA checkpoint is refused, naming export.hf_dir and --adapter"

@@ -87,6 +87,25 @@ pass "stop at 4, resume to 8 at ZeRO-3: every loss bit-identical"
 cmp "$WORK/straight_hf/config.json" "$WORK/consolidated_hf/config.json" || fail "config.json differs"
 pass "dsconsolidate --format hf: the checkpoint as a Hugging Face folder equals the job's own export"
 
+# 5b. Generation reads the ZeRO-3 checkpoint of 2 ranks in place (no
+#     conversion): the logits and greedy tokens of the consolidated folder.
+for source in checkpoint folder; do
+  if [[ $source == checkpoint ]]; then args=(--model "$WORK/tiny" --checkpoint "$WORK/ck_straight"); else args=(--model "$WORK/consolidated_hf"); fi
+  mkdir -p "$WORK/logits_$source"
+  "$DSGEN" "${args[@]}" --prompt_ids 1,20,300,41,5 --max_new_tokens 0 --dump_logits "$WORK/logits_$source/model.safetensors" \
+    >"$WORK/gen_$source.out" 2>&1 || fail "dsgen from the $source: $(cat "$WORK/gen_$source.out")"
+  "$DSGEN" "${args[@]}" --prompt_ids 1,20,300,41,5 --max_new_tokens 12 >"$WORK/gen_$source.ids" 2>&1 ||
+    fail "dsgen from the $source: $(cat "$WORK/gen_$source.ids")"
+done
+"$PY" "$HF/same_tensors.py" "$WORK/logits_checkpoint" "$WORK/logits_folder" --label "logits" ||
+  fail "dsgen --checkpoint and the consolidated folder give different logits"
+cmp -s "$WORK/gen_checkpoint.ids" "$WORK/gen_folder.ids" ||
+  fail "greedy tokens differ: $(cat "$WORK/gen_checkpoint.ids") vs $(cat "$WORK/gen_folder.ids")"
+"$DSGEN" --model "$WORK/tiny" --checkpoint "$WORK/ck_straight" --checkpoint_tag nope --prompt_ids 1 >"$WORK/tag.out" 2>&1 &&
+  fail "dsgen with a missing tag ran"
+grep -q "nope" "$WORK/tag.out" || fail "a missing tag is not named: $(cat "$WORK/tag.out")"
+pass "dsgen --checkpoint reads the ZeRO-3 checkpoint of 2 ranks in place: the consolidated folder's logits and tokens ($(cat "$WORK/gen_checkpoint.ids"))"
+
 # 6. A broken folder: refused naming the file and tensor; no step runs.
 cp -r "$WORK/tiny" "$WORK/broken"
 sed -i 's/"intermediate_size": 176/"intermediate_size": 160/' "$WORK/broken/config.json"
