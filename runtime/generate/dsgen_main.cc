@@ -21,7 +21,10 @@
 // "loss" and every parameter's gradient under its Hugging Face name: what
 // tests/hf/ checks against the reference's autograd.
 // Generation runs on the continuous-batching engine (generation_engine.h):
-// the prompt in one step, then one cached decode per token.
+// the prompt in one step, then one cached decode per token. Under dslaunch
+// with N ranks (`dslaunch --num_gpus N dsgen ...`) the model is split over
+// the N as tensor parallelism (Note [Tensor-parallel generation]): the same
+// tokens as one rank; rank 0 prints.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,6 +35,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_table.h"
+#include "common/rank_contract.h"
+#include "runtime/api/rank_bootstrap.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
@@ -51,6 +56,7 @@ struct Options {
   std::string adapter;
   std::string checkpoint;
   std::string checkpoint_tag;
+  int64_t local_rank = -1;
   std::string prompt_ids;
   std::string prompt;
   int64_t max_new_tokens = 32;
@@ -163,14 +169,44 @@ absl::Status Run(const Options& options) {
   }
   if (!ids.ok()) return ids.status();
 
+  // Note [Tensor-parallel generation]: started by dslaunch with N ranks, the
+  // model is split over all N (one rank bootstrap: device, groups,
+  // heartbeats); every rank generates, rank 0 prints.
+  auto env = ReadRankEnvironment();
+  if (!env.ok()) return env.status();
+  if (options.local_rank >= 0 && options.local_rank != env->local_rank) {
+    return absl::InvalidArgumentError(absl::StrCat("--local_rank ", options.local_rank, " but LOCAL_RANK is ",
+                                                   env->local_rank));
+  }
+  std::unique_ptr<RankRuntime> rank;
+  TensorParallelGroup tensor_parallel;
+  std::string device_name = options.device;
+  if (env->world_size > 1) {
+    if (!options.dump_logits.empty() || !options.dump_gradients.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--dump_logits and --dump_gradients run on one rank, not ",
+                                                     env->world_size));
+    }
+    RankOptions rank_options;
+    rank_options.device = device->is_cuda() ? RankOptions::DeviceChoice::kCuda : RankOptions::DeviceChoice::kCpu;
+    rank_options.parallel.tensor = env->world_size;
+    auto started = StartRank(*env, rank_options);
+    if (!started.ok()) return started.status();
+    rank = std::move(*started);
+    Communicator* group = rank->parallel()->tensor();
+    tensor_parallel = TensorParallelGroup{group, group->rank(), group->size(), false};
+    device_name = rank->device().str();
+  }
+  const bool prints = env->rank == 0;
+
   GenerationModelOptions model_options;
   model_options.model = options.model;
   model_options.adapter = options.adapter;
   model_options.checkpoint = options.checkpoint;
   model_options.checkpoint_tag = options.checkpoint_tag;
   model_options.dtype = options.dtype;
-  model_options.device = options.device;
+  model_options.device = device_name;
   model_options.checkpointed_layers = options.checkpointed_layers;
+  model_options.tensor_parallel = tensor_parallel;
   auto loaded = LoadGenerationModel(model_options);
   if (!loaded.ok()) return loaded.status();
   Llama model = *loaded;
@@ -207,6 +243,7 @@ absl::Status Run(const Options& options) {
       generated.push_back(SampledToken{(*results)[0].tokens[i], (*results)[0].logprobs[i]});
     }
   }
+  if (!prints) return absl::OkStatus();
   std::vector<std::string> out;
   for (const SampledToken& token : generated) {
     if (options.print_logprobs) {
@@ -270,7 +307,9 @@ int main(int argc, char** argv) {
            "with --dump_gradients: recompute N evenly spaced layers in backward (activation checkpointing)",
            {0, 1 << 20})
       .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
-      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N");
+      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
+      .Int("--local_rank", &options.local_rank, "N",
+           "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK", {0, 1 << 20});
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::Status parsed = flags.Parse(args);
   if (!parsed.ok()) {

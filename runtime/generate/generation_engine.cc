@@ -28,9 +28,13 @@ GenerationEngine::GenerationEngine(Llama model, const GenerationEngineOptions& o
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama model,
                                                                            const GenerationEngineOptions& options) {
   const LlamaOptions& llama = model->options();
-  if (llama.tensor_parallel.split()) {
-    return absl::UnimplementedError(absl::StrCat("generation with tensor parallelism (", llama.tensor_parallel.size,
-                                                 " ranks) is not yet supported"));
+  const TensorParallelGroup& tp = llama.tensor_parallel;
+  if (tp.split() && tp.sequence_parallel) {
+    return absl::UnimplementedError("generation with sequence parallelism is not built (use tensor parallelism alone)");
+  }
+  if (llama.kv_heads % tp.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism over ", tp.size, " ranks needs the ",
+                                                   llama.kv_heads, " key/value heads to divide among them"));
   }
   if (options.max_sequences < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_sequences must be >= 1 (got ", options.max_sequences, ")"));
@@ -47,7 +51,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama
   const torch::Tensor any = model->parameters().front();
   PagedKvCacheOptions cache;
   cache.layers = llama.layers;
-  cache.kv_heads = llama.kv_heads;
+  cache.kv_heads = llama.kv_heads / tp.size;  // this rank's (Note [Tensor-parallel generation])
   cache.head_dim = llama.head_dim;
   cache.block_size = options.block_size;
   cache.key_length_multiple = options.key_length_multiple;
@@ -187,8 +191,19 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   try {
     logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device_),
                                       torch::tensor(positions, torch::kLong), **step,
-                                      torch::tensor(logit_rows, torch::kLong))
-                 .to(torch::kCPU);
+                                      torch::tensor(logit_rows, torch::kLong));
+    const TensorParallelGroup& tp = model_->options().tensor_parallel;
+    if (tp.split()) {
+      // Note [Tensor-parallel generation]: each rank holds a contiguous
+      // range of the (padded) vocabulary; every rank gathers all of them.
+      const torch::Tensor local = logits.t().contiguous();  // [vocabulary / T, rows]
+      torch::Tensor all = torch::empty({local.size(0) * tp.size, local.size(1)}, local.options());
+      if (absl::Status gathered = tp.comm->AllGather(local, all); !gathered.ok()) {
+        return absl::Status(gathered.code(), absl::StrCat("generation step: gathering the logits: ", gathered.message()));
+      }
+      logits = all.narrow(0, 0, model_->options().vocab_size).t();
+    }
+    logits = logits.to(torch::kCPU);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("generation step: ", e.what_without_backtrace()));
   }

@@ -19,6 +19,14 @@
 // (max_position_embeddings), except with dynamic NTK scaling, made to run
 // past it: there a new token's rotation uses the length so far while cached
 // keys keep theirs, as Hugging Face's cached generate() does.
+//
+// Note [Tensor-parallel generation]: with the model split over a tensor group
+// (Note [Tensor parallelism]), every rank of the group runs the same engine
+// on the same requests: its cache holds its own key/value heads, the cached
+// forward's row-parallel projections sum over the group, and the head's
+// vocabulary slices are gathered so that every rank has the whole logits.
+// Each rank then samples the same token from the same logits with the same
+// seeded generator, so the ranks stay in step without sending tokens.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +90,8 @@ struct GenerationStats {
 class GenerationEngine {
  public:
   // `model` in eval mode on its device, with the parameters' dtype the
-  // cache's. Tensor parallelism is refused (not yet built here).
+  // cache's. With tensor parallelism, every rank of the group creates one
+  // and submits the same requests (Note [Tensor-parallel generation]).
   static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(Llama model, const GenerationEngineOptions& options);
 
   // Queues a request; returns its id. InvalidArgument naming the field for

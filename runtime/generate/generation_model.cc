@@ -76,9 +76,24 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   if (!device.ok()) return device.status();
   LlamaOptions model_options = config->options;
   model_options.checkpointed_blocks = options.checkpointed_layers;
+  model_options.tensor_parallel = options.tensor_parallel;
+  const TensorParallelGroup& tp = options.tensor_parallel;
+  if (tp.split() && (!options.checkpoint.empty() || !options.adapter.empty())) {
+    return absl::UnimplementedError(
+        "tensor-parallel generation reads a Hugging Face folder; --checkpoint and --adapter are not yet supported "
+        "with it (serve the job's export.hf_dir)");
+  }
+  if (tp.split() && model_options.kv_heads % tp.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", model_options.kv_heads,
+                                                   " key/value heads do not divide among ", tp.size,
+                                                   " tensor-parallel ranks"));
+  }
   Llama model(model_options, /*seed=*/0);
   if (options.checkpoint.empty()) {
-    if (absl::Status loaded = LoadHfWeights(**folder, *model); !loaded.ok()) return loaded;
+    if (absl::Status loaded = LoadHfWeights(**folder, *model, model->TensorParallelForms(), tp.rank, tp.size);
+        !loaded.ok()) {
+      return loaded;
+    }
   } else if (absl::Status loaded = LoadCheckpointWeights(options, *model); !loaded.ok()) {
     return loaded;
   }

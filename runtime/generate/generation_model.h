@@ -22,6 +22,9 @@ struct GenerationModelOptions {
   std::string dtype = "float32";  // float32 | bfloat16 | float16 (named --dtype in errors)
   std::string device = "cpu";     // cpu | cuda | cuda:N (named --device in errors)
   int64_t checkpointed_layers = 0;
+  // Split over this tensor group (Note [Tensor-parallel generation]): each
+  // rank reads its slices of the folder's tensors.
+  TensorParallelGroup tensor_parallel;
 };
 
 // Errors name the file, tensor or flag. A checkpoint of LoRA adapters only
