@@ -56,6 +56,7 @@ struct Options {
   std::string adapter;
   std::string checkpoint;
   std::string checkpoint_tag;
+  bool int8 = false;
   int64_t local_rank = -1;
   std::string prompt_ids;
   std::string prompt;
@@ -203,6 +204,7 @@ absl::Status Run(const Options& options) {
   model_options.adapter = options.adapter;
   model_options.checkpoint = options.checkpoint;
   model_options.checkpoint_tag = options.checkpoint_tag;
+  model_options.int8 = options.int8;
   model_options.dtype = options.dtype;
   model_options.device = device_name;
   model_options.checkpointed_layers = options.checkpointed_layers;
@@ -307,6 +309,9 @@ int main(int argc, char** argv) {
            "with --dump_gradients: recompute N evenly spaced layers in backward (activation checkpointing)",
            {0, 1 << 20})
       .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
+      .Bool("--int8", &options.int8,
+            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
+            "tensor parallelism)")
       .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--local_rank", &options.local_rank, "N",
            "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK", {0, 1 << 20});

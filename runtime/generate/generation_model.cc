@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/generate/int8_weights.h"
 #include "runtime/generate/peft_adapter_loader.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -108,6 +109,10 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   }
   // Dropout is off either way (Llama has none; config.json's attention_dropout is refused unless 0).
   model->eval();
+  if (options.int8) {
+    auto report = QuantizeWeightsInt8(model);
+    if (!report.ok()) return report.status();
+  }
   return model;
 }
 

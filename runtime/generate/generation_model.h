@@ -25,6 +25,9 @@ struct GenerationModelOptions {
   // Split over this tensor group (Note [Tensor-parallel generation]): each
   // rank reads its slices of the folder's tensors.
   TensorParallelGroup tensor_parallel;
+  // Weight-only int8 projections (Note [Int8 weights]), after the move to
+  // the device and dtype.
+  bool int8 = false;
 };
 
 // Errors name the file, tensor or flag. A checkpoint of LoRA adapters only

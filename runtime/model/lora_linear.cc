@@ -19,6 +19,10 @@ LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, bool with_bias) : in_(in
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
+  if (int8()) {
+    torch::Tensor y = torch::nn::functional::linear(x, weight_int8.to(x.scalar_type())) * weight_scale;
+    return bias.defined() ? y + bias : y;
+  }
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
   if (!adapter_) return y;
   torch::Tensor h = adapter_->dropout > 0 ? torch::dropout(x, adapter_->dropout, is_training()) : x;
@@ -44,7 +48,19 @@ void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Genera
   adapter_ = options;
 }
 
+void LoraLinearImpl::QuantizeInt8() {
+  TORCH_CHECK(!adapter_, "int8 weights with a LoRA adapter are not built (merge it first)");
+  TORCH_CHECK(!int8(), "the projection is int8 already");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor w = weight.detach().to(torch::kFloat);
+  const torch::Tensor scale = (w.abs().amax(1) / 127.0).clamp_min(1e-12);  // [out]
+  weight_int8 = register_buffer("weight_int8", (w / scale.unsqueeze(1)).round().clamp(-127, 127).to(torch::kChar));
+  weight_scale = register_buffer("weight_scale", scale.to(weight.scalar_type()));
+  weight.set_(torch::empty({0}, weight.options()));  // the float values' memory goes
+}
+
 torch::Tensor LoraLinearImpl::MergedWeight() const {
+  TORCH_CHECK(!int8(), "an int8 projection has no float weight to merge or export");
   torch::NoGradGuard no_grad;
   if (!adapter_) return weight.detach();
   torch::Tensor delta = torch::matmul(lora_B->weight.to(torch::kFloat), lora_A->weight.to(torch::kFloat));

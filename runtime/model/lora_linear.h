@@ -13,6 +13,13 @@
 // "model.layers.0.self_attn.q_proj.weight", so the base still loads and
 // exports under Hugging Face's names.
 // Merging (for a full export): W' = W + scale · B·A, computed in fp32.
+//
+// Note [Int8 weights]: for generation, a projection's weight can be kept as
+// int8 with one scale per output row (symmetric, absmax / 127, as gpt-fast's
+// weight-only int8): y = (x·Qᵀ) · scale + b, Q converted to x's dtype inside
+// the product. The float weight's storage is released (the parameter stays
+// registered, empty); the int8 values and scales are buffers. Generation
+// only: no gradient, adapter, merge or tensor-parallel path reads it.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,12 @@ class LoraLinearImpl : public torch::nn::Module {
   bool adapted() const { return adapter_.has_value(); }
   // W + scale · B·A in the base weight's dtype (W itself without an adapter).
   torch::Tensor MergedWeight() const;
+
+  // Note [Int8 weights]. REQUIRES: no adapter; the weight on its final device
+  // and dtype (a later Module::to would convert the int8 values too).
+  void QuantizeInt8();
+  bool int8() const { return weight_int8.defined(); }
+  torch::Tensor weight_int8, weight_scale;  // [out, in] int8, [out] in the weight's former dtype
 
   torch::Tensor weight, bias;  // bias undefined without one
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};

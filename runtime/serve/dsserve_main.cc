@@ -41,6 +41,7 @@ struct Options {
   std::string adapter;
   std::string checkpoint;
   std::string checkpoint_tag;
+  bool int8 = false;
   std::string listen = "127.0.0.1:8000";
   std::string served_model_name;
   std::string chat_template;
@@ -102,6 +103,7 @@ absl::Status Run(const Options& options) {
   model_options.adapter = options.adapter;
   model_options.checkpoint = options.checkpoint;
   model_options.checkpoint_tag = options.checkpoint_tag;
+  model_options.int8 = options.int8;
   model_options.dtype = options.dtype;
   model_options.device = options.device;
   auto model = LoadGenerationModel(model_options);
@@ -188,6 +190,9 @@ int main(int argc, char** argv) {
       .String("--api_key_file", &options.api_key_file, "FILE",
               "require 'Authorization: Bearer <key>' on /v1/ routes; the key is the file's first line")
       .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
+      .Bool("--int8", &options.int8,
+            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
+            "tensor parallelism)")
       .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--max_sequences", &options.max_sequences, "N", "requests generating at once", {1, 1 << 16})
       .Int("--max_tokens_per_step", &options.max_tokens_per_step, "N",

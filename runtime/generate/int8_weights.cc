@@ -1,0 +1,36 @@
+#include "runtime/generate/int8_weights.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dslaunch::runtime {
+
+absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model) {
+  if (model->options().tensor_parallel.split()) {
+    return absl::UnimplementedError("int8 weights with tensor parallelism are not built");
+  }
+  std::vector<LoraLinear> projections;
+  for (const auto& item : model->named_modules()) {
+    auto* projection = item.value()->as<LoraLinearImpl>();
+    if (projection == nullptr) continue;
+    if (projection->adapted()) {
+      return absl::UnimplementedError(absl::StrCat(item.key(), " carries a LoRA adapter: int8 weights need it merged "
+                                                   "(serve the job's export.hf_dir)"));
+    }
+    projections.push_back(LoraLinear(std::dynamic_pointer_cast<LoraLinearImpl>(item.value())));
+  }
+  Int8Report report;
+  try {
+    for (LoraLinear& projection : projections) {
+      report.float_bytes += projection->weight.numel() * projection->weight.element_size();
+      projection->QuantizeInt8();
+      report.int8_bytes += projection->weight_int8.numel() + projection->weight_scale.numel() *
+                                                                 projection->weight_scale.element_size();
+      ++report.projections;
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("int8 weights: ", e.what_without_backtrace()));
+  }
+  return report;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,25 @@
+// Weight-only int8 for generation (Note [Int8 weights] in
+// runtime/model/lora_linear.h): every decoder layer's projection (q, k, v,
+// o, gate, up, down) and an untied head keep int8 values and a scale per
+// output row, as gpt-fast's int8 does. The embedding (and a head tied to
+// it), the norms and mixture-of-experts experts stay in the compute dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/llama.h"
+
+namespace dslaunch::runtime {
+
+struct Int8Report {
+  int64_t projections = 0;
+  int64_t float_bytes = 0;  // the projections' weights before
+  int64_t int8_bytes = 0;   // their int8 values and scales after
+};
+
+// REQUIRES: `model` on its final device and dtype. Unimplemented with tensor
+// parallelism or LoRA adapters (merge them first: export.hf_dir).
+absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model);
+
+}  // namespace dslaunch::runtime
