@@ -53,8 +53,10 @@ std::string Where(const Position& p, bool name_group) {
 }
 
 // One group's ranks behind its newest collective, or "" when none is.
-// A rank that never called in a group is not counted as its member, except
-// a rank with no collective at all (behind in every group).
+// A rank that never called in a group is not counted as its member. A rank
+// with no collective at all is counted only when `count_silent` (one group:
+// it must be that group's member); with several groups its membership is
+// unknown and DescribeHang names it once instead of in every group's line.
 struct Lag {
   std::string line;
   bool names_a_rank_outside_communication = false;
@@ -62,14 +64,14 @@ struct Lag {
 
 Lag LagInGroup(const std::string& group, const std::map<int, RankProgress>& beats,
                const std::map<int, std::map<std::string, Position>>& per_group,
-               const std::function<std::string(int)>& host_of, bool name_group) {
+               const std::function<std::string(int)>& host_of, bool name_group, bool count_silent) {
   std::map<int, Position> positions;
   int64_t newest = 0;
   for (const auto& [rank, groups] : per_group) {
     auto it = groups.find(group);
     if (it != groups.end()) {
       positions[rank] = it->second;
-    } else if (groups.empty()) {
+    } else if (groups.empty() && count_silent) {
       positions[rank] = Position{};
     } else {
       continue;
@@ -111,8 +113,19 @@ std::string DescribeHang(const std::map<int, RankProgress>& last_heartbeats,
   // is a victim; one behind and outside every collective is the cause: its
   // groups come first.
   std::vector<std::string> causes, victims;
+  // With several groups, ranks that made no collective at all are named
+  // once, as causes: outside every collective, behind in whatever groups
+  // they belong to.
+  std::vector<int> silent;
+  for (const auto& [rank, rank_groups] : per_group) {
+    if (rank_groups.empty()) silent.push_back(rank);
+  }
+  if (name_group && !silent.empty()) {
+    causes.push_back(absl::StrCat(Ranks(silent, host_of), silent.size() == 1 ? " has" : " have",
+                                  " called no collective yet while the other ranks have"));
+  }
   for (const std::string& group : groups) {
-    Lag lag = LagInGroup(group, last_heartbeats, per_group, host_of, name_group);
+    Lag lag = LagInGroup(group, last_heartbeats, per_group, host_of, name_group, /*count_silent=*/!name_group);
     if (lag.line.empty()) continue;
     (lag.names_a_rank_outside_communication ? causes : victims).push_back(lag.line);
   }

@@ -98,6 +98,21 @@ TEST(DescribeHang, ComparesNumbersWithinEachGroupAndNamesTheCauseFirst) {
             "(host-b) wait in #6 (all_reduce)");
 }
 
+TEST(DescribeHang, ARankWithNoCollectiveAmongSeveralGroupsIsNamedOnceAsTheCause) {
+  // Tensor 2 x data 2 as above; rank 3 never reached its first collective.
+  // Which groups it belongs to is not in the heartbeats: it is named once,
+  // first, not in every group's line.
+  RankProgress silent;
+  silent.set_step(-1);
+  std::map<int, RankProgress> beats = {
+      {0, Calls(0, {{"tensor.0", 1, true}, {"data.0", 1, true}})},
+      {1, Calls(0, {{"tensor.0", 1, true}, {"data.1", 1, false}})},
+      {2, Calls(0, {{"tensor.1", 1, false}})},
+      {3, silent}};
+  EXPECT_EQ(DescribeHang(beats, HostOf),
+            "rank 3 (host-b) has called no collective yet while the other ranks have");
+}
+
 TEST(DescribeHang, GroupsStuckAtTheSameNumberBlameTheCollectives) {
   // Pipeline stages make different numbers of calls in all: rank 0 sent 9
   // times in pipe.0 where rank 1's data group saw 3 calls. Nobody is behind
