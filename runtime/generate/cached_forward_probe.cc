@@ -34,7 +34,7 @@ absl::StatusOr<ProbeReport> ProbeCachedForward(Llama& model, const std::vector<i
 
     PagedKvCacheOptions cache_options;
     cache_options.layers = llama.layers;
-    cache_options.kv_heads = llama.kv_heads;
+    cache_options.kv_heads = llama.kv_heads / std::max(1, llama.tensor_parallel.size);  // this rank's
     cache_options.head_dim = llama.head_dim;
     cache_options.block_size = 4;  // the probe spans several blocks
     cache_options.blocks = (n + 3) / 4 + 1;

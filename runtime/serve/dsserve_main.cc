@@ -9,12 +9,16 @@
 // mismatch refuses to serve), the address is bound, then one line
 //   dsserve: serving 'NAME' on http://HOST:PORT ...
 // is printed: a script waits for it. SIGINT or SIGTERM stops accepting,
-// ends the requests in flight (503) and exits 0.
+// ends the requests in flight (503) and exits 0. Under dslaunch with N ranks
+// (`dslaunch --num_gpus N dsserve ...`) the model is split over the N as
+// tensor parallelism; rank 0 serves and the others follow its turns (Note
+// [Tensor-parallel serving]) and leave when it stops.
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +28,8 @@
 #include "common/auth_token.h"
 #include "common/flag_table.h"
 #include "common/net_address.h"
+#include "common/rank_contract.h"
+#include "runtime/api/rank_bootstrap.h"
 #include "runtime/data/instruction_format.h"
 #include "runtime/generate/cached_forward_probe.h"
 #include "runtime/generate/generation_engine.h"
@@ -31,6 +37,7 @@
 #include "runtime/serve/openai_server.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
+#include "runtime/serve/serving_turns.h"
 #include "runtime/tokenizer/model_tokenizer.h"
 
 namespace dslaunch::runtime {
@@ -42,6 +49,7 @@ struct Options {
   std::string checkpoint;
   std::string checkpoint_tag;
   bool int8 = false;
+  int64_t local_rank = -1;
   std::string listen = "127.0.0.1:8000";
   std::string served_model_name;
   std::string chat_template;
@@ -98,14 +106,39 @@ absl::Status Run(const Options& options) {
     return absl::Status(tokenizer.status().code(), absl::StrCat("dsserve needs the folder's tokenizer: ",
                                                                 tokenizer.status().message()));
   }
+  // Note [Tensor-parallel serving]: started by dslaunch with N ranks, the
+  // model is split over the N; rank 0 serves HTTP, the others follow its turns.
+  auto env = ReadRankEnvironment();
+  if (!env.ok()) return env.status();
+  if (options.local_rank >= 0 && options.local_rank != env->local_rank) {
+    return absl::InvalidArgumentError(absl::StrCat("--local_rank ", options.local_rank, " but LOCAL_RANK is ",
+                                                   env->local_rank));
+  }
+  std::unique_ptr<RankRuntime> rank;
+  TensorParallelGroup tensor_parallel;
+  std::string device_name = options.device;
+  if (env->world_size > 1) {
+    auto device = ParseGenerationDevice(options.device);
+    if (!device.ok()) return device.status();
+    RankOptions rank_options;
+    rank_options.device = device->is_cuda() ? RankOptions::DeviceChoice::kCuda : RankOptions::DeviceChoice::kCpu;
+    rank_options.parallel.tensor = env->world_size;
+    auto started = StartRank(*env, rank_options);
+    if (!started.ok()) return started.status();
+    rank = std::move(*started);
+    Communicator* group = rank->parallel()->tensor();
+    tensor_parallel = TensorParallelGroup{group, group->rank(), group->size(), false};
+    device_name = rank->device().str();
+  }
   GenerationModelOptions model_options;
   model_options.model = options.model;
+  model_options.tensor_parallel = tensor_parallel;
   model_options.adapter = options.adapter;
   model_options.checkpoint = options.checkpoint;
   model_options.checkpoint_tag = options.checkpoint_tag;
   model_options.int8 = options.int8;
   model_options.dtype = options.dtype;
-  model_options.device = options.device;
+  model_options.device = device_name;
   auto model = LoadGenerationModel(model_options);
   if (!model.ok()) return model.status();
   const LlamaOptions& llama = (*model)->options();
@@ -126,10 +159,16 @@ absl::Status Run(const Options& options) {
   auto engine = GenerationEngine::Create(*model, engine_options);
   if (!engine.ok()) return engine.status();
   const GenerationStats cache = (*engine)->Stats();
+  if (tensor_parallel.split() && tensor_parallel.rank != 0) {
+    return FollowServingTurns(**engine, *tensor_parallel.comm, torch::Device(device_name));
+  }
+  std::optional<TurnPublisher> publisher;
+  if (tensor_parallel.split()) publisher.emplace(tensor_parallel.comm, torch::Device(device_name));
 
   ServingMetrics metrics;
   ServingLoopOptions loop_options;
   loop_options.max_queue = options.max_queue;
+  if (publisher) loop_options.publisher = &*publisher;
   ServingLoop loop(std::move(*engine), loop_options, &metrics);
   auto server = OpenAiServer::Bind(server_options, loop, **tokenizer, metrics);
   if (!server.ok()) return server.status();
@@ -205,6 +244,8 @@ int main(int argc, char** argv) {
       .Int("--max_queue", &options.max_queue, "N", "requests waiting beyond --max_sequences; more get 429", {0, 1 << 24})
       .Int("--max_connections", &options.max_connections, "N",
            "connections served at once (a streaming response holds one)", {1, 1 << 16})
+      .Int("--local_rank", &options.local_rank, "N",
+           "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK", {0, 1 << 20})
       .Int("--default_max_tokens", &options.default_max_tokens, "N",
            "max_tokens of a /v1/completions request that gives none (OpenAI's default is 16)", {1, 1 << 24});
   std::vector<std::string> args(argv + 1, argv + argc);

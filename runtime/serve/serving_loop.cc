@@ -144,10 +144,28 @@ void ServingLoop::Run() {
       auto has_work = [&mail, idle]() ABSL_SHARED_LOCKS_REQUIRED(mail.mu) {
         return mail.stopping || !mail.submitted.empty() || !mail.cancelled.empty() || !idle;
       };
-      mail.mu.Await(absl::Condition(&has_work));
+      if (options_.publisher != nullptr) {
+        mail.mu.AwaitWithTimeout(absl::Condition(&has_work), options_.idle_turn);
+      } else {
+        mail.mu.Await(absl::Condition(&has_work));
+      }
       if (mail.stopping) break;
       submitted.swap(mail.submitted);
       cancelled.swap(mail.cancelled);
+    }
+    if (options_.publisher != nullptr) {
+      // Note [Tensor-parallel serving]: the other ranks apply this turn as is.
+      ServingTurn turn;
+      for (const auto& [request, stream] : submitted) turn.submitted.emplace_back(stream->key_, request);
+      turn.cancelled = cancelled;
+      if (absl::Status published = options_.publisher->Publish(turn); !published.ok()) {
+        failure = absl::UnavailableError(
+            absl::StrCat("the tensor-parallel ranks cannot be reached: ", published.message()));
+        // The turn never reached the engine: its requests end with the failure.
+        absl::MutexLock lock(&mail.mu);
+        for (auto& item : submitted) mail.submitted.push_front(std::move(item));
+        break;
+      }
     }
     for (auto& [request, stream] : submitted) {
       const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
@@ -213,6 +231,11 @@ void ServingLoop::Run() {
     const int64_t id = active.begin()->first;
     (void)engine_->Cancel(id);
     end(id, FinishReason::kNone, why);
+  }
+  if (options_.publisher != nullptr) {
+    ServingTurn stop;
+    stop.stop = true;
+    (void)options_.publisher->Publish(stop);  // the followers return; a broken group cannot be told
   }
 }
 

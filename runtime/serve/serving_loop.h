@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/serve/serving_metrics.h"
+#include "runtime/serve/serving_turns.h"
 
 namespace dslaunch::runtime {
 
@@ -39,6 +40,11 @@ struct ServingLoopOptions {
   // Tests: called on the loop thread at the start of each turn with work,
   // before it reads its mail (a test holds the loop between two steps).
   std::function<void()> on_turn;
+  // Note [Tensor-parallel serving]: every turn's mail is broadcast to the
+  // other ranks of the tensor group first (borrowed; null with one rank);
+  // an idle loop sends an empty turn after `idle_turn`.
+  TurnPublisher* publisher = nullptr;
+  absl::Duration idle_turn = absl::Seconds(5);
 };
 
 // What arrived for a request since the consumer last looked.

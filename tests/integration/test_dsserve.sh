@@ -125,6 +125,28 @@ stop_server
 grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
 pass "SIGTERM: dsserve stopped, exit 0"
 
+# 6b. Tensor-parallel serving (Note [Tensor-parallel serving]): dslaunch
+#     with 2 ranks splits the model; rank 0 serves, rank 1 follows its turns.
+"$DSLAUNCH" --num_gpus 2 --no_prefix "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
+  --chat_template "$WORK/chat.yaml" --max_sequences 8 --max_tokens_per_step 128 --cache_positions 8192 \
+  >"$WORK/tp.out" 2>"$WORK/tp.err" &
+LAUNCHER=$!
+CLEANUP_PIDS+=("$LAUNCHER")
+wait_until 180 grep -q "dsserve: serving" "$WORK/tp.out" ||
+  fail "dsserve on 2 ranks did not start: $(cat "$WORK/tp.out" "$WORK/tp.err")"
+[[ $(grep -m1 "dsserve: serving" "$WORK/tp.out") =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address"
+URL=${BASH_REMATCH[1]}
+"$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
+"$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 16
+kill -TERM "$LAUNCHER"
+wait_until 60 pid_gone "$LAUNCHER" || fail "dslaunch did not stop the 2-rank dsserve"
+set +e
+wait "$LAUNCHER"
+set -e
+grep -q "dsserve: stopped" "$WORK/tp.out" || fail "rank 0 did not stop: $(tail -5 "$WORK/tp.out" "$WORK/tp.err")"
+if pgrep -f -- "--model $MODEL --listen" >/dev/null; then fail "a dsserve rank outlived the job"; fi
+pass "dsserve on 2 tensor-parallel ranks: one rank's greedy text, 16 concurrent streams each equal to itself alone, stopped whole"
+
 # 7. A training checkpoint serves with no conversion: a full fine-tune (no
 #    LoRA) at ZeRO-3 on 2 ranks, read in place by dsserve and by dsgen.
 run_job full 2 --override lora.r=0 --override 'lora.target_modules=[]' --override train.steps=3 --override train.warmup_steps=1 \
