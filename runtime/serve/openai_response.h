@@ -30,8 +30,7 @@ std::string ErrorJson(const ApiError& error);
 // object "text_completion", one choice.
 std::string CompletionJson(const ResponseHeader& header, const std::string& text, const std::string& finish_reason,
                            const TokenUsage& usage);
-// A streamed piece: `finish_reason` empty is JSON null; `usage` only on the
-// usage chunk (with no choices) that stream_options.include_usage asks for.
+// A streamed piece: `finish_reason` empty is JSON null.
 std::string CompletionChunkJson(const ResponseHeader& header, const std::string& text,
                                 const std::string& finish_reason);
 // object "chat.completion": the assistant's message.

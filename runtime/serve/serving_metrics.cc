@@ -1,5 +1,6 @@
 #include "runtime/serve/serving_metrics.h"
 
+#include <limits>
 #include <sstream>
 
 #include "common/rank_metric_families.h"
