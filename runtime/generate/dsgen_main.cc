@@ -35,11 +35,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_table.h"
-#include "common/rank_contract.h"
-#include "runtime/api/rank_bootstrap.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
+#include "runtime/generate/generation_ranks.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -173,31 +172,15 @@ absl::Status Run(const Options& options) {
   // Note [Tensor-parallel generation]: started by dslaunch with N ranks, the
   // model is split over all N (one rank bootstrap: device, groups,
   // heartbeats); every rank generates, rank 0 prints.
-  auto env = ReadRankEnvironment();
-  if (!env.ok()) return env.status();
-  if (options.local_rank >= 0 && options.local_rank != env->local_rank) {
-    return absl::InvalidArgumentError(absl::StrCat("--local_rank ", options.local_rank, " but LOCAL_RANK is ",
-                                                   env->local_rank));
+  auto ranks = StartGenerationRanks(options.device, options.local_rank);
+  if (!ranks.ok()) return ranks.status();
+  if (ranks->world_size > 1 && (!options.dump_logits.empty() || !options.dump_gradients.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dump_logits and --dump_gradients run on one rank, not ", ranks->world_size));
   }
-  std::unique_ptr<RankRuntime> rank;
-  TensorParallelGroup tensor_parallel;
-  std::string device_name = options.device;
-  if (env->world_size > 1) {
-    if (!options.dump_logits.empty() || !options.dump_gradients.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--dump_logits and --dump_gradients run on one rank, not ",
-                                                     env->world_size));
-    }
-    RankOptions rank_options;
-    rank_options.device = device->is_cuda() ? RankOptions::DeviceChoice::kCuda : RankOptions::DeviceChoice::kCpu;
-    rank_options.parallel.tensor = env->world_size;
-    auto started = StartRank(*env, rank_options);
-    if (!started.ok()) return started.status();
-    rank = std::move(*started);
-    Communicator* group = rank->parallel()->tensor();
-    tensor_parallel = TensorParallelGroup{group, group->rank(), group->size(), false};
-    device_name = rank->device().str();
-  }
-  const bool prints = env->rank == 0;
+  const TensorParallelGroup& tensor_parallel = ranks->tensor_parallel;
+  const std::string& device_name = ranks->device;
+  const bool prints = ranks->rank == 0;
 
   GenerationModelOptions model_options;
   model_options.model = options.model;

@@ -28,12 +28,11 @@
 #include "common/auth_token.h"
 #include "common/flag_table.h"
 #include "common/net_address.h"
-#include "common/rank_contract.h"
-#include "runtime/api/rank_bootstrap.h"
 #include "runtime/data/instruction_format.h"
 #include "runtime/generate/cached_forward_probe.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
+#include "runtime/generate/generation_ranks.h"
 #include "runtime/serve/openai_server.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
@@ -108,28 +107,10 @@ absl::Status Run(const Options& options) {
   }
   // Note [Tensor-parallel serving]: started by dslaunch with N ranks, the
   // model is split over the N; rank 0 serves HTTP, the others follow its turns.
-  auto env = ReadRankEnvironment();
-  if (!env.ok()) return env.status();
-  if (options.local_rank >= 0 && options.local_rank != env->local_rank) {
-    return absl::InvalidArgumentError(absl::StrCat("--local_rank ", options.local_rank, " but LOCAL_RANK is ",
-                                                   env->local_rank));
-  }
-  std::unique_ptr<RankRuntime> rank;
-  TensorParallelGroup tensor_parallel;
-  std::string device_name = options.device;
-  if (env->world_size > 1) {
-    auto device = ParseGenerationDevice(options.device);
-    if (!device.ok()) return device.status();
-    RankOptions rank_options;
-    rank_options.device = device->is_cuda() ? RankOptions::DeviceChoice::kCuda : RankOptions::DeviceChoice::kCpu;
-    rank_options.parallel.tensor = env->world_size;
-    auto started = StartRank(*env, rank_options);
-    if (!started.ok()) return started.status();
-    rank = std::move(*started);
-    Communicator* group = rank->parallel()->tensor();
-    tensor_parallel = TensorParallelGroup{group, group->rank(), group->size(), false};
-    device_name = rank->device().str();
-  }
+  auto ranks = StartGenerationRanks(options.device, options.local_rank);
+  if (!ranks.ok()) return ranks.status();
+  const TensorParallelGroup& tensor_parallel = ranks->tensor_parallel;
+  const std::string& device_name = ranks->device;
   GenerationModelOptions model_options;
   model_options.model = options.model;
   model_options.tensor_parallel = tensor_parallel;

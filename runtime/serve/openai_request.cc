@@ -300,14 +300,18 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
   return true;
 }
 
-}  // namespace
-
-std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, ApiError* error) {
+// The fields both endpoints share (model and the generation parameters),
+// then `read_input` for the endpoint's own input field (`input`: "prompt"
+// or "messages"); `other` is the other endpoint's input, refused by name.
+template <typename Request>
+std::optional<Request> ParseRequest(absl::string_view body, ApiError* error, const std::string& input,
+                                    const std::string& other, const std::string& other_hint,
+                                    const std::function<bool(FieldReader&, const JsonValue&, Request*)>& read_input) {
   std::optional<JsonValue> root = ParseBody(body, error);
   if (!root) return std::nullopt;
   FieldReader reader(error);
-  CompletionRequest request;
-  bool has_prompt = false;
+  Request request;
+  bool has_input = false;
   for (size_t i = 0; i < root->keys().size() && reader.ok(); ++i) {
     const std::string& key = root->keys()[i];
     const JsonValue& value = root->items()[i];
@@ -316,48 +320,33 @@ std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, 
     if (!ReadParameter(reader, key, value, &request.parameters, &handled) || handled) continue;
     if (key == "model") {
       reader.String(value, key, &request.model);
-    } else if (key == "prompt") {
-      has_prompt = true;
-      ReadPrompt(reader, value, &request);
-    } else if (key == "messages") {
-      reader.Fail(key, "messages: /v1/completions takes a prompt; messages go to /v1/chat/completions");
+    } else if (key == input) {
+      has_input = true;
+      read_input(reader, value, &request);
+    } else if (key == other) {
+      reader.Fail(key, other_hint);
     } else {
       reader.Fail(key, absl::StrCat("unknown field '", key, "'"));
     }
   }
   reader.set_field("");
-  if (reader.ok() && !has_prompt) reader.Fail("prompt", "prompt: missing");
+  if (reader.ok() && !has_input) reader.Fail(input, absl::StrCat(input, ": missing"));
   if (!reader.ok()) return std::nullopt;
   return request;
 }
 
+}  // namespace
+
+std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, ApiError* error) {
+  return ParseRequest<CompletionRequest>(
+      body, error, "prompt", "messages",
+      "messages: /v1/completions takes a prompt; messages go to /v1/chat/completions", ReadPrompt);
+}
+
 std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* error) {
-  std::optional<JsonValue> root = ParseBody(body, error);
-  if (!root) return std::nullopt;
-  FieldReader reader(error);
-  ChatRequest request;
-  bool has_messages = false;
-  for (size_t i = 0; i < root->keys().size() && reader.ok(); ++i) {
-    const std::string& key = root->keys()[i];
-    const JsonValue& value = root->items()[i];
-    reader.set_field(key);
-    bool handled = false;
-    if (!ReadParameter(reader, key, value, &request.parameters, &handled) || handled) continue;
-    if (key == "model") {
-      reader.String(value, key, &request.model);
-    } else if (key == "messages") {
-      has_messages = true;
-      ReadMessages(reader, value, &request);
-    } else if (key == "prompt") {
-      reader.Fail(key, "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions");
-    } else {
-      reader.Fail(key, absl::StrCat("unknown field '", key, "'"));
-    }
-  }
-  reader.set_field("");
-  if (reader.ok() && !has_messages) reader.Fail("messages", "messages: missing");
-  if (!reader.ok()) return std::nullopt;
-  return request;
+  return ParseRequest<ChatRequest>(body, error, "messages", "prompt",
+                                   "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions",
+                                   ReadMessages);
 }
 
 }  // namespace dslaunch::runtime

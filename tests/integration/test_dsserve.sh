@@ -52,17 +52,26 @@ expect_refusal "bad template" "bad-chat.yaml" --model "$MODEL" --listen 127.0.0.
 expect_refusal "flag" "--max_sequence" --model "$MODEL" --max_sequence 4
 pass "bad flags, a missing folder, a readable key file and a bad chat template stop dsserve, named"
 
+# start_server NAME COMMAND...: runs a dsserve (or dslaunch of one) in the
+# background, output in NAME.out and NAME.err; sets SERVER (its pid) and URL
+# once it prints its "serving" line.
+start_server() {
+  local name=$1
+  shift
+  "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  SERVER=$!
+  CLEANUP_PIDS+=("$SERVER")
+  wait_until 180 grep -q "dsserve: serving" "$WORK/$name.out" ||
+    fail "$name did not start: $(cat "$WORK/$name.out" "$WORK/$name.err")"
+  line=$(grep -m1 "dsserve: serving" "$WORK/$name.out")
+  [[ $line =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address in '$line'"
+  URL=${BASH_REMATCH[1]}
+}
+
 # 2. Serve.
-"$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --served_model_name tiny-llama --chat_template "$WORK/chat.yaml" \
-  --api_key_file "$WORK/key" --max_sequences 16 --max_tokens_per_step 256 --cache_positions 8192 --max_queue 128 \
-  >"$WORK/serve.out" 2>"$WORK/serve.err" &
-SERVER=$!
-CLEANUP_PIDS+=("$SERVER")
-wait_until 180 grep -q "dsserve: serving" "$WORK/serve.out" ||
-  fail "dsserve did not start: $(cat "$WORK/serve.out" "$WORK/serve.err")"
-line=$(grep -m1 "dsserve: serving" "$WORK/serve.out")
-[[ $line =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address in '$line'"
-URL=${BASH_REMATCH[1]}
+start_server serve "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --served_model_name tiny-llama \
+  --chat_template "$WORK/chat.yaml" --api_key_file "$WORK/key" --max_sequences 16 --max_tokens_per_step 256 \
+  --cache_positions 8192 --max_queue 128
 [[ $line =~ probe:\ [0-9]+\ positions ]] || fail "no probe figures in '$line'"
 pass "dsserve serves at $URL after its logit probe: ${line#*(}"
 expect_refusal "port in use" "cannot bind" --model "$MODEL" --listen "${URL#http://}"
@@ -119,7 +128,7 @@ stop_server() {
   wait "$SERVER"
   code=$?
   set -e
-  ((code == 0)) || fail "dsserve exited $code on SIGTERM: $(tail -5 "$WORK/serve.err")"
+  ((code == 0)) || fail "dsserve exited $code on SIGTERM: $(tail -5 "$WORK"/serve*.err)"
 }
 stop_server
 grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
@@ -127,15 +136,10 @@ pass "SIGTERM: dsserve stopped, exit 0"
 
 # 6b. Tensor-parallel serving (Note [Tensor-parallel serving]): dslaunch
 #     with 2 ranks splits the model; rank 0 serves, rank 1 follows its turns.
-"$DSLAUNCH" --num_gpus 2 --no_prefix "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
-  --chat_template "$WORK/chat.yaml" --max_sequences 8 --max_tokens_per_step 128 --cache_positions 8192 \
-  >"$WORK/tp.out" 2>"$WORK/tp.err" &
-LAUNCHER=$!
-CLEANUP_PIDS+=("$LAUNCHER")
-wait_until 180 grep -q "dsserve: serving" "$WORK/tp.out" ||
-  fail "dsserve on 2 ranks did not start: $(cat "$WORK/tp.out" "$WORK/tp.err")"
-[[ $(grep -m1 "dsserve: serving" "$WORK/tp.out") =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address"
-URL=${BASH_REMATCH[1]}
+start_server tp "$DSLAUNCH" --num_gpus 2 --no_prefix "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 \
+  --api_key_file "$WORK/key" --chat_template "$WORK/chat.yaml" --max_sequences 8 --max_tokens_per_step 128 \
+  --cache_positions 8192
+LAUNCHER=$SERVER
 "$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
 "$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 16
 kill -TERM "$LAUNCHER"
@@ -155,14 +159,8 @@ run_job full 2 --override lora.r=0 --override 'lora.target_modules=[]' --overrid
 "$DSGEN" --model "$MODEL" --checkpoint "$WORK/ck_full" --prompt "$prompt" --max_new_tokens 8 >"$WORK/dsgen_ck.out" 2>&1 ||
   fail "dsgen --checkpoint: $(cat "$WORK/dsgen_ck.out")"
 cmp -s "$WORK/dsgen_ck.out" "$WORK/dsgen.out" && fail "the fine-tuned checkpoint continues exactly as the base folder"
-"$DSSERVE" --model "$MODEL" --checkpoint "$WORK/ck_full" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
-  >"$WORK/serve.out" 2>"$WORK/serve.err" &
-SERVER=$!
-CLEANUP_PIDS+=("$SERVER")
-wait_until 180 grep -q "dsserve: serving" "$WORK/serve.out" ||
-  fail "dsserve --checkpoint did not start: $(cat "$WORK/serve.out" "$WORK/serve.err")"
-[[ $(grep -m1 "dsserve: serving" "$WORK/serve.out") =~ on\ (http://127\.0\.0\.1:[0-9]+) ]] || fail "no address"
-URL=${BASH_REMATCH[1]}
+start_server serve_ck "$DSSERVE" --model "$MODEL" --checkpoint "$WORK/ck_full" --listen 127.0.0.1:0 \
+  --api_key_file "$WORK/key"
 curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
   -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/curl_ck.json"
 "$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/curl_ck.json" "$WORK/dsgen_ck.out" >"$WORK/same_ck.log" ||
