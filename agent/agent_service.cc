@@ -270,6 +270,8 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       }
     }
     job->heartbeat_timeout = std::chrono::milliseconds(std::max<int64_t>(0, request->heartbeat_timeout_ms()));
+    // A replay serves the newest attempt only (Note [Controller failover]).
+    std::erase_if(job->lifecycle, [&](const RankEvent& event) { return event.attempt() < request->attempt(); });
     // Note [Core binding]: every rank's share, or the whole request is refused.
     std::map<int, RankCores> cores_of_rank;
     if (request->core_binding().enabled()) {
@@ -312,7 +314,7 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(
           request->attempt(), spec.global_rank(), std::move(spawn),
-          [raw_job](RankEvent event) { raw_job->events.Push(std::move(event)); }));
+          [raw_job](RankEvent event) { raw_job->Record(std::move(event)); }));
       started.push_back(job->ranks.back().get());
     }
   }
@@ -378,9 +380,21 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
                                  grpc::ServerWriter<RankEvent>* writer) {
   std::shared_ptr<Job> job;
   if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
+  std::shared_ptr<EventQueue> events;
   int64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(job->mu);
+    // Note [Controller failover]: a replay of ranks this agent never ran (or
+    // forgot once its lease to the dead controller ran out) would be a
+    // silence the new controller waits on forever.
+    const bool knows_attempt = std::any_of(job->ranks.begin(), job->ranks.end(), [&](const auto& rank) {
+      return rank->attempt() >= request->replay_from_attempt();
+    });
+    if (request->replay() && !knows_attempt) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("job ", job->id, " has no rank of attempt ", request->replay_from_attempt(),
+                                       " on this agent (did its lease run out before the new controller came?)"));
+    }
     // The newest watcher takes over: after a network partition the old
     // stream may not have noticed yet that its controller reconnected.
     if (job->watched) {
@@ -390,20 +404,17 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
     generation = ++job->watch_generation;
     job->watched = true;
     job->last_contact = std::chrono::steady_clock::now();
+    events = TakeOverEvents(*job, *request);
   }
   // Tells the caller the stream is open before it starts any rank.
   RankEvent accepted;
   accepted.set_global_rank(-1);
   accepted.mutable_accepted();
   writer->Write(accepted);
-  auto superseded = [&] {
-    std::lock_guard<std::mutex> lock(job->mu);
-    return job->watch_generation != generation;
-  };
-  while (!context->IsCancelled() && !superseded()) {
-    auto event = job->events.PopFor(std::chrono::milliseconds(100));
+  while (!context->IsCancelled()) {
+    auto event = events->PopFor(std::chrono::milliseconds(100));
     if (!event) {
-      if (job->events.closed()) break;
+      if (events->closed()) break;  // a newer watcher took over, or the agent stops
       continue;
     }
     if (!writer->Write(*event)) {
@@ -415,6 +426,41 @@ grpc::Status AgentService::Watch(grpc::ServerContext* context, const WatchReques
   std::lock_guard<std::mutex> lock(job->mu);
   if (job->watch_generation == generation) job->watched = false;
   return grpc::Status::OK;
+}
+
+// Note [Controller failover]
+// dslaunch --resume_job starts a controller for a job whose controller died
+// while its ranks run on agents that outlive it (--agents). The new
+// controller knows the ranks only from its journal; what happened since the
+// old one stopped reading lies in the job's event queue, less whatever the
+// dying stream had taken from it. So a watcher that asks for a replay gets,
+// first, the newest attempt's RankStarted and RankEnded events as they
+// happened (Job::lifecycle), then the queued events that are not among
+// them, then what comes. Each watcher reads a queue of its own: under the
+// job's lock, a new watcher moves what is queued into its queue and closes
+// the old one, and Record() appends to the lifecycle and the current queue,
+// so no start or end is told twice, or taken by a stream already replaced.
+std::shared_ptr<AgentService::EventQueue> AgentService::TakeOverEvents(Job& job, const WatchRequest& request) {
+  auto starts_or_ends = [](const RankEvent& event) { return event.has_started() || event.has_ended(); };
+  auto events = std::make_shared<EventQueue>();
+  if (request.replay()) {
+    for (const RankEvent& event : job.lifecycle) {
+      if (event.attempt() >= request.replay_from_attempt()) events->Push(event);
+    }
+  }
+  while (auto queued = job.events->PopFor(std::chrono::milliseconds(0))) {
+    if (!request.replay() || !starts_or_ends(*queued)) events->Push(std::move(*queued));
+  }
+  job.events->Close();
+  if (job.events_closed) events->Close();
+  job.events = events;
+  return events;
+}
+
+void AgentService::Job::Record(RankEvent event) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (event.has_started() || event.has_ended()) lifecycle.push_back(event);
+  events->Push(std::move(event));
 }
 
 void AgentService::SetRankContactAddress(const std::string& address) {
@@ -447,7 +493,7 @@ grpc::Status AgentService::Heartbeat(grpc::ServerContext*, const HeartbeatReques
     event.set_global_rank(request->global_rank());
     *event.mutable_progress() = health.progress;
   }
-  job->events.Push(std::move(event));
+  job->Record(std::move(event));
   return grpc::Status::OK;
 }
 
@@ -474,7 +520,7 @@ void AgentService::CheckHeartbeats(Job& job, std::chrono::steady_clock::time_poi
   for (auto& event : missed) {
     LogLine(absl::StrCat("job ", job.id, ": rank ", event.global_rank(), " sent no heartbeat for ",
                          event.progress().missed_heartbeat_ms(), " ms while its process lives"));
-    job.events.Push(std::move(event));
+    job.Record(std::move(event));
   }
 }
 
@@ -565,7 +611,9 @@ int AgentService::StopAllJobs(std::chrono::milliseconds grace, const std::string
     }
     for (auto& rank : ranks) rank->WaitEnded();
     ranks.clear();
-    job->events.Close();
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->events_closed = true;
+    job->events->Close();
   }
   return signalled;
 }

@@ -129,7 +129,10 @@ class AgentService final {
     Job(std::string id, std::string credential) : id(std::move(id)), credential(std::move(credential)) {}
     const std::string id;
     const std::string credential;  // Note [Per-job credentials]: bound by the first call for the job
-    BlockingQueue<RankEvent> events;  // everything that happened, for the watcher
+    // Everything that happened, for the watcher: each watcher reads a queue
+    // of its own (Note [Controller failover]).
+    std::shared_ptr<BlockingQueue<RankEvent>> events = std::make_shared<BlockingQueue<RankEvent>>();  // guarded by mu
+    bool events_closed = false;  // the agent stops: no more events; guarded by mu
     std::mutex mu;
     std::vector<std::unique_ptr<RankSupervisor>> ranks;  // guarded by mu
     std::chrono::steady_clock::time_point last_contact;  // guarded by mu
@@ -139,6 +142,12 @@ class AgentService final {
     bool lease_expired = false;                          // guarded by mu
     std::chrono::milliseconds heartbeat_timeout{0};      // guarded by mu
     std::map<std::pair<int, int>, RankHealth> health;    // (attempt, rank); guarded by mu
+    // Note [Controller failover]: every RankStarted and RankEnded of the
+    // newest attempt, in order, for a watcher that asks for a replay.
+    std::vector<RankEvent> lifecycle;                    // guarded by mu
+    // A rank's event for the watcher (and, if it starts or ends a rank, for
+    // the replay). Takes mu.
+    void Record(RankEvent event);
   };
 
   // The gate's checks of the agent token, of the agent token with a job's
@@ -168,6 +177,11 @@ class AgentService final {
   int StopRanks(Job& job, int up_to_attempt, std::chrono::milliseconds grace,
                 const RankSupervisor::StopCause& cause);
   void LeaseLoop();
+  // Note [Controller failover]: the new watcher's queue, holding what the
+  // old one had not taken (after a replay, if asked); closes the old one.
+  // REQUIRES: job.mu held.
+  using EventQueue = BlockingQueue<RankEvent>;
+  static std::shared_ptr<EventQueue> TakeOverEvents(Job& job, const WatchRequest& request);
   // Reports ranks that went quiet for longer than the job's heartbeat timeout.
   void CheckHeartbeats(Job& job, std::chrono::steady_clock::time_point now);
 

@@ -608,6 +608,90 @@ TEST_F(AgentServiceTest, ANewWatcherReplacesTheOldOne) {
   second_context.TryCancel();
 }
 
+// Note [Controller failover]: a controller that takes over after the old one
+// died asks for a replay and learns every start and end of the newest
+// attempt exactly once, whether the old stream had taken it from the queue,
+// it still waited there, or it happens afterwards.
+TEST_F(AgentServiceTest, AReplayTellsEachStartAndEndOfTheNewestAttemptOnce) {
+  StartAgent();
+  WatchRequest watch;
+  watch.set_job_id("taken-over");
+  grpc::ClientContext first_context;
+  Authorize(&first_context);
+  auto first = stub_->Watch(&first_context, watch);
+  RankEvent event;
+  ASSERT_TRUE(first->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  // Attempt 0 ends before attempt 1 starts: the replay leaves it out.
+  StartRanksRequest old_attempt = SleepingRanks("taken-over", 1);
+  old_attempt.set_attempt(0);
+  old_attempt.mutable_ranks(0)->clear_argv();
+  for (const char* arg : {"/bin/sh", "-c", "exit 0"}) old_attempt.mutable_ranks(0)->add_argv(arg);
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    ASSERT_TRUE(stub_->StartRanks(&context, old_attempt, &reply).ok());
+  }
+  ASSERT_TRUE(WaitLive("taken-over", 0));
+  StartRanksRequest request;
+  request.set_job_id("taken-over");
+  request.set_attempt(1);
+  const char* scripts[] = {"echo zero; exit 5", "echo one; exec sleep 30"};
+  for (int rank = 0; rank < 2; ++rank) {
+    RankSpec* spec = request.add_ranks();
+    spec->set_global_rank(rank);
+    for (const char* arg : {"/bin/sh", "-c", scripts[rank]}) spec->add_argv(arg);
+  }
+  StartRanksReply started;
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    ASSERT_TRUE(stub_->StartRanks(&context, request, &started).ok());
+  }
+  // The first controller reads one event and dies.
+  ASSERT_TRUE(first->Read(&event));
+  first_context.TryCancel();
+
+  watch.set_replay(true);
+  watch.set_replay_from_attempt(1);
+  grpc::ClientContext second_context;
+  Authorize(&second_context);
+  auto second = stub_->Watch(&second_context, watch);
+  ASSERT_TRUE(second->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  std::map<int, int64_t> pids;
+  std::map<int, int> starts, ends;
+  bool stopped = false;
+  while (second->Read(&event)) {
+    EXPECT_EQ(event.attempt(), 1) << event.ShortDebugString();
+    if (event.has_started()) {
+      ++starts[event.global_rank()];
+      pids[event.global_rank()] = event.started().pid();
+    }
+    if (event.has_ended()) {
+      ++ends[event.global_rank()];
+      if (event.global_rank() == 1) break;
+      EXPECT_EQ(event.ended().exit_code(), 5);
+    }
+    if (!stopped && ends[0] == 1 && starts[1] == 1) {
+      stopped = true;
+      grpc::ClientContext context;
+      Authorize(&context);
+      StopJobRequest stop;
+      stop.set_job_id("taken-over");
+      stop.set_attempt(-1);
+      stop.set_grace_ms(1000);
+      StopJobReply reply;
+      ASSERT_TRUE(stub_->StopJob(&context, stop, &reply).ok());
+    }
+  }
+  EXPECT_EQ(starts, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(ends, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(pids, (std::map<int, int64_t>{{0, started.pids(0)}, {1, started.pids(1)}}));
+  second_context.TryCancel();
+}
+
 TEST_F(AgentServiceTest, RefusesASecondStartOfTheSameAttempt) {
   StartAgent();
   grpc::ClientContext first;

@@ -17,12 +17,25 @@ namespace {
 // Bound for calls that do not wait on other ranks.
 constexpr std::chrono::milliseconds kCallDeadline{30000};
 
+// Note [Controller failover]: when the store's dslaunch dies and a new one
+// serves the store at the same address, a rank's calls wait for the channel
+// (wait_for_ready) and must find the new store within a second, not after
+// gRPC's default reconnect backoff (up to two minutes).
+std::shared_ptr<grpc::Channel> StoreChannel(const std::string& address,
+                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(
+      address, credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials(), arguments);
+}
+
 }  // namespace
 
 StoreClient::StoreClient(const std::string& address, std::string token, std::string job_id,
                          int attempt, std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : stub_(Store::NewStub(grpc::CreateChannel(
-          address, credentials != nullptr ? std::move(credentials) : grpc::InsecureChannelCredentials()))),
+    : stub_(Store::NewStub(StoreChannel(address, std::move(credentials)))),
       token_(std::move(token)),
       job_id_(std::move(job_id)),
       attempt_(attempt) {}
@@ -48,8 +61,9 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::FromContract(const Ran
 void StoreClient::Prepare(grpc::ClientContext* context, std::chrono::milliseconds deadline) const {
   AttachToken(context, token_);
   context->set_deadline(std::chrono::system_clock::now() + deadline);
-  // The store is up before any rank starts; waiting for the channel only
-  // rides over a transient connect failure.
+  // The store is up before any rank starts; waiting for the channel rides
+  // over a transient connect failure, and over a controller taken over
+  // (Note [Controller failover]) within the deadline.
   context->set_wait_for_ready(true);
 }
 

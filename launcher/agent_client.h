@@ -31,10 +31,11 @@ class AgentClient {
   // Native stacks and last heartbeats of the attempt's live ranks on this host.
   virtual absl::StatusOr<DiagnoseReply> Diagnose(const std::string& job_id, int attempt) = 0;
 
-  // Opens the job's event stream; returns once the agent has accepted it, so
-  // no event of ranks started afterwards can be missed. Handlers run on a
-  // thread of the client.
-  virtual absl::Status StartWatch(const std::string& job_id, EventHandler on_event,
+  // Opens the job's event stream (request.job_id; with request.replay, the
+  // starts and ends the stream missed first, Note [Controller failover]);
+  // returns once the agent has accepted it, so no event of ranks started
+  // afterwards can be missed. Handlers run on a thread of the client.
+  virtual absl::Status StartWatch(const WatchRequest& request, EventHandler on_event,
                                   LostHandler on_lost) = 0;
   // Closes the stream and waits for the handler thread; no handler runs afterwards.
   virtual void StopWatch() = 0;

@@ -76,7 +76,17 @@ bool JobController::AttemptState::Start() {
   for (const auto& rank : plan_.ranks) live_.insert(rank.global_rank);
   if (job_.board_ != nullptr) job_.board_->StartAttempt(attempt_, plan_);
   std::vector<bool> node_started;
-  absl::Status started = job_.StartAttempt(attempt_, &node_started);
+  // Note [Controller failover]: the ranks of a resumed attempt run already;
+  // the agents' replay tells how each stands.
+  const bool attached = job_.attaching_;
+  job_.attaching_ = false;
+  absl::Status started;
+  if (attached) {
+    node_started.assign(plan_.nodes.size(), true);
+    job_.log_->Append(JobEvent("attempt_attached").Int("attempt", attempt_));
+  } else {
+    started = job_.StartAttempt(attempt_, &node_started);
+  }
   for (size_t node = 0; node < node_started.size(); ++node) {
     if (node_started[node]) continue;
     for (int rank : plan_.RanksOfNode(static_cast<int>(node))) live_.erase(rank);
@@ -89,7 +99,7 @@ bool JobController::AttemptState::Start() {
   } else {
     report_.started_unix_us = NowUs();
     job_.SetState(JOB_RUNNING);
-    if (previous_ != nullptr) job_.LogRecovery(*previous_, report_);
+    if (previous_ != nullptr && !attached) job_.LogRecovery(*previous_, report_);
   }
   last_progress_change_ = next_progress_check_ = Clock::now();
   return true;
@@ -240,6 +250,7 @@ void JobController::AttemptState::OnRankEvent(int node, const RankEvent& event) 
   if (event.has_output()) {
     OnRankOutput(rank, host, event.output());
   } else if (event.has_started()) {
+    job_.log_->Append(JobEvent("rank_started").Int("attempt", attempt_).Int("rank", rank).Int("pid", event.started().pid()));
     if (job_.board_ != nullptr) job_.board_->RankStarted(attempt_, rank, event.started().pid());
   } else if (event.has_progress() && event.progress().missed_heartbeat_ms() > 0) {
     OnMissedHeartbeat(rank, host, event.progress());

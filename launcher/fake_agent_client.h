@@ -129,11 +129,12 @@ class FakeAgentClient final : public AgentClient {
     *event.mutable_progress() = progress;
     Deliver(event);
   }
-  absl::Status StartWatch(const std::string&, EventHandler on_event, LostHandler on_lost) override {
+  absl::Status StartWatch(const WatchRequest& request, EventHandler on_event, LostHandler on_lost) override {
     if (!watch_error.ok()) return watch_error;
     std::lock_guard<std::mutex> lock(mu_);
     if (!reachable_) return absl::UnavailableError(host_ + " unreachable");
     ++watch_starts_;
+    watch_requests_.push_back(request);
     on_event_ = std::move(on_event);
     on_lost_ = std::move(on_lost);
     return absl::OkStatus();
@@ -145,6 +146,12 @@ class FakeAgentClient final : public AgentClient {
   }
 
   // Test controls.
+  // Note [Controller failover]: ranks of `attempt` that an earlier
+  // controller started run here already (EndRank and StopJob end them).
+  void RunAlready(int attempt, const std::vector<int>& ranks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int rank : ranks) running_[{attempt, rank}] = true;
+  }
   void EndRank(int attempt, int rank, RankEnded ended) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -189,6 +196,10 @@ class FakeAgentClient final : public AgentClient {
     std::lock_guard<std::mutex> lock(mu_);
     return watch_starts_;
   }
+  std::vector<WatchRequest> watch_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watch_requests_;
+  }
 
   // The StartRanks requests, each rank's env completed with the request's
   // common_env (StartRanksEnvironment), as the ranks would see it.
@@ -214,6 +225,7 @@ class FakeAgentClient final : public AgentClient {
   bool reachable_ = true;  // guarded by mu_
   int keepalive_calls_ = 0;  // guarded by mu_
   int watch_starts_ = 0;     // guarded by mu_
+  std::vector<WatchRequest> watch_requests_;  // guarded by mu_
   std::map<std::pair<int, int>, RankProgress> beats_;  // guarded by mu_
   int diagnose_calls_ = 0;                              // guarded by mu_
   void Deliver(const RankEvent& event) {

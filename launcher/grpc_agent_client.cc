@@ -164,7 +164,7 @@ absl::Status GrpcAgentClient::KeepAlive(const std::string& job_id) {
   return Annotate(stub_->KeepAlive(&context, request, &reply), "KeepAlive");
 }
 
-absl::Status GrpcAgentClient::StartWatch(const std::string& job_id, EventHandler on_event,
+absl::Status GrpcAgentClient::StartWatch(const WatchRequest& request, EventHandler on_event,
                                          LostHandler on_lost) {
   StopWatch();
   watch_stopping_ = false;
@@ -177,10 +177,8 @@ absl::Status GrpcAgentClient::StartWatch(const std::string& job_id, EventHandler
   }
   auto accepted = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> accepted_future = accepted->get_future();
-  watch_thread_ = std::thread([this, raw_context, job_id, accepted, on_event = std::move(on_event),
+  watch_thread_ = std::thread([this, raw_context, request, accepted, on_event = std::move(on_event),
                                on_lost = std::move(on_lost)] {
-    WatchRequest request;
-    request.set_job_id(job_id);
     std::unique_ptr<grpc::ClientReader<RankEvent>> reader = stub_->Watch(raw_context, request);
     RankEvent event;
     if (!reader->Read(&event) || !event.has_accepted()) {

@@ -44,7 +44,7 @@ class GrpcAgentClient final : public AgentClient {
                        const std::string& reason) override;
   absl::Status KeepAlive(const std::string& job_id) override;
   absl::StatusOr<DiagnoseReply> Diagnose(const std::string& job_id, int attempt) override;
-  absl::Status StartWatch(const std::string& job_id, EventHandler on_event,
+  absl::Status StartWatch(const WatchRequest& request, EventHandler on_event,
                           LostHandler on_lost) override;
   void StopWatch() override;
 

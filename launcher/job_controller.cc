@@ -147,7 +147,15 @@ bool JobController::WatchEveryAgent() {
 JobOutcome JobController::Run() {
   JobOutcome outcome;
   LogJobStart();
-  if (!WatchEveryAgent()) {
+  // Note [Controller failover]: the running attempt's ranks are attached to,
+  // not started; the streams first replay what this controller missed.
+  if (spec_.resume) {
+    attempt_ = spec_.resume->attempt;
+    attaching_ = true;
+    outcome.attempts = spec_.resume->earlier;
+  }
+  const bool watching = WatchEveryAgent();
+  if (!watching) {
     SetState(JOB_FAILED);  // (0)
     outcome.state = JOB_FAILED;
     outcome.exit_code = 1;
@@ -168,7 +176,7 @@ JobOutcome JobController::Run() {
 }
 
 void JobController::RunAttempts(JobOutcome* outcome) {
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = attempt_;; ++attempt) {
     attempt_ = attempt;
     SetState(JOB_STARTING);
     AttemptReport report = RunAttempt(attempt, outcome->attempts.empty() ? nullptr : &outcome->attempts.back());

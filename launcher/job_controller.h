@@ -149,6 +149,16 @@ struct JobSpec {
   // After StopJob, how long beyond the grace to wait for ranks to report
   // their end before treating them as lost.
   std::chrono::milliseconds teardown_margin{5000};
+  // Note [Controller failover]: set by dslaunch --resume_job. The job's
+  // first attempt is `attempt`, whose ranks already run: the controller
+  // attaches to them (a Watch with a replay, no StartRanks) instead of
+  // starting them. `earlier` are the attempts before it, as the journal
+  // recorded their ends (for the restart budget and policy).
+  struct Resume {
+    int attempt = 0;
+    std::vector<AttemptReport> earlier;
+  };
+  std::optional<Resume> resume;
   // Note [Honest exits]: sees this process's freezes. Null: the controller
   // runs its own (a look every 100 ms; a gap of max(500 ms, two keep-alive
   // periods) is a freeze).
@@ -291,6 +301,9 @@ class JobController {
   ControllerEventQueue events_;
   JobState state_ = JOB_PLANNING;
   int attempt_ = 0;  // the attempt running or about to run (event loop only)
+  // Note [Controller failover]: the first attempt attaches to running ranks
+  // (spec_.resume); false once it has (event loop only).
+  bool attaching_ = false;
   // Signals seen so far (the event loop only).
   int signals_seen_ = 0;
   int first_signal_ = 0;

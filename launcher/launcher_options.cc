@@ -266,6 +266,19 @@ constexpr OptionRow kOptions[] = {
        o.log_dir = v;
        return absl::OkStatus();
      }},
+    {"--journal", "", ValueKind::kFlag, "", "",
+     "with --agents and --log_dir: journal the job (its credential too) for --resume_job",
+     [](absl::string_view, const std::string&, LauncherOptions& o) {
+       o.journal = true;
+       return absl::OkStatus();
+     }},
+    {"--resume_job", "", ValueKind::kText, "JOB_DIR", "",
+     "take over a job on --agents whose dslaunch died (JOB_DIR: its --log_dir/JOB_ID)",
+     [](absl::string_view f, const std::string& v, LauncherOptions& o) {
+       if (v.empty()) return absl::InvalidArgumentError(absl::StrCat(f, " needs the job's folder (--log_dir/JOB_ID)"));
+       o.resume_job = v;
+       return absl::OkStatus();
+     }},
     {"--console_ranks", "", ValueKind::kText, "LIST", "all ranks",
      "only these ranks print to the console, e.g. 0,3-5",
      SetConsoleRanks},
@@ -577,6 +590,16 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
     if (options.help || options.version) return options;  // the caller prints LauncherUsage() or the version
   }
   options.program.assign(argv.begin() + std::min(i, argv.size()), argv.end());
+  // Note [Controller failover]: the job's own options come from its journal.
+  if (!options.resume_job.empty()) {
+    const bool alone = argv.size() == 3 || (argv.size() == 2 && absl::StartsWith(argv[1], "--resume_job="));
+    if (!alone) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--resume_job takes no other option or program: the job's command line is in ", options.resume_job,
+          "/controller.journal"));
+    }
+    return options;
+  }
 
   if (options.force_multi) {
     // DeepSpeed runs a one-host job in place, even on a remote host, unless
@@ -608,6 +631,13 @@ absl::StatusOr<LauncherOptions> ParseLauncherOptions(const std::vector<std::stri
   } else if (options.launcher == LauncherKind::kStatic) {
     return absl::InvalidArgumentError(
         "--launcher static needs --agents host:port,... (the agents already running)");
+  }
+  // Note [Controller failover]: only agents that outlive dslaunch can be
+  // taken over, and the journal lives in the job's log folder.
+  if (options.journal && (options.agents.empty() || options.log_dir.empty())) {
+    return absl::InvalidArgumentError(
+        "--journal needs --agents (agents that outlive dslaunch; those it starts die with it) and --log_dir "
+        "(the journal goes to --log_dir/JOB_ID/controller.journal)");
   }
   if (!options.bind_core_list.empty() && !options.bind_cores_to_rank) {
     return absl::InvalidArgumentError("--bind_core_list names the cores --bind_cores_to_rank shares out; add "

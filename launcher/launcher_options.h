@@ -36,6 +36,8 @@ struct LauncherOptions {
   int master_port = 0;            // --master_port (0: picked by rank 0's agent)
   bool no_local_rank = false;     // --no_local_rank
   std::string log_dir;            // --log_dir DIR
+  std::string resume_job;         // --resume_job JOB_DIR (Note [Controller failover])
+  bool journal = false;           // --journal (Note [Controller failover])
   std::set<int> console_ranks;    // --console_ranks 0,3-5 (empty: all ranks)
   bool no_prefix = false;         // --no_prefix: console lines without [host:rank]
   LauncherKind launcher = LauncherKind::kAuto;  // --launcher local|ssh|static

@@ -39,6 +39,7 @@
 #include "common/tls_files.h"
 #include "launcher/agent_fleet.h"
 #include "launcher/certs_command.h"
+#include "launcher/controller_journal.h"
 #include "launcher/controller_status_service.h"
 #include "launcher/dry_run.h"
 #include "launcher/estimate_command.h"
@@ -57,6 +58,7 @@
 #include "launcher/prometheus_metrics.h"
 #include "launcher/rank_output.h"
 #include "launcher/rendezvous_store.h"
+#include "launcher/resume_job.h"
 #include "launcher/sibling_binary.h"
 #include "launcher/signal_forwarder.h"
 #include "launcher/status_command.h"
@@ -82,8 +84,12 @@ struct PlannedJob {
   LauncherKind launcher = LauncherKind::kLocal;
   std::string token;      // empty: none given (local agents get one of this run)
   // Note [Per-job credentials] (common/rpc_auth_policy.h): what this run's
-  // job is bound to on every agent. In this process's memory only.
-  const std::string job_credential = GenerateToken();
+  // job is bound to on every agent. In this process's memory, and in the
+  // journal (Note [Controller failover]) only.
+  std::string job_credential = GenerateToken();
+  // dslaunch --resume_job: the journal of the controller this one replaces.
+  std::optional<ResumedJob> resumed;
+  std::vector<std::string> command_line;  // dslaunch's argv, for the journal
   // Note [Mutual TLS]: --tls_dir, read at planning; nullopt: plaintext.
   std::optional<TlsFiles> tls;
   const TlsFiles* tls_files() const { return tls ? &*tls : nullptr; }
@@ -311,10 +317,17 @@ EarlyExit ReadAndPlan(const LauncherOptions& options, PlannedJob* job, AgentConn
 }
 
 // The rendezvous store, before any rank can need it; sets where ranks reach it.
-EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServer* store) {
+EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, ControllerJournal* journal,
+                     StoreServer* store) {
   JobSpec& spec = job->spec;
-  spec.environment.store_token = GenerateToken();
+  spec.environment.store_token = job->resumed ? job->resumed->journaled.identity.store_token : GenerateToken();
   store->store = std::make_unique<RendezvousStore>(spec.job_id, spec.environment.store_token);
+  // Note [Controller failover]: the store's write-ahead log is the journal;
+  // a controller taking over starts from what the old store held.
+  if (job->resumed) store->store->Restore(job->resumed->journaled.store_changes);
+  if (journal != nullptr) {
+    store->store->RecordChanges([journal](const StoreChange& change) { JournalStoreChange(*journal, change); });
+  }
   RendezvousStore* attempts = store->store.get();
   spec.store_token_for_attempt = [attempts](int attempt) { return attempts->TokenForAttempt(attempt); };
   store->board = std::make_unique<JobStatusBoard>(spec.job_id, spec.max_restarts);
@@ -341,20 +354,42 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
     }
     store_host = *toward;
   }
+  // The ranks of a job taken over reach the store where they always did.
+  HostPort listen{store_host, 0};
+  if (job->resumed) {
+    auto journaled = ParseHostPort(job->resumed->journaled.identity.store_address, "the journaled store address");
+    if (!journaled.ok()) return UsageError(journaled.status());
+    listen = *journaled;
+  }
   grpc::ServerBuilder builder;
   int store_port = 0;
-  builder.AddListeningPort(HostPort{store_host, 0}.ToString(), ServerCredentialsFor(job->tls_files()), &store_port);
+  builder.AddListeningPort(listen.ToString(), ServerCredentialsFor(job->tls_files()), &store_port);
   RefusePortSharing(builder);
   store->store->Serve(builder);
   store->status->ServeBeside(builder);
   store->server = builder.BuildAndStart();
+  if (job->resumed && (!store->server || store_port == 0)) {
+    Notice(absl::StrCat("cannot start the rendezvous store again on ", listen.ToString(),
+                        ", where the job's ranks reach it: is its dslaunch still running, or is the port taken?"));
+    return kLaunchError;
+  }
   if (!store->server || store_port == 0) {
     Notice(absl::StrCat("cannot start the rendezvous store on ", store_host,
                         options.controller_addr.empty() ? "" : " (--controller_addr)",
                         ": not an address of this machine?"));
     return options.controller_addr.empty() ? kLaunchError : kUsageError;
   }
-  spec.environment.store_addr = HostPort{store_host, store_port}.ToString();
+  spec.environment.store_addr = HostPort{listen.host, store_port}.ToString();
+  if (journal != nullptr && !job->resumed) {
+    JournaledIdentity identity;
+    identity.argv = job->command_line;
+    identity.job_id = spec.job_id;
+    identity.job_credential = job->job_credential;
+    identity.store_token = spec.environment.store_token;
+    identity.store_address = spec.environment.store_addr;
+    identity.working_dir = spec.working_dir;
+    JournalJobStart(*journal, identity);
+  }
   JobStatusFile file{spec.job_id, spec.environment.store_addr, controller_token, ::getpid(),
                      job->tls ? job->tls->dir : ""};
   auto written = WriteJobStatusFile(RunDirectory(), file);
@@ -370,6 +405,60 @@ EarlyExit StartStore(const LauncherOptions& options, PlannedJob* job, StoreServe
     store->metrics = std::move(*metrics);
     Notice(absl::StrCat("serving the job's metrics at ", store->metrics->url()));
   }
+  return std::nullopt;
+}
+
+// Note [Controller failover]: dslaunch --resume_job JOB_DIR runs the job's
+// own command line, from the folder it ran in, as the job it was: the same
+// id, credential and store (StartStore), attached to its running attempt.
+EarlyExit ReadJobToTakeOver(LauncherOptions* options, PlannedJob* job) {
+  auto resumed = ReadJobToResume(options->resume_job);
+  if (!resumed.ok()) return UsageError(resumed.status());
+  const JournaledIdentity& identity = resumed->journaled.identity;
+  std::error_code error;
+  std::filesystem::current_path(identity.working_dir, error);
+  if (error) {
+    return UsageError(absl::FailedPreconditionError(absl::StrCat(
+        "--resume_job: cannot enter ", identity.working_dir, ", where the job ran: ", error.message())));
+  }
+  *options = resumed->options;
+  job->job_credential = identity.job_credential;
+  job->command_line = identity.argv;
+  Notice(absl::StrCat("taking over job ", identity.job_id, " at its attempt ", resumed->journaled.attempt,
+                      " (", resumed->journal_path, ")"));
+  job->resumed = std::move(*resumed);
+  return std::nullopt;
+}
+
+// The plan the agents give now must be the one the running attempt has.
+EarlyExit CheckTakeOverPlan(const PlannedJob& job) {
+  if (!job.resumed) return std::nullopt;
+  const JournaledJob& journaled = job.resumed->journaled;
+  if (journaled.world_size != job.spec.plan.world_size()) {
+    Notice(absl::StrCat("--resume_job: attempt ", journaled.attempt, " of job ", journaled.identity.job_id, " runs ",
+                        journaled.world_size, " rank(s), but its agents now make a plan of ",
+                        job.spec.plan.world_size(), " (an elastic job that shrank cannot be taken over yet)"));
+    return kLaunchError;
+  }
+  return std::nullopt;
+}
+
+// Note [Controller failover]: the journal of a job run with --journal (a
+// new one), or of the job being taken over. Opt-in: it holds the job's
+// credential, which otherwise lives in this process's memory only (Note
+// [Per-job credentials]); a rank running as this user could read it.
+EarlyExit OpenJournal(const LauncherOptions& options, const PlannedJob& job, const std::string& log_dir_job,
+                      std::unique_ptr<ControllerJournal>* journal) {
+  absl::StatusOr<std::unique_ptr<ControllerJournal>> opened;
+  if (job.resumed) {
+    opened = ControllerJournal::Reopen(job.resumed->journal_path);
+  } else if (options.journal) {
+    opened = ControllerJournal::Create(absl::StrCat(log_dir_job, "/", kControllerJournalFile));
+  } else {
+    return std::nullopt;
+  }
+  if (!opened.ok()) return UsageError(opened.status());
+  *journal = std::move(*opened);
   return std::nullopt;
 }
 
@@ -468,7 +557,13 @@ void SetHealthChecks(const LauncherOptions& options, const std::string& log_dir_
 // Runs the job to its end; returns dslaunch's exit code.
 int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<AgentClient*>& agents,
            const std::string& log_dir_job, RendezvousStore* store, JobStatusBoard* board,
-           FileJobEventLog* event_log, SignalForwarder* signals) {
+           FileJobEventLog* file_log, ControllerJournal* journal, const std::optional<ResumedJob>& resumed,
+           SignalForwarder* signals) {
+  // Note [Controller failover]: with a journal, the events a takeover needs
+  // go into it too.
+  std::optional<JournalingEventLog> journaling;
+  if (journal != nullptr) journaling.emplace(file_log, journal);
+  JobEventLog* event_log = journaling ? static_cast<JobEventLog*>(&*journaling) : file_log;
   TeeOutput output;
   output.Add(std::make_unique<ConsoleOutput>(options.console_ranks, !options.no_prefix));
   if (!options.log_dir.empty()) output.Add(std::make_unique<LogDirOutput>(options.log_dir, spec.job_id));
@@ -477,7 +572,8 @@ int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<Agent
   // every rank has written ("checkpoint/committed"); the controller keeps the
   // newest across attempts and hands it to the next one, which resumes from
   // exactly that tag, never from a partial or unrecorded one.
-  std::string last_committed;
+  std::string last_committed = resumed ? resumed->journaled.committed_tag : "";
+  if (resumed) spec.resume = JobSpec::Resume{resumed->journaled.attempt, resumed->journaled.ended};
   spec.attempt_environment = [&last_committed](int) {
     std::map<std::string, std::string> env;
     if (!last_committed.empty()) env[rank_env::kResumeTag] = last_committed;
@@ -497,8 +593,12 @@ int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<Agent
   signals->Attach(&controller);
   JobOutcome outcome = controller.Run();
   signals->Attach(nullptr);
-  if (event_log != nullptr && !event_log->status().ok()) {
-    Notice(absl::StrCat("the event log is incomplete: ", event_log->status().message()));
+  if (file_log != nullptr && !file_log->status().ok()) {
+    Notice(absl::StrCat("the event log is incomplete: ", file_log->status().message()));
+  }
+  if (journal != nullptr && !journal->status().ok()) {
+    Notice(absl::StrCat("the controller journal is incomplete (--resume_job may not be able to take this job "
+                        "over): ", journal->status().message()));
   }
   return outcome.exit_code;
 }
@@ -534,13 +634,20 @@ int Main(int argc, char** argv) {
   LauncherOptions options;
   if (EarlyExit early = ParseCommandLine(argc, argv, &options)) return *early;
   PlannedJob job;
+  job.command_line.assign(argv, argv + argc);
+  if (!options.resume_job.empty()) {
+    if (EarlyExit early = ReadJobToTakeOver(&options, &job)) return *early;
+  }
   AgentConnections agents;
   if (EarlyExit early = ReadAndPlan(options, &job, &agents)) return *early;
-  StoreServer store;
-  if (EarlyExit early = StartStore(options, &job, &store)) return *early;
+  if (EarlyExit early = CheckTakeOverPlan(job)) return *early;
   std::string log_dir_job;
   std::unique_ptr<FileJobEventLog> event_log;
   if (EarlyExit early = OpenLogDir(options, job.spec.job_id, &log_dir_job, &event_log)) return *early;
+  std::unique_ptr<ControllerJournal> journal;
+  if (EarlyExit early = OpenJournal(options, job, log_dir_job, &journal)) return *early;
+  StoreServer store;
+  if (EarlyExit early = StartStore(options, &job, journal.get(), &store)) return *early;
 
   signals.EndPlanning();  // agents and ranks start from here on
   if (options.agents.empty()) {
@@ -551,7 +658,8 @@ int Main(int argc, char** argv) {
     return 128 + pending;
   }
   const int exit_code = RunJob(options, job.spec, AgentsInPlanOrder(job.spec.plan, agents), log_dir_job,
-                               store.store.get(), store.board.get(), event_log.get(), &signals);
+                               store.store.get(), store.board.get(), event_log.get(), journal.get(), job.resumed,
+                               &signals);
   store.store->Shutdown();
   store.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   agents.clients.clear();

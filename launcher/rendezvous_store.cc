@@ -50,8 +50,67 @@ void RendezvousStore::Serve(grpc::ServerBuilder& builder) { gate_.Serve(builder)
 std::string RendezvousStore::TokenForAttempt(int attempt) {
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, made] = attempt_tokens_.try_emplace(attempt);
-  if (made) it->second = GenerateToken();
+  if (made) {
+    it->second = GenerateToken();
+    StoreChange token;
+    token.kind = StoreChange::Kind::kAttemptToken;
+    token.attempt = attempt;
+    token.value = it->second;
+    Record(token);
+  }
   return it->second;
+}
+
+void RendezvousStore::Record(const StoreChange& change) {
+  if (record_) record_(change);
+}
+
+void RendezvousStore::RecordChanges(std::function<void(const StoreChange&)> record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  record_ = std::move(record);
+}
+
+void RendezvousStore::Restore(const std::vector<StoreChange>& changes) {
+  struct Restored {
+    const std::function<void(int, const std::string&)>* observer;
+    int attempt;
+    std::string value;
+  };
+  std::vector<Restored> restored;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const StoreChange& change : changes) {
+      switch (change.kind) {
+        case StoreChange::Kind::kPut:
+          values_[change.key] = change.value;
+          break;
+        case StoreChange::Kind::kDelete:
+          values_.erase(change.key);
+          break;
+        case StoreChange::Kind::kDropAttempt: {
+          const std::string prefix = AttemptPrefix(change.attempt);
+          for (auto it = values_.lower_bound(prefix);
+               it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+            it = values_.erase(it);
+          }
+          dropped_below_ = std::max(dropped_below_, change.attempt + 1);
+          break;
+        }
+        case StoreChange::Kind::kAttemptToken:
+          attempt_tokens_[change.attempt] = change.value;
+          break;
+      }
+    }
+    for (const auto& [key, observer] : observers_) {
+      for (const auto& [attempt, token] : attempt_tokens_) {
+        auto it = values_.find(AttemptPrefix(attempt) + key);
+        if (it != values_.end()) restored.push_back({&observer, attempt, it->second});
+      }
+    }
+  }
+  // The observers learn what they would have seen (the newest committed
+  // checkpoint, Note [Live job status]).
+  for (const Restored& value : restored) (*value.observer)(value.attempt, value.value);
 }
 
 std::string RendezvousStore::AttemptPrefix(int attempt) { return absl::StrCat(attempt, "/"); }
@@ -104,6 +163,7 @@ grpc::Status RendezvousStore::Set(grpc::ServerContext* context, const StoreSetRe
   {
     std::lock_guard<std::mutex> lock(mu_);
     values_[key] = request->value();
+    Record({StoreChange::Kind::kPut, key, request->value()});
     ended = WakeWaitersOf(key);
   }
   RunDone(std::move(ended));
@@ -290,6 +350,7 @@ grpc::Status RendezvousStore::Add(grpc::ServerContext* context, const StoreAddRe
                           absl::StrCat("store counter '", request->key(), "' would overflow"));
     }
     values_[key] = absl::StrCat(current);
+    Record({StoreChange::Kind::kPut, key, values_[key]});
     reply->set_value(current);
     ended = WakeWaitersOf(key);
   }
@@ -311,6 +372,7 @@ grpc::Status RendezvousStore::CompareSet(grpc::ServerContext* context,
                                        : (!request->expect_absent() && it->second == request->expected());
     if (matches) {
       values_[key] = request->desired();
+      Record({StoreChange::Kind::kPut, key, request->desired()});
       swapped = true;
       ended = WakeWaitersOf(key);
     }
@@ -328,6 +390,7 @@ grpc::Status RendezvousStore::Delete(grpc::ServerContext* context,
   if (auto s = Check(*context, request->scope(), request->key(), &key); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   reply->set_deleted(values_.erase(key) > 0);
+  if (reply->deleted()) Record({StoreChange::Kind::kDelete, key, ""});
   return grpc::Status::OK;
 }
 
@@ -337,6 +400,7 @@ void RendezvousStore::SetForAttempt(int attempt, const std::string& key, const s
     std::lock_guard<std::mutex> lock(mu_);
     const std::string full_key = AttemptPrefix(attempt) + key;
     values_[full_key] = value;
+    Record({StoreChange::Kind::kPut, full_key, value});
     ended = WakeWaitersOf(full_key);
   }
   RunDone(std::move(ended));
@@ -359,6 +423,10 @@ void RendezvousStore::DropAttempt(int attempt) {
       it = values_.erase(it);
     }
     dropped_below_ = std::max(dropped_below_, attempt + 1);
+    StoreChange dropped;
+    dropped.kind = StoreChange::Kind::kDropAttempt;
+    dropped.attempt = attempt;
+    Record(dropped);
     ended = EndWaitersOfOverAttempts();
   }
   RunDone(std::move(ended));

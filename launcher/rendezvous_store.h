@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/authenticated_service.h"
+#include "launcher/store_change.h"
 #include "proto/store.grpc.pb.h"
 
 namespace dslaunch {
@@ -89,6 +90,15 @@ class RendezvousStore final {
   // outside the store's lock. Register before the server starts.
   void ObserveSets(std::string key, std::function<void(int attempt, const std::string& value)> observer);
 
+  // Note [Controller failover]: `record` gets every change of the store, in
+  // the order they happen, under the store's lock, before the call that
+  // made it is answered (the write-ahead log in the controller's journal).
+  // Set before serving.
+  void RecordChanges(std::function<void(const StoreChange&)> record);
+  // Makes the store hold what the recorded `changes` left (a controller
+  // taking over the job); before serving. Tells the observers of ObserveSets
+  // the values restored.
+  void Restore(const std::vector<StoreChange>& changes);
   // The controller's own read of an attempt's key; nullopt when absent.
   std::optional<std::string> GetForAttempt(int attempt, const std::string& key);
 
@@ -114,6 +124,8 @@ class RendezvousStore final {
   static grpc::Status ScopedKey(const StoreScope& scope, const std::string& key,
                                 std::string* full_key);
   static std::string AttemptPrefix(int attempt);
+  // Hands `change` to record_, if set. REQUIRES: mu_ held.
+  void Record(const StoreChange& change);
 
   const std::string job_id_;
   const std::string token_;
@@ -162,6 +174,7 @@ class RendezvousStore final {
   bool destroying_ = false;                                                     // guarded by mu_
   std::condition_variable deadlines_changed_;
   int dropped_below_ = 0;   // attempts < this are over; guarded by mu_
+  std::function<void(const StoreChange&)> record_;  // guarded by mu_
   std::map<int, std::string> attempt_tokens_;  // Note [Store token per attempt]; guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
   AuthenticatedService gate_;

@@ -703,3 +703,75 @@ TEST_F(RendezvousStoreTest, TwoThousandWaitersNeedNoThreadEach) {
 
 }  // namespace
 }  // namespace dslaunch
+
+namespace dslaunch {
+namespace {
+
+// A store served on a port of its own, `prepare`d before it serves.
+struct ServedStore {
+  explicit ServedStore(const std::function<void(RendezvousStore&)>& prepare) {
+    store = std::make_unique<RendezvousStore>(kJob, kToken);
+    prepare(*store);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    store->Serve(builder);
+    server = builder.BuildAndStart();
+  }
+  ~ServedStore() {
+    store->Shutdown();
+    server->Shutdown(std::chrono::system_clock::now() + 5s);
+  }
+  StoreClient Client(int attempt, const std::string& token) {
+    return StoreClient("127.0.0.1:" + std::to_string(port), token, kJob, attempt);
+  }
+  int port = 0;
+  std::unique_ptr<RendezvousStore> store;
+  std::unique_ptr<grpc::Server> server;
+};
+
+// Note [Controller failover]: the changes a store records rebuild, in a new
+// store, what the ranks wrote into the old one; the attempts' tokens still
+// open their own namespaces only.
+TEST(RendezvousStoreFailoverTest, RecordedChangesRestoreTheStoreInANewOne) {
+  std::mutex mu;
+  std::vector<StoreChange> changes;
+  ServedStore old_store([&](RendezvousStore& store) {
+    store.RecordChanges([&](const StoreChange& change) {
+      std::lock_guard<std::mutex> lock(mu);
+      changes.push_back(change);
+    });
+  });
+  const std::string token0 = old_store.store->TokenForAttempt(0);
+  StoreClient attempt0 = old_store.Client(0, token0);
+  ASSERT_TRUE(attempt0.Set("gone", "with attempt 0").ok());
+  old_store.store->DropAttempt(0);
+  const std::string token1 = old_store.store->TokenForAttempt(1);
+  StoreClient attempt1 = old_store.Client(1, token1);
+  ASSERT_TRUE(attempt1.Set("nccl/world", "unique id").ok());
+  ASSERT_TRUE(attempt1.Add("counter", 2).ok());
+  ASSERT_TRUE(attempt1.Add("counter", 3).ok());
+  ASSERT_TRUE(attempt1.Set("temporary", "x").ok());
+  ASSERT_TRUE(attempt1.Delete("temporary").ok());
+  ASSERT_TRUE(attempt1.CompareSet("checkpoint/committed", std::nullopt, "global_step8").ok());
+
+  std::vector<std::pair<int, std::string>> observed;
+  ServedStore new_store([&](RendezvousStore& store) {
+    store.ObserveSets("checkpoint/committed",
+                      [&](int attempt, const std::string& tag) { observed.emplace_back(attempt, tag); });
+    std::lock_guard<std::mutex> lock(mu);
+    store.Restore(changes);
+  });
+  StoreClient resumed = new_store.Client(1, token1);
+  EXPECT_EQ(*resumed.Get("nccl/world"), std::optional<std::string>("unique id"));
+  EXPECT_EQ(*resumed.Get("counter"), std::optional<std::string>("5"));
+  EXPECT_EQ(*resumed.Get("temporary"), std::nullopt);
+  EXPECT_EQ(*resumed.Get("checkpoint/committed"), std::optional<std::string>("global_step8"));
+  EXPECT_EQ(observed, (std::vector<std::pair<int, std::string>>{{1, "global_step8"}}));
+  EXPECT_EQ(new_store.store->TokenForAttempt(1), token1);
+  // Attempt 0 is over in the new store too, and attempt 1's token opens only attempt 1.
+  EXPECT_FALSE(new_store.Client(0, token0).Get("gone").ok());
+  EXPECT_FALSE(new_store.Client(2, token1).Get("nccl/world").ok());
+}
+
+}  // namespace
+}  // namespace dslaunch
