@@ -40,22 +40,15 @@
 #include "runtime/generate/generation_model.h"
 #include "runtime/generate/generation_ranks.h"
 #include "runtime/generate/sampling.h"
-#include "runtime/hf/hf_export.h"
-#include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/safetensors_stream_writer.h"
 #include "runtime/model/llama.h"
-#include "runtime/model/llama_hf_config.h"
 #include "runtime/tokenizer/model_tokenizer.h"
 
 namespace dslaunch::runtime {
 namespace {
 
 struct Options {
-  std::string model;
-  std::string adapter;
-  std::string checkpoint;
-  std::string checkpoint_tag;
-  bool int8 = false;
+  GenerationModelOptions model;  // --model, --adapter, --checkpoint, ... (AddGenerationModelFlags)
   int64_t local_rank = -1;
   std::string prompt_ids;
   std::string prompt;
@@ -71,22 +64,31 @@ struct Options {
   std::string dump_logits;
   std::string dump_gradients;
   int64_t masked_prefix = 0;
-  int64_t checkpointed_layers = 0;
-  std::string dtype = "float32";
-  std::string device = "cpu";
 };
 
-absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text, int64_t vocab) {
+absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text) {
   std::vector<int64_t> ids;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     int64_t id = 0;
-    if (!absl::SimpleAtoi(part, &id) || id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("--prompt_ids: '", part, "' is not a token id below the vocabulary size ", vocab));
+    if (!absl::SimpleAtoi(part, &id) || id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt_ids: '", part, "' is not a token id"));
     }
     ids.push_back(id);
   }
   if (ids.empty()) return absl::InvalidArgumentError("--prompt_ids: no token ids");
   return ids;
+}
+
+// Every prompt id within the model's vocabulary; the error names where the
+// ids came from.
+absl::Status CheckIdsInVocabulary(const std::vector<int64_t>& ids, int64_t vocab, const std::string& source) {
+  for (int64_t id : ids) {
+    if (id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, " gives id ", id, ", outside the model's vocabulary (", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteTensors(FileSystem& fs, const std::string& path,
@@ -140,61 +142,43 @@ absl::Status DumpGradients(FileSystem& fs, const Options& options, Llama& model,
 
 absl::Status Run(const Options& options) {
   FileSystem& fs = FileSystem::Default();
-  auto folder = HfModelFolder::Open(fs, options.model);
-  if (!folder.ok()) return folder.status();
-  auto config = ParseLlamaHfConfig((*folder)->config_text(), (*folder)->config_path());
-  if (!config.ok()) return config.status();
-  auto dtype = ParseExportDtype(options.dtype, "--dtype");
-  if (!dtype.ok()) return dtype.status();
-  auto device = ParseGenerationDevice(options.device);
+  auto device = ParseGenerationDevice(options.model.device);
   if (!device.ok()) return device.status();
   // --prompt TEXT: the folder's own tokenizer (runtime/tokenizer/), with
   // bos where the model adds it; the continuation stops at eos.
   std::unique_ptr<Tokenizer> tokenizer;
   absl::StatusOr<std::vector<int64_t>> ids = std::vector<int64_t>{};
   if (!options.prompt.empty()) {
-    auto loaded = LoadModelTokenizer(options.model);
+    auto loaded = LoadModelTokenizer(options.model.model);
     if (!loaded.ok()) return loaded.status();
     tokenizer = std::move(*loaded);
     if (tokenizer->adds_bos() && tokenizer->bos_id() >= 0) ids->push_back(tokenizer->bos_id());
     for (int32_t id : tokenizer->Encode(options.prompt)) ids->push_back(id);
-    for (int64_t id : *ids) {
-      if (id >= config->options.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model, " gives id ", id,
-                                                       ", outside the model's vocabulary (", config->options.vocab_size, ")"));
-      }
-    }
   } else {
-    ids = ParseIds(options.prompt_ids, config->options.vocab_size);
+    ids = ParseIds(options.prompt_ids);
   }
   if (!ids.ok()) return ids.status();
 
   // Note [Tensor-parallel generation]: started by dslaunch with N ranks, the
   // model is split over all N (one rank bootstrap: device, groups,
   // heartbeats); every rank generates, rank 0 prints.
-  auto ranks = StartGenerationRanks(options.device, options.local_rank);
+  auto ranks = StartGenerationRanks(options.model.device, options.local_rank);
   if (!ranks.ok()) return ranks.status();
   if (ranks->world_size > 1 && (!options.dump_logits.empty() || !options.dump_gradients.empty())) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dump_logits and --dump_gradients run on one rank, not ", ranks->world_size));
   }
-  const TensorParallelGroup& tensor_parallel = ranks->tensor_parallel;
-  const std::string& device_name = ranks->device;
   const bool prints = ranks->rank == 0;
 
-  GenerationModelOptions model_options;
-  model_options.model = options.model;
-  model_options.adapter = options.adapter;
-  model_options.checkpoint = options.checkpoint;
-  model_options.checkpoint_tag = options.checkpoint_tag;
-  model_options.int8 = options.int8;
-  model_options.dtype = options.dtype;
-  model_options.device = device_name;
-  model_options.checkpointed_layers = options.checkpointed_layers;
-  model_options.tensor_parallel = tensor_parallel;
+  GenerationModelOptions model_options = options.model;
+  model_options.device = ranks->device;
+  model_options.tensor_parallel = ranks->tensor_parallel;
   auto loaded = LoadGenerationModel(model_options);
   if (!loaded.ok()) return loaded.status();
   Llama model = *loaded;
+  const std::string source =
+      tokenizer ? absl::StrCat("the tokenizer of ", options.model.model) : std::string("--prompt_ids");
+  if (absl::Status in = CheckIdsInVocabulary(*ids, model->options().vocab_size, source); !in.ok()) return in;
   if (!options.dump_gradients.empty()) return DumpGradients(fs, options, model, *ids, *device);
   torch::NoGradGuard no_grad;
 
@@ -257,14 +241,8 @@ int main(int argc, char** argv) {
   using dslaunch::runtime::Options;
   Options options;
   dslaunch::FlagTable flags("dsgen", "dsgen --model DIR (--prompt TEXT | --prompt_ids 1,2,3) [flags]");
-  flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json + safetensors)")
-      .String("--adapter", &options.adapter, "DIR",
-              "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) put on the model")
-      .String("--checkpoint", &options.checkpoint, "DIR",
-              "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
-              "weights, read in place of the folder's")
-      .String("--checkpoint_tag", &options.checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
-      .String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
+  dslaunch::runtime::AddGenerationModelFlags(flags, &options.model, &options.local_rank);
+  flags.String("--prompt_ids", &options.prompt_ids, "IDS", "the prompt as comma-separated token ids")
       .String("--prompt", &options.prompt, "TEXT", "the prompt as text (needs the folder's tokenizer)")
       .Int("--max_new_tokens", &options.max_new_tokens, "N", "tokens to generate", {0, 1 << 20})
       .Bool("--greedy", &options.greedy, "always the most probable token (the default)")
@@ -288,16 +266,9 @@ int main(int argc, char** argv) {
       .Int("--masked_prefix", &options.masked_prefix, "N",
            "with --dump_gradients: the first N targets carry no loss (-100), as an instruction prompt's",
            {0, 1 << 30})
-      .Int("--checkpointed_layers", &options.checkpointed_layers, "N",
+      .Int("--checkpointed_layers", &options.model.checkpointed_layers, "N",
            "with --dump_gradients: recompute N evenly spaced layers in backward (activation checkpointing)",
-           {0, 1 << 20})
-      .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
-      .Bool("--int8", &options.int8,
-            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
-            "tensor parallelism)")
-      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
-      .Int("--local_rank", &options.local_rank, "N",
-           "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK", {0, 1 << 20});
+           {0, 1 << 20});
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::Status parsed = flags.Parse(args);
   if (!parsed.ok()) {
@@ -312,12 +283,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", flags.Version().c_str());
     return 0;
   }
-  std::string problem;
-  if (options.model.empty()) problem = "--model is required";
-  if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) problem = "--checkpoint_tag goes with --checkpoint";
-  if (!options.checkpoint.empty() && !options.adapter.empty()) {
-    problem = "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
-  }
+  std::string problem = dslaunch::runtime::GenerationModelFlagsProblem(options.model);
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
@@ -327,10 +293,10 @@ int main(int argc, char** argv) {
   if (!options.dump_gradients.empty() && options.max_new_tokens != 0) {
     problem = "--dump_gradients computes a training step instead of generating: give --max_new_tokens 0";
   }
-  if (!options.dump_gradients.empty() && !options.adapter.empty()) {
+  if (!options.dump_gradients.empty() && !options.model.adapter.empty()) {
     problem = "--adapter goes with generation and --dump_logits, not --dump_gradients";
   }
-  if (options.dump_gradients.empty() && (options.masked_prefix != 0 || options.checkpointed_layers != 0)) {
+  if (options.dump_gradients.empty() && (options.masked_prefix != 0 || options.model.checkpointed_layers != 0)) {
     problem = "--masked_prefix and --checkpointed_layers go with --dump_gradients";
   }
   if (!problem.empty()) {

@@ -117,3 +117,32 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
 }
 
 }  // namespace dslaunch::runtime
+
+namespace dslaunch::runtime {
+
+void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank) {
+  flags.String("--model", &options->model, "DIR", "a Hugging Face model folder (config.json, safetensors, tokenizer)")
+      .String("--adapter", &options->adapter, "DIR", "a PEFT LoRA adapter folder put on the model (unmerged)")
+      .String("--checkpoint", &options->checkpoint, "DIR",
+              "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
+              "weights, read in place of the folder's")
+      .String("--checkpoint_tag", &options->checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
+      .String("--dtype", &options->dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
+      .Bool("--int8", &options->int8,
+            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
+            "tensor parallelism)")
+      .String("--device", &options->device, "DEVICE", "cpu, cuda or cuda:N")
+      .Int("--local_rank", local_rank, "N", "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK",
+           {0, 1 << 20});
+}
+
+std::string GenerationModelFlagsProblem(const GenerationModelOptions& options) {
+  if (options.model.empty()) return "--model is required";
+  if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) return "--checkpoint_tag goes with --checkpoint";
+  if (!options.checkpoint.empty() && !options.adapter.empty()) {
+    return "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
+  }
+  return "";
+}
+
+}  // namespace dslaunch::runtime

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/flag_table.h"
 #include "runtime/model/llama.h"
 
 namespace dslaunch::runtime {
@@ -34,6 +35,16 @@ struct GenerationModelOptions {
 // is refused (its base is the folder; its adapters go out as a PEFT folder
 // with export.adapter_dir, for --adapter).
 absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options);
+
+// The flags of dsgen and dsserve that name the model, into `options`
+// (--device's text into options->device, which the tool then replaces by
+// its rank's device) and `local_rank` (what dslaunch passes):
+// --model, --adapter, --checkpoint, --checkpoint_tag, --dtype, --int8,
+// --device, --local_rank.
+void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank);
+// What the flags cannot say alone: --model given, --checkpoint_tag only
+// with --checkpoint, --checkpoint or --adapter but not both. Empty: fine.
+std::string GenerationModelFlagsProblem(const GenerationModelOptions& options);
 
 // Parses --device; InvalidArgument naming the flag.
 absl::StatusOr<torch::Device> ParseGenerationDevice(const std::string& text);

@@ -43,18 +43,12 @@ namespace dslaunch::runtime {
 namespace {
 
 struct Options {
-  std::string model;
-  std::string adapter;
-  std::string checkpoint;
-  std::string checkpoint_tag;
-  bool int8 = false;
+  GenerationModelOptions model;  // --model, --adapter, --checkpoint, ... (AddGenerationModelFlags)
   int64_t local_rank = -1;
   std::string listen = "127.0.0.1:8000";
   std::string served_model_name;
   std::string chat_template;
   std::string api_key_file;
-  std::string dtype = "float32";
-  std::string device = "cpu";
   int64_t max_sequences = 64;
   int64_t max_tokens_per_step = 512;
   int64_t cache_positions = 1 << 16;
@@ -85,9 +79,9 @@ absl::Status Run(const Options& options) {
   server_options.host = address->host;
   server_options.port = address->port;
   server_options.model_name = options.served_model_name.empty()
-                                  ? std::filesystem::path(options.model).lexically_normal().filename().string()
+                                  ? std::filesystem::path(options.model.model).lexically_normal().filename().string()
                                   : options.served_model_name;
-  if (server_options.model_name.empty()) server_options.model_name = options.model;
+  if (server_options.model_name.empty()) server_options.model_name = options.model.model;
   server_options.default_max_tokens = options.default_max_tokens;
   server_options.max_connections = static_cast<int>(options.max_connections);
   if (!options.api_key_file.empty()) {
@@ -100,31 +94,25 @@ absl::Status Run(const Options& options) {
     if (!chat_template.ok()) return chat_template.status();
     server_options.chat_template = *chat_template;
   }
-  auto tokenizer = LoadModelTokenizer(options.model);
+  auto tokenizer = LoadModelTokenizer(options.model.model);
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(), absl::StrCat("dsserve needs the folder's tokenizer: ",
                                                                 tokenizer.status().message()));
   }
   // Note [Tensor-parallel serving]: started by dslaunch with N ranks, the
   // model is split over the N; rank 0 serves HTTP, the others follow its turns.
-  auto ranks = StartGenerationRanks(options.device, options.local_rank);
+  auto ranks = StartGenerationRanks(options.model.device, options.local_rank);
   if (!ranks.ok()) return ranks.status();
   const TensorParallelGroup& tensor_parallel = ranks->tensor_parallel;
   const std::string& device_name = ranks->device;
-  GenerationModelOptions model_options;
-  model_options.model = options.model;
+  GenerationModelOptions model_options = options.model;
   model_options.tensor_parallel = tensor_parallel;
-  model_options.adapter = options.adapter;
-  model_options.checkpoint = options.checkpoint;
-  model_options.checkpoint_tag = options.checkpoint_tag;
-  model_options.int8 = options.int8;
-  model_options.dtype = options.dtype;
   model_options.device = device_name;
   auto model = LoadGenerationModel(model_options);
   if (!model.ok()) return model.status();
   const LlamaOptions& llama = (*model)->options();
   if ((*tokenizer)->vocab_size() > llama.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model, " has ", (*tokenizer)->vocab_size(),
+    return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model.model, " has ", (*tokenizer)->vocab_size(),
                                                    " tokens, more than the model's vocabulary (", llama.vocab_size, ")"));
   }
   // Note [Probe logits]: the generation path agrees with the training forward, or nothing is served.
@@ -195,13 +183,8 @@ int main(int argc, char** argv) {
 
   Options options;
   dslaunch::FlagTable flags("dsserve", "dsserve --model DIR [--listen HOST:PORT] [flags]");
-  flags.String("--model", &options.model, "DIR", "a Hugging Face model folder (config.json, safetensors, tokenizer)")
-      .String("--adapter", &options.adapter, "DIR", "a PEFT LoRA adapter folder put on the model (unmerged)")
-      .String("--checkpoint", &options.checkpoint, "DIR",
-              "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
-              "weights, read in place of the folder's")
-      .String("--checkpoint_tag", &options.checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
-      .String("--listen", &options.listen, "HOST:PORT", "the address to serve on (port 0: a free one)")
+  dslaunch::runtime::AddGenerationModelFlags(flags, &options.model, &options.local_rank);
+  flags.String("--listen", &options.listen, "HOST:PORT", "the address to serve on (port 0: a free one)")
       .String("--served_model_name", &options.served_model_name, "NAME",
               "the model's name in the API (default: the folder's name)")
       .String("--chat_template", &options.chat_template, "FILE",
@@ -209,11 +192,6 @@ int main(int argc, char** argv) {
               "for /v1/chat/completions")
       .String("--api_key_file", &options.api_key_file, "FILE",
               "require 'Authorization: Bearer <key>' on /v1/ routes; the key is the file's first line")
-      .String("--dtype", &options.dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
-      .Bool("--int8", &options.int8,
-            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
-            "tensor parallelism)")
-      .String("--device", &options.device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--max_sequences", &options.max_sequences, "N", "requests generating at once", {1, 1 << 16})
       .Int("--max_tokens_per_step", &options.max_tokens_per_step, "N",
            "tokens of one forward; long prompts are split across steps", {1, 1 << 24})
@@ -225,8 +203,6 @@ int main(int argc, char** argv) {
       .Int("--max_queue", &options.max_queue, "N", "requests waiting beyond --max_sequences; more get 429", {0, 1 << 24})
       .Int("--max_connections", &options.max_connections, "N",
            "connections served at once (a streaming response holds one)", {1, 1 << 16})
-      .Int("--local_rank", &options.local_rank, "N",
-           "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK", {0, 1 << 20})
       .Int("--default_max_tokens", &options.default_max_tokens, "N",
            "max_tokens of a /v1/completions request that gives none (OpenAI's default is 16)", {1, 1 << 24});
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -243,12 +219,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", flags.Version().c_str());
     return 0;
   }
-  std::string problem;
-  if (options.model.empty()) problem = "--model is required";
-  if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) problem = "--checkpoint_tag goes with --checkpoint";
-  if (!options.checkpoint.empty() && !options.adapter.empty()) {
-    problem = "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
-  }
+  std::string problem = dslaunch::runtime::GenerationModelFlagsProblem(options.model);
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.max_tokens_per_step < options.max_sequences) {
     problem = absl::StrCat("--max_tokens_per_step (", options.max_tokens_per_step, ") must be >= --max_sequences (",
