@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -17,15 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 
 LlamaOptions ProbeModelOptions() {
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.intermediate = 48;
-  options.heads = 4;
-  options.kv_heads = 2;
-  options.head_dim = 8;
-  options.vocab_size = 64;
-  options.initializer_range = 0.4;
+  LlamaOptions options = ::dslaunch::runtime::testing::GenerationTestLlama();
   options.rope.max_position_embeddings = 64;
   return options;
 }

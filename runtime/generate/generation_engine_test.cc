@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -18,19 +19,8 @@ namespace {
 using ::testing::HasSubstr;
 
 LlamaOptions Tiny(int64_t kv_heads, bool bias = false) {
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.intermediate = 48;
-  options.heads = 4;
-  options.kv_heads = kv_heads;
-  options.head_dim = 8;
-  options.vocab_size = 64;
+  LlamaOptions options = ::dslaunch::runtime::testing::GenerationTestLlama(/*heads=*/4, kv_heads);
   options.qkv_bias = bias;
-  // Large weights: distinct logits, so a rounding difference cannot flip a
-  // greedy choice between two near-equal tokens.
-  options.initializer_range = 0.4;
-  options.rope.max_position_embeddings = 128;
   return options;
 }
 
@@ -70,7 +60,7 @@ std::vector<int64_t> Prompt(int64_t length, int64_t salt) {
 TEST(GenerationEngineTest, CachedGreedyEqualsRecomputingTheWholeSequence) {
   for (auto [kv_heads, bias, multiple] :
        {std::tuple{4, false, 1}, std::tuple{2, false, 128}, std::tuple{1, true, 5}}) {
-    SCOPED_TRACE(testing::Message() << "kv_heads " << kv_heads << " bias " << bias << " key_length_multiple "
+    SCOPED_TRACE(::testing::Message() << "kv_heads " << kv_heads << " bias " << bias << " key_length_multiple "
                                     << multiple);
     Llama model = Model(Tiny(kv_heads, bias));
     std::vector<double> expected_logprobs;

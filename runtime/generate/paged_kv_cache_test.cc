@@ -51,7 +51,7 @@ TEST(PagedKvCacheTest, AttentionInPiecesEqualsCausalAttentionOverTheWhole) {
   // Two sequences interleaved in each step, at different lengths, with
   // grouped-query attention (4 query heads over 2 key/value heads).
   for (int64_t multiple : {1, 4}) {
-  SCOPED_TRACE(testing::Message() << "key_length_multiple " << multiple);
+  SCOPED_TRACE(::testing::Message() << "key_length_multiple " << multiple);
   PagedKvCacheOptions options = Options(16);
   options.key_length_multiple = multiple;
   auto cache = PagedKvCache::Create(options);

@@ -9,23 +9,13 @@
 #include "gtest/gtest.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-LlamaOptions SplitLlama() {
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.intermediate = 48;
-  options.heads = 8;
-  options.kv_heads = 2;
-  options.head_dim = 4;
-  options.vocab_size = 37;  // padded to the ranks' slices
-  options.initializer_range = 0.4;
-  options.rope.max_position_embeddings = 128;
-  return options;
-}
+// 37: padded to the ranks' slices.
+LlamaOptions SplitLlama() { return ::dslaunch::runtime::testing::GenerationTestLlama(8, 2, 4, 37); }
 
 std::vector<GenerationRequest> SplitRequests() {
   std::vector<GenerationRequest> requests;

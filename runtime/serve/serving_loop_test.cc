@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -18,17 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 Llama TinyModel() {
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.intermediate = 48;
-  options.heads = 4;
-  options.kv_heads = 2;
-  options.head_dim = 8;
-  options.vocab_size = 64;
-  options.initializer_range = 0.4;
-  options.rope.max_position_embeddings = 128;
-  Llama model(options, /*seed=*/5);
+  Llama model(::dslaunch::runtime::testing::GenerationTestLlama(), /*seed=*/5);
   model->eval();
   return model;
 }

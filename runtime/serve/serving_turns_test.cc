@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -56,19 +57,7 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_EQ(DecodeTurn(words).status().code(), absl::StatusCode::kDataLoss);
 }
 
-LlamaOptions SplitLlama() {
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.intermediate = 48;
-  options.heads = 8;
-  options.kv_heads = 2;
-  options.head_dim = 4;
-  options.vocab_size = 37;
-  options.initializer_range = 0.4;
-  options.rope.max_position_embeddings = 128;
-  return options;
-}
+LlamaOptions SplitLlama() { return ::dslaunch::runtime::testing::GenerationTestLlama(8, 2, 4, 37); }
 
 GenerationRequest SplitRequest(int64_t i) {
   GenerationRequest request;
