@@ -59,7 +59,12 @@ JobController::AttemptState::AttemptState(JobController& job, int attempt, const
 }
 
 bool JobController::AttemptState::Start() {
-  job_.log_->Append(JobEvent("attempt_start").Int("attempt", attempt_).Int("world_size", plan_.world_size()));
+  std::vector<std::string> hosts;
+  for (const auto& node : plan_.nodes) hosts.push_back(node.host);
+  job_.log_->Append(JobEvent("attempt_start")
+                        .Int("attempt", attempt_)
+                        .Int("world_size", plan_.world_size())
+                        .Text("hosts", absl::StrJoin(hosts, ",")));
   if (job_.output_ != nullptr) {
     absl::Status ready = job_.output_->OnAttemptStarted(attempt_);
     if (!ready.ok()) {

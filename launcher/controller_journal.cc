@@ -147,9 +147,10 @@ absl::StatusOr<JournaledJob> ReadControllerJournal(const std::string& path) {
       job.identity.working_dir = fields[4];
       job.identity.argv.assign(fields.begin() + 5, fields.end());
     } else if (kind == kAttempt) {
-      if (read = need(2); !read.ok()) return read;
+      if (read = need(3); !read.ok()) return read;
       if (read = number_at(0, &job.attempt); !read.ok()) return read;
       if (read = number_at(1, &job.world_size); !read.ok()) return read;
+      job.hosts = absl::StrSplit(fields[2], ',', absl::SkipEmpty());
     } else if (kind == kAttached) {
       // Nothing to restore: the attempt's own record came before.
     } else if (kind == kEnded) {
@@ -200,7 +201,7 @@ void JournalingEventLog::Append(const JobEvent& event) {
   const std::string& name = event.name();
   auto number = [&](absl::string_view key) { return absl::StrCat(event.GetInt(key).value_or(0)); };
   if (name == "attempt_start") {
-    journal_->Append(kAttempt, {number("attempt"), number("world_size")});
+    journal_->Append(kAttempt, {number("attempt"), number("world_size"), event.GetText("hosts").value_or("")});
   } else if (name == "attempt_attached") {
     journal_->Append(kAttached, {number("attempt")});
   } else if (name == "attempt_end") {

@@ -8,7 +8,7 @@
 // record before it intact:
 //   start      the command line and the folder it ran in, the job id, its
 //              credential, the store's token and address
-//   attempt    an attempt began (its number and world size)
+//   attempt    an attempt began (its number, world size and hosts)
 //   attached   a resumed controller attached to an attempt
 //   ended      an attempt's end (its report's end, exit code, cause)
 //   committed  the newest committed checkpoint of an ended attempt
@@ -79,6 +79,7 @@ struct JournaledJob {
   JournaledIdentity identity;
   int attempt = -1;      // the newest attempt begun; -1: none
   int world_size = 0;    // its world size
+  std::vector<std::string> hosts;  // its hosts (fewer than planned after an elastic shrink)
   std::vector<AttemptReport> ended;  // the attempts that ended, in order
   std::string committed_tag;         // of the ended attempts, the newest
   std::vector<StoreChange> store_changes;

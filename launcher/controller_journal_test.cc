@@ -31,7 +31,7 @@ TEST(ControllerJournalTest, ReadsBackWhatWasJournaled) {
   ASSERT_TRUE(journal.ok()) << journal.status();
   JournalJobStart(**journal, Identity());
   JournalingEventLog log(nullptr, journal->get());
-  log.Append(JobEvent("attempt_start").Int("attempt", 0).Int("world_size", 4));
+  log.Append(JobEvent("attempt_start").Int("attempt", 0).Int("world_size", 4).Text("hosts", "h1,h2"));
   JournalStoreChange(**journal, {StoreChange::Kind::kAttemptToken, "", "tok0", 0});
   JournalStoreChange(**journal, {StoreChange::Kind::kPut, "0/nccl/world", "id\twith tab", 0});
   JournalStoreChange(**journal, {StoreChange::Kind::kDelete, "0/barrier", "", 0});
@@ -39,7 +39,7 @@ TEST(ControllerJournalTest, ReadsBackWhatWasJournaled) {
                  .Text("cause", "rank 1 on h1 exited with code 3"));
   log.Append(JobEvent("checkpoint_committed").Int("attempt", 0).Text("tag", "global_step40"));
   JournalStoreChange(**journal, {StoreChange::Kind::kDropAttempt, "", "", 0});
-  log.Append(JobEvent("attempt_start").Int("attempt", 1).Int("world_size", 4));
+  log.Append(JobEvent("attempt_start").Int("attempt", 1).Int("world_size", 2).Text("hosts", "h2"));
   log.Append(JobEvent("state").Text("state", "JOB_RUNNING"));  // not journaled
   ASSERT_TRUE((*journal)->status().ok());
 
@@ -52,7 +52,8 @@ TEST(ControllerJournalTest, ReadsBackWhatWasJournaled) {
   EXPECT_EQ(read->identity.store_address, "10.0.0.1:4567");
   EXPECT_EQ(read->identity.working_dir, "/home/user/run");
   EXPECT_EQ(read->attempt, 1);
-  EXPECT_EQ(read->world_size, 4);
+  EXPECT_EQ(read->world_size, 2);
+  EXPECT_EQ(read->hosts, std::vector<std::string>{"h2"});
   ASSERT_EQ(read->ended.size(), 1u);
   EXPECT_EQ(read->ended[0].attempt, 0);
   EXPECT_EQ(read->ended[0].end, ATTEMPT_RANK_ERROR);
@@ -85,7 +86,7 @@ TEST(ControllerJournalTest, OnlyItsOwnerCanReadIt) {
   auto reopened = ControllerJournal::Reopen(path);
   ASSERT_TRUE(reopened.ok());
   JournalingEventLog log(nullptr, reopened->get());
-  log.Append(JobEvent("attempt_start").Int("attempt", 2).Int("world_size", 8));
+  log.Append(JobEvent("attempt_start").Int("attempt", 2).Int("world_size", 8).Text("hosts", "h1"));
   auto read = ReadControllerJournal(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->attempt, 2);
@@ -99,7 +100,7 @@ TEST(ControllerJournalTest, ALastLineCutShortByTheCrashIsNotARecord) {
     ASSERT_TRUE(journal.ok());
     JournalJobStart(**journal, Identity());
   }
-  std::ofstream(path, std::ios::app) << "attempt\t5\t4";  // no newline
+  std::ofstream(path, std::ios::app) << "attempt\t5\t4\th1";  // no newline
   auto read = ReadControllerJournal(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->attempt, -1);
@@ -112,12 +113,12 @@ TEST(ControllerJournalTest, ABadRecordIsNamedByFileAndLine) {
     auto journal = ControllerJournal::Create(path);
     ASSERT_TRUE(journal.ok());
     JournalJobStart(**journal, Identity());
-    (*journal)->Append("attempt", {"one", "4"});
+    (*journal)->Append("attempt", {"one", "4", "h1"});
   }
   auto read = ReadControllerJournal(path);
   ASSERT_FALSE(read.ok());
   EXPECT_THAT(read.status().message(), HasSubstr(path + ":2: 'one' is not a number of 0 or more"));
-  const std::string headless = dir.Write("other.journal", "attempt\t1\t4\n");
+  const std::string headless = dir.Write("other.journal", "attempt\t1\t4\th1\n");
   EXPECT_THAT(ReadControllerJournal(headless).status().message(), HasSubstr(":1: the journal does not begin"));
   EXPECT_THAT(ReadControllerJournal(dir.File("missing")).status().message(), HasSubstr("cannot read"));
 }

@@ -128,16 +128,34 @@ void JobController::StopKeepAlives() {
   keepalive_threads_.clear();
 }
 
+void JobController::AttachToHosts(const std::vector<std::string>& hosts) {
+  const std::set<std::string> running(hosts.begin(), hosts.end());
+  std::vector<HostSlots> nodes;
+  active_.clear();
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    const int index = static_cast<int>(i);
+    if (running.count(spec_.plan.nodes[i].host)) {
+      active_.push_back(index);
+      nodes.push_back(spec_.plan.nodes[i]);
+    } else {
+      MarkLost(index);
+    }
+  }
+  plan_ = BuildLaunchPlan(nodes);
+}
+
 bool JobController::WatchEveryAgent() {
-  // Every agent at once (common/for_each_concurrently.h).
+  // Every agent at once (common/for_each_concurrently.h); a host a resumed
+  // attempt does not run on is lost until Note [Membership] takes it back.
   std::vector<absl::Status> watching(agents_.size());
-  ForEachConcurrently(agents_.size(), kAgentCallsInFlight,
-                      [&](size_t node) { watching[node] = WatchAgent(static_cast<int>(node)); });
+  ForEachConcurrently(agents_.size(), kAgentCallsInFlight, [&](size_t node) {
+    if (!lost_agents_.count(static_cast<int>(node))) watching[node] = WatchAgent(static_cast<int>(node));
+  });
   for (size_t node = 0; node < agents_.size(); ++node) {
     if (watching[node].ok()) continue;
     notice_(absl::StrCat("cannot watch the job on ", agents_[node]->host(), ": ", watching[node].message()));
     for (size_t opened = 0; opened < agents_.size(); ++opened) {
-      if (watching[opened].ok()) agents_[opened]->StopWatch();
+      if (watching[opened].ok() && !lost_agents_.count(static_cast<int>(opened))) agents_[opened]->StopWatch();
     }
     return false;
   }
@@ -153,6 +171,7 @@ JobOutcome JobController::Run() {
     attempt_ = spec_.resume->attempt;
     attaching_ = true;
     outcome.attempts = spec_.resume->earlier;
+    if (!spec_.resume->hosts.empty()) AttachToHosts(spec_.resume->hosts);
   }
   const bool watching = WatchEveryAgent();
   if (!watching) {

@@ -157,6 +157,10 @@ struct JobSpec {
   struct Resume {
     int attempt = 0;
     std::vector<AttemptReport> earlier;
+    // The hosts `attempt` runs on; empty: every planned host. Fewer after an
+    // elastic shrink: the others count as lost (Note [Membership] takes
+    // them back at a restart).
+    std::vector<std::string> hosts;
   };
   std::optional<Resume> resume;
   // Note [Honest exits]: sees this process's freezes. Null: the controller
@@ -218,6 +222,9 @@ class JobController {
   // Opens every agent's event stream; false (having said why and closed the
   // streams opened) when one cannot be opened.
   bool WatchEveryAgent();
+  // Note [Controller failover]: the resumed attempt runs on `hosts` only:
+  // plan_ and active_ hold those, the other agents are lost.
+  void AttachToHosts(const std::vector<std::string>& hosts);
   // The attempts, one after another, until one succeeds or restarts stop;
   // fills outcome->attempts, exit_code and stop_note.
   void RunAttempts(JobOutcome* outcome);

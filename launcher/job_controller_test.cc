@@ -502,6 +502,22 @@ TEST_F(ResumedJobTest, AttachesToTheRunningRanksWithoutStartingThem) {
   EXPECT_TRUE(log_.Named("recovery").empty());
 }
 
+TEST_F(ResumedJobTest, AnAttemptThatShrankIsAttachedOnItsHostsOnly) {
+  spec_.resume->hosts = {"host-a"};  // host-b was lost before attempt 1
+  JobOutcome outcome = Run([this](JobController&) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         a_.watch_starts() == 0 && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::yield();
+    }
+    for (int rank : {0, 1}) a_.EndRank(1, rank, Exited(0));
+  });
+  EXPECT_EQ(outcome.state, JOB_SUCCEEDED);
+  EXPECT_TRUE(a_.sent().empty());
+  EXPECT_TRUE(b_.watch_requests().empty());
+  ASSERT_EQ(a_.watch_requests().size(), 1u);
+  EXPECT_TRUE(a_.watch_requests()[0].replay());
+}
+
 TEST_F(ResumedJobTest, TheEarlierAttemptsCountAgainstTheRestartBudget) {
   JobOutcome outcome = Run([this](JobController&) {
     ASSERT_TRUE(WaitWatched());

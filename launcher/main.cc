@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -430,14 +431,25 @@ EarlyExit ReadJobToTakeOver(LauncherOptions* options, PlannedJob* job) {
   return std::nullopt;
 }
 
-// The plan the agents give now must be the one the running attempt has.
+// The running attempt's hosts must be among the agents' now, with the
+// attempt's world size (the controller attaches to those hosts only).
 EarlyExit CheckTakeOverPlan(const PlannedJob& job) {
   if (!job.resumed) return std::nullopt;
   const JournaledJob& journaled = job.resumed->journaled;
-  if (journaled.world_size != job.spec.plan.world_size()) {
+  int world_size = 0;
+  for (const std::string& host : journaled.hosts) {
+    auto node = std::find_if(job.spec.plan.nodes.begin(), job.spec.plan.nodes.end(),
+                             [&](const HostSlots& planned) { return planned.host == host; });
+    if (node == job.spec.plan.nodes.end()) {
+      Notice(absl::StrCat("--resume_job: attempt ", journaled.attempt, " of job ", journaled.identity.job_id,
+                          " runs on ", host, ", which none of the job's agents (--agents) is now"));
+      return kLaunchError;
+    }
+    world_size += static_cast<int>(node->slots.size());
+  }
+  if (world_size != journaled.world_size) {
     Notice(absl::StrCat("--resume_job: attempt ", journaled.attempt, " of job ", journaled.identity.job_id, " runs ",
-                        journaled.world_size, " rank(s), but its agents now make a plan of ",
-                        job.spec.plan.world_size(), " (an elastic job that shrank cannot be taken over yet)"));
+                        journaled.world_size, " rank(s), but its hosts' agents now give ", world_size));
     return kLaunchError;
   }
   return std::nullopt;
@@ -573,7 +585,9 @@ int RunJob(const LauncherOptions& options, JobSpec spec, const std::vector<Agent
   // newest across attempts and hands it to the next one, which resumes from
   // exactly that tag, never from a partial or unrecorded one.
   std::string last_committed = resumed ? resumed->journaled.committed_tag : "";
-  if (resumed) spec.resume = JobSpec::Resume{resumed->journaled.attempt, resumed->journaled.ended};
+  if (resumed) {
+    spec.resume = JobSpec::Resume{resumed->journaled.attempt, resumed->journaled.ended, resumed->journaled.hosts};
+  }
   spec.attempt_environment = [&last_committed](int) {
     std::map<std::string, std::string> env;
     if (!last_committed.empty()) env[rank_env::kResumeTag] = last_committed;
