@@ -261,3 +261,96 @@ inline void KeepUntilCurrentStreamDone(const torch::Tensor& tensor) {
 #endif
 }
 }  // namespace dslaunch::runtime::compat
+
+// A CUDA graph of what a function enqueues on the current device (Note
+// [Decode graphs]). Only a LibTorch build with CUDA has them; elsewhere
+// Capture says so. Graphs made with the same pool share its memory: replay
+// them one at a time, on the thread's current stream.
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+#endif
+#include <functional>
+#include <utility>
+#include "absl/status/statusor.h"
+namespace dslaunch::runtime::compat {
+inline constexpr bool kHasCudaGraphs =
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    true;
+#else
+    false;
+#endif
+
+using CudaGraphPool = std::pair<unsigned long long, unsigned long long>;
+inline CudaGraphPool NewCudaGraphPool() {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  const auto pool = at::cuda::graph_pool_handle();
+  return {pool.first, pool.second};
+#else
+  return {0, 0};
+#endif
+}
+
+class CudaGraph {
+ public:
+  // Runs `body` once on a side stream (warm-up: lazy initialisation,
+  // library workspaces), then captures what a second call enqueues, without
+  // running it. Returns that call's result: a tensor of the graph's memory
+  // that every Replay() writes again. `body` must not wait on the host (no
+  // item(), no copy from host memory).
+  absl::StatusOr<torch::Tensor> Capture(const std::function<torch::Tensor()>& body, CudaGraphPool pool,
+                                        const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (!device.is_cuda()) return absl::FailedPreconditionError("a CUDA graph needs a CUDA device");
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    c10::cuda::device_synchronize();
+    torch::Tensor result;
+    {
+      c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+      bool capturing = false;
+      try {
+        body();
+#if TORCH_VERSION_MAJOR >= 2
+        // Thread-local: another thread's CUDA calls (a server's) go on.
+        graph_->capture_begin({pool.first, pool.second}, cudaStreamCaptureModeThreadLocal);
+#else
+        graph_->capture_begin({pool.first, pool.second});
+#endif
+        capturing = true;
+        result = body();
+        capturing = false;
+        graph_->capture_end();
+      } catch (const c10::Error& e) {
+        if (capturing) {
+          // End the stream's capture (and the allocator's use of the pool)
+          // so that the stream is usable again, as far as CUDA lets it be.
+          try {
+            graph_->capture_end();
+          } catch (const c10::Error&) {
+          }
+          (void)cudaGetLastError();
+        }
+        graph_.reset();
+        return absl::InternalError(e.what_without_backtrace());
+      }
+    }
+    c10::cuda::device_synchronize();
+    return result;
+#else
+    (void)body;
+    (void)pool;
+    (void)device;
+    return absl::FailedPreconditionError("CUDA graphs need a LibTorch build with CUDA");
+#endif
+  }
+  void Replay() {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    graph_->replay();
+#endif
+  }
+
+ private:
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+#endif
+};
+}  // namespace dslaunch::runtime::compat

@@ -6,15 +6,20 @@
 # 64; then the PyTorch reference in the same run, written as gpt-fast does
 # (static cache, torch.compile; scripts/bench/static_cache_reference.py).
 #   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference;
-#   FUSED=1: the CUDA kernels for RMSNorm, RoPE and SwiGLU; KEY_LENGTH_MULTIPLES=1,128)
+#   FUSED=1: the CUDA kernels for RMSNorm, RoPE and SwiGLU; KEY_LENGTH_MULTIPLES=1,128;
+#   GRAPHS=1: the decode figures again with CUDA graphs (Note [Decode graphs]),
+#   after the decode-graph tests run on the GPU)
 # Results: $OUT/generation-bench.log (or gpu-out/).
 set -uo pipefail
-GPU_TARGETS=${GPU_TARGETS:-generation_bench}
+GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
 source "$(dirname "$0")/gpu-bench-env.sh"
 cd "$root"
+if [[ -n "${GRAPHS:-}" ]]; then
+  timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"
+fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \
-  ${FUSED:+--fused_kernels} 2>&1 | tee "$out/generation-bench.log"
+  ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} 2>&1 | tee "$out/generation-bench.log"
 if [[ "${REFERENCE:-1}" != 0 ]]; then
   timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
     --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"

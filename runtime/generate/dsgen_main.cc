@@ -3,7 +3,7 @@
 //   dsgen --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
-//         [--device cpu|cuda[:N]]
+//         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8]
 //   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
 //         [--masked_prefix N] [--checkpointed_layers N]
 //
@@ -61,6 +61,7 @@ struct Options {
   int64_t seed = 0;
   bool print_logprobs = false;
   bool print_ids = false;
+  bool cuda_graphs = false;
   std::string dump_logits;
   std::string dump_gradients;
   int64_t masked_prefix = 0;
@@ -204,6 +205,7 @@ absl::Status Run(const Options& options) {
     engine_options.max_sequences = 1;
     engine_options.max_tokens_per_step = std::max<int64_t>(1, static_cast<int64_t>(ids->size()));
     engine_options.cache_positions = static_cast<int64_t>(ids->size()) + options.max_new_tokens;
+    engine_options.cuda_graphs = options.cuda_graphs;
     auto engine = GenerationEngine::Create(model, engine_options);
     if (!engine.ok()) return engine.status();
     auto results = (*engine)->GenerateAll({std::move(request)});
@@ -258,6 +260,8 @@ int main(int argc, char** argv) {
       .Int("--seed", &options.seed, "S", "seed of the sampling", {0, INT64_MAX})
       .Bool("--print_logprobs", &options.print_logprobs, "one line per new token: its id and log-probability")
       .Bool("--print_ids", &options.print_ids, "with --prompt: the new token ids too, on a line before the text")
+      .Bool("--cuda_graphs", &options.cuda_graphs,
+            "decode steps as CUDA graph replays (a CUDA --device; not with tensor parallelism)")
       .String("--dump_logits", &options.dump_logits, "FILE",
               "write the prompt's logits [positions, vocab] as F32 tensor 'logits' in a safetensors file")
       .String("--dump_gradients", &options.dump_gradients, "FILE",

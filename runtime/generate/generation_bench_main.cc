@@ -5,6 +5,7 @@
 //                    [--prompt_tokens 2000] [--decode_tokens 256]
 //                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
 //                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
+//                    [--fused_kernels] [--cuda_graphs]
 //
 // Random weights of the shape (Llama-2-7B: 32 layers of width 4096, 32
 // heads, MLP 11008, vocabulary 32000). Prints one line per figure:
@@ -15,7 +16,10 @@
 //     the roofline;
 //   - the reference: greedy decoding that runs the whole sequence again for
 //     every token (no cache), from the same prompt, tokens/s;
-//   - --batch requests at once (continuous batching): generated tokens/s.
+//   - --batch requests at once (continuous batching): generated tokens/s;
+//   - with --cuda_graphs, the decode figures again with decode steps replayed
+//     from CUDA graphs (Note [Decode graphs]), their greedy tokens checked
+//     against the eager run's (a difference at batch 1 fails the run).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -46,6 +50,7 @@ struct Options {
   double hbm_tb_per_s = 4.8;
   std::string key_length_multiples = "128";
   bool fused_kernels = false;
+  bool cuda_graphs = false;
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -103,17 +108,19 @@ absl::Status Run(const Options& options) {
     }
     multiples.push_back(m);
   }
-  double engine_rate = 0;
+  double engine_rate = 0, graph_rate = 0;
+  bool tokens_differ = false;
   const std::vector<int64_t> prompt = Prompt(128, shape.vocab_size, 3);
   for (int64_t multiple : multiples) {
     absl::PrintF("-- key length multiple %d\n", multiple);
 
-    auto engine_for = [&](int64_t sequences, int64_t positions, int64_t step_tokens) {
+    auto engine_for = [&](int64_t sequences, int64_t positions, int64_t step_tokens, bool graphs = false) {
       GenerationEngineOptions engine;
       engine.max_sequences = sequences;
       engine.max_tokens_per_step = std::max(step_tokens, sequences);
       engine.cache_positions = positions;
       engine.key_length_multiple = multiple;
+      engine.cuda_graphs = graphs;
       return GenerationEngine::Create(model, engine);
     };
     auto greedy = [](std::vector<int64_t> prompt, int64_t new_tokens) {
@@ -122,6 +129,11 @@ absl::Status Run(const Options& options) {
       request.max_new_tokens = new_tokens;
       return request;
     };
+    // Eager first; with --cuda_graphs the same again with decode steps
+    // replayed from CUDA graphs (Note [Decode graphs]), whose greedy tokens
+    // must be the eager ones.
+    std::vector<bool> modes = {false};
+    if (options.cuda_graphs) modes.push_back(true);
 
     // Time to first token: one prefill step.
     {
@@ -141,11 +153,14 @@ absl::Status Run(const Options& options) {
     }
     // Batch-1 decoding after a 128-token prompt: the prefill step first, then
     // the decode steps timed.
-    {
-      auto engine = engine_for(1, 128 + options.decode_tokens, 128);
+    std::vector<int64_t> eager_tokens;
+    for (bool graphs : modes) {
+      auto engine = engine_for(1, 128 + options.decode_tokens, 128, graphs);
       if (!engine.ok()) return engine.status();
-      if (auto r = (*engine)->GenerateAll({greedy(prompt, 16)}); !r.ok()) return r.status();  // warm-up
-      if (auto id = (*engine)->Submit(greedy(prompt, options.decode_tokens)); !id.ok()) return id.status();
+      // Warm-up: every key length the timed run meets (with graphs: recorded).
+      if (auto r = (*engine)->GenerateAll({greedy(prompt, options.decode_tokens)}); !r.ok()) return r.status();
+      auto id = (*engine)->Submit(greedy(prompt, options.decode_tokens));
+      if (!id.ok()) return id.status();
       if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // the prefill
       const auto start = std::chrono::steady_clock::now();
       int64_t decoded = 0;
@@ -154,32 +169,62 @@ absl::Status Run(const Options& options) {
         if (!step.ok()) return step.status();
         decoded += static_cast<int64_t>(step->size());
       }
-      engine_rate = decoded / Seconds(start);
-      absl::PrintF("batch-1 decode (cached): %.1f tokens/s over %d tokens = %.0f%% of the roofline\n", engine_rate,
-                   decoded, 100 * engine_rate / roofline);
+      const double rate = decoded / Seconds(start);
+      auto result = (*engine)->TakeResult(*id);
+      if (!result.ok()) return result.status();
+      std::string check;
+      if (!graphs) {
+        engine_rate = rate;
+        eager_tokens = result->tokens;
+      } else {
+        graph_rate = rate;
+        check = result->tokens == eager_tokens ? "; tokens equal the eager run's" : "; TOKENS DIFFER from the eager run's";
+        tokens_differ = tokens_differ || result->tokens != eager_tokens;
+      }
+      absl::PrintF("batch-1 decode (cached%s): %.1f tokens/s over %d tokens = %.0f%% of the roofline%s\n",
+                   graphs ? ", CUDA graphs" : "", rate, decoded, 100 * rate / roofline, check);
     }
     // Continuous batching: --batch requests submitted at once.
-    if (options.batch > 0) {
+    std::vector<std::vector<int64_t>> eager_batch;
+    for (bool graphs : modes) {
+      if (options.batch == 0) break;
       const int64_t positions = options.batch * (options.batch_prompt_tokens + options.batch_new_tokens);
-      auto engine = engine_for(options.batch, positions, 2048);
+      auto engine = engine_for(options.batch, positions, 2048, graphs);
       if (!engine.ok()) return engine.status();
       std::vector<GenerationRequest> requests;
       for (int64_t i = 0; i < options.batch; ++i) {
         requests.push_back(
             greedy(Prompt(options.batch_prompt_tokens, shape.vocab_size, 100 + i), options.batch_new_tokens));
       }
-      if (auto r = (*engine)->GenerateAll({requests[0]}); !r.ok()) return r.status();  // warm-up
+      // Warm-up: the whole batch once (with graphs: each batch size and key
+      // length the timed run meets is recorded).
+      if (auto r = (*engine)->GenerateAll(requests); !r.ok()) return r.status();
       const auto start = std::chrono::steady_clock::now();
       auto results = (*engine)->GenerateAll(requests);
       if (!results.ok()) return results.status();
       const double seconds = Seconds(start);
       int64_t generated = 0;
-      for (const auto& r : *results) generated += static_cast<int64_t>(r.tokens.size());
-      absl::PrintF("batch %d (continuous batching, %d-token prompts, %d new each): %.1f generated tokens/s, %.2f s\n",
-                   options.batch, options.batch_prompt_tokens, options.batch_new_tokens, generated / seconds, seconds);
+      std::vector<std::vector<int64_t>> tokens;
+      for (const auto& r : *results) {
+        generated += static_cast<int64_t>(r.tokens.size());
+        tokens.push_back(r.tokens);
+      }
+      std::string check;
+      if (!graphs) {
+        eager_batch = tokens;
+      } else {
+        int64_t same = 0;
+        for (size_t i = 0; i < tokens.size(); ++i) same += tokens[i] == eager_batch[i] ? 1 : 0;
+        check = absl::StrFormat("; %d of %d requests' tokens equal the eager run's", same, tokens.size());
+      }
+      absl::PrintF(
+          "batch %d (continuous batching%s, %d-token prompts, %d new each): %.1f generated tokens/s, %.2f s%s\n",
+          options.batch, graphs ? ", CUDA graphs" : "", options.batch_prompt_tokens, options.batch_new_tokens,
+          generated / seconds, seconds, check);
       const GenerationStats stats = (*engine)->Stats();
-      absl::PrintF("  cache %.2f GB in %d blocks; %d steps\n", stats.cache_bytes / 1e9, stats.cache_blocks,
-                   stats.steps);
+      absl::PrintF("  cache %.2f GB in %d blocks; %d steps, %d replayed from %d recorded graphs\n",
+                   stats.cache_bytes / 1e9, stats.cache_blocks, stats.steps, stats.graphed_steps,
+                   stats.graphs_recorded);
     }
   }
   // The reference: the whole sequence again for every token.
@@ -196,7 +241,11 @@ absl::Status Run(const Options& options) {
     const double rate = options.reference_tokens / Seconds(start);
     absl::PrintF("reference, uncached (whole sequence per token): %.1f tokens/s; cached / reference = %.1fx\n", rate,
                  engine_rate / rate);
+    if (options.cuda_graphs) {
+      absl::PrintF("CUDA graphs / eager, batch-1 decode: %.2fx\n", graph_rate / engine_rate);
+    }
   }
+  if (tokens_differ) return absl::InternalError("batch-1 greedy tokens with CUDA graphs differ from the eager run's");
   return absl::OkStatus();
 }
 
@@ -218,7 +267,9 @@ int main(int argc, char** argv) {
       .Double("--hbm_tb_per_s", &options.hbm_tb_per_s, "TB/S", "memory bandwidth of the roofline", {0, 100, true})
       .String("--key_length_multiples", &options.key_length_multiples, "N,N",
               "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn")
-      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU");
+      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU")
+      .Bool("--cuda_graphs", &options.cuda_graphs,
+            "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
     std::fprintf(stderr, "generation_bench: %s\n", std::string(parsed.message()).c_str());

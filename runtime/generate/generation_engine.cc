@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 
@@ -27,6 +28,23 @@ GenerationEngine::GenerationEngine(Llama model, const GenerationEngineOptions& o
 
 absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama model,
                                                                            const GenerationEngineOptions& options) {
+  std::unique_ptr<StepRecorder> recorder;
+  if (options.cuda_graphs) {
+    const torch::Device device = model->parameters().front().device();
+    if (!compat::kHasCudaGraphs) {
+      return absl::FailedPreconditionError("cuda_graphs: this build's LibTorch has no CUDA");
+    }
+    if (!device.is_cuda()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda_graphs needs the model on a CUDA device (it is on ", device.str(), ")"));
+    }
+    recorder = CudaGraphRecorder(device);
+  }
+  return Create(std::move(model), options, std::move(recorder));
+}
+
+absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
+    Llama model, const GenerationEngineOptions& options, std::unique_ptr<StepRecorder> decode_recorder) {
   const LlamaOptions& llama = model->options();
   const TensorParallelGroup& tp = llama.tensor_parallel;
   if (tp.split() && tp.sequence_parallel) {
@@ -58,11 +76,32 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(Llama
   cache.blocks = (options.cache_positions + options.block_size - 1) / options.block_size;
   cache.dtype = any.scalar_type();
   cache.device = any.device();
+  if (decode_recorder != nullptr) {
+    // Note [Decode graphs]: what a recorded step cannot hold.
+    if (tp.split()) return absl::UnimplementedError("cuda_graphs with tensor parallelism is not built");
+    if (llama.moe.enabled()) {
+      return absl::UnimplementedError("cuda_graphs with mixture-of-experts layers is not built (routing reads sizes on the host)");
+    }
+    if (llama.rope.scaling.type == RopeScaling::Type::kDynamic) {
+      return absl::UnimplementedError(
+          "cuda_graphs with dynamic NTK scaling (rope_scaling type 'dynamic') is not built: the rotary table changes "
+          "past the context");
+    }
+    if (options.max_cuda_graphs < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_cuda_graphs must be >= 1 (got ", options.max_cuda_graphs, ")"));
+    }
+  }
   auto pool = PagedKvCache::Create(cache);
   if (!pool.ok()) return pool.status();
   model->eval();
-  return std::unique_ptr<GenerationEngine>(
+  auto engine = std::unique_ptr<GenerationEngine>(
       new GenerationEngine(std::move(model), options, std::move(*pool), cache.device));
+  if (decode_recorder != nullptr) {
+    engine->graphs_ = std::make_unique<DecodeGraphs>(engine->model_, *engine->cache_, std::move(decode_recorder),
+                                                     options.max_cuda_graphs);
+  }
+  return engine;
 }
 
 absl::StatusOr<int64_t> GenerationEngine::Submit(GenerationRequest request) {
@@ -185,28 +224,18 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       sampled.push_back(owners[p]);
     }
   }
-  auto step = cache_->BeginStep(pieces);
-  if (!step.ok()) return step.status();
-  torch::Tensor logits;
+  // A decode step (one token of each piece) replays a recorded graph.
+  const bool graphed = graphs_ != nullptr && tokens.size() == pieces.size();
+  absl::StatusOr<torch::Tensor> logits;
   try {
-    logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device_),
-                                      torch::tensor(positions, torch::kLong), **step,
-                                      torch::tensor(logit_rows, torch::kLong));
-    const TensorParallelGroup& tp = model_->options().tensor_parallel;
-    if (tp.split()) {
-      // Note [Tensor-parallel generation]: each rank holds a contiguous
-      // range of the (padded) vocabulary; every rank gathers all of them.
-      const torch::Tensor local = logits.t().contiguous();  // [vocabulary / T, rows]
-      torch::Tensor all = torch::empty({local.size(0) * tp.size, local.size(1)}, local.options());
-      if (absl::Status gathered = tp.comm->AllGather(local, all); !gathered.ok()) {
-        return absl::Status(gathered.code(), absl::StrCat("generation step: gathering the logits: ", gathered.message()));
-      }
-      logits = all.narrow(0, 0, model_->options().vocab_size).t();
-    }
-    logits = logits.to(torch::kCPU);
+    logits = graphed ? graphs_->Run(pieces, tokens) : Forward(pieces, tokens, positions, logit_rows);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("generation step: ", e.what_without_backtrace()));
+    logits = absl::InternalError(e.what_without_backtrace());
   }
+  if (!logits.ok()) {
+    return absl::Status(logits.status().code(), absl::StrCat("generation step: ", logits.status().message()));
+  }
+  if (graphed) ++stats_.graphed_steps;
   ++stats_.steps;
   stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
   for (size_t p = 0; p < pieces.size(); ++p) {
@@ -219,7 +248,7 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   std::vector<bool> done(running_.size(), false);
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = running_[sampled[r]];
-    SampledToken next = SampleToken(logits[static_cast<int64_t>(r)], s.request.sampling, s.generator, s.tokens);
+    SampledToken next = SampleToken((*logits)[static_cast<int64_t>(r)], s.request.sampling, s.generator, s.tokens);
     s.tokens.push_back(next.id);
     s.result.tokens.push_back(next.id);
     s.result.logprobs.push_back(next.logprob);
@@ -245,6 +274,29 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   return produced;
 }
 
+absl::StatusOr<torch::Tensor> GenerationEngine::Forward(const std::vector<StepPiece>& pieces,
+                                                        const std::vector<int64_t>& tokens,
+                                                        const std::vector<int64_t>& positions,
+                                                        const std::vector<int64_t>& logit_rows) {
+  auto step = cache_->BeginStep(pieces);
+  if (!step.ok()) return step.status();
+  torch::Tensor logits = model_->ForwardWithCache(torch::tensor(tokens, torch::kLong).view({1, -1}).to(device_),
+                                                  torch::tensor(positions, torch::kLong), **step,
+                                                  torch::tensor(logit_rows, torch::kLong));
+  const TensorParallelGroup& tp = model_->options().tensor_parallel;
+  if (tp.split()) {
+    // Note [Tensor-parallel generation]: each rank holds a contiguous
+    // range of the (padded) vocabulary; every rank gathers all of them.
+    const torch::Tensor local = logits.t().contiguous();  // [vocabulary / T, rows]
+    torch::Tensor all = torch::empty({local.size(0) * tp.size, local.size(1)}, local.options());
+    if (absl::Status gathered = tp.comm->AllGather(local, all); !gathered.ok()) {
+      return absl::Status(gathered.code(), absl::StrCat("gathering the logits: ", gathered.message()));
+    }
+    logits = all.narrow(0, 0, model_->options().vocab_size).t();
+  }
+  return logits.to(torch::kCPU);
+}
+
 GenerationStats GenerationEngine::Stats() const {
   GenerationStats stats = stats_;
   stats.waiting = static_cast<int64_t>(waiting_.size());
@@ -252,6 +304,10 @@ GenerationStats GenerationEngine::Stats() const {
   stats.cache_blocks = cache_->total_blocks();
   stats.cache_free_blocks = cache_->free_blocks();
   stats.cache_bytes = cache_->bytes();
+  if (graphs_ != nullptr) {
+    stats.graphs_recorded = graphs_->recorded();
+    stats.graphs_held = graphs_->held();
+  }
   return stats;
 }
 

@@ -40,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/generate/decode_graphs.h"
 #include "runtime/generate/paged_kv_cache.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/model/llama.h"
@@ -54,6 +55,10 @@ struct GenerationEngineOptions {
   // Attention's key length padded to a multiple of this (Note [Paged
   // key/value cache]): a new shape every step costs more than the padding.
   int64_t key_length_multiple = 128;
+  // Decode steps as CUDA graph replays (Note [Decode graphs]), at most this
+  // many graphs held.
+  bool cuda_graphs = false;
+  int64_t max_cuda_graphs = 128;
 };
 
 struct GenerationRequest {
@@ -85,6 +90,8 @@ struct GenerationStats {
   int64_t cache_blocks = 0, cache_free_blocks = 0, cache_bytes = 0;
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   int64_t last_step_tokens = 0;  // tokens the last forward ran
+  int64_t graphed_steps = 0;     // decode steps replayed from a recorded graph
+  int64_t graphs_recorded = 0, graphs_held = 0;
 };
 
 class GenerationEngine {
@@ -92,7 +99,14 @@ class GenerationEngine {
   // `model` in eval mode on its device, with the parameters' dtype the
   // cache's. With tensor parallelism, every rank of the group creates one
   // and submits the same requests (Note [Tensor-parallel generation]).
+  // options.cuda_graphs needs the model on a CUDA device of a LibTorch
+  // build with CUDA, and no tensor parallelism, experts or dynamic NTK
+  // scaling (Note [Decode graphs]); refused naming which.
   static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(Llama model, const GenerationEngineOptions& options);
+  // With `decode_recorder` recording the decode steps whatever
+  // options.cuda_graphs says (tests: RerunRecorder on the CPU).
+  static absl::StatusOr<std::unique_ptr<GenerationEngine>> Create(Llama model, const GenerationEngineOptions& options,
+                                                                  std::unique_ptr<StepRecorder> decode_recorder);
 
   // Queues a request; returns its id. InvalidArgument naming the field for
   // an empty prompt, a token id outside the vocabulary, bad sampling
@@ -137,11 +151,15 @@ class GenerationEngine {
   GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache,
                    torch::Device device);
   void Admit();
+  // The step's logits [rows, vocabulary] on the CPU, without a recorded graph.
+  absl::StatusOr<torch::Tensor> Forward(const std::vector<StepPiece>& pieces, const std::vector<int64_t>& tokens,
+                                        const std::vector<int64_t>& positions, const std::vector<int64_t>& logit_rows);
   void Finish(Sequence& sequence, FinishReason reason);
 
   Llama model_;
   GenerationEngineOptions options_;
   std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // with cuda_graphs (after cache_: it uses it)
   torch::Device device_;  // the model's, fixed at Create
   int64_t next_id_ = 1;
   std::deque<Sequence> waiting_;

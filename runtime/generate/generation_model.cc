@@ -77,6 +77,7 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   if (!device.ok()) return device.status();
   LlamaOptions model_options = config->options;
   model_options.checkpointed_blocks = options.checkpointed_layers;
+  model_options.fused_kernels = options.fused_kernels;
   model_options.tensor_parallel = options.tensor_parallel;
   const TensorParallelGroup& tp = options.tensor_parallel;
   if (tp.split() && (!options.checkpoint.empty() || !options.adapter.empty())) {
@@ -131,6 +132,7 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
       .Bool("--int8", &options->int8,
             "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
             "tensor parallelism)")
+      .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU (a CUDA --device)")
       .String("--device", &options->device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--local_rank", local_rank, "N", "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK",
            {0, 1 << 20});
@@ -141,6 +143,9 @@ std::string GenerationModelFlagsProblem(const GenerationModelOptions& options) {
   if (!options.checkpoint_tag.empty() && options.checkpoint.empty()) return "--checkpoint_tag goes with --checkpoint";
   if (!options.checkpoint.empty() && !options.adapter.empty()) {
     return "--checkpoint and --adapter exclude each other (a checkpoint holds the whole model)";
+  }
+  if (options.fused_kernels && options.device.rfind("cuda", 0) != 0) {
+    return "--fused_kernels needs a CUDA --device (the kernels run on the GPU)";
   }
   return "";
 }

@@ -29,6 +29,9 @@ struct GenerationModelOptions {
   // Weight-only int8 projections (Note [Int8 weights]), after the move to
   // the device and dtype.
   bool int8 = false;
+  // The CUDA kernels for RMSNorm, RoPE and SwiGLU (model.fused_kernels of a
+  // job file); a CUDA device only.
+  bool fused_kernels = false;
 };
 
 // Errors name the file, tensor or flag. A checkpoint of LoRA adapters only
@@ -40,10 +43,11 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
 // (--device's text into options->device, which the tool then replaces by
 // its rank's device) and `local_rank` (what dslaunch passes):
 // --model, --adapter, --checkpoint, --checkpoint_tag, --dtype, --int8,
-// --device, --local_rank.
+// --fused_kernels, --device, --local_rank.
 void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank);
 // What the flags cannot say alone: --model given, --checkpoint_tag only
-// with --checkpoint, --checkpoint or --adapter but not both. Empty: fine.
+// with --checkpoint, --checkpoint or --adapter but not both,
+// --fused_kernels only on a CUDA --device. Empty: fine.
 std::string GenerationModelFlagsProblem(const GenerationModelOptions& options);
 
 // Parses --device; InvalidArgument naming the flag.

@@ -78,30 +78,61 @@ torch::Tensor PagedKvCache::Slots(int64_t sequence, int64_t end, int64_t padded)
   return torch::tensor(slots, torch::kLong).to(options_.device);
 }
 
+absl::Status PagedKvCache::CheckPiece(const StepPiece& piece) const {
+  if (piece.count < 1 || piece.first < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a step piece of sequence ", piece.sequence, " at ", piece.first,
+                                                   " with ", piece.count, " tokens"));
+  }
+  const int64_t end = piece.first + piece.count;
+  if (Capacity(piece.sequence) < end) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", piece.sequence, " has room for ",
+                                                      Capacity(piece.sequence), " positions, not ", end));
+  }
+  return absl::OkStatus();
+}
+
+PagedKvCache::DecodeTables PagedKvCache::DecodeTablesOf(const std::vector<StepPiece>& decodes) const {
+  DecodeTables tables;
+  for (const StepPiece& piece : decodes) tables.longest = std::max(tables.longest, piece.first + 1);
+  tables.longest = Padded(tables.longest);
+  tables.visible.assign(decodes.size() * static_cast<size_t>(tables.longest), 0);
+  for (size_t d = 0; d < decodes.size(); ++d) {
+    const std::vector<int64_t>& table = tables_.at(decodes[d].sequence);
+    const int64_t end = decodes[d].first + 1;
+    int64_t* row = tables.visible.data() + d * tables.longest;
+    for (int64_t p = 0; p < end; ++p) row[p] = table[p / options_.block_size] * options_.block_size + p % options_.block_size;
+    tables.written.push_back(row[end - 1]);
+    tables.ends.push_back(end);
+  }
+  return tables;
+}
+
+absl::StatusOr<PagedKvCache::DecodeTables> PagedKvCache::PlanDecodes(const std::vector<StepPiece>& pieces) const {
+  for (const StepPiece& piece : pieces) {
+    if (absl::Status checked = CheckPiece(piece); !checked.ok()) return checked;
+    if (piece.count != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("a decode step's pieces are one token each (sequence ",
+                                                     piece.sequence, " has ", piece.count, ")"));
+    }
+  }
+  return DecodeTablesOf(pieces);
+}
+
 absl::StatusOr<std::unique_ptr<PagedKvCache::Step>> PagedKvCache::BeginStep(const std::vector<StepPiece>& pieces) {
   std::vector<Step::Piece> planned;
-  Step::Decodes decodes;
-  std::vector<int64_t> decode_offsets, decode_ends, decode_sequences;
+  std::vector<StepPiece> one_token;
+  std::vector<int64_t> decode_offsets;
   int64_t offset = 0;
   const auto bool_options = torch::TensorOptions().dtype(torch::kBool).device(options_.device);
   for (const StepPiece& piece : pieces) {
-    if (piece.count < 1 || piece.first < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("a step piece of sequence ", piece.sequence, " at ", piece.first,
-                                                     " with ", piece.count, " tokens"));
-    }
-    const int64_t end = piece.first + piece.count;
-    if (Capacity(piece.sequence) < end) {
-      return absl::FailedPreconditionError(absl::StrCat("sequence ", piece.sequence, " has room for ",
-                                                        Capacity(piece.sequence), " positions, not ", end));
-    }
+    if (absl::Status checked = CheckPiece(piece); !checked.ok()) return checked;
     if (piece.count == 1) {
+      one_token.push_back(piece);
       decode_offsets.push_back(offset);
-      decode_ends.push_back(end);
-      decode_sequences.push_back(piece.sequence);
-      decodes.longest = std::max(decodes.longest, end);
       offset += 1;
       continue;
     }
+    const int64_t end = piece.first + piece.count;
     Step::Piece p;
     p.offset = offset;
     p.count = piece.count;
@@ -114,28 +145,36 @@ absl::StatusOr<std::unique_ptr<PagedKvCache::Step>> PagedKvCache::BeginStep(cons
     planned.push_back(std::move(p));
     offset += piece.count;
   }
-  decodes.count = static_cast<int64_t>(decode_sequences.size());
-  decodes.longest = Padded(decodes.longest);
-  if (decodes.count > 0) {
+  Step::Decodes decodes;
+  if (!one_token.empty()) {
     // One host table, one copy to the device.
-    std::vector<int64_t> visible(static_cast<size_t>(decodes.count * decodes.longest), 0);
-    std::vector<int64_t> written;
-    for (int64_t d = 0; d < decodes.count; ++d) {
-      const std::vector<int64_t>& table = tables_.at(decode_sequences[d]);
-      for (int64_t p = 0; p < decode_ends[d]; ++p) {
-        visible[d * decodes.longest + p] = table[p / options_.block_size] * options_.block_size + p % options_.block_size;
-      }
-      written.push_back(visible[d * decodes.longest + decode_ends[d] - 1]);
-    }
+    DecodeTables tables = DecodeTablesOf(one_token);
+    decodes.count = static_cast<int64_t>(one_token.size());
+    decodes.longest = tables.longest;
     decodes.offsets = torch::tensor(decode_offsets, torch::kLong).to(options_.device);
-    decodes.written = torch::tensor(written, torch::kLong).to(options_.device);
-    decodes.visible = torch::tensor(visible, torch::kLong).view({decodes.count, decodes.longest}).to(options_.device);
+    decodes.written = torch::tensor(tables.written, torch::kLong).to(options_.device);
+    decodes.visible =
+        torch::tensor(tables.visible, torch::kLong).view({decodes.count, decodes.longest}).to(options_.device);
     decodes.allowed = (torch::arange(decodes.longest, torch::kLong).unsqueeze(0) <
-                       torch::tensor(decode_ends, torch::kLong).unsqueeze(1))
+                       torch::tensor(tables.ends, torch::kLong).unsqueeze(1))
                           .view({decodes.count, 1, 1, decodes.longest})
                           .to(options_.device);
   }
   return std::unique_ptr<Step>(new Step(*this, std::move(planned), std::move(decodes)));
+}
+
+std::unique_ptr<PagedKvCache::Step> PagedKvCache::DecodeStep(const torch::Tensor& written, const torch::Tensor& visible,
+                                                             const torch::Tensor& ends) {
+  Step::Decodes decodes;
+  decodes.count = visible.size(0);
+  decodes.longest = visible.size(1);
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(visible.device());
+  decodes.offsets = torch::arange(decodes.count, long_options);
+  decodes.written = written;
+  decodes.visible = visible;
+  decodes.allowed = (torch::arange(decodes.longest, long_options).unsqueeze(0) < ends.unsqueeze(1))
+                        .view({decodes.count, 1, 1, decodes.longest});
+  return std::unique_ptr<Step>(new Step(*this, {}, std::move(decodes)));
 }
 
 torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,

@@ -81,10 +81,30 @@ class PagedKvCache {
   class Step;
   absl::StatusOr<std::unique_ptr<Step>> BeginStep(const std::vector<StepPiece>& pieces);
 
+  // A decode step (every piece one token: a sequence's newest) as host
+  // tables: what BeginStep sends to the device, and what a CUDA graph's step
+  // copies into its inputs (Note [Decode graphs]).
+  struct DecodeTables {
+    int64_t longest = 0;           // keys each sequence attends over, padded
+    std::vector<int64_t> written;  // [d] the slot of each one's position
+    std::vector<int64_t> visible;  // [d · longest] slots (past a sequence's end: slot 0)
+    std::vector<int64_t> ends;     // [d] positions each one attends to
+  };
+  absl::StatusOr<DecodeTables> PlanDecodes(const std::vector<StepPiece>& pieces) const;
+  // The step of such tables already on the device (int64: written [d],
+  // visible [d, longest], ends [d]). Everything it computes it computes on
+  // the device from them, so a CUDA graph can capture its Attend and replay
+  // it with new tables in the same tensors.
+  std::unique_ptr<Step> DecodeStep(const torch::Tensor& written, const torch::Tensor& visible,
+                                   const torch::Tensor& ends);
+
  private:
   explicit PagedKvCache(const PagedKvCacheOptions& options);
   // Slots of positions [0, end) of `sequence`, then slot 0 up to `padded`.
   torch::Tensor Slots(int64_t sequence, int64_t end, int64_t padded) const;
+  absl::Status CheckPiece(const StepPiece& piece) const;
+  // The tables of one-token pieces whose pieces were checked.
+  DecodeTables DecodeTablesOf(const std::vector<StepPiece>& decodes) const;
   int64_t Padded(int64_t length) const {
     const int64_t m = options_.key_length_multiple;
     return (length + m - 1) / m * m;

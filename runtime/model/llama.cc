@@ -1,5 +1,6 @@
 #include "runtime/model/llama.h"
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -273,18 +274,36 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   return Head(x);
 }
 
+std::pair<torch::Tensor, torch::Tensor> LlamaImpl::CachedRotary(int64_t end, torch::Device device,
+                                                                torch::ScalarType dtype) {
+  const RopeOptions& rope = options_.rope;
+  if (rope.scaling.type == RopeScaling::Type::kDynamic && end > rope.max_position_embeddings) {
+    // Hugging Face's dynamic NTK scaling: the base follows the furthest position.
+    return RotaryCosSin(rope, end, device, dtype);
+  }
+  const int64_t length = std::max(end, rope.max_position_embeddings);
+  if (!rotary_cos_.defined() || rotary_cos_.size(0) < length || rotary_cos_.device() != device ||
+      rotary_cos_.scalar_type() != dtype) {
+    std::tie(rotary_cos_, rotary_sin_) = RotaryCosSin(rope, length, device, dtype);
+  }
+  return {rotary_cos_, rotary_sin_};
+}
+
 torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                          KeyValueCache& cache, const torch::Tensor& logit_rows) {
+                                          KeyValueCache& cache, const torch::Tensor& logit_rows,
+                                          int64_t positions_end) {
   TORCH_CHECK(tokens.dim() == 2 && tokens.size(0) == 1, "a cached forward takes tokens [1, n]");
   TORCH_CHECK(positions.dim() == 1 && positions.size(0) == tokens.size(1), "a cached forward takes positions [n]");
   TORCH_CHECK(!options_.tensor_parallel.split() || !options_.tensor_parallel.sequence_parallel,
               "a cached forward with sequence parallelism is not built");
+  TORCH_CHECK(positions_end >= 0 || positions.device().is_cpu(),
+              "a cached forward without positions_end takes its positions on the CPU");
   torch::NoGradGuard no_grad;
   torch::Tensor x = VocabParallelEmbedding(tokens, model->embed_tokens->weight, options_.tensor_parallel);
   // Tables up to the step's furthest position: what Hugging Face's dynamic
   // NTK scaling computes from during cached generation, too.
-  const int64_t length = positions.max().item<int64_t>() + 1;
-  auto [cos, sin] = RotaryCosSin(options_.rope, length, x.device(), x.scalar_type());
+  const int64_t end = positions_end >= 0 ? positions_end : positions.max().item<int64_t>() + 1;
+  auto [cos, sin] = CachedRotary(end, x.device(), x.scalar_type());
   const torch::Tensor at = positions.to(cos.device());
   cos = cos.index({at}).unsqueeze(0).unsqueeze(0);  // [1, 1, n, head_dim]
   sin = sin.index({at}).unsqueeze(0).unsqueeze(0);

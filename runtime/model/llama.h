@@ -187,8 +187,13 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // (`positions` [n]); `cache` keeps the keys and values and attends each
   // token to its own sequence. Returns the logits of the rows `logit_rows`
   // [r] only: [r, vocab] (in the parameters' dtype). Not under autograd.
+  // `positions_end`: one past the furthest position in the step, or -1 to
+  // take it from `positions`, which must then be on the CPU. With it given,
+  // `positions` and `logit_rows` may be on the model's device and the
+  // forward waits on nothing on the host: a CUDA graph can capture it (Note
+  // [Decode graphs]).
   torch::Tensor ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions, KeyValueCache& cache,
-                                 const torch::Tensor& logit_rows);
+                                 const torch::Tensor& logit_rows, int64_t positions_end = -1);
 
   const LlamaOptions& options() const { return options_; }
   int64_t ParameterCount() const override;
@@ -213,6 +218,11 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
     torch::Tensor cos, sin, allowed;
   };
   void Initialize(uint64_t seed);
+  // The rotary tables cached forwards read, for positions below `end`:
+  // computed once for the whole context and kept (a position's angles do not
+  // depend on the table's length), except past the context under dynamic NTK
+  // scaling, where the length sets the base and each step computes its own.
+  std::pair<torch::Tensor, torch::Tensor> CachedRotary(int64_t end, torch::Device device, torch::ScalarType dtype);
   bool IsCheckpointed(int64_t layer) const;
   AttentionContext Context(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
                            const torch::Tensor& activation) const;
@@ -225,6 +235,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
   UnitRunner* runner_ = nullptr;
+  torch::Tensor rotary_cos_, rotary_sin_;  // CachedRotary's: the whole context's
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;
 };

@@ -4,6 +4,7 @@
 //   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
 //           [--chat_template FILE] [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
+//           [--cuda_graphs] [--fused_kernels] [--int8]
 //
 // Start: the model is loaded, the logit probe runs (Note [Probe logits]: a
 // mismatch refuses to serve), the address is bound, then one line
@@ -54,6 +55,7 @@ struct Options {
   int64_t cache_positions = 1 << 16;
   int64_t block_size = 16;
   int64_t key_length_multiple = 128;
+  bool cuda_graphs = false;
   int64_t max_queue = 256;
   int64_t max_connections = 256;
   int64_t default_max_tokens = 16;
@@ -125,6 +127,7 @@ absl::Status Run(const Options& options) {
   engine_options.cache_positions = options.cache_positions;
   engine_options.block_size = options.block_size;
   engine_options.key_length_multiple = options.key_length_multiple;
+  engine_options.cuda_graphs = options.cuda_graphs;
   auto engine = GenerationEngine::Create(*model, engine_options);
   if (!engine.ok()) return engine.status();
   const GenerationStats cache = (*engine)->Stats();
@@ -200,6 +203,8 @@ int main(int argc, char** argv) {
       .Int("--block_size", &options.block_size, "N", "positions per cache block", {1, 1 << 16})
       .Int("--key_length_multiple", &options.key_length_multiple, "N",
            "attention's key length padded to a multiple of N (fewer shapes)", {1, 1 << 16})
+      .Bool("--cuda_graphs", &options.cuda_graphs,
+            "decode steps as CUDA graph replays (a CUDA --device; not with tensor parallelism)")
       .Int("--max_queue", &options.max_queue, "N", "requests waiting beyond --max_sequences; more get 429", {0, 1 << 24})
       .Int("--max_connections", &options.max_connections, "N",
            "connections served at once (a streaming response holds one)", {1, 1 << 16})
