@@ -192,7 +192,12 @@ torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, 
   // uncached forward.
   auto widen = [&](torch::Tensor seen, int64_t head_axis) {
     seen = seen.to(q.scalar_type());
-    return kv_heads == heads ? seen : seen.repeat_interleave(heads / kv_heads, head_axis);
+    if (kv_heads == heads) return seen;
+    // Each head repeated in place, as repeat_interleave does, but without its
+    // index tensor (nothing for a CUDA graph to trip on).
+    std::vector<int64_t> sizes = seen.sizes().vec();
+    sizes.insert(sizes.begin() + head_axis + 1, heads / kv_heads);
+    return seen.unsqueeze(head_axis + 1).expand(sizes).flatten(head_axis, head_axis + 1);
   };
   torch::Tensor out = torch::empty_like(q);
   if (decodes_.count > 0) {
