@@ -77,6 +77,27 @@ class AgentServiceTest : public ::testing::Test {
     return service_->LiveRankCount(job) == live;
   }
 
+  // A Watch of `job`, its first event read (`accepted`, unless the agent
+  // refused: then reader is null and the test fails here).
+  struct OpenedWatch {
+    std::unique_ptr<grpc::ClientContext> context;  // outlives the reader
+    std::unique_ptr<grpc::ClientReader<RankEvent>> reader;
+    RankEvent first;
+  };
+  OpenedWatch OpenWatch(const std::string& job) {
+    OpenedWatch opened;
+    opened.context = std::make_unique<grpc::ClientContext>();
+    Authorize(opened.context.get());
+    WatchRequest request;
+    request.set_job_id(job);
+    opened.reader = stub_->Watch(opened.context.get(), request);
+    if (!opened.reader->Read(&opened.first)) {
+      ADD_FAILURE() << "the Watch of " << job << " ended before its first event";
+      opened.reader.reset();
+    }
+    return opened;
+  }
+
   std::string address_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -147,13 +168,10 @@ TEST_F(AgentServiceTest, UnlistedMethodsAreRefusedByName) {
 
 TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
   StartAgent();
-  grpc::ClientContext watch_context;
-  Authorize(&watch_context);
-  WatchRequest watch;
-  watch.set_job_id("job-a");
-  auto reader = stub_->Watch(&watch_context, watch);
-  RankEvent event;
-  ASSERT_TRUE(reader->Read(&event));
+  OpenedWatch watch = OpenWatch("job-a");
+  ASSERT_TRUE(watch.reader != nullptr);
+  auto& reader = watch.reader;
+  RankEvent event = watch.first;
   EXPECT_TRUE(event.has_accepted());
 
   StartRanksRequest request;
@@ -191,13 +209,10 @@ TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
 // rank, under the rank's own env.
 TEST_F(AgentServiceTest, RanksGetTheCommonEnvironmentUnderTheirOwn) {
   StartAgent();
-  grpc::ClientContext watch_context;
-  Authorize(&watch_context);
-  WatchRequest watch;
-  watch.set_job_id("job-env");
-  auto reader = stub_->Watch(&watch_context, watch);
-  RankEvent event;
-  ASSERT_TRUE(reader->Read(&event));
+  OpenedWatch watch = OpenWatch("job-env");
+  ASSERT_TRUE(watch.reader != nullptr);
+  auto& reader = watch.reader;
+  RankEvent event = watch.first;
   ASSERT_TRUE(event.has_accepted());
 
   StartRanksRequest request;
@@ -237,13 +252,10 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   for (const char* arg : {"/bin/sh", "-c", "echo \"$DSLAUNCH_AGENT_ADDR $DSLAUNCH_RANK_TOKEN\"; exec sleep 1000"}) {
     rank->add_argv(arg);
   }
-  grpc::ClientContext watch_context;
-  Authorize(&watch_context);
-  WatchRequest watch;
-  watch.set_job_id("beating");
-  auto reader = stub_->Watch(&watch_context, watch);
-  RankEvent event;
-  ASSERT_TRUE(reader->Read(&event));
+  OpenedWatch watch = OpenWatch("beating");
+  ASSERT_TRUE(watch.reader != nullptr);
+  auto& reader = watch.reader;
+  RankEvent event = watch.first;
   ASSERT_TRUE(event.has_accepted());
   {
     grpc::ClientContext context;
@@ -477,13 +489,10 @@ TEST_F(AgentServiceTest, LeaseExpiryStopsRanksOfASilentController) {
 // Note [Honest exits]: a stopped rank's RankEnded says who stopped it and why.
 TEST_F(AgentServiceTest, StoppedRanksReportWhoStoppedThem) {
   StartAgent();
-  grpc::ClientContext watch_context;
-  Authorize(&watch_context);
-  WatchRequest watch;
-  watch.set_job_id("victim");
-  auto reader = stub_->Watch(&watch_context, watch);
-  RankEvent event;
-  ASSERT_TRUE(reader->Read(&event));
+  OpenedWatch watch = OpenWatch("victim");
+  ASSERT_TRUE(watch.reader != nullptr);
+  auto& reader = watch.reader;
+  RankEvent event = watch.first;
   ASSERT_TRUE(event.has_accepted());
   {
     grpc::ClientContext context;
@@ -514,13 +523,10 @@ TEST_F(AgentServiceTest, StoppedRanksReportWhoStoppedThem) {
 
 TEST_F(AgentServiceTest, ALeaseExpiryReportsHowLongTheControllerWasSilent) {
   StartAgent();
-  grpc::ClientContext watch_context;
-  Authorize(&watch_context);
-  WatchRequest watch;
-  watch.set_job_id("orphaned");
-  auto reader = stub_->Watch(&watch_context, watch);
-  RankEvent event;
-  ASSERT_TRUE(reader->Read(&event));
+  OpenedWatch watch = OpenWatch("orphaned");
+  ASSERT_TRUE(watch.reader != nullptr);
+  auto& reader = watch.reader;
+  RankEvent event = watch.first;
   {
     grpc::ClientContext context;
     Authorize(&context);
