@@ -202,7 +202,7 @@ TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
     EXPECT_EQ(e.attempt(), 2);
     EXPECT_EQ(e.global_rank(), 4);
   }
-  watch_context.TryCancel();
+  watch.context->TryCancel();
 }
 
 // Note [Environment once per node]: the request's common_env reaches every
@@ -237,7 +237,7 @@ TEST_F(AgentServiceTest, RanksGetTheCommonEnvironmentUnderTheirOwn) {
     if (event.has_ended()) ++ended;
   }
   EXPECT_EQ(lines, (std::set<std::string>{"0 of 2", "1 of 2"}));
-  watch_context.TryCancel();
+  watch.context->TryCancel();
 }
 
 // Note [Rank heartbeats]: a rank that prints its agent contact and then sleeps.
@@ -340,7 +340,7 @@ TEST_F(AgentServiceTest, HeartbeatsReachTheWatcherAndSilenceIsReported) {
   // Note [Rank keeper]: the rank's own stacks, not its keeper's.
   EXPECT_EQ(diagnosis.ranks(0).stacks().find("dsagent_keeper"), std::string::npos)
       << diagnosis.ranks(0).stacks();
-  watch_context.TryCancel();
+  watch.context->TryCancel();
 }
 
 TEST_F(AgentServiceTest, StopJobTouchesOnlyThatJob) {
@@ -518,7 +518,7 @@ TEST_F(AgentServiceTest, StoppedRanksReportWhoStoppedThem) {
   EXPECT_EQ(event.ended().stop_detail().rfind("StopJob from ops-tool pid 77 on console (ipv4:127.0.0.1:", 0), 0u)
       << event.ended().stop_detail();
   EXPECT_NE(event.ended().stop_detail().find("): operator cleanup"), std::string::npos) << event.ended().stop_detail();
-  watch_context.TryCancel();
+  watch.context->TryCancel();
 }
 
 TEST_F(AgentServiceTest, ALeaseExpiryReportsHowLongTheControllerWasSilent) {
@@ -540,7 +540,7 @@ TEST_F(AgentServiceTest, ALeaseExpiryReportsHowLongTheControllerWasSilent) {
   EXPECT_GE(event.ended().controller_silent_ms(), 600);  // the lease expires at 600 ms, not after it
   EXPECT_NE(event.ended().stop_detail().find("no word from the controller for "), std::string::npos);
   EXPECT_NE(event.ended().stop_detail().find(" ms (lease 600 ms)"), std::string::npos) << event.ended().stop_detail();
-  watch_context.TryCancel();
+  watch.context->TryCancel();
 }
 
 TEST_F(AgentServiceTest, RefusesDurationsAboveTheirBounds) {
