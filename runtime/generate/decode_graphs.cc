@@ -123,8 +123,10 @@ absl::StatusOr<torch::Tensor> DecodeGraphs::Run(const std::vector<StepPiece>& pi
     auto step = recorder_->Record(std::move(body));
     if (!step.ok()) {
       graphs_.erase(it);
-      return absl::Status(step.status().code(), absl::StrCat("recording the decode step of ", d, " sequences over ",
-                                                             longest, " keys: ", step.status().message()));
+      return absl::Status(step.status().code(),
+                          absl::StrCat("recording the decode step of ", d, " sequences over ", longest,
+                                       " keys as a CUDA graph: ", step.status().message(),
+                                       " (generate without cuda_graphs)"));
     }
     graph.step = std::move(*step);
     ++recorded_;
