@@ -6,7 +6,7 @@
 # 64; then the PyTorch reference in the same run, written as gpt-fast does
 # (static cache, torch.compile; scripts/bench/static_cache_reference.py).
 #   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference;
-#   FUSED=1: the CUDA kernels for RMSNorm, RoPE and SwiGLU; KEY_LENGTH_MULTIPLES=1,128;
+#   FUSED=1: the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention; KEY_LENGTH_MULTIPLES=1,128;
 #   GRAPHS=1: the decode figures again with CUDA graphs (Note [Decode graphs]),
 #   after the decode-graph tests run on the GPU)
 # Results: $OUT/generation-bench.log (or gpu-out/).
@@ -15,7 +15,7 @@ GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
 source "$(dirname "$0")/gpu-bench-env.sh"
 cd "$root"
 if [[ -n "${GRAPHS:-}" ]]; then
-  timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"
+  timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*:*FusedDecode*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"
 fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \

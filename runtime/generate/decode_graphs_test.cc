@@ -87,7 +87,9 @@ TEST(DecodeGraphsTest, ReplayedDecodeStepsGiveTheEagerTokens) {
     EXPECT_GT(stats.graphed_steps, stats.steps / 2);
     EXPECT_GT(stats.graphs_recorded, 3);
     EXPECT_LE(stats.graphs_held, max_graphs);
-    if (max_graphs == 2) EXPECT_EQ(stats.graphs_held, 2);
+    if (max_graphs == 2) {
+      EXPECT_EQ(stats.graphs_held, 2);
+    }
   }
 }
 

@@ -86,7 +86,7 @@ absl::Status Run(const Options& options) {
     shape.vocab_size = 256;
     shape.rope.max_position_embeddings = 4096;
   }
-  shape.fused_kernels = options.fused_kernels;  // RMSNorm, RoPE and SwiGLU kernels (CUDA)
+  shape.fused_kernels = options.fused_kernels;  // RMSNorm, RoPE, SwiGLU and paged decode attention kernels (CUDA)
   auto dtype = ParseExportDtype(options.dtype, "--dtype");
   if (!dtype.ok()) return dtype.status();
   torch::Device device(options.device);
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
       .Double("--hbm_tb_per_s", &options.hbm_tb_per_s, "TB/S", "memory bandwidth of the roofline", {0, 100, true})
       .String("--key_length_multiples", &options.key_length_multiples, "N,N",
               "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn")
-      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU")
+      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager");
   std::vector<std::string> args(argv + 1, argv + argc);

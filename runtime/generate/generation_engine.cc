@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
   cache.blocks = (options.cache_positions + options.block_size - 1) / options.block_size;
   cache.dtype = any.scalar_type();
   cache.device = any.device();
+  cache.fused_decode_attention = llama.fused_kernels;  // decodes through the CUDA kernel too
   if (decode_recorder != nullptr) {
     // Note [Decode graphs]: what a recorded step cannot hold.
     if (tp.split()) return absl::UnimplementedError("cuda_graphs with tensor parallelism is not built");
@@ -95,6 +96,7 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
   auto pool = PagedKvCache::Create(cache);
   if (!pool.ok()) return pool.status();
   model->eval();
+  model->JoinProjections();  // Note [Joined projections]
   auto engine = std::unique_ptr<GenerationEngine>(
       new GenerationEngine(std::move(model), options, std::move(*pool), cache.device));
   if (decode_recorder != nullptr) {

@@ -132,7 +132,7 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
       .Bool("--int8", &options->int8,
             "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
             "tensor parallelism)")
-      .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE and SwiGLU (a CUDA --device)")
+      .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention (a CUDA --device)")
       .String("--device", &options->device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--local_rank", local_rank, "N", "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK",
            {0, 1 << 20});

@@ -29,8 +29,8 @@ struct GenerationModelOptions {
   // Weight-only int8 projections (Note [Int8 weights]), after the move to
   // the device and dtype.
   bool int8 = false;
-  // The CUDA kernels for RMSNorm, RoPE and SwiGLU (model.fused_kernels of a
-  // job file); a CUDA device only.
+  // The CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention
+  // (model.fused_kernels of a job file); a CUDA device only.
   bool fused_kernels = false;
 };
 

@@ -1,8 +1,10 @@
 #include "runtime/generate/paged_kv_cache.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/generate/fused_decode_attention.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -18,6 +20,11 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const PagedKv
     return absl::InvalidArgumentError(absl::StrCat("a key/value cache needs block_size, blocks and key_length_multiple >= 1 (got ",
                                                    options.block_size, ", ", options.blocks, ", ",
                                                    options.key_length_multiple, ")"));
+  }
+  if (options.fused_decode_attention) {
+    if (absl::Status problem = FusedDecodeAttentionProblem(options.device, options.head_dim); !problem.ok()) {
+      return problem;
+    }
   }
   auto cache = std::unique_ptr<PagedKvCache>(new PagedKvCache(options));
   const auto tensor_options = torch::TensorOptions().dtype(options.dtype).device(options.device);
@@ -155,10 +162,14 @@ absl::StatusOr<std::unique_ptr<PagedKvCache::Step>> PagedKvCache::BeginStep(cons
     decodes.written = torch::tensor(tables.written, torch::kLong).to(options_.device);
     decodes.visible =
         torch::tensor(tables.visible, torch::kLong).view({decodes.count, decodes.longest}).to(options_.device);
-    decodes.allowed = (torch::arange(decodes.longest, torch::kLong).unsqueeze(0) <
-                       torch::tensor(tables.ends, torch::kLong).unsqueeze(1))
-                          .view({decodes.count, 1, 1, decodes.longest})
-                          .to(options_.device);
+    const torch::Tensor ends = torch::tensor(tables.ends, torch::kLong);
+    if (options_.fused_decode_attention) {
+      decodes.ends = ends.to(options_.device);
+    } else {
+      decodes.allowed = (torch::arange(decodes.longest, torch::kLong).unsqueeze(0) < ends.unsqueeze(1))
+                            .view({decodes.count, 1, 1, decodes.longest})
+                            .to(options_.device);
+    }
   }
   return std::unique_ptr<Step>(new Step(*this, std::move(planned), std::move(decodes)));
 }
@@ -172,10 +183,30 @@ std::unique_ptr<PagedKvCache::Step> PagedKvCache::DecodeStep(const torch::Tensor
   decodes.offsets = torch::arange(decodes.count, long_options);
   decodes.written = written;
   decodes.visible = visible;
-  decodes.allowed = (torch::arange(decodes.longest, long_options).unsqueeze(0) < ends.unsqueeze(1))
-                        .view({decodes.count, 1, 1, decodes.longest});
+  if (options_.fused_decode_attention) {
+    decodes.ends = ends;
+  } else {
+    decodes.allowed = (torch::arange(decodes.longest, long_options).unsqueeze(0) < ends.unsqueeze(1))
+                          .view({decodes.count, 1, 1, decodes.longest});
+  }
   return std::unique_ptr<Step>(new Step(*this, {}, std::move(decodes)));
 }
+
+namespace {
+
+// Key/value head j serves query heads j·g .. j·g + g - 1, as in the uncached
+// forward: each head repeated in place along `head_axis`, as repeat_interleave
+// does, but without its index tensor (nothing for a CUDA graph to trip on).
+torch::Tensor WidenHeads(torch::Tensor seen, int64_t head_axis, int64_t heads, torch::ScalarType type) {
+  seen = seen.to(type);
+  const int64_t kv_heads = seen.size(head_axis);
+  if (kv_heads == heads) return seen;
+  std::vector<int64_t> sizes = seen.sizes().vec();
+  sizes.insert(sizes.begin() + head_axis + 1, heads / kv_heads);
+  return seen.unsqueeze(head_axis + 1).expand(sizes).flatten(head_axis, head_axis + 1);
+}
+
+}  // namespace
 
 torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, const torch::Tensor& k,
                                          const torch::Tensor& v) {
@@ -188,17 +219,22 @@ torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, 
   // [1, kv_heads, n, d] → [n, kv_heads, d], the pool's layout.
   const torch::Tensor step_keys = k.squeeze(0).transpose(0, 1).to(keys.scalar_type());
   const torch::Tensor step_values = v.squeeze(0).transpose(0, 1).to(values.scalar_type());
-  // Key/value head j serves query heads j·g .. j·g + g - 1, as in the
-  // uncached forward.
-  auto widen = [&](torch::Tensor seen, int64_t head_axis) {
-    seen = seen.to(q.scalar_type());
-    if (kv_heads == heads) return seen;
-    // Each head repeated in place, as repeat_interleave does, but without its
-    // index tensor (nothing for a CUDA graph to trip on).
-    std::vector<int64_t> sizes = seen.sizes().vec();
-    sizes.insert(sizes.begin() + head_axis + 1, heads / kv_heads);
-    return seen.unsqueeze(head_axis + 1).expand(sizes).flatten(head_axis, head_axis + 1);
-  };
+  if (decodes_.count > 0 && cache_.options_.fused_decode_attention) {
+    // [1, heads, n, dim] → [n, heads, dim] and back: views, with no copy,
+    // when every token of the step decodes (a decode step, or its graph).
+    const bool only_decodes = pieces_.empty();
+    auto decoding = [&](const torch::Tensor& t) { return only_decodes ? t : t.index_select(0, decodes_.offsets); };
+    const torch::Tensor y = FusedDecodeAttention(decoding(q.squeeze(0).transpose(0, 1)), decoding(step_keys),
+                                                 decoding(step_values), keys, values, decodes_.written,
+                                                 decodes_.visible, decodes_.ends)
+                                .transpose(0, 1)
+                                .unsqueeze(0);
+    if (only_decodes) return y;
+    torch::Tensor out = torch::empty_like(q);
+    out.index_copy_(2, decodes_.offsets, y);
+    AttendPieces(q, step_keys, step_values, keys, values, out);
+    return out;
+  }
   torch::Tensor out = torch::empty_like(q);
   if (decodes_.count > 0) {
     keys.index_copy_(0, decodes_.written, step_keys.index_select(0, decodes_.offsets));
@@ -208,25 +244,32 @@ torch::Tensor PagedKvCache::Step::Attend(int64_t layer, const torch::Tensor& q, 
       torch::Tensor seen = pool.index_select(0, decodes_.visible.view({-1}))
                                .view({decodes_.count, decodes_.longest, kv_heads, head_dim})
                                .transpose(1, 2);
-      return widen(seen, 1);
+      return WidenHeads(seen, 1, heads, q.scalar_type());
     };
     // [1, heads, d, dim] → [d, heads, 1, dim] and back.
     torch::Tensor queries = q.index_select(2, decodes_.offsets).squeeze(0).transpose(0, 1).unsqueeze(2);
     torch::Tensor y = compat::MaskedAttention(queries, gather(keys), gather(values), decodes_.allowed);
     out.index_copy_(2, decodes_.offsets, y.squeeze(2).transpose(0, 1).unsqueeze(0));
   }
+  AttendPieces(q, step_keys, step_values, keys, values, out);
+  return out;
+}
+
+void PagedKvCache::Step::AttendPieces(const torch::Tensor& q, const torch::Tensor& step_keys,
+                                      const torch::Tensor& step_values, torch::Tensor& keys, torch::Tensor& values,
+                                      torch::Tensor& out) {
+  const int64_t heads = q.size(1);
   for (const Piece& piece : pieces_) {
     keys.index_copy_(0, piece.written, step_keys.narrow(0, piece.offset, piece.count));
     values.index_copy_(0, piece.written, step_values.narrow(0, piece.offset, piece.count));
     // [L, kv_heads, d] → [1, heads, L, d].
     auto gather = [&](const torch::Tensor& pool) {
-      return widen(pool.index_select(0, piece.visible).transpose(0, 1), 0).unsqueeze(0);
+      return WidenHeads(pool.index_select(0, piece.visible).transpose(0, 1), 0, heads, q.scalar_type()).unsqueeze(0);
     };
     out.narrow(2, piece.offset, piece.count)
         .copy_(compat::MaskedAttention(q.narrow(2, piece.offset, piece.count), gather(keys), gather(values),
                                        piece.allowed));
   }
-  return out;
 }
 
 }  // namespace dslaunch::runtime

@@ -15,8 +15,10 @@
 // the positions past each sequence's end masked, so a decode step costs one
 // attention per layer however many sequences run. A longer piece (a prompt)
 // attends on its own. Attention over the gathered keys is plain LibTorch,
-// the same arithmetic as the uncached forward; a fused paged-attention
-// kernel is the GPU's next step.
+// the same arithmetic as the uncached forward; with fused_decode_attention
+// (a CUDA device) the decodes' writes and attention are one kernel per layer
+// instead (fused_decode_attention.h), reading the pool through the block
+// tables in place: no gathered copy, no mask.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,9 @@ struct PagedKvCacheOptions {
   int64_t key_length_multiple = 1;
   torch::ScalarType dtype = torch::kFloat;
   torch::Device device = torch::kCPU;
+  // Decodes through the CUDA kernel (the engine sets it with the model's
+  // fused_kernels); Create refuses it where the kernel cannot run.
+  bool fused_decode_attention = false;
 };
 
 // Tokens of one sequence in a step: positions [first, first + count).
@@ -134,10 +139,14 @@ class PagedKvCache::Step final : public KeyValueCache {
     torch::Tensor offsets;  // [d] in the step's tokens
     torch::Tensor written;  // [d] the slot of each one's position
     torch::Tensor visible;  // [d, longest] slots (past a sequence's end: slot 0, masked)
-    torch::Tensor allowed;  // [d, 1, 1, longest] bool
+    torch::Tensor allowed;  // [d, 1, 1, longest] bool (LibTorch's attention)
+    torch::Tensor ends;     // [d] positions each attends to (the fused kernel)
     int64_t count = 0;
     int64_t longest = 0;
   };
+  // The longer pieces: their keys and values written, their attention into out.
+  void AttendPieces(const torch::Tensor& q, const torch::Tensor& step_keys, const torch::Tensor& step_values,
+                    torch::Tensor& keys, torch::Tensor& values, torch::Tensor& out);
   Step(PagedKvCache& cache, std::vector<Piece> pieces, Decodes decodes)
       : cache_(cache), pieces_(std::move(pieces)), decodes_(std::move(decodes)) {}
   PagedKvCache& cache_;

@@ -93,9 +93,17 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
   auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
-  torch::Tensor q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
-  torch::Tensor k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
-  torch::Tensor v = KeyValueHeads(v_proj, x).transpose(1, 2);
+  torch::Tensor q, k, v;
+  if (joined_qkv_.usable()) {
+    const std::vector<torch::Tensor> qkv = joined_qkv_.Forward(x);
+    q = RotaryOp(heads(qkv[0], heads_), cos, sin, fused_);
+    k = RotaryOp(heads(qkv[1], kv_heads_), cos, sin, fused_);
+    v = heads(qkv[2], kv_heads_);
+  } else {
+    q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
+    k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
+    v = KeyValueHeads(v_proj, x).transpose(1, 2);
+  }
   if (cache != nullptr) {
     torch::Tensor y = cache->Attend(layer_, q, k, v).transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
     return RowParallel(o_proj, y, group);
@@ -111,6 +119,11 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
   return RowParallel(o_proj, y, group);
 }
 
+void LlamaAttentionImpl::JoinProjections() {
+  // A replicated key/value head is read as one head's rows of the whole (KeyValueHeads).
+  if (!KeyValueHeadsReplicated(options_)) joined_qkv_.Join({q_proj, k_proj, v_proj});
+}
+
 LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
     : group_(options.tensor_parallel), fused_(options.fused_kernels) {
   const int64_t intermediate = options.intermediate / Slices(options);
@@ -121,8 +134,14 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
   const torch::Tensor x = EnterColumnParallel(input, group_);
+  if (joined_gate_up_.usable()) {
+    const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(x);
+    return RowParallel(down_proj, SwiGluOp(gate_up[0], gate_up[1], fused_), group_);
+  }
   return RowParallel(down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_), group_);
 }
+
+void LlamaMlpImpl::JoinProjections() { joined_gate_up_.Join({gate_proj, up_proj}); }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_t index, LossGradientScale* aux_scale) {
   // Hugging Face's order, so parameters() lists them as its state dict does.
@@ -287,6 +306,14 @@ std::pair<torch::Tensor, torch::Tensor> LlamaImpl::CachedRotary(int64_t end, tor
     std::tie(rotary_cos_, rotary_sin_) = RotaryCosSin(rope, length, device, dtype);
   }
   return {rotary_cos_, rotary_sin_};
+}
+
+void LlamaImpl::JoinProjections() {
+  for (const auto& layer : *model->layers) {
+    auto* decoder = layer->as<LlamaDecoderLayer>();
+    decoder->self_attn->JoinProjections();
+    if (decoder->mlp) decoder->mlp->JoinProjections();  // an expert layer has none
+  }
 }
 
 torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions,

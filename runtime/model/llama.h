@@ -26,6 +26,7 @@
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/key_value_cache.h"
+#include "runtime/model/joined_projections.h"
 #include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
@@ -104,6 +105,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& allowed = {}, KeyValueCache* cache = nullptr);
 
+  // Note [Joined projections]: q/k/v as one product from now on, where it
+  // can be (not with key/value heads replicated across tensor-parallel ranks).
+  void JoinProjections();
+
   LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
@@ -115,6 +120,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   int64_t layer_;
   int64_t heads_, kv_heads_, head_dim_;  // this rank's query and key/value heads
   bool fused_;
+  JoinedProjections joined_qkv_;
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -122,12 +128,15 @@ class LlamaMlpImpl : public torch::nn::Module {
  public:
   explicit LlamaMlpImpl(const LlamaOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  // Note [Joined projections]: gate and up as one product from now on.
+  void JoinProjections();
 
   LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
  private:
   TensorParallelGroup group_;
   bool fused_;
+  JoinedProjections joined_gate_up_;
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -192,6 +201,11 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // `positions` and `logit_rows` may be on the model's device and the
   // forward waits on nothing on the host: a CUDA graph can capture it (Note
   // [Decode graphs]).
+  // Note [Joined projections], for generation: every layer's q/k/v and
+  // gate/up as one product each from now on. REQUIRES: the model on its
+  // final device and dtype, adapters merged or absent (a projection with an
+  // adapter or int8 weight stays as it is).
+  void JoinProjections();
   torch::Tensor ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions, KeyValueCache& cache,
                                  const torch::Tensor& logit_rows, int64_t positions_end = -1);
 

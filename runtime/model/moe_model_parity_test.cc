@@ -28,10 +28,10 @@ using testing::CompareBackward;
 using testing::InProcessStore;
 
 constexpr int64_t kExperts = 4;
-constexpr int64_t kVocab = 37;
-constexpr int64_t kTime = 8;
+constexpr int64_t kMoeVocab = 37;
+constexpr int64_t kMoeTime = 8;
 
-struct Variant {
+struct MoeVariant {
   std::string family;
   int64_t k = 1;
   bool drop_tokens = true;
@@ -39,7 +39,7 @@ struct Variant {
   torch::ScalarType dtype = torch::kFloat;
 };
 
-std::string Describe(const Variant& v) {
+std::string DescribeMoeVariant(const MoeVariant& v) {
   return absl::StrCat(v.family, " top", v.k, v.drop_tokens ? " capacity-bound" : " dropless",
                       v.checkpointed ? " checkpointed" : "", " ", c10::toString(v.dtype));
 }
@@ -47,12 +47,12 @@ std::string Describe(const Variant& v) {
 GptOptions FourBlockGpt() {
   GptOptions options = testing::TinyGpt();
   options.layers = 4;
-  options.sequence_length = kTime;
-  options.vocab_size = kVocab;
+  options.sequence_length = kMoeTime;
+  options.vocab_size = kMoeVocab;
   return options;
 }
 
-MoeOptions Moe(const Variant& v, const ParallelState& parallel) {
+MoeOptions Moe(const MoeVariant& v, const ParallelState& parallel) {
   MoeOptions moe;
   moe.gating = GatingOptions{.num_experts = kExperts,
                              .top_k = v.k,
@@ -68,7 +68,7 @@ MoeOptions Moe(const Variant& v, const ParallelState& parallel) {
   return moe;
 }
 
-std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep, const Variant& v) {
+std::vector<BackwardResult> RunMoeModel(InProcessStore& store, int attempt, int ep, const MoeVariant& v) {
   constexpr int kWorld = 4;
   std::vector<BackwardResult> results(kWorld);
   testing::RunExpertParallelRanks(store, attempt, kWorld, ep, [&](int rank, const ParallelState& parallel) {
@@ -83,7 +83,7 @@ std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep,
       module = gpt;
     } else {
       LlamaOptions options = testing::TinyLlama();
-      options.vocab_size = kVocab;
+      options.vocab_size = kMoeVocab;
       options.checkpointed_blocks = v.checkpointed ? 2 : 0;
       options.moe = Moe(v, parallel);
       auto llama = std::make_shared<LlamaImpl>(options, /*seed=*/5);
@@ -92,8 +92,8 @@ std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep,
     }
     module->to(v.dtype);
     module->train();
-    torch::Tensor tokens = (torch::arange(2 * kTime) * (7 + 2 * rank) % kVocab).view({2, kTime});
-    torch::Tensor targets = (torch::arange(2 * kTime) * (3 + rank) % kVocab).view({2, kTime});
+    torch::Tensor tokens = (torch::arange(2 * kMoeTime) * (7 + 2 * rank) % kMoeVocab).view({2, kMoeTime});
+    torch::Tensor targets = (torch::arange(2 * kMoeTime) * (3 + rank) % kMoeVocab).view({2, kMoeTime});
     torch::Tensor loss = model->Loss(tokens, targets);
     (loss * 2).backward();  // a scaled backward, as the engine's
     BackwardResult& result = results[rank];
@@ -103,40 +103,40 @@ std::vector<BackwardResult> RunModel(InProcessStore& store, int attempt, int ep,
   return results;
 }
 
-class MoeModelParityTest : public ::testing::TestWithParam<Variant> {};
+class MoeModelParityTest : public ::testing::TestWithParam<MoeVariant> {};
 
 TEST_P(MoeModelParityTest, EveryExpertParallelSizeEqualsOne) {
-  const Variant v = GetParam();
-  SCOPED_TRACE(Describe(v));
+  const MoeVariant v = GetParam();
+  SCOPED_TRACE(DescribeMoeVariant(v));
   const double tolerance = v.dtype == torch::kFloat ? 1e-5 : 4e-2;
   InProcessStore store;
-  std::vector<BackwardResult> reference = RunModel(store, 0, 1, v);
+  std::vector<BackwardResult> reference = RunMoeModel(store, 0, 1, v);
   ASSERT_FALSE(reference[0].expert_sums.empty());
   for (int ep : {2, 4}) {
-    std::vector<std::string> bad = CompareBackward(RunModel(store, ep, ep, v), reference, tolerance);
+    std::vector<std::string> bad = CompareBackward(RunMoeModel(store, ep, ep, v), reference, tolerance);
     EXPECT_TRUE(bad.empty()) << "ep " << ep << ": " << bad.size() << " mismatches, first: " << bad.front();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Models, MoeModelParityTest,
-    ::testing::Values(Variant{.family = "gpt", .k = 1, .drop_tokens = true},
-                      Variant{.family = "gpt", .k = 2, .drop_tokens = false, .checkpointed = true},
-                      Variant{.family = "llama", .k = 2, .drop_tokens = false},
-                      Variant{.family = "llama", .k = 1, .drop_tokens = true, .checkpointed = true},
-                      Variant{.family = "llama", .k = 2, .drop_tokens = false, .dtype = torch::kBFloat16}),
-    [](const ::testing::TestParamInfo<Variant>& info) {
-      const Variant& v = info.param;
+    ::testing::Values(MoeVariant{.family = "gpt", .k = 1, .drop_tokens = true},
+                      MoeVariant{.family = "gpt", .k = 2, .drop_tokens = false, .checkpointed = true},
+                      MoeVariant{.family = "llama", .k = 2, .drop_tokens = false},
+                      MoeVariant{.family = "llama", .k = 1, .drop_tokens = true, .checkpointed = true},
+                      MoeVariant{.family = "llama", .k = 2, .drop_tokens = false, .dtype = torch::kBFloat16}),
+    [](const ::testing::TestParamInfo<MoeVariant>& info) {
+      const MoeVariant& v = info.param;
       return absl::StrCat(v.family == "gpt" ? "Gpt" : "Llama", "Top", v.k, v.drop_tokens ? "CapacityBound" : "Dropless",
                           v.checkpointed ? "Checkpointed" : "", v.dtype == torch::kFloat ? "" : "Bf16");
     });
 
 TEST(MoeModelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
-  const Variant v{.family = "gpt", .k = 2, .drop_tokens = false};
+  const MoeVariant v{.family = "gpt", .k = 2, .drop_tokens = false};
   InProcessStore store;
-  std::vector<BackwardResult> reference = RunModel(store, 0, 1, v);
+  std::vector<BackwardResult> reference = RunMoeModel(store, 0, 1, v);
   BreakExpertExchangeBackwardForTesting(true);
-  std::vector<BackwardResult> broken = RunModel(store, 1, 2, v);
+  std::vector<BackwardResult> broken = RunMoeModel(store, 1, 2, v);
   BreakExpertExchangeBackwardForTesting(false);
   EXPECT_FALSE(CompareBackward(broken, reference, 1e-5).empty());
 }
@@ -153,7 +153,7 @@ TEST(MoeModelTest, CheckpointingKeepsTheAuxiliaryGradient) {
     options.moe.aux_loss_coef = 10;  // dominant, so a lost auxiliary gradient shows
     Gpt gpt(options, 5);
     gpt->train();
-    torch::Tensor tokens = (torch::arange(2 * kTime) % kVocab).view({2, kTime});
+    torch::Tensor tokens = (torch::arange(2 * kMoeTime) % kMoeVocab).view({2, kMoeTime});
     gpt->Loss(tokens, tokens).backward();
     auto* block = (*gpt->blocks)[1]->as<GptBlock>();
     ASSERT_TRUE(block->moe);
