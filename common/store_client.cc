@@ -98,6 +98,11 @@ absl::StatusOr<std::optional<std::string>> StoreClient::Get(const std::string& k
 
 absl::Status StoreClient::Wait(const std::vector<std::string>& keys,
                                std::chrono::milliseconds timeout) {
+  return WaitValues(keys, timeout).status();
+}
+
+absl::StatusOr<std::vector<std::string>> StoreClient::WaitValues(const std::vector<std::string>& keys,
+                                                                 std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   // The server enforces `timeout`; the RPC deadline only guards a lost server.
   Prepare(&context, timeout + kCallDeadline);
@@ -106,13 +111,17 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys,
   for (const auto& key : keys) request.add_keys(key);
   request.set_timeout_ms(timeout.count());
   StoreWaitReply reply;
-  return FromGrpcStatus(stub_->Wait(&context, request, &reply));
+  absl::Status status = FromGrpcStatus(stub_->Wait(&context, request, &reply));
+  if (!status.ok()) return status;
+  return std::vector<std::string>(reply.values().begin(), reply.values().end());
 }
 
 absl::StatusOr<std::string> StoreClient::WaitGet(const std::string& key,
                                                  std::chrono::milliseconds timeout) {
-  absl::Status waited = Wait({key}, timeout);
-  if (!waited.ok()) return waited;
+  auto values = WaitValues({key}, timeout);
+  if (!values.ok()) return values.status();
+  if (values->size() == 1) return std::move(values->front());
+  // A store from before values came with the wait: ask.
   auto value = Get(key);
   if (!value.ok()) return value.status();
   if (!value->has_value()) {

@@ -40,7 +40,12 @@ class StoreClient {
   absl::StatusOr<std::optional<std::string>> Get(const std::string& key);
   // Waits until every key exists; DEADLINE_EXCEEDED after `timeout`.
   absl::Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  // Wait for one key, then return its value.
+  // The same, returning the keys' values in `keys`' order (empty from a
+  // store that sends none).
+  absl::StatusOr<std::vector<std::string>> WaitValues(const std::vector<std::string>& keys,
+                                                      std::chrono::milliseconds timeout);
+  // Wait for one key, then return its value: one call (the Wait's reply
+  // carries it); a second, a Get, only against a store that sends no values.
   absl::StatusOr<std::string> WaitGet(const std::string& key, std::chrono::milliseconds timeout);
   // Atomically adds `delta` to a counter (absent = 0) and returns the new value.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);

@@ -189,7 +189,7 @@ grpc::Status RendezvousStore::Get(grpc::ServerContext* context, const StoreGetRe
 }
 
 grpc::ServerUnaryReactor* RendezvousStore::Wait(grpc::CallbackServerContext* context,
-                                                const StoreWaitRequest* request, StoreWaitReply*) {
+                                                const StoreWaitRequest* request, StoreWaitReply* reply) {
   // Finishes the call once StartWait's `done` runs; a cancelled call (the
   // rank died, its deadline passed) ends its waiter.
   class WaitCall final : public grpc::ServerUnaryReactor {
@@ -218,21 +218,24 @@ grpc::ServerUnaryReactor* RendezvousStore::Wait(grpc::CallbackServerContext* con
     bool cancelled_ = false;  // guarded by mu_
   };
   auto* call = new WaitCall(this);
-  call->Begin(StartWait(*context, *request, [call](grpc::Status status) { call->Finish(status); }));
+  call->Begin(StartWait(*context, *request, [call, reply](grpc::Status status, std::vector<std::string> values) {
+    for (std::string& value : values) reply->add_values(std::move(value));
+    call->Finish(status);
+  }));
   return call;
 }
 
 uint64_t RendezvousStore::StartWait(const grpc::ServerContextBase& context,
                                     const StoreWaitRequest& request, WaitDone done) {
   if (auto s = CheckCall(context, request.scope()); !s.ok()) {
-    done(s);
+    done(s, {});
     return 0;
   }
   std::vector<std::string> keys;
   for (const auto& key : request.keys()) {
     std::string full;
     if (auto s = ScopedKey(request.scope(), key, &full); !s.ok()) {
-      done(s);
+      done(s, {});
       return 0;
     }
     keys.push_back(std::move(full));
@@ -244,13 +247,14 @@ uint64_t RendezvousStore::StartWait(const grpc::ServerContextBase& context,
     std::lock_guard<std::mutex> lock(mu_);
     const int attempt = request.scope().attempt();
     if (AllPresent(keys)) {
-      ended.push_back({std::move(done), grpc::Status::OK});
+      ended.push_back({std::move(done), grpc::Status::OK, ValuesOf(keys)});
     } else if (shut_down_ || attempt < dropped_below_) {
       ended.push_back({std::move(done), grpc::Status(grpc::StatusCode::ABORTED,
                                                      absl::StrCat("attempt ", attempt, " of job ",
-                                                                  job_id_, " is over"))});
+                                                                  job_id_, " is over")),
+                       {}});
     } else if (timeout_ms == 0) {
-      ended.push_back({std::move(done), TimedOut(keys, timeout_ms)});
+      ended.push_back({std::move(done), TimedOut(keys, timeout_ms), {}});
     } else {
       id = next_waiter_++;
       Waiter& waiter = waiting_[id];
@@ -274,7 +278,7 @@ void RendezvousStore::CancelWait(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     done = TakeWaiter(id);
   }
-  if (done) done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  if (done) done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"), {});
 }
 
 grpc::Status RendezvousStore::TimedOut(const std::vector<std::string>& keys, int64_t timeout_ms) const {
@@ -286,6 +290,13 @@ grpc::Status RendezvousStore::TimedOut(const std::vector<std::string>& keys, int
     }
   }
   return grpc::Status::OK;
+}
+
+std::vector<std::string> RendezvousStore::ValuesOf(const std::vector<std::string>& keys) const {
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(values_.at(key));
+  return values;
 }
 
 bool RendezvousStore::AllPresent(const std::vector<std::string>& keys) const {
@@ -306,7 +317,7 @@ RendezvousStore::WaitDone RendezvousStore::TakeWaiter(uint64_t id) {
 }
 
 void RendezvousStore::RunDone(EndedWaiters ended) {
-  for (auto& [done, status] : ended) done(status);
+  for (auto& [done, status, values] : ended) done(status, std::move(values));
 }
 
 void RendezvousStore::DeadlineLoop() {
@@ -324,9 +335,11 @@ void RendezvousStore::DeadlineLoop() {
     const uint64_t id = deadlines_.begin()->second;
     const Waiter& waiter = waiting_.at(id);
     grpc::Status status = TimedOut(waiter.keys, waiter.timeout_ms);
+    std::vector<std::string> values;
+    if (status.ok()) values = ValuesOf(waiter.keys);
     WaitDone done = TakeWaiter(id);
     lock.unlock();
-    done(status);
+    done(status, std::move(values));
     lock.lock();
   }
 }
@@ -450,7 +463,10 @@ RendezvousStore::EndedWaiters RendezvousStore::WakeWaitersOf(const std::string& 
     if (AllPresent(waiting_.at(it->second).keys)) ready.push_back(it->second);
   }
   EndedWaiters ended;
-  for (uint64_t id : ready) ended.push_back({TakeWaiter(id), grpc::Status::OK});
+  for (uint64_t id : ready) {
+    std::vector<std::string> values = ValuesOf(waiting_.at(id).keys);
+    ended.push_back({TakeWaiter(id), grpc::Status::OK, std::move(values)});
+  }
   return ended;
 }
 
@@ -463,7 +479,8 @@ RendezvousStore::EndedWaiters RendezvousStore::EndWaitersOfOverAttempts() {
   for (const auto& [id, attempt] : over) {
     ended.push_back({TakeWaiter(id), grpc::Status(grpc::StatusCode::ABORTED,
                                                   absl::StrCat("attempt ", attempt, " of job ",
-                                                               job_id_, " is over"))});
+                                                               job_id_, " is over")),
+                    {}});
   }
   return ended;
 }

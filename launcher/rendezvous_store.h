@@ -68,10 +68,11 @@ class RendezvousStore final {
                       StoreDeleteReply* reply);
 
   // Wait without gRPC's reactor (Wait's core; the fuzzer's too): `done` runs
-  // exactly once, outside the store's lock, with OK once every key exists,
-  // or with why not (timeout, the attempt is over, CancelWait). Returns the
-  // waiter's id, or 0 when `done` has already run.
-  using WaitDone = std::function<void(grpc::Status)>;
+  // exactly once, outside the store's lock, with OK and the keys' values (in
+  // the request's order, as they were when the last key appeared) once every
+  // key exists, or with why not (timeout, the attempt is over, CancelWait)
+  // and no values. Returns the waiter's id, or 0 when `done` has already run.
+  using WaitDone = std::function<void(grpc::Status, std::vector<std::string> values)>;
   uint64_t StartWait(const grpc::ServerContextBase& context, const StoreWaitRequest& request,
                      WaitDone done);
   // Ends waiter `id` with CANCELLED, if it still waits.
@@ -137,12 +138,15 @@ class RendezvousStore final {
   struct Ended {
     WaitDone done;
     grpc::Status status;
+    std::vector<std::string> values;  // with OK: the keys' values
   };
   using EndedWaiters = std::vector<Ended>;
   EndedWaiters WakeWaitersOf(const std::string& key);
   // Ends the waiters of attempts that are over (every waiter after Shutdown).
   EndedWaiters EndWaitersOfOverAttempts();
   bool AllPresent(const std::vector<std::string>& keys) const;
+  // The values of keys that all exist.
+  std::vector<std::string> ValuesOf(const std::vector<std::string>& keys) const;
   // OK when every key exists, else DEADLINE_EXCEEDED naming the first missing.
   grpc::Status TimedOut(const std::vector<std::string>& keys, int64_t timeout_ms) const;
   // Removes waiter `id` from every index; its `done`.

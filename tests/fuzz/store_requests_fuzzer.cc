@@ -182,7 +182,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (op == 6) request.add_keys(keys[0]);
         request.set_timeout_ms(0);
         std::promise<grpc::Status> waited;
-        store.StartWait(context, request, [&waited](grpc::Status s) { waited.set_value(std::move(s)); });
+        store.StartWait(context, request,
+                        [&waited](grpc::Status s, std::vector<std::string>) { waited.set_value(std::move(s)); });
         status = waited.get_future().get();
         if (opens) {
           bool empty = key.empty(), present = model.values.count(slot) > 0;

@@ -181,6 +181,8 @@ struct RankRendezvous : std::enable_shared_from_this<RankRendezvous> {
                        });
   }
 
+  // A real rank's c10d get (StoreClient::WaitGet): one Wait whose reply
+  // carries the value.
   void AwaitKey() {
     auto call = NewCall<StoreWaitRequest, StoreWaitReply>(kRendezvousTimeout + std::chrono::seconds(60));
     call->request.add_keys(Key());
@@ -188,24 +190,13 @@ struct RankRendezvous : std::enable_shared_from_this<RankRendezvous> {
     stub->async()->Wait(&call->context, &call->request, &call->reply,
                         [self = shared_from_this(), call](grpc::Status status) {
                           if (!status.ok()) return self->Fail("Wait", status);
-                          self->ReadKey();
+                          if (call->reply.values_size() != 1 || call->reply.values(0).size() != kUniqueIdBytes) {
+                            return self->Fail("Wait", grpc::Status(grpc::StatusCode::DATA_LOSS,
+                                                                   "the reply carries no 128-byte unique id"));
+                          }
+                          ++self->next;
+                          self->Step();
                         });
-  }
-
-  void ReadKey() {
-    agent->counters_->store_calls.fetch_add(1);
-    auto call = NewCall<StoreGetRequest, StoreGetReply>(std::chrono::seconds(60));
-    call->request.set_key(Key());
-    stub->async()->Get(&call->context, &call->request, &call->reply,
-                       [self = shared_from_this(), call](grpc::Status status) {
-                         if (!status.ok()) return self->Fail("Get", status);
-                         if (!call->reply.found() || call->reply.value().size() != kUniqueIdBytes) {
-                           return self->Fail("Get", grpc::Status(grpc::StatusCode::DATA_LOSS,
-                                                                 "not a 128-byte unique id"));
-                         }
-                         ++self->next;
-                         self->Step();
-                       });
   }
 };
 
