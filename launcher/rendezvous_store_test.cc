@@ -243,14 +243,16 @@ TEST_F(RendezvousStoreTest, Delete) {
 TEST_F(RendezvousStoreTest, WaitIsSatisfiedBySetsFromAnotherThread) {
   auto waiter = Client();
   auto setter = Client();
-  auto waited = std::async(std::launch::async, [&] { return waiter->Wait({"a", "b"}, 60s); });
+  auto waited = std::async(std::launch::async, [&] { return waiter->WaitValues({"b", "a"}, 60s); });
   ASSERT_TRUE(setter->Set("a", "1").ok());
   // Only one of the two keys exists: the wait cannot be over.
   EXPECT_EQ(waited.wait_for(0s), std::future_status::timeout);
   ASSERT_TRUE(setter->Set("b", "2").ok());
   ASSERT_EQ(waited.wait_for(kBound), std::future_status::ready);
-  absl::Status status = waited.get();
-  EXPECT_TRUE(status.ok()) << status;
+  auto values = waited.get();
+  ASSERT_TRUE(values.ok()) << values.status();
+  // The reply carries the values, in the order the keys were asked for.
+  EXPECT_EQ(*values, (std::vector<std::string>{"2", "1"}));
 }
 
 TEST_F(RendezvousStoreTest, WaitIsSatisfiedByAdd) {
@@ -268,6 +270,9 @@ TEST_F(RendezvousStoreTest, WaitOnPresentKeysReturnsAtOnce) {
   ASSERT_TRUE(client->Set("here", "1").ok());
   absl::Status status = client->Wait({"here"}, 0ms);
   EXPECT_TRUE(status.ok()) << status;
+  auto values = client->WaitValues({"here"}, 0ms);
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, std::vector<std::string>{"1"});
 }
 
 TEST_F(RendezvousStoreTest, WaitTimesOutNamingTheMissingKey) {
