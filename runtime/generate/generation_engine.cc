@@ -254,8 +254,9 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     s.tokens.push_back(next.id);
     s.result.tokens.push_back(next.id);
     s.result.logprobs.push_back(next.logprob);
+    if (s.request.sampling.top_logprobs > 0) s.result.top_logprobs.push_back(next.top);
     ++stats_.generated_tokens;
-    GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone};
+    GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone, std::move(next.top)};
     const auto& stops = s.request.stop_tokens;
     if (std::find(stops.begin(), stops.end(), next.id) != stops.end()) {
       out.finished = FinishReason::kStop;

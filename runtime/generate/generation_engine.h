@@ -77,11 +77,13 @@ struct GeneratedToken {
   int64_t token = 0;
   double logprob = 0;
   FinishReason finished = FinishReason::kNone;  // set on its last token
+  std::vector<TokenLogprob> top_logprobs;       // with sampling.top_logprobs
 };
 
 struct GenerationResult {
   std::vector<int64_t> tokens;
   std::vector<double> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.top_logprobs
   FinishReason finished = FinishReason::kNone;
 };
 

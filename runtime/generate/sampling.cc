@@ -1,5 +1,6 @@
 #include "runtime/generate/sampling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -19,6 +20,10 @@ absl::Status CheckSamplingOptions(const SamplingOptions& options, const std::str
   if (!(options.repetition_penalty > 0 && std::isfinite(options.repetition_penalty))) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "repetition_penalty must be > 0 (got ", options.repetition_penalty, ")"));
+  }
+  if (options.top_logprobs < 0 || options.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "top_logprobs must be in [0, ", kMaxTopLogprobs, "] (got ", options.top_logprobs, ")"));
   }
   return absl::OkStatus();
 }
@@ -56,6 +61,15 @@ SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& opt
     token.id = torch::multinomial(probabilities, 1, /*replacement=*/false, generator).item<int64_t>();
   }
   token.logprob = logprobs[token.id].item<double>();
+  if (options.top_logprobs > 0) {
+    // A stable descending sort: equal log-probabilities keep the lower id first.
+    const int64_t k = std::min<int64_t>(options.top_logprobs, logprobs.size(0));
+    torch::Tensor order = std::get<1>(logprobs.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true)).slice(0, 0, k);
+    const torch::Tensor values = logprobs.index_select(0, order);
+    for (int64_t i = 0; i < k; ++i) {
+      token.top.push_back(TokenLogprob{order[i].item<int64_t>(), values[i].item<double>()});
+    }
+  }
   return token;
 }
 

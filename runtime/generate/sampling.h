@@ -21,15 +21,32 @@ struct SamplingOptions {
   double top_p = 1.0;               // (0, 1]
   double repetition_penalty = 1.0;  // > 0; 1: none (CTRL's: a seen token's logit / p if > 0, else · p)
   uint64_t seed = 0;
+  // Also return this many of the most probable tokens at each position,
+  // with their log-probabilities (OpenAI's top_logprobs), at most
+  // kMaxTopLogprobs.
+  int64_t top_logprobs = 0;
 };
+
+inline constexpr int64_t kMaxTopLogprobs = 20;
 
 // InvalidArgument naming the field (prefixed by `where`, e.g. "--" or
 // "request ") when a value is out of its range.
 absl::Status CheckSamplingOptions(const SamplingOptions& options, const std::string& where);
 
+// A token and its log-probability under the model: the raw distribution
+// (temperature 1, no penalty, top-k or top-p), as vLLM's logprobs by default.
+struct TokenLogprob {
+  int64_t id = 0;
+  double logprob = 0;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
 struct SampledToken {
   int64_t id = 0;
-  double logprob = 0;  // log-probability of `id` under the model (temperature 1, no penalty, top-k or top-p)
+  double logprob = 0;  // of `id`, as TokenLogprob's
+  // With options.top_logprobs = k: the k most probable tokens, most probable
+  // first (ties: the lower id first).
+  std::vector<TokenLogprob> top;
 };
 
 // `logits` [vocab], any floating dtype. `seen`: the tokens the repetition

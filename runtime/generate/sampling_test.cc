@@ -59,6 +59,37 @@ TEST(SamplingTest, OutOfRangeOptionsAreRefusedByName) {
   options.top_p = 1;
   options.repetition_penalty = 0;
   EXPECT_THAT(std::string(CheckSamplingOptions(options, "").message()), HasSubstr("repetition_penalty must be > 0"));
+  options.repetition_penalty = 1;
+  options.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THAT(std::string(CheckSamplingOptions(options, "").message()), HasSubstr("top_logprobs must be in [0, 20]"));
+}
+
+TEST(SamplingTest, TopLogprobsAreTheModelsMostProbableTokensInOrder) {
+  // Tokens 1 and 4 tie: the lower id comes first.
+  torch::Tensor logits = torch::tensor({0.1, 2.0, 1.5, 0.3, 2.0, -1.0}, torch::kFloat);
+  const torch::Tensor expected = torch::log_softmax(logits.to(torch::kDouble), 0);
+  SamplingOptions options;
+  options.greedy = false;
+  options.temperature = 0.3;
+  options.top_k = 2;
+  options.repetition_penalty = 1.3;
+  options.top_logprobs = 4;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  const SampledToken token = SampleToken(logits, options, generator, {1});
+  // The model's distribution, whatever the sampling options did to the draw.
+  const std::vector<TokenLogprob> want = {{1, expected[1].item<double>()}, {4, expected[4].item<double>()},
+                                          {2, expected[2].item<double>()}, {3, expected[3].item<double>()}};
+  ASSERT_EQ(token.top.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(token.top[i].id, want[i].id) << i;
+    EXPECT_NEAR(token.top[i].logprob, want[i].logprob, 1e-12) << i;
+  }
+  EXPECT_NEAR(token.logprob, expected[token.id].item<double>(), 1e-12);
+  // More than the vocabulary: every token once; none asked: none given.
+  options.top_logprobs = 20;
+  EXPECT_EQ(SampleToken(logits, options, generator).top.size(), 6u);
+  options.top_logprobs = 0;
+  EXPECT_TRUE(SampleToken(logits, options, generator).top.empty());
 }
 
 }  // namespace

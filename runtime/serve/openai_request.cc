@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/generate/sampling.h"
 #include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
@@ -85,9 +86,10 @@ class FieldReader {
 bool IsNumber(const JsonValue& v, double x) { return v.is_number() && v.number_value() == x; }
 
 // The shared fields; returns false (error filled) on a problem, and sets
-// *handled for a key it read.
-bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue& value, GenerationParameters* p,
-                   bool* handled) {
+// *handled for a key it read. `chat`: the fields of /v1/chat/completions
+// where the two endpoints differ.
+bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue& value, bool chat,
+                   GenerationParameters* p, bool* handled) {
   *handled = true;
   if (key == "max_tokens" || key == "max_completion_tokens") {
     if (value.is_null()) return true;
@@ -157,19 +159,32 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     }
     return true;
   }
+  if (key == "n") return value.is_null() || reader.Integer(value, key, 1, kMaxChoices, &p->n);
+  if (key == "best_of" && !chat) return value.is_null() || reader.Integer(value, key, 1, kMaxChoices, &p->best_of);
+  if (key == "echo" && !chat) return value.is_null() || reader.Bool(value, key, &p->echo);
+  if (key == "logprobs") {
+    if (value.is_null()) return true;
+    if (chat) return reader.Bool(value, key, &p->logprobs);
+    // Completions: the number of alternatives per token.
+    p->logprobs = true;
+    return reader.Integer(value, key, 0, kMaxTopLogprobs, &p->top_logprobs);
+  }
+  if (key == "top_logprobs" && chat) {
+    return value.is_null() || reader.Integer(value, key, 0, kMaxTopLogprobs, &p->top_logprobs);
+  }
   // OpenAI's fields this server does not do: their neutral value only.
-  if (key == "n" || key == "best_of") {
+  if (key == "best_of") {
     return reader.Neutral(value, key, [](const JsonValue& v) { return IsNumber(v, 1); },
-                          "returns one choice per request: give 1 or leave it out");
+                          "takes best_of on /v1/completions only: give 1 or leave it out");
   }
   if (key == "echo") {
     return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_bool() && !v.bool_value(); },
-                          "does not echo the prompt: give false or leave it out");
+                          "echoes the prompt on /v1/completions only: give false or leave it out");
   }
-  if (key == "logprobs" || key == "top_logprobs") {
-    return reader.Neutral(value, key,
-                          [](const JsonValue& v) { return (v.is_bool() && !v.bool_value()) || IsNumber(v, 0); },
-                          "does not return log-probabilities yet: leave it out");
+  if (key == "top_logprobs") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return IsNumber(v, 0); },
+                          "takes top_logprobs on /v1/chat/completions; on /v1/completions logprobs is the number "
+                          "of alternatives per token");
   }
   if (key == "frequency_penalty" || key == "presence_penalty") {
     return reader.Neutral(value, key, [](const JsonValue& v) { return IsNumber(v, 0); },
@@ -210,35 +225,50 @@ std::optional<JsonValue> ParseBody(absl::string_view body, ApiError* error) {
   return std::move(*parsed);
 }
 
+bool ReadTokenIds(FieldReader& reader, const JsonValue& ids, const std::string& where, std::vector<int64_t>* out) {
+  if (ids.items().empty()) return reader.Fail("prompt", absl::StrCat(where, ": no token ids"));
+  for (size_t i = 0; i < ids.items().size(); ++i) {
+    int64_t id = 0;
+    if (!reader.Integer(ids.items()[i], absl::StrCat(where, "[", i, "]"), 0, int64_t{1} << 31, &id)) return false;
+    out->push_back(id);
+  }
+  return true;
+}
+
 bool ReadPrompt(FieldReader& reader, const JsonValue& value, CompletionRequest* request) {
   const std::string name = "prompt";
   if (value.is_string()) {
-    request->prompt_text = value.string_value();
+    request->prompts.push_back(CompletionPrompt{value.string_value(), {}});
     return true;
   }
   if (!value.is_array() || value.items().empty()) {
-    return reader.Fail(name, absl::StrCat("prompt: expected a string, an array of token ids or an array of one of "
-                                          "them, got ", value.is_array() ? "an empty array" : JsonValue::TypeName(value.type())));
+    return reader.Fail(name, absl::StrCat("prompt: expected a string, an array of token ids or an array of either, "
+                                          "got ", value.is_array() ? "an empty array" : JsonValue::TypeName(value.type())));
   }
-  const JsonValue* ids = &value;
-  if (value.items()[0].is_string() || value.items()[0].is_array()) {
-    if (value.items().size() != 1) {
-      return reader.Fail(name, absl::StrCat("prompt: one prompt per request is supported (got ", value.items().size(), ")"));
-    }
-    if (value.items()[0].is_string()) {
-      request->prompt_text = value.items()[0].string_value();
-      return true;
-    }
-    ids = &value.items()[0];
-    if (ids->items().empty()) return reader.Fail(name, "prompt[0]: no token ids");
+  if (!value.items()[0].is_string() && !value.items()[0].is_array()) {  // one prompt of token ids
+    CompletionPrompt prompt;
+    if (!ReadTokenIds(reader, value, "prompt", &prompt.ids)) return false;
+    request->prompts.push_back(std::move(prompt));
+    return true;
   }
-  for (size_t i = 0; i < ids->items().size(); ++i) {
-    int64_t id = 0;
-    if (!reader.Integer(ids->items()[i], absl::StrCat(ids == &value ? "prompt[" : "prompt[0][", i, "]"), 0,
-                        int64_t{1} << 31, &id)) {
+  if (value.items().size() > static_cast<size_t>(kMaxChoices)) {
+    return reader.Fail(name, absl::StrCat("prompt: at most ", kMaxChoices, " prompts per request (got ",
+                                          value.items().size(), ")"));
+  }
+  const bool text = value.items()[0].is_string();
+  for (size_t i = 0; i < value.items().size(); ++i) {
+    const JsonValue& item = value.items()[i];
+    const std::string where = absl::StrCat("prompt[", i, "]");
+    CompletionPrompt prompt;
+    if (text) {
+      if (!reader.String(item, where, &prompt.text.emplace())) return false;
+    } else if (!item.is_array()) {
+      return reader.Fail(name, absl::StrCat(where, ": expected an array of token ids (as prompt[0]), got ",
+                                            JsonValue::TypeName(item.type())));
+    } else if (!ReadTokenIds(reader, item, where, &prompt.ids)) {
       return false;
     }
-    request->prompt_ids.push_back(id);
+    request->prompts.push_back(std::move(prompt));
   }
   return true;
 }
@@ -300,6 +330,20 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
   return true;
 }
 
+// What the fields say together.
+void CheckTogether(FieldReader& reader, const GenerationParameters& p) {
+  if (p.top_logprobs > 0 && !p.logprobs) {
+    reader.Fail("top_logprobs", "top_logprobs: needs \"logprobs\": true");
+  } else if (p.best_of != 0 && p.best_of < p.n) {
+    reader.Fail("best_of", absl::StrCat("best_of: ", p.best_of, " is less than n (", p.n, ")"));
+  } else if (p.best_of > p.n && p.stream) {
+    reader.Fail("best_of", "best_of: the best choices are known only at the end, so best_of > n cannot be streamed");
+  } else if (p.echo && p.logprobs) {
+    reader.Fail("echo", "echo: with logprobs it needs the prompt's log-probabilities, which this server does not "
+                        "compute: leave out one of them");
+  }
+}
+
 // The fields both endpoints share (model and the generation parameters),
 // then `read_input` for the endpoint's own input field (`input`: "prompt"
 // or "messages"); `other` is the other endpoint's input, refused by name.
@@ -317,7 +361,7 @@ std::optional<Request> ParseRequest(absl::string_view body, ApiError* error, con
     const JsonValue& value = root->items()[i];
     reader.set_field(key);
     bool handled = false;
-    if (!ReadParameter(reader, key, value, &request.parameters, &handled) || handled) continue;
+    if (!ReadParameter(reader, key, value, input == "messages", &request.parameters, &handled) || handled) continue;
     if (key == "model") {
       reader.String(value, key, &request.model);
     } else if (key == input) {
@@ -331,6 +375,7 @@ std::optional<Request> ParseRequest(absl::string_view body, ApiError* error, con
   }
   reader.set_field("");
   if (reader.ok() && !has_input) reader.Fail(input, absl::StrCat(input, ": missing"));
+  if (reader.ok()) CheckTogether(reader, request.parameters);
   if (!reader.ok()) return std::nullopt;
   return request;
 }

@@ -5,17 +5,23 @@
 // A request is a JSON object (runtime/tokenizer/json_value.h, the strict
 // reader). Every field OpenAI defines for these two endpoints is known here:
 //  - the ones this server does are read and range-checked: model, prompt
-//    (a string, an array of one string, an array of token ids or an array of
-//    one such array), messages (roles system, user, assistant; content a
+//    (a string, an array of token ids, or an array of up to 128 of either:
+//    each prompt has its n choices, indexed prompt by prompt), messages (roles system, user, assistant; content a
 //    string or an array of {"type": "text", "text"} parts), max_tokens (chat:
 //    max_completion_tokens too), temperature (0 is greedy), top_p, seed, stop
-//    (a string or up to 4), stream, stream_options.include_usage, and the
-//    extensions vLLM users send: top_k, repetition_penalty, ignore_eos
-//    (generate past eos: benchmarks);
-//  - the ones it does not do are accepted only at their neutral value (n and
-//    best_of 1, echo false, logprobs null/false/0, frequency_penalty and
-//    presence_penalty 0, logit_bias empty, suffix null, tools absent) and
-//    otherwise refused naming the field: never silently ignored;
+//    (a string or up to 4), stream, stream_options.include_usage, n (up to
+//    128 choices; choice i samples with seed + i), log-probabilities
+//    (completions: logprobs = k, 0 to 20 alternatives per token; chat:
+//    logprobs true and top_logprobs = k), completions' best_of (best_of
+//    choices generated, the n of highest mean log-probability per token
+//    returned; not streamed) and echo (the prompt's text before each
+//    choice's), and the extensions vLLM users send: top_k,
+//    repetition_penalty, ignore_eos (generate past eos: benchmarks);
+//  - the ones it does not do are accepted only at their neutral value (echo
+//    with logprobs, which needs the prompt's log-probabilities, is refused;
+//    frequency_penalty and presence_penalty 0, logit_bias empty, suffix
+//    null, tools absent) and otherwise refused naming the field: never
+//    silently ignored;
 //  - user (an end-user id for abuse monitoring) is accepted and unused;
 //  - any other key is an error naming it.
 // Errors carry the field as OpenAI's "param" so the response can name it.
@@ -57,12 +63,24 @@ struct GenerationParameters {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool ignore_eos = false;            // vLLM's: eos does not end the request
+  int64_t n = 1;                      // choices returned
+  int64_t best_of = 0;                // completions: choices generated (0: n)
+  bool echo = false;                  // completions: the prompt's text first
+  bool logprobs = false;              // each token's log-probability
+  int64_t top_logprobs = 0;           // and this many alternatives (with logprobs)
+};
+
+inline constexpr int64_t kMaxChoices = 128;
+
+// One prompt of a completion request: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int64_t> ids;  // when the prompt is token ids
 };
 
 struct CompletionRequest {
-  std::string model;                 // empty when not given
-  std::optional<std::string> prompt_text;
-  std::vector<int64_t> prompt_ids;   // when the prompt is token ids
+  std::string model;  // empty when not given
+  std::vector<CompletionPrompt> prompts;  // 1 to kMaxChoices
   GenerationParameters parameters;
 };
 

@@ -6,8 +6,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/serve/openai_response.h"
-#include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -37,7 +35,8 @@ TEST(OpenAiRequestTest, ACompletionRequestIsReadWhole) {
       &error);
   ASSERT_TRUE(request.has_value()) << error.message;
   EXPECT_EQ(request->model, "tiny");
-  EXPECT_EQ(*request->prompt_text, "Once upon");
+  ASSERT_EQ(request->prompts.size(), 1u);
+  EXPECT_EQ(*request->prompts[0].text, "Once upon");
   const GenerationParameters& p = request->parameters;
   EXPECT_EQ(*p.max_tokens, 7);
   EXPECT_DOUBLE_EQ(p.temperature, 0.5);
@@ -49,13 +48,54 @@ TEST(OpenAiRequestTest, ACompletionRequestIsReadWhole) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.n, 1);
+  EXPECT_EQ(p.best_of, 0);
+  EXPECT_FALSE(p.echo);
+  EXPECT_FALSE(p.logprobs);
+}
+
+TEST(OpenAiRequestTest, ChoicesAndLogprobsAreReadAsEachEndpointSpellsThem) {
+  ApiError error;
+  auto completion = ParseCompletionRequest(R"({"prompt": "x", "n": 2, "best_of": 5, "logprobs": 3})", &error);
+  ASSERT_TRUE(completion.has_value()) << error.message;
+  EXPECT_EQ(completion->parameters.n, 2);
+  EXPECT_EQ(completion->parameters.best_of, 5);
+  EXPECT_TRUE(completion->parameters.logprobs);
+  EXPECT_EQ(completion->parameters.top_logprobs, 3);
+  auto zero = ParseCompletionRequest(R"({"prompt": "x", "logprobs": 0, "echo": false})", &error);
+  ASSERT_TRUE(zero.has_value()) << error.message;
+  EXPECT_TRUE(zero->parameters.logprobs) << "logprobs 0: the chosen tokens' only";
+  EXPECT_EQ(zero->parameters.top_logprobs, 0);
+  auto echo = ParseCompletionRequest(R"({"prompt": "x", "echo": true, "n": 2, "best_of": 2, "stream": true})", &error);
+  ASSERT_TRUE(echo.has_value()) << error.message;
+  EXPECT_TRUE(echo->parameters.echo);
+
+  auto chat = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "x"}], "n": 4, "logprobs": true, "top_logprobs": 20})", &error);
+  ASSERT_TRUE(chat.has_value()) << error.message;
+  EXPECT_EQ(chat->parameters.n, 4);
+  EXPECT_TRUE(chat->parameters.logprobs);
+  EXPECT_EQ(chat->parameters.top_logprobs, 20);
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(ChatError("{" + messages + R"(, "top_logprobs": 2})").message, "top_logprobs: needs \"logprobs\": true");
+  EXPECT_THAT(ChatError("{" + messages + R"(, "logprobs": 2})").message, HasSubstr("logprobs: expected true or false"));
+  EXPECT_EQ(ChatError("{" + messages + R"(, "top_logprobs": 21, "logprobs": true})").param, "top_logprobs");
+  EXPECT_THAT(ChatError("{" + messages + R"(, "best_of": 2})").message, HasSubstr("best_of on /v1/completions only"));
+  EXPECT_THAT(ChatError("{" + messages + R"(, "echo": true})").message, HasSubstr("on /v1/completions only"));
 }
 
 TEST(OpenAiRequestTest, PromptsComeAsTextOrTokenIds) {
   ApiError error;
-  EXPECT_EQ(*ParseCompletionRequest(R"({"prompt": ["one"]})", &error)->prompt_text, "one");
-  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": [5, 6, 7]})", &error)->prompt_ids, ElementsAre(5, 6, 7));
-  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": [[5, 6]]})", &error)->prompt_ids, ElementsAre(5, 6));
+  EXPECT_EQ(*ParseCompletionRequest(R"({"prompt": ["one"]})", &error)->prompts[0].text, "one");
+  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": [5, 6, 7]})", &error)->prompts[0].ids, ElementsAre(5, 6, 7));
+  EXPECT_THAT(ParseCompletionRequest(R"({"prompt": [[5, 6]]})", &error)->prompts[0].ids, ElementsAre(5, 6));
+  auto texts = ParseCompletionRequest(R"({"prompt": ["one", "two", ""]})", &error);
+  ASSERT_EQ(texts->prompts.size(), 3u);
+  EXPECT_EQ(*texts->prompts[1].text, "two");
+  auto ids = ParseCompletionRequest(R"({"prompt": [[5, 6], [7]]})", &error);
+  ASSERT_EQ(ids->prompts.size(), 2u);
+  EXPECT_THAT(ids->prompts[1].ids, ElementsAre(7));
+  EXPECT_FALSE(ids->prompts[1].text.has_value());
   auto defaults = ParseCompletionRequest(R"({"prompt": "x"})", &error);
   EXPECT_FALSE(defaults->parameters.max_tokens.has_value());
   EXPECT_FALSE(defaults->parameters.seed.has_value());
@@ -80,15 +120,24 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "stop": [""]})", "stop", "stop[0]: an empty string"},
            Case{R"({"prompt": "x", "stop": [1]})", "stop", "stop[0]: expected a string, got a number"},
            Case{R"({"prompt": "x", "stream": "yes"})", "stream", "stream: expected true or false, got a string"},
-           Case{R"({"prompt": "x", "n": 2})", "n", "n: this server returns one choice per request"},
-           Case{R"({"prompt": "x", "echo": true})", "echo", "does not echo the prompt"},
-           Case{R"({"prompt": "x", "logprobs": 5})", "logprobs", "does not return log-probabilities"},
+           Case{R"({"prompt": "x", "n": 0})", "n", "n: 0 is not in [1, 128]"},
+           Case{R"({"prompt": "x", "n": 129})", "n", "n: 129 is not in [1, 128]"},
+           Case{R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of", "best_of: 2 is less than n (3)"},
+           Case{R"({"prompt": "x", "best_of": 2, "stream": true})", "best_of", "cannot be streamed"},
+           Case{R"({"prompt": "x", "echo": 1})", "echo", "echo: expected true or false"},
+           Case{R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo", "the prompt's log-probabilities"},
+           Case{R"({"prompt": "x", "logprobs": 21})", "logprobs", "logprobs: 21 is not in [0, 20]"},
+           Case{R"({"prompt": "x", "logprobs": true})", "logprobs", "logprobs: expected an integer"},
+           Case{R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs", "on /v1/completions logprobs is the number"},
            Case{R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty", "repetition_penalty is supported"},
            Case{R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "does not apply a logit bias"},
            Case{R"({"prompt": "x", "suffix": "end"})", "suffix", "does not insert text"},
            Case{R"({"prompt": "x", "stream_options": {"chunk": 1}})", "stream_options", "unknown field 'chunk'"},
            Case{R"({"prompt": "x", "temprature": 1})", "temprature", "unknown field 'temprature'"},
-           Case{R"({"prompt": ["a", "b"]})", "prompt", "one prompt per request is supported (got 2)"},
+           Case{R"({"prompt": ["a", [1]]})", "prompt", "prompt[1]: expected a string, got an array"},
+           Case{R"({"prompt": [[1], "a"]})", "prompt", "prompt[1]: expected an array of token ids (as prompt[0])"},
+           Case{R"({"prompt": [[1], []]})", "prompt", "prompt[1]: no token ids"},
+           Case{R"({"prompt": [[1], [2, -3]]})", "prompt", "prompt[1][1]: -3 is not in [0, "},
            Case{R"({"prompt": []})", "prompt", "got an empty array"},
            Case{R"({"prompt": [1, -2]})", "prompt", "prompt[1]: -2 is not in [0, "},
            Case{R"({"prompt": 5})", "prompt", "got a number"},
@@ -133,41 +182,6 @@ TEST(OpenAiRequestTest, ChatMessagesAreReadAndCheckedByIndex) {
   EXPECT_THAT(ChatError(R"({"messages": "hello"})").message, HasSubstr("expected a non-empty array of messages"));
   EXPECT_THAT(ChatError(R"({"model": "m"})").message, HasSubstr("messages: missing"));
   EXPECT_EQ(ChatError(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})").param, "tools");
-}
-
-// The response bodies parse as JSON with OpenAI's fields.
-TEST(OpenAiResponseTest, BodiesAreJsonInOpenAisShapes) {
-  ResponseHeader header{"cmpl-1", 1700000000, "tiny"};
-  auto completion = ParseJson(CompletionJson(header, "a \"quoted\"\nline", "length", {3, 4}), "completion");
-  ASSERT_TRUE(completion.ok()) << completion.status();
-  EXPECT_EQ(completion->Find("object")->string_value(), "text_completion");
-  const JsonValue& choice = completion->Find("choices")->items()[0];
-  EXPECT_EQ(choice.Find("text")->string_value(), "a \"quoted\"\nline");
-  EXPECT_EQ(choice.Find("finish_reason")->string_value(), "length");
-  EXPECT_EQ(completion->Find("usage")->Find("total_tokens")->number_value(), 7);
-
-  auto chat = ParseJson(ChatCompletionJson(header, "hi", "stop", {1, 1}), "chat");
-  ASSERT_TRUE(chat.ok());
-  EXPECT_EQ(chat->Find("object")->string_value(), "chat.completion");
-  EXPECT_EQ(chat->Find("choices")->items()[0].Find("message")->Find("role")->string_value(), "assistant");
-
-  auto first = ParseJson(ChatChunkJson(header, "assistant", "", ""), "chunk");
-  ASSERT_TRUE(first.ok());
-  EXPECT_TRUE(first->Find("choices")->items()[0].Find("finish_reason")->is_null());
-  EXPECT_EQ(first->Find("choices")->items()[0].Find("delta")->Find("role")->string_value(), "assistant");
-  auto last = ParseJson(ChatChunkJson(header, std::nullopt, std::nullopt, "stop"), "chunk");
-  ASSERT_TRUE(last.ok());
-  EXPECT_TRUE(last->Find("choices")->items()[0].Find("delta")->keys().empty());
-
-  auto usage = ParseJson(UsageChunkJson(header, "text_completion", {2, 5}), "usage");
-  ASSERT_TRUE(usage.ok());
-  EXPECT_TRUE(usage->Find("choices")->items().empty());
-
-  auto error = ParseJson(ErrorJson(ApiError{400, "invalid_request_error", "max_tokens", "bad", ""}), "error");
-  ASSERT_TRUE(error.ok());
-  EXPECT_EQ(error->Find("error")->Find("param")->string_value(), "max_tokens");
-  EXPECT_TRUE(error->Find("error")->Find("code")->is_null());
-  EXPECT_EQ(ServerSentEvent("{}"), "data: {}\n\n");
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 #include "runtime/serve/openai_response.h"
 
+#include <charconv>
+#include <cmath>
+#include <set>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/json_quote.h"
 
 namespace dslaunch::runtime {
@@ -18,6 +23,68 @@ std::string Usage(const TokenUsage& usage) {
                       ",\"total_tokens\":", usage.prompt_tokens + usage.completion_tokens, "}");
 }
 
+// The shortest decimal that reads back as the same double.
+std::string Logprob(double value) {
+  if (!std::isfinite(value)) return "-9999.0";
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// The text's bytes as a JSON array of numbers.
+std::string Bytes(const std::string& text) {
+  std::vector<std::string> bytes;
+  for (unsigned char c : text) bytes.push_back(absl::StrCat(static_cast<int>(c)));
+  return absl::StrCat("[", absl::StrJoin(bytes, ","), "]");
+}
+
+// Completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}:
+// top_logprobs an object per token keyed by text (a text two tokens share
+// is kept once, with the higher log-probability).
+std::string CompletionLogprobs(const std::optional<std::vector<TokenLogprobs>>& logprobs) {
+  if (!logprobs) return "null";
+  std::vector<std::string> tokens, values, tops, offsets;
+  for (const TokenLogprobs& entry : *logprobs) {
+    tokens.push_back(JsonQuote(entry.chosen.text));
+    values.push_back(Logprob(entry.chosen.logprob));
+    std::vector<std::string> fields;
+    std::set<std::string> seen;
+    for (const TokenText& top : entry.top) {
+      const std::string key = JsonQuote(top.text);  // texts that differ only in invalid bytes share a key
+      if (!seen.insert(key).second) continue;
+      fields.push_back(absl::StrCat(key, ":", Logprob(top.logprob)));
+    }
+    tops.push_back(absl::StrCat("{", absl::StrJoin(fields, ","), "}"));
+    offsets.push_back(absl::StrCat(entry.text_offset));
+  }
+  return absl::StrCat("{\"tokens\":[", absl::StrJoin(tokens, ","), "],\"token_logprobs\":[",
+                      absl::StrJoin(values, ","), "],\"top_logprobs\":[", absl::StrJoin(tops, ","),
+                      "],\"text_offset\":[", absl::StrJoin(offsets, ","), "]}");
+}
+
+std::string ChatToken(const TokenText& token) {
+  return absl::StrCat("{\"token\":", JsonQuote(token.text), ",\"logprob\":", Logprob(token.logprob),
+                      ",\"bytes\":", Bytes(token.text));
+}
+
+// Chat's {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+std::string ChatLogprobs(const std::optional<std::vector<TokenLogprobs>>& logprobs) {
+  if (!logprobs) return "null";
+  std::vector<std::string> content;
+  for (const TokenLogprobs& entry : *logprobs) {
+    std::vector<std::string> tops;
+    for (const TokenText& top : entry.top) tops.push_back(absl::StrCat(ChatToken(top), "}"));
+    content.push_back(absl::StrCat(ChatToken(entry.chosen), ",\"top_logprobs\":[", absl::StrJoin(tops, ","), "]}"));
+  }
+  return absl::StrCat("{\"content\":[", absl::StrJoin(content, ","), "]}");
+}
+
+std::string CompletionChoice(const ChoiceOutput& choice) {
+  return absl::StrCat("{\"index\":", choice.index, ",\"text\":", JsonQuote(choice.text),
+                      ",\"logprobs\":", CompletionLogprobs(choice.logprobs),
+                      ",\"finish_reason\":", FinishReasonJson(choice.finish_reason), "}");
+}
+
 }  // namespace
 
 std::string ErrorJson(const ApiError& error) {
@@ -26,35 +93,39 @@ std::string ErrorJson(const ApiError& error) {
                       ",\"code\":", error.code.empty() ? "null" : JsonQuote(error.code), "}}");
 }
 
-std::string CompletionJson(const ResponseHeader& header, const std::string& text, const std::string& finish_reason,
+std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
                            const TokenUsage& usage) {
-  return absl::StrCat(Head(header, "text_completion"), ",\"choices\":[{\"index\":0,\"text\":", JsonQuote(text),
-                      ",\"logprobs\":null,\"finish_reason\":", FinishReasonJson(finish_reason), "}],\"usage\":",
-                      Usage(usage), "}");
+  std::vector<std::string> parts;
+  for (const ChoiceOutput& choice : choices) parts.push_back(CompletionChoice(choice));
+  return absl::StrCat(Head(header, "text_completion"), ",\"choices\":[", absl::StrJoin(parts, ","),
+                      "],\"usage\":", Usage(usage), "}");
 }
 
-std::string CompletionChunkJson(const ResponseHeader& header, const std::string& text,
-                                const std::string& finish_reason) {
-  return absl::StrCat(Head(header, "text_completion"), ",\"choices\":[{\"index\":0,\"text\":", JsonQuote(text),
-                      ",\"logprobs\":null,\"finish_reason\":", FinishReasonJson(finish_reason), "}]}");
+std::string CompletionChunkJson(const ResponseHeader& header, const ChoiceOutput& choice) {
+  return absl::StrCat(Head(header, "text_completion"), ",\"choices\":[", CompletionChoice(choice), "]}");
 }
 
-std::string ChatCompletionJson(const ResponseHeader& header, const std::string& content,
-                               const std::string& finish_reason, const TokenUsage& usage) {
-  return absl::StrCat(Head(header, "chat.completion"),
-                      ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":", JsonQuote(content),
-                      "},\"logprobs\":null,\"finish_reason\":", FinishReasonJson(finish_reason), "}],\"usage\":",
-                      Usage(usage), "}");
+std::string ChatCompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                               const TokenUsage& usage) {
+  std::vector<std::string> parts;
+  for (const ChoiceOutput& choice : choices) {
+    parts.push_back(absl::StrCat("{\"index\":", choice.index, ",\"message\":{\"role\":\"assistant\",\"content\":",
+                                 JsonQuote(choice.text), "},\"logprobs\":", ChatLogprobs(choice.logprobs),
+                                 ",\"finish_reason\":", FinishReasonJson(choice.finish_reason), "}"));
+  }
+  return absl::StrCat(Head(header, "chat.completion"), ",\"choices\":[", absl::StrJoin(parts, ","),
+                      "],\"usage\":", Usage(usage), "}");
 }
 
-std::string ChatChunkJson(const ResponseHeader& header, const std::optional<std::string>& role,
-                          const std::optional<std::string>& content, const std::string& finish_reason) {
+std::string ChatChunkJson(const ResponseHeader& header, const ChoiceOutput& choice,
+                          const std::optional<std::string>& role, bool has_content) {
   std::string delta = "{";
   if (role) absl::StrAppend(&delta, "\"role\":", JsonQuote(*role));
-  if (content) absl::StrAppend(&delta, role ? "," : "", "\"content\":", JsonQuote(*content));
+  if (has_content) absl::StrAppend(&delta, role ? "," : "", "\"content\":", JsonQuote(choice.text));
   delta += "}";
-  return absl::StrCat(Head(header, "chat.completion.chunk"), ",\"choices\":[{\"index\":0,\"delta\":", delta,
-                      ",\"logprobs\":null,\"finish_reason\":", FinishReasonJson(finish_reason), "}]}");
+  return absl::StrCat(Head(header, "chat.completion.chunk"), ",\"choices\":[{\"index\":", choice.index,
+                      ",\"delta\":", delta, ",\"logprobs\":", ChatLogprobs(choice.logprobs),
+                      ",\"finish_reason\":", FinishReasonJson(choice.finish_reason), "}]}");
 }
 
 std::string UsageChunkJson(const ResponseHeader& header, const char* object, const TokenUsage& usage) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/serve/openai_request.h"
 
@@ -27,19 +28,43 @@ struct ResponseHeader {
 // {"error": {"message", "type", "param", "code"}}
 std::string ErrorJson(const ApiError& error);
 
-// object "text_completion", one choice.
-std::string CompletionJson(const ResponseHeader& header, const std::string& text, const std::string& finish_reason,
+// A token in a response's log-probabilities: its text in context (Note [The
+// text of one token]) and its log-probability (a log-probability that is
+// not finite is written -9999.0, as vLLM does: JSON has no infinities).
+struct TokenText {
+  std::string text;
+  double logprob = 0;
+};
+struct TokenLogprobs {
+  TokenText chosen;
+  std::vector<TokenText> top;  // most probable first
+  int64_t text_offset = 0;     // completions: the choice's characters before this token's text
+};
+
+// One choice of a response, or a streamed piece of one.
+struct ChoiceOutput {
+  int64_t index = 0;
+  std::string text;           // chat: the message's content (or the delta's)
+  std::string finish_reason;  // empty: null
+  // nullopt: "logprobs": null. Completions: {"tokens", "token_logprobs",
+  // "top_logprobs", "text_offset"}; chat: {"content": [{"token", "logprob",
+  // "bytes", "top_logprobs"}]}.
+  std::optional<std::vector<TokenLogprobs>> logprobs;
+};
+
+// object "text_completion".
+std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
                            const TokenUsage& usage);
-// A streamed piece: `finish_reason` empty is JSON null.
-std::string CompletionChunkJson(const ResponseHeader& header, const std::string& text,
-                                const std::string& finish_reason);
-// object "chat.completion": the assistant's message.
-std::string ChatCompletionJson(const ResponseHeader& header, const std::string& content,
-                               const std::string& finish_reason, const TokenUsage& usage);
-// object "chat.completion.chunk": the first carries the role, then content
-// deltas, the last an empty delta and the finish reason.
-std::string ChatChunkJson(const ResponseHeader& header, const std::optional<std::string>& role,
-                          const std::optional<std::string>& content, const std::string& finish_reason);
+// A streamed piece of one choice.
+std::string CompletionChunkJson(const ResponseHeader& header, const ChoiceOutput& choice);
+// object "chat.completion": each choice the assistant's message.
+std::string ChatCompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
+                               const TokenUsage& usage);
+// object "chat.completion.chunk" for one choice: the first carries the role,
+// then content deltas, the last an empty delta and the finish reason.
+// `content` nullopt: no content key.
+std::string ChatChunkJson(const ResponseHeader& header, const ChoiceOutput& choice,
+                          const std::optional<std::string>& role, bool has_content);
 // The final chunk of a stream with include_usage: no choices, the usage.
 std::string UsageChunkJson(const ResponseHeader& header, const char* object, const TokenUsage& usage);
 

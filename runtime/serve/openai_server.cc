@@ -1,6 +1,8 @@
 #include "runtime/serve/openai_server.h"
 
 #include <algorithm>
+#include <deque>
+#include <numeric>
 #include <random>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "runtime/serve/openai_request.h"
 #include "runtime/serve/openai_response.h"
 #include "runtime/serve/text_streamer.h"
+#include "runtime/serve/token_text.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -50,52 +53,118 @@ bool IsStopToken(const GenerationRequest& request, int64_t token) {
   return std::find(request.stop_tokens.begin(), request.stop_tokens.end(), token) != request.stop_tokens.end();
 }
 
+// Characters in UTF-8 text (OpenAI's text_offset counts characters): the
+// bytes that do not continue a character.
+int64_t Characters(const std::string& text) {
+  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
 // A request ready for the loop.
 struct Prepared {
-  GenerationRequest request;
+  // Prompt by prompt, per_prompt choices each (best_of, or n): choice c of
+  // a prompt samples with seed + c.
+  std::vector<GenerationRequest> choices;
+  int64_t per_prompt = 1;
+  int64_t n = 1;              // choices returned per prompt
+  int64_t prompt_tokens = 0;  // all prompts'
   std::vector<std::string> stop_strings;
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
+  bool logprobs = false;
+  std::vector<std::string> echo;  // per prompt: completions' echo, the prompt's text first in each choice ("": none)
+  const std::string& EchoOf(size_t choice) const { return echo[choice / static_cast<size_t>(per_prompt)]; }
 };
 
-// One request's text as tokens arrive: its streamer and what it counted.
-struct Progress {
-  Progress(const Tokenizer& tokenizer, const Prepared& prepared)
-      : streamer(tokenizer, prepared.stop_strings), request(prepared.request) {}
+// One choice's text as its tokens arrive: its streamer, its tokens' texts
+// for log-probabilities, and what it counted.
+struct ChoiceProgress {
+  ChoiceProgress(const Tokenizer& tokenizer, const Prepared& prepared, size_t choice)
+      : streamer(tokenizer, prepared.stop_strings),
+        texts(tokenizer),
+        request(prepared.choices[choice]),
+        logprobs(prepared.logprobs),
+        text_offset(Characters(prepared.EchoOf(choice))) {}
   TextStreamer streamer;
-  GenerationRequest request;
+  TokenTexts texts;
+  const GenerationRequest& request;  // in the Prepared, which outlives this
+  const bool logprobs;
   int64_t generated = 0;
+  double logprob_sum = 0;
+  int64_t text_offset = 0;  // where the next token's text starts
   FinishReason finished = FinishReason::kNone;
-  absl::Status error;
+  std::vector<TokenLogprobs> entries;  // log-probabilities not yet sent
 
-  // Takes an update; returns the text it released. Sets `finished` at the
-  // end (kStop at a stop string too, after which the caller cancels).
-  std::string Take(const StreamUpdate& update) {
+  // Takes the choice's update; returns the text it released. Sets
+  // `finished` at the end (kStop at a stop string too, after which the
+  // caller cancels the choice).
+  std::string Take(const ChoiceUpdate& update) {
     std::string text;
-    for (int64_t token : update.tokens) {
+    for (size_t i = 0; i < update.tokens.size() && finished == FinishReason::kNone; ++i) {
+      const int64_t token = update.tokens[i];
       ++generated;
+      logprob_sum += update.logprobs[i];
+      // Every generated token has its entry (usage counts each), a stop
+      // token too (its text is the decoder's, usually ""), as vLLM's.
+      if (logprobs) Entry(token, update.logprobs[i], i < update.top_logprobs.size() ? &update.top_logprobs[i] : nullptr);
       if (IsStopToken(request, token)) continue;  // ends the request, not text
       text += streamer.Add(token);
-      if (streamer.stopped()) {
-        finished = FinishReason::kStop;
-        return text;
-      }
+      if (streamer.stopped()) finished = FinishReason::kStop;
     }
-    if (!update.error.ok()) {
-      error = update.error;
-      return text;
-    }
-    if (update.finished != FinishReason::kNone) {
+    if (finished == FinishReason::kNone && update.finished != FinishReason::kNone) {
       text += streamer.Finish();
       finished = update.finished;
     }
     return text;
   }
-  bool ended() const { return finished != FinishReason::kNone || !error.ok(); }
-  TokenUsage usage() const { return {static_cast<int64_t>(request.prompt.size()), generated}; }
+  // Mean log-probability per generated token (best_of's measure).
+  double MeanLogprob() const { return generated == 0 ? 0 : logprob_sum / static_cast<double>(generated); }
+
+ private:
+  void Entry(int64_t token, double logprob, const std::vector<TokenLogprob>* top) {
+    TokenLogprobs entry;
+    entry.chosen = TokenText{texts.Text(token), logprob};
+    if (top != nullptr) {
+      for (const TokenLogprob& alternative : *top) {
+        entry.top.push_back(TokenText{texts.Text(alternative.id), alternative.logprob});
+      }
+    }
+    entry.text_offset = text_offset;
+    text_offset += Characters(entry.chosen.text);
+    texts.Push(token);
+    entries.push_back(std::move(entry));
+  }
 };
 
+// A whole request's choices.
+struct Progress {
+  Progress(const Tokenizer& tokenizer, const Prepared& prepared) : prompt_tokens(prepared.prompt_tokens) {
+    for (size_t c = 0; c < prepared.choices.size(); ++c) choices.emplace_back(tokenizer, prepared, c);
+  }
+  std::deque<ChoiceProgress> choices;  // a deque: ChoiceProgress is not movable
+  int64_t prompt_tokens = 0;
+  absl::Status error;
+
+  // Takes an update; returns each choice's released text.
+  std::vector<std::string> Take(const StreamUpdate& update) {
+    std::vector<std::string> texts(choices.size());
+    for (size_t c = 0; c < choices.size() && c < update.choices.size(); ++c) texts[c] = choices[c].Take(update.choices[c]);
+    if (!update.error.ok()) error = update.error;
+    return texts;
+  }
+  bool ended() const {
+    if (!error.ok()) return true;
+    for (const ChoiceProgress& choice : choices) {
+      if (choice.finished == FinishReason::kNone) return false;
+    }
+    return true;
+  }
+  TokenUsage usage() const {
+    int64_t generated = 0;
+    for (const ChoiceProgress& choice : choices) generated += choice.generated;
+    return {prompt_tokens, generated};
+  }
+};
 }  // namespace
 
 class OpenAiServer::Impl {
@@ -205,10 +274,42 @@ class OpenAiServer::Impl {
                         engine.context_length(), ", the key/value cache ", engine.cache_positions(), ")");
   }
 
+  // A prompt's length against the server's limits; max_tokens from the
+  // request or the endpoint's default. `field` names the prompt in errors.
+  bool CheckLength(const GenerationParameters& parameters, bool chat, const std::string& field,
+                   GenerationRequest* request, ApiError* error) {
+    if (request->prompt.empty()) {
+      *error = ApiError{400, "invalid_request_error", chat ? "messages" : "prompt",
+                        absl::StrCat(field, ": the prompt is empty"), ""};
+      return false;
+    }
+    const int64_t prompt_tokens = static_cast<int64_t>(request->prompt.size());
+    const int64_t limit = PositionLimit();
+    if (prompt_tokens >= limit) {
+      *error = ApiError{400, "invalid_request_error", chat ? "messages" : "prompt",
+                        absl::StrCat(field, ": the prompt is ", prompt_tokens, " tokens; ", LimitWhy(),
+                                     ", and at least one must be left to generate"),
+                        "context_length_exceeded"};
+      return false;
+    }
+    const int64_t max_tokens = parameters.max_tokens.value_or(chat ? limit - prompt_tokens : options_.default_max_tokens);
+    if (prompt_tokens + max_tokens > limit) {
+      *error = ApiError{400, "invalid_request_error", "max_tokens",
+                        absl::StrCat("max_tokens: the prompt (", field == "prompt" || chat ? "" : field + ", ",
+                                     prompt_tokens, " tokens) + max_tokens (", max_tokens, ") is more than ",
+                                     LimitWhy()),
+                        "context_length_exceeded"};
+      return false;
+    }
+    request->max_new_tokens = max_tokens;
+    return true;
+  }
+
   bool Prepare(const httplib::Request& req, bool chat, Prepared* out, ApiError* error) {
+    std::vector<GenerationRequest> prompts;  // one per prompt
     GenerationParameters parameters;
     std::string model;
-    const char* prompt_field = chat ? "messages" : "prompt";
+    std::vector<int64_t> stop_tokens;
     if (chat) {
       std::optional<ChatRequest> parsed = ParseChatRequest(req.body, error);
       if (!parsed) return false;
@@ -223,21 +324,30 @@ class OpenAiServer::Impl {
         *error = ApiError{400, "invalid_request_error", "messages", std::string(prompt.status().message()), ""};
         return false;
       }
-      out->request.prompt = std::move(prompt->tokens);
-      out->request.stop_tokens = std::move(prompt->stop_tokens);
+      prompts.emplace_back().prompt = std::move(prompt->tokens);
+      stop_tokens = std::move(prompt->stop_tokens);
       out->stop_strings = std::move(prompt->stop_strings);
+      out->echo.emplace_back();
       parameters = std::move(parsed->parameters);
       model = std::move(parsed->model);
     } else {
       std::optional<CompletionRequest> parsed = ParseCompletionRequest(req.body, error);
       if (!parsed) return false;
-      if (parsed->prompt_text) {
-        if (tokenizer_.adds_bos() && tokenizer_.bos_id() >= 0) out->request.prompt.push_back(tokenizer_.bos_id());
-        for (int32_t id : tokenizer_.Encode(*parsed->prompt_text)) out->request.prompt.push_back(id);
-      } else {
-        out->request.prompt = std::move(parsed->prompt_ids);
+      for (CompletionPrompt& given : parsed->prompts) {
+        GenerationRequest& request = prompts.emplace_back();
+        std::string& echo = out->echo.emplace_back();
+        if (given.text) {
+          if (tokenizer_.adds_bos() && tokenizer_.bos_id() >= 0) request.prompt.push_back(tokenizer_.bos_id());
+          for (int32_t id : tokenizer_.Encode(*given.text)) request.prompt.push_back(id);
+          if (parsed->parameters.echo) echo = *given.text;
+        } else {
+          request.prompt = std::move(given.ids);
+          if (parsed->parameters.echo) {
+            echo = tokenizer_.Decode(std::vector<int32_t>(request.prompt.begin(), request.prompt.end()));
+          }
+        }
       }
-      if (tokenizer_.eos_id() >= 0) out->request.stop_tokens.push_back(tokenizer_.eos_id());
+      if (tokenizer_.eos_id() >= 0) stop_tokens.push_back(tokenizer_.eos_id());
       parameters = std::move(parsed->parameters);
       model = std::move(parsed->model);
     }
@@ -248,42 +358,37 @@ class OpenAiServer::Impl {
                         "model_not_found"};
       return false;
     }
-    if (out->request.prompt.empty()) {
-      *error = ApiError{400, "invalid_request_error", prompt_field, absl::StrCat(prompt_field, ": the prompt is empty"), ""};
-      return false;
-    }
-    const int64_t prompt_tokens = static_cast<int64_t>(out->request.prompt.size());
-    const int64_t limit = PositionLimit();
-    if (prompt_tokens >= limit) {
-      *error = ApiError{400, "invalid_request_error", prompt_field,
-                        absl::StrCat(prompt_field, ": the prompt is ", prompt_tokens, " tokens; ", LimitWhy(),
-                                     ", and at least one must be left to generate"),
-                        "context_length_exceeded"};
-      return false;
-    }
-    const int64_t max_tokens = parameters.max_tokens.value_or(chat ? limit - prompt_tokens : options_.default_max_tokens);
-    if (prompt_tokens + max_tokens > limit) {
-      *error = ApiError{400, "invalid_request_error", "max_tokens",
-                        absl::StrCat("max_tokens: the prompt (", prompt_tokens, " tokens) + max_tokens (", max_tokens,
-                                     ") is more than ", LimitWhy()),
-                        "context_length_exceeded"};
-      return false;
-    }
-    out->request.max_new_tokens = max_tokens;
-    if (parameters.ignore_eos) {
-      std::erase(out->request.stop_tokens, static_cast<int64_t>(tokenizer_.eos_id()));
-    }
-    SamplingOptions& sampling = out->request.sampling;
+    if (parameters.ignore_eos) std::erase(stop_tokens, static_cast<int64_t>(tokenizer_.eos_id()));
+    SamplingOptions sampling;
     sampling.greedy = parameters.temperature <= 0;
     sampling.temperature = parameters.temperature > 0 ? parameters.temperature : 1.0;
     sampling.top_p = parameters.top_p;
     sampling.top_k = parameters.top_k;
     sampling.repetition_penalty = parameters.repetition_penalty;
-    sampling.seed = parameters.seed ? *parameters.seed : std::random_device{}();
+    sampling.top_logprobs = parameters.logprobs ? parameters.top_logprobs : 0;
+    const uint64_t seed = parameters.seed ? *parameters.seed : std::random_device{}();
+    out->per_prompt = std::max(parameters.n, parameters.best_of);
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      GenerationRequest& request = prompts[p];
+      const std::string field =
+          chat ? "messages" : (prompts.size() == 1 ? std::string("prompt") : absl::StrCat("prompt[", p, "]"));
+      if (!CheckLength(parameters, chat, field, &request, error)) return false;
+      request.stop_tokens = stop_tokens;
+      request.sampling = sampling;
+      out->prompt_tokens += static_cast<int64_t>(request.prompt.size());
+      // Choice c of every prompt samples with seed + c: each prompt's
+      // choices are what it gets alone.
+      for (int64_t c = 0; c < out->per_prompt; ++c) {
+        out->choices.push_back(request);
+        out->choices.back().sampling.seed = seed + static_cast<uint64_t>(c);
+      }
+    }
+    out->n = parameters.n;
     out->stop_strings.insert(out->stop_strings.end(), parameters.stop.begin(), parameters.stop.end());
     out->chat = chat;
     out->stream = parameters.stream;
     out->include_usage = parameters.include_usage;
+    out->logprobs = parameters.logprobs;
     return true;
   }
 
@@ -291,7 +396,7 @@ class OpenAiServer::Impl {
     ApiError error;
     auto prepared = std::make_shared<Prepared>();
     if (!Prepare(req, chat, prepared.get(), &error)) return Reply(res, error);
-    auto submitted = loop_.Submit(prepared->request);
+    auto submitted = loop_.Submit(prepared->choices);
     if (!submitted.ok()) {
       const absl::Status& s = submitted.status();
       error.message = std::string(s.message());
@@ -302,6 +407,9 @@ class OpenAiServer::Impl {
       } else {
         error = ApiError{400, "invalid_request_error", chat ? "messages" : "prompt", error.message, ""};
         if (absl::StartsWith(error.message, "max_new_tokens")) error.param = "max_tokens";
+        if (absl::StartsWith(error.message, "n:")) {
+          error.param = prepared->n > 1 ? "n" : prepared->per_prompt > 1 ? "best_of" : "prompt";
+        }
       }
       return Reply(res, error);
     }
@@ -310,9 +418,11 @@ class OpenAiServer::Impl {
     if (!prepared->stream) return Complete(res, *prepared, *stream, header);
 
     struct Streaming {
-      Streaming(const Tokenizer& tokenizer, const Prepared& prepared) : progress(tokenizer, prepared) {}
+      Streaming(const Tokenizer& tokenizer, const Prepared& prepared)
+          : progress(tokenizer, prepared), started(prepared.choices.size(), false), ended(prepared.choices.size(), false) {}
       Progress progress;
-      bool role_sent = false;
+      std::vector<bool> started;  // its first chunk (chat: the role; completions: the echo) sent
+      std::vector<bool> ended;    // its finish chunk sent
       bool done = false;
     };
     auto state = std::make_shared<Streaming>(tokenizer_, *prepared);
@@ -321,25 +431,46 @@ class OpenAiServer::Impl {
         "text/event-stream",
         [state, stream, header, prepared](size_t, httplib::DataSink& sink) {
           std::string out;
-          if (prepared->chat && !state->role_sent) {
-            out += ServerSentEvent(ChatChunkJson(header, "assistant", "", ""));
-            state->role_sent = true;
-          }
           Progress& progress = state->progress;
-          const std::string text = progress.Take(stream->Wait(absl::Now() + kWaitSlice));
-          if (!text.empty()) {
-            out += ServerSentEvent(prepared->chat ? ChatChunkJson(header, std::nullopt, text, "")
-                                                  : CompletionChunkJson(header, text, ""));
+          const size_t choices = progress.choices.size();
+          // Every choice streams, its index its place (best_of > n is refused with stream).
+          auto chunk = [&](ChoiceOutput piece, std::optional<std::string> role, bool has_content) {
+            if (!progress.choices[piece.index].logprobs) {
+              piece.logprobs = std::nullopt;
+            }
+            out += ServerSentEvent(prepared->chat ? ChatChunkJson(header, piece, role, has_content)
+                                                  : CompletionChunkJson(header, piece));
+          };
+          for (size_t c = 0; c < choices; ++c) {
+            if (state->started[c]) continue;
+            state->started[c] = true;
+            if (prepared->chat) {
+              chunk(ChoiceOutput{static_cast<int64_t>(c), "", "", std::nullopt}, "assistant", true);
+            } else if (!prepared->EchoOf(c).empty()) {
+              chunk(ChoiceOutput{static_cast<int64_t>(c), prepared->EchoOf(c), "", std::nullopt}, std::nullopt, true);
+            }
+          }
+          const std::vector<std::string> texts = progress.Take(stream->Wait(absl::Now() + kWaitSlice));
+          for (size_t c = 0; c < choices; ++c) {
+            ChoiceProgress& choice = progress.choices[c];
+            std::vector<TokenLogprobs> entries;
+            entries.swap(choice.entries);
+            if (!texts[c].empty() || !entries.empty()) {
+              chunk(ChoiceOutput{static_cast<int64_t>(c), texts[c], "", std::move(entries)}, std::nullopt, true);
+            }
+            if (progress.error.ok() && choice.finished != FinishReason::kNone && !state->ended[c]) {
+              state->ended[c] = true;
+              if (choice.streamer.stopped()) stream->CancelChoice(c);  // a stop string: the engine need not go on
+              ChoiceOutput last{static_cast<int64_t>(c), "", FinishReasonName(choice.finished), std::nullopt};
+              if (!prepared->chat && choice.logprobs) last.logprobs = std::vector<TokenLogprobs>{};
+              chunk(std::move(last), std::nullopt, false);
+            }
           }
           if (!progress.error.ok()) {
             ApiError error{503, "server_error", "", std::string(progress.error.message()), ""};
             out += ServerSentEvent(ErrorJson(error));
             out += kServerSentEventsDone;
-          } else if (progress.finished != FinishReason::kNone) {
-            if (progress.streamer.stopped()) stream->Cancel();  // a stop string: the engine need not go on
-            const std::string reason = FinishReasonName(progress.finished);
-            out += ServerSentEvent(prepared->chat ? ChatChunkJson(header, std::nullopt, std::nullopt, reason)
-                                                  : CompletionChunkJson(header, "", reason));
+          } else if (progress.ended()) {
             if (prepared->include_usage) {
               out += ServerSentEvent(UsageChunkJson(
                   header, prepared->chat ? "chat.completion.chunk" : "text_completion", progress.usage()));
@@ -364,15 +495,44 @@ class OpenAiServer::Impl {
 
   void Complete(httplib::Response& res, const Prepared& prepared, RequestStream& stream, const ResponseHeader& header) {
     Progress progress(tokenizer_, prepared);
-    std::string text;
-    while (!progress.ended()) text += progress.Take(stream.Wait(absl::Now() + kWaitSlice));
+    std::vector<std::string> texts(prepared.choices.size());
+    std::vector<bool> cancelled(prepared.choices.size(), false);
+    while (!progress.ended()) {
+      const std::vector<std::string> pieces = progress.Take(stream.Wait(absl::Now() + kWaitSlice));
+      for (size_t c = 0; c < pieces.size(); ++c) {
+        texts[c] += pieces[c];
+        if (progress.choices[c].streamer.stopped() && !cancelled[c]) {
+          stream.CancelChoice(c);  // a stop string ended the choice: the engine need not go on
+          cancelled[c] = true;
+        }
+      }
+    }
     if (!progress.error.ok()) {
       return Reply(res, ApiError{503, "server_error", "", std::string(progress.error.message()), ""});
     }
-    if (progress.streamer.stopped()) stream.Cancel();
-    const std::string reason = FinishReasonName(progress.finished);
-    res.set_content(prepared.chat ? ChatCompletionJson(header, text, reason, progress.usage())
-                                  : CompletionJson(header, text, reason, progress.usage()),
+    // Prompt by prompt; best_of: the n choices of highest mean
+    // log-probability per token, best first.
+    std::vector<ChoiceOutput> choices;
+    const size_t per_prompt = static_cast<size_t>(prepared.per_prompt);
+    for (size_t first = 0; first < prepared.choices.size(); first += per_prompt) {
+      std::vector<size_t> order(per_prompt);
+      std::iota(order.begin(), order.end(), first);
+      if (per_prompt > static_cast<size_t>(prepared.n)) {
+        std::stable_sort(order.begin(), order.end(), [&progress](size_t a, size_t b) {
+          return progress.choices[a].MeanLogprob() > progress.choices[b].MeanLogprob();
+        });
+        order.resize(static_cast<size_t>(prepared.n));
+      }
+      for (size_t c : order) {
+        ChoiceProgress& choice = progress.choices[c];
+        ChoiceOutput output{static_cast<int64_t>(choices.size()), prepared.EchoOf(c) + texts[c],
+                            FinishReasonName(choice.finished), std::nullopt};
+        if (prepared.logprobs) output.logprobs = std::move(choice.entries);
+        choices.push_back(std::move(output));
+      }
+    }
+    res.set_content(prepared.chat ? ChatCompletionJson(header, choices, progress.usage())
+                                  : CompletionJson(header, choices, progress.usage()),
                     kJson);
   }
 

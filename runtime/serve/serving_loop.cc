@@ -1,56 +1,92 @@
 #include "runtime/serve/serving_loop.h"
 
 #include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace dslaunch::runtime {
 
+// A choice posted to the loop, not yet handed to the engine.
+struct Posted {
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+  size_t choice = 0;
+};
+
 // What HTTP threads and the loop thread share.
 struct RequestStream::Mailbox {
   absl::Mutex mu;
-  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> submitted ABSL_GUARDED_BY(mu);
+  std::deque<Posted> submitted ABSL_GUARDED_BY(mu);
   std::vector<int64_t> cancelled ABSL_GUARDED_BY(mu);  // stream keys
   bool stopping ABSL_GUARDED_BY(mu) = false;
   absl::Status broken ABSL_GUARDED_BY(mu);    // a failed step, or Stop
-  int64_t outstanding ABSL_GUARDED_BY(mu) = 0;  // submitted, not yet ended
+  int64_t outstanding ABSL_GUARDED_BY(mu) = 0;  // choices submitted, not yet ended
   int64_t next_key ABSL_GUARDED_BY(mu) = 1;
   GenerationStats stats ABSL_GUARDED_BY(mu);
 };
 
+RequestStream::RequestStream(std::vector<int64_t> keys, std::shared_ptr<Mailbox> mailbox)
+    : keys_(std::move(keys)), mailbox_(std::move(mailbox)), choices_(keys_.size()) {}
+
 StreamUpdate RequestStream::Wait(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !tokens_.empty() || finished_ != FinishReason::kNone || !error_.ok();
+    if (!error_.ok()) return true;
+    bool all_ended = true;
+    for (const Choice& c : choices_) {
+      if (!c.pending.tokens.empty() || (c.pending.finished != FinishReason::kNone && !c.end_reported)) return true;
+      all_ended = all_ended && c.pending.finished != FinishReason::kNone;
+    }
+    return all_ended;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   StreamUpdate update;
-  update.tokens.swap(tokens_);
-  update.finished = finished_;
   update.error = error_;
+  for (Choice& c : choices_) {
+    ChoiceUpdate& out = update.choices.emplace_back();
+    out.tokens.swap(c.pending.tokens);
+    out.logprobs.swap(c.pending.logprobs);
+    out.top_logprobs.swap(c.pending.top_logprobs);
+    out.finished = c.pending.finished;
+    if (out.finished != FinishReason::kNone) c.end_reported = true;
+  }
   return update;
 }
 
 void RequestStream::Cancel() {
   absl::MutexLock lock(&mailbox_->mu);
-  mailbox_->cancelled.push_back(key_);
+  mailbox_->cancelled.insert(mailbox_->cancelled.end(), keys_.begin(), keys_.end());
 }
 
-void RequestStream::Deliver(int64_t token) {
+void RequestStream::CancelChoice(size_t choice) {
+  absl::MutexLock lock(&mailbox_->mu);
+  mailbox_->cancelled.push_back(keys_.at(choice));
+}
+
+void RequestStream::Deliver(size_t choice, GeneratedToken token) {
   absl::MutexLock lock(&mu_);
-  tokens_.push_back(token);
+  ChoiceUpdate& pending = choices_[choice].pending;
+  pending.tokens.push_back(token.token);
+  pending.logprobs.push_back(token.logprob);
+  if (!token.top_logprobs.empty()) pending.top_logprobs.push_back(std::move(token.top_logprobs));
 }
 
-void RequestStream::End(FinishReason reason, absl::Status error) {
+void RequestStream::End(size_t choice, FinishReason reason) {
   absl::MutexLock lock(&mu_);
-  if (finished_ != FinishReason::kNone || !error_.ok()) return;
-  finished_ = reason;
-  error_ = std::move(error);
+  FinishReason& finished = choices_[choice].pending.finished;
+  if (finished == FinishReason::kNone) finished = reason;
 }
 
-// A request the engine holds.
+void RequestStream::Fail(absl::Status error) {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok()) error_ = std::move(error);
+}
+
+// A choice the engine holds.
 struct ServingLoop::Active {
   std::shared_ptr<RequestStream> stream;
+  size_t choice = 0;
   absl::Time submitted;
   absl::Time last_token;
   int64_t tokens = 0;
@@ -80,7 +116,7 @@ void ServingLoop::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   // Requests the loop never took (it was not started, or stopped first).
-  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> left;
+  std::deque<Posted> left;
   absl::Status why;
   {
     absl::MutexLock lock(&mailbox_->mu);
@@ -88,23 +124,41 @@ void ServingLoop::Stop() {
     why = mailbox_->broken;
     mailbox_->outstanding -= static_cast<int64_t>(left.size());
   }
-  for (auto& [request, stream] : left) stream->End(FinishReason::kNone, why);
+  for (Posted& posted : left) posted.stream->Fail(why);
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> ServingLoop::Submit(GenerationRequest request) {
-  if (absl::Status checked = engine_->CheckRequest(request); !checked.ok()) return checked;
+  std::vector<GenerationRequest> choices;
+  choices.push_back(std::move(request));
+  return Submit(std::move(choices));
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> ServingLoop::Submit(std::vector<GenerationRequest> choices) {
+  if (choices.empty()) return absl::InvalidArgumentError("n: a request needs at least one choice");
+  for (const GenerationRequest& request : choices) {
+    if (absl::Status checked = engine_->CheckRequest(request); !checked.ok()) return checked;
+  }
+  const int64_t n = static_cast<int64_t>(choices.size());
+  const int64_t capacity = engine_->max_sequences() + options_.max_queue;
+  if (n > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("n: ", n, " choices are more than this server holds at once (",
+                                                   "--max_sequences ", engine_->max_sequences(), " + --max_queue ",
+                                                   options_.max_queue, ")"));
+  }
   absl::MutexLock lock(&mailbox_->mu);
   if (!mailbox_->broken.ok()) return absl::UnavailableError(mailbox_->broken.message());
-  const int64_t capacity = engine_->max_sequences() + options_.max_queue;
-  if (mailbox_->outstanding >= capacity) {
+  if (mailbox_->outstanding + n > capacity) {
     return absl::ResourceExhaustedError(absl::StrCat("the server is full: ", mailbox_->outstanding,
                                                      " requests running or waiting (--max_sequences ",
                                                      engine_->max_sequences(), " + --max_queue ", options_.max_queue,
-                                                     "); retry later"));
+                                                     ")", n > 1 ? absl::StrCat(", and this one has ", n, " choices") : "",
+                                                     "; retry later"));
   }
-  auto stream = std::shared_ptr<RequestStream>(new RequestStream(mailbox_->next_key++, mailbox_));
-  ++mailbox_->outstanding;
-  mailbox_->submitted.emplace_back(std::move(request), stream);
+  std::vector<int64_t> keys;
+  for (int64_t i = 0; i < n; ++i) keys.push_back(mailbox_->next_key++);
+  auto stream = std::shared_ptr<RequestStream>(new RequestStream(std::move(keys), mailbox_));
+  mailbox_->outstanding += n;
+  for (size_t i = 0; i < choices.size(); ++i) mailbox_->submitted.push_back(Posted{std::move(choices[i]), stream, i});
   return stream;
 }
 
@@ -126,8 +180,13 @@ void ServingLoop::Run() {
     auto it = active.find(id);
     const absl::Time now = absl::Now();
     if (metrics_ != nullptr) metrics_->RequestEnded(reason, !error.ok(), absl::ToDoubleSeconds(now - it->second.submitted));
-    it->second.stream->End(reason, std::move(error));
-    ids.erase(it->second.stream->key_);
+    RequestStream& stream = *it->second.stream;
+    if (error.ok()) {
+      stream.End(it->second.choice, reason);
+    } else {
+      stream.Fail(std::move(error));
+    }
+    ids.erase(stream.keys_[it->second.choice]);
     active.erase(it);
     (void)engine_->TakeResult(id);
     absl::MutexLock lock(&mail.mu);
@@ -135,7 +194,7 @@ void ServingLoop::Run() {
   };
   absl::Status failure;
   while (true) {
-    std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> submitted;
+    std::deque<Posted> submitted;
     std::vector<int64_t> cancelled;
     if (options_.on_turn && !engine_->Idle()) options_.on_turn();
     {
@@ -156,7 +215,9 @@ void ServingLoop::Run() {
     if (options_.publisher != nullptr) {
       // Note [Tensor-parallel serving]: the other ranks apply this turn as is.
       ServingTurn turn;
-      for (const auto& [request, stream] : submitted) turn.submitted.emplace_back(stream->key_, request);
+      for (const Posted& posted : submitted) {
+        turn.submitted.emplace_back(posted.stream->keys_[posted.choice], posted.request);
+      }
       turn.cancelled = cancelled;
       if (absl::Status published = options_.publisher->Publish(turn); !published.ok()) {
         failure = absl::UnavailableError(
@@ -167,18 +228,18 @@ void ServingLoop::Run() {
         break;
       }
     }
-    for (auto& [request, stream] : submitted) {
-      const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
-      auto id = engine_->Submit(std::move(request));
+    for (Posted& posted : submitted) {
+      const int64_t prompt_tokens = static_cast<int64_t>(posted.request.prompt.size());
+      auto id = engine_->Submit(std::move(posted.request));
       if (!id.ok()) {  // CheckRequest passed: not expected, but never lost
-        stream->End(FinishReason::kNone, id.status());
+        posted.stream->Fail(id.status());
         absl::MutexLock lock(&mail.mu);
         --mail.outstanding;
         continue;
       }
       if (metrics_ != nullptr) metrics_->PromptTokens(prompt_tokens);
-      ids[stream->key_] = *id;
-      active[*id] = Active{stream, absl::Now(), absl::InfinitePast(), 0};
+      ids[posted.stream->keys_[posted.choice]] = *id;
+      active[*id] = Active{posted.stream, posted.choice, absl::Now(), absl::InfinitePast(), 0};
     }
     for (int64_t key : cancelled) {
       auto it = ids.find(key);
@@ -194,8 +255,10 @@ void ServingLoop::Run() {
         break;
       }
       const absl::Time now = absl::Now();
-      for (const GeneratedToken& token : *step) {
-        auto it = active.find(token.request);
+      for (GeneratedToken& token : *step) {
+        const int64_t id = token.request;
+        const FinishReason finished = token.finished;
+        auto it = active.find(id);
         if (it == active.end()) continue;
         Active& a = it->second;
         if (metrics_ != nullptr) {
@@ -207,8 +270,8 @@ void ServingLoop::Run() {
         }
         ++a.tokens;
         a.last_token = now;
-        a.stream->Deliver(token.token);
-        if (token.finished != FinishReason::kNone) end(token.request, token.finished, absl::OkStatus());
+        a.stream->Deliver(a.choice, std::move(token));
+        if (finished != FinishReason::kNone) end(id, finished, absl::OkStatus());
       }
     }
     const GenerationStats stats = engine_->Stats();
@@ -218,7 +281,7 @@ void ServingLoop::Run() {
   }
   // Stopped or broken: every request posted or held ends with the reason.
   absl::Status why;
-  std::deque<std::pair<GenerationRequest, std::shared_ptr<RequestStream>>> left;
+  std::deque<Posted> left;
   {
     absl::MutexLock lock(&mail.mu);
     if (!failure.ok()) mail.broken = failure;
@@ -226,7 +289,7 @@ void ServingLoop::Run() {
     left.swap(mail.submitted);
     mail.outstanding -= static_cast<int64_t>(left.size());
   }
-  for (auto& [request, stream] : left) stream->End(FinishReason::kNone, why);
+  for (Posted& posted : left) posted.stream->Fail(why);
   while (!active.empty()) {
     const int64_t id = active.begin()->first;
     (void)engine_->Cancel(id);

@@ -10,6 +10,10 @@
 //    a stop string was found), runs one Step, and delivers each new token to
 //    its request's stream. A finished request's blocks are back in the pool
 //    before the next step.
+//  - A request of n choices (OpenAI's n, best_of) is n engine sequences
+//    under one stream: each choice has its own stream key, is admitted,
+//    cancelled and counted (--max_queue, the metrics) as a request of its
+//    own, and ends on its own; the stream ends when every choice has.
 //  - A failed step (out of device memory, a kernel error) ends every request
 //    with that error, and the server answers Unavailable from then on: it
 //    never serves from an engine in an unknown state.
@@ -47,38 +51,62 @@ struct ServingLoopOptions {
   absl::Duration idle_turn = absl::Seconds(5);
 };
 
-// What arrived for a request since the consumer last looked.
-struct StreamUpdate {
+// What arrived for one choice of a request since the consumer last looked.
+struct ChoiceUpdate {
   std::vector<int64_t> tokens;
-  FinishReason finished = FinishReason::kNone;  // set once, when it ended
-  absl::Status error;                           // it ended because the engine failed or stopped
-  bool ended() const { return finished != FinishReason::kNone || !error.ok(); }
+  std::vector<double> logprobs;                         // one per token
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // one per token, with sampling.top_logprobs
+  FinishReason finished = FinishReason::kNone;          // once it ended (repeated in later updates)
+};
+
+// What arrived for a request: one entry per choice, in the order submitted.
+struct StreamUpdate {
+  std::vector<ChoiceUpdate> choices;
+  absl::Status error;  // every choice ended because the engine failed or the server stopped
+  // An error, or every choice finished (an update with no choices, as a
+  // default-constructed one, has not ended).
+  bool ended() const {
+    if (!error.ok()) return true;
+    for (const ChoiceUpdate& choice : choices) {
+      if (choice.finished == FinishReason::kNone) return false;
+    }
+    return !choices.empty();
+  }
 };
 
 class ServingLoop;
 
-// One request's tokens as the loop produces them. Thread-safe.
+// One request's tokens as the loop produces them: one or more choices (the
+// engine runs each as its own sequence). Thread-safe.
 class RequestStream {
  public:
-  // Blocks until something new arrives or `deadline`; returns what is new
-  // (empty on a timeout). After the end, returns the end again.
+  // Blocks until something new arrives (a token, a choice's end, an error)
+  // or `deadline`; returns what is new, with each choice's end once it
+  // ended (no tokens on a timeout). After the end, returns the end again.
   StreamUpdate Wait(absl::Time deadline);
-  // Asks the loop to end the request (kCancelled) and free its blocks.
-  // Harmless after the end.
+  // Asks the loop to end every choice not yet ended (kCancelled) and free
+  // their blocks. Harmless after the end.
   void Cancel();
+  // The same for one choice (a stop string ended it).
+  void CancelChoice(size_t choice);
+  size_t choices() const { return keys_.size(); }
 
  private:
   friend class ServingLoop;
   struct Mailbox;
-  RequestStream(int64_t key, std::shared_ptr<Mailbox> mailbox) : key_(key), mailbox_(std::move(mailbox)) {}
-  void Deliver(int64_t token);
-  void End(FinishReason reason, absl::Status error);
+  struct Choice {
+    ChoiceUpdate pending;  // tokens not yet taken; `finished` once it ended
+    bool end_reported = false;
+  };
+  RequestStream(std::vector<int64_t> keys, std::shared_ptr<Mailbox> mailbox);
+  void Deliver(size_t choice, GeneratedToken token);
+  void End(size_t choice, FinishReason reason);
+  void Fail(absl::Status error);  // ends every choice
 
-  const int64_t key_;
+  const std::vector<int64_t> keys_;  // one per choice
   std::shared_ptr<Mailbox> mailbox_;
   absl::Mutex mu_;
-  std::vector<int64_t> tokens_ ABSL_GUARDED_BY(mu_);
-  FinishReason finished_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
+  std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -92,7 +120,12 @@ class ServingLoop {
   // Idempotent and thread-safe (a signal-handling thread may call it).
   void Stop();
 
+  // One request, one choice.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerationRequest request);
+  // One request of several choices (OpenAI's n), each its own sequence:
+  // all queued or none. InvalidArgument naming "n" when there are more than
+  // the server ever holds at once.
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(std::vector<GenerationRequest> choices);
 
   // The engine's fixed figures (CheckRequest, context_length, ...): const
   // methods that read only what Create fixed.

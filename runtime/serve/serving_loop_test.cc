@@ -46,13 +46,21 @@ std::unique_ptr<GenerationEngine> Engine(Llama model, int64_t max_sequences) {
   return std::move(*engine);
 }
 
-// Everything a stream delivers until its end.
+// Everything a stream delivers until its end, each choice's joined.
 StreamUpdate Drain(RequestStream& stream) {
   StreamUpdate all;
+  all.choices.resize(stream.choices());
   while (!all.ended()) {
     StreamUpdate update = stream.Wait(absl::InfiniteFuture());
-    all.tokens.insert(all.tokens.end(), update.tokens.begin(), update.tokens.end());
-    all.finished = update.finished;
+    EXPECT_EQ(update.choices.size(), all.choices.size());
+    for (size_t c = 0; c < update.choices.size(); ++c) {
+      ChoiceUpdate& to = all.choices[c];
+      const ChoiceUpdate& from = update.choices[c];
+      to.tokens.insert(to.tokens.end(), from.tokens.begin(), from.tokens.end());
+      to.logprobs.insert(to.logprobs.end(), from.logprobs.begin(), from.logprobs.end());
+      to.top_logprobs.insert(to.top_logprobs.end(), from.top_logprobs.begin(), from.top_logprobs.end());
+      to.finished = from.finished;
+    }
     all.error = update.error;
   }
   return all;
@@ -90,8 +98,9 @@ TEST(ServingLoopTest, RequestsFromManyThreadsGetWhatEachGetsAlone) {
   for (int i = 0; i < kRequests; ++i) {
     SCOPED_TRACE(i);
     EXPECT_TRUE(got[i].error.ok()) << got[i].error;
-    EXPECT_EQ(got[i].tokens, alone[i].tokens);
-    EXPECT_EQ(got[i].finished, alone[i].finished);
+    EXPECT_EQ(got[i].choices[0].tokens, alone[i].tokens);
+    EXPECT_EQ(got[i].choices[0].logprobs, alone[i].logprobs);
+    EXPECT_EQ(got[i].choices[0].finished, alone[i].finished);
   }
   loop.Stop();
   const GenerationStats stats = loop.Stats();
@@ -151,24 +160,82 @@ TEST(ServingLoopTest, ACancelledRequestEndsAndItsBlocksGoBack) {
   (*waiting)->Cancel();
   loop.Start();
   StreamUpdate never_ran = Drain(**waiting);
-  EXPECT_EQ(never_ran.finished, FinishReason::kCancelled);
-  EXPECT_TRUE(never_ran.tokens.empty());
+  EXPECT_EQ(never_ran.choices[0].finished, FinishReason::kCancelled);
+  EXPECT_TRUE(never_ran.choices[0].tokens.empty());
   // Cancelled while running: the one token of its first step, then the end.
   auto running = loop.Submit(request);
   ASSERT_TRUE(running.ok());
   StreamUpdate first = (*running)->Wait(absl::InfiniteFuture());
-  ASSERT_EQ(first.tokens.size(), 1u);
+  ASSERT_EQ(first.choices[0].tokens.size(), 1u);
   (*running)->Cancel();
   cancel_sent.Notify();
   StreamUpdate end = Drain(**running);
-  EXPECT_EQ(end.finished, FinishReason::kCancelled);
+  EXPECT_EQ(end.choices[0].finished, FinishReason::kCancelled);
   EXPECT_TRUE(end.error.ok());
-  EXPECT_TRUE(end.tokens.empty());
+  EXPECT_TRUE(end.choices[0].tokens.empty());
   (*running)->Cancel();  // harmless after the end
   loop.Stop();
   const GenerationStats stats = loop.Stats();
   EXPECT_EQ(stats.cache_free_blocks, stats.cache_blocks);
   EXPECT_THAT(metrics.Text(), HasSubstr("dsserve_requests_total{finish_reason=\"cancelled\"} 2"));
+}
+
+TEST(ServingLoopTest, ARequestOfSeveralChoicesGetsEachAloneAndEndsWhenAllHave) {
+  torch::NoGradGuard no_grad;
+  Llama model = TinyModel();
+  std::vector<GenerationRequest> choices;
+  for (int c = 0; c < 3; ++c) {
+    GenerationRequest request = Request(1);  // sampled
+    request.sampling.seed = 40 + c;
+    request.sampling.top_logprobs = 2;
+    request.max_new_tokens = 6 + c;
+    request.stop_tokens.clear();
+    choices.push_back(request);
+  }
+  std::vector<GenerationResult> alone;
+  {
+    auto engine = Engine(model, 1);
+    for (const GenerationRequest& request : choices) alone.push_back((*engine->GenerateAll({request}))[0]);
+  }
+  ASSERT_NE(alone[0].tokens, alone[1].tokens) << "the seeds should give different choices";
+  ServingMetrics metrics;
+  ServingLoopOptions options;
+  options.max_queue = 1;
+  ServingLoop loop(Engine(model, 2), options, &metrics);
+  // More choices than the server ever holds: refused naming n, nothing queued.
+  auto too_many = loop.Submit(std::vector<GenerationRequest>(4, choices[0]));
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_many.status().message()), HasSubstr("n: 4 choices"));
+  loop.Start();
+  auto stream = loop.Submit(choices);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ((*stream)->choices(), 3u);
+  const StreamUpdate all = Drain(**stream);
+  ASSERT_TRUE(all.error.ok()) << all.error;
+  for (size_t c = 0; c < 3; ++c) {
+    SCOPED_TRACE(c);
+    EXPECT_EQ(all.choices[c].tokens, alone[c].tokens);
+    EXPECT_EQ(all.choices[c].logprobs, alone[c].logprobs);
+    ASSERT_EQ(all.choices[c].top_logprobs.size(), alone[c].top_logprobs.size());
+    for (size_t t = 0; t < alone[c].top_logprobs.size(); ++t) {
+      EXPECT_EQ(all.choices[c].top_logprobs[t], alone[c].top_logprobs[t]) << t;
+    }
+    EXPECT_EQ(all.choices[c].finished, FinishReason::kLength);
+  }
+  // One choice cancelled (a stop string ended it): the others go on to their end.
+  std::vector<GenerationRequest> long_choices = {choices[0], choices[1]};
+  for (GenerationRequest& request : long_choices) request.max_new_tokens = 40;
+  auto second = loop.Submit(long_choices);
+  ASSERT_TRUE(second.ok()) << second.status();
+  (*second)->CancelChoice(0);
+  const StreamUpdate ended = Drain(**second);
+  EXPECT_TRUE(ended.error.ok()) << ended.error;
+  EXPECT_EQ(ended.choices[0].finished, FinishReason::kCancelled);
+  EXPECT_EQ(ended.choices[1].finished, FinishReason::kLength);
+  EXPECT_EQ(ended.choices[1].tokens.size(), 40u);
+  loop.Stop();
+  const GenerationStats stats = loop.Stats();
+  EXPECT_EQ(stats.cache_free_blocks, stats.cache_blocks);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ class WordReader {
   bool ok_ = true;
 };
 
-constexpr int64_t kTurnMagic = 0x64737475726e3031;  // "dsturn01"
+constexpr int64_t kTurnMagic = 0x64737475726e3032;  // "dsturn02"
 
 // The turn through the group: its length, then its words, from rank 0.
 absl::Status BroadcastWords(Communicator& group, torch::Device device, std::vector<int64_t>* words) {
@@ -65,7 +65,7 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     w.push_back(request.max_new_tokens);
     const SamplingOptions& s = request.sampling;
     w.insert(w.end(), {s.greedy ? 1 : 0, Bits(s.temperature), s.top_k, Bits(s.top_p), Bits(s.repetition_penalty),
-                       static_cast<int64_t>(s.seed)});
+                       static_cast<int64_t>(s.seed), s.top_logprobs});
     w.push_back(static_cast<int64_t>(request.stop_tokens.size()));
     w.insert(w.end(), request.stop_tokens.begin(), request.stop_tokens.end());
   }
@@ -93,6 +93,7 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     s.top_p = Double(r.Next());
     s.repetition_penalty = Double(r.Next());
     s.seed = static_cast<uint64_t>(r.Next());
+    s.top_logprobs = r.Next();
     const int64_t stops = r.Count();
     for (int64_t t = 0; t < stops; ++t) request.stop_tokens.push_back(r.Next());
     turn.submitted.emplace_back(key, std::move(request));

@@ -26,6 +26,7 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   request.sampling.top_p = 0.9;
   request.sampling.repetition_penalty = 1.3;
   request.sampling.seed = ~uint64_t{0} - 5;
+  request.sampling.top_logprobs = 6;
   request.stop_tokens = {2, 31};
   turn.submitted = {{17, request}, {18, GenerationRequest{{1}, 1, {}, {}}}};
   turn.cancelled = {3, 17};
@@ -42,6 +43,7 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_EQ(got.sampling.top_p, 0.9);
   EXPECT_EQ(got.sampling.repetition_penalty, 1.3);
   EXPECT_EQ(got.sampling.seed, request.sampling.seed);
+  EXPECT_EQ(got.sampling.top_logprobs, 6);
   EXPECT_EQ(got.stop_tokens, request.stop_tokens);
   EXPECT_EQ(back->cancelled, turn.cancelled);
   EXPECT_FALSE(back->stop);
@@ -113,7 +115,7 @@ TEST(ServingTurnsTest, AFollowerKeepsInStepWithTheServingRank) {
     long_request.max_new_tokens = 60;
     auto cancelled = loop.Submit(long_request);
     ASSERT_TRUE(cancelled.ok());
-    ASSERT_FALSE((*cancelled)->Wait(absl::InfiniteFuture()).tokens.empty());
+    ASSERT_FALSE((*cancelled)->Wait(absl::InfiniteFuture()).choices[0].tokens.empty());
     (*cancelled)->Cancel();
     std::vector<std::thread> clients;
     for (int t = 0; t < 2; ++t) {
@@ -125,7 +127,7 @@ TEST(ServingTurnsTest, AFollowerKeepsInStepWithTheServingRank) {
           StreamUpdate update;
           while (!update.ended()) {
             update = (*stream)->Wait(absl::InfiniteFuture());
-            served[i].insert(served[i].end(), update.tokens.begin(), update.tokens.end());
+            served[i].insert(served[i].end(), update.choices[0].tokens.begin(), update.choices[0].tokens.end());
           }
           EXPECT_TRUE(update.error.ok()) << update.error;
         }
@@ -134,7 +136,7 @@ TEST(ServingTurnsTest, AFollowerKeepsInStepWithTheServingRank) {
     for (std::thread& client : clients) client.join();
     StreamUpdate end;
     while (!end.ended()) end = (*cancelled)->Wait(absl::InfiniteFuture());
-    EXPECT_EQ(end.finished, FinishReason::kCancelled);
+    EXPECT_EQ(end.choices[0].finished, FinishReason::kCancelled);
     loop.Stop();
   });
   EXPECT_TRUE(followed.ok()) << followed;

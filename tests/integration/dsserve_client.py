@@ -12,6 +12,12 @@ checks:
                                 chats, sampled with seeds): none lost, each
                                 equals the same request alone, unstreamed
   chat                          /v1/chat/completions shapes, streamed and not
+  logprobs PROMPT DSGEN_LOGPROBS  log-probabilities in both endpoints' forms:
+                                the greedy tokens' equal dsgen's, the top
+                                alternatives in order, streamed as plain
+  choices                       n choices (each the single request of seed
+                                + i), streamed per index, best_of's pick,
+                                several prompts, echo
   errors                        the documented errors for bad input
   disconnect                    a client that goes away mid-stream: its
                                 request is cancelled, the cache is whole again
@@ -207,6 +213,125 @@ def check_chat():
     print(f"PASS: /v1/chat/completions plain and streamed agree: {text!r} ({reason})")
 
 
+def check_logprobs(prompt, dsgen_logprobs):
+    # dsgen's "id logprob" lines (then its text, which may be any bytes).
+    expected = [float(f[1]) for f in (line.split() for line in open(dsgen_logprobs, "rb"))
+                if len(f) == 2 and f[0].isdigit() and f[1].startswith(b"-")]
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 3}
+    status, plain = post("/v1/completions", body)
+    if status != 200:
+        fail(f"logprobs: HTTP {status}: {plain}")
+    choice, usage = plain["choices"][0], plain["usage"]
+    logprobs = choice["logprobs"]
+    if set(logprobs) != {"tokens", "token_logprobs", "top_logprobs", "text_offset"}:
+        fail(f"completion logprobs keys {sorted(logprobs)}")
+    got = logprobs["token_logprobs"]
+    if len(got) != usage["completion_tokens"] or len(got) != len(expected):
+        fail(f"{len(got)} token log-probabilities for {usage['completion_tokens']} tokens, dsgen printed {len(expected)}")
+    for i, (a, b) in enumerate(zip(got, expected)):
+        if abs(a - b) > 2e-6:
+            fail(f"token {i}: log-probability {a}, dsgen's {b}")
+    for i, top in enumerate(logprobs["top_logprobs"]):
+        values = list(top.values())
+        if not 1 <= len(values) <= 3 or values != sorted(values, reverse=True):
+            fail(f"token {i}: top_logprobs {top}")
+        if abs(values[0] - got[i]) > 1e-12:  # greedy: the chosen token is the most probable
+            fail(f"token {i}: the most probable alternative {top}, the chosen token's {got[i]}")
+    if "\ufffd" not in choice["text"]:  # (a half character is U+FFFD in a token and in the text alike, but not 1:1)
+        if "".join(logprobs["tokens"]) != choice["text"]:
+            fail(f"the tokens {logprobs['tokens']} joined are not the text {choice['text']!r}")
+        lengths = [len(t) for t in logprobs["tokens"]]  # characters, as OpenAI counts
+        if logprobs["text_offset"] != [sum(lengths[:i]) for i in range(len(lengths))]:
+            fail(f"text_offset {logprobs['text_offset']} for tokens {logprobs['tokens']}")
+    chunks = stream("/v1/completions", body)
+    streamed = [v for c in chunks for ch in c["choices"] if ch["logprobs"] for v in ch["logprobs"]["token_logprobs"]]
+    if streamed != got:
+        fail(f"streamed token_logprobs {streamed}, plain {got}")
+
+    chat = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 6, "temperature": 0,
+            "logprobs": True, "top_logprobs": 2}
+    status, plain = post("/v1/chat/completions", chat)
+    if status != 200:
+        fail(f"chat logprobs: HTTP {status}: {plain}")
+    content = plain["choices"][0]["logprobs"]["content"]
+    if len(content) != plain["usage"]["completion_tokens"]:
+        fail(f"{len(content)} chat entries for {plain['usage']['completion_tokens']} tokens")
+    for entry in content:
+        if set(entry) != {"token", "logprob", "bytes", "top_logprobs"} or len(entry["top_logprobs"]) != 2:
+            fail(f"a chat logprobs entry {entry}")
+        if "\ufffd" not in entry["token"] and bytes(entry["bytes"]) != entry["token"].encode():
+            fail(f"bytes {entry['bytes']} of the token {entry['token']!r}")
+        if entry["top_logprobs"][0]["logprob"] != entry["logprob"]:
+            fail(f"greedy chat: the chosen token {entry} is not the most probable")
+    streamed = [e for c in stream("/v1/chat/completions", chat) for ch in c["choices"] if ch["logprobs"]
+                for e in ch["logprobs"]["content"]]
+    if streamed != content:
+        fail(f"streamed chat logprobs {streamed}, plain {content}")
+    print(f"PASS: logprobs: {len(got)} greedy tokens' equal dsgen's, top alternatives in order, chat entries with "
+          "bytes, streamed as plain")
+
+
+def check_choices():
+    base = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.9, "seed": 7}
+    status, plain = post("/v1/completions", dict(base, n=3, logprobs=0))
+    if status != 200:
+        fail(f"n 3: HTTP {status}: {plain}")
+    if [c["index"] for c in plain["choices"]] != [0, 1, 2]:
+        fail(f"n 3: choices {plain['choices']}")
+    alone = []
+    for i in range(3):
+        status, one = post("/v1/completions", dict(base, seed=7 + i, logprobs=0))
+        alone.append(one["choices"][0])
+        if (one["choices"][0]["text"], one["choices"][0]["logprobs"]) != (plain["choices"][i]["text"],
+                                                                           plain["choices"][i]["logprobs"]):
+            fail(f"choice {i} of n 3 is not the request of seed {7 + i}: {plain['choices'][i]} vs {one['choices'][0]}")
+    generated = sum(len(c["logprobs"]["token_logprobs"]) for c in plain["choices"])
+    if plain["usage"]["completion_tokens"] != generated:
+        fail(f"n 3: usage {plain['usage']}, {generated} tokens in the choices")
+    if len({c["text"] for c in plain["choices"]}) == 1:
+        fail("n 3: three equal choices at temperature 0.9")
+    # Streamed: each index's pieces joined are its plain text, one finish reason each.
+    texts, reasons = {}, {}
+    for chunk in stream("/v1/completions", dict(base, n=3)):
+        for choice in chunk["choices"]:
+            texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+            if choice["finish_reason"] is not None:
+                reasons.setdefault(choice["index"], []).append(choice["finish_reason"])
+    for i in range(3):
+        if texts.get(i) != plain["choices"][i]["text"] or reasons.get(i) != [plain["choices"][i]["finish_reason"]]:
+            fail(f"streamed choice {i}: {texts.get(i)!r} {reasons.get(i)}, plain {plain['choices'][i]}")
+    # best_of 3: the one of highest mean log-probability per token.
+    status, best = post("/v1/completions", dict(base, best_of=3))
+    means = [sum(c["logprobs"]["token_logprobs"]) / len(c["logprobs"]["token_logprobs"]) for c in alone]
+    if status != 200 or [c["text"] for c in best["choices"]] != [alone[means.index(max(means))]["text"]]:
+        fail(f"best_of 3 gave {best}; the choices' mean log-probabilities {means}")
+    # Chat: n choices, each with its own index.
+    status, chat = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "n": 2,
+                                                 "max_tokens": 5, "temperature": 0})
+    if status != 200 or [c["index"] for c in chat["choices"]] != [0, 1] or \
+            chat["choices"][0]["message"] != chat["choices"][1]["message"]:
+        fail(f"chat n 2 (greedy: equal): {chat}")
+    # Two prompts, n 2: prompt by prompt, each prompt's choices what it gets alone.
+    prompts = [base["prompt"], "The sky"]
+    status, batch = post("/v1/completions", dict(base, prompt=prompts, n=2))
+    if status != 200 or [c["index"] for c in batch["choices"]] != [0, 1, 2, 3]:
+        fail(f"two prompts, n 2: {batch}")
+    prompt_tokens = 0
+    for p, text in enumerate(prompts):
+        status, single = post("/v1/completions", dict(base, prompt=text, n=2))
+        prompt_tokens += single["usage"]["prompt_tokens"]
+        if [c["text"] for c in single["choices"]] != [c["text"] for c in batch["choices"][2 * p:2 * p + 2]]:
+            fail(f"prompt {p} of two: {batch['choices'][2 * p:2 * p + 2]}, alone {single['choices']}")
+    if batch["usage"]["prompt_tokens"] != prompt_tokens:
+        fail(f"two prompts: usage {batch['usage']}, the prompts alone {prompt_tokens} tokens")
+    # echo: the prompt's text first.
+    status, echoed = post("/v1/completions", dict(base, echo=True))
+    if status != 200 or echoed["choices"][0]["text"] != base["prompt"] + alone[0]["text"]:
+        fail(f"echo: {echoed}")
+    print(f"PASS: n 3 are the requests of seeds 7, 8, 9, streamed per index; best_of 3 picks the mean log-probability "
+          f"{max(means):.3f}; two prompts each as alone; chat n 2; echo")
+
+
 def expect_error(label, status_wanted, status, body, param=None, code=None, message=None):
     error = body.get("error") if isinstance(body, dict) else None
     if status != status_wanted or not error or set(error) != {"message", "type", "param", "code"}:
@@ -224,7 +349,10 @@ def check_errors():
     expect_error("wrong key", 401, *post("/v1/completions", {"prompt": "x"}, key="0" * 64), code="invalid_api_key")
     expect_error("bad JSON", 400, *post("/v1/completions", None, raw=b'{"prompt": "x",}'), message="the request body:1:")
     expect_error("max_tokens 0", 400, *post("/v1/completions", {"prompt": "x", "max_tokens": 0}), param="max_tokens")
-    expect_error("n 2", 400, *post("/v1/completions", {"prompt": "x", "n": 2}), param="n")
+    expect_error("n 200", 400, *post("/v1/completions", {"prompt": "x", "n": 200}), param="n")
+    expect_error("best_of < n", 400, *post("/v1/completions", {"prompt": "x", "n": 3, "best_of": 2}), param="best_of")
+    expect_error("top_logprobs alone", 400, *post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                                            "top_logprobs": 2}), param="top_logprobs")
     expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
     long_prompt = " ".join(["apple river stone"] * 3000)
     expect_error("over-long prompt", 400, *post("/v1/completions", {"prompt": long_prompt}), param="prompt",
@@ -302,5 +430,7 @@ if __name__ == "__main__":
      "same_text": lambda: check_same_text(args[0], args[1]),
      "concurrent": lambda: check_concurrent(int(args[0])),
      "chat": check_chat,
+     "logprobs": lambda: check_logprobs(args[0], args[1]),
+     "choices": check_choices,
      "errors": check_errors,
      "disconnect": check_disconnect}[check]()

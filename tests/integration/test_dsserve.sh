@@ -6,6 +6,8 @@
 #  - 64 concurrent streaming requests (completions and chats, sampled with
 #    seeds) all end, each with what the same request gets alone;
 #  - chat completions stream what they answer unstreamed;
+#  - log-probabilities (the greedy tokens' equal dsgen's), n choices (each
+#    the single request of its seed), best_of's pick and echo;
 #  - bad input gets OpenAI's error body naming the field (400), a missing
 #    key 401, another model 404; bad flags stop dsserve before it serves;
 #  - a client that goes away mid-stream frees its sequence;
@@ -92,6 +94,10 @@ pass "curl: /health, a greedy completion equal to dsgen's ($(cat "$WORK/same.log
 "$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
 "$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 64
 "$PY" "$CLIENT" "$URL" "$WORK/key" chat
+"$DSGEN" --model "$MODEL" --prompt "$prompt" --max_new_tokens 8 --print_logprobs >"$WORK/dsgen_logprobs.out" 2>&1 ||
+  fail "dsgen --print_logprobs: $(cat "$WORK/dsgen_logprobs.out")"
+"$PY" "$CLIENT" "$URL" "$WORK/key" logprobs "$prompt" "$WORK/dsgen_logprobs.out"
+"$PY" "$CLIENT" "$URL" "$WORK/key" choices
 "$PY" "$CLIENT" "$URL" "$WORK/key" errors
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
@@ -142,6 +148,7 @@ start_server tp "$DSLAUNCH" --num_gpus 2 --no_prefix "$DSSERVE" --model "$MODEL"
 LAUNCHER=$SERVER
 "$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
 "$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 16
+"$PY" "$CLIENT" "$URL" "$WORK/key" choices
 kill -TERM "$LAUNCHER"
 wait_until 60 pid_gone "$LAUNCHER" || fail "dslaunch did not stop the 2-rank dsserve"
 set +e
@@ -149,7 +156,7 @@ wait "$LAUNCHER"
 set -e
 grep -q "dsserve: stopped" "$WORK/tp.out" || fail "rank 0 did not stop: $(tail -5 "$WORK/tp.out" "$WORK/tp.err")"
 if pgrep -f -- "--model $MODEL --listen" >/dev/null; then fail "a dsserve rank outlived the job"; fi
-pass "dsserve on 2 tensor-parallel ranks: one rank's greedy text, 16 concurrent streams each equal to itself alone, stopped whole"
+pass "dsserve on 2 tensor-parallel ranks: one rank's greedy text, 16 concurrent streams each equal to itself alone, n choices, stopped whole"
 
 # 7. A training checkpoint serves with no conversion: a full fine-tune (no
 #    LoRA) at ZeRO-3 on 2 ranks, read in place by dsserve and by dsgen.
