@@ -224,12 +224,13 @@ absl::Status Run(const Options& options) {
     }
   }
   if (tokenizer) {
-    // Text in, text out: the continuation decoded (eos and other special
-    // tokens left out); the ids too with --print_ids.
+    // Text in, text out: the continuation as it reads after the prompt
+    // (DecodeAfter; eos and other special tokens left out); the ids too
+    // with --print_ids.
     std::vector<int32_t> continuation;
     for (const SampledToken& token : generated) continuation.push_back(static_cast<int32_t>(token.id));
     if (options.print_ids && !options.print_logprobs) absl::PrintF("%s\n", absl::StrJoin(out, " "));
-    absl::PrintF("%s\n", tokenizer->Decode(continuation));
+    absl::PrintF("%s\n", DecodeAfter(*tokenizer, DecodingContext(*ids), continuation));
     return absl::OkStatus();
   }
   if (!options.print_logprobs) absl::PrintF("%s\n", absl::StrJoin(out, " "));

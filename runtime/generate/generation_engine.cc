@@ -213,15 +213,25 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     budget -= take;
   }
   std::vector<int64_t> tokens, positions, logit_rows;
-  std::vector<size_t> sampled;  // owners of the logit rows
+  std::vector<size_t> sampled;          // owners of the sampled logit rows
+  std::vector<int64_t> sampled_rows;    // their rows of the step's logits
+  std::vector<std::pair<size_t, int64_t>> scored;  // prompt_logprobs: (owner, position) of each other row
   for (size_t p = 0; p < pieces.size(); ++p) {
     const Sequence& s = running_[owners[p]];
+    const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
     for (int64_t q = 0; q < pieces[p].count; ++q) {
-      tokens.push_back(s.tokens[pieces[p].first + q]);
-      positions.push_back(pieces[p].first + q);
+      const int64_t position = pieces[p].first + q;
+      tokens.push_back(s.tokens[position]);
+      positions.push_back(position);
+      // A position's logits score the prompt token after it.
+      if (s.request.prompt_logprobs && position + 1 < prompt) {
+        scored.emplace_back(owners[p], position);
+        logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+      }
     }
     // The piece reaches the sequence's newest token: its logits choose the next.
     if (pieces[p].first + pieces[p].count == static_cast<int64_t>(s.tokens.size())) {
+      sampled_rows.push_back(static_cast<int64_t>(logit_rows.size()));
       logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
       sampled.push_back(owners[p]);
     }
@@ -247,16 +257,30 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
     }
   }
+  // The scored rows are the ones not sampled, in order.
+  for (size_t r = 0, next_scored = 0, next_sampled = 0; r < logit_rows.size(); ++r) {
+    if (next_sampled < sampled_rows.size() && sampled_rows[next_sampled] == static_cast<int64_t>(r)) {
+      ++next_sampled;
+      continue;
+    }
+    const auto [owner, position] = scored[next_scored++];
+    Sequence& s = running_[owner];
+    SampledToken prompt_token = ScoreToken((*logits)[static_cast<int64_t>(r)], s.request.prompt[position + 1],
+                                           s.request.sampling.top_logprobs);
+    s.result.prompt_logprobs.logprobs.push_back(prompt_token.logprob);
+    if (s.request.sampling.top_logprobs > 0) s.result.prompt_logprobs.top.push_back(std::move(prompt_token.top));
+  }
   std::vector<bool> done(running_.size(), false);
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = running_[sampled[r]];
-    SampledToken next = SampleToken((*logits)[static_cast<int64_t>(r)], s.request.sampling, s.generator, s.tokens);
+    SampledToken next = SampleToken((*logits)[sampled_rows[r]], s.request.sampling, s.generator, s.tokens);
     s.tokens.push_back(next.id);
     s.result.tokens.push_back(next.id);
     s.result.logprobs.push_back(next.logprob);
     if (s.request.sampling.top_logprobs > 0) s.result.top_logprobs.push_back(next.top);
     ++stats_.generated_tokens;
-    GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone, std::move(next.top)};
+    GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone, std::move(next.top), std::nullopt};
+    if (s.request.prompt_logprobs && s.result.tokens.size() == 1) out.prompt_logprobs = s.result.prompt_logprobs;
     const auto& stops = s.request.stop_tokens;
     if (std::find(stops.begin(), stops.end(), next.id) != stops.end()) {
       out.finished = FinishReason::kStop;

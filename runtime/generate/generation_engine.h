@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -66,6 +67,26 @@ struct GenerationRequest {
   int64_t max_new_tokens = 32;
   SamplingOptions sampling;
   std::vector<int64_t> stop_tokens;  // ends the request when generated (kept in its output)
+  // Also score the prompt (Note [Prompt log-probabilities]).
+  bool prompt_logprobs = false;
+};
+
+// Note [Prompt log-probabilities]
+// A request with prompt_logprobs has each prompt token after the first
+// scored: the log-probability the model gives it after the tokens before it
+// (and sampling.top_logprobs alternatives), what lm-eval-harness's
+// loglikelihood requests read through dsserve (echo with logprobs). Every
+// step that runs a piece of such a prompt keeps the logits of each of the
+// piece's positions, not only the last (position p scores token p + 1), so
+// a prompt split over steps is scored whole; the scores come with the
+// request's first generated token and in its result. The scored rows go to
+// the host as the sampled ones do: a prompt of P tokens moves P rows of the
+// vocabulary once.
+
+// Prompt tokens 1..P-1 scored (the first has nothing before it).
+struct PromptLogprobs {
+  std::vector<double> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;  // with sampling.top_logprobs
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled };
@@ -78,12 +99,15 @@ struct GeneratedToken {
   double logprob = 0;
   FinishReason finished = FinishReason::kNone;  // set on its last token
   std::vector<TokenLogprob> top_logprobs;       // with sampling.top_logprobs
+  // On a request's first token, with prompt_logprobs.
+  std::optional<PromptLogprobs> prompt_logprobs;
 };
 
 struct GenerationResult {
   std::vector<int64_t> tokens;
   std::vector<double> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with sampling.top_logprobs
+  PromptLogprobs prompt_logprobs;                       // with prompt_logprobs
   FinishReason finished = FinishReason::kNone;
 };
 

@@ -94,6 +94,53 @@ TEST(GenerationEngineTest, CachedGreedyEqualsRecomputingTheWholeSequence) {
   }
 }
 
+// Note [Prompt log-probabilities]: each prompt token scored by the
+// positions before it, over prompts split across steps, beside requests
+// that do not ask; the tokens generated are unchanged.
+TEST(GenerationEngineTest, PromptLogprobsAreTheWholeForwardsScores) {
+  torch::NoGradGuard no_grad;
+  Llama model = Model(Tiny(2));
+  GenerationEngineOptions options;
+  options.block_size = 4;
+  options.max_sequences = 3;
+  options.max_tokens_per_step = 5;  // prompts over several steps, some pieces of one token
+  auto engine = GenerationEngine::Create(model, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<GenerationRequest> requests;
+  for (int64_t i = 0; i < 3; ++i) {
+    GenerationRequest request;
+    request.prompt = Prompt(9 + 3 * i, i);
+    request.max_new_tokens = 3;
+    request.prompt_logprobs = i != 1;
+    request.sampling.top_logprobs = i == 2 ? 0 : 2;
+    requests.push_back(request);
+  }
+  auto results = (*engine)->GenerateAll(requests);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(i);
+    const std::vector<int64_t>& prompt = requests[i].prompt;
+    std::vector<double> unused;
+    EXPECT_EQ((*results)[i].tokens, Recomputed(model, prompt, 3, &unused));
+    const PromptLogprobs& scored = (*results)[i].prompt_logprobs;
+    if (!requests[i].prompt_logprobs) {
+      EXPECT_TRUE(scored.logprobs.empty());
+      continue;
+    }
+    const torch::Tensor expected =
+        torch::log_softmax(model->forward(torch::tensor(prompt, torch::kLong).view({1, -1}))[0].to(torch::kDouble), -1);
+    ASSERT_EQ(scored.logprobs.size(), prompt.size() - 1);
+    ASSERT_EQ(scored.top.size(), requests[i].sampling.top_logprobs > 0 ? prompt.size() - 1 : 0u);
+    for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+      EXPECT_NEAR(scored.logprobs[p], expected[p][prompt[p + 1]].item<double>(), 1e-5) << "prompt token " << p + 1;
+      if (!scored.top.empty()) {
+        ASSERT_EQ(scored.top[p].size(), 2u);
+        EXPECT_EQ(scored.top[p][0].id, expected[p].argmax().item<int64_t>()) << "prompt token " << p + 1;
+      }
+    }
+  }
+}
+
 std::vector<GenerationRequest> Mixed() {
   std::vector<GenerationRequest> requests;
   const int64_t lengths[] = {1, 3, 9, 17, 5, 11};

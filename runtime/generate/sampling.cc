@@ -28,6 +28,22 @@ absl::Status CheckSamplingOptions(const SamplingOptions& options, const std::str
   return absl::OkStatus();
 }
 
+namespace {
+
+// The k most probable of `logprobs` [vocab] (double), most probable first; a
+// stable sort, so equal log-probabilities keep the lower id first.
+std::vector<TokenLogprob> TopLogprobs(const torch::Tensor& logprobs, int64_t k) {
+  std::vector<TokenLogprob> top;
+  k = std::min<int64_t>(k, logprobs.size(0));
+  if (k <= 0) return top;
+  const torch::Tensor order = std::get<1>(logprobs.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true)).slice(0, 0, k);
+  const torch::Tensor values = logprobs.index_select(0, order);
+  for (int64_t i = 0; i < k; ++i) top.push_back(TokenLogprob{order[i].item<int64_t>(), values[i].item<double>()});
+  return top;
+}
+
+}  // namespace
+
 SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
                          const std::vector<int64_t>& seen) {
   torch::Tensor scores = logits.detach().to(torch::kCPU, torch::kDouble).reshape({-1});
@@ -61,16 +77,13 @@ SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& opt
     token.id = torch::multinomial(probabilities, 1, /*replacement=*/false, generator).item<int64_t>();
   }
   token.logprob = logprobs[token.id].item<double>();
-  if (options.top_logprobs > 0) {
-    // A stable descending sort: equal log-probabilities keep the lower id first.
-    const int64_t k = std::min<int64_t>(options.top_logprobs, logprobs.size(0));
-    torch::Tensor order = std::get<1>(logprobs.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true)).slice(0, 0, k);
-    const torch::Tensor values = logprobs.index_select(0, order);
-    for (int64_t i = 0; i < k; ++i) {
-      token.top.push_back(TokenLogprob{order[i].item<int64_t>(), values[i].item<double>()});
-    }
-  }
+  token.top = TopLogprobs(logprobs, options.top_logprobs);
   return token;
+}
+
+SampledToken ScoreToken(const torch::Tensor& logits, int64_t token, int64_t top_logprobs) {
+  const torch::Tensor logprobs = torch::log_softmax(logits.detach().to(torch::kCPU, torch::kDouble).reshape({-1}), 0);
+  return SampledToken{token, logprobs[token].item<double>(), TopLogprobs(logprobs, top_logprobs)};
 }
 
 }  // namespace dslaunch::runtime

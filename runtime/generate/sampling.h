@@ -55,4 +55,9 @@ struct SampledToken {
 SampledToken SampleToken(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator,
                          const std::vector<int64_t>& seen = {});
 
+// A token that was given, not drawn (a prompt's): its log-probability under
+// `logits` [vocab] and the `top_logprobs` most probable tokens, as
+// SampleToken's.
+SampledToken ScoreToken(const torch::Tensor& logits, int64_t token, int64_t top_logprobs);
+
 }  // namespace dslaunch::runtime

@@ -338,9 +338,6 @@ void CheckTogether(FieldReader& reader, const GenerationParameters& p) {
     reader.Fail("best_of", absl::StrCat("best_of: ", p.best_of, " is less than n (", p.n, ")"));
   } else if (p.best_of > p.n && p.stream) {
     reader.Fail("best_of", "best_of: the best choices are known only at the end, so best_of > n cannot be streamed");
-  } else if (p.echo && p.logprobs) {
-    reader.Fail("echo", "echo: with logprobs it needs the prompt's log-probabilities, which this server does not "
-                        "compute: leave out one of them");
   }
 }
 

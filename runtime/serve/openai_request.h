@@ -17,9 +17,11 @@
 //    returned; not streamed) and echo (the prompt's text before each
 //    choice's), and the extensions vLLM users send: top_k,
 //    repetition_penalty, ignore_eos (generate past eos: benchmarks);
-//  - the ones it does not do are accepted only at their neutral value (echo
-//    with logprobs, which needs the prompt's log-probabilities, is refused;
-//    frequency_penalty and presence_penalty 0, logit_bias empty, suffix
+//    With echo and logprobs, the prompt's tokens are scored too (Note
+//    [Prompt log-probabilities], what lm-eval-harness's loglikelihood
+//    requests read);
+//  - the ones it does not do are accepted only at their neutral value
+//    (frequency_penalty and presence_penalty 0, logit_bias empty, suffix
 //    null, tools absent) and otherwise refused naming the field: never
 //    silently ignored;
 //  - user (an end-user id for abuse monitoring) is accepted and unused;

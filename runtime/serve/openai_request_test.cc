@@ -125,7 +125,6 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of", "best_of: 2 is less than n (3)"},
            Case{R"({"prompt": "x", "best_of": 2, "stream": true})", "best_of", "cannot be streamed"},
            Case{R"({"prompt": "x", "echo": 1})", "echo", "echo: expected true or false"},
-           Case{R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo", "the prompt's log-probabilities"},
            Case{R"({"prompt": "x", "logprobs": 21})", "logprobs", "logprobs: 21 is not in [0, 20]"},
            Case{R"({"prompt": "x", "logprobs": true})", "logprobs", "logprobs: expected an integer"},
            Case{R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs", "on /v1/completions logprobs is the number"},

@@ -40,12 +40,19 @@ std::string Bytes(const std::string& text) {
 
 // Completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"}:
 // top_logprobs an object per token keyed by text (a text two tokens share
-// is kept once, with the higher log-probability).
+// is kept once, with the higher log-probability); a prompt's first token
+// has null in both.
 std::string CompletionLogprobs(const std::optional<std::vector<TokenLogprobs>>& logprobs) {
   if (!logprobs) return "null";
   std::vector<std::string> tokens, values, tops, offsets;
   for (const TokenLogprobs& entry : *logprobs) {
     tokens.push_back(JsonQuote(entry.chosen.text));
+    offsets.push_back(absl::StrCat(entry.text_offset));
+    if (!entry.scored) {
+      values.push_back("null");
+      tops.push_back("null");
+      continue;
+    }
     values.push_back(Logprob(entry.chosen.logprob));
     std::vector<std::string> fields;
     std::set<std::string> seen;
@@ -55,7 +62,6 @@ std::string CompletionLogprobs(const std::optional<std::vector<TokenLogprobs>>& 
       fields.push_back(absl::StrCat(key, ":", Logprob(top.logprob)));
     }
     tops.push_back(absl::StrCat("{", absl::StrJoin(fields, ","), "}"));
-    offsets.push_back(absl::StrCat(entry.text_offset));
   }
   return absl::StrCat("{\"tokens\":[", absl::StrJoin(tokens, ","), "],\"token_logprobs\":[",
                       absl::StrJoin(values, ","), "],\"top_logprobs\":[", absl::StrJoin(tops, ","),

@@ -39,6 +39,7 @@ struct TokenLogprobs {
   TokenText chosen;
   std::vector<TokenText> top;  // most probable first
   int64_t text_offset = 0;     // completions: the choice's characters before this token's text
+  bool scored = true;          // false: a prompt's first token (null log-probability and alternatives)
 };
 
 // One choice of a response, or a streamed piece of one.

@@ -79,16 +79,22 @@ struct Prepared {
 // One choice's text as its tokens arrive: its streamer, its tokens' texts
 // for log-probabilities, and what it counted.
 struct ChoiceProgress {
+  // The text is what the tokens add after the prompt (DecodeAfter), and a
+  // token's text is read in that context; a scored prompt's tokens are read
+  // from its start.
   ChoiceProgress(const Tokenizer& tokenizer, const Prepared& prepared, size_t choice)
-      : streamer(tokenizer, prepared.stop_strings),
-        texts(tokenizer),
+      : streamer(tokenizer, prepared.stop_strings, DecodingContext(prepared.choices[choice].prompt)),
+        texts(tokenizer, prepared.choices[choice].prompt_logprobs ? std::vector<int64_t>{}
+                                                                   : prepared.choices[choice].prompt),
         request(prepared.choices[choice]),
         logprobs(prepared.logprobs),
-        text_offset(Characters(prepared.EchoOf(choice))) {}
+        echo_characters(Characters(prepared.EchoOf(choice))),
+        text_offset(echo_characters) {}
   TextStreamer streamer;
   TokenTexts texts;
   const GenerationRequest& request;  // in the Prepared, which outlives this
   const bool logprobs;
+  const int64_t echo_characters;
   int64_t generated = 0;
   double logprob_sum = 0;
   int64_t text_offset = 0;  // where the next token's text starts
@@ -99,6 +105,7 @@ struct ChoiceProgress {
   // `finished` at the end (kStop at a stop string too, after which the
   // caller cancels the choice).
   std::string Take(const ChoiceUpdate& update) {
+    if (update.prompt_logprobs && logprobs) PromptEntries(*update.prompt_logprobs);
     std::string text;
     for (size_t i = 0; i < update.tokens.size() && finished == FinishReason::kNone; ++i) {
       const int64_t token = update.tokens[i];
@@ -121,6 +128,25 @@ struct ChoiceProgress {
   double MeanLogprob() const { return generated == 0 ? 0 : logprob_sum / static_cast<double>(generated); }
 
  private:
+  // Note [Prompt log-probabilities]: the echoed prompt's tokens first (the
+  // first unscored), their offsets from the start of the echo.
+  void PromptEntries(const PromptLogprobs& scored) {
+    text_offset = 0;
+    for (size_t p = 0; p < request.prompt.size(); ++p) {
+      if (p == 0) {
+        TokenLogprobs first;
+        first.chosen.text = texts.Text(request.prompt[0]);
+        first.scored = false;
+        texts.Push(request.prompt[0]);
+        text_offset += Characters(first.chosen.text);
+        entries.push_back(std::move(first));
+        continue;
+      }
+      Entry(request.prompt[p], scored.logprobs[p - 1], p - 1 < scored.top.size() ? &scored.top[p - 1] : nullptr);
+    }
+    text_offset = echo_characters;
+  }
+
   void Entry(int64_t token, double logprob, const std::vector<TokenLogprob>* top) {
     TokenLogprobs entry;
     entry.chosen = TokenText{texts.Text(token), logprob};
@@ -366,6 +392,7 @@ class OpenAiServer::Impl {
     sampling.top_k = parameters.top_k;
     sampling.repetition_penalty = parameters.repetition_penalty;
     sampling.top_logprobs = parameters.logprobs ? parameters.top_logprobs : 0;
+    const bool score_prompt = parameters.echo && parameters.logprobs;
     const uint64_t seed = parameters.seed ? *parameters.seed : std::random_device{}();
     out->per_prompt = std::max(parameters.n, parameters.best_of);
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -375,6 +402,7 @@ class OpenAiServer::Impl {
       if (!CheckLength(parameters, chat, field, &request, error)) return false;
       request.stop_tokens = stop_tokens;
       request.sampling = sampling;
+      request.prompt_logprobs = score_prompt;
       out->prompt_tokens += static_cast<int64_t>(request.prompt.size());
       // Choice c of every prompt samples with seed + c: each prompt's
       // choices are what it gets alone.

@@ -48,6 +48,7 @@ StreamUpdate RequestStream::Wait(absl::Time deadline) {
     out.tokens.swap(c.pending.tokens);
     out.logprobs.swap(c.pending.logprobs);
     out.top_logprobs.swap(c.pending.top_logprobs);
+    out.prompt_logprobs.swap(c.pending.prompt_logprobs);
     out.finished = c.pending.finished;
     if (out.finished != FinishReason::kNone) c.end_reported = true;
   }
@@ -70,6 +71,7 @@ void RequestStream::Deliver(size_t choice, GeneratedToken token) {
   pending.tokens.push_back(token.token);
   pending.logprobs.push_back(token.logprob);
   if (!token.top_logprobs.empty()) pending.top_logprobs.push_back(std::move(token.top_logprobs));
+  if (token.prompt_logprobs) pending.prompt_logprobs = std::move(token.prompt_logprobs);
 }
 
 void RequestStream::End(size_t choice, FinishReason reason) {

@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -56,6 +57,7 @@ struct ChoiceUpdate {
   std::vector<int64_t> tokens;
   std::vector<double> logprobs;                         // one per token
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // one per token, with sampling.top_logprobs
+  std::optional<PromptLogprobs> prompt_logprobs;        // with its first token, with prompt_logprobs
   FinishReason finished = FinishReason::kNone;          // once it ended (repeated in later updates)
 };
 

@@ -68,6 +68,7 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
                        static_cast<int64_t>(s.seed), s.top_logprobs});
     w.push_back(static_cast<int64_t>(request.stop_tokens.size()));
     w.insert(w.end(), request.stop_tokens.begin(), request.stop_tokens.end());
+    w.push_back(request.prompt_logprobs ? 1 : 0);
   }
   w.push_back(static_cast<int64_t>(turn.cancelled.size()));
   w.insert(w.end(), turn.cancelled.begin(), turn.cancelled.end());
@@ -96,6 +97,7 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     s.top_logprobs = r.Next();
     const int64_t stops = r.Count();
     for (int64_t t = 0; t < stops; ++t) request.stop_tokens.push_back(r.Next());
+    request.prompt_logprobs = r.Next() != 0;
     turn.submitted.emplace_back(key, std::move(request));
   }
   const int64_t cancelled = r.Count();

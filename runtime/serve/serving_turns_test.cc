@@ -27,6 +27,7 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   request.sampling.repetition_penalty = 1.3;
   request.sampling.seed = ~uint64_t{0} - 5;
   request.sampling.top_logprobs = 6;
+  request.prompt_logprobs = true;
   request.stop_tokens = {2, 31};
   turn.submitted = {{17, request}, {18, GenerationRequest{{1}, 1, {}, {}}}};
   turn.cancelled = {3, 17};
@@ -44,6 +45,8 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_EQ(got.sampling.repetition_penalty, 1.3);
   EXPECT_EQ(got.sampling.seed, request.sampling.seed);
   EXPECT_EQ(got.sampling.top_logprobs, 6);
+  EXPECT_TRUE(got.prompt_logprobs);
+  EXPECT_FALSE(back->submitted[1].second.prompt_logprobs);
   EXPECT_EQ(got.stop_tokens, request.stop_tokens);
   EXPECT_EQ(back->cancelled, turn.cancelled);
   EXPECT_FALSE(back->stop);

@@ -31,8 +31,9 @@ size_t IncompleteUtf8Tail(const std::string& text) {
   return 0;
 }
 
-TextStreamer::TextStreamer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-    : tokenizer_(tokenizer), stop_strings_(std::move(stop_strings)) {}
+TextStreamer::TextStreamer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+                           const std::vector<int32_t>& context)
+    : tokenizer_(tokenizer), stop_strings_(std::move(stop_strings)), tokens_(context), read_offset_(context.size()) {}
 
 std::string TextStreamer::Add(int64_t token) {
   if (stopped_) return "";

@@ -26,8 +26,12 @@ namespace dslaunch::runtime {
 
 class TextStreamer {
  public:
-  // `tokenizer` must outlive the streamer.
-  TextStreamer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings);
+  // `tokenizer` must outlive the streamer. `context`: the tokens before the
+  // first added (the prompt's last few, DecodingContext): the text is what
+  // the tokens add after them, so a SentencePiece word-start piece first
+  // keeps its space; empty: none.
+  TextStreamer(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+               const std::vector<int32_t>& context = {});
 
   // Adds a generated token (not a stop token: those end the request without
   // text); returns the text now released, maybe "". After stopped(), adds

@@ -100,5 +100,21 @@ TEST(TextStreamerTest, ALlama2DecoderStreamsTheTextOfTheWholeDecode) {
   EXPECT_EQ(pieces[3], "\xC3\xA9");
 }
 
+// After a prompt, the continuation reads as it does there (transformers'
+// pipelines, vLLM): the first word-start piece keeps its space.
+TEST(TextStreamerTest, AContinuationReadsAsItDoesAfterItsPrompt) {
+  auto tokenizer = TinyTokenizer(kTinyLlama2Json);
+  //   0 <unk>  1 <s>  2 </s>  3 <0x0A>  4 <0xC3>  5 <0xA9>  6 ▁  7 a  8 b  9 ▁a  10 ab  11 ▁ab
+  TextStreamer after_prompt(*tokenizer, {}, DecodingContext({1, 11, 8}));
+  std::string joined = after_prompt.Add(9);
+  EXPECT_EQ(joined, " a");
+  joined += after_prompt.Add(10);
+  joined += after_prompt.Finish();
+  EXPECT_EQ(joined, DecodeAfter(*tokenizer, {1, 11, 8}, {9, 10}));
+  EXPECT_EQ(joined, " aab");
+  TextStreamer alone(*tokenizer, {});
+  EXPECT_EQ(alone.Add(9), "a") << "no context: the decode of the continuation alone";
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime

@@ -1,5 +1,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
@@ -143,6 +145,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(absl::string_view kind,
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown tokenizer \"", kind, "\" (expected byte, sentencepiece or hf)"));
+}
+
+std::string DecodeAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                        const std::vector<int32_t>& ids) {
+  const std::string before = tokenizer.Decode(context);
+  std::vector<int32_t> all = context;
+  all.insert(all.end(), ids.begin(), ids.end());
+  const std::string after = tokenizer.Decode(all);
+  size_t common = 0;
+  const size_t limit = std::min(before.size(), after.size());
+  while (common < limit && before[common] == after[common]) ++common;
+  return after.substr(common);
+}
+
+std::vector<int32_t> DecodingContext(const std::vector<int64_t>& tokens) {
+  constexpr size_t kContext = 4;
+  const size_t first = tokens.size() > kContext ? tokens.size() - kContext : 0;
+  return std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(first), tokens.end());
 }
 
 }  // namespace dslaunch::runtime

@@ -63,6 +63,16 @@ class Tokenizer {
   virtual std::string name() const = 0;  // "byte" | "sentencepiece" | "hf"
 };
 
+// The text `ids` add after `context`: the decode of both minus the decode of
+// the context (from where the two first differ, so a context that ends
+// inside a character is completed). A continuation reads as it does after
+// its prompt: a SentencePiece word-start piece keeps its space, as
+// transformers' pipelines and vLLM give it.
+std::string DecodeAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                        const std::vector<int32_t>& ids);
+// The last few tokens of `tokens`: enough context for DecodeAfter.
+std::vector<int32_t> DecodingContext(const std::vector<int64_t>& tokens);
+
 // Ids 0..255 are the bytes of the text, 256 is eos; vocab_size 257.
 class ByteTokenizer : public Tokenizer {
  public:

@@ -15,6 +15,8 @@ checks:
   logprobs PROMPT DSGEN_LOGPROBS  log-probabilities in both endpoints' forms:
                                 the greedy tokens' equal dsgen's, the top
                                 alternatives in order, streamed as plain
+  prompt_logprobs IDS LOGITS    echo with logprobs scores the prompt as
+                                dsgen --dump_logits's forward does
   choices                       n choices (each the single request of seed
                                 + i), streamed per index, best_of's pick,
                                 several prompts, echo
@@ -271,6 +273,53 @@ def check_logprobs(prompt, dsgen_logprobs):
           "bytes, streamed as plain")
 
 
+def safetensors_f32(path, name):
+    """One F32 tensor of a safetensors file, as (shape, flat list): the format
+    read by hand (8-byte header length, JSON header, raw little-endian data)."""
+    import array
+    import struct
+    data = open(path, "rb").read()
+    (length,) = struct.unpack("<Q", data[:8])
+    entry = json.loads(data[8:8 + length])[name]
+    begin, end = entry["data_offsets"]
+    values = array.array("f")
+    values.frombytes(data[8 + length + begin:8 + length + end])
+    return entry["shape"], values.tolist()
+
+
+def check_prompt_logprobs(ids, dsgen_logits):
+    """What lm-eval-harness's loglikelihood request sends (token ids, echo,
+    logprobs 1, max_tokens 1, temperature 0) and reads: the prompt's tokens
+    scored as the training forward scores them (dsgen --dump_logits)."""
+    import math
+    prompt = [int(i) for i in ids.split(",")]
+    shape, flat = safetensors_f32(dsgen_logits, "logits")
+    vocab = shape[-1]
+    body = {"prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}
+    status, plain = post("/v1/completions", body)
+    if status != 200:
+        fail(f"prompt logprobs: HTTP {status}: {plain}")
+    logprobs = plain["choices"][0]["logprobs"]
+    scores, tops = logprobs["token_logprobs"], logprobs["top_logprobs"]
+    if len(scores) != len(prompt) + 1 or scores[0] is not None or tops[0] is not None:
+        fail(f"prompt logprobs: {len(scores)} entries for a prompt of {len(prompt)} and 1 token, first {scores[0]}")
+    for p in range(1, len(prompt)):
+        row = flat[(p - 1) * vocab:p * vocab]
+        top = max(row)
+        expected = row[prompt[p]] - top - math.log(sum(math.exp(x - top) for x in row))
+        if abs(scores[p] - expected) > 1e-4:
+            fail(f"prompt token {p}: log-probability {scores[p]}, the training forward's {expected}")
+        if len(tops[p]) != 1 or max(tops[p].values()) < scores[p] - 1e-12:
+            fail(f"prompt token {p}: top_logprobs {tops[p]}")
+    ctxlen = len(prompt) - 3  # as lm-eval reads a continuation of 3 tokens
+    greedy = all(s == max(t.values()) for s, t in zip(scores[ctxlen:-1], tops[ctxlen:-1]))
+    text = plain["choices"][0]["text"]
+    if "\ufffd" not in text and "".join(logprobs["tokens"]) != text:
+        fail(f"echo: the tokens {logprobs['tokens']} joined are not the text {text!r}")
+    print(f"PASS: prompt log-probabilities (echo, logprobs 1, max_tokens 1) equal the training forward's for "
+          f"{len(prompt) - 1} tokens; lm-eval's reading: sum {sum(scores[ctxlen:-1]):.4f}, greedy {greedy}")
+
+
 def check_choices():
     base = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.9, "seed": 7}
     status, plain = post("/v1/completions", dict(base, n=3, logprobs=0))
@@ -432,5 +481,6 @@ if __name__ == "__main__":
      "chat": check_chat,
      "logprobs": lambda: check_logprobs(args[0], args[1]),
      "choices": check_choices,
+     "prompt_logprobs": lambda: check_prompt_logprobs(args[0], args[1]),
      "errors": check_errors,
      "disconnect": check_disconnect}[check]()

@@ -6,7 +6,8 @@
 #  - 64 concurrent streaming requests (completions and chats, sampled with
 #    seeds) all end, each with what the same request gets alone;
 #  - chat completions stream what they answer unstreamed;
-#  - log-probabilities (the greedy tokens' equal dsgen's), n choices (each
+#  - log-probabilities (the greedy tokens' equal dsgen's; a prompt's, asked
+#    as lm-eval-harness asks, equal the training forward's), n choices (each
 #    the single request of its seed), best_of's pick and echo;
 #  - bad input gets OpenAI's error body naming the field (400), a missing
 #    key 401, another model 404; bad flags stop dsserve before it serves;
@@ -98,6 +99,10 @@ pass "curl: /health, a greedy completion equal to dsgen's ($(cat "$WORK/same.log
   fail "dsgen --print_logprobs: $(cat "$WORK/dsgen_logprobs.out")"
 "$PY" "$CLIENT" "$URL" "$WORK/key" logprobs "$prompt" "$WORK/dsgen_logprobs.out"
 "$PY" "$CLIENT" "$URL" "$WORK/key" choices
+score_ids=1,20,100,41,5,17,99,200,33
+"$DSGEN" --model "$MODEL" --prompt_ids "$score_ids" --max_new_tokens 0 --dump_logits "$WORK/score.logits" \
+  >"$WORK/score.out" 2>&1 || fail "dsgen --dump_logits: $(cat "$WORK/score.out")"
+"$PY" "$CLIENT" "$URL" "$WORK/key" prompt_logprobs "$score_ids" "$WORK/score.logits"
 "$PY" "$CLIENT" "$URL" "$WORK/key" errors
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
