@@ -22,6 +22,7 @@ packages=(
   python3-prometheus-client  # an independent reader of the controller's /metrics (tests/integration/test_status.sh)
   libpcre2-dev  # Unicode regular expressions of tokenizer.json pre-tokenizers (runtime/tokenizer/)
   libcpp-httplib-dev  # dsserve's HTTP server (runtime/serve/openai_server.h)
+  python3-jinja2  # the reference renderer of chat templates (tests/serve/chat_templates.py)
   nodejs  # the npm reference tokenizers (tests/tokenizer/)
 )
 # npm: Debian's package, unless the nodejs present already brings its own

@@ -18,8 +18,10 @@
 // instruction/prompt/response, a chat without an assistant turn, a role the
 // template does not give) is a bad record; the error names the field.
 //
-// Jinja chat templates (tokenizer_config.json's "chat_template") are not
-// interpreted: a template is the explicit prefix/suffix strings of each role.
+// Training's chat template is the explicit prefix/suffix strings of each
+// role (a record's loss mask needs each segment's role); dsserve also renders
+// a folder's Jinja template (Note [The folder's chat template],
+// runtime/serve/folder_chat_template.h).
 #pragma once
 
 #include <optional>

@@ -52,4 +52,23 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const Cha
   return prompt;
 }
 
+absl::StatusOr<ChatPrompt> BuildJinjaChatPrompt(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
+                                                const std::vector<ChatMessage>& messages) {
+  JinjaValue::List list;
+  for (const ChatMessage& message : messages) {
+    list.push_back(JinjaValue::MakeDict(
+        {{"role", JinjaValue::String(message.role)}, {"content", JinjaValue::String(message.content)}}));
+  }
+  JinjaValue::Dict variables = chat_template.special_tokens;
+  variables.emplace_back("messages", JinjaValue::MakeList(std::move(list)));
+  variables.emplace_back("add_generation_prompt", JinjaValue::Bool(true));
+  variables.emplace_back("tools", JinjaValue::None());
+  auto text = chat_template.jinja.Render(variables);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("messages: ", text.status().message()));
+  ChatPrompt prompt;
+  for (int32_t id : EncodeTemplateText(tokenizer, *text)) prompt.tokens.push_back(id);
+  if (tokenizer.eos_id() >= 0) prompt.stop_tokens.push_back(tokenizer.eos_id());
+  return prompt;
+}
+
 }  // namespace dslaunch::runtime

@@ -8,10 +8,10 @@
 // allowed), its content (plain text: a user's "<|eot_id|>" stays characters)
 // and its role's suffix, each piece encoded apart; then the assistant's
 // prefix, after which the model writes. The template is the job file's
-// data.chat_template form (prefix and suffix per role; Jinja templates are
-// not interpreted, as in training). The assistant's turn ends at eos, and at
-// the assistant suffix: as a stop token when it is one special token
-// ("<|eot_id|>"), otherwise as a stop string.
+// data.chat_template form (prefix and suffix per role). The assistant's turn
+// ends at eos, and at the assistant suffix: as a stop token when it is one
+// special token ("<|eot_id|>"), otherwise as a stop string. A model folder's
+// own Jinja template is rendered instead (Note [The folder's chat template]).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/data/instruction_format.h"
+#include "runtime/serve/folder_chat_template.h"
 #include "runtime/serve/openai_request.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -35,5 +36,12 @@ struct ChatPrompt {
 // or a conversation that does not end with a user or system message.
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                            const std::vector<ChatMessage>& messages);
+
+// Note [The folder's chat template]: the messages rendered (add_generation_prompt
+// true) and encoded with special tokens allowed and nothing added; the turn
+// ends at eos. InvalidArgument "messages: ..." when the template raises or
+// fails (its message and line).
+absl::StatusOr<ChatPrompt> BuildJinjaChatPrompt(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
+                                                const std::vector<ChatMessage>& messages);
 
 }  // namespace dslaunch::runtime

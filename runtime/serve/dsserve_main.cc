@@ -2,7 +2,7 @@
 // (Note [OpenAI-compatible serving], runtime/serve/openai_server.h).
 //
 //   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
-//           [--chat_template FILE] [--api_key_file FILE] [--dtype ...] [--device ...]
+//           [--chat_template FILE(.jinja|.yaml)] [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
 //           [--cuda_graphs] [--fused_kernels] [--int8]
 //
@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/auth_token.h"
@@ -34,6 +35,7 @@
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
 #include "runtime/generate/generation_ranks.h"
+#include "runtime/serve/folder_chat_template.h"
 #include "runtime/serve/openai_server.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
@@ -91,11 +93,30 @@ absl::Status Run(const Options& options) {
     if (!key.ok()) return absl::Status(key.status().code(), absl::StrCat("--api_key_file: ", key.status().message()));
     server_options.api_key = *key;
   }
-  if (!options.chat_template.empty()) {
+  // Note [The folder's chat template]: a .jinja file or the YAML form when
+  // given, else the folder's own.
+  std::string chat_template_source = "none";
+  if (absl::EndsWith(options.chat_template, ".jinja")) {
+    auto chat_template = ReadJinjaChatTemplateFile(options.chat_template, options.model.model);
+    if (!chat_template.ok()) return chat_template.status();
+    server_options.jinja_chat_template = std::move(*chat_template);
+    chat_template_source = options.chat_template;
+  } else if (!options.chat_template.empty()) {
     auto chat_template = ReadChatTemplateFile(options.chat_template);
     if (!chat_template.ok()) return chat_template.status();
     server_options.chat_template = *chat_template;
+    chat_template_source = options.chat_template;
+  } else {
+    auto chat_template = ReadFolderChatTemplate(options.model.model);
+    if (!chat_template.ok()) return chat_template.status();
+    if (chat_template->has_value()) {
+      server_options.jinja_chat_template = std::move(**chat_template);
+      chat_template_source = "the folder's";
+    }
   }
+  auto stop_tokens = ReadGenerationStopTokens(options.model.model);
+  if (!stop_tokens.ok()) return stop_tokens.status();
+  server_options.stop_tokens = *stop_tokens;
   auto tokenizer = LoadModelTokenizer(options.model.model);
   if (!tokenizer.ok()) {
     return absl::Status(tokenizer.status().code(), absl::StrCat("dsserve needs the folder's tokenizer: ",
@@ -113,6 +134,12 @@ absl::Status Run(const Options& options) {
   auto model = LoadGenerationModel(model_options);
   if (!model.ok()) return model.status();
   const LlamaOptions& llama = (*model)->options();
+  for (int64_t id : server_options.stop_tokens) {
+    if (id >= llama.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(options.model.model, "/generation_config.json: eos_token_id ", id,
+                                                     " is not below the model's vocabulary size ", llama.vocab_size));
+    }
+  }
   if ((*tokenizer)->vocab_size() > llama.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("the tokenizer of ", options.model.model, " has ", (*tokenizer)->vocab_size(),
                                                    " tokens, more than the model's vocabulary (", llama.vocab_size, ")"));
@@ -160,9 +187,10 @@ absl::Status Run(const Options& options) {
   signals.detach();
 
   absl::PrintF("dsserve: serving '%s' on http://%s (probe: %d positions, max |logit difference| %.3g, allowed "
-               "%.3g; key/value cache %d blocks of %d positions, %.1f MiB)\n",
-               server_options.model_name, HostPort{address->host, (*server)->port()}.ToString(), probe->positions, probe->max_abs_difference, probe->tolerance, cache.cache_blocks,
-               options.block_size, static_cast<double>(cache.cache_bytes) / (1 << 20));
+               "%.3g; key/value cache %d blocks of %d positions, %.1f MiB; chat template: %s)\n",
+               server_options.model_name, HostPort{address->host, (*server)->port()}.ToString(), probe->positions,
+               probe->max_abs_difference, probe->tolerance, cache.cache_blocks, options.block_size,
+               static_cast<double>(cache.cache_bytes) / (1 << 20), chat_template_source);
   std::fflush(stdout);
   (*server)->Serve();
   loop.Stop();
@@ -191,8 +219,9 @@ int main(int argc, char** argv) {
       .String("--served_model_name", &options.served_model_name, "NAME",
               "the model's name in the API (default: the folder's name)")
       .String("--chat_template", &options.chat_template, "FILE",
-              "a chat template (YAML: system/user/assistant prefix and suffix, as the job file's data.chat_template) "
-              "for /v1/chat/completions")
+              "the chat template of /v1/chat/completions: a .jinja file (as tokenizer_config.json's chat_template), "
+              "or YAML (system/user/assistant prefix and suffix, as the job file's data.chat_template); default: the "
+              "model folder's own")
       .String("--api_key_file", &options.api_key_file, "FILE",
               "require 'Authorization: Bearer <key>' on /v1/ routes; the key is the file's first line")
       .Int("--max_sequences", &options.max_sequences, "N", "requests generating at once", {1, 1 << 16})

@@ -339,13 +339,15 @@ class OpenAiServer::Impl {
     if (chat) {
       std::optional<ChatRequest> parsed = ParseChatRequest(req.body, error);
       if (!parsed) return false;
-      if (!options_.chat_template) {
+      if (!options_.chat_template && !options_.jinja_chat_template) {
         *error = ApiError{400, "invalid_request_error", "messages",
-                          "this server has no chat template: start dsserve with --chat_template FILE, or use "
-                          "/v1/completions", ""};
+                          "this server has no chat template (the model folder has none): start dsserve with "
+                          "--chat_template FILE, or use /v1/completions", ""};
         return false;
       }
-      auto prompt = BuildChatPrompt(tokenizer_, *options_.chat_template, parsed->messages);
+      auto prompt = options_.chat_template
+                        ? BuildChatPrompt(tokenizer_, *options_.chat_template, parsed->messages)
+                        : BuildJinjaChatPrompt(tokenizer_, *options_.jinja_chat_template, parsed->messages);
       if (!prompt.ok()) {
         *error = ApiError{400, "invalid_request_error", "messages", std::string(prompt.status().message()), ""};
         return false;
@@ -384,7 +386,13 @@ class OpenAiServer::Impl {
                         "model_not_found"};
       return false;
     }
-    if (parameters.ignore_eos) std::erase(stop_tokens, static_cast<int64_t>(tokenizer_.eos_id()));
+    for (int64_t id : options_.stop_tokens) {
+      if (std::find(stop_tokens.begin(), stop_tokens.end(), id) == stop_tokens.end()) stop_tokens.push_back(id);
+    }
+    if (parameters.ignore_eos) {  // every end-of-sequence token; a chat template's end of turn stays
+      std::erase(stop_tokens, static_cast<int64_t>(tokenizer_.eos_id()));
+      for (int64_t id : options_.stop_tokens) std::erase(stop_tokens, id);
+    }
     SamplingOptions sampling;
     sampling.greedy = parameters.temperature <= 0;
     sampling.temperature = parameters.temperature > 0 ? parameters.temperature : 1.0;

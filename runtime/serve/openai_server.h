@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/data/instruction_format.h"
+#include "runtime/serve/folder_chat_template.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -42,7 +43,13 @@ struct OpenAiServerOptions {
   int port = 8000;  // 0: a free port
   std::string model_name;
   std::string api_key;  // empty: no authentication
-  std::optional<ChatTemplate> chat_template;  // absent: /v1/chat/completions answers 400
+  // Chats: the job file's form, or Jinja (the folder's or a .jinja file);
+  // neither: /v1/chat/completions answers 400.
+  std::optional<ChatTemplate> chat_template;
+  std::optional<JinjaChatTemplate> jinja_chat_template;
+  // Tokens generation also stops at, beside the tokenizer's eos
+  // (generation_config.json's eos_token_id).
+  std::vector<int64_t> stop_tokens;
   int64_t default_max_tokens = 16;            // /v1/completions without max_tokens (OpenAI's default)
   int max_connections = 256;
   size_t max_body_bytes = 4 << 20;

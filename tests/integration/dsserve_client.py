@@ -17,6 +17,8 @@ checks:
                                 alternatives in order, streamed as plain
   prompt_logprobs IDS LOGITS    echo with logprobs scores the prompt as
                                 dsgen --dump_logits's forward does
+  jinja_chat FOLDER             a chat with the folder's Jinja template is the
+                                completion of what jinja2 renders from it
   choices                       n choices (each the single request of seed
                                 + i), streamed per index, best_of's pick,
                                 several prompts, echo
@@ -320,6 +322,41 @@ def check_prompt_logprobs(ids, dsgen_logits):
           f"{len(prompt) - 1} tokens; lm-eval's reading: sum {sum(scores[ctxlen:-1]):.4f}, greedy {greedy}")
 
 
+def check_jinja_chat(folder):
+    """Note [The folder's chat template]: a chat on a folder whose
+    tokenizer_config.json carries a Jinja template is the completion of the
+    prompt jinja2 renders from it as transformers does (the reference)."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+    import chat_templates
+    config = json.load(open(os.path.join(folder, "tokenizer_config.json")))
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What color is the sky?"}]
+    chat_templates.SPECIAL.update(bos_token=config["bos_token"], eos_token=config["eos_token"])
+    ok, rendered = chat_templates.render(config["chat_template"], messages, True)
+    if not ok or not rendered.startswith(config["bos_token"]):
+        fail(f"jinja2 rendered {rendered!r}")
+    body = {"max_tokens": 6, "temperature": 0}
+    status, chat = post("/v1/chat/completions", dict(body, messages=messages))
+    if status != 200:
+        fail(f"jinja chat: HTTP {status}: {chat}")
+    # The completion adds bos itself, as the rendered text begins with it.
+    status, completion = post("/v1/completions", dict(body, prompt=rendered[len(config["bos_token"]):]))
+    if status != 200:
+        fail(f"the rendered prompt's completion: HTTP {status}: {completion}")
+    if chat["usage"]["prompt_tokens"] != completion["usage"]["prompt_tokens"]:
+        fail(f"the chat's prompt is {chat['usage']['prompt_tokens']} tokens, jinja2's rendering "
+             f"{completion['usage']['prompt_tokens']}: {rendered!r}")
+    if chat["choices"][0]["message"]["content"] != completion["choices"][0]["text"]:
+        fail(f"the chat answered {chat['choices'][0]['message']['content']!r}, the rendered prompt's completion "
+             f"{completion['choices'][0]['text']!r}")
+    # The template's own refusal (roles must alternate) is a 400 naming messages.
+    expect_error("alternation", 400, *post("/v1/chat/completions", {"messages": [
+        {"role": "user", "content": "one"}, {"role": "user", "content": "two"}]}), param="messages",
+        message="Conversation roles must alternate")
+    print(f"PASS: the folder's Jinja chat template: a chat is the completion of jinja2's rendering "
+          f"({chat['usage']['prompt_tokens']} prompt tokens); its raise_exception is a 400")
+
+
 def check_choices():
     base = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.9, "seed": 7}
     status, plain = post("/v1/completions", dict(base, n=3, logprobs=0))
@@ -481,6 +518,7 @@ if __name__ == "__main__":
      "chat": check_chat,
      "logprobs": lambda: check_logprobs(args[0], args[1]),
      "choices": check_choices,
+     "jinja_chat": lambda: check_jinja_chat(args[0]),
      "prompt_logprobs": lambda: check_prompt_logprobs(args[0], args[1]),
      "errors": check_errors,
      "disconnect": check_disconnect}[check]()

@@ -5,7 +5,8 @@
 #  - the greedy completion is dsgen's, plain and streamed;
 #  - 64 concurrent streaming requests (completions and chats, sampled with
 #    seeds) all end, each with what the same request gets alone;
-#  - chat completions stream what they answer unstreamed;
+#  - chat completions stream what they answer unstreamed; a folder's own
+#    Jinja chat template serves chats as jinja2 renders them;
 #  - log-probabilities (the greedy tokens' equal dsgen's; a prompt's, asked
 #    as lm-eval-harness asks, equal the training forward's), n choices (each
 #    the single request of its seed), best_of's pick and echo;
@@ -144,6 +145,28 @@ stop_server() {
 stop_server
 grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
 pass "SIGTERM: dsserve stopped, exit 0"
+
+# 6a. The folder's own chat template (Note [The folder's chat template]):
+#     Llama 2's Jinja template in tokenizer_config.json, no --chat_template.
+cp -r "$MODEL" "$WORK/model_jinja"
+"$PY" - "$WORK/model_jinja" "$(dirname "$CLIENT")/../serve" <<'PYTHON'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import chat_templates
+path = sys.argv[1] + "/tokenizer_config.json"
+config = json.load(open(path))
+config["chat_template"] = chat_templates.TEMPLATES["llama2"]
+json.dump(config, open(path, "w"), indent=2)
+json.dump({"bos_token_id": 1, "eos_token_id": [2]}, open(sys.argv[1] + "/generation_config.json", "w"))
+PYTHON
+start_server serve_jinja "$DSSERVE" --model "$WORK/model_jinja" --listen 127.0.0.1:0 --api_key_file "$WORK/key"
+[[ $line == *"chat template: the folder's"* ]] || fail "the folder's template is not named: '$line'"
+"$PY" "$CLIENT" "$URL" "$WORK/key" jinja_chat "$WORK/model_jinja"
+stop_server
+printf '{%% macro m() %%}{%% endmacro %%}' >"$WORK/bad.jinja"
+expect_refusal "bad .jinja" "bad.jinja:1: the statement 'macro'" --model "$MODEL" --listen 127.0.0.1:0 \
+  --chat_template "$WORK/bad.jinja"
+pass "the folder's Jinja chat template serves chats as jinja2 renders them; a template that does not parse stops dsserve"
 
 # 6b. Tensor-parallel serving (Note [Tensor-parallel serving]): dslaunch
 #     with 2 ranks splits the model; rank 0 serves, rank 1 follows its turns.
