@@ -1,6 +1,7 @@
 // Jinja source -> the syntax tree (jinja_syntax.h).
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -162,11 +164,9 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& code, const std::
       std::string digits = code.substr(i, j - i);
       digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
       Token token{is_float ? Token::kFloat : Token::kInt, digits};
-      if (is_float) {
-        token.float_value = std::stod(digits);
-      } else {
-        token.int_value = std::stoll(digits);
-      }
+      const bool read = is_float ? absl::SimpleAtod(digits, &token.float_value) && std::isfinite(token.float_value)
+                                 : absl::SimpleAtoi(digits, &token.int_value);
+      if (!read) return absl::InvalidArgumentError(absl::StrCat(where, ": the number ", digits, " is out of range"));
       tokens.push_back(token);
       i = j;
       continue;
@@ -240,6 +240,9 @@ class ExprParser {
  public:
   ExprParser(std::vector<Token> tokens, std::string where) : tokens_(std::move(tokens)), where_(std::move(where)) {}
 
+  // Nesting deeper than this is refused (a template is not a stack-overflow test).
+  static constexpr int kMaxNesting = 100;
+
   absl::StatusOr<ExprPtr> ParseAll() {
     auto expr = Expression();
     if (!expr.ok()) return expr;
@@ -281,6 +284,8 @@ class ExprParser {
   }
 
   absl::StatusOr<ExprPtr> Ternary() {
+    const Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(absl::StrCat("expressions nested deeper than ", kMaxNesting));
     auto value = Or();
     if (!value.ok() || !IsName("if")) return value;
     ++at_;
@@ -319,6 +324,8 @@ class ExprParser {
   }
 
   absl::StatusOr<ExprPtr> Not() {
+    const Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(absl::StrCat("expressions nested deeper than ", kMaxNesting));
     if (IsName("not")) {
       ++at_;
       auto operand = Not();
@@ -391,6 +398,8 @@ class ExprParser {
   }
 
   absl::StatusOr<ExprPtr> Unary() {
+    const Nested nested(this);
+    if (depth_ > kMaxNesting) return Error(absl::StrCat("expressions nested deeper than ", kMaxNesting));
     if (IsOp("-")) {
       ++at_;
       auto operand = Unary();
@@ -593,9 +602,16 @@ class ExprParser {
     return Error("unexpected token");
   }
 
+  struct Nested {
+    explicit Nested(ExprParser* parser) : parser(parser) { ++parser->depth_; }
+    ~Nested() { --parser->depth_; }
+    ExprParser* parser;
+  };
+
   std::vector<Token> tokens_;
   std::string where_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 
@@ -609,6 +625,16 @@ class StatementParser {
 
   // Parses until a statement whose keyword is in `ends` (returned in *end).
   absl::StatusOr<NodePtr> Block(const std::set<std::string>& ends, std::string* end, std::string* end_code) {
+    if (++depth_ > ExprParser::kMaxNesting) {
+      return absl::InvalidArgumentError(absl::StrCat(origin_, ": blocks nested deeper than ", ExprParser::kMaxNesting));
+    }
+    auto block = Parse(ends, end, end_code);
+    --depth_;
+    return block;
+  }
+
+ private:
+  absl::StatusOr<NodePtr> Parse(const std::set<std::string>& ends, std::string* end, std::string* end_code) {
     auto sequence = std::make_shared<Node>();
     while (at_ < segments_.size()) {
       const Segment& segment = segments_[at_++];
@@ -755,6 +781,7 @@ class StatementParser {
   std::string origin_;
   size_t at_ = 0;
   int last_line_ = 1;
+  int depth_ = 0;
 };
 absl::StatusOr<std::shared_ptr<Node>> ParseTemplate(absl::string_view source, const std::string& origin) {
   auto segments = Scan(source, origin);

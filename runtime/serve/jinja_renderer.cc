@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <map>
 #include <optional>
@@ -27,6 +28,13 @@ using NodePtr = std::shared_ptr<Node>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// What one render may take: a template from a downloaded folder runs on a
+// server's request thread, so a runaway one ends with an error, never a hang
+// or an exhausted memory.
+constexpr int64_t kMaxSteps = 500'000;  // statements run and expressions evaluated
+constexpr size_t kMaxText = size_t{64} << 20;  // bytes of output, and of one string
+constexpr int64_t kMaxRange = 1'000'000;  // items of one range()
+
 class Renderer {
  public:
   Renderer(const std::string& origin, const JinjaValue::Dict& variables) : origin_(origin) {
@@ -35,6 +43,7 @@ class Renderer {
   }
 
   absl::StatusOr<Flow> Run(const Node& node, std::string& out) {
+    if (absl::Status within = Step(node.line, out.size()); !within.ok()) return within;
     switch (node.kind) {
       case Node::kText:
         out += node.text;
@@ -200,8 +209,15 @@ class Renderer {
                             int line);
   absl::StatusOr<JinjaValue> Index(const JinjaValue& owner, const JinjaValue& key, int line);
 
+  absl::Status Step(int line, size_t text) {
+    if (++steps_ > kMaxSteps) return Error(line, absl::StrCat("the template ran over ", kMaxSteps, " steps"));
+    if (text > kMaxText) return Error(line, absl::StrCat("the template wrote over ", kMaxText, " bytes"));
+    return absl::OkStatus();
+  }
+
   std::string origin_;
   std::vector<std::map<std::string, JinjaValue>> scopes_;
+  int64_t steps_ = 0;
 };
 
 absl::StatusOr<JinjaValue> Renderer::Index(const JinjaValue& owner, const JinjaValue& key, int line) {
@@ -253,15 +269,22 @@ absl::StatusOr<bool> Renderer::CompareValues(const std::string& op, const JinjaV
 
 absl::StatusOr<JinjaValue> Renderer::Binary(const std::string& op, const JinjaValue& a, const JinjaValue& b,
                                             int line) {
-  if (op == "~") return JinjaValue::String(a.Str() + b.Str());
+  auto joined = [this, line](std::string text) -> absl::StatusOr<JinjaValue> {
+    if (text.size() > kMaxText) return Error(line, absl::StrCat("a string of over ", kMaxText, " bytes"));
+    return JinjaValue::String(std::move(text));
+  };
+  if (op == "~") return joined(a.Str() + b.Str());
   if (a.is_undefined() || b.is_undefined()) {
     return Error(line, absl::StrCat("'", op, "' with an undefined value"));
   }
   const bool ints = (a.type() == JinjaValue::Type::kInt || a.type() == JinjaValue::Type::kBool) &&
                     (b.type() == JinjaValue::Type::kInt || b.type() == JinjaValue::Type::kBool);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return JinjaValue::String(a.string_value() + b.string_value());
+    if (a.is_string() && b.is_string()) return joined(a.string_value() + b.string_value());
     if (a.is_list() && b.is_list()) {
+      if (a.list().size() + b.list().size() > static_cast<size_t>(kMaxRange)) {
+        return Error(line, absl::StrCat("a list of over ", kMaxRange, " items"));
+      }
       JinjaValue::List joined = a.list();
       joined.insert(joined.end(), b.list().begin(), b.list().end());
       return JinjaValue::MakeList(std::move(joined));
@@ -272,6 +295,10 @@ absl::StatusOr<JinjaValue> Renderer::Binary(const std::string& op, const JinjaVa
     const JinjaValue& text = a.is_string() ? a : b;
     const JinjaValue& count = a.is_string() ? b : a;
     if (count.type() == JinjaValue::Type::kInt) {
+      if (count.int_value() > 0 &&
+          static_cast<uint64_t>(count.int_value()) > kMaxText / std::max<size_t>(1, text.string_value().size())) {
+        return Error(line, absl::StrCat("a string repeated past ", kMaxText, " bytes"));
+      }
       std::string out;
       for (int64_t i = 0; i < count.int_value(); ++i) out += text.string_value();
       return JinjaValue::String(out);
@@ -280,9 +307,21 @@ absl::StatusOr<JinjaValue> Renderer::Binary(const std::string& op, const JinjaVa
   if (!a.is_number() || !b.is_number()) {
     return Error(line, absl::StrCat("'", op, "' between ", a.TypeName(), " and ", b.TypeName()));
   }
-  if (op == "+") return ints ? JinjaValue::Int(a.int_value() + b.int_value()) : JinjaValue::Float(a.number() + b.number());
-  if (op == "-") return ints ? JinjaValue::Int(a.int_value() - b.int_value()) : JinjaValue::Float(a.number() - b.number());
-  if (op == "*") return ints ? JinjaValue::Int(a.int_value() * b.int_value()) : JinjaValue::Float(a.number() * b.number());
+  if (ints && (op == "+" || op == "-" || op == "*")) {
+    // Python's integers do not overflow; these do, and say so.
+    int64_t result = 0;
+    const bool overflow = op == "+"   ? __builtin_add_overflow(a.int_value(), b.int_value(), &result)
+                          : op == "-" ? __builtin_sub_overflow(a.int_value(), b.int_value(), &result)
+                                      : __builtin_mul_overflow(a.int_value(), b.int_value(), &result);
+    if (overflow) return Error(line, absl::StrCat("'", op, "' overflows a 64-bit integer"));
+    return JinjaValue::Int(result);
+  }
+  if (op == "+") return JinjaValue::Float(a.number() + b.number());
+  if (op == "-") return JinjaValue::Float(a.number() - b.number());
+  if (op == "*") return JinjaValue::Float(a.number() * b.number());
+  if (ints && b.int_value() == -1 && a.int_value() == INT64_MIN) {
+    return Error(line, absl::StrCat("'", op, "' overflows a 64-bit integer"));
+  }
   if (b.number() == 0) return Error(line, absl::StrCat("'", op, "' by zero"));
   if (op == "/") return JinjaValue::Float(a.number() / b.number());
   if (op == "//") {
@@ -336,6 +375,7 @@ absl::StatusOr<bool> Renderer::Test(const std::string& name, const JinjaValue& v
 }
 
 absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
+  if (absl::Status within = Step(line, 0); !within.ok()) return within;
   switch (e.kind) {
     case Expr::kLiteral:
       return e.literal;
@@ -402,7 +442,10 @@ absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
       };
       const int64_t start = clamp(bounds[0], true), stop = clamp(bounds[1], false);
       JinjaValue::List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back((*all)[static_cast<size_t>(i)]);
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+        out.push_back((*all)[static_cast<size_t>(i)]);
+        if (__builtin_add_overflow(i, step, &i)) break;
+      }
       if (owner->is_string()) {
         std::string text;
         for (const JinjaValue& c : out) text += c.string_value();
@@ -549,8 +592,13 @@ absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
         if (args.size() == 3) step = args[2].int_value();
       }
       if (step == 0 || args.empty() || args.size() > 3) return Error(line, "range takes 1 to 3 integers, a step not 0");
+      const double items = (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
+      if (items > static_cast<double>(kMaxRange)) return Error(line, absl::StrCat("range of over ", kMaxRange, " items"));
       JinjaValue::List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(JinjaValue::Int(i));
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+        out.push_back(JinjaValue::Int(i));
+        if (__builtin_add_overflow(i, step, &i)) break;
+      }
       return JinjaValue::MakeList(std::move(out));
     }
     if (name == "strftime_now") {
@@ -626,6 +674,9 @@ absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
     }
   } else if (owner->is_list()) {
     if (method == "append" && args.size() == 1) {
+      if (owner->list().size() >= static_cast<size_t>(kMaxRange)) {
+        return Error(line, absl::StrCat("a list of over ", kMaxRange, " items"));
+      }
       owner->list().push_back(args[0]);
       return JinjaValue::None();
     }
@@ -679,7 +730,11 @@ absl::StatusOr<JinjaValue> Renderer::Filter(const Expr& e, int line) {
     return Error(line, absl::StrCat("length of ", v.TypeName()));
   }
   if (name == "int") {
-    if (v.is_number()) return JinjaValue::Int(static_cast<int64_t>(v.number()));
+    if (v.type() == JinjaValue::Type::kFloat && !(std::fabs(v.number()) < 9.2e18)) {
+      return Error(line, "int of a float outside a 64-bit integer's range");
+    }
+    if (v.is_number()) return JinjaValue::Int(v.type() == JinjaValue::Type::kFloat ? static_cast<int64_t>(v.number())
+                                                                                   : v.int_value());
     if (v.is_string()) {
       try {
         return JinjaValue::Int(std::stoll(v.string_value()));
@@ -701,7 +756,10 @@ absl::StatusOr<JinjaValue> Renderer::Filter(const Expr& e, int line) {
     return JinjaValue::Float(0);
   }
   if (name == "abs") {
-    if (v.type() == JinjaValue::Type::kInt) return JinjaValue::Int(std::llabs(v.int_value()));
+    if (v.type() == JinjaValue::Type::kInt) {
+      if (v.int_value() == INT64_MIN) return Error(line, "abs overflows a 64-bit integer");
+      return JinjaValue::Int(std::llabs(v.int_value()));
+    }
     if (v.is_number()) return JinjaValue::Float(std::fabs(v.number()));
     return Error(line, absl::StrCat("abs of ", v.TypeName()));
   }

@@ -33,7 +33,12 @@
 // loads renders with the semantics above, or says why it cannot.
 // Values follow Python's rules (jinja_value.h); an undefined value renders
 // as "", is false, and is an error in arithmetic or as an attribute's owner,
-// as jinja2's default Undefined.
+// as jinja2's default Undefined. Integers are 64-bit: a literal or a result
+// past that is an error, not a wrap. A template from a downloaded folder runs
+// on a server's request thread, so a render has a budget (500,000 steps,
+// 64 MiB of text, a million items in a list, nesting 100 deep) and a
+// runaway one ends with an error naming the limit (tests/fuzz/
+// chat_template_fuzzer.cc).
 #pragma once
 
 #include <memory>

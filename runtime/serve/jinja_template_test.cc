@@ -76,9 +76,51 @@ TEST(JinjaTemplateTest, ErrorsWhileRenderingNameTheLine) {
   parsed = JinjaTemplate::Parse("{{ 1 + 'a' }}", "t");
   ASSERT_TRUE(parsed.ok());
   EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr("'+' between an integer and a string"));
+  // Python's integers do not overflow; a 64-bit one says so (fuzzing found the literal).
+  EXPECT_THAT(std::string(JinjaTemplate::Parse("{{ 99999999999999999999 }}", "t").status().message()),
+              HasSubstr("t:1: the number 99999999999999999999 is out of range"));
+  parsed = JinjaTemplate::Parse("{{ 9223372036854775807 + 1 }}", "t");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr("'+' overflows a 64-bit integer"));
+  parsed = JinjaTemplate::Parse("{{ [1, 2, 3][::9223372036854775807] }}", "t");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed->Render({}), "[1]");
   parsed = JinjaTemplate::Parse("{{ strftime_now('%Y') | length }}", "t");
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed->Render({}), "4");
+}
+
+// A template from a downloaded folder runs on a request's thread: a
+// runaway one ends with an error naming why, never a hang, a stack overflow
+// or exhausted memory.
+TEST(JinjaTemplateTest, RunawayTemplatesEndWithAnError) {
+  const std::string deep(5000, '(');
+  EXPECT_THAT(std::string(JinjaTemplate::Parse("{{ " + deep + "1" + std::string(5000, ')') + " }}", "t").status().message()),
+              HasSubstr("expressions nested deeper than 100"));
+  std::string blocks;
+  for (int i = 0; i < 500; ++i) blocks += "{% if true %}";
+  EXPECT_THAT(std::string(JinjaTemplate::Parse(blocks, "t").status().message()), HasSubstr("blocks nested deeper than 100"));
+  struct Case {
+    const char* source;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}"
+                "{% endfor %}{% endfor %}",
+                "ran over 500000 steps"},
+           Case{"{{ range(2000000)|length }}", "range of over 1000000 items"},
+           Case{"{{ 'x' * 100000000 }}", "a string repeated past"},
+           Case{"{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                "a string of over 67108864 bytes"},
+           Case{"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                "a list of over 1000000 items"},
+       }) {
+    auto parsed = JinjaTemplate::Parse(c.source, "t");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto text = parsed->Render({});
+    ASSERT_FALSE(text.ok()) << c.source;
+    EXPECT_THAT(std::string(text.status().message()), HasSubstr(c.message)) << c.source;
+  }
 }
 
 }  // namespace
