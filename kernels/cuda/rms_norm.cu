@@ -22,23 +22,49 @@ __device__ __forceinline__ float Rounded(float h) {
   return ToFloat(FromFloat<T>(h));
 }
 
-template <typename T, int kVec>
-__global__ void rms_norm_forward_kernel(T* y, float* rstd_out, const T* x, const T* weight, int64_t rows, int width,
-                                        float eps) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+// Below this many rows the forward gives each row a block instead of a warp:
+// a decode step normalizes a row or a few, and one warp walking a 4096-wide
+// row twice waits out the memory's latency at every step (17 us on an H100,
+// against about 3 with the row spread over a block).
+constexpr int64_t kBlockPerRowBelow = 1024;
+
+// With a residual (delta and sum non-null) the row normalized is x + delta,
+// rounded to T and stored to sum first (as LibTorch's add stores it); each
+// thread reads back only what it wrote. rstd_out may be null. A row per warp
+// (kWarpsPerBlock rows a block) or, kBlockPerRow, a row per block.
+template <typename T, int kVec, bool kBlockPerRow>
+__global__ void rms_norm_forward_kernel(T* y, float* rstd_out, T* sum, const T* x, const T* delta, const T* weight,
+                                        int64_t rows, int width, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = kBlockPerRow ? static_cast<int64_t>(blockIdx.x)
+                                   : static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;  // a whole warp, or (kBlockPerRow: one block a row) nobody
+  const int lane = kBlockPerRow ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % 32);
+  const int lanes = kBlockPerRow ? static_cast<int>(blockDim.x) : 32;
   const T* in = x + row * width;
   float squares = 0.f;
-  for (int c = lane * kVec; c < width; c += 32 * kVec) {
+  for (int c = lane * kVec; c < width; c += lanes * kVec) {
     float v[kVec];
     LoadAsFloat<T, kVec>(in + c, v);
+    if (delta != nullptr) {
+      float d[kVec];
+      LoadAsFloat<T, kVec>(delta + row * width + c, d);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[i] = Rounded<T>(v[i] + d[i]);
+      StoreFromFloat<T, kVec>(sum + row * width + c, v);
+    }
 #pragma unroll
     for (int i = 0; i < kVec; ++i) squares += v[i] * v[i];
   }
-  const float rstd = rsqrtf(WarpSum(squares) / width + eps);
+  if constexpr (kBlockPerRow) {
+    squares = device::BlockSum(squares, scratch);
+  } else {
+    squares = WarpSum(squares);
+  }
+  const float rstd = rsqrtf(squares / width + eps);
+  if (delta != nullptr) in = sum + row * width;
   T* out = y + row * width;
-  for (int c = lane * kVec; c < width; c += 32 * kVec) {
+  for (int c = lane * kVec; c < width; c += lanes * kVec) {
     float v[kVec], w[kVec];
     LoadAsFloat<T, kVec>(in + c, v);
     LoadAsFloat<T, kVec>(weight + c, w);
@@ -46,7 +72,7 @@ __global__ void rms_norm_forward_kernel(T* y, float* rstd_out, const T* x, const
     for (int i = 0; i < kVec; ++i) v[i] = w[i] * Rounded<T>(v[i] * rstd);
     StoreFromFloat<T, kVec>(out + c, v);
   }
-  if (lane == 0) rstd_out[row] = rstd;
+  if (lane == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
 }
 
 // partial: [gridDim.x, width] dweight sums. Each warp keeps its own column
@@ -101,21 +127,47 @@ __global__ void rms_norm_backward_kernel(T* dx, float* partial, const T* dy, con
 
 }  // namespace
 
-cudaError_t rms_norm_forward(ElementType type, void* y, float* rstd, const void* x, const void* weight, int64_t rows,
-                             int64_t width, float eps, cudaStream_t stream) {
+namespace {
+
+cudaError_t LaunchForward(ElementType type, void* y, float* rstd, void* sum, const void* x, const void* delta,
+                          const void* weight, int64_t rows, int64_t width, float eps, cudaStream_t stream) {
   if (rows <= 0 || width <= 0 || width > (int64_t{1} << 30)) return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
-    const int64_t grid = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
     const int w = static_cast<int>(width);
-    if (device::Vectorizable<T>(width, {y, x, weight})) {
-      rms_norm_forward_kernel<T, device::kVector<T>><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-          static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(weight), rows, w, eps);
-    } else {
-      rms_norm_forward_kernel<T, 1><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-          static_cast<T*>(y), rstd, static_cast<const T*>(x), static_cast<const T*>(weight), rows, w, eps);
+    const bool block_per_row = rows < kBlockPerRowBelow;
+    auto launch = [&](auto kernel, int vec) {
+      // A row per block: a thread per vector of the row, 32 to 1024 of them.
+      const int64_t vectors = (width + vec - 1) / vec;
+      const int threads = block_per_row ? static_cast<int>(std::clamp<int64_t>((vectors + 31) / 32 * 32, 32, 1024))
+                                        : 32 * kWarpsPerBlock;
+      const int64_t grid = block_per_row ? rows : (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+      kernel<<<grid, threads, 0, stream>>>(static_cast<T*>(y), rstd, static_cast<T*>(sum), static_cast<const T*>(x),
+                                           static_cast<const T*>(delta), static_cast<const T*>(weight), rows, w, eps);
+      return cudaGetLastError();
+    };
+    // Null pointers (no residual) are aligned.
+    constexpr int kVec = device::kVector<T>;
+    if (device::Vectorizable<T>(width, {y, sum, x, delta, weight})) {
+      return block_per_row ? launch(rms_norm_forward_kernel<T, kVec, true>, kVec)
+                           : launch(rms_norm_forward_kernel<T, kVec, false>, kVec);
     }
-    return cudaGetLastError();
+    return block_per_row ? launch(rms_norm_forward_kernel<T, 1, true>, 1)
+                         : launch(rms_norm_forward_kernel<T, 1, false>, 1);
   });
+}
+
+}  // namespace
+
+cudaError_t rms_norm_forward(ElementType type, void* y, float* rstd, const void* x, const void* weight, int64_t rows,
+                             int64_t width, float eps, cudaStream_t stream) {
+  return LaunchForward(type, y, rstd, nullptr, x, nullptr, weight, rows, width, eps, stream);
+}
+
+cudaError_t rms_norm_residual_forward(ElementType type, void* y, void* sum, const void* x, const void* delta,
+                                      const void* weight, int64_t rows, int64_t width, float eps,
+                                      cudaStream_t stream) {
+  if (sum == nullptr || delta == nullptr) return cudaErrorInvalidValue;
+  return LaunchForward(type, y, nullptr, sum, x, delta, weight, rows, width, eps, stream);
 }
 
 int64_t rms_norm_backward_scratch(int64_t rows, int64_t width) {

@@ -279,12 +279,10 @@ bool FusedKernelsBuilt() { return true; }
 bool FusedKernelsBuilt() { return false; }
 #endif
 
-namespace {
 void CheckFusedAvailable(const torch::Tensor& x, const char* what) {
   TORCH_CHECK(x.is_cuda(), what, ": fused kernels run on CUDA tensors, this one is on ", x.device());
   TORCH_CHECK(FusedKernelsBuilt(), what, ": this build has no CUDA kernels (nvcc was not found at configure time)");
 }
-}  // namespace
 
 torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps,
                           bool fused) {
@@ -332,6 +330,34 @@ torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, dou
   if (x.numel() == 0) return reference();  // nothing to compute
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return RmsNormFunction::apply(x, weight, eps);
+#else
+  return {};
+#endif
+}
+
+std::pair<torch::Tensor, torch::Tensor> AddRmsNormOp(const torch::Tensor& x, const torch::Tensor& delta,
+                                                     const torch::Tensor& weight, double eps, bool fused) {
+  const bool records_autograd =
+      torch::GradMode::is_enabled() && (x.requires_grad() || delta.requires_grad() || weight.requires_grad());
+  if (!fused || records_autograd || x.numel() == 0 || x.sizes() != delta.sizes() ||
+      x.scalar_type() != delta.scalar_type()) {
+    torch::Tensor sum = x + delta;
+    return {sum, RmsNormOp(sum, weight, eps, fused)};
+  }
+  CheckFusedAvailable(x, "RMSNorm with a residual");
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  CheckParameter(x, weight, "fused RMSNorm with a residual");
+  TORCH_CHECK(delta.device() == x.device(), "fused RMSNorm with a residual: x is on ", x.device(), ", delta on ",
+              delta.device());
+  compat::CudaDeviceGuard device(x.device());
+  const torch::Tensor a = x.contiguous(), b = delta.contiguous(), w = weight.contiguous();
+  torch::Tensor sum = torch::empty_like(a), y = torch::empty_like(a);
+  const int64_t width = a.size(-1), rows = a.numel() / width;
+  CheckLaunch(kernels::rms_norm_residual_forward(TypeOf(a), y.data_ptr(), sum.data_ptr(), a.data_ptr(), b.data_ptr(),
+                                                 w.data_ptr(), rows, width, static_cast<float>(eps),
+                                                 compat::CurrentCudaStream()),
+              "fused RMSNorm with a residual");
+  return {sum, y};
 #else
   return {};
 #endif

@@ -18,9 +18,15 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 namespace dslaunch::runtime {
 
 bool FusedKernelsBuilt();
+
+// Throws c10::Error naming `what` unless x is a CUDA tensor and this build
+// has the kernels.
+void CheckFusedAvailable(const torch::Tensor& x, const char* what);
 
 // torch::layer_norm over the last dimension.
 torch::Tensor LayerNormOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -38,6 +44,13 @@ torch::Tensor CrossEntropyOp(const torch::Tensor& logits, const torch::Tensor& t
 // Hugging Face's LlamaRMSNorm over the last dimension: h = x·rsqrt(mean(x²) +
 // eps) in fp32, rounded to x's type, times weight [width].
 torch::Tensor RmsNormOp(const torch::Tensor& x, const torch::Tensor& weight, double eps, bool fused);
+
+// The residual add before an RMSNorm: returns {sum, RmsNormOp(sum)} with
+// sum = x + delta in x's dtype. Fused and recording no autograd (a decode
+// step), one kernel computes both with the unfused pair's arithmetic;
+// otherwise it is the add and RmsNormOp.
+std::pair<torch::Tensor, torch::Tensor> AddRmsNormOp(const torch::Tensor& x, const torch::Tensor& delta,
+                                                     const torch::Tensor& weight, double eps, bool fused);
 
 // Rotary embedding (rotate-half) of x [batch, heads, time, head_dim] with cos
 // and sin [time, head_dim] or [batch, 1, time, head_dim] in x's dtype:

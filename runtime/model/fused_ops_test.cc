@@ -198,6 +198,21 @@ TEST_P(FusedOpsGpuTest, MismatchedParametersAreRefusedAndEmptyInputsWork) {
   EXPECT_EQ(empty.grad().sizes(), empty.sizes());
 }
 
+// The residual form gives exactly the add and the fused RMSNorm of the sum:
+// the sum as LibTorch's add rounds it, the normalized rows bit for bit.
+TEST_P(FusedOpsGpuTest, RmsNormWithAResidualIsTheAddAndTheRmsNorm) {
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 4096}, {7, 768}, {33, 100}, {5, 99}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << width);
+    const torch::Tensor x = torch::randn({1, rows, width}, Options()) * 3;
+    const torch::Tensor delta = torch::randn({1, rows, width}, Options());
+    const torch::Tensor w = torch::randn({width}, Options());
+    torch::NoGradGuard no_grad;
+    auto [sum, normalized] = AddRmsNormOp(x, delta, w, 1e-6, /*fused=*/true);
+    EXPECT_TRUE(torch::equal(sum, x + delta));
+    EXPECT_TRUE(torch::equal(normalized, RmsNormOp(x + delta, w, 1e-6, /*fused=*/true)));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedOpsGpuTest, ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
@@ -213,6 +228,7 @@ TEST(FusedOpsTest, AskingForFusedKernelsOnCpuTensorsIsAnError) {
   EXPECT_THROW(BiasGeluOp(x, w, true), c10::Error);
   EXPECT_THROW(CrossEntropyOp(x, torch::zeros({4}, torch::kLong), true), c10::Error);
   EXPECT_THROW(RmsNormOp(x, w, 1e-5, true), c10::Error);
+  EXPECT_THROW(AddRmsNormOp(x, x, w, 1e-5, true), c10::Error);
   EXPECT_THROW(SwiGluOp(x, x, true), c10::Error);
   EXPECT_THROW(RotaryOp(x.view({1, 1, 4, 8}), w.view({1, 8}), w.view({1, 8}), true), c10::Error);
 }
@@ -227,6 +243,10 @@ TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
   EXPECT_TRUE(torch::equal(SwiGluOp(x, w.expand({4, 8}), false), torch::silu(x) * w));
   torch::Tensor h = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
   EXPECT_TRUE(torch::allclose(RmsNormOp(x, w, 1e-6, false), w * h));
+  auto delta = torch::randn({4, 8});
+  auto [sum, normalized] = AddRmsNormOp(x, delta, w, 1e-6, false);
+  EXPECT_TRUE(torch::equal(sum, x + delta));
+  EXPECT_TRUE(torch::equal(normalized, RmsNormOp(x + delta, w, 1e-6, false)));
   auto q = torch::randn({1, 2, 4, 8}), cos = torch::randn({4, 8}), sin = torch::randn({4, 8});
   EXPECT_TRUE(torch::equal(RotaryOp(q, cos, sin, false), ApplyRotary(q, cos, sin)));
 }

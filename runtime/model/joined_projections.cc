@@ -1,5 +1,7 @@
 #include "runtime/model/joined_projections.h"
 
+#include "runtime/model/decode_linear.h"
+
 namespace dslaunch::runtime {
 
 bool JoinedProjections::Join(std::vector<LoraLinear> projections) {
@@ -29,6 +31,7 @@ bool JoinedProjections::Join(std::vector<LoraLinear> projections) {
   };
   weight_ = join([](LoraLinearImpl& p) -> torch::Tensor& { return p.weight; });
   if (biased) bias_ = join([](LoraLinearImpl& p) -> torch::Tensor& { return p.bias; });
+  fused_kernels_ = projections.front()->fused_kernels;
   projections_ = std::move(projections);
   return true;
 }
@@ -42,8 +45,12 @@ bool JoinedProjections::usable() const {
   return true;
 }
 
+torch::Tensor JoinedProjections::Product(const torch::Tensor& x) const {
+  return LinearOp(x, weight_, bias_, fused_kernels_);
+}
+
 std::vector<torch::Tensor> JoinedProjections::Forward(const torch::Tensor& x) const {
-  const torch::Tensor y = torch::nn::functional::linear(x, weight_, bias_);
+  const torch::Tensor y = Product(x);
   std::vector<torch::Tensor> outputs;
   int64_t column = 0;
   for (const LoraLinear& p : projections_) {

@@ -34,10 +34,13 @@ class JoinedProjections {
   // Each projection's output for x [..., in], in Join's order: views of one
   // product's output [..., Σ rows] (the last dimension contiguous).
   std::vector<torch::Tensor> Forward(const torch::Tensor& x) const;
+  // That product whole: the outputs side by side along the last dimension.
+  torch::Tensor Product(const torch::Tensor& x) const;
 
  private:
   std::vector<LoraLinear> projections_;
   torch::Tensor weight_, bias_;
+  bool fused_kernels_ = false;  // the projections' (Note [Decode linear])
 };
 
 }  // namespace dslaunch::runtime

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/decode_linear.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/next_token_loss.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
@@ -16,7 +17,12 @@ namespace dslaunch::runtime {
 
 namespace {
 
-LoraLinear Projection(int64_t in, int64_t out, bool bias) { return LoraLinear(in, out, bias); }
+// A projection whose base product takes the decode kernel with fused kernels (Note [Decode linear]).
+LoraLinear Projection(int64_t in, int64_t out, bool bias, bool fused_kernels) {
+  LoraLinear projection(in, out, bias);
+  projection->fused_kernels = fused_kernels;
+  return projection;
+}
 
 // Parameter tensors of `module` that train (LoRA freezes the rest).
 int64_t TrainableTensors(const torch::nn::Module& module) {
@@ -31,7 +37,7 @@ int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_para
 // (or reduce-scattered along the sequence), then the bias, which is whole.
 torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
   if (!group.split()) return projection->forward(x);
-  torch::Tensor sum = ExitRowParallel(torch::nn::functional::linear(x, projection->weight), group);
+  torch::Tensor sum = ExitRowParallel(LinearOp(x, projection->weight, {}, projection->fused_kernels), group);
   return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
 }
 
@@ -52,6 +58,11 @@ torch::Tensor LlamaRmsNormImpl::forward(const torch::Tensor& x) {
   return RmsNormOp(x, SequenceRegionParameter(weight, group_), eps_, fused_);
 }
 
+std::pair<torch::Tensor, torch::Tensor> LlamaRmsNormImpl::AddAndForward(const torch::Tensor& x,
+                                                                        const torch::Tensor& delta) {
+  return AddRmsNormOp(x, delta, SequenceRegionParameter(weight, group_), eps_, fused_);
+}
+
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options, int64_t layer)
     : options_(options),
       layer_(layer),
@@ -60,10 +71,12 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options, int64_t laye
       head_dim_(options.head_dim),
       fused_(options.fused_kernels) {
   const int64_t kv_rows = (KeyValueHeadsReplicated(options) ? options.kv_heads : kv_heads_) * head_dim_;
-  q_proj = register_module("q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias));
-  k_proj = register_module("k_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
-  v_proj = register_module("v_proj", Projection(options.hidden, kv_rows, options.qkv_bias));
-  o_proj = register_module("o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias));
+  q_proj = register_module(
+      "q_proj", Projection(options.hidden, heads_ * head_dim_, options.qkv_bias, options.fused_kernels));
+  k_proj = register_module("k_proj", Projection(options.hidden, kv_rows, options.qkv_bias, options.fused_kernels));
+  v_proj = register_module("v_proj", Projection(options.hidden, kv_rows, options.qkv_bias, options.fused_kernels));
+  o_proj = register_module(
+      "o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias, options.fused_kernels));
 }
 
 torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const {
@@ -95,10 +108,13 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
   };
   torch::Tensor q, k, v;
   if (joined_qkv_.usable()) {
-    const std::vector<torch::Tensor> qkv = joined_qkv_.Forward(x);
-    q = RotaryOp(heads(qkv[0], heads_), cos, sin, fused_);
-    k = RotaryOp(heads(qkv[1], kv_heads_), cos, sin, fused_);
-    v = heads(qkv[2], kv_heads_);
+    // The query and key heads side by side in the product: one rotary over both.
+    const torch::Tensor qkv = joined_qkv_.Product(x);
+    const torch::Tensor qk =
+        RotaryOp(heads(qkv.narrow(-1, 0, (heads_ + kv_heads_) * head_dim_), heads_ + kv_heads_), cos, sin, fused_);
+    q = qk.narrow(1, 0, heads_);
+    k = qk.narrow(1, heads_, kv_heads_);
+    v = heads(qkv.narrow(-1, (heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_), kv_heads_);
   } else {
     q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
     k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
@@ -127,9 +143,12 @@ void LlamaAttentionImpl::JoinProjections() {
 LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
     : group_(options.tensor_parallel), fused_(options.fused_kernels) {
   const int64_t intermediate = options.intermediate / Slices(options);
-  gate_proj = register_module("gate_proj", Projection(options.hidden, intermediate, options.mlp_bias));
-  up_proj = register_module("up_proj", Projection(options.hidden, intermediate, options.mlp_bias));
-  down_proj = register_module("down_proj", Projection(intermediate, options.hidden, options.mlp_bias));
+  gate_proj = register_module(
+      "gate_proj", Projection(options.hidden, intermediate, options.mlp_bias, options.fused_kernels));
+  up_proj = register_module(
+      "up_proj", Projection(options.hidden, intermediate, options.mlp_bias, options.fused_kernels));
+  down_proj = register_module(
+      "down_proj", Projection(intermediate, options.hidden, options.mlp_bias, options.fused_kernels));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
@@ -171,6 +190,17 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   return h + (block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n));
 }
 
+std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::ForwardCached(const torch::Tensor& x,
+                                                                             const torch::Tensor& pending,
+                                                                             const torch::Tensor& cos,
+                                                                             const torch::Tensor& sin,
+                                                                             KeyValueCache& cache) {
+  auto [input, normalized] =
+      pending.defined() ? input_layernorm->AddAndForward(x, pending) : std::pair{x, input_layernorm->forward(x)};
+  auto [h, n] = post_attention_layernorm->AddAndForward(input, self_attn->forward(normalized, cos, sin, {}, &cache));
+  return {h, block_sparse_moe ? block_sparse_moe->forward(n) : mlp->forward(n)};
+}
+
 LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(LocalVocabRows(options), options.hidden));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -202,7 +232,8 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   model = register_module("model", LlamaBackbone(options_, &aux_scale_));
   moe_layers_ = FindMoeLayers(*model);
   if (!options.tie_word_embeddings) {
-    lm_head = register_module("lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false));
+    lm_head = register_module(
+        "lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false, options.fused_kernels));
   }
   Initialize(seed);
 }
@@ -273,7 +304,9 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
 torch::Tensor LlamaImpl::Head(const torch::Tensor& x) {
   // Each rank's logits are its vocabulary range, for every time step.
   torch::Tensor normalized = EnterColumnParallel(model->norm->forward(x), options_.tensor_parallel);
-  if (options_.tie_word_embeddings) return torch::nn::functional::linear(normalized, model->embed_tokens->weight);
+  if (options_.tie_word_embeddings) {
+    return LinearOp(normalized, model->embed_tokens->weight, {}, options_.fused_kernels);
+  }
   return lm_head->forward(normalized);
 }
 
@@ -334,9 +367,11 @@ torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const tor
   const torch::Tensor at = positions.to(cos.device());
   cos = cos.index({at}).unsqueeze(0).unsqueeze(0);  // [1, 1, n, head_dim]
   sin = sin.index({at}).unsqueeze(0).unsqueeze(0);
+  torch::Tensor pending;  // the last layer's output, not yet added to x
   for (int64_t i = 0; i < options_.layers; ++i) {
-    x = model->layers[i]->as<LlamaDecoderLayer>()->forward(x, cos, sin, {}, &cache);
+    std::tie(x, pending) = model->layers[i]->as<LlamaDecoderLayer>()->ForwardCached(x, pending, cos, sin, cache);
   }
+  if (pending.defined()) x = x + pending;
   return Head(x.index_select(1, logit_rows.to(x.device()))).squeeze(0);
 }
 

@@ -85,6 +85,8 @@ class LlamaRmsNormImpl : public torch::nn::Module {
  public:
   LlamaRmsNormImpl(int64_t hidden, double eps, bool fused = false, TensorParallelGroup group = {});
   torch::Tensor forward(const torch::Tensor& x);
+  // {x + delta, forward(x + delta)}: AddRmsNormOp.
+  std::pair<torch::Tensor, torch::Tensor> AddAndForward(const torch::Tensor& x, const torch::Tensor& delta);
   torch::Tensor weight;
 
  private:
@@ -148,6 +150,14 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
                                  LossGradientScale* aux_scale = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& allowed = {}, KeyValueCache* cache = nullptr);
+  // The cached forward's layer, its residual adds joined to the RMSNorms
+  // after them (AddRmsNormOp): the layer's input is x + pending (x alone when
+  // pending is undefined); returns the residual after attention and the MLP's
+  // output, whose sum is forward()'s result and which the next layer (or the
+  // head) adds.
+  std::pair<torch::Tensor, torch::Tensor> ForwardCached(const torch::Tensor& x, const torch::Tensor& pending,
+                                                        const torch::Tensor& cos, const torch::Tensor& sin,
+                                                        KeyValueCache& cache);
 
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};

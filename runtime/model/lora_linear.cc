@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/model/decode_linear.h"
+
 namespace dslaunch::runtime {
 
 double LoraAdapterOptions::scale() const {
@@ -19,11 +21,8 @@ LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, bool with_bias) : in_(in
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  if (int8()) {
-    torch::Tensor y = torch::nn::functional::linear(x, weight_int8.to(x.scalar_type())) * weight_scale;
-    return bias.defined() ? y + bias : y;
-  }
-  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, bias, fused_kernels);
+  torch::Tensor y = LinearOp(x, weight, bias, fused_kernels);
   if (!adapter_) return y;
   torch::Tensor h = adapter_->dropout > 0 ? torch::dropout(x, adapter_->dropout, is_training()) : x;
   return y + lora_B->forward(lora_A->forward(h)) * adapter_->scale();

@@ -60,6 +60,8 @@ class LoraLinearImpl : public torch::nn::Module {
   torch::Tensor weight_int8, weight_scale;  // [out, in] int8, [out] in the weight's former dtype
 
   torch::Tensor weight, bias;  // bias undefined without one
+  // The base product through LinearOp's kernels (Note [Decode linear]).
+  bool fused_kernels = false;
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
 
  private:

@@ -38,36 +38,30 @@ TextStreamer::TextStreamer(const Tokenizer& tokenizer, std::vector<std::string> 
 std::string TextStreamer::Add(int64_t token) {
   if (stopped_) return "";
   tokens_.push_back(static_cast<int32_t>(token));
-  const std::vector<int32_t> window(tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_), tokens_.end());
-  const std::vector<int32_t> before(tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                                    tokens_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
-  const std::string prefix_text = tokenizer_.Decode(before);
-  const std::string new_text = tokenizer_.Decode(window);
+  const auto [prefix_text, new_text] = DecodeWindow();
   if (new_text.size() > prefix_text.size() && !absl::EndsWith(new_text, kReplacementCharacter) &&
       IncompleteUtf8Tail(new_text) == 0) {
     // The window's text begins with the text of its older tokens (a decoder
     // is a left-to-right function of its pieces); anything else is taken
     // from where the two first differ.
-    size_t common = 0;
-    while (common < prefix_text.size() && prefix_text[common] == new_text[common]) ++common;
-    pending_ += new_text.substr(common);
+    pending_ += TextPastCommonPrefix(prefix_text, new_text);
     prefix_offset_ = read_offset_;
     read_offset_ = tokens_.size();
   }
   return Release(/*final=*/false);
 }
 
+std::pair<std::string, std::string> TextStreamer::DecodeWindow() const {
+  const auto first = tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_);
+  return {tokenizer_.Decode(std::vector<int32_t>(first, tokens_.begin() + static_cast<std::ptrdiff_t>(read_offset_))),
+          tokenizer_.Decode(std::vector<int32_t>(first, tokens_.end()))};
+}
+
 std::string TextStreamer::Finish() {
   if (stopped_) return "";
   if (read_offset_ < tokens_.size()) {
-    const std::vector<int32_t> window(tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_), tokens_.end());
-    const std::vector<int32_t> before(tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                                      tokens_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
-    const std::string prefix_text = tokenizer_.Decode(before);
-    const std::string new_text = tokenizer_.Decode(window);
-    size_t common = 0;
-    while (common < prefix_text.size() && common < new_text.size() && prefix_text[common] == new_text[common]) ++common;
-    pending_ += new_text.substr(common);
+    const auto [prefix_text, new_text] = DecodeWindow();
+    pending_ += TextPastCommonPrefix(prefix_text, new_text);
     read_offset_ = tokens_.size();
   }
   return Release(/*final=*/true);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/tokenizer/tokenizer.h"
@@ -50,6 +51,8 @@ class TextStreamer {
   // Moves text from pending_ to the result, stopping at a stop string and
   // holding back a possible start of one unless `final`.
   std::string Release(bool final);
+  // The window's text without and with its unread tokens.
+  std::pair<std::string, std::string> DecodeWindow() const;
 
   const Tokenizer& tokenizer_;
   std::vector<std::string> stop_strings_;

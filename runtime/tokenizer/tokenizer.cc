@@ -152,7 +152,10 @@ std::string DecodeAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& 
   const std::string before = tokenizer.Decode(context);
   std::vector<int32_t> all = context;
   all.insert(all.end(), ids.begin(), ids.end());
-  const std::string after = tokenizer.Decode(all);
+  return TextPastCommonPrefix(before, tokenizer.Decode(all));
+}
+
+std::string TextPastCommonPrefix(const std::string& before, const std::string& after) {
   size_t common = 0;
   const size_t limit = std::min(before.size(), after.size());
   while (common < limit && before[common] == after[common]) ++common;

@@ -70,6 +70,9 @@ class Tokenizer {
 // transformers' pipelines and vLLM give it.
 std::string DecodeAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
                         const std::vector<int32_t>& ids);
+// What `after` holds past the longest prefix it shares with `before`: the
+// text a decode gained when tokens were added (DecodeAfter, TextStreamer).
+std::string TextPastCommonPrefix(const std::string& before, const std::string& after);
 // The last few tokens of `tokens`: enough context for DecodeAfter.
 std::vector<int32_t> DecodingContext(const std::vector<int64_t>& tokens);
 

@@ -1,0 +1,219 @@
+// The renderer of the syntax tree (jinja_syntax.h): statements run here,
+// expressions in jinja_renderer.cc, the filters, tests and global
+// functions in jinja_builtins.cc. Internal to runtime/serve.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/serve/jinja_syntax.h"
+
+namespace dslaunch::runtime {
+namespace jinja_syntax {
+
+using Node = JinjaTemplate::Node;
+using NodePtr = std::shared_ptr<Node>;
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+// What one render may take: a template from a downloaded folder runs on a
+// server's request thread, so a runaway one ends with an error, never a hang
+// or an exhausted memory.
+constexpr int64_t kMaxSteps = 500'000;  // statements run and expressions evaluated
+constexpr size_t kMaxText = size_t{64} << 20;  // bytes of output, and of one string
+constexpr int64_t kMaxRange = 1'000'000;  // items of one range()
+
+class Renderer {
+ public:
+  Renderer(const std::string& origin, const JinjaValue::Dict& variables) : origin_(origin) {
+    scopes_.emplace_back();
+    for (const auto& [name, value] : variables) scopes_.back()[name] = value;
+  }
+
+  absl::StatusOr<Flow> Run(const Node& node, std::string& out) {
+    if (absl::Status within = Step(node.line, out.size()); !within.ok()) return within;
+    switch (node.kind) {
+      case Node::kText:
+        out += node.text;
+        return Flow::kNormal;
+      case Node::kOutput: {
+        auto value = Eval(*node.expr, node.line);
+        if (!value.ok()) return value.status();
+        out += value->Str();
+        return Flow::kNormal;
+      }
+      case Node::kSequence:
+        for (const NodePtr& child : node.children) {
+          auto flow = Run(*child, out);
+          if (!flow.ok() || *flow != Flow::kNormal) return flow;
+        }
+        return Flow::kNormal;
+      case Node::kIf:
+        for (const auto& [condition, body] : node.branches) {
+          if (condition != nullptr) {
+            auto value = Eval(*condition, node.line);
+            if (!value.ok()) return value.status();
+            if (!value->Truthy()) continue;
+          }
+          return Run(*body, out);
+        }
+        return Flow::kNormal;
+      case Node::kSet:
+      case Node::kBlockSet: {
+        JinjaValue value;
+        if (node.kind == Node::kSet) {
+          auto evaluated = Eval(*node.expr, node.line);
+          if (!evaluated.ok()) return evaluated.status();
+          value = *evaluated;
+        } else {
+          std::string text;
+          auto flow = Run(*node.body, text);
+          if (!flow.ok()) return flow.status();
+          value = JinjaValue::String(text);
+        }
+        if (node.targets.size() == 1) {
+          scopes_.back()[node.targets[0]] = value;
+        } else {
+          const JinjaValue owner = Lookup(node.targets[0]);
+          if (!owner.is_namespace()) {
+            return Error(node.line, absl::StrCat("set ", node.targets[0], ".", node.targets[1], ": ", node.targets[0],
+                                                 " is ", owner.TypeName(), ", not a namespace"));
+          }
+          owner.Set(node.targets[1], value);
+        }
+        return Flow::kNormal;
+      }
+      case Node::kFor:
+        return RunFor(node, out);
+      case Node::kBreak:
+        return Flow::kBreak;
+      case Node::kContinue:
+        return Flow::kContinue;
+    }
+    return Flow::kNormal;
+  }
+
+ private:
+  absl::Status Error(int line, const std::string& message) const {
+    return absl::InvalidArgumentError(absl::StrCat(origin_, ":", line, ": ", message));
+  }
+
+  JinjaValue Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return JinjaValue();
+  }
+
+  absl::StatusOr<std::vector<JinjaValue>> Items(const JinjaValue& value, int line) const {
+    if (value.is_list()) return value.list();
+    if (value.is_dict()) {
+      std::vector<JinjaValue> keys;
+      for (const auto& [key, item] : value.dict()) keys.push_back(JinjaValue::String(key));
+      return keys;
+    }
+    if (value.is_string()) {
+      std::vector<JinjaValue> characters;
+      const std::string& text = value.string_value();
+      for (size_t i = 0; i < text.size();) {
+        size_t length = 1;
+        const unsigned char c = static_cast<unsigned char>(text[i]);
+        if (c >= 0xF0) {
+          length = 4;
+        } else if (c >= 0xE0) {
+          length = 3;
+        } else if (c >= 0xC0) {
+          length = 2;
+        }
+        characters.push_back(JinjaValue::String(text.substr(i, length)));
+        i += length;
+      }
+      return characters;
+    }
+    if (value.is_undefined()) return std::vector<JinjaValue>{};  // jinja2 iterates an undefined as empty
+    return Error(line, absl::StrCat("cannot iterate over ", value.TypeName()));
+  }
+
+  absl::StatusOr<Flow> RunFor(const Node& node, std::string& out) {
+    auto iterable = Eval(*node.expr, node.line);
+    if (!iterable.ok()) return iterable.status();
+    auto all = Items(*iterable, node.line);
+    if (!all.ok()) return all.status();
+    // The "if" filter runs before the loop: loop.length counts what passes.
+    std::vector<JinjaValue> items;
+    for (const JinjaValue& item : *all) {
+      if (node.filter != nullptr) {
+        scopes_.emplace_back();
+        absl::Status bound = Bind(node, item);
+        auto keep = bound.ok() ? Eval(*node.filter, node.line) : absl::StatusOr<JinjaValue>(bound);
+        scopes_.pop_back();
+        if (!keep.ok()) return keep.status();
+        if (!keep->Truthy()) continue;
+      }
+      items.push_back(item);
+    }
+    if (items.empty()) return node.otherwise ? Run(*node.otherwise, out) : Flow::kNormal;
+    const int64_t n = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      scopes_.emplace_back();
+      if (absl::Status bound = Bind(node, items[static_cast<size_t>(i)]); !bound.ok()) return bound;
+      JinjaValue::Dict loop = {{"index", JinjaValue::Int(i + 1)},
+                               {"index0", JinjaValue::Int(i)},
+                               {"revindex", JinjaValue::Int(n - i)},
+                               {"revindex0", JinjaValue::Int(n - i - 1)},
+                               {"first", JinjaValue::Bool(i == 0)},
+                               {"last", JinjaValue::Bool(i == n - 1)},
+                               {"length", JinjaValue::Int(n)},
+                               {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue()},
+                               {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : JinjaValue()}};
+      scopes_.back()["loop"] = JinjaValue::MakeDict(std::move(loop));
+      auto flow = Run(*node.body, out);
+      scopes_.pop_back();
+      if (!flow.ok()) return flow;
+      if (*flow == Flow::kBreak) break;
+    }
+    return Flow::kNormal;
+  }
+
+  absl::Status Bind(const Node& node, const JinjaValue& item) {
+    if (node.targets.size() == 1) {
+      scopes_.back()[node.targets[0]] = item;
+      return absl::OkStatus();
+    }
+    if (!item.is_list() || item.list().size() != node.targets.size()) {
+      return Error(node.line, absl::StrCat("cannot unpack ", item.Repr(), " into ", node.targets.size(), " names"));
+    }
+    for (size_t t = 0; t < node.targets.size(); ++t) scopes_.back()[node.targets[t]] = item.list()[t];
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<JinjaValue> Eval(const Expr& e, int line);
+  absl::StatusOr<JinjaValue> Binary(const std::string& op, const JinjaValue& a, const JinjaValue& b, int line);
+  absl::StatusOr<bool> CompareValues(const std::string& op, const JinjaValue& a, const JinjaValue& b, int line);
+  absl::StatusOr<JinjaValue> Call(const Expr& e, int line);
+  absl::StatusOr<JinjaValue> Filter(const Expr& e, int line);
+  absl::StatusOr<bool> Test(const std::string& name, const JinjaValue& value, const std::vector<JinjaValue>& args,
+                            int line);
+  absl::StatusOr<JinjaValue> Index(const JinjaValue& owner, const JinjaValue& key, int line);
+
+  absl::Status Step(int line, size_t text) {
+    if (++steps_ > kMaxSteps) return Error(line, absl::StrCat("the template ran over ", kMaxSteps, " steps"));
+    if (text > kMaxText) return Error(line, absl::StrCat("the template wrote over ", kMaxText, " bytes"));
+    return absl::OkStatus();
+  }
+
+  std::string origin_;
+  std::vector<std::map<std::string, JinjaValue>> scopes_;
+  int64_t steps_ = 0;
+};
+
+
+}  // namespace jinja_syntax
+}  // namespace dslaunch::runtime
