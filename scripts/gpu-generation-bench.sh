@@ -6,9 +6,11 @@
 # 64; then the PyTorch reference in the same run, written as gpt-fast does
 # (static cache, torch.compile; scripts/bench/static_cache_reference.py).
 #   bash scripts/gpu-generation-bench.sh      (REFERENCE=0: skip the PyTorch reference;
-#   FUSED=1: the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention; KEY_LENGTH_MULTIPLES=1,128;
+#   FUSED=1: the CUDA kernels for RMSNorm, RoPE, SwiGLU, paged decode attention and
+#   decode products; KEY_LENGTH_MULTIPLES=1,128;
 #   GRAPHS=1: the decode figures again with CUDA graphs (Note [Decode graphs]),
-#   after the decode-graph tests run on the GPU)
+#   after the decode-graph tests run on the GPU; INT8=1: weight-only int8
+#   projections, the PyTorch reference staying bf16)
 # Results: $OUT/generation-bench.log (or gpu-out/).
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
@@ -19,7 +21,7 @@ if [[ -n "${GRAPHS:-}" ]]; then
 fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \
-  ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} 2>&1 | tee "$out/generation-bench.log"
+  ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} ${INT8:+--int8} 2>&1 | tee "$out/generation-bench.log"
 if [[ "${REFERENCE:-1}" != 0 ]]; then
   timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
     --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"

@@ -5,7 +5,7 @@
 //                    [--prompt_tokens 2000] [--decode_tokens 256]
 //                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
 //                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
-//                    [--fused_kernels] [--cuda_graphs]
+//                    [--fused_kernels] [--cuda_graphs] [--int8]
 //
 // Random weights of the shape (Llama-2-7B: 32 layers of width 4096, 32
 // heads, MLP 11008, vocabulary 32000). Prints one line per figure:
@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flag_table.h"
 #include "runtime/generate/generation_engine.h"
+#include "runtime/generate/int8_weights.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/torch_compat.h"
 
@@ -52,6 +53,7 @@ struct Options {
   double hbm_tb_per_s = 4.8;
   std::string key_length_multiples = "128";
   bool fused_kernels = false;
+  bool int8 = false;
   bool cuda_graphs = false;
 };
 
@@ -94,12 +96,19 @@ absl::Status Run(const Options& options) {
   Llama model(shape, /*seed=*/1);
   model->to(device, *dtype);
   model->eval();
+  if (options.int8) {
+    absl::StatusOr<Int8Report> quantized = QuantizeWeightsInt8(model);
+    if (!quantized.ok()) return quantized.status();
+  }
+  // What a decode step reads: the parameters, and int8 weights with their scales.
   int64_t weight_bytes = 0;
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * p.element_size();
+  for (const auto& b : model->buffers()) weight_bytes += b.numel() * b.element_size();
   const double roofline = options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
   absl::PrintF(
       "model %s %s on %s%s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %.1f TB/s\n",
-      options.shape, options.dtype, options.device, options.fused_kernels ? " (fused kernels)" : "",
+      options.shape, options.dtype, options.device,
+      absl::StrCat(options.fused_kernels ? " (fused kernels)" : "", options.int8 ? " (int8 weights)" : ""),
       weight_bytes / 1e9, Seconds(built), roofline, options.hbm_tb_per_s);
   std::vector<int64_t> multiples;
   for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
@@ -297,7 +306,9 @@ int main(int argc, char** argv) {
       .Double("--hbm_tb_per_s", &options.hbm_tb_per_s, "TB/S", "memory bandwidth of the roofline", {0, 100, true})
       .String("--key_length_multiples", &options.key_length_multiples, "N,N",
               "pad attention's key length to a multiple of N (GenerationEngineOptions); each N in turn")
-      .Bool("--fused_kernels", &options.fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention")
+      .Bool("--fused_kernels", &options.fused_kernels,
+            "the CUDA kernels for RMSNorm, RoPE, SwiGLU, paged decode attention and decode products")
+      .Bool("--int8", &options.int8, "weight-only int8 projections (Note [Int8 weights]); no PyTorch counterpart here")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager");
   std::vector<std::string> args(argv + 1, argv + argc);
