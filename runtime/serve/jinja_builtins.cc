@@ -117,6 +117,7 @@ absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
   const Expr& callee = *e.args[0];
   if (callee.kind == Expr::kName) {
     const std::string& name = callee.name;
+    if (auto macro = macros_.find(name); macro != macros_.end()) return CallMacro(*macro->second, args, kwargs, line);
     if (name == "raise_exception") {
       return Error(line, absl::StrCat("the template raised: ", args.empty() ? std::string() : args[0].Str()));
     }

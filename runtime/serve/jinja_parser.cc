@@ -763,6 +763,38 @@ class StatementParser {
       node->expr = *value;
       return node;
     }
+    if (keyword == "macro") {  // {% macro name(a, b=default) %}...{% endmacro %}
+      node->kind = Node::kMacro;
+      if (parser.Peek().kind != Token::kName) return parser.Error("expected the macro's name").status();
+      node->targets.push_back(parser.Next().text);
+      if (absl::Status s = parser.Expect("("); !s.ok()) return s;
+      while (!parser.IsOp(")")) {
+        if (parser.Peek().kind != Token::kName) return parser.Error("expected a parameter name").status();
+        const std::string name = parser.Next().text;
+        if (std::find(node->targets.begin() + 1, node->targets.end(), name) != node->targets.end()) {
+          return parser.Error(absl::StrCat("the parameter '", name, "' is named twice")).status();
+        }
+        node->targets.push_back(name);
+        ExprPtr fallback;
+        if (parser.Accept("=")) {
+          auto value = parser.Expression();
+          if (!value.ok()) return value.status();
+          fallback = *value;
+        } else if (!node->defaults.empty() && node->defaults.back() != nullptr) {
+          return parser.Error(absl::StrCat("the parameter '", name, "' without a default follows one with"))
+              .status();
+        }
+        node->defaults.push_back(fallback);
+        if (!parser.Accept(",")) break;
+      }
+      if (absl::Status s = parser.Expect(")"); !s.ok()) return s;
+      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
+      std::string end, code;
+      auto body = Block({"endmacro"}, &end, &code);
+      if (!body.ok()) return body.status();
+      node->body = *body;
+      return node;
+    }
     if (keyword == "break" || keyword == "continue") {
       node->kind = keyword == "break" ? Node::kBreak : Node::kContinue;
       return node;

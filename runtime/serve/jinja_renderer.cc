@@ -1,8 +1,10 @@
 // The syntax tree (jinja_syntax.h) rendered with Python's semantics: the
 // expressions (the statements are jinja_renderer.h's, the filters, tests and
 // global functions jinja_builtins.cc's).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -138,6 +140,7 @@ absl::StatusOr<JinjaValue> Renderer::Binary(const std::string& op, const JinjaVa
 }
 
 absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
+  const Nested nested(this);
   if (absl::Status within = Step(line, 0); !within.ok()) return within;
   switch (e.kind) {
     case Expr::kLiteral:
@@ -275,6 +278,48 @@ absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
     }
   }
   return JinjaValue();
+}
+
+absl::StatusOr<JinjaValue> Renderer::CallMacro(const Node& macro, const std::vector<JinjaValue>& args,
+                                               const JinjaValue::Dict& kwargs, int line) {
+  const std::string& name = macro.targets[0];
+  const std::vector<std::string> parameters(macro.targets.begin() + 1, macro.targets.end());
+  if (args.size() > parameters.size()) {
+    return Error(line, absl::StrCat("the macro '", name, "' takes ", parameters.size(), " argument(s), got ",
+                                    args.size()));
+  }
+  std::map<std::string, JinjaValue> bound;
+  for (size_t i = 0; i < args.size(); ++i) bound[parameters[i]] = args[i];
+  for (const auto& [key, value] : kwargs) {
+    const auto at = std::find(parameters.begin(), parameters.end(), key);
+    if (at == parameters.end()) return Error(line, absl::StrCat("the macro '", name, "' has no parameter '", key, "'"));
+    if (static_cast<size_t>(at - parameters.begin()) < args.size()) {
+      return Error(line, absl::StrCat("the macro '", name, "' got '", key, "' twice"));
+    }
+    bound[key] = value;
+  }
+  if (macro_depth_ >= kMaxMacroDepth) {
+    return Error(line, absl::StrCat("macros called within macros deeper than ", kMaxMacroDepth));
+  }
+  // The top-level names and the parameters; defaults see the parameters before them.
+  std::vector<std::map<std::string, JinjaValue>> caller_scopes = std::move(scopes_);
+  scopes_ = {caller_scopes.front(), std::move(bound)};
+  ++macro_depth_;
+  auto rendered = [&]() -> absl::StatusOr<JinjaValue> {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (scopes_.back().count(parameters[i]) || macro.defaults[i] == nullptr) continue;
+      auto value = Eval(*macro.defaults[i], macro.line);
+      if (!value.ok()) return value;
+      scopes_.back()[parameters[i]] = *value;
+    }
+    std::string out;
+    auto flow = Run(*macro.body, out);
+    if (!flow.ok()) return flow.status();
+    return JinjaValue::String(std::move(out));
+  }();
+  --macro_depth_;
+  scopes_ = std::move(caller_scopes);
+  return rendered;
 }
 
 absl::StatusOr<std::string> RenderTemplate(const Node& root, const std::string& origin,

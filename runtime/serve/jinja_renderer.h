@@ -28,6 +28,11 @@ enum class Flow { kNormal, kBreak, kContinue };
 constexpr int64_t kMaxSteps = 500'000;  // statements run and expressions evaluated
 constexpr size_t kMaxText = size_t{64} << 20;  // bytes of output, and of one string
 constexpr int64_t kMaxRange = 1'000'000;  // items of one range()
+constexpr int kMaxMacroDepth = 20;  // macros calling macros (a recursive one included)
+// Run and Eval inside one another: a few hundred frames for any template
+// without macros (blocks and expressions nest 100 deep at most), about 1
+// MiB of stack at the limit; a request thread has 8.
+constexpr int kMaxRenderNesting = 1000;
 
 class Renderer {
  public:
@@ -37,6 +42,7 @@ class Renderer {
   }
 
   absl::StatusOr<Flow> Run(const Node& node, std::string& out) {
+    const Nested nested(this);
     if (absl::Status within = Step(node.line, out.size()); !within.ok()) return within;
     switch (node.kind) {
       case Node::kText:
@@ -95,6 +101,9 @@ class Renderer {
         return Flow::kBreak;
       case Node::kContinue:
         return Flow::kContinue;
+      case Node::kMacro:  // defined from here on (a later definition of the name wins)
+        macros_[node.targets[0]] = &node;
+        return Flow::kNormal;
     }
     return Flow::kNormal;
   }
@@ -202,8 +211,27 @@ class Renderer {
   absl::StatusOr<bool> Test(const std::string& name, const JinjaValue& value, const std::vector<JinjaValue>& args,
                             int line);
   absl::StatusOr<JinjaValue> Index(const JinjaValue& owner, const JinjaValue& key, int line);
+  // The macro's body rendered with its parameters bound (positionally, by
+  // name, or from their defaults; any other missing one undefined), seeing
+  // the template's top-level names but not the caller's loop variables, as
+  // jinja2's macros do.
+  absl::StatusOr<JinjaValue> CallMacro(const Node& macro, const std::vector<JinjaValue>& args,
+                                       const JinjaValue::Dict& kwargs, int line);
+
+  // Statements and expressions being run, one inside another (a macro's
+  // body inside its call): the stack a render takes is bounded, whatever
+  // the template.
+  struct Nested {
+    explicit Nested(Renderer* renderer) : renderer(renderer) { ++renderer->nesting_; }
+    ~Nested() { --renderer->nesting_; }
+    Renderer* renderer;
+  };
 
   absl::Status Step(int line, size_t text) {
+    if (nesting_ > kMaxRenderNesting) {
+      return Error(line, absl::StrCat("statements and expressions nested deeper than ", kMaxRenderNesting,
+                                      " while rendering"));
+    }
     if (++steps_ > kMaxSteps) return Error(line, absl::StrCat("the template ran over ", kMaxSteps, " steps"));
     if (text > kMaxText) return Error(line, absl::StrCat("the template wrote over ", kMaxText, " bytes"));
     return absl::OkStatus();
@@ -212,6 +240,9 @@ class Renderer {
   std::string origin_;
   std::vector<std::map<std::string, JinjaValue>> scopes_;
   int64_t steps_ = 0;
+  std::map<std::string, const Node*> macros_;  // nodes of the template, which outlives the render
+  int macro_depth_ = 0;
+  int nesting_ = 0;
 };
 
 

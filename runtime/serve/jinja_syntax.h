@@ -41,15 +41,16 @@ const std::set<std::string>& KnownTests();
 
 struct JinjaTemplate::Node {
   using ExprPtr = jinja_syntax::ExprPtr;
-  enum Kind { kText, kOutput, kIf, kFor, kSet, kBlockSet, kBreak, kContinue, kSequence } kind = kSequence;
+  enum Kind { kText, kOutput, kIf, kFor, kSet, kBlockSet, kBreak, kContinue, kMacro, kSequence } kind = kSequence;
   int line = 1;
   std::string text;                  // kText
   ExprPtr expr;                      // kOutput, kSet value, kFor iterable
   ExprPtr filter;                    // kFor's "if"
-  std::vector<std::string> targets;  // kFor's names; kSet: name (and attribute)
+  std::vector<std::string> targets;  // kFor's names; kSet: name (and attribute); kMacro: name, parameters
+  std::vector<ExprPtr> defaults;     // kMacro: each parameter's default (null: none)
   std::vector<std::pair<ExprPtr, std::shared_ptr<Node>>> branches;  // kIf (null condition: else)
   std::vector<std::shared_ptr<Node>> children;                      // kSequence
-  std::shared_ptr<Node> body, otherwise;                            // kFor, kBlockSet
+  std::shared_ptr<Node> body, otherwise;                            // kFor, kBlockSet, kMacro
 };
 
 namespace jinja_syntax {

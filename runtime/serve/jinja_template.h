@@ -14,7 +14,10 @@
 //  - statements if/elif/else, for (with an "if" filter, tuple targets,
 //    else, loop.index/index0/revindex/revindex0/first/last/length/previtem/
 //    nextitem), set (a name, a namespace's attribute, or a block set),
-//    break, continue, generation (rendered through);
+//    break, continue, generation (rendered through), macro (parameters
+//    with defaults, called positionally or by name; the body sees the
+//    template's top-level names and its parameters, as jinja2's; no
+//    caller, varargs or kwargs; 20 nested calls at most);
 //  - expressions: None/none, True/true, False/false, numbers, strings,
 //    lists, tuples, dicts; attributes, subscripts, slices; the operators
 //    + - * / // % ~, comparisons, in / not in, and / or / not, x if c else y;
@@ -28,7 +31,7 @@
 //    capitalize, split, replace), of dicts (items, keys, values, get) and
 //    of lists (append); the functions raise_exception, namespace, range,
 //    strftime_now, dict.
-// Anything else (macros, call and filter blocks, includes, other filters or
+// Anything else (call and filter blocks, includes, other filters or
 // tests) is an error at parse time naming it and its line: a template that
 // loads renders with the semantics above, or says why it cannot.
 // Values follow Python's rules (jinja_value.h); an undefined value renders

@@ -6,9 +6,11 @@
 #include "runtime/serve/jinja_template.h"
 
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/serve/jinja_reference_cases_for_test.h"
 #include "runtime/tokenizer/json_value.h"
 
@@ -51,7 +53,10 @@ TEST(JinjaTemplateTest, WhatTheRendererLacksIsRefusedAtParseTimeNamingIt) {
     const char* message;
   };
   for (const Case& c : {
-           Case{"{% macro m() %}x{% endmacro %}", "chat_template:1: the statement 'macro' is not one"},
+           Case{"{% call m() %}x{% endcall %}", "chat_template:1: the statement 'call' is not one"},
+           Case{"{% macro m(a, a) %}{% endmacro %}", "the parameter 'a' is named twice"},
+           Case{"{% macro m(a=1, b) %}{% endmacro %}", "the parameter 'b' without a default follows one with"},
+           Case{"{% macro m() %}never closed", "expected {% endmacro %}"},
            Case{"a\n{{ x|wordcount }}", "chat_template:2: the filter 'wordcount' is not one"},
            Case{"{{ x is callable }}", "the test 'callable' is not one"},
            Case{"{% if x %}never closed", "expected {% elif or else or endif %}"},
@@ -85,6 +90,15 @@ TEST(JinjaTemplateTest, ErrorsWhileRenderingNameTheLine) {
   parsed = JinjaTemplate::Parse("{{ [1, 2, 3][::9223372036854775807] }}", "t");
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed->Render({}), "[1]");
+  // A macro called with what it does not take.
+  for (auto [call, message] : {
+           std::pair<const char*, const char*>{"m(1, 2, 3)", "t:2: the macro 'm' takes 2 argument(s), got 3"},
+           {"m(c=1)", "the macro 'm' has no parameter 'c'"},
+           {"m(1, a=2)", "the macro 'm' got 'a' twice"}}) {
+    parsed = JinjaTemplate::Parse(absl::StrCat("{% macro m(a, b=2) %}{{ a }}{% endmacro %}\n{{ ", call, " }}"), "t");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr(message)) << call;
+  }
   parsed = JinjaTemplate::Parse("{{ strftime_now('%Y') | length }}", "t");
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed->Render({}), "4");
@@ -100,6 +114,16 @@ TEST(JinjaTemplateTest, RunawayTemplatesEndWithAnError) {
   std::string blocks;
   for (int i = 0; i < 500; ++i) blocks += "{% if true %}";
   EXPECT_THAT(std::string(JinjaTemplate::Parse(blocks, "t").status().message()), HasSubstr("blocks nested deeper than 100"));
+  // A recursive macro whose body nests blocks and parentheses as deep as a
+  // template may: the render's nesting is bounded before the stack is.
+  std::string nested_body;
+  for (int i = 0; i < 98; ++i) nested_body += "{% if true %}";
+  nested_body += "{{ " + std::string(20, '(') + "m(n + 1)" + std::string(20, ')') + " }}";
+  for (int i = 0; i < 98; ++i) nested_body += "{% endif %}";
+  auto recursive = JinjaTemplate::Parse("{% macro m(n) %}" + nested_body + "{% endmacro %}{{ m(0) }}", "t");
+  ASSERT_TRUE(recursive.ok()) << recursive.status();
+  EXPECT_THAT(std::string(recursive->Render({}).status().message()),
+              HasSubstr("statements and expressions nested deeper than 1000 while rendering"));
   struct Case {
     const char* source;
     const char* message;
@@ -109,6 +133,8 @@ TEST(JinjaTemplateTest, RunawayTemplatesEndWithAnError) {
                 "{% endfor %}{% endfor %}",
                 "ran over 500000 steps"},
            Case{"{{ range(2000000)|length }}", "range of over 1000000 items"},
+           Case{"{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
+                "macros called within macros deeper than 20"},
            Case{"{{ 'x' * 100000000 }}", "a string repeated past"},
            Case{"{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
                 "a string of over 67108864 bytes"},

@@ -111,6 +111,20 @@ TEMPLATES = {
     {% if true %}stripped indent{% endif +%}
 after
 {{ 'é'|length }} {{ messages[5] is defined }} {{ messages[0].missing is undefined }}""",
+    # Macros, as tool-calling templates define them: defaults, keywords, one
+    # macro calling another, the top-level names seen inside, the caller's not.
+    "macros": """{%- set prefix = '>> ' %}
+{%- macro render_turn(message, marker='*', upper=false) -%}
+{{ prefix }}{{ marker }}{{ message.role|upper if upper else message.role }}: {{ message.content|trim }}
+{%- endmacro %}
+{%- macro wrap(text, left='[', right=']') %}{{ left ~ text ~ right }}{% endmacro %}
+{%- for message in messages %}
+{{ wrap(render_turn(message, upper=loop.first), right=']' ~ loop.index) }}
+{%- if message.role == 'user' %}{{ wrap(loop.index, '(', ')') }}{% endif %}
+{%- endfor %}
+{%- macro seen() %}{{ message is defined }}/{{ prefix }}{% endmacro %}
+{{ seen() }}
+{%- if add_generation_prompt %}{{ render_turn({'role': 'assistant', 'content': ''}, '#') }}{% endif %}""",
 }
 
 CONVERSATIONS = {
