@@ -50,7 +50,11 @@ grep -q 'resumed from global_step4 at step 4' "$WORK/hang.out" || fail "the rest
 same_tail hang
 pass "a Python rank stuck after step 6 is diagnosed from its heartbeats; the job resumes from global_step4 and ends as the uninterrupted run"
 
-code=$(run stopped --heartbeat_timeout_ms 2000 --max_restarts 1 -- --steps 10 --stop_at_step 6)
+# 6 s of silence: a Python rank's heartbeat thread waits for the GIL, and on
+# a machine busy with compiles and busy loops (issue 14's flake hunt) a live
+# rank 0 once went 2.1 s without a beat after the restart and was taken for
+# stopped; the stopped rank is named all the same.
+code=$(run stopped --heartbeat_timeout_ms 6000 --max_restarts 1 -- --steps 10 --stop_at_step 6)
 ((code == 0)) || fail "the job with a stopped rank did not recover: exit $code: $(tail -5 "$WORK/stopped.err")"
 grep -qE 'rank 1 on [^ ]+ sent no heartbeat for [0-9]+ ms while its process lives' "$WORK/stopped.err" ||
   fail "the stopped rank was not named: $(grep -i 'attempt\|heartbeat' "$WORK/stopped.err" | head -5)"
