@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <iostream>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "common/auth_token.h"
 #include "common/json_quote.h"
 #include "runtime/serve/chat_prompt.h"
+#include "runtime/serve/client_connection.h"
 #include "runtime/serve/openai_request.h"
 #include "runtime/serve/openai_response.h"
 #include "runtime/serve/text_streamer.h"
@@ -451,7 +454,7 @@ class OpenAiServer::Impl {
     }
     std::shared_ptr<RequestStream> stream = *submitted;
     ResponseHeader header{RandomId(chat ? "chatcmpl-" : "cmpl-"), absl::ToUnixSeconds(absl::Now()), options_.model_name};
-    if (!prepared->stream) return Complete(res, *prepared, *stream, header);
+    if (!prepared->stream) return Complete(req, res, *prepared, *stream, header);
 
     struct Streaming {
       Streaming(const Tokenizer& tokenizer, const Prepared& prepared)
@@ -529,11 +532,29 @@ class OpenAiServer::Impl {
         });
   }
 
-  void Complete(httplib::Response& res, const Prepared& prepared, RequestStream& stream, const ResponseHeader& header) {
+  // Note [A non-streaming client that goes away].
+  void Complete(const httplib::Request& req, httplib::Response& res, const Prepared& prepared, RequestStream& stream,
+                const ResponseHeader& header) {
+    const std::optional<ClientConnection> client =
+        ClientConnection::Find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+    if (!client) {
+      // The socket is open while its handler runs: not finding it is a
+      // lookup that does not work here, never a client already gone.
+      static std::once_flag warned;
+      std::call_once(warned, [&req] {
+        std::cerr << "dsserve: warning: cannot find the socket of the connection from " << req.remote_addr << ":"
+                  << req.remote_port << " in /proc/self/fd; non-streaming requests run to their end even when "
+                  << "their client goes away\n";
+      });
+    }
     Progress progress(tokenizer_, prepared);
     std::vector<std::string> texts(prepared.choices.size());
     std::vector<bool> cancelled(prepared.choices.size(), false);
     while (!progress.ended()) {
+      if (client && client->PeerClosed()) {
+        stream.Cancel();  // nobody is waiting for the answer: its blocks go back to the pool
+        return;
+      }
       const std::vector<std::string> pieces = progress.Take(stream.Wait(absl::Now() + kWaitSlice));
       for (size_t c = 0; c < pieces.size(); ++c) {
         texts[c] += pieces[c];

@@ -18,8 +18,9 @@
 //  - stream: true answers with server-sent events, "data: <chunk>\n\n" per
 //    piece of text and "data: [DONE]\n\n" at the end. A client that goes
 //    away is noticed at the next write and its request cancelled: its
-//    blocks go back to the pool. (A non-streaming request has nothing to
-//    write until it ends, so it runs to its end.)
+//    blocks go back to the pool. A non-streaming request has nothing to
+//    write until it ends: its handler watches the connection instead (Note
+//    [A non-streaming client that goes away], client_connection.h).
 //  - Each connection is served by a thread of a pool of --max_connections:
 //    a streaming response holds its thread until it ends.
 #pragma once

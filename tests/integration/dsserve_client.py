@@ -23,8 +23,10 @@ checks:
                                 + i), streamed per index, best_of's pick,
                                 several prompts, echo
   errors                        the documented errors for bad input
-  disconnect                    a client that goes away mid-stream: its
-                                request is cancelled, the cache is whole again
+  disconnect                    a client that goes away mid-stream, and one
+                                that goes away before its non-streaming
+                                answer: each request is cancelled, the cache
+                                is whole again
 Prints one PASS line per check; exits 1 naming what differed."""
 import concurrent.futures
 import http.client
@@ -472,18 +474,8 @@ def check_errors():
           "over-long prompts; 404 for another model and unknown routes")
 
 
-def check_disconnect():
-    before = metrics()
-    connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=120)
-    connection.request("POST", "/v1/completions",
-                       json.dumps({"prompt": "Once", "max_tokens": 4000, "ignore_eos": True, "stream": True}),
-                       {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    response = connection.getresponse()
-    first = response.readline()
-    if not first.startswith(b"data: "):
-        fail(f"disconnect: the first line {first!r}")
-    connection.sock.close()  # the client goes away mid-stream
-    connection.close()
+def await_cancelled(before, what):
+    """Waits until one more request ended cancelled and every block is free again."""
     cancelled = 'dsserve_requests_total{finish_reason="cancelled"}'
     deadline = time.monotonic() + 60
     while True:
@@ -492,15 +484,47 @@ def check_disconnect():
                 now["dsserve_kv_cache_free_blocks"] == now["dsserve_kv_cache_blocks"]):
             break
         if time.monotonic() > deadline:
-            fail(f"disconnect: after 60 s cancelled {now[cancelled]} (before {before[cancelled]}), running "
+            fail(f"{what}: after 60 s cancelled {now[cancelled]} (before {before[cancelled]}), running "
                  f"{now['dsserve_running_requests']}, free blocks {now['dsserve_kv_cache_free_blocks']} of "
                  f"{now['dsserve_kv_cache_blocks']}")
         time.sleep(0.05)
     generated = now["dsserve_generation_tokens_total"] - before["dsserve_generation_tokens_total"]
     if generated >= 4000:
-        fail(f"disconnect: {generated:.0f} tokens generated, the whole request")
+        fail(f"{what}: {generated:.0f} tokens generated, the whole request")
+    return generated
+
+
+def check_disconnect():
+    body = {"prompt": "Once", "max_tokens": 4000, "ignore_eos": True}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
+    # Streaming: the server notices at its next write.
+    before = metrics()
+    connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=120)
+    connection.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)), headers)
+    response = connection.getresponse()
+    first = response.readline()
+    if not first.startswith(b"data: "):
+        fail(f"disconnect: the first line {first!r}")
+    connection.sock.close()  # the client goes away mid-stream
+    connection.close()
+    generated = await_cancelled(before, "disconnect")
     print(f"PASS: a client gone mid-stream: its request cancelled after {generated:.0f} of 4000 tokens, "
           "every cache block free again")
+    # Not streaming: nothing is written before the end, the server watches
+    # the connection (Note [A non-streaming client that goes away]).
+    before = metrics()
+    connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=120)
+    connection.request("POST", "/v1/completions", json.dumps(body), headers)
+    deadline = time.monotonic() + 60
+    while metrics()["dsserve_generation_tokens_total"] == before["dsserve_generation_tokens_total"]:
+        if time.monotonic() > deadline:
+            fail("non-streaming disconnect: no token generated in 60 s")
+        time.sleep(0.05)
+    connection.sock.close()  # the client gives up before the answer
+    connection.close()
+    generated = await_cancelled(before, "non-streaming disconnect")
+    print(f"PASS: a client gone before its non-streaming answer: its request cancelled after {generated:.0f} of "
+          "4000 tokens, every cache block free again")
 
 
 MODEL = None

@@ -122,7 +122,7 @@ def value(name, **labels):
 assert types["dsserve_time_to_first_token_seconds"] == "histogram", types
 assert types["dsserve_requests"] == "counter", types
 assert value("dsserve_time_to_first_token_seconds_count") >= 64, "fewer first tokens than requests"
-assert value("dsserve_requests_total", finish_reason="cancelled") == 1
+assert value("dsserve_requests_total", finish_reason="cancelled") == 2
 assert value("dsserve_rejected_requests_total", reason="unauthorized") >= 3
 assert value("dsserve_rejected_requests_total", reason="bad_request") >= 8
 assert value("dsserve_running_requests") == 0 and value("dsserve_queue_depth") == 0
