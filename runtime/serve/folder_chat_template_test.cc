@@ -53,11 +53,11 @@ TEST(FolderChatTemplateTest, TheFoldersTemplateIsFoundWhereTransformersKeepsIt) 
 
 TEST(FolderChatTemplateTest, BadTemplatesAndConfigsAreNamed) {
   dslaunch::TestTempDir dir;
-  dir.Write("tokenizer_config.json", R"({"chat_template": "line one\n{% macro m() %}{% endmacro %}"})");
+  dir.Write("tokenizer_config.json", R"({"chat_template": "line one\n{% include \"other.jinja\" %}"})");
   auto bad = ReadFolderChatTemplate(dir.path());
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr("tokenizer_config.json (chat_template):2: the statement 'macro' is not one"));
+              HasSubstr("tokenizer_config.json (chat_template):2: the statement 'include' is not one"));
   dir.Write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "x"}]})");
   EXPECT_THAT(std::string(ReadFolderChatTemplate(dir.path()).status().message()), HasSubstr("no template named \"default\""));
   dir.Write("tokenizer_config.json", R"({"chat_template": 5})");

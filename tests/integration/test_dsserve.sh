@@ -163,8 +163,8 @@ start_server serve_jinja "$DSSERVE" --model "$WORK/model_jinja" --listen 127.0.0
 [[ $line == *"chat template: the folder's"* ]] || fail "the folder's template is not named: '$line'"
 "$PY" "$CLIENT" "$URL" "$WORK/key" jinja_chat "$WORK/model_jinja"
 stop_server
-printf '{%% macro m() %%}{%% endmacro %%}' >"$WORK/bad.jinja"
-expect_refusal "bad .jinja" "bad.jinja:1: the statement 'macro'" --model "$MODEL" --listen 127.0.0.1:0 \
+printf '{%% include "other.jinja" %%}' >"$WORK/bad.jinja"
+expect_refusal "bad .jinja" "bad.jinja:1: the statement 'include'" --model "$MODEL" --listen 127.0.0.1:0 \
   --chat_template "$WORK/bad.jinja"
 pass "the folder's Jinja chat template serves chats as jinja2 renders them; a template that does not parse stops dsserve"
 
