@@ -200,6 +200,7 @@ class CudaDeviceGuard {
 #include <c10/cuda/CUDAStream.h>
 #endif
 #include <memory>
+#include <optional>
 namespace dslaunch::runtime::compat {
 class StreamPoint {
  public:
@@ -250,6 +251,37 @@ inline void UseSideStreamOnThisThread(const torch::Device& device) {
   (void)device;
 #endif
 }
+
+// A stream of LibTorch's pool on `device` for copies that overlap the
+// compute stream (Note [Streamed layer weights]); Run queues work on it
+// (StreamPoints order it against other streams). On the CPU, Run runs the
+// work as it comes.
+class SideStream {
+ public:
+  explicit SideStream(const torch::Device& device) {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (device.is_cuda()) stream_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+#else
+    (void)device;
+#endif
+  }
+  template <typename Work>
+  void Run(Work&& work) const {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+    if (stream_) {
+      c10::cuda::CUDAStreamGuard guard(*stream_);
+      work();
+      return;
+    }
+#endif
+    work();
+  }
+
+ private:
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  std::optional<c10::cuda::CUDAStream> stream_;
+#endif
+};
 
 // The caching allocator hands `tensor`'s memory out again only after the work
 // queued so far on this thread's current stream is done (record_stream).

@@ -10,7 +10,10 @@
 #   decode products; KEY_LENGTH_MULTIPLES=1,128;
 #   GRAPHS=1: the decode figures again with CUDA graphs (Note [Decode graphs]),
 #   after the decode-graph tests run on the GPU; INT8=1: weight-only int8
-#   projections, the PyTorch reference staying bf16)
+#   projections, the PyTorch reference staying bf16; OFFLOAD=1: ZeRO-Inference,
+#   the decoder layers streamed from pinned host memory with the GPU capped
+#   at CUDA_LIMIT_GB (default 12, below the model's 13.5 GB), with BATCH=16
+#   so the key/value cache fits beside it)
 # Results: $OUT/generation-bench.log (or gpu-out/).
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
@@ -21,7 +24,8 @@ if [[ -n "${GRAPHS:-}" ]]; then
 fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \
-  ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} ${INT8:+--int8} 2>&1 | tee "$out/generation-bench.log"
+  ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} ${INT8:+--int8} \
+  ${OFFLOAD:+--offload_params cpu --cuda_memory_limit_gb "${CUDA_LIMIT_GB:-12}"} 2>&1 | tee "$out/generation-bench.log"
 if [[ "${REFERENCE:-1}" != 0 ]]; then
   timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
     --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"

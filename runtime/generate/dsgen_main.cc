@@ -3,7 +3,7 @@
 //   dsgen --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
-//         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8]
+//         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu]
 //   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
 //         [--masked_prefix N] [--checkpointed_layers N]
 //
@@ -174,9 +174,15 @@ absl::Status Run(const Options& options) {
   GenerationModelOptions model_options = options.model;
   model_options.device = ranks->device;
   model_options.tensor_parallel = ranks->tensor_parallel;
+  if (!options.dump_gradients.empty() && model_options.offload_params != "none") {
+    return absl::InvalidArgumentError("--dump_gradients runs the training forward: not with --offload_params");
+  }
   auto loaded = LoadGenerationModel(model_options);
   if (!loaded.ok()) return loaded.status();
   Llama model = *loaded;
+  if (prints && model->layer_residency() != nullptr) {
+    std::fprintf(stderr, "dsgen: %s\n", model->layer_residency()->Describe().c_str());
+  }
   const std::string source =
       tokenizer ? absl::StrCat("the tokenizer of ", options.model.model) : std::string("--prompt_ids");
   if (absl::Status in = CheckIdsInVocabulary(*ids, model->options().vocab_size, source); !in.ok()) return in;

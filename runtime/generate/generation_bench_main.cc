@@ -6,6 +6,7 @@
 //                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
 //                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
 //                    [--fused_kernels] [--cuda_graphs] [--int8]
+//                    [--offload_params cpu [--cuda_memory_limit_gb G] [--pcie_gb_per_s 55]]
 //
 // Random weights of the shape (Llama-2-7B: 32 layers of width 4096, 32
 // heads, MLP 11008, vocabulary 32000). Prints one line per figure:
@@ -19,7 +20,13 @@
 //   - --batch requests at once (continuous batching): generated tokens/s;
 //   - with --cuda_graphs, the decode figures again with decode steps replayed
 //     from CUDA graphs (Note [Decode graphs]), their greedy tokens checked
-//     against the eager run's (a difference at batch 1 fails the run).
+//     against the eager run's (a difference at batch 1 fails the run);
+//   - with --offload_params cpu (ZeRO-Inference, Note [Streamed layer
+//     weights]): the decoder layers stream from pinned host memory, the
+//     roofline is the link's (--pcie_gb_per_s over the layers' bytes), and
+//     each decode figure also says the bytes the copies moved per second;
+//     --cuda_memory_limit_gb caps the GPU below the model's size to show
+//     that the model does not fit it whole.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +41,7 @@
 #include "common/flag_table.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/int8_weights.h"
+#include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/torch_compat.h"
 
@@ -55,6 +63,9 @@ struct Options {
   bool fused_kernels = false;
   bool int8 = false;
   bool cuda_graphs = false;
+  std::string offload_params = "none";
+  double cuda_memory_limit_gb = 0;
+  double pcie_gb_per_s = 55;  // PCIe 5.0 x16, host to device, as measured on an H100 host
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -93,23 +104,43 @@ absl::Status Run(const Options& options) {
   if (!dtype.ok()) return dtype.status();
   torch::Device device(options.device);
   const auto built = std::chrono::steady_clock::now();
+  if (options.cuda_memory_limit_gb > 0) {
+    if (absl::Status limited = compat::LimitCudaMemory(device.index() < 0 ? 0 : device.index(),
+                                                       options.cuda_memory_limit_gb * (1 << 30));
+        !limited.ok()) {
+      return limited;
+    }
+  }
+  const bool streamed = options.offload_params == "cpu";
   Llama model(shape, /*seed=*/1);
-  model->to(device, *dtype);
+  model->to(streamed ? torch::Device(torch::kCPU) : device, *dtype);
   model->eval();
   if (options.int8) {
     absl::StatusOr<Int8Report> quantized = QuantizeWeightsInt8(model);
     if (!quantized.ok()) return quantized.status();
   }
+  std::shared_ptr<StreamedLayerWeights> streamer;
+  if (streamed) {
+    auto installed = StreamedLayerWeights::Install(model, device);
+    if (!installed.ok()) return installed.status();
+    streamer = *installed;
+    absl::PrintF("%s\n", streamer->Describe());
+  }
   // What a decode step reads: the parameters, and int8 weights with their scales.
   int64_t weight_bytes = 0;
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * p.element_size();
   for (const auto& b : model->buffers()) weight_bytes += b.numel() * b.element_size();
-  const double roofline = options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
+  // Streamed: every step moves the decoder layers over the link.
+  const double roofline = streamed ? options.pcie_gb_per_s * 1e9 / static_cast<double>(streamer->host_bytes())
+                                   : options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
   absl::PrintF(
-      "model %s %s on %s%s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %.1f TB/s\n",
+      "model %s %s on %s%s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %s\n",
       options.shape, options.dtype, options.device,
-      absl::StrCat(options.fused_kernels ? " (fused kernels)" : "", options.int8 ? " (int8 weights)" : ""),
-      weight_bytes / 1e9, Seconds(built), roofline, options.hbm_tb_per_s);
+      absl::StrCat(options.fused_kernels ? " (fused kernels)" : "", options.int8 ? " (int8 weights)" : "",
+                   streamed ? " (streamed layers)" : ""),
+      weight_bytes / 1e9, Seconds(built), roofline,
+      streamed ? absl::StrFormat("%.0f GB/s of PCIe", options.pcie_gb_per_s)
+               : absl::StrFormat("%.1f TB/s", options.hbm_tb_per_s));
   std::vector<int64_t> multiples;
   for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
     int64_t m = 0;
@@ -174,6 +205,7 @@ absl::Status Run(const Options& options) {
       auto id = (*engine)->Submit(greedy(prompt, options.decode_tokens));
       if (!id.ok()) return id.status();
       if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // the prefill
+      const int64_t copied_before = streamer ? streamer->copied_bytes() : 0;
       const auto start = std::chrono::steady_clock::now();
       int64_t decoded = 0;
       while (!(*engine)->Idle()) {
@@ -181,7 +213,13 @@ absl::Status Run(const Options& options) {
         if (!step.ok()) return step.status();
         decoded += static_cast<int64_t>(step->size());
       }
-      const double rate = decoded / Seconds(start);
+      const double decode_seconds = Seconds(start);
+      const double rate = decoded / decode_seconds;
+      if (streamer) {
+        absl::PrintF("streamed layers: %.2f GB copied per decode step, %.1f GB/s host to device\n",
+                     (streamer->copied_bytes() - copied_before) / 1e9 / std::max<int64_t>(decoded, 1),
+                     (streamer->copied_bytes() - copied_before) / 1e9 / decode_seconds);
+      }
       auto result = (*engine)->TakeResult(*id);
       if (!result.ok()) return result.status();
       std::string check;
@@ -310,7 +348,14 @@ int main(int argc, char** argv) {
             "the CUDA kernels for RMSNorm, RoPE, SwiGLU, paged decode attention and decode products")
       .Bool("--int8", &options.int8, "weight-only int8 projections (Note [Int8 weights]); no PyTorch counterpart here")
       .Bool("--cuda_graphs", &options.cuda_graphs,
-            "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager");
+            "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager")
+      .String("--offload_params", &options.offload_params, "DEVICE",
+              "ZeRO-Inference: cpu streams the decoder layers from pinned host memory (Note [Streamed layer weights])",
+              {"none", "cpu"})
+      .Double("--cuda_memory_limit_gb", &options.cuda_memory_limit_gb, "G",
+              "cap LibTorch's CUDA allocator (a smaller GPU); 0: no cap", {0, 1 << 20, true})
+      .Double("--pcie_gb_per_s", &options.pcie_gb_per_s, "GB/S", "host-to-device bandwidth of the streamed roofline",
+              {0, 1000, true});
   std::vector<std::string> args(argv + 1, argv + argc);
   if (absl::Status parsed = flags.Parse(args); !parsed.ok()) {
     std::fprintf(stderr, "generation_bench: %s\n", std::string(parsed.message()).c_str());

@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<GenerationEngine>> GenerationEngine::Create(
   if (decode_recorder != nullptr) {
     // Note [Decode graphs]: what a recorded step cannot hold.
     if (tp.split()) return absl::UnimplementedError("cuda_graphs with tensor parallelism is not built");
+    if (model->layer_residency() != nullptr) {
+      return absl::UnimplementedError(
+          "cuda_graphs with streamed layer weights (--offload_params) is not built: the host issues each layer's copy");
+    }
     if (llama.moe.enabled()) {
       return absl::UnimplementedError("cuda_graphs with mixture-of-experts layers is not built (routing reads sizes on the host)");
     }

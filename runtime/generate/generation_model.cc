@@ -8,6 +8,7 @@
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/int8_weights.h"
 #include "runtime/generate/peft_adapter_loader.h"
+#include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
@@ -103,8 +104,10 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
     if (!adapted.ok()) return adapted.status();
   }
+  const bool streamed = options.offload_params == "cpu";
   try {
-    model->to(*device, *dtype);
+    // Streamed layers move to their host buffers, in their final form first.
+    model->to(streamed ? torch::Device(torch::kCPU) : *device, *dtype);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("moving the model to ", options.device, ": ", e.what_without_backtrace()));
   }
@@ -113,6 +116,10 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   if (options.int8) {
     auto report = QuantizeWeightsInt8(model);
     if (!report.ok()) return report.status();
+  }
+  if (streamed) {
+    auto installed = StreamedLayerWeights::Install(model, *device);
+    if (!installed.ok()) return installed.status();
   }
   return model;
 }
@@ -133,6 +140,10 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
             "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
             "tensor parallelism)")
       .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention (a CUDA --device)")
+      .String("--offload_params", &options->offload_params, "DEVICE",
+              "ZeRO-Inference: cpu keeps the decoder layers' weights in (pinned) host memory and streams them to the "
+              "device layer by layer, for a model larger than the GPU (not with --cuda_graphs)",
+              {"none", "cpu"})
       .String("--device", &options->device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--local_rank", local_rank, "N", "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK",
            {0, 1 << 20});

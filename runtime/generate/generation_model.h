@@ -32,6 +32,10 @@ struct GenerationModelOptions {
   // The CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention
   // (model.fused_kernels of a job file); a CUDA device only.
   bool fused_kernels = false;
+  // ZeRO-Inference (Note [Streamed layer weights]): "cpu" keeps the decoder
+  // layers' weights in host memory and streams them to the device layer by
+  // layer; "none" puts the whole model on the device.
+  std::string offload_params = "none";
 };
 
 // Errors name the file, tensor or flag. A checkpoint of LoRA adapters only
@@ -43,7 +47,7 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
 // (--device's text into options->device, which the tool then replaces by
 // its rank's device) and `local_rank` (what dslaunch passes):
 // --model, --adapter, --checkpoint, --checkpoint_tag, --dtype, --int8,
-// --fused_kernels, --device, --local_rank.
+// --fused_kernels, --offload_params, --device, --local_rank.
 void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank);
 // What the flags cannot say alone: --model given, --checkpoint_tag only
 // with --checkpoint, --checkpoint or --adapter but not both,

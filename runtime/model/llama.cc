@@ -298,6 +298,14 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
   };
   // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
+  if (residency_) {
+    // Note [Layer residency].
+    TORCH_CHECK(!is_training(), "a Llama whose layers are streamed (ZeRO-Inference) does not train");
+    residency_->BeforeLayer(i);
+    torch::Tensor y = run(x);
+    residency_->AfterLayer(i);
+    return y;
+  }
   return unit >= 0 ? runner_->Run(unit, run, x) : run(x);
 }
 
@@ -326,6 +334,17 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   return Head(x);
 }
 
+void LlamaImpl::JoinProjections() {
+  // Streamed layers' weights are views of the keeper's device slots: a
+  // joined copy would put every layer's q/k/v on the device again.
+  if (residency_) return;
+  for (const auto& layer : *model->layers) {
+    auto* decoder = layer->as<LlamaDecoderLayer>();
+    decoder->self_attn->JoinProjections();
+    if (decoder->mlp) decoder->mlp->JoinProjections();  // an expert layer has none
+  }
+}
+
 std::pair<torch::Tensor, torch::Tensor> LlamaImpl::CachedRotary(int64_t end, torch::Device device,
                                                                 torch::ScalarType dtype) {
   const RopeOptions& rope = options_.rope;
@@ -339,14 +358,6 @@ std::pair<torch::Tensor, torch::Tensor> LlamaImpl::CachedRotary(int64_t end, tor
     std::tie(rotary_cos_, rotary_sin_) = RotaryCosSin(rope, length, device, dtype);
   }
   return {rotary_cos_, rotary_sin_};
-}
-
-void LlamaImpl::JoinProjections() {
-  for (const auto& layer : *model->layers) {
-    auto* decoder = layer->as<LlamaDecoderLayer>();
-    decoder->self_attn->JoinProjections();
-    if (decoder->mlp) decoder->mlp->JoinProjections();  // an expert layer has none
-  }
 }
 
 torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions,
@@ -369,7 +380,9 @@ torch::Tensor LlamaImpl::ForwardWithCache(const torch::Tensor& tokens, const tor
   sin = sin.index({at}).unsqueeze(0).unsqueeze(0);
   torch::Tensor pending;  // the last layer's output, not yet added to x
   for (int64_t i = 0; i < options_.layers; ++i) {
+    if (residency_) residency_->BeforeLayer(i);  // Note [Layer residency]
     std::tie(x, pending) = model->layers[i]->as<LlamaDecoderLayer>()->ForwardCached(x, pending, cos, sin, cache);
+    if (residency_) residency_->AfterLayer(i);
   }
   if (pending.defined()) x = x + pending;
   return Head(x.index_select(1, logit_rows.to(x.device()))).squeeze(0);

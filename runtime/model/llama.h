@@ -27,6 +27,7 @@
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/key_value_cache.h"
 #include "runtime/model/joined_projections.h"
+#include "runtime/model/layer_residency.h"
 #include "runtime/model/lora_linear.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/model/rotary_embedding.h"
@@ -215,7 +216,13 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   // gate/up as one product each from now on. REQUIRES: the model on its
   // final device and dtype, adapters merged or absent (a projection with an
   // adapter or int8 weight stays as it is).
+  // (Not with layer residency: its layers' weights are streamed one by one.)
   void JoinProjections();
+  // Note [Layer residency]: from now on every forward tells `residency`
+  // around each decoder layer (nullptr: the weights are all on the device).
+  // Inference only: a training forward with it throws.
+  void SetLayerResidency(std::shared_ptr<LayerResidency> residency) { residency_ = std::move(residency); }
+  const LayerResidency* layer_residency() const { return residency_.get(); }
   torch::Tensor ForwardWithCache(const torch::Tensor& tokens, const torch::Tensor& positions, KeyValueCache& cache,
                                  const torch::Tensor& logit_rows, int64_t positions_end = -1);
 
@@ -259,6 +266,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
   UnitRunner* runner_ = nullptr;
+  std::shared_ptr<LayerResidency> residency_;
   torch::Tensor rotary_cos_, rotary_sin_;  // CachedRotary's: the whole context's
   // The unit of each decoder layer in the last ParameterUnits() (-1: none).
   mutable std::vector<int> layer_units_;

@@ -4,7 +4,7 @@
 //   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
 //           [--chat_template FILE(.jinja|.yaml)] [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
-//           [--cuda_graphs] [--fused_kernels] [--int8]
+//           [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu]
 //
 // Start: the model is loaded, the logit probe runs (Note [Probe logits]: a
 // mismatch refuses to serve), the address is bound, then one line
@@ -133,6 +133,9 @@ absl::Status Run(const Options& options) {
   model_options.device = device_name;
   auto model = LoadGenerationModel(model_options);
   if (!model.ok()) return model.status();
+  if (tensor_parallel.rank == 0 && (*model)->layer_residency() != nullptr) {
+    std::fprintf(stderr, "dsserve: %s\n", (*model)->layer_residency()->Describe().c_str());
+  }
   const LlamaOptions& llama = (*model)->options();
   for (int64_t id : server_options.stop_tokens) {
     if (id >= llama.vocab_size) {

@@ -1,0 +1,130 @@
+// Note [Streamed layer weights]: a model whose decoder layers stream
+// through two slots generates what the model left whole generates, each
+// layer's tensors live in its slot, and the slots are loaded in the order
+// the forwards need, once per layer that must move.
+#include "runtime/generate/streamed_layer_weights.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/generate/generation_engine.h"
+#include "runtime/generate/int8_weights.h"
+#include "runtime/testing/generation_llama.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+LlamaOptions Tiny(int64_t layers) {
+  LlamaOptions options = testing::GenerationTestLlama(/*heads=*/4, /*kv_heads=*/2);
+  options.layers = layers;
+  options.qkv_bias = true;
+  return options;
+}
+
+Llama Model(int64_t layers, bool int8) {
+  Llama model(Tiny(layers), /*seed=*/5);
+  model->eval();
+  if (int8) {
+    auto report = QuantizeWeightsInt8(model);
+    EXPECT_TRUE(report.ok()) << report.status();
+  }
+  return model;
+}
+
+std::vector<int64_t> Prompt(int64_t length) {
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < length; ++i) prompt.push_back((i * 11 + 3) % 64);
+  return prompt;
+}
+
+TEST(StreamedLayerWeightsTest, TheStreamedModelGeneratesWhatTheWholeOneDoes) {
+  for (auto [layers, int8] : {std::pair{4, false}, std::pair{3, false}, std::pair{5, true}, std::pair{1, false}}) {
+    SCOPED_TRACE(::testing::Message() << layers << " layers" << (int8 ? ", int8" : ""));
+    Llama whole = Model(layers, int8);
+    Llama streamed = Model(layers, int8);
+    auto installed = StreamedLayerWeights::Install(streamed, torch::kCPU);
+    ASSERT_TRUE(installed.ok()) << installed.status();
+    torch::NoGradGuard no_grad;
+    // The forward the probe and training read, logit for logit.
+    const torch::Tensor ids = torch::tensor(Prompt(9), torch::kLong).view({1, -1});
+    EXPECT_TRUE(torch::equal(whole->forward(ids), streamed->forward(ids)));
+    // Cached generation, two requests at once over several steps.
+    std::vector<std::vector<int64_t>> tokens;
+    std::vector<std::vector<double>> logprobs;
+    for (Llama model : {whole, streamed}) {
+      GenerationEngineOptions options;
+      options.block_size = 4;
+      options.max_sequences = 2;
+      options.max_tokens_per_step = 5;
+      auto engine = GenerationEngine::Create(model, options);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<GenerationRequest> requests(2);
+      requests[0].prompt = Prompt(7);
+      requests[1].prompt = Prompt(3);
+      for (GenerationRequest& request : requests) request.max_new_tokens = 12;
+      auto results = (*engine)->GenerateAll(requests);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (const GenerationResult& result : *results) {
+        tokens.push_back(result.tokens);
+        logprobs.push_back(result.logprobs);
+      }
+    }
+    ASSERT_EQ(tokens.size(), 4u);
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(tokens[r + 2], tokens[r]) << "request " << r;
+      ASSERT_EQ(logprobs[r + 2].size(), logprobs[r].size());
+      // The whole model's engine joins q/k/v (and gate/up) into one product.
+      for (size_t t = 0; t < logprobs[r].size(); ++t) EXPECT_NEAR(logprobs[r + 2][t], logprobs[r][t], 1e-5);
+    }
+  }
+}
+
+TEST(StreamedLayerWeightsTest, EachLayerLivesInItsSlotAndTheSlotsFollowTheOrderOfTheForwards) {
+  Llama model = Model(4, /*int8=*/false);
+  std::vector<torch::Tensor> head_tensors = {model->model->embed_tokens->weight, model->model->norm->weight};
+  auto installed = StreamedLayerWeights::Install(model, torch::kCPU);
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  StreamedLayerWeights& streamer = **installed;
+  EXPECT_EQ(model->layer_residency(), &streamer);
+  // Layer i's tensors are views of slot i % 2; the rest is outside both.
+  auto storage = [](const torch::Tensor& tensor) { return tensor.storage().unsafeGetStorageImpl(); };
+  int64_t layer_bytes = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const auto* slot = storage(model->model->layers[i % 2]->parameters()[0]);
+    for (const torch::Tensor& tensor : model->model->layers[i]->parameters()) {
+      layer_bytes += tensor.numel() * tensor.element_size();
+      EXPECT_EQ(storage(tensor), slot) << "layer " << i;
+      EXPECT_EQ(tensor.storage_offset() * tensor.element_size() % 256, 0) << "layer " << i;
+    }
+  }
+  EXPECT_NE(storage(model->model->layers[0]->parameters()[0]), storage(model->model->layers[1]->parameters()[0]));
+  for (const torch::Tensor& tensor : head_tensors) {
+    EXPECT_NE(storage(tensor), storage(model->model->layers[0]->parameters()[0]));
+    EXPECT_NE(storage(tensor), storage(model->model->layers[1]->parameters()[0]));
+  }
+  EXPECT_GE(streamer.host_bytes(), layer_bytes);
+  EXPECT_LT(streamer.device_bytes(), streamer.host_bytes()) << "two slots of four layers";
+  // Install loads layers 0 and 1; a forward then moves each layer once: after
+  // layer i runs, layer i + 2 (and at the end 0 and 1 for the next forward).
+  const int64_t per_layer = streamer.host_bytes() / 4;
+  EXPECT_EQ(streamer.copied_bytes(), 2 * per_layer);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ids = torch::tensor(Prompt(5), torch::kLong).view({1, -1});
+  model->forward(ids);
+  EXPECT_EQ(streamer.copied_bytes(), 6 * per_layer);
+  EXPECT_EQ(streamer.layer_in_slot(0), 0);
+  EXPECT_EQ(streamer.layer_in_slot(1), 1);
+  model->forward(ids);
+  EXPECT_EQ(streamer.copied_bytes(), 10 * per_layer);
+  // Layers asked out of order are loaded when asked.
+  streamer.BeforeLayer(3);
+  EXPECT_EQ(streamer.layer_in_slot(1), 3);
+  EXPECT_EQ(streamer.copied_bytes(), 11 * per_layer);
+  // A streamed model does not train.
+  model->train();
+  EXPECT_THROW(model->forward(ids), c10::Error);
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
