@@ -98,6 +98,8 @@ std::string ReplaceAll(const std::string& text, const std::string& from, const s
 }
 
 absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
+  // A call block's frame is for this call only, not for calls among its arguments.
+  const CallerFrame* block = std::exchange(pending_caller_, nullptr);
   std::vector<JinjaValue> args;
   for (size_t i = 1; i < e.args.size(); ++i) {
     auto arg = Eval(*e.args[i], line);
@@ -117,7 +119,11 @@ absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
   const Expr& callee = *e.args[0];
   if (callee.kind == Expr::kName) {
     const std::string& name = callee.name;
-    if (auto macro = macros_.find(name); macro != macros_.end()) return CallMacro(*macro->second, args, kwargs, line);
+    if (name == "caller" && caller_ != nullptr && block == nullptr) return CallCaller(*caller_, args, kwargs, line);
+    if (auto macro = macros_.find(name); macro != macros_.end()) {
+      return CallMacro(*macro->second, args, kwargs, line, block);
+    }
+    if (block != nullptr) return Error(line, absl::StrCat("a call block calls a macro; '", name, "' is not one"));
     if (name == "raise_exception") {
       return Error(line, absl::StrCat("the template raised: ", args.empty() ? std::string() : args[0].Str()));
     }

@@ -252,6 +252,12 @@ class ExprParser {
   absl::StatusOr<ExprPtr> Expression() { return Ternary(); }
   // Without the ternary's "if" (a for loop's iterable, before its filter).
   absl::StatusOr<ExprPtr> OrExpression() { return Or(); }
+  // A filter block's head: name(arguments) | name ... applied to `subject`.
+  absl::StatusOr<ExprPtr> FilterChain(ExprPtr subject) {
+    auto node = OneFilter(std::move(subject));
+    while (node.ok() && Accept("|")) node = OneFilter(*node);
+    return node;
+  }
   const Token& Peek(size_t ahead = 0) const { return tokens_[std::min(at_ + ahead, tokens_.size() - 1)]; }
   bool IsName(const char* name, size_t ahead = 0) const {
     return Peek(ahead).kind == Token::kName && Peek(ahead).text == name;
@@ -476,24 +482,31 @@ class ExprParser {
     }
   }
 
+  // name or name(arguments), applied to `node`.
+  absl::StatusOr<ExprPtr> OneFilter(ExprPtr node) {
+    if (Peek().kind != Token::kName) return Error("expected a filter name after '|'");
+    const std::string name = Next().text;
+    if (!KnownFilters().count(name)) {
+      return Error(absl::StrCat("the filter '", name, "' is not one dsserve's chat template renderer has"));
+    }
+    auto filter = std::make_shared<Expr>();
+    filter->kind = Expr::kFilter;
+    filter->name = name;
+    filter->args = {node};
+    if (Accept("(")) {
+      auto args = Arguments(&filter->kwargs);
+      if (!args.ok()) return args.status();
+      filter->args.insert(filter->args.end(), args->begin(), args->end());
+    }
+    return ExprPtr(filter);
+  }
+
   absl::StatusOr<ExprPtr> Filters(ExprPtr node) {
     while (true) {
       if (Accept("|")) {
-        if (Peek().kind != Token::kName) return Error("expected a filter name after '|'");
-        const std::string name = Next().text;
-        if (!KnownFilters().count(name)) {
-          return Error(absl::StrCat("the filter '", name, "' is not one dsserve's chat template renderer has"));
-        }
-        auto filter = std::make_shared<Expr>();
-        filter->kind = Expr::kFilter;
-        filter->name = name;
-        filter->args = {node};
-        if (Accept("(")) {
-          auto args = Arguments(&filter->kwargs);
-          if (!args.ok()) return args.status();
-          filter->args.insert(filter->args.end(), args->begin(), args->end());
-        }
-        node = filter;
+        auto filtered = OneFilter(node);
+        if (!filtered.ok()) return filtered;
+        node = *filtered;
       } else if (IsName("is")) {
         ++at_;
         auto test = std::make_shared<Expr>();
@@ -679,6 +692,31 @@ class StatementParser {
   }
 
  private:
+  // (a, b=default, ...) of a macro or a call block, into node->targets
+  // (after its first) and node->defaults.
+  static absl::Status Parameters(ExprParser& parser, Node* node) {
+    if (absl::Status s = parser.Expect("("); !s.ok()) return s;
+    while (!parser.IsOp(")")) {
+      if (parser.Peek().kind != Token::kName) return parser.Error("expected a parameter name").status();
+      const std::string name = parser.Next().text;
+      if (std::find(node->targets.begin() + 1, node->targets.end(), name) != node->targets.end()) {
+        return parser.Error(absl::StrCat("the parameter '", name, "' is named twice")).status();
+      }
+      node->targets.push_back(name);
+      ExprPtr fallback;
+      if (parser.Accept("=")) {
+        auto value = parser.Expression();
+        if (!value.ok()) return value.status();
+        fallback = *value;
+      } else if (!node->defaults.empty() && node->defaults.back() != nullptr) {
+        return parser.Error(absl::StrCat("the parameter '", name, "' without a default follows one with")).status();
+      }
+      node->defaults.push_back(fallback);
+      if (!parser.Accept(",")) break;
+    }
+    return parser.Expect(")");
+  }
+
   absl::StatusOr<NodePtr> Statement(const std::string& keyword, ExprParser& parser, const Segment& segment,
                                     const std::string& where) {
     auto node = std::make_shared<Node>();
@@ -763,31 +801,45 @@ class StatementParser {
       node->expr = *value;
       return node;
     }
+    if (keyword == "filter") {  // {% filter name(args) | name %}...{% endfilter %}
+      node->kind = Node::kFilterBlock;
+      auto subject = std::make_shared<Expr>();
+      subject->kind = Expr::kName;
+      subject->name = kFilterBlockSubject;
+      auto chain = parser.FilterChain(subject);
+      if (!chain.ok()) return chain.status();
+      node->expr = *chain;
+      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
+      std::string end, code;
+      auto body = Block({"endfilter"}, &end, &code);
+      if (!body.ok()) return body.status();
+      node->body = *body;
+      return node;
+    }
+    if (keyword == "call") {  // {% call(a, b=default) name(args) %}...caller(x, y)...{% endcall %}
+      node->kind = Node::kCallBlock;
+      node->targets.push_back("caller");
+      if (parser.IsOp("(")) {
+        if (absl::Status s = Parameters(parser, node.get()); !s.ok()) return s;
+      }
+      auto call = parser.OrExpression();
+      if (!call.ok()) return call.status();
+      if ((*call)->kind != Expr::kCall || (*call)->args[0]->kind != Expr::kName) {
+        return parser.Error("a call block calls a macro: expected name(arguments)").status();
+      }
+      node->expr = *call;
+      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
+      std::string end, code;
+      auto body = Block({"endcall"}, &end, &code);
+      if (!body.ok()) return body.status();
+      node->body = *body;
+      return node;
+    }
     if (keyword == "macro") {  // {% macro name(a, b=default) %}...{% endmacro %}
       node->kind = Node::kMacro;
       if (parser.Peek().kind != Token::kName) return parser.Error("expected the macro's name").status();
       node->targets.push_back(parser.Next().text);
-      if (absl::Status s = parser.Expect("("); !s.ok()) return s;
-      while (!parser.IsOp(")")) {
-        if (parser.Peek().kind != Token::kName) return parser.Error("expected a parameter name").status();
-        const std::string name = parser.Next().text;
-        if (std::find(node->targets.begin() + 1, node->targets.end(), name) != node->targets.end()) {
-          return parser.Error(absl::StrCat("the parameter '", name, "' is named twice")).status();
-        }
-        node->targets.push_back(name);
-        ExprPtr fallback;
-        if (parser.Accept("=")) {
-          auto value = parser.Expression();
-          if (!value.ok()) return value.status();
-          fallback = *value;
-        } else if (!node->defaults.empty() && node->defaults.back() != nullptr) {
-          return parser.Error(absl::StrCat("the parameter '", name, "' without a default follows one with"))
-              .status();
-        }
-        node->defaults.push_back(fallback);
-        if (!parser.Accept(",")) break;
-      }
-      if (absl::Status s = parser.Expect(")"); !s.ok()) return s;
+      if (absl::Status s = Parameters(parser, node.get()); !s.ok()) return s;
       if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
       std::string end, code;
       auto body = Block({"endmacro"}, &end, &code);

@@ -146,6 +146,10 @@ absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
     case Expr::kLiteral:
       return e.literal;
     case Expr::kName:
+      if (e.name == "caller" && caller_ != nullptr && Lookup(e.name).is_undefined()) {
+        // jinja2's caller is a macro object; here it can only be called.
+        return Error(line, "caller is only called here (caller(...)), not read as a value");
+      }
       return Lookup(e.name);
     case Expr::kList:
     case Expr::kTuple: {
@@ -281,44 +285,60 @@ absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
 }
 
 absl::StatusOr<JinjaValue> Renderer::CallMacro(const Node& macro, const std::vector<JinjaValue>& args,
-                                               const JinjaValue::Dict& kwargs, int line) {
-  const std::string& name = macro.targets[0];
-  const std::vector<std::string> parameters(macro.targets.begin() + 1, macro.targets.end());
+                                               const JinjaValue::Dict& kwargs, int line, const CallerFrame* caller) {
+  // The top-level names, not the caller's loop variables, as jinja2's macros.
+  return Invoke(macro, {scopes_.front()}, caller, args, kwargs, line);
+}
+
+absl::StatusOr<JinjaValue> Renderer::CallCaller(const CallerFrame& frame, const std::vector<JinjaValue>& args,
+                                                const JinjaValue::Dict& kwargs, int line) {
+  return Invoke(*frame.block, frame.scopes, frame.outer, args, kwargs, line);
+}
+
+absl::StatusOr<JinjaValue> Renderer::Invoke(const Node& callable, std::vector<std::map<std::string, JinjaValue>> scopes,
+                                            const CallerFrame* caller, const std::vector<JinjaValue>& args,
+                                            const JinjaValue::Dict& kwargs, int line) {
+  const std::string what = callable.kind == Node::kMacro ? absl::StrCat("the macro '", callable.targets[0], "'")
+                                                         : std::string("caller()");
+  const std::vector<std::string> parameters(callable.targets.begin() + 1, callable.targets.end());
   if (args.size() > parameters.size()) {
-    return Error(line, absl::StrCat("the macro '", name, "' takes ", parameters.size(), " argument(s), got ",
-                                    args.size()));
+    return Error(line, absl::StrCat(what, " takes ", parameters.size(), " argument(s), got ", args.size()));
   }
   std::map<std::string, JinjaValue> bound;
   for (size_t i = 0; i < args.size(); ++i) bound[parameters[i]] = args[i];
   for (const auto& [key, value] : kwargs) {
     const auto at = std::find(parameters.begin(), parameters.end(), key);
-    if (at == parameters.end()) return Error(line, absl::StrCat("the macro '", name, "' has no parameter '", key, "'"));
+    if (at == parameters.end()) return Error(line, absl::StrCat(what, " has no parameter '", key, "'"));
     if (static_cast<size_t>(at - parameters.begin()) < args.size()) {
-      return Error(line, absl::StrCat("the macro '", name, "' got '", key, "' twice"));
+      return Error(line, absl::StrCat(what, " got '", key, "' twice"));
     }
     bound[key] = value;
   }
   if (macro_depth_ >= kMaxMacroDepth) {
     return Error(line, absl::StrCat("macros called within macros deeper than ", kMaxMacroDepth));
   }
-  // The top-level names and the parameters; defaults see the parameters before them.
-  std::vector<std::map<std::string, JinjaValue>> caller_scopes = std::move(scopes_);
-  scopes_ = {caller_scopes.front(), std::move(bound)};
+  // Defaults see the parameters before them.
+  std::vector<std::map<std::string, JinjaValue>> outer_scopes = std::move(scopes_);
+  scopes_ = std::move(scopes);
+  scopes_.push_back(std::move(bound));
+  const CallerFrame* outer_caller = caller_;
+  caller_ = caller;
   ++macro_depth_;
   auto rendered = [&]() -> absl::StatusOr<JinjaValue> {
     for (size_t i = 0; i < parameters.size(); ++i) {
-      if (scopes_.back().count(parameters[i]) || macro.defaults[i] == nullptr) continue;
-      auto value = Eval(*macro.defaults[i], macro.line);
+      if (scopes_.back().count(parameters[i]) || callable.defaults[i] == nullptr) continue;
+      auto value = Eval(*callable.defaults[i], callable.line);
       if (!value.ok()) return value;
       scopes_.back()[parameters[i]] = *value;
     }
     std::string out;
-    auto flow = Run(*macro.body, out);
+    auto flow = Run(*callable.body, out);
     if (!flow.ok()) return flow.status();
     return JinjaValue::String(std::move(out));
   }();
   --macro_depth_;
-  scopes_ = std::move(caller_scopes);
+  caller_ = outer_caller;
+  scopes_ = std::move(outer_scopes);
   return rendered;
 }
 

@@ -104,6 +104,28 @@ class Renderer {
       case Node::kMacro:  // defined from here on (a later definition of the name wins)
         macros_[node.targets[0]] = &node;
         return Flow::kNormal;
+      case Node::kCallBlock: {
+        // The macro call reads this frame (Call takes it before anything
+        // else): inside the macro, caller() renders the block's body.
+        CallerFrame frame{&node, scopes_, caller_};
+        pending_caller_ = &frame;
+        auto value = Eval(*node.expr, node.line);
+        pending_caller_ = nullptr;
+        if (!value.ok()) return value.status();
+        out += value->Str();
+        return Flow::kNormal;
+      }
+      case Node::kFilterBlock: {
+        std::string text;
+        auto flow = Run(*node.body, text);
+        if (!flow.ok()) return flow.status();
+        scopes_.push_back({{kFilterBlockSubject, JinjaValue::String(std::move(text))}});
+        auto value = Eval(*node.expr, node.line);
+        scopes_.pop_back();
+        if (!value.ok()) return value.status();
+        out += value->Str();
+        return *flow;
+      }
     }
     return Flow::kNormal;
   }
@@ -215,8 +237,25 @@ class Renderer {
   // name, or from their defaults; any other missing one undefined), seeing
   // the template's top-level names but not the caller's loop variables, as
   // jinja2's macros do.
+  // A call block's body and the names it sees (those of its place in the
+  // template), for caller() inside the macro it calls.
+  struct CallerFrame {
+    const Node* block;
+    std::vector<std::map<std::string, JinjaValue>> scopes;
+    const CallerFrame* outer;  // the caller() of the block's own place
+  };
+  // `caller`: the call block calling it, or null.
   absl::StatusOr<JinjaValue> CallMacro(const Node& macro, const std::vector<JinjaValue>& args,
-                                       const JinjaValue::Dict& kwargs, int line);
+                                       const JinjaValue::Dict& kwargs, int line, const CallerFrame* caller);
+  // caller(args) inside a macro a call block called: the block's body with
+  // its parameters bound, seeing the names of the block's place.
+  absl::StatusOr<JinjaValue> CallCaller(const CallerFrame& frame, const std::vector<JinjaValue>& args,
+                                        const JinjaValue::Dict& kwargs, int line);
+  // Binds `callable`'s parameters (targets after its name, defaults) and
+  // renders its body over `scopes` plus them, caller() being `caller`.
+  absl::StatusOr<JinjaValue> Invoke(const Node& callable, std::vector<std::map<std::string, JinjaValue>> scopes,
+                                    const CallerFrame* caller, const std::vector<JinjaValue>& args,
+                                    const JinjaValue::Dict& kwargs, int line);
 
   // Statements and expressions being run, one inside another (a macro's
   // body inside its call): the stack a render takes is bounded, whatever
@@ -243,6 +282,8 @@ class Renderer {
   std::map<std::string, const Node*> macros_;  // nodes of the template, which outlives the render
   int macro_depth_ = 0;
   int nesting_ = 0;
+  const CallerFrame* caller_ = nullptr;          // what caller() renders here (inside a macro a call block called)
+  const CallerFrame* pending_caller_ = nullptr;  // a call block's, until its macro call takes it
 };
 
 

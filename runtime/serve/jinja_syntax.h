@@ -35,22 +35,32 @@ struct Expr {
 // The filters and tests the renderer has: a template naming another is
 // refused at parse time.
 const std::set<std::string>& KnownFilters();
+// The name a filter block's filters read its rendered body from: no
+// template can write it (it starts with a space).
+inline constexpr char kFilterBlockSubject[] = " filter block";
 const std::set<std::string>& KnownTests();
 
 }  // namespace jinja_syntax
 
 struct JinjaTemplate::Node {
   using ExprPtr = jinja_syntax::ExprPtr;
-  enum Kind { kText, kOutput, kIf, kFor, kSet, kBlockSet, kBreak, kContinue, kMacro, kSequence } kind = kSequence;
+  enum Kind {
+    kText, kOutput, kIf, kFor, kSet, kBlockSet, kBreak, kContinue, kMacro, kCallBlock, kFilterBlock, kSequence
+  } kind = kSequence;
   int line = 1;
-  std::string text;                  // kText
-  ExprPtr expr;                      // kOutput, kSet value, kFor iterable
-  ExprPtr filter;                    // kFor's "if"
-  std::vector<std::string> targets;  // kFor's names; kSet: name (and attribute); kMacro: name, parameters
-  std::vector<ExprPtr> defaults;     // kMacro: each parameter's default (null: none)
+  std::string text;  // kText
+  // kOutput, kSet's value, kFor's iterable; kCallBlock: the macro's call;
+  // kFilterBlock: the filters applied to the name kFilterBlockSubject.
+  ExprPtr expr;
+  ExprPtr filter;  // kFor's "if"
+  // kFor's names; kSet: name (and attribute); kMacro: name, parameters;
+  // kCallBlock: "caller", the caller's parameters.
+  std::vector<std::string> targets;
+  std::vector<ExprPtr> defaults;  // kMacro, kCallBlock: each parameter's default (null: none)
   std::vector<std::pair<ExprPtr, std::shared_ptr<Node>>> branches;  // kIf (null condition: else)
   std::vector<std::shared_ptr<Node>> children;                      // kSequence
-  std::shared_ptr<Node> body, otherwise;                            // kFor, kBlockSet, kMacro
+  // kFor, kBlockSet, kMacro, kFilterBlock; kCallBlock: what caller() renders.
+  std::shared_ptr<Node> body, otherwise;
 };
 
 namespace jinja_syntax {

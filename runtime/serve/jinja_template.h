@@ -17,7 +17,10 @@
 //    break, continue, generation (rendered through), macro (parameters
 //    with defaults, called positionally or by name; the body sees the
 //    template's top-level names and its parameters, as jinja2's; no
-//    caller, varargs or kwargs; 20 nested calls at most);
+//    varargs or kwargs; 20 nested calls at most), call blocks ({% call(a,
+//    b=default) macro(...) %}: caller(...) inside the macro renders the
+//    block's body, which sees the names of its own place; caller can only
+//    be called, not read as a value), filter blocks ({% filter f(x) | g %});
 //  - expressions: None/none, True/true, False/false, numbers, strings,
 //    lists, tuples, dicts; attributes, subscripts, slices; the operators
 //    + - * / // % ~, comparisons, in / not in, and / or / not, x if c else y;
@@ -31,8 +34,8 @@
 //    capitalize, split, replace), of dicts (items, keys, values, get) and
 //    of lists (append); the functions raise_exception, namespace, range,
 //    strftime_now, dict.
-// Anything else (call and filter blocks, includes, other filters or
-// tests) is an error at parse time naming it and its line: a template that
+// Anything else (includes, recursive loops, other filters or tests) is an
+// error at parse time naming it and its line: a template that
 // loads renders with the semantics above, or says why it cannot.
 // Values follow Python's rules (jinja_value.h); an undefined value renders
 // as "", is false, and is an error in arithmetic or as an attribute's owner,

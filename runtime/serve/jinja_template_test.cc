@@ -53,7 +53,13 @@ TEST(JinjaTemplateTest, WhatTheRendererLacksIsRefusedAtParseTimeNamingIt) {
     const char* message;
   };
   for (const Case& c : {
-           Case{"{% call m() %}x{% endcall %}", "chat_template:1: the statement 'call' is not one"},
+           Case{"a\n{% include 'other.jinja' %}", "chat_template:2: the statement 'include' is not one"},
+           Case{"{% call m %}x{% endcall %}", "a call block calls a macro: expected name(arguments)"},
+           Case{"{% call(a, a) m() %}x{% endcall %}", "the parameter 'a' is named twice"},
+           Case{"{% call m() %}never closed", "expected {% endcall %}"},
+           Case{"{% filter wordcount %}x{% endfilter %}", "the filter 'wordcount' is not one"},
+           Case{"{% filter upper %}never closed", "expected {% endfilter %}"},
+           Case{"{% for x in y recursive %}{% endfor %}", "recursive loops are not supported"},
            Case{"{% macro m(a, a) %}{% endmacro %}", "the parameter 'a' is named twice"},
            Case{"{% macro m(a=1, b) %}{% endmacro %}", "the parameter 'b' without a default follows one with"},
            Case{"{% macro m() %}never closed", "expected {% endmacro %}"},
@@ -99,6 +105,25 @@ TEST(JinjaTemplateTest, ErrorsWhileRenderingNameTheLine) {
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr(message)) << call;
   }
+  // A call block's macro, and caller() called with what it does not take
+  // or read as a value (jinja2's is a macro object).
+  for (auto [source, message] : {
+           std::pair<const char*, const char*>{"{% call upper() %}x{% endcall %}",
+                                               "t:1: a call block calls a macro; 'upper' is not one"},
+           {"{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a) m() %}{% endcall %}",
+            "caller() takes 1 argument(s), got 2"},
+           {"{% macro m() %}{{ caller(b=1) }}{% endmacro %}{% call(a) m() %}{% endcall %}",
+            "caller() has no parameter 'b'"},
+           {"{% macro m() %}{{ caller is defined }}{% endmacro %}{% call m() %}{% endcall %}",
+            "caller is only called here"}}) {
+    parsed = JinjaTemplate::Parse(source, "t");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr(message)) << source;
+  }
+  // Outside a call block's macro caller is an ordinary (here undefined) name.
+  parsed = JinjaTemplate::Parse("{% macro m() %}{{ caller is defined }}{% endmacro %}{{ m() }}", "t");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed->Render({}), "False");
   parsed = JinjaTemplate::Parse("{{ strftime_now('%Y') | length }}", "t");
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(*parsed->Render({}), "4");

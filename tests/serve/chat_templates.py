@@ -125,6 +125,21 @@ after
 {%- macro seen() %}{{ message is defined }}/{{ prefix }}{% endmacro %}
 {{ seen() }}
 {%- if add_generation_prompt %}{{ render_turn({'role': 'assistant', 'content': ''}, '#') }}{% endif %}""",
+    # Call blocks (caller() with arguments and defaults, nested, seeing
+    # the names of the block's place) and filter blocks (chained, with
+    # arguments).
+    "blocks": """{%- set mark = '~' %}
+{%- macro turn(message) -%}
+<{{ message.role }}>{{ caller(message.content|trim) }}</{{ message.role }}>
+{%- endmacro %}
+{%- macro framed(title, left='[') -%}
+{{ left }}{{ title }}: {{ caller() }}!
+{%- endmacro %}
+{%- for message in messages %}
+{%- call(text, suffix='.') turn(message) %}{% filter upper %}{{ text }}{% endfilter %}{{ suffix }}{{ loop.index }}{{ mark }}{% endcall %}
+{%- endfor %}
+{%- call framed('end', left='{') %}{% filter replace(' ', '_') | trim %} {{ messages|length }} turns {% endfilter %}{% call framed('inner') %}{{ mark }}{% endcall %}{% endcall %}
+{%- if add_generation_prompt %}{% filter title %}<assistant> say something{% endfilter %}{% endif %}""",
 }
 
 CONVERSATIONS = {
