@@ -64,6 +64,9 @@ absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Inst
   try {
     const auto byte_options = torch::TensorOptions().dtype(torch::kUInt8);
     for (auto& slot : streamer->slots_) slot = torch::empty({streamer->slot_bytes_}, byte_options.device(device));
+    // The allocator may hand out memory the compute stream's queued work
+    // still reads: the first copies wait for it too.
+    for (auto& released : streamer->released_) released = compat::StreamPoint::OnCurrentStream(device);
     // Layer by layer, so the host holds the model and one layer's copy at most.
     for (size_t i = 0; i < layers.size(); ++i) {
       int64_t bytes = 0;
@@ -98,7 +101,11 @@ absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Inst
 }
 
 StreamedLayerWeights::~StreamedLayerWeights() {
-  for (const compat::StreamPoint& copied : copied_) copied.WaitOnHost();
+  try {
+    for (const compat::StreamPoint& copied : copied_) copied.WaitOnHost();
+  } catch (const c10::Error&) {
+    // A device already in error (or torn down): nothing is left to wait for.
+  }
 }
 
 void StreamedLayerWeights::Load(int64_t layer) {

@@ -23,7 +23,10 @@
 //    mode DeepSpeed says it is.
 //  - Device memory: two layers of weights, beside the rest of the model and
 //    the key/value cache. Host memory: the decoder layers once (the model's
-//    former copy of each layer is released as that layer moves in).
+//    former copy of each layer is released as that layer moves in); on a
+//    GPU, LibTorch's pinned-memory allocator rounds each layer's buffer up
+//    to a power of two (a 7B layer's 405 MB takes 512 MB), which
+//    host_bytes() does not count.
 //  - Not with CUDA graphs (the copies are issued by the host between
 //    layers), nor joined projections (Note [Joined projections]: a joined
 //    weight would be a second, device-resident copy): the engine checks.

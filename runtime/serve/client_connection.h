@@ -9,8 +9,11 @@
 //   cache blocks until max_tokens. While it waits, the handler looks at the
 //   connection's socket once per update (and at least once a second): a
 //   peek that reads end-of-file or a reset means the client closed its side,
-//   and the request is cancelled as a streaming one is. Bytes waiting to be
-//   read (a pipelined next request) mean it is still there. A client that
+//   and the request is cancelled as a streaming one is (the answer httplib
+//   then tries to write is a 499, nginx's "client closed request", with
+//   Connection: close). Bytes waiting to be read (a pipelined next request)
+//   mean it is still there; a client that pipelines a request and then
+//   closes is not seen before its earlier answers are written. A client that
 //   half-closes after sending (shutdown(SHUT_WR)) counts as gone, as in
 //   uvicorn (vLLM's server); HTTP clients such as curl, requests and the
 //   OpenAI SDK do not do that.
@@ -19,9 +22,12 @@
 //   "connection closed" check (later versions added one), only the four
 //   addresses of its connection, so Find looks the socket up among this
 //   process's descriptors by those addresses, written as httplib writes
-//   them (getnameinfo, numeric). The lookup is sound while the handler
-//   runs: httplib closes the socket only after the handler returns, and
-//   only one open socket has a given pair of endpoints.
+//   them (getnameinfo, numeric), first thing in the handler. The lookup is
+//   sound while the handler runs: httplib closes the socket only after the
+//   handler returns, and only one open socket has a given pair of
+//   endpoints. A client that reset the connection before the lookup is not
+//   found (getpeername fails): its request runs to its end, and dsserve
+//   warns once.
 #pragma once
 
 #include <optional>

@@ -147,8 +147,7 @@ absl::StatusOr<JinjaValue> Renderer::Eval(const Expr& e, int line) {
       return e.literal;
     case Expr::kName:
       if (e.name == "caller" && caller_ != nullptr && Lookup(e.name).is_undefined()) {
-        // jinja2's caller is a macro object; here it can only be called.
-        return Error(line, "caller is only called here (caller(...)), not read as a value");
+        return JinjaValue::Macro();  // defined and true; called by name (Call)
       }
       return Lookup(e.name);
     case Expr::kList:

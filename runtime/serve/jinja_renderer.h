@@ -116,15 +116,19 @@ class Renderer {
         return Flow::kNormal;
       }
       case Node::kFilterBlock: {
+        // The body's names stay inside it; a break or continue in it drops
+        // its text, as jinja2's.
         std::string text;
+        scopes_.emplace_back();
         auto flow = Run(*node.body, text);
-        if (!flow.ok()) return flow.status();
+        scopes_.pop_back();
+        if (!flow.ok() || *flow != Flow::kNormal) return flow;
         scopes_.push_back({{kFilterBlockSubject, JinjaValue::String(std::move(text))}});
         auto value = Eval(*node.expr, node.line);
         scopes_.pop_back();
         if (!value.ok()) return value.status();
         out += value->Str();
-        return *flow;
+        return Flow::kNormal;
       }
     }
     return Flow::kNormal;

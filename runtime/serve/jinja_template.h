@@ -19,8 +19,8 @@
 //    template's top-level names and its parameters, as jinja2's; no
 //    varargs or kwargs; 20 nested calls at most), call blocks ({% call(a,
 //    b=default) macro(...) %}: caller(...) inside the macro renders the
-//    block's body, which sees the names of its own place; caller can only
-//    be called, not read as a value), filter blocks ({% filter f(x) | g %});
+//    block's body, which sees the names of its own place), filter blocks
+//    ({% filter f(x) | g %}, their names kept inside);
 //  - expressions: None/none, True/true, False/false, numbers, strings,
 //    lists, tuples, dicts; attributes, subscripts, slices; the operators
 //    + - * / // % ~, comparisons, in / not in, and / or / not, x if c else y;

@@ -75,6 +75,12 @@ void JinjaValue::Set(const std::string& key, JinjaValue value) const {
   dict_->emplace_back(key, std::move(value));
 }
 
+JinjaValue JinjaValue::Macro() {
+  JinjaValue v;
+  v.type_ = Type::kMacro;
+  return v;
+}
+
 bool JinjaValue::Truthy() const {
   switch (type_) {
     case Type::kUndefined:
@@ -92,6 +98,8 @@ bool JinjaValue::Truthy() const {
       return !list_->empty();
     case Type::kDict:
       return namespace_ || !dict_->empty();
+    case Type::kMacro:
+      return true;
   }
   return false;
 }
@@ -151,6 +159,8 @@ std::string JinjaValue::Str() const {
     case Type::kList:
     case Type::kDict:
       return Repr();
+    case Type::kMacro:
+      return "<Macro anonymous>";
   }
   return "";
 }
@@ -210,6 +220,8 @@ absl::StatusOr<std::string> JinjaValue::Json(int indent, int depth) const {
       }
       return absl::StrCat(out, outer, "}");
     }
+    case Type::kMacro:
+      return absl::InvalidArgumentError("tojson: a macro");
   }
   return std::string("null");
 }
@@ -263,6 +275,8 @@ const char* JinjaValue::TypeName() const {
       return "a list";
     case Type::kDict:
       return namespace_ ? "a namespace" : "a dict";
+    case Type::kMacro:
+      return "a macro";
   }
   return "?";
 }

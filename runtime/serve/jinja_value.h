@@ -17,7 +17,7 @@ namespace dslaunch::runtime {
 
 class JinjaValue {
  public:
-  enum class Type { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict };
+  enum class Type { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kMacro };
   using List = std::vector<JinjaValue>;
   using Dict = std::vector<std::pair<std::string, JinjaValue>>;  // in insertion order
 
@@ -29,6 +29,9 @@ class JinjaValue {
   static JinjaValue String(std::string value);
   static JinjaValue MakeList(List items = {});
   static JinjaValue MakeDict(Dict items = {}, bool is_namespace = false);
+  // A call block's caller read as a value (it is called by name, Note [Chat
+  // templates in Jinja]): defined, true, printed as jinja2 prints it.
+  static JinjaValue Macro();
 
   Type type() const { return type_; }
   bool is_undefined() const { return type_ == Type::kUndefined; }

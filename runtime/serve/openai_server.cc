@@ -432,6 +432,10 @@ class OpenAiServer::Impl {
   }
 
   void Generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    // Note [A non-streaming client that goes away]: found first, before a
+    // client that resets the connection at once can take it away.
+    const std::optional<ClientConnection> client =
+        ClientConnection::Find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
     ApiError error;
     auto prepared = std::make_shared<Prepared>();
     if (!Prepare(req, chat, prepared.get(), &error)) return Reply(res, error);
@@ -454,7 +458,7 @@ class OpenAiServer::Impl {
     }
     std::shared_ptr<RequestStream> stream = *submitted;
     ResponseHeader header{RandomId(chat ? "chatcmpl-" : "cmpl-"), absl::ToUnixSeconds(absl::Now()), options_.model_name};
-    if (!prepared->stream) return Complete(req, res, *prepared, *stream, header);
+    if (!prepared->stream) return Complete(client, res, *prepared, *stream, header);
 
     struct Streaming {
       Streaming(const Tokenizer& tokenizer, const Prepared& prepared)
@@ -533,18 +537,16 @@ class OpenAiServer::Impl {
   }
 
   // Note [A non-streaming client that goes away].
-  void Complete(const httplib::Request& req, httplib::Response& res, const Prepared& prepared, RequestStream& stream,
-                const ResponseHeader& header) {
-    const std::optional<ClientConnection> client =
-        ClientConnection::Find({req.local_addr, req.local_port, req.remote_addr, req.remote_port});
+  void Complete(const std::optional<ClientConnection>& client, httplib::Response& res, const Prepared& prepared,
+                RequestStream& stream, const ResponseHeader& header) {
     if (!client) {
-      // The socket is open while its handler runs: not finding it is a
-      // lookup that does not work here, never a client already gone.
+      // The socket is open while its handler runs: not finding it means
+      // the client reset the connection at once, or the lookup does not
+      // work here.
       static std::once_flag warned;
-      std::call_once(warned, [&req] {
-        std::cerr << "dsserve: warning: cannot find the socket of the connection from " << req.remote_addr << ":"
-                  << req.remote_port << " in /proc/self/fd; non-streaming requests run to their end even when "
-                  << "their client goes away\n";
+      std::call_once(warned, [] {
+        std::cerr << "dsserve: warning: a non-streaming request's connection was not found in /proc/self/fd (its "
+                  << "client reset it, or the lookup does not work here); such a request runs to its end\n";
       });
     }
     Progress progress(tokenizer_, prepared);
@@ -553,6 +555,13 @@ class OpenAiServer::Impl {
     while (!progress.ended()) {
       if (client && client->PeerClosed()) {
         stream.Cancel();  // nobody is waiting for the answer: its blocks go back to the pool
+        // What httplib tries to write: nginx's "client closed request"
+        // (with a body, so that the error handler does not count it as a
+        // rejected request: the loop counts it cancelled).
+        res.status = 499;
+        res.set_header("Connection", "close");
+        res.set_content(ErrorJson(ApiError{499, "client_closed_request", "", "the client closed the connection", ""}),
+                        kJson);
         return;
       }
       const std::vector<std::string> pieces = progress.Take(stream.Wait(absl::Now() + kWaitSlice));
