@@ -7,8 +7,10 @@
 #   2. FUZZ_SECONDS (default 30) of fuzzing that starts from
 #      tests/fuzz/corpus/<target>/ and writes what it learns to a scratch
 #      folder (the repository's corpus is left as it is).
-# A finding stops the script: it prints the target's report and the input (as
-# hex when it is small), and leaves the input under /tmp/dslaunch-fuzz.*.
+# Targets run FUZZ_JOBS (default: one per core) at a time, each on one core.
+# A finding fails the script once the targets running beside it end: it
+# prints the target's report and the input (as hex when it is small), and
+# leaves the input under /tmp/dslaunch-fuzz.*.
 # Once the bug is fixed, copy that input into tests/fuzz/regressions/<target>/.
 #   scripts/fuzz.sh [target ...]      (default: every target; e.g. hostfile)
 set -euo pipefail
@@ -41,14 +43,14 @@ report_finding() {  # TARGET LOG
   done
   echo "fuzz.sh: reproduce with: $build/bin/$1_fuzzer INPUT" >&2
 }
-for target in "${targets[@]}"; do
-  bin=$build/bin/${target}_fuzzer
-  regressions=("$root/tests/fuzz/regressions/$target"/*)
+fuzz_one() {  # TARGET: its regression inputs, then its fuzzing; non-zero on a failure
+  local target=$1 bin=$build/bin/${1}_fuzzer runs cov
+  local regressions=("$root/tests/fuzz/regressions/$target"/*)
   if ((${#regressions[@]} > 0)); then
     "$bin" -timeout=10 -rss_limit_mb=2048 "${regressions[@]}" >"$work/$target.regressions.log" 2>&1 || {
       echo "fuzz.sh: $target: a regression input fails again" >&2
       tail -n 60 "$work/$target.regressions.log" >&2
-      exit 1
+      return 1
     }
   fi
   mkdir -p "$work/$target"
@@ -56,10 +58,29 @@ for target in "${targets[@]}"; do
       -artifact_prefix="$work/$target-" -print_final_stats=1 \
       "$work/$target" "$root/tests/fuzz/corpus/$target" >"$work/$target.log" 2>&1; then
     report_finding "$target" "$work/$target.log"
-    exit 1
+    return 1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target.log")
-  cov=$(grep -o 'cov: [0-9]*' "$work/$target.log" | tail -n 1)
+  cov=$(grep -o 'cov: [0-9]*' "$work/$target.log" | tail -n 1 || true)
   echo "fuzz.sh: $target: ${runs:-?} inputs in ${seconds} s, ${cov:-cov: ?}, ${#regressions[@]} regression input(s), no finding"
+}
+# A libFuzzer process fuzzes on one core: on a 2-core machine two targets at
+# a time take half the time, each fuzzed as long.
+jobs=${FUZZ_JOBS:-$(nproc)}
+failed=0
+running=0
+for target in "${targets[@]}"; do
+  fuzz_one "$target" &
+  running=$((running + 1))
+  if ((running >= jobs)); then
+    wait -n || failed=1
+    running=$((running - 1))
+    ((failed == 0)) || break
+  fi
 done
+while ((running > 0)); do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+((failed == 0)) || exit 1
 rm -rf "$work"
