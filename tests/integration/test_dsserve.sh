@@ -12,7 +12,10 @@
 #    the single request of its seed), best_of's pick and echo;
 #  - bad input gets OpenAI's error body naming the field (400), a missing
 #    key 401, another model 404; bad flags stop dsserve before it serves;
-#  - a client that goes away mid-stream frees its sequence;
+#  - a client that goes away, mid-stream or before its non-streaming
+#    answer, frees its sequence;
+#  - with the decoder layers streamed from host memory (--offload_params
+#    cpu, ZeRO-Inference) the greedy completion is still dsgen's;
 #  - /metrics parses with the Prometheus client library; SIGTERM exits 0;
 #  - a full fine-tune's ZeRO-3 checkpoint of 2 ranks serves with no
 #    conversion (dsgen's continuation from the same checkpoint); a LoRA
@@ -145,6 +148,20 @@ stop_server() {
 stop_server
 grep -q "dsserve: stopped" "$WORK/serve.out" || fail "no 'dsserve: stopped'"
 pass "SIGTERM: dsserve stopped, exit 0"
+
+# 5b. ZeRO-Inference (Note [Streamed layer weights]): the decoder layers
+#     streamed from host memory; the probe passes and the greedy completion
+#     is still dsgen's (whole model).
+start_server serve_streamed "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
+  --offload_params cpu
+grep -q "ZeRO-Inference: .* decoder layers' weights in host memory" "$WORK/serve_streamed.err" ||
+  fail "dsserve --offload_params cpu did not say where the weights are: $(cat "$WORK/serve_streamed.err")"
+curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/streamed.json"
+"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/streamed.json" "$WORK/dsgen.out" >"$WORK/same_streamed.log" ||
+  fail "the streamed model's completion: $(cat "$WORK/streamed.json")"
+stop_server
+pass "dsserve --offload_params cpu: the probe passes, the greedy completion is dsgen's ($(cat "$WORK/same_streamed.log"))"
 
 # 6a. The folder's own chat template (Note [The folder's chat template]):
 #     Llama 2's Jinja template in tokenizer_config.json, no --chat_template.
