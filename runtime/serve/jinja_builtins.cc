@@ -120,6 +120,15 @@ absl::StatusOr<JinjaValue> Renderer::Call(const Expr& e, int line) {
   if (callee.kind == Expr::kName) {
     const std::string& name = callee.name;
     if (name == "caller" && caller_ != nullptr && block == nullptr) return CallCaller(*caller_, args, kwargs, line);
+    if (name == "loop" && block == nullptr && !loops_.empty() && Lookup("loop").is_dict()) {
+      const LoopFrame frame = loops_.back();
+      if (!frame.node->recursive) return Error(line, "loop(...) is called in a loop that is not recursive");
+      if (args.size() != 1 || !kwargs.empty()) return Error(line, "loop(...) takes the items to loop over");
+      std::string text;
+      auto flow = RunLoop(*frame.node, args[0], frame.depth + 1, text);
+      if (!flow.ok()) return flow.status();
+      return JinjaValue::String(std::move(text));
+    }
     if (auto macro = macros_.find(name); macro != macros_.end()) {
       return CallMacro(*macro->second, args, kwargs, line, block);
     }

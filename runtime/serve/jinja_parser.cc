@@ -766,7 +766,10 @@ class StatementParser {
         if (!filter.ok()) return filter.status();
         node->filter = *filter;
       }
-      if (parser.IsName("recursive")) return parser.Error("recursive loops are not supported").status();
+      if (parser.IsName("recursive")) {
+        parser.Next();
+        node->recursive = true;
+      }
       if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
       std::string end, code;
       auto body = Block({"else", "endfor"}, &end, &code);

@@ -322,6 +322,8 @@ absl::StatusOr<JinjaValue> Renderer::Invoke(const Node& callable, std::vector<st
   scopes_.push_back(std::move(bound));
   const CallerFrame* outer_caller = caller_;
   caller_ = caller;
+  std::vector<LoopFrame> outer_loops = std::move(loops_);
+  loops_.clear();
   ++macro_depth_;
   auto rendered = [&]() -> absl::StatusOr<JinjaValue> {
     for (size_t i = 0; i < parameters.size(); ++i) {
@@ -336,6 +338,7 @@ absl::StatusOr<JinjaValue> Renderer::Invoke(const Node& callable, std::vector<st
     return JinjaValue::String(std::move(out));
   }();
   --macro_depth_;
+  loops_ = std::move(outer_loops);
   caller_ = outer_caller;
   scopes_ = std::move(outer_scopes);
   return rendered;

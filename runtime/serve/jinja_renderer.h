@@ -179,11 +179,25 @@ class Renderer {
   absl::StatusOr<Flow> RunFor(const Node& node, std::string& out) {
     auto iterable = Eval(*node.expr, node.line);
     if (!iterable.ok()) return iterable.status();
-    auto all = Items(*iterable, node.line);
+    return RunLoop(node, *iterable, /*depth=*/1, out);
+  }
+
+  // The loop `node` over `iterable`; a recursive loop's loop(items) runs it
+  // again one level deeper (Call).
+  absl::StatusOr<Flow> RunLoop(const Node& node, const JinjaValue& iterable, int64_t depth, std::string& out) {
+    auto all = Items(iterable, node.line);
     if (!all.ok()) return all.status();
+    loops_.push_back({&node, depth});
+    auto flow = LoopItems(node, *all, depth, out);
+    loops_.pop_back();
+    return flow;
+  }
+
+  absl::StatusOr<Flow> LoopItems(const Node& node, const std::vector<JinjaValue>& all, int64_t depth,
+                                 std::string& out) {
     // The "if" filter runs before the loop: loop.length counts what passes.
     std::vector<JinjaValue> items;
-    for (const JinjaValue& item : *all) {
+    for (const JinjaValue& item : all) {
       if (node.filter != nullptr) {
         scopes_.emplace_back();
         absl::Status bound = Bind(node, item);
@@ -206,6 +220,8 @@ class Renderer {
                                {"first", JinjaValue::Bool(i == 0)},
                                {"last", JinjaValue::Bool(i == n - 1)},
                                {"length", JinjaValue::Int(n)},
+                               {"depth", JinjaValue::Int(depth)},
+                               {"depth0", JinjaValue::Int(depth - 1)},
                                {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue()},
                                {"nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : JinjaValue()}};
       scopes_.back()["loop"] = JinjaValue::MakeDict(std::move(loop));
@@ -286,6 +302,12 @@ class Renderer {
   std::map<std::string, const Node*> macros_;  // nodes of the template, which outlives the render
   int macro_depth_ = 0;
   int nesting_ = 0;
+  // The loops being run, innermost last (a macro's body starts with none).
+  struct LoopFrame {
+    const Node* node;
+    int64_t depth;
+  };
+  std::vector<LoopFrame> loops_;
   const CallerFrame* caller_ = nullptr;          // what caller() renders here (inside a macro a call block called)
   const CallerFrame* pending_caller_ = nullptr;  // a call block's, until its macro call takes it
 };

@@ -53,6 +53,7 @@ struct JinjaTemplate::Node {
   // kFilterBlock: the filters applied to the name kFilterBlockSubject.
   ExprPtr expr;
   ExprPtr filter;  // kFor's "if"
+  bool recursive = false;  // kFor: loop(items) renders the body again for items
   // kFor's names; kSet: name (and attribute); kMacro: name, parameters;
   // kCallBlock: "caller", the caller's parameters.
   std::vector<std::string> targets;

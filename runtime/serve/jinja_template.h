@@ -12,8 +12,8 @@
 //  - text, {{ expression }}, {% statement %}, {# comment #}, the "-" and
 //    "+" whitespace controls, trim_blocks and lstrip_blocks;
 //  - statements if/elif/else, for (with an "if" filter, tuple targets,
-//    else, loop.index/index0/revindex/revindex0/first/last/length/previtem/
-//    nextitem), set (a name, a namespace's attribute, or a block set),
+//    else, recursive with loop(items), loop.index/index0/revindex/
+//    revindex0/first/last/length/previtem/nextitem/depth/depth0), set (a name, a namespace's attribute, or a block set),
 //    break, continue, generation (rendered through), macro (parameters
 //    with defaults, called positionally or by name; the body sees the
 //    template's top-level names and its parameters, as jinja2's; no
@@ -34,8 +34,8 @@
 //    capitalize, split, replace), of dicts (items, keys, values, get) and
 //    of lists (append); the functions raise_exception, namespace, range,
 //    strftime_now, dict.
-// Anything else (includes, recursive loops, other filters or tests) is an
-// error at parse time naming it and its line: a template that
+// Anything else (includes, imports, other filters or tests) is an error at
+// parse time naming it and its line: a template that
 // loads renders with the semantics above, or says why it cannot.
 // Values follow Python's rules (jinja_value.h); an undefined value renders
 // as "", is false, and is an error in arithmetic or as an attribute's owner,

@@ -59,7 +59,7 @@ TEST(JinjaTemplateTest, WhatTheRendererLacksIsRefusedAtParseTimeNamingIt) {
            Case{"{% call m() %}never closed", "expected {% endcall %}"},
            Case{"{% filter wordcount %}x{% endfilter %}", "the filter 'wordcount' is not one"},
            Case{"{% filter upper %}never closed", "expected {% endfilter %}"},
-           Case{"{% for x in y recursive %}{% endfor %}", "recursive loops are not supported"},
+           Case{"{% for x in y recursive if %}{% endfor %}", "unexpected 'if'"},
            Case{"{% macro m(a, a) %}{% endmacro %}", "the parameter 'a' is named twice"},
            Case{"{% macro m(a=1, b) %}{% endmacro %}", "the parameter 'b' without a default follows one with"},
            Case{"{% macro m() %}never closed", "expected {% endmacro %}"},
@@ -114,7 +114,9 @@ TEST(JinjaTemplateTest, ErrorsWhileRenderingNameTheLine) {
             "caller() takes 1 argument(s), got 2"},
            {"{% macro m() %}{{ caller(b=1) }}{% endmacro %}{% call(a) m() %}{% endcall %}",
             "caller() has no parameter 'b'"},
-           {"{% macro m() %}{{ caller|tojson }}{% endmacro %}{% call m() %}{% endcall %}", "tojson: a macro"}}) {
+           {"{% macro m() %}{{ caller|tojson }}{% endmacro %}{% call m() %}{% endcall %}", "tojson: a macro"},
+           {"{% for x in [[1]] %}{{ loop(x) }}{% endfor %}", "loop(...) is called in a loop that is not recursive"},
+           {"{% for x in [[1]] recursive %}{{ loop() }}{% endfor %}", "loop(...) takes the items to loop over"}}) {
     parsed = JinjaTemplate::Parse(source, "t");
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_THAT(std::string(parsed->Render({}).status().message()), HasSubstr(message)) << source;

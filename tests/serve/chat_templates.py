@@ -126,8 +126,8 @@ after
 {{ seen() }}
 {%- if add_generation_prompt %}{{ render_turn({'role': 'assistant', 'content': ''}, '#') }}{% endif %}""",
     # Call blocks (caller() with arguments and defaults, nested, seeing
-    # the names of the block's place) and filter blocks (chained, with
-    # arguments).
+    # the names of the block's place), filter blocks (chained, with
+    # arguments) and a recursive loop (loop(items), loop.depth).
     "blocks": """{%- set mark = '~' %}
 {%- macro turn(message) -%}
 <{{ message.role }}>{{ caller(message.content|trim) }}</{{ message.role }}>
@@ -139,6 +139,9 @@ after
 {%- call(text, suffix='.') turn(message) %}{% filter upper %}{{ text }}{% endfilter %}{{ suffix }}{{ loop.index }}{{ mark }}{% endcall %}
 {%- endfor %}
 {%- call framed('end', left='{') %}{% filter replace(' ', '_') | trim %} {{ messages|length }} turns {% endfilter %}{% call framed('inner') %}{{ mark }}{% endcall %}{% endcall %}
+{%- for node in [{'name': 'a', 'kids': [{'name': 'b', 'kids': []}, {'name': 'c', 'kids': [{'name': messages|length, 'kids': []}]}]}] recursive %}
+{{- node.name }}{{ loop.depth }}{% if node.kids %}({{ loop(node.kids) }}){% endif %}{% if not loop.last %},{% endif %}
+{%- endfor %}
 {%- if add_generation_prompt %}{% filter title %}<assistant> say something{% endfilter %}{% endif %}""",
 }
 
