@@ -75,6 +75,17 @@ start_server() {
   URL=${BASH_REMATCH[1]}
 }
 
+# greedy_completion NAME EXPECTED: the greedy completion of $prompt (8
+# tokens) from $URL, in NAME.json, must be the continuation dsgen printed in
+# EXPECTED; prints the client's verdict.
+greedy_completion() {
+  local name=$1 expected=$2
+  curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/$name.json"
+  "$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/$name.json" "$expected" ||
+    fail "$name: the completion $(cat "$WORK/$name.json") is not the one in $expected"
+}
+
 # 2. Serve.
 start_server serve "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --served_model_name tiny-llama \
   --chat_template "$WORK/chat.yaml" --api_key_file "$WORK/key" --max_sequences 16 --max_tokens_per_step 256 \
@@ -87,10 +98,7 @@ expect_refusal "port in use" "cannot bind" --model "$MODEL" --listen "${URL#http
 [[ $(curl -sS "$URL/health") == ok ]] || fail "/health: $(curl -sS "$URL/health")"
 prompt="Name a color of the sky."
 "$DSGEN" --model "$MODEL" --prompt "$prompt" --max_new_tokens 8 >"$WORK/dsgen.out" 2>&1 || fail "dsgen: $(cat "$WORK/dsgen.out")"
-curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
-  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/curl.json"
-"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/curl.json" "$WORK/dsgen.out" >"$WORK/same.log" ||
-  fail "curl's completion: $(cat "$WORK/curl.json")"
+greedy_completion curl "$WORK/dsgen.out" >"$WORK/same.log"
 status=$(curl -sS -o "$WORK/401.json" -w '%{http_code}' -d '{"prompt": "x"}' "$URL/v1/completions")
 [[ $status == 401 ]] && grep -q invalid_api_key "$WORK/401.json" || fail "no key: HTTP $status $(cat "$WORK/401.json")"
 pass "curl: /health, a greedy completion equal to dsgen's ($(cat "$WORK/same.log")), 401 without the key"
@@ -156,10 +164,7 @@ start_server serve_streamed "$DSSERVE" --model "$MODEL" --listen 127.0.0.1:0 --a
   --offload_params cpu
 grep -q "ZeRO-Inference: .* decoder layers' weights in host memory" "$WORK/serve_streamed.err" ||
   fail "dsserve --offload_params cpu did not say where the weights are: $(cat "$WORK/serve_streamed.err")"
-curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
-  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/streamed.json"
-"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/streamed.json" "$WORK/dsgen.out" >"$WORK/same_streamed.log" ||
-  fail "the streamed model's completion: $(cat "$WORK/streamed.json")"
+greedy_completion streamed "$WORK/dsgen.out" >"$WORK/same_streamed.log"
 stop_server
 pass "dsserve --offload_params cpu: the probe passes, the greedy completion is dsgen's ($(cat "$WORK/same_streamed.log"))"
 
@@ -213,10 +218,7 @@ run_job full 2 --override lora.r=0 --override 'lora.target_modules=[]' --overrid
 cmp -s "$WORK/dsgen_ck.out" "$WORK/dsgen.out" && fail "the fine-tuned checkpoint continues exactly as the base folder"
 start_server serve_ck "$DSSERVE" --model "$MODEL" --checkpoint "$WORK/ck_full" --listen 127.0.0.1:0 \
   --api_key_file "$WORK/key"
-curl -sS -H "Authorization: Bearer $(cat "$WORK/key")" -H 'Content-Type: application/json' \
-  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 8, \"temperature\": 0}" "$URL/v1/completions" >"$WORK/curl_ck.json"
-"$PY" "$CLIENT" "$URL" "$WORK/key" same_text "$WORK/curl_ck.json" "$WORK/dsgen_ck.out" >"$WORK/same_ck.log" ||
-  fail "the checkpoint's completion: $(cat "$WORK/curl_ck.json")"
+greedy_completion curl_ck "$WORK/dsgen_ck.out" >"$WORK/same_ck.log"
 stop_server
 pass "a ZeRO-3 checkpoint of 2 ranks serves in place: $(cat "$WORK/same_ck.log")"
 
