@@ -717,6 +717,16 @@ class StatementParser {
     return parser.Expect(")");
   }
 
+  // The rest of a block's head must be empty; then its body, up to `end`.
+  absl::StatusOr<NodePtr> WithBody(const ExprParser& parser, NodePtr node, const char* end_keyword) {
+    if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
+    std::string end, code;
+    auto body = Block({end_keyword}, &end, &code);
+    if (!body.ok()) return body.status();
+    node->body = *body;
+    return node;
+  }
+
   absl::StatusOr<NodePtr> Statement(const std::string& keyword, ExprParser& parser, const Segment& segment,
                                     const std::string& where) {
     auto node = std::make_shared<Node>();
@@ -812,12 +822,7 @@ class StatementParser {
       auto chain = parser.FilterChain(subject);
       if (!chain.ok()) return chain.status();
       node->expr = *chain;
-      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
-      std::string end, code;
-      auto body = Block({"endfilter"}, &end, &code);
-      if (!body.ok()) return body.status();
-      node->body = *body;
-      return node;
+      return WithBody(parser, node, "endfilter");
     }
     if (keyword == "call") {  // {% call(a, b=default) name(args) %}...caller(x, y)...{% endcall %}
       node->kind = Node::kCallBlock;
@@ -831,24 +836,14 @@ class StatementParser {
         return parser.Error("a call block calls a macro: expected name(arguments)").status();
       }
       node->expr = *call;
-      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
-      std::string end, code;
-      auto body = Block({"endcall"}, &end, &code);
-      if (!body.ok()) return body.status();
-      node->body = *body;
-      return node;
+      return WithBody(parser, node, "endcall");
     }
     if (keyword == "macro") {  // {% macro name(a, b=default) %}...{% endmacro %}
       node->kind = Node::kMacro;
       if (parser.Peek().kind != Token::kName) return parser.Error("expected the macro's name").status();
       node->targets.push_back(parser.Next().text);
       if (absl::Status s = Parameters(parser, node.get()); !s.ok()) return s;
-      if (!parser.AtEnd()) return parser.Error(absl::StrCat("unexpected '", parser.Peek().text, "'")).status();
-      std::string end, code;
-      auto body = Block({"endmacro"}, &end, &code);
-      if (!body.ok()) return body.status();
-      node->body = *body;
-      return node;
+      return WithBody(parser, node, "endmacro");
     }
     if (keyword == "break" || keyword == "continue") {
       node->kind = keyword == "break" ? Node::kBreak : Node::kContinue;
