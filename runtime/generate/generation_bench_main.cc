@@ -65,7 +65,7 @@ struct Options {
   bool cuda_graphs = false;
   std::string offload_params = "none";
   double cuda_memory_limit_gb = 0;
-  double pcie_gb_per_s = 55;  // PCIe 5.0 x16, host to device, as measured on an H100 host
+  double pcie_gb_per_s = 55;  // an assumed PCIe 5.0 x16 host-to-device rate, not a measurement: the run prints what it reached
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
