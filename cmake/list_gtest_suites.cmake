@@ -1,8 +1,10 @@
 # Note [Unit test binaries] (unit_tests.cmake): run after a LibTorch test
 # binary links. Writes SUITES_FILE: one CTest test per test suite of
 # TEST_BINARY (named "Suite.*", the filter it runs), in WORKING_DIRECTORY,
-# with TIMEOUT, reported as not run when the binary exits 77 (every test of
-# the suite skipped). Suites whose tests are all disabled are left out.
+# with TIMEOUT, reported as not run when every test of the suite skipped
+# (runtime/testing/unit_test_main.cc then exits with the code this sets in
+# DSLAUNCH_ALL_SKIPPED_EXIT_CODE). Suites whose tests are all disabled are
+# left out.
 cmake_minimum_required(VERSION 3.25)
 foreach(var TEST_BINARY SUITES_FILE WORKING_DIRECTORY TIMEOUT)
   if(NOT DEFINED ${var})
@@ -37,6 +39,6 @@ foreach(suite IN LISTS suites)
   string(APPEND script
     "add_test([==[${suite}.*]==] [==[${TEST_BINARY}]==] [==[--gtest_filter=${suite}.*]==])\n"
     "set_tests_properties([==[${suite}.*]==] PROPERTIES WORKING_DIRECTORY [==[${WORKING_DIRECTORY}]==]"
-    " TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77)\n")
+    " TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77 ENVIRONMENT DSLAUNCH_ALL_SKIPPED_EXIT_CODE=77)\n")
 endforeach()
 file(WRITE ${SUITES_FILE} "${script}")

@@ -10,9 +10,10 @@
 #    runtime/CMakeLists.txt), and CTest runs one process per test suite
 #    rather than one per test: loading LibTorch costs each process about
 #    0.7 s of CPU (its operator registry initializes), which over ~380 tests
-#    was four minutes of a CI run. The binary's main
+#    was four minutes of a CI run. Under CTest the binary's main
 #    (runtime/testing/unit_test_main.cc) exits 77 when every test it ran was
-#    skipped (a GPU suite on a CPU host), which CTest reports as not run.
+#    skipped (a GPU suite on a CPU host), which CTest reports as not run;
+#    run by hand or by a script it exits as GoogleTest's main does.
 #    The suites are listed after each link (cmake/list_gtest_suites.cmake).
 #  - Others start in milliseconds and keep one CTest test per test case
 #    (gtest_discover_tests).

@@ -137,8 +137,8 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
       .String("--checkpoint_tag", &options->checkpoint_tag, "TAG", "with --checkpoint: this tag instead of latest")
       .String("--dtype", &options->dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
       .Bool("--int8", &options->int8,
-            "weight-only int8 for the decoder's projections (a scale per output row; not with --adapter or "
-            "tensor parallelism)")
+            "weight-only int8 for the decoder's projections (a scale per output row; an --adapter is merged "
+            "into them first; not with tensor parallelism)")
       .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention (a CUDA --device)")
       .String("--offload_params", &options->offload_params, "DEVICE",
               "ZeRO-Inference: cpu keeps the decoder layers' weights in (pinned) host memory and streams them to the "

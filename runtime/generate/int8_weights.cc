@@ -10,17 +10,19 @@ absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model) {
   }
   std::vector<LoraLinear> projections;
   for (const auto& item : model->named_modules()) {
-    auto* projection = item.value()->as<LoraLinearImpl>();
-    if (projection == nullptr) continue;
-    if (projection->adapted()) {
-      return absl::UnimplementedError(absl::StrCat(item.key(), " carries a LoRA adapter: int8 weights need it merged "
-                                                   "(serve the job's export.hf_dir)"));
-    }
+    if (item.value()->as<LoraLinearImpl>() == nullptr) continue;
     projections.push_back(LoraLinear(std::dynamic_pointer_cast<LoraLinearImpl>(item.value())));
   }
   Int8Report report;
   try {
     for (LoraLinear& projection : projections) {
+      // An adapter goes into the weight before the weight is rounded to
+      // int8: W + scale·B·A (in fp32, then in the weight's dtype) quantized,
+      // as an exported, merged folder served with --int8 would be.
+      if (projection->adapted()) {
+        projection->MergeAdapter();
+        ++report.adapters_merged;
+      }
       report.float_bytes += projection->weight.numel() * projection->weight.element_size();
       projection->QuantizeInt8();
       report.int8_bytes += projection->weight_int8.numel() + projection->weight_scale.numel() *

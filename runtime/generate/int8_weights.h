@@ -16,10 +16,14 @@ struct Int8Report {
   int64_t projections = 0;
   int64_t float_bytes = 0;  // the projections' weights before
   int64_t int8_bytes = 0;   // their int8 values and scales after
+  int64_t adapters_merged = 0;  // LoRA adapters folded into their weights first
 };
 
+// A projection that carries a LoRA adapter has it merged first (W + scale·B·A
+// computed in fp32, rounded to the weight's dtype, then quantized, as the
+// merged export would be): the adapter no longer exists apart afterwards.
 // REQUIRES: `model` on its final device and dtype. Unimplemented with tensor
-// parallelism or LoRA adapters (merge them first: export.hf_dir).
+// parallelism.
 absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model);
 
 }  // namespace dslaunch::runtime

@@ -1,9 +1,11 @@
 // Note [Int8 weights]: per-row int8 values are within half a step of the
 // weights, the projections' memory drops to about a quarter (fp32), the
 // cached generation path still agrees with the training forward, and the
-// logits of a tiny random Llama move by a few percent of their range.
+// logits of a tiny random Llama move by a few percent of their range; a LoRA
+// adapter is merged into its projection before the projection is rounded.
 #include "runtime/generate/int8_weights.h"
 
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -73,13 +75,65 @@ TEST(Int8WeightsTest, AQuantizedModelStillAgreesWithItselfAndMovesLogitsByAFewPe
   EXPECT_GT(relative, 0.0) << "nothing was quantized";
 }
 
-TEST(Int8WeightsTest, AProjectionWithAnAdapterIsRefused) {
-  Llama model(Int8Llama(), /*seed=*/4);
-  model->model->layers[0]->as<LlamaDecoderLayerImpl>()->self_attn->q_proj->EnableAdapter(
-      LoraAdapterOptions{}, at::make_generator<at::CPUGeneratorImpl>(1));
-  auto report = QuantizeWeightsInt8(model);
-  ASSERT_FALSE(report.ok());
-  EXPECT_THAT(std::string(report.status().message()), ::testing::HasSubstr("carries a LoRA adapter"));
+// The adapter a generation run puts on (dsgen --adapter --int8) goes into its
+// projection's weight before the weight is rounded: the model quantizes to
+// exactly what the merged (exported) model quantizes to.
+TEST(Int8WeightsTest, AnAdapterIsMergedIntoItsProjectionBeforeTheProjectionIsQuantized) {
+  torch::NoGradGuard no_grad;
+  auto q_proj = [](Llama& model) { return model->model->layers[0]->as<LlamaDecoderLayerImpl>()->self_attn->q_proj; };
+  Llama adapted(Int8Llama(), /*seed=*/4);
+  adapted->eval();
+  LoraAdapterOptions lora;
+  lora.r = 4;
+  lora.alpha = 8;
+  q_proj(adapted)->EnableAdapter(lora, at::make_generator<at::CPUGeneratorImpl>(1));
+  // B starts at zero (the adapter then changes nothing): give it values.
+  q_proj(adapted)->lora_B->weight.normal_(0, 0.5, at::make_generator<at::CPUGeneratorImpl>(2));
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 16; ++i) tokens.push_back((i * 7 + 3) % 96);
+  const torch::Tensor ids = torch::tensor(tokens, torch::kLong).view({1, -1});
+  const torch::Tensor with_adapter = adapted->forward(ids);
+
+  // What an export would hold: the merged weight, no adapter.
+  Llama exported(Int8Llama(), /*seed=*/4);
+  exported->eval();
+  q_proj(exported)->weight.copy_(q_proj(adapted)->MergedWeight());
+  Llama plain(Int8Llama(), /*seed=*/4);
+  plain->eval();
+  EXPECT_FALSE(torch::allclose(plain->forward(ids), with_adapter, 1e-3, 1e-3)) << "the adapter changes nothing";
+  EXPECT_TRUE(torch::allclose(exported->forward(ids), with_adapter, 1e-5, 1e-5));
+
+  auto report = QuantizeWeightsInt8(adapted);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->adapters_merged, 1);
+  EXPECT_EQ(report->projections, 2 * 7 + 1);
+  EXPECT_FALSE(q_proj(adapted)->adapted());
+  for (const auto& parameter : adapted->named_parameters()) {
+    EXPECT_EQ(parameter.key().find("lora_"), std::string::npos) << parameter.key();
+  }
+  auto exported_report = QuantizeWeightsInt8(exported);
+  ASSERT_TRUE(exported_report.ok()) << exported_report.status();
+  EXPECT_EQ(exported_report->adapters_merged, 0);
+  EXPECT_TRUE(torch::equal(q_proj(adapted)->weight_int8, q_proj(exported)->weight_int8));
+  EXPECT_TRUE(torch::equal(q_proj(adapted)->weight_scale, q_proj(exported)->weight_scale));
+  EXPECT_TRUE(torch::equal(adapted->forward(ids), exported->forward(ids)));
+}
+
+TEST(Int8WeightsTest, NoAdapterToMergeAndAnAdapterOnInt8AreRefused) {
+  LoraLinear projection(16, 8, /*bias=*/false);
+  try {
+    projection->MergeAdapter();
+    ADD_FAILURE() << "merged an adapter that is not there";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), ::testing::HasSubstr("no LoRA adapter to merge"));
+  }
+  projection->QuantizeInt8();
+  try {
+    projection->EnableAdapter(LoraAdapterOptions{}, at::make_generator<at::CPUGeneratorImpl>(1));
+    ADD_FAILURE() << "an adapter went on an int8 projection";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), ::testing::HasSubstr("int8 projection"));
+  }
 }
 
 }  // namespace

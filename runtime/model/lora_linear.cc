@@ -30,6 +30,7 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
 
 void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Generator generator) {
   TORCH_CHECK(!adapter_, "a LoRA adapter is already on this projection");
+  TORCH_CHECK(!int8(), "a LoRA adapter on an int8 projection is not built (its forward reads the int8 values only)");
   TORCH_CHECK(options.r > 0, "LoRA rank r must be positive, got ", options.r);
   const auto like = torch::TensorOptions().dtype(weight.scalar_type()).device(weight.device());
   lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, options.r).bias(false)));
@@ -56,6 +57,18 @@ void LoraLinearImpl::QuantizeInt8() {
   weight_int8 = register_buffer("weight_int8", (w / scale.unsqueeze(1)).round().clamp(-127, 127).to(torch::kChar));
   weight_scale = register_buffer("weight_scale", scale.to(weight.scalar_type()));
   weight.set_(torch::empty({0}, weight.options()));  // the float values' memory goes
+}
+
+void LoraLinearImpl::MergeAdapter() {
+  TORCH_CHECK(adapter_, "this projection carries no LoRA adapter to merge");
+  TORCH_CHECK(!int8(), "an int8 projection has no float weight to merge into");
+  torch::NoGradGuard no_grad;
+  weight.copy_(MergedWeight());
+  unregister_module("lora_A");
+  unregister_module("lora_B");
+  lora_A = torch::nn::Linear(nullptr);
+  lora_B = torch::nn::Linear(nullptr);
+  adapter_.reset();
 }
 
 torch::Tensor LoraLinearImpl::MergedWeight() const {

@@ -19,7 +19,8 @@
 // weight-only int8): y = (x·Qᵀ) · scale + b, Q converted to x's dtype inside
 // the product. The float weight's storage is released (the parameter stays
 // registered, empty); the int8 values and scales are buffers. Generation
-// only: no gradient, adapter, merge or tensor-parallel path reads it.
+// only: no gradient, merge or tensor-parallel path reads it, and an adapter
+// is merged into the weight before it is quantized (MergeAdapter).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,10 @@ class LoraLinearImpl : public torch::nn::Module {
   bool adapted() const { return adapter_.has_value(); }
   // W + scale · B·A in the base weight's dtype (W itself without an adapter).
   torch::Tensor MergedWeight() const;
+  // Folds the adapter into the base weight for good (W = MergedWeight()) and
+  // removes lora_A and lora_B: the projection then computes what it computed
+  // with the adapter up to W's one rounding. For generation (int8 weights).
+  void MergeAdapter();
 
   // Note [Int8 weights]. REQUIRES: no adapter; the weight on its final device
   // and dtype (a later Module::to would convert the int8 values too).

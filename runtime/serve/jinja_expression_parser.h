@@ -25,21 +25,6 @@
 namespace dslaunch::runtime {
 namespace jinja_syntax {
 
-inline const std::set<std::string>& KnownFilters() {
-  static const std::set<std::string> filters = {
-      "trim", "length", "count", "upper", "lower", "title", "capitalize", "string", "int", "float", "default", "d",
-      "first", "last", "join", "list", "reverse", "replace", "items", "tojson", "abs", "unique", "selectattr",
-      "rejectattr", "map"};
-  return filters;
-}
-
-inline const std::set<std::string>& KnownTests() {
-  static const std::set<std::string> tests = {
-      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false", "mapping",
-      "iterable", "sequence", "even", "odd", "divisibleby", "eq", "equalto", "ne", "==", "!=", "in"};
-  return tests;
-}
-
 class ExprParser {
  public:
   ExprParser(std::vector<Token> tokens, std::string where) : tokens_(std::move(tokens)), where_(std::move(where)) {}

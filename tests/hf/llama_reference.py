@@ -11,12 +11,19 @@ usage: llama_reference.py logits MODEL_DIR IDS [--compare FILE --atol A --rtol R
   first N targets ignored, the mean cross-entropy over the rest), its loss
   and every weight's gradient by autograd, checked against dsgen
   --dump_gradients: the loss within rtol, and each tensor's gradient within
-  rtol of that tensor's largest reference gradient."""
+  rtol of that tensor's largest reference gradient.
+       llama_reference.py --batch FILE
+  one check per line of FILE, each line OUTPUT followed by the arguments
+  above: the check's report goes to OUTPUT and its exit status to
+  OUTPUT.rc, all in one process (importing torch costs ~2 s of CPU)."""
 import argparse
+import contextlib
 import json
 import math
 import os
+import shlex
 import sys
+import traceback
 
 import torch
 
@@ -200,7 +207,7 @@ def check_gradients(config, weights, ids, args):
     return 1 if failures else 0
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["logits", "gradients"])
     parser.add_argument("model")
@@ -210,7 +217,7 @@ def main():
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--rtol", type=float, default=1e-4)
     parser.add_argument("--masked_prefix", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     config = json.load(open(os.path.join(args.model, "config.json")))
     weights = safetensors_io.read_folder(args.model)
     ids = [int(i) for i in args.ids.split(",")]
@@ -237,5 +244,24 @@ def main():
     return 0
 
 
+def main_batch(path):
+    with open(path) as f:
+        checks = [shlex.split(line) for line in f if line.strip()]
+    for output, *argv in checks:
+        with open(output, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                status = main(argv)
+            except SystemExit as e:  # argparse
+                status = e.code if isinstance(e.code, int) else 1
+            except Exception:  # the report says why; the other checks still run
+                traceback.print_exc()
+                status = 1
+        with open(output + ".rc", "w") as rc:
+            rc.write("%d\n" % status)
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--batch":
+        sys.exit(main_batch(sys.argv[2]))
     sys.exit(main())

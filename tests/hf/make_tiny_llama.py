@@ -3,14 +3,18 @@ config.json and model.safetensors (or shards with model.safetensors.index.json),
 as transformers' save_pretrained lays them out.
 
 usage: make_tiny_llama.py OUT VARIANT [--dtype float32|bfloat16|float16] [--shards N] [--seed S]
+       make_tiny_llama.py --batch FILE   (one folder per line of FILE, each line
+  the arguments above: one process, since importing torch costs ~2 s of CPU)
 variants: llama3_gqa (untied head, 4 KV heads of 8, rope_theta 500000 with llama3
 rope_scaling), mistral_tied (tied embeddings, sliding_window), qwen2_bias (q/k/v
 biases, rope_parameters of type linear), llama2_dynamic (dynamic NTK scaling),
 llama2 (no scaling, Llama-2 keys), mixtral (4 SwiGLU experts, top-2, in every layer)."""
 import argparse
+import copy
 import json
 import math
 import os
+import shlex
 import sys
 
 import torch
@@ -112,7 +116,7 @@ def save(out, config, weights, dtype, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("variant", choices=sorted(VARIANTS))
@@ -123,7 +127,7 @@ def main():
     # --hidden 2048 --layers 22 --heads 32 --kv_heads 4 --intermediate 5632 --vocab 32000).
     for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "max_positions"):
         parser.add_argument("--" + key, type=int)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = {"hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
              "kv_heads": "num_key_value_heads", "intermediate": "intermediate_size", "vocab": "vocab_size",
              "max_positions": "max_position_embeddings"}
@@ -136,5 +140,19 @@ def main():
     save(args.out, config, weights, args.dtype, args.shards)
 
 
+def main_batch(path):
+    base, variants = copy.deepcopy(BASE), copy.deepcopy(VARIANTS)
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                main(shlex.split(line))
+                # Sizes given on one line are not the next line's defaults.
+                BASE.clear(), BASE.update(copy.deepcopy(base))
+                VARIANTS.clear(), VARIANTS.update(copy.deepcopy(variants))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--batch":
+        main_batch(sys.argv[2])
+    else:
+        main()

@@ -19,27 +19,36 @@ trap 'rm -rf "$work"' EXIT
 # dynamic scaling is in play.
 ids=1,5,9,33,200,17,3,99,100,101,7,383
 failures=0
-check() {  # NAME VARIANT DTYPE SHARDS
-  local name=$1 variant=$2 dtype=$3 shards=$4
-  "$python" "$here/make_tiny_llama.py" "$work/$name" "$variant" --dtype "$dtype" --shards "$shards" --seed 7
+# The reference's checks queue up in $work/checks and run in one Python
+# process at the end (importing torch costs each process ~2 s of CPU):
+# each line is the report file and llama_reference.py's arguments.
+checks=()  # NAME:REPORT, in order
+queue_check() {  # NAME REPORT ARGS...
+  checks+=("$1:$2")
+  printf '%q ' "${@:2}" >>"$work/checks"
+  echo >>"$work/checks"
+}
+
+# The model folders, in one Python process too: NAME VARIANT DTYPE SHARDS.
+folders=("llama3_gqa llama3_gqa float32 2" "mistral_tied mistral_tied float32 1"
+  "qwen2_bias qwen2_bias float32 3" "llama2_dynamic llama2_dynamic float32 1"
+  "llama2_bf16 llama2 bfloat16 2" "llama2_fp16 llama2 float16 1" "mixtral mixtral float32 2")
+for folder in "${folders[@]}"; do
+  read -r name variant dtype shards <<<"$folder"
+  printf '%q ' "$work/$name" "$variant" --dtype "$dtype" --shards "$shards" --seed 7
+  echo
+done >"$work/folders"
+"$python" "$here/make_tiny_llama.py" --batch "$work/folders"
+
+logits() {  # NAME: the prompt's logits
+  local name=$1
   if ! "$DSGEN" --model "$work/$name" --prompt_ids "$ids" --max_new_tokens 0 --dump_logits "$work/$name.logits" \
       >"$work/$name.out" 2>&1; then
     echo "FAIL: $name: dsgen failed:"; cat "$work/$name.out"; failures=$((failures + 1)); return
   fi
-  if "$python" "$here/llama_reference.py" logits "$work/$name" "$ids" --compare "$work/$name.logits" \
-      --atol 2e-5 --rtol 2e-5 >"$work/$name.cmp" 2>&1; then
-    echo "PASS: $name: $(grep worst "$work/$name.cmp")"
-  else
-    echo "FAIL: $name:"; cat "$work/$name.cmp"; failures=$((failures + 1))
-  fi
+  queue_check "$name" "$work/$name.cmp" logits "$work/$name" "$ids" --compare "$work/$name.logits" --atol 2e-5 --rtol 2e-5
 }
-check llama3_gqa llama3_gqa float32 2
-check mistral_tied mistral_tied float32 1
-check qwen2_bias qwen2_bias float32 3
-check llama2_dynamic llama2_dynamic float32 1
-check llama2_bf16 llama2 bfloat16 2
-check llama2_fp16 llama2 float16 1
-check mixtral mixtral float32 2
+for folder in "${folders[@]}"; do logits "${folder%% *}"; done
 
 # A fine-tune step: the loss the trainer computes (ModelInterface::BatchLoss)
 # and every weight's gradient against the reference's autograd, with an
@@ -53,18 +62,25 @@ gradients() {  # NAME FOLDER [dsgen flags...]
       >"$work/$name.gout" 2>&1; then
     echo "FAIL: $name: dsgen --dump_gradients failed:"; cat "$work/$name.gout"; failures=$((failures + 1)); return
   fi
-  if "$python" "$here/llama_reference.py" gradients "$work/$folder" "$ids" --compare "$work/$name.grads" \
-      --masked_prefix "$prefix" --rtol 1e-4 >"$work/$name.gcmp" 2>&1; then
-    echo "PASS: $name: $(cat "$work/$name.gcmp")"
-  else
-    echo "FAIL: $name:"; cat "$work/$name.gcmp"; failures=$((failures + 1))
-  fi
+  queue_check "$name" "$work/$name.gcmp" gradients "$work/$folder" "$ids" --compare "$work/$name.grads" \
+    --masked_prefix "$prefix" --rtol 1e-4
 }
 gradients grad_llama3_gqa llama3_gqa
 gradients grad_mistral_tied mistral_tied --masked_prefix 5
 gradients grad_qwen2_bias qwen2_bias --checkpointed_layers 2
 gradients grad_llama2_dynamic llama2_dynamic --masked_prefix 3 --checkpointed_layers 1
 gradients grad_mixtral mixtral --masked_prefix 2 --checkpointed_layers 2
+
+# A check whose report or status is missing (the process died) fails below.
+[[ ! -f $work/checks ]] || "$python" "$here/llama_reference.py" --batch "$work/checks" || true
+for check in "${checks[@]}"; do
+  name=${check%%:*} report=${check#*:}
+  if [[ $(cat "$report.rc" 2>/dev/null) == 0 ]]; then
+    echo "PASS: $name: $(grep -m1 -E 'worst|^loss' "$report")"
+  else
+    echo "FAIL: $name:"; cat "$report"; failures=$((failures + 1))
+  fi
+done
 
 # Generation: greedy continues with the reference's argmax, token by token.
 "$DSGEN" --model "$work/llama3_gqa" --prompt_ids 1,5,9 --max_new_tokens 4 >"$work/gen.out"
