@@ -2,15 +2,15 @@
 # dslaunch_unit_tests(TARGET [LIBTORCH] [TIMEOUT SECONDS]) and nothing else:
 #  - It compiles at -O0. A test binary's own code is assertions and set-up
 #    around the libraries it tests, which compile optimized as they ship;
-#    unoptimized, a LibTorch test file compiles in about half the time
-#    (measured 29.6 s -> 16.8 s for model_tests' largest unit), and a quarter
-#    of a fresh build is test code.
+#    unoptimized, a LibTorch test file compiles in about half the time (one
+#    compile of model_tests' largest unit: 29.6 s -> 16.8 s), and test code
+#    was over a third of a fresh build's CPU (692 of 1,917 s).
 #  - LIBTORCH: for binaries that link LibTorch. They reuse the precompiled
 #    header of dslaunch_test_pch (<torch/torch.h>, gtest and gmock at -O0;
 #    runtime/CMakeLists.txt), and CTest runs one process per test suite
 #    rather than one per test: loading LibTorch costs each process about
 #    0.7 s of CPU (its operator registry initializes), which over ~380 tests
-#    was four minutes of a CI run. Under CTest the binary's main
+#    was four minutes of CPU in a CI run. Under CTest the binary's main
 #    (runtime/testing/unit_test_main.cc) exits 77 when every test it ran was
 #    skipped (a GPU suite on a CPU host), which CTest reports as not run;
 #    run by hand or by a script it exits as GoogleTest's main does.
