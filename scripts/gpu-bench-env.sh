@@ -14,3 +14,12 @@ bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" $targets >"$out/build.log" 2
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
 data=${GPU_DATA:-$root/.gpu-data}
+# The card's memory bandwidth (TB/s) for rooflines: HBM_TB_PER_S, else the
+# datasheet figure of the card nvidia-smi names (H200 4.8, H100 SXM 3.35).
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+case "${HBM_TB_PER_S:-}:$gpu_name" in
+  :*H200*) hbm_tb_per_s=4.8 ;;
+  :*H100*) hbm_tb_per_s=3.35 ;;
+  :*) echo "gpu-bench-env.sh: no bandwidth known for '$gpu_name'; set HBM_TB_PER_S" >&2; exit 2 ;;
+  *) hbm_tb_per_s=$HBM_TB_PER_S ;;
+esac

@@ -14,7 +14,9 @@
 #   the decoder layers streamed from pinned host memory with the GPU capped
 #   at CUDA_LIMIT_GB (default 12, below the model's 13.5 GB), with BATCH=16
 #   so the key/value cache fits beside it)
-# Results: $OUT/generation-bench.log (or gpu-out/).
+# BENCH_ARGS: more generation_bench flags (e.g. --decode_tokens 64 --batch_new_tokens 32).
+# Results: $OUT/generation-bench.log (LOG: another name; $OUT or gpu-out/); the exit status is the
+# benchmark's (124: BENCH_TIMEOUT ran out), else the reference's.
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
 source "$(dirname "$0")/gpu-bench-env.sh"
@@ -25,8 +27,11 @@ fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \
   ${FUSED:+--fused_kernels} ${GRAPHS:+--cuda_graphs} ${INT8:+--int8} \
-  ${OFFLOAD:+--offload_params cpu --cuda_memory_limit_gb "${CUDA_LIMIT_GB:-12}"} 2>&1 | tee "$out/generation-bench.log"
+  --hbm_tb_per_s "$hbm_tb_per_s" ${BENCH_ARGS:-} \
+  ${OFFLOAD:+--offload_params cpu --cuda_memory_limit_gb "${CUDA_LIMIT_GB:-12}"} 2>&1 | tee "$out/${LOG:-generation-bench.log}"
+bench_status=$?
+[[ $bench_status == 0 ]] || exit "$bench_status"
 if [[ "${REFERENCE:-1}" != 0 ]]; then
   timeout "${REFERENCE_TIMEOUT:-300}" python3 scripts/bench/static_cache_reference.py \
-    --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/generation-bench.log"
+    --decode_tokens "${DECODE_TOKENS:-256}" 2>&1 | grep -v Warning | tail -n 5 | tee -a "$out/${LOG:-generation-bench.log}"
 fi

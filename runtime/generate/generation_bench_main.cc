@@ -140,7 +140,7 @@ absl::Status Run(const Options& options) {
                    streamed ? " (streamed layers)" : ""),
       weight_bytes / 1e9, Seconds(built), roofline,
       streamed ? absl::StrFormat("%.0f GB/s of PCIe", options.pcie_gb_per_s)
-               : absl::StrFormat("%.1f TB/s", options.hbm_tb_per_s));
+               : absl::StrFormat("%.2f TB/s", options.hbm_tb_per_s));
   std::vector<int64_t> multiples;
   for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
     int64_t m = 0;
@@ -365,6 +365,8 @@ int main(int argc, char** argv) {
     std::printf("%s", flags.Help().c_str());
     return 0;
   }
+  // One line at a time, so a run cut short by a timeout still shows its figures.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (absl::Status status = dslaunch::runtime::Run(options); !status.ok()) {
     std::fprintf(stderr, "generation_bench: %s\n", std::string(status.message()).c_str());
     return 1;
