@@ -3,7 +3,7 @@
 //   dsgen --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
-//         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu]
+//         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu|nvme [--nvme_path DIR]]
 //   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
 //         [--masked_prefix N] [--checkpointed_layers N]
 //

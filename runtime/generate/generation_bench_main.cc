@@ -6,7 +6,8 @@
 //                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
 //                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
 //                    [--fused_kernels] [--cuda_graphs] [--int8]
-//                    [--offload_params cpu [--cuda_memory_limit_gb G] [--pcie_gb_per_s 55]]
+//                    [--offload_params cpu|nvme [--nvme_path DIR] [--cuda_memory_limit_gb G]
+//                     [--pcie_gb_per_s 55] [--drive_gb_per_s G]]
 //
 // Random weights of the shape (Llama-2-7B: 32 layers of width 4096, 32
 // heads, MLP 11008, vocabulary 32000). Prints one line per figure:
@@ -26,7 +27,11 @@
 //     roofline is the link's (--pcie_gb_per_s over the layers' bytes), and
 //     each decode figure also says the bytes the copies moved per second;
 //     --cuda_memory_limit_gb caps the GPU below the model's size to show
-//     that the model does not fit it whole.
+//     that the model does not fit it whole;
+//   - with --offload_params nvme --nvme_path DIR (Note [Layer weights on
+//     NVMe]): the layers stream from files under DIR, the roofline is
+//     --drive_gb_per_s (the drive's read rate, when given; else PCIe's), and
+//     each decode figure also says the bytes read from the drive per second.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -66,6 +71,8 @@ struct Options {
   std::string offload_params = "none";
   double cuda_memory_limit_gb = 0;
   double pcie_gb_per_s = 55;  // an assumed PCIe 5.0 x16 host-to-device rate, not a measurement: the run prints what it reached
+  std::string nvme_path;
+  double drive_gb_per_s = 0;  // the drive's read rate (0: not given)
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -111,7 +118,10 @@ absl::Status Run(const Options& options) {
       return limited;
     }
   }
-  const bool streamed = options.offload_params == "cpu";
+  const bool streamed = options.offload_params != "none";
+  if ((options.offload_params == "nvme") != !options.nvme_path.empty()) {
+    return absl::InvalidArgumentError("--nvme_path goes with --offload_params nvme, and it needs one");
+  }
   Llama model(shape, /*seed=*/1);
   model->to(streamed ? torch::Device(torch::kCPU) : device, *dtype);
   model->eval();
@@ -121,7 +131,11 @@ absl::Status Run(const Options& options) {
   }
   std::shared_ptr<StreamedLayerWeights> streamer;
   if (streamed) {
-    auto installed = StreamedLayerWeights::Install(model, device);
+    StreamedLayerWeightsOptions streaming;
+    streaming.home = options.offload_params;
+    streaming.files.nvme_path = options.nvme_path;
+    streaming.files.name = "generation-bench";
+    auto installed = StreamedLayerWeights::Install(model, device, streaming);
     if (!installed.ok()) return installed.status();
     streamer = *installed;
     absl::PrintF("%s\n", streamer->Describe());
@@ -131,7 +145,9 @@ absl::Status Run(const Options& options) {
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * p.element_size();
   for (const auto& b : model->buffers()) weight_bytes += b.numel() * b.element_size();
   // Streamed: every step moves the decoder layers over the link.
-  const double roofline = streamed ? options.pcie_gb_per_s * 1e9 / static_cast<double>(streamer->host_bytes())
+  const bool from_drive = streamed && options.offload_params == "nvme" && options.drive_gb_per_s > 0;
+  const double link_gb_per_s = from_drive ? options.drive_gb_per_s : options.pcie_gb_per_s;
+  const double roofline = streamed ? link_gb_per_s * 1e9 / static_cast<double>(streamer->layer_bytes())
                                    : options.hbm_tb_per_s * 1e12 / static_cast<double>(weight_bytes);
   absl::PrintF(
       "model %s %s on %s%s: %.2f GB of weights (built in %.0f s); batch-1 roofline %.1f tokens/s at %s\n",
@@ -139,7 +155,7 @@ absl::Status Run(const Options& options) {
       absl::StrCat(options.fused_kernels ? " (fused kernels)" : "", options.int8 ? " (int8 weights)" : "",
                    streamed ? " (streamed layers)" : ""),
       weight_bytes / 1e9, Seconds(built), roofline,
-      streamed ? absl::StrFormat("%.0f GB/s of PCIe", options.pcie_gb_per_s)
+      streamed ? absl::StrFormat("%.1f GB/s of %s", link_gb_per_s, from_drive ? "the drive" : "PCIe")
                : absl::StrFormat("%.2f TB/s", options.hbm_tb_per_s));
   std::vector<int64_t> multiples;
   for (absl::string_view part : absl::StrSplit(options.key_length_multiples, ',')) {
@@ -206,6 +222,7 @@ absl::Status Run(const Options& options) {
       if (!id.ok()) return id.status();
       if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // the prefill
       const int64_t copied_before = streamer ? streamer->copied_bytes() : 0;
+      const int64_t read_before = streamer && streamer->files() ? streamer->files()->read_bytes() : 0;
       const auto start = std::chrono::steady_clock::now();
       int64_t decoded = 0;
       while (!(*engine)->Idle()) {
@@ -219,6 +236,10 @@ absl::Status Run(const Options& options) {
         absl::PrintF("streamed layers: %.2f GB copied per decode step, %.1f GB/s host to device\n",
                      (streamer->copied_bytes() - copied_before) / 1e9 / std::max<int64_t>(decoded, 1),
                      (streamer->copied_bytes() - copied_before) / 1e9 / decode_seconds);
+        if (streamer->files()) {
+          absl::PrintF("layer files: %.1f GB/s read from the drive\n",
+                       (streamer->files()->read_bytes() - read_before) / 1e9 / decode_seconds);
+        }
       }
       auto result = (*engine)->TakeResult(*id);
       if (!result.ok()) return result.status();
@@ -350,8 +371,12 @@ int main(int argc, char** argv) {
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager")
       .String("--offload_params", &options.offload_params, "DEVICE",
-              "ZeRO-Inference: cpu streams the decoder layers from pinned host memory (Note [Streamed layer weights])",
-              {"none", "cpu"})
+              "ZeRO-Inference: cpu streams the decoder layers from pinned host memory (Note [Streamed layer weights]), "
+              "nvme from files under --nvme_path",
+              {"none", "cpu", "nvme"})
+      .String("--nvme_path", &options.nvme_path, "DIR", "with --offload_params nvme: the folder of the layers' files")
+      .Double("--drive_gb_per_s", &options.drive_gb_per_s, "GB/S",
+              "with --offload_params nvme: the drive's read rate, the roofline (0: PCIe's)", {0, 1000, true})
       .Double("--cuda_memory_limit_gb", &options.cuda_memory_limit_gb, "G",
               "cap LibTorch's CUDA allocator (a smaller GPU); 0: no cap", {0, 1 << 20, true})
       .Double("--pcie_gb_per_s", &options.pcie_gb_per_s, "GB/S", "host-to-device bandwidth of the streamed roofline",

@@ -1,5 +1,7 @@
 #include "runtime/generate/generation_model.h"
 
+#include <unistd.h>
+
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -104,7 +106,7 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
     if (!adapted.ok()) return adapted.status();
   }
-  const bool streamed = options.offload_params == "cpu";
+  const bool streamed = options.offload_params != "none";
   try {
     // Streamed layers move to their host buffers, in their final form first.
     model->to(streamed ? torch::Device(torch::kCPU) : *device, *dtype);
@@ -118,7 +120,12 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     if (!report.ok()) return report.status();
   }
   if (streamed) {
-    auto installed = StreamedLayerWeights::Install(model, *device);
+    StreamedLayerWeightsOptions streaming;
+    streaming.home = options.offload_params;
+    streaming.files.nvme_path = options.nvme_path;
+    // This process's own folder: two runs may share a drive.
+    streaming.files.name = absl::StrCat("inference-layers-", ::getpid(), "-rank", tp.rank);
+    auto installed = StreamedLayerWeights::Install(model, *device, streaming);
     if (!installed.ok()) return installed.status();
   }
   return model;
@@ -142,8 +149,11 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
       .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention (a CUDA --device)")
       .String("--offload_params", &options->offload_params, "DEVICE",
               "ZeRO-Inference: cpu keeps the decoder layers' weights in (pinned) host memory and streams them to the "
-              "device layer by layer, for a model larger than the GPU (not with --cuda_graphs)",
-              {"none", "cpu"})
+              "device layer by layer, for a model larger than the GPU (not with --cuda_graphs); nvme keeps them in "
+              "files under --nvme_path, for a model larger than the host's memory too",
+              {"none", "cpu", "nvme"})
+      .String("--nvme_path", &options->nvme_path, "DIR",
+              "with --offload_params nvme: a folder on a local drive (not tmpfs) for the layers' files, removed at exit")
       .String("--device", &options->device, "DEVICE", "cpu, cuda or cuda:N")
       .Int("--local_rank", local_rank, "N", "what dslaunch (as DeepSpeed's launcher) passes; checked against LOCAL_RANK",
            {0, 1 << 20});
@@ -157,6 +167,12 @@ std::string GenerationModelFlagsProblem(const GenerationModelOptions& options) {
   }
   if (options.fused_kernels && options.device.rfind("cuda", 0) != 0) {
     return "--fused_kernels needs a CUDA --device (the kernels run on the GPU)";
+  }
+  if (options.offload_params == "nvme" && options.nvme_path.empty()) {
+    return "--offload_params nvme needs --nvme_path (the folder of the layers' files)";
+  }
+  if (options.offload_params != "nvme" && !options.nvme_path.empty()) {
+    return "--nvme_path goes with --offload_params nvme";
   }
   return "";
 }

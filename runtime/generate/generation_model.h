@@ -34,8 +34,10 @@ struct GenerationModelOptions {
   bool fused_kernels = false;
   // ZeRO-Inference (Note [Streamed layer weights]): "cpu" keeps the decoder
   // layers' weights in host memory and streams them to the device layer by
-  // layer; "none" puts the whole model on the device.
+  // layer; "nvme" keeps them in files under nvme_path (Note [Layer weights
+  // on NVMe]); "none" puts the whole model on the device.
   std::string offload_params = "none";
+  std::string nvme_path;
 };
 
 // Errors name the file, tensor or flag. A checkpoint of LoRA adapters only
@@ -47,11 +49,12 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
 // (--device's text into options->device, which the tool then replaces by
 // its rank's device) and `local_rank` (what dslaunch passes):
 // --model, --adapter, --checkpoint, --checkpoint_tag, --dtype, --int8,
-// --fused_kernels, --offload_params, --device, --local_rank.
+// --fused_kernels, --offload_params, --nvme_path, --device, --local_rank.
 void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank);
 // What the flags cannot say alone: --model given, --checkpoint_tag only
 // with --checkpoint, --checkpoint or --adapter but not both,
-// --fused_kernels only on a CUDA --device. Empty: fine.
+// --fused_kernels only on a CUDA --device, --nvme_path exactly with
+// --offload_params nvme. Empty: fine.
 std::string GenerationModelFlagsProblem(const GenerationModelOptions& options);
 
 // Parses --device; InvalidArgument naming the flag.

@@ -42,24 +42,40 @@ torch::Tensor ViewAs(const torch::Tensor& bytes, int64_t offset, const torch::Te
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Install(Llama& model,
-                                                                                    const torch::Device& device) {
+absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Install(
+    Llama& model, const torch::Device& device, const StreamedLayerWeightsOptions& options) {
   torch::NoGradGuard no_grad;
   auto& layers = *model->model->layers;
   if (layers.size() == 0) return absl::InvalidArgumentError("streamed layer weights: the model has no decoder layer");
+  if (options.home != "cpu" && options.home != "nvme") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streamed layer weights: home '", options.home, "' is neither cpu nor nvme"));
+  }
   for (const torch::Tensor& tensor : model->parameters()) {
     if (!tensor.device().is_cpu()) {
       return absl::FailedPreconditionError("streamed layer weights: the model must be in host memory before they stream");
     }
   }
   auto streamer = std::shared_ptr<StreamedLayerWeights>(new StreamedLayerWeights(device));
+  streamer->layer_count_ = static_cast<int64_t>(layers.size());
   std::vector<std::vector<Placed>> placed(layers.size());
+  std::vector<int64_t> layer_bytes(layers.size());
   std::unordered_set<const void*> in_layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     int64_t bytes = 0;
     placed[i] = PlaceTensors(*layers[i], &bytes);
-    for (const Placed& p : placed[i]) in_layers.insert(p.tensor.unsafeGetTensorImpl());
+    for (const Placed& p : placed[i]) {
+      in_layers.insert(p.tensor.unsafeGetTensorImpl());
+      layer_bytes[i] =
+          std::max<int64_t>(layer_bytes[i], p.offset + static_cast<int64_t>(p.tensor.numel() * p.tensor.element_size()));
+    }
+    layer_bytes[i] = std::max<int64_t>(layer_bytes[i], 1);
     streamer->slot_bytes_ = std::max(streamer->slot_bytes_, std::max<int64_t>(bytes, kAlignment));
+  }
+  if (options.home == "nvme") {
+    auto files = LayerWeightFiles::Create(options.files, layer_bytes, /*pinned=*/device.is_cuda());
+    if (!files.ok()) return files.status();
+    streamer->files_ = std::move(*files);
   }
   try {
     const auto byte_options = torch::TensorOptions().dtype(torch::kUInt8);
@@ -69,17 +85,21 @@ absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Inst
     for (auto& released : streamer->released_) released = compat::StreamPoint::OnCurrentStream(device);
     // Layer by layer, so the host holds the model and one layer's copy at most.
     for (size_t i = 0; i < layers.size(); ++i) {
-      int64_t bytes = 0;
-      for (const Placed& p : placed[i]) {
-        bytes = std::max<int64_t>(bytes, p.offset + static_cast<int64_t>(p.tensor.numel() * p.tensor.element_size()));
-      }
-      torch::Tensor host = torch::empty({std::max<int64_t>(bytes, 1)}, byte_options.pinned_memory(device.is_cuda()));
+      const bool pinned = device.is_cuda() && !streamer->files_;
+      torch::Tensor host = torch::zeros({layer_bytes[i]}, byte_options.pinned_memory(pinned));
       for (Placed& p : placed[i]) {
         ViewAs(host, p.offset, p.tensor).copy_(p.tensor);
         p.tensor.set_data(ViewAs(streamer->slots_[i % 2], p.offset, p.tensor));
       }
-      streamer->host_bytes_ += host.numel();
-      streamer->host_.push_back(std::move(host));
+      streamer->layer_bytes_ += host.numel();
+      if (streamer->files_) {
+        // The layer's host copy goes once its file is written.
+        if (absl::Status written = streamer->files_->Write(static_cast<int64_t>(i), host); !written.ok()) {
+          return written;
+        }
+      } else {
+        streamer->host_.push_back(std::move(host));
+      }
     }
     // The rest of the model (embedding, final norm, head) to the device.
     auto move = [&](const torch::Tensor& tensor) {
@@ -95,7 +115,11 @@ absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Inst
         absl::StrCat("streamed layer weights on ", device.str(), ": ", e.what_without_backtrace()));
   }
   // The first two layers, before the first forward asks.
-  for (int64_t i = 0; i < std::min<int64_t>(2, streamer->layers()); ++i) streamer->Load(i);
+  try {
+    for (int64_t i = 0; i < std::min<int64_t>(2, streamer->layers()); ++i) streamer->Load(i);
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(e.what_without_backtrace());
+  }
   model->SetLayerResidency(streamer);
   return streamer;
 }
@@ -108,16 +132,43 @@ StreamedLayerWeights::~StreamedLayerWeights() {
   }
 }
 
+int64_t StreamedLayerWeights::NextInSlot(int64_t layer) const {
+  int64_t next = layer;
+  do {
+    next = (next + 1) % layers();
+  } while (next % 2 != layer % 2);
+  return next;
+}
+
 void StreamedLayerWeights::Load(int64_t layer) {
   const int slot = static_cast<int>(layer % 2);
-  const torch::Tensor& host = host_[static_cast<size_t>(layer)];
+  torch::Tensor source;
+  if (files_) {
+    if (files_->pending(slot) != layer) {
+      // A pass out of the usual order: the read ahead is not this layer's.
+      // Its result is not needed (a bad file is met again when it is).
+      if (files_->pending(slot) >= 0) (void)files_->FinishRead(slot);
+      files_->StartRead(layer, slot);
+    }
+    absl::StatusOr<torch::Tensor> read = files_->FinishRead(slot);
+    TORCH_CHECK(read.ok(), "ZeRO-Inference from NVMe, layer ", layer, ": ", std::string(read.status().message()));
+    source = *read;
+  } else {
+    source = host_[static_cast<size_t>(layer)];
+  }
   copies_.Run([&] {
     released_[slot].BlockCurrentStream();  // the compute stream's last read of the slot's former layer
-    slots_[slot].narrow(0, 0, host.numel()).copy_(host, /*non_blocking=*/true);
+    slots_[slot].narrow(0, 0, source.numel()).copy_(source, /*non_blocking=*/true);
     copied_[slot] = compat::StreamPoint::OnCurrentStream(device_);
   });
   slot_layer_[slot] = layer;
-  copied_bytes_ += host.numel();
+  copied_bytes_ += source.numel();
+  if (files_) {
+    // The staging buffer is free once its copy is done: the drive reads the
+    // slot's next layer into it while the device computes.
+    copied_[slot].WaitOnHost();
+    if (const int64_t next = NextInSlot(layer); next != layer) files_->StartRead(next, slot);
+  }
 }
 
 void StreamedLayerWeights::BeforeLayer(int64_t layer) {
@@ -129,19 +180,16 @@ void StreamedLayerWeights::BeforeLayer(int64_t layer) {
 void StreamedLayerWeights::AfterLayer(int64_t layer) {
   const int slot = static_cast<int>(layer % 2);
   released_[slot] = compat::StreamPoint::OnCurrentStream(device_);
-  // The next layer, in the order 0 .. L-1 and round again, that uses this slot.
-  int64_t next = layer;
-  do {
-    next = (next + 1) % layers();
-  } while (next % 2 != slot);
-  if (slot_layer_[slot] != next) Load(next);
+  if (const int64_t next = NextInSlot(layer); slot_layer_[slot] != next) Load(next);
 }
 
 std::string StreamedLayerWeights::Describe() const {
-  return absl::StrFormat(
-      "ZeRO-Inference: %d decoder layers' weights in host memory%s (%.2f GB), streamed through 2 layer slots on %s "
-      "(%.2f GB)",
-      layers(), device_.is_cuda() ? ", pinned," : "", host_bytes_ / 1e9, device_.str(), device_bytes() / 1e9);
+  const std::string home =
+      files_ ? absl::StrFormat("on NVMe: %s, read through 2 %sstaging buffers (%.2f GB),", files_->Describe(),
+                               device_.is_cuda() ? "pinned " : "", files_->staging_bytes() / 1e9)
+             : absl::StrFormat("in host memory%s (%.2f GB),", device_.is_cuda() ? ", pinned" : "", layer_bytes_ / 1e9);
+  return absl::StrFormat("ZeRO-Inference: %d decoder layers' weights %s streamed through 2 layer slots on %s (%.2f GB)",
+                         layers(), home, device_.str(), device_bytes() / 1e9);
 }
 
 }  // namespace dslaunch::runtime

@@ -33,6 +33,15 @@
 //  - On a CPU device the "host" and "device" are one memory and the copies
 //    run as they come: the schedule and the placement are what the CPU
 //    tests check, bit for bit against the model left whole.
+//  - With home "nvme" (Note [Layer weights on NVMe], layer_weight_files.h)
+//    the layers live in files instead of host memory: a slot's load waits
+//    for its layer's read (queued when the slot's previous copy finished,
+//    so the drive reads ahead while the GPU computes), checks it, copies it
+//    from the pinned staging buffer, and once that copy is done queues the
+//    read of the slot's next layer into the buffer. The drive bounds the
+//    speed: every step reads the whole of the decoder layers from it. A
+//    read that fails or a file that changed throws, naming the file, out of
+//    the forward (the engine turns it into the step's error).
 #pragma once
 
 #include <cstdint>
@@ -43,43 +52,64 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "runtime/generate/layer_weight_files.h"
 #include "runtime/model/layer_residency.h"
 #include "runtime/model/llama.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 
+struct StreamedLayerWeightsOptions {
+  // Where the layers live between their copies to the device: "cpu" (host
+  // memory, pinned on a CUDA host) or "nvme" (files, options in `files`).
+  std::string home = "cpu";
+  LayerWeightFilesOptions files;
+};
+
 class StreamedLayerWeights : public LayerResidency {
  public:
   // REQUIRES: `model` in host memory, in its final dtype (int8 already
   // applied, adapters on or merged). Moves the decoder layers' tensors into
-  // host buffers and device slots, the rest of the model to `device`, and
-  // sets itself as the model's layer residency (Llama::SetLayerResidency).
-  static absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> Install(Llama& model, const torch::Device& device);
+  // their home (host buffers or files) and device slots, the rest of the
+  // model to `device`, and sets itself as the model's layer residency
+  // (Llama::SetLayerResidency).
+  static absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> Install(
+      Llama& model, const torch::Device& device, const StreamedLayerWeightsOptions& options = {});
   ~StreamedLayerWeights() override;  // waits for the copies in flight
 
   void BeforeLayer(int64_t layer) override;
   void AfterLayer(int64_t layer) override;
 
-  int64_t host_bytes() const { return host_bytes_; }
+  // The decoder layers' bytes: what one forward moves to the device.
+  int64_t layer_bytes() const { return layer_bytes_; }
+  // Host memory held: the layers (home "cpu") or the staging buffers ("nvme").
+  int64_t host_bytes() const { return files_ ? files_->staging_bytes() : layer_bytes_; }
   int64_t device_bytes() const { return 2 * slot_bytes_; }
   int64_t copied_bytes() const { return copied_bytes_; }  // so far
-  int64_t layers() const { return static_cast<int64_t>(host_.size()); }
+  int64_t layers() const { return layer_count_; }
+  // The files of home "nvme"; null for "cpu".
+  const LayerWeightFiles* files() const { return files_.get(); }
   // The layer slot `slot` holds (or will once its copy is done); -1: none.
   int64_t layer_in_slot(int slot) const { return slot_layer_[slot]; }
   std::string Describe() const override;
 
  private:
   StreamedLayerWeights(const torch::Device& device) : device_(device), copies_(device) {}
-  // Queues the copy of `layer` into its slot on the copy stream.
+  // Queues the copy of `layer` into its slot on the copy stream (from the
+  // host, or from the staging buffer its file was read into).
   void Load(int64_t layer);
+  // The layer after `layer`, in the order 0 .. L-1 and round again, that
+  // uses its slot.
+  int64_t NextInSlot(int64_t layer) const;
 
   torch::Device device_;
   compat::SideStream copies_;
-  std::vector<torch::Tensor> host_;  // per layer: its tensors' bytes, uint8
-  torch::Tensor slots_[2];           // uint8, on the device
+  std::vector<torch::Tensor> host_;          // home "cpu", per layer: its tensors' bytes, uint8
+  std::unique_ptr<LayerWeightFiles> files_;  // home "nvme"
+  torch::Tensor slots_[2];                   // uint8, on the device
+  int64_t layer_count_ = 0;
   int64_t slot_bytes_ = 0;
-  int64_t host_bytes_ = 0;
+  int64_t layer_bytes_ = 0;
   int64_t copied_bytes_ = 0;
   int64_t slot_layer_[2] = {-1, -1};
   compat::StreamPoint copied_[2];    // on the copy stream: the slot's copy done

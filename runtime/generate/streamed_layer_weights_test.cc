@@ -4,10 +4,16 @@
 // the forwards need, once per layer that must move.
 #include "runtime/generate/streamed_layer_weights.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/int8_weights.h"
 #include "runtime/testing/generation_llama.h"
@@ -42,13 +48,15 @@ std::vector<int64_t> Prompt(int64_t length) {
 // logits (bit for bit on the CPU; on a GPU within a rounding, since the
 // product kernels may differ for a view at an offset: a layer read from a
 // slot before its copy landed is off by far more) and the engine's tokens.
-void ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(const torch::Device& device) {
+void ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(const torch::Device& device,
+                                                       const StreamedLayerWeightsOptions& streaming = {}) {
   for (auto [layers, int8] : {std::pair{4, false}, std::pair{3, false}, std::pair{5, true}, std::pair{1, false}}) {
-    SCOPED_TRACE(::testing::Message() << layers << " layers" << (int8 ? ", int8" : "") << " on " << device);
+    SCOPED_TRACE(::testing::Message() << layers << " layers" << (int8 ? ", int8" : "") << " on " << device
+                                      << " from " << streaming.home);
     Llama whole = Model(layers, int8);
     whole->to(device);
     Llama streamed = Model(layers, int8);
-    auto installed = StreamedLayerWeights::Install(streamed, device);
+    auto installed = StreamedLayerWeights::Install(streamed, device, streaming);
     ASSERT_TRUE(installed.ok()) << installed.status();
     torch::NoGradGuard no_grad;
     // The forward the probe and training read, logit for logit, twice (the
@@ -97,8 +105,37 @@ void ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(const torch::Device& dev
   }
 }
 
+// Layer files (Note [Layer weights on NVMe]) need a real file system, not
+// tmpfs: a folder beside the test, removed after it.
+class LayerFilesFolder {
+ public:
+  LayerFilesFolder() {
+    char cwd[4096] = {0};
+    EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+    root_ = std::string(cwd) + "/streamed-layers-test-" + std::to_string(::getpid());
+    EXPECT_TRUE(FileSystem::Default().CreateDirectories(root_).ok());
+  }
+  ~LayerFilesFolder() { (void)FileSystem::Default().RemoveTree(root_); }
+  StreamedLayerWeightsOptions Options() const {
+    StreamedLayerWeightsOptions options;
+    options.home = "nvme";
+    options.files.nvme_path = root_;
+    options.files.name = "model";
+    return options;
+  }
+  std::string File(int64_t layer) const { return root_ + "/dslaunch-swap/model/layer." + std::to_string(layer) + ".swp"; }
+
+ private:
+  std::string root_;
+};
+
 TEST(StreamedLayerWeightsTest, TheStreamedModelGeneratesWhatTheWholeOneDoes) {
   ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(torch::kCPU);
+}
+
+TEST(StreamedLayerWeightsTest, TheModelStreamedFromLayerFilesGeneratesWhatTheWholeOneDoes) {
+  LayerFilesFolder folder;
+  ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(torch::kCPU, folder.Options());
 }
 
 // On a GPU the copies run on a stream of their own from pinned memory: a
@@ -106,6 +143,56 @@ TEST(StreamedLayerWeightsTest, TheStreamedModelGeneratesWhatTheWholeOneDoes) {
 TEST(StreamedLayerWeightsTest, TheStreamedModelGeneratesWhatTheWholeOneDoesOnAGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
   ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(torch::kCUDA);
+  LayerFilesFolder folder;
+  ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(torch::kCUDA, folder.Options());
+}
+
+// Each layer is read from its file every time it moves in; the host keeps
+// the staging buffers only; a file changed under a running engine fails the
+// step by the file's name, and the layer files go with the model.
+TEST(StreamedLayerWeightsTest, LayerFilesAreReadAsTheLayersMoveInAndAChangedOneFailsTheStepByName) {
+  LayerFilesFolder folder;
+  Llama model = Model(4, /*int8=*/false);
+  auto installed = StreamedLayerWeights::Install(model, torch::kCPU, folder.Options());
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  StreamedLayerWeights& streamer = **installed;
+  ASSERT_NE(streamer.files(), nullptr);
+  const int64_t per_layer = streamer.layer_bytes() / 4;
+  EXPECT_EQ(streamer.files()->read_bytes(), 2 * per_layer) << "layers 0 and 1 at install";
+  EXPECT_LT(streamer.host_bytes(), streamer.layer_bytes()) << "two staging buffers, not four layers";
+  EXPECT_THAT(streamer.Describe(), ::testing::HasSubstr("4 decoder layers' weights on NVMe: 4 files under"));
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ids = torch::tensor(Prompt(5), torch::kLong).view({1, -1});
+  model->forward(ids);
+  EXPECT_EQ(streamer.files()->read_bytes(), 6 * per_layer);
+  EXPECT_EQ(streamer.copied_bytes(), 6 * per_layer);
+
+  GenerationEngineOptions options;
+  options.block_size = 4;
+  options.max_sequences = 1;
+  options.max_tokens_per_step = 8;
+  auto engine = GenerationEngine::Create(model, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerationRequest request;
+  request.prompt = Prompt(6);
+  request.max_new_tokens = 4;
+  ASSERT_TRUE((*engine)->GenerateAll({request}).ok());
+  // Layer 3's file changes; layer 2 was read ahead of it, then layer 3 is
+  // read (ahead, or when asked) during the next step.
+  const int fd = ::open(folder.File(3).c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const unsigned char flipped = 0x5a;
+  ASSERT_EQ(::pwrite(fd, &flipped, 1, 4096 + 17), 1);
+  ::close(fd);
+  auto failed = (*engine)->GenerateAll({request});
+  for (int attempt = 0; attempt < 2 && failed.ok(); ++attempt) failed = (*engine)->GenerateAll({request});
+  ASSERT_FALSE(failed.ok()) << "a changed layer file went unnoticed";
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::HasSubstr(folder.File(3) + ": checksum mismatch"));
+  engine->reset();
+  installed->reset();
+  model = Llama(nullptr);
+  EXPECT_FALSE(FileSystem::Default().Exists(folder.File(0))) << "the files go with the streamer";
 }
 
 TEST(StreamedLayerWeightsTest, EachLayerLivesInItsSlotAndTheSlotsFollowTheOrderOfTheForwards) {

@@ -4,7 +4,7 @@
 //   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
 //           [--chat_template FILE(.jinja|.yaml)] [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
-//           [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu]
+//           [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu|nvme [--nvme_path DIR]]
 //
 // Start: the model is loaded, the logit probe runs (Note [Probe logits]: a
 // mismatch refuses to serve), the address is bound, then one line

@@ -1,0 +1,146 @@
+// Note [Layer weights on NVMe]: each layer's bytes come back from its file
+// as written, in any order and through either staging buffer; a file that
+// changed after it was written is an error naming it; the folder is this
+// object's, made fresh and removed with it; a folder that cannot hold the
+// files is refused by the flag's name.
+#include "runtime/generate/layer_weight_files.h"
+
+#include <fcntl.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/fs/file_system.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The files need a real file system (not tmpfs): a folder beside the test.
+class LayerWeightFilesTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name) c = c == '/' ? '_' : c;  // parameterized names hold a '/'
+    char cwd[4096] = {0};
+    ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+    root_ = std::string(cwd) + "/layer-files-test-" + std::to_string(::getpid()) + "-" + name;
+    ASSERT_TRUE(FileSystem::Default().CreateDirectories(root_).ok());
+  }
+  void TearDown() override { (void)FileSystem::Default().RemoveTree(root_); }
+
+  LayerWeightFilesOptions Options() const {
+    LayerWeightFilesOptions options;
+    options.nvme_path = root_;
+    options.name = "model";
+    options.io.use_io_uring = GetParam();
+    options.io.block_bytes = 8192;
+    options.io.queue_depth = 4;
+    return options;
+  }
+  std::string Folder() const { return root_ + "/dslaunch-swap/model"; }
+  // Distinct bytes for each layer (and not a multiple of 4 long, for the padding).
+  static torch::Tensor LayerBytes(int64_t layer, int64_t length) {
+    return (torch::arange(length, torch::kLong) * (layer + 3) + layer).remainder(251).to(torch::kUInt8);
+  }
+
+  std::string root_;
+};
+
+TEST_P(LayerWeightFilesTest, EachLayerReadsBackAsWrittenInAnyOrderThroughEitherBuffer) {
+  const std::vector<int64_t> lengths = {10'001, 20'003, 10'001, 7};
+  auto files = LayerWeightFiles::Create(Options(), lengths, /*pinned=*/false);
+  ASSERT_TRUE(files.ok()) << files.status();
+  for (int64_t layer = 0; layer < 4; ++layer) {
+    ASSERT_TRUE((*files)->Write(layer, LayerBytes(layer, lengths[layer])).ok());
+  }
+  EXPECT_EQ((*files)->file_bytes(), 4096 * 4 + 12288 + 20480 + 12288 + 4096) << "a header, then 4096-byte pages";
+  int64_t expected_read = 0;
+  for (auto [layer, buffer] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{3, 0}, std::pair{1, 1}, std::pair{2, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "layer " << layer << " into buffer " << buffer);
+    (*files)->StartRead(layer, buffer);
+    EXPECT_EQ((*files)->pending(buffer), layer);
+    auto bytes = (*files)->FinishRead(buffer);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ((*files)->pending(buffer), -1);
+    EXPECT_TRUE(torch::equal(*bytes, LayerBytes(layer, lengths[layer])));
+    expected_read += lengths[layer];
+  }
+  EXPECT_EQ((*files)->read_bytes(), expected_read);
+  // Two reads in flight at once, one per buffer.
+  (*files)->StartRead(2, 0);
+  (*files)->StartRead(1, 1);
+  auto second = (*files)->FinishRead(1);
+  auto first = (*files)->FinishRead(0);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(torch::equal(*first, LayerBytes(2, lengths[2])));
+  EXPECT_TRUE(torch::equal(*second, LayerBytes(1, lengths[1])));
+  EXPECT_FALSE((*files)->FinishRead(0).ok()) << "no read pending";
+  EXPECT_THAT((*files)->Describe(), HasSubstr("4 files under " + Folder()));
+}
+
+TEST_P(LayerWeightFilesTest, AFileChangedAfterItWasWrittenIsAnErrorNamingIt) {
+  auto files = LayerWeightFiles::Create(Options(), {5000, 5000}, /*pinned=*/false);
+  ASSERT_TRUE(files.ok()) << files.status();
+  for (int64_t layer = 0; layer < 2; ++layer) ASSERT_TRUE((*files)->Write(layer, LayerBytes(layer, 5000)).ok());
+  const std::string file = Folder() + "/layer.1.swp";
+  const int fd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const unsigned char flipped = 0xff;
+  ASSERT_EQ(::pwrite(fd, &flipped, 1, 4096 + 1234), 1);
+  ::close(fd);
+  (*files)->StartRead(1, 0);
+  auto bytes = (*files)->FinishRead(0);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(bytes.status().message()), HasSubstr(file + ": checksum mismatch"));
+  // The other layer still reads.
+  (*files)->StartRead(0, 1);
+  EXPECT_TRUE((*files)->FinishRead(1).ok());
+}
+
+TEST_P(LayerWeightFilesTest, TheFolderIsMadeFreshAndRemovedWithTheFiles) {
+  ASSERT_TRUE(FileSystem::Default().CreateDirectories(Folder()).ok());
+  const std::string stale = Folder() + "/layer.7.swp";
+  ASSERT_TRUE(WriteFileAtomically(FileSystem::Default(), stale, "a crashed run's layer").ok());
+  {
+    auto files = LayerWeightFiles::Create(Options(), {100}, /*pinned=*/false);
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_FALSE(FileSystem::Default().Exists(stale));
+    EXPECT_TRUE(FileSystem::Default().Exists(Folder() + "/layer.0.swp"));
+  }
+  EXPECT_FALSE(FileSystem::Default().Exists(Folder()));
+}
+
+TEST_P(LayerWeightFilesTest, AFolderThatCannotHoldTheFilesIsRefusedByTheFlagsName) {
+  LayerWeightFilesOptions missing = Options();
+  missing.nvme_path = root_ + "/nope";
+  auto absent = LayerWeightFiles::Create(missing, {100}, /*pinned=*/false);
+  ASSERT_FALSE(absent.ok());
+  EXPECT_THAT(std::string(absent.status().message()), HasSubstr("--nvme_path=" + root_ + "/nope is not a folder"));
+  auto huge = LayerWeightFiles::Create(Options(), {int64_t{1} << 60}, /*pinned=*/false);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("--nvme_path"));
+  struct statfs info {};
+  if (::statfs("/dev/shm", &info) == 0 && info.f_type == 0x01021994) {
+    LayerWeightFilesOptions shm = Options();
+    shm.nvme_path = "/dev/shm";
+    auto tmpfs = LayerWeightFiles::Create(shm, {100}, /*pinned=*/false);
+    ASSERT_FALSE(tmpfs.ok());
+    EXPECT_THAT(std::string(tmpfs.status().message()), HasSubstr("is on tmpfs (memory)"));
+  }
+  EXPECT_FALSE(LayerWeightFiles::Create(Options(), {}, /*pinned=*/false).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(IoUringAndThreads, LayerWeightFilesTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "io_uring" : "pread_pwrite";
+                         });
+
+}  // namespace
+}  // namespace dslaunch::runtime
