@@ -145,7 +145,7 @@ void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, 
       .String("--dtype", &options->dtype, "DTYPE", "compute dtype", {"float32", "bfloat16", "float16"})
       .Bool("--int8", &options->int8,
             "weight-only int8 for the decoder's projections (a scale per output row; an --adapter is merged "
-            "into them first; not with tensor parallelism)")
+            "into them first)")
       .Bool("--fused_kernels", &options->fused_kernels, "the CUDA kernels for RMSNorm, RoPE, SwiGLU and paged decode attention (a CUDA --device)")
       .String("--offload_params", &options->offload_params, "DEVICE",
               "ZeRO-Inference: cpu keeps the decoder layers' weights in (pinned) host memory and streams them to the "

@@ -22,8 +22,9 @@ struct Int8Report {
 // A projection that carries a LoRA adapter has it merged first (W + scale·B·A
 // computed in fp32, rounded to the weight's dtype, then quantized, as the
 // merged export would be): the adapter no longer exists apart afterwards.
-// REQUIRES: `model` on its final device and dtype. Unimplemented with tensor
-// parallelism.
+// REQUIRES: `model` on its final device and dtype. Split over a tensor
+// group, every rank calls it (a row-parallel projection's row maxima are
+// reduced over the group, in one order on every rank).
 absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model);
 
 }  // namespace dslaunch::runtime

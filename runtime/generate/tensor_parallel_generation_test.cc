@@ -3,11 +3,12 @@
 // on one: greedy, sampled with seeds, top-k, top-p and a repetition penalty,
 // in a batch with prompts split over steps; log-probabilities agree within
 // rounding. GQA with one key/value head per rank, and a vocabulary the
-// ranks' slices pad.
+// ranks' slices pad; with int8 weights, the whole int8 model's tokens.
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/generate/generation_engine.h"
+#include "runtime/generate/int8_weights.h"
 #include "runtime/testing/rank_group.h"
 #include "runtime/testing/generation_llama.h"
 
@@ -37,10 +38,15 @@ std::vector<GenerationRequest> SplitRequests() {
   return requests;
 }
 
-std::vector<GenerationResult> Generate(const LlamaOptions& options) {
+std::vector<GenerationResult> Generate(const LlamaOptions& options, bool int8 = false) {
   torch::NoGradGuard no_grad;
   Llama model(options, /*seed=*/9);
   model->eval();
+  if (int8) {
+    auto report = QuantizeWeightsInt8(model);
+    EXPECT_TRUE(report.ok()) << report.status();
+    if (!report.ok()) return {};
+  }
   GenerationEngineOptions engine_options;
   engine_options.max_sequences = 3;
   engine_options.max_tokens_per_step = 6;  // prompts split over steps beside decodes
@@ -54,15 +60,16 @@ std::vector<GenerationResult> Generate(const LlamaOptions& options) {
   return results.ok() ? *results : std::vector<GenerationResult>{};
 }
 
-TEST(TensorParallelGenerationTest, TwoRanksGenerateWhatTheWholeModelDoes) {
-  const std::vector<GenerationResult> whole = Generate(SplitLlama());
+// The whole model's results and each of 2 ranks' with `base` split.
+void ExpectTwoRanksGenerateWhatTheWholeModelDoes(const LlamaOptions& base, bool int8) {
+  const std::vector<GenerationResult> whole = Generate(base, int8);
   ASSERT_EQ(whole.size(), 4u);
   std::vector<std::vector<GenerationResult>> split(2);
   testing::InProcessStore store;
   store.RunRanks(2, [&](int rank, Communicator& comm) {
-    LlamaOptions options = SplitLlama();
+    LlamaOptions options = base;
     options.tensor_parallel = TensorParallelGroup{&comm, rank, 2, false};
-    split[rank] = Generate(options);
+    split[rank] = Generate(options, int8);
   });
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_EQ(split[rank].size(), whole.size()) << "rank " << rank;
@@ -76,6 +83,17 @@ TEST(TensorParallelGenerationTest, TwoRanksGenerateWhatTheWholeModelDoes) {
       }
     }
   }
+}
+
+TEST(TensorParallelGenerationTest, TwoRanksGenerateWhatTheWholeModelDoes) {
+  ExpectTwoRanksGenerateWhatTheWholeModelDoes(SplitLlama(), /*int8=*/false);
+}
+
+// Note [Int8 weights]: each rank's int8 values are its slice of the whole
+// model's (a row-parallel scale is the whole row's), so the split model
+// generates what the whole int8 model does.
+TEST(TensorParallelGenerationTest, TwoRanksWithInt8WeightsGenerateWhatTheWholeInt8ModelDoes) {
+  ExpectTwoRanksGenerateWhatTheWholeModelDoes(SplitLlama(), /*int8=*/true);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_para
 // (or reduce-scattered along the sequence), then the bias, which is whole.
 torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
   if (!group.split()) return projection->forward(x);
-  torch::Tensor sum = ExitRowParallel(LinearOp(x, projection->weight, {}, projection->fused_kernels), group);
+  torch::Tensor sum = ExitRowParallel(projection->ProductWithoutBias(x), group);
   return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
 }
 

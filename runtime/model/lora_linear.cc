@@ -48,12 +48,26 @@ void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Genera
   adapter_ = options;
 }
 
-void LoraLinearImpl::QuantizeInt8() {
+torch::Tensor LoraLinearImpl::RowAbsMax() const {
+  TORCH_CHECK(!int8(), "the projection is int8 already");
+  torch::NoGradGuard no_grad;
+  return weight.detach().to(torch::kFloat).abs().amax(1);
+}
+
+torch::Tensor LoraLinearImpl::ProductWithoutBias(const torch::Tensor& x) const {
+  if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, {}, fused_kernels);
+  return LinearOp(x, weight, {}, fused_kernels);
+}
+
+void LoraLinearImpl::QuantizeInt8(const torch::Tensor& row_absmax) {
   TORCH_CHECK(!adapter_, "int8 weights with a LoRA adapter are not built (merge it first)");
   TORCH_CHECK(!int8(), "the projection is int8 already");
   torch::NoGradGuard no_grad;
   const torch::Tensor w = weight.detach().to(torch::kFloat);
-  const torch::Tensor scale = (w.abs().amax(1) / 127.0).clamp_min(1e-12);  // [out]
+  const torch::Tensor absmax = row_absmax.defined() ? row_absmax.to(w.device(), torch::kFloat) : w.abs().amax(1);
+  TORCH_CHECK(absmax.dim() == 1 && absmax.size(0) == w.size(0), "int8 weights: ", absmax.numel(),
+              " row maxima for ", w.size(0), " rows");
+  const torch::Tensor scale = (absmax / 127.0).clamp_min(1e-12);  // [out]
   weight_int8 = register_buffer("weight_int8", (w / scale.unsqueeze(1)).round().clamp(-127, 127).to(torch::kChar));
   weight_scale = register_buffer("weight_scale", scale.to(weight.scalar_type()));
   weight.set_(torch::empty({0}, weight.options()));  // the float values' memory goes

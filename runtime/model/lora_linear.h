@@ -19,8 +19,12 @@
 // weight-only int8): y = (x·Qᵀ) · scale + b, Q converted to x's dtype inside
 // the product. The float weight's storage is released (the parameter stays
 // registered, empty); the int8 values and scales are buffers. Generation
-// only: no gradient, merge or tensor-parallel path reads it, and an adapter
-// is merged into the weight before it is quantized (MergeAdapter).
+// only: no gradient or merge path reads it, and an adapter is merged into
+// the weight before it is quantized (MergeAdapter). Split over a tensor
+// group, a row-parallel projection's rank holds part of each row: its
+// scale is the whole row's absmax, the ranks' maxima reduced
+// (QuantizeWeightsInt8), so every rank's int8 values are its slice of the
+// unsplit model's and the partial products, each scaled, sum to its product.
 #pragma once
 
 #include <cstdint>
@@ -60,8 +64,16 @@ class LoraLinearImpl : public torch::nn::Module {
 
   // Note [Int8 weights]. REQUIRES: no adapter; the weight on its final device
   // and dtype (a later Module::to would convert the int8 values too).
-  void QuantizeInt8();
+  // `row_absmax` ([out], fp32): each row's largest |value| when the rows are
+  // longer than this weight's (a row-parallel slice); undefined: this
+  // weight's own (RowAbsMax()).
+  void QuantizeInt8(const torch::Tensor& row_absmax = {});
+  // Each output row's largest |value| of the float weight, fp32 [out].
+  torch::Tensor RowAbsMax() const;
   bool int8() const { return weight_int8.defined(); }
+  // x·Wᵀ (int8: x·Qᵀ·scale) without the bias and the adapter: a row-parallel
+  // rank's partial product.
+  torch::Tensor ProductWithoutBias(const torch::Tensor& x) const;
   torch::Tensor weight_int8, weight_scale;  // [out, in] int8, [out] in the weight's former dtype
 
   torch::Tensor weight, bias;  // bias undefined without one

@@ -4,7 +4,8 @@
 # on this CPU) and generates the tokens one rank generates, greedy and
 # sampled with a seed, with log-probabilities within 1e-5: GQA with llama3
 # rope scaling (2 and 4 ranks), q/k/v biases, tied embeddings, and a
-# vocabulary the ranks' slices pad. Key/value heads that do not divide among
+# vocabulary the ranks' slices pad; with int8 weights (biases, 2 ranks), the
+# tokens of the whole int8 model. Key/value heads that do not divide among
 # the ranks are refused, naming the folder.
 source "$(dirname "$0")/lib.sh"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
@@ -23,9 +24,12 @@ same_generation() {  # LABEL FILE_ONE FILE_SPLIT
 
 for variant in llama3_gqa qwen2_bias mistral_tied; do
   "$PY" "$HF/make_tiny_llama.py" "$WORK/$variant" "$variant" --seed 7 >/dev/null
-  for mode in greedy sampled; do
+  modes=(greedy sampled)
+  [[ $variant == qwen2_bias ]] && modes+=(int8)
+  for mode in "${modes[@]}"; do
     sampling=()
     [[ $mode == sampled ]] && sampling=(--temperature 0.8 --top_k 50 --seed 11)
+    [[ $mode == int8 ]] && sampling=(--int8)
     args=(--model "$WORK/$variant" --prompt_ids 1,20,300,41,5,77 --max_new_tokens 16 --print_logprobs "${sampling[@]}")
     "$DSGEN" "${args[@]}" >"$WORK/$variant-$mode-1.out" 2>&1 || fail "dsgen: $(cat "$WORK/$variant-$mode-1.out")"
     ranks=(2)
