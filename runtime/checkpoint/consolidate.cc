@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -13,6 +14,8 @@
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/safetensors_writer.h"
 #include "runtime/checkpoint/zero_layout.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
+#include "runtime/zero/zero_partition.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -66,6 +69,124 @@ class MemorySink final : public ConsolidationSink {
   int64_t appended_ = 0;
 };
 
+// Note [Tensor-parallel checkpoints] (engine_checkpointer.cc): with
+// tensor_parallel.tp_size T > 1, the D files of group p·T + t (stage p,
+// tensor rank t) hold that group's flat state cut over its data-parallel
+// ranks, and "tp/forms" how each split parameter was cut. Each group's
+// masters are re-joined (ZeroPartition::Unshard) and every parameter is
+// assembled whole from its T slices by its saved form (AssembleWhole: fused
+// q/k/v parts, rows, and a padded vocabulary trimmed), taken from the first
+// stage that held it. In host memory: the model's fp32 size, where the
+// other checkpoints stream one shard at a time.
+absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, const std::string& folder,
+                                       int64_t tensor_parallel, int64_t stages, int64_t world,
+                                       const std::function<absl::Status(const torch::Tensor&, const std::string&)>& check_finite,
+                                       const MakeSink& make_sink, ConsolidateSummary& summary) {
+  std::map<std::string, TensorParallelForm> forms;
+  c10::IValue form_text;
+  if (!first.try_read("tp/forms", form_text)) {
+    return absl::DataLossError(absl::StrCat(folder, ": a tensor-parallel checkpoint without its forms (tp/forms)"));
+  }
+  for (absl::string_view line : absl::StrSplit(form_text.toStringRef(), '\n', absl::SkipEmpty())) {
+    auto form = ParseFormLine(std::string(line));
+    if (!form.ok()) return absl::DataLossError(absl::StrCat(folder, ": ", form.status().message()));
+    forms[form->parameter] = *form;
+  }
+  // Group g's parameters by name, and its names in order.
+  const int64_t groups = stages * tensor_parallel;
+  std::vector<std::map<std::string, torch::Tensor>> by_name(static_cast<size_t>(groups));
+  std::vector<std::vector<std::string>> names(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<torch::Tensor> parts;
+    std::vector<int64_t> unit_sizes;
+    std::vector<std::vector<int64_t>> shapes;
+    for (int64_t r = 0; r < world; ++r) {
+      const int file = static_cast<int>(g * world + r);
+      torch::serialize::InputArchive own;
+      torch::serialize::InputArchive& part = file == 0 ? first : own;
+      if (file != 0) part.load_from(RankFile(folder, file), torch::Device(torch::kCPU));
+      torch::Tensor shard;
+      part.read("zero/master", shard);
+      shard = shard.to(torch::kFloat).contiguous();
+      if (absl::Status finite = check_finite(shard, RankFileName(file)); !finite.ok()) return finite;
+      parts.push_back(shard);
+      ++summary.ranks_read;
+      if (r > 0) continue;
+      c10::IValue total, names_value, shapes_value;
+      part.read("zero/total", total);
+      auto sizes = SavedUnitSizes(part, total.toInt());
+      if (!sizes.ok()) return sizes.status();
+      unit_sizes = *sizes;
+      part.read("layout/names", names_value);
+      part.read("layout/shapes", shapes_value);
+      for (absl::string_view name : absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty())) {
+        names[g].emplace_back(name);
+      }
+      for (absl::string_view shape : absl::StrSplit(shapes_value.toStringRef(), ';')) {
+        std::vector<int64_t> dims;
+        for (absl::string_view d : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
+          int64_t size = 0;
+          if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shape));
+          dims.push_back(size);
+        }
+        shapes.push_back(dims);
+      }
+      if (shapes.size() < names[g].size()) {
+        return absl::DataLossError(absl::StrCat(folder, ": group ", g, "'s layout has ", names[g].size(), " names and ",
+                                                shapes.size(), " shapes"));
+      }
+    }
+    const torch::Tensor flat = ZeroPartition::Unshard(parts, unit_sizes);
+    int64_t offset = 0;
+    for (size_t i = 0; i < names[g].size(); ++i) {
+      const int64_t numel = c10::multiply_integers(shapes[i]);
+      if (offset + numel > flat.numel()) {
+        return absl::DataLossError(absl::StrCat(folder, ": group ", g, "'s layout is larger than its ", flat.numel(),
+                                                " saved values"));
+      }
+      by_name[g][names[g][i]] = flat.narrow(0, offset, numel).view(shapes[i]);
+      offset += numel;
+    }
+  }
+  // Each parameter once, whole, in stage order.
+  std::vector<SafetensorsEntry> entries;
+  std::vector<torch::Tensor> values;
+  std::set<std::string> placed;
+  int64_t elements = 0;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    const int64_t group = stage * tensor_parallel;
+    for (const std::string& name : names[group]) {
+      if (!placed.insert(name).second) continue;
+      torch::Tensor whole = by_name[group].at(name);
+      if (auto form = forms.find(name); form != forms.end()) {
+        std::vector<torch::Tensor> slices;
+        for (int64_t t = 0; t < tensor_parallel; ++t) {
+          auto slice = by_name[group + t].find(name);
+          if (slice == by_name[group + t].end()) {
+            return absl::DataLossError(
+                absl::StrCat(folder, ": tensor rank ", t, " of stage ", stage, " holds no slice of ", name));
+          }
+          slices.push_back(slice->second);
+        }
+        whole = AssembleWhole(slices, form->second);
+      }
+      entries.push_back(SafetensorsEntry{name, whole.sizes().vec()});
+      values.push_back(whole.contiguous());
+      elements += whole.numel();
+    }
+  }
+  auto sink = make_sink(entries, elements);
+  if (!sink.ok()) return sink.status();
+  summary.tensors = static_cast<int64_t>(entries.size());
+  for (const torch::Tensor& value : values) {
+    if (absl::Status appended = (*sink)->Append(value.data_ptr<float>(), value.numel()); !appended.ok()) {
+      return appended;
+    }
+    summary.elements += value.numel();
+  }
+  return (*sink)->Finish();
+}
+
 absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std::string& tag,
                                                const ConsolidateOptions& options, const MakeSink& make_sink) {
   ConsolidateSummary summary;
@@ -96,11 +217,8 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
       return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
     }
     first.read("engine/world", world_value);
-    if (c10::IValue tp; first.try_read("tp/size", tp) && tp.toInt() > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          folder, " was saved with tensor_parallel.tp_size=", tp.toInt(),
-          ": consolidating split parameters is not yet supported (resume it at tp_size 1 and save again)"));
-    }
+    c10::IValue tp_value;
+    const int64_t tensor_parallel = first.try_read("tp/size", tp_value) ? tp_value.toInt() : 1;
     if (c10::IValue ep; first.try_read("experts/ep_size", ep) && ep.toInt() > 1) {
       return absl::UnimplementedError(absl::StrCat(folder, " was saved with expert parallelism (", ep.toInt(),
                                                    "): consolidating experts spread over ranks is not yet supported "
@@ -115,8 +233,15 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     const int64_t stages = first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
     c10::IValue shards_probe;
     const int64_t files_per_stage = first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
-    if (stages > 1 && !Has(first, "zero/total")) {
-      return absl::DataLossError(absl::StrCat(folder, ": a pipelined checkpoint without its flat state"));
+    if ((stages > 1 || tensor_parallel > 1) && !Has(first, "zero/total")) {
+      return absl::DataLossError(
+          absl::StrCat(folder, ": a pipelined or tensor-parallel checkpoint without its flat state"));
+    }
+    if (tensor_parallel > 1) {
+      absl::Status joined = ConsolidateTensorParallel(first, folder, tensor_parallel, stages, files_per_stage,
+                                                      check_finite, make_sink, summary);
+      if (!joined.ok()) return joined;
+      return summary;
     }
     struct StageLayout {
       std::vector<std::string> names;

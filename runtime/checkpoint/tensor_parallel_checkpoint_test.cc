@@ -2,11 +2,13 @@
 // a TP 2 x DP 2 run saved after 3 steps resumes bit for bit at the same
 // layout, and loads at TP 1 (one process; two ranks at ZeRO 2) and at TP 4
 // (ZeRO 3)
-// to continue as the uninterrupted run does, up to the order of sums.
+// to continue as the uninterrupted run does, up to the order of sums; and
+// consolidates to the whole parameters the run saved.
 #include <cstdlib>
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/testing/tensor_parallel_training.h"
 
@@ -92,6 +94,38 @@ TEST_F(TensorParallelCheckpointTest, ResumesBitForBitAndLoadsAtOtherTensorParall
                 family + " loaded at TP 4 (ZeRO 3)");
     ExpectClose(TrainAround(TensorParallelLayout{family, 1, 2, 2}, dir, true, 3), uninterrupted,
                 family + " loaded at TP 1 x DP 2 (ZeRO 2)");
+  }
+}
+
+// Consolidation (dsconsolidate, and what dsgen/dsserve --checkpoint read)
+// of a TP 2 x DP 2 checkpoint: every parameter whole, as the run held it
+// when it saved (fused q/k/v slices, rows, a padded vocabulary trimmed).
+TEST_F(TensorParallelCheckpointTest, ConsolidatesToTheWholeParametersTheRunSaved) {
+  for (const std::string family : {"gpt", "llama"}) {
+    const TensorParallelLayout layout{family, 2, 2, 1};
+    const std::string dir = dir_ + "/" + family;
+    std::vector<std::map<std::string, torch::Tensor>> saved(layout.world());
+    testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
+      testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
+      ASSERT_NE(r.engine, nullptr);
+      std::vector<double> ignored;
+      testing::TrainTensorParallelSteps(*r.engine, *r.family, layout, state, 0, 2, &ignored);
+      absl::Status written = EngineCheckpointer(*r.engine).Save(dir, "global_step2", {});
+      ASSERT_TRUE(written.ok()) << written;
+      saved[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
+    });
+    ConsolidateSummary summary;
+    auto tensors = ConsolidateCheckpointInMemory(dir, "", {}, &summary);
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    EXPECT_EQ(summary.ranks_read, 4) << family;
+    ASSERT_EQ(tensors->size(), saved[0].size()) << family;
+    for (const auto& [name, value] : *tensors) {
+      ASSERT_TRUE(saved[0].count(name)) << family << ": " << name << " is not the model's";
+      const torch::Tensor want = saved[0].at(name).to(torch::kFloat);
+      ASSERT_EQ(value.sizes(), want.sizes()) << family << ": " << name;
+      EXPECT_TRUE(torch::equal(value, want)) << family << ": " << name << " differs by "
+                                             << (value - want).abs().max().item<double>();
+    }
   }
 }
 

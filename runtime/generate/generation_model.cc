@@ -15,6 +15,7 @@
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
 namespace dslaunch::runtime {
 
@@ -28,8 +29,16 @@ absl::StatusOr<torch::Device> ParseGenerationDevice(const std::string& text) {
 
 namespace {
 
-// Every parameter of `model` from the checkpoint's consolidated masters.
-absl::Status LoadCheckpointWeights(const GenerationModelOptions& options, torch::nn::Module& model) {
+// Every parameter of `model` from the checkpoint's consolidated masters (a
+// checkpoint of any tensor-parallel size, consolidated whole), each split
+// parameter cut for this rank by `forms` when the model is split.
+absl::Status LoadCheckpointWeights(const GenerationModelOptions& options, torch::nn::Module& model,
+                                   const std::vector<TensorParallelForm>& forms) {
+  const TensorParallelGroup& tp = options.tensor_parallel;
+  std::map<std::string, TensorParallelForm> form_of;
+  if (tp.split()) {
+    for (const TensorParallelForm& form : forms) form_of[form.parameter] = form;
+  }
   ConsolidateSummary summary;
   auto tensors = ConsolidateCheckpointInMemory(options.checkpoint, options.checkpoint_tag, {}, &summary);
   if (!tensors.ok()) return tensors.status();
@@ -40,7 +49,16 @@ absl::Status LoadCheckpointWeights(const GenerationModelOptions& options, torch:
           options.checkpoint, "/", summary.tag, " holds LoRA adapters (", name,
           "), not the model: serve the job's export.hf_dir (merged), or its export.adapter_dir with --adapter"));
     }
-    by_name[name] = tensor;
+    if (auto form = form_of.find(name); form != form_of.end()) {
+      auto sliced = SliceForRank(tensor, form->second, tp.rank, tp.size);
+      if (!sliced.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options.checkpoint, "/", summary.tag, ": ", sliced.status().message()));
+      }
+      by_name[name] = *sliced;
+    } else {
+      by_name[name] = tensor;
+    }
   }
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) {
@@ -83,10 +101,10 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   model_options.fused_kernels = options.fused_kernels;
   model_options.tensor_parallel = options.tensor_parallel;
   const TensorParallelGroup& tp = options.tensor_parallel;
-  if (tp.split() && (!options.checkpoint.empty() || !options.adapter.empty())) {
+  if (tp.split() && !options.adapter.empty()) {
     return absl::UnimplementedError(
-        "tensor-parallel generation reads a Hugging Face folder; --checkpoint and --adapter are not yet supported "
-        "with it (serve the job's export.hf_dir)");
+        "tensor-parallel generation with --adapter is not yet supported (serve the job's merged export.hf_dir, or "
+        "its --checkpoint)");
   }
   if (tp.split() && model_options.kv_heads % tp.size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", model_options.kv_heads,
@@ -99,7 +117,8 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
         !loaded.ok()) {
       return loaded;
     }
-  } else if (absl::Status loaded = LoadCheckpointWeights(options, *model); !loaded.ok()) {
+  } else if (absl::Status loaded = LoadCheckpointWeights(options, *model, model->TensorParallelForms());
+             !loaded.ok()) {
     return loaded;
   }
   if (!options.adapter.empty()) {

@@ -8,6 +8,7 @@
 #    tensors the folder came with;
 #  - a trained export loads in the independent reference (tests/hf/) and its
 #    logits match dsgen's on the same folder; stop and resume are bit for bit;
+#  - a TP 2 job's checkpoint consolidates and generates, on 1 rank and 2;
 #  - a broken folder is refused naming the file and tensor, before any step.
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
@@ -105,6 +106,29 @@ cmp -s "$WORK/gen_checkpoint.ids" "$WORK/gen_folder.ids" ||
   fail "dsgen with a missing tag ran"
 grep -q "nope" "$WORK/tag.out" || fail "a missing tag is not named: $(cat "$WORK/tag.out")"
 pass "dsgen --checkpoint reads the ZeRO-3 checkpoint of 2 ranks in place: the consolidated folder's logits and tokens ($(cat "$WORK/gen_checkpoint.ids"))"
+
+# 5c. A tensor-parallel job's checkpoint (TP 2, Note [Tensor-parallel
+#     checkpoints]): dsconsolidate joins the slices into a folder, dsgen
+#     reads the checkpoint in place as that folder, and dsgen split over 2
+#     ranks reads it as one rank does.
+run_job tp2 2 --override ds_config.tensor_parallel.tp_size=2 --override train.steps=4 --override train.warmup_steps=2 \
+  --override train.micro_batch_size=8 \
+  --override "checkpoint.dir=$WORK/ck_tp" --override checkpoint.interval=4
+"$DSCONSOLIDATE" "$WORK/ck_tp" --format hf --hf_from "$WORK/tiny" --dtype float32 --output "$WORK/tp_hf" \
+  >"$WORK/consolidate_tp.out" 2>&1 || fail "dsconsolidate of the TP 2 checkpoint: $(cat "$WORK/consolidate_tp.out")"
+TP_PROMPT=(--prompt_ids 1,20,300,41,5 --max_new_tokens 12 --print_logprobs)
+"$DSGEN" --model "$WORK/tp_hf" "${TP_PROMPT[@]}" >"$WORK/tp_folder.out" 2>&1 || fail "dsgen on the folder: $(cat "$WORK/tp_folder.out")"
+"$DSGEN" --model "$WORK/tiny" --checkpoint "$WORK/ck_tp" "${TP_PROMPT[@]}" >"$WORK/tp_one.out" 2>"$WORK/tp_one.err" ||
+  fail "dsgen --checkpoint of the TP 2 checkpoint: $(cat "$WORK/tp_one.err")"
+cmp -s "$WORK/tp_folder.out" "$WORK/tp_one.out" ||
+  fail "dsgen --checkpoint and the consolidated folder differ: $(paste "$WORK/tp_folder.out" "$WORK/tp_one.out" | head -3)"
+"$DSLAUNCH" --num_gpus 2 --no_prefix "$DSGEN" --model "$WORK/tiny" --checkpoint "$WORK/ck_tp" "${TP_PROMPT[@]}" \
+  >"$WORK/tp_two.out" 2>"$WORK/tp_two.err" || fail "dsgen on 2 ranks with --checkpoint: $(tail -3 "$WORK/tp_two.err")"
+awk 'NR == FNR { id[FNR] = $1; lp[FNR] = $2; n = FNR; next }
+  { if ($1 != id[FNR]) bad = 1; d = $2 - lp[FNR]; if (d < 0) d = -d; if (d > 1e-5) bad = 1; m = FNR }
+  END { exit bad || m != n || n == 0 }' "$WORK/tp_one.out" "$WORK/tp_two.out" ||
+  fail "2 ranks and one rank differ on the TP 2 checkpoint: $(paste "$WORK/tp_one.out" "$WORK/tp_two.out" | head -3)"
+pass "a TP 2 checkpoint: dsconsolidate's folder, dsgen --checkpoint and dsgen on 2 ranks give the same tokens"
 
 # 6. A broken folder: refused naming the file and tensor; no step runs.
 cp -r "$WORK/tiny" "$WORK/broken"
