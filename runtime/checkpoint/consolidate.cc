@@ -69,19 +69,106 @@ class MemorySink final : public ConsolidationSink {
   int64_t appended_ = 0;
 };
 
+using CheckFinite = std::function<absl::Status(const torch::Tensor&, const std::string&)>;
+
+// One saved partition: its parameters' names in order and their values.
+struct SavedGroup {
+  std::vector<std::string> names;
+  std::map<std::string, torch::Tensor> by_name;
+};
+
+// The partition whose parts are `files` (its data-parallel ranks, in order),
+// re-joined (ZeroPartition::Unshard): `prefix` names its keys ("zero/" or
+// "experts/"), `layout` its names and shapes ("layout/" or "experts/").
+absl::StatusOr<SavedGroup> ReadSavedGroup(torch::serialize::InputArchive& first, const std::string& folder,
+                                          const std::vector<int>& files, const std::string& prefix,
+                                          const std::string& layout, const CheckFinite& check_finite) {
+  SavedGroup group;
+  std::vector<torch::Tensor> parts;
+  std::vector<int64_t> unit_sizes;
+  std::vector<std::vector<int64_t>> shapes;
+  for (size_t r = 0; r < files.size(); ++r) {
+    torch::serialize::InputArchive own;
+    torch::serialize::InputArchive& part = files[r] == 0 ? first : own;
+    if (files[r] != 0) part.load_from(RankFile(folder, files[r]), torch::Device(torch::kCPU));
+    torch::Tensor shard;
+    part.read(prefix + "master", shard);
+    shard = shard.to(torch::kFloat).contiguous();
+    if (absl::Status finite = check_finite(shard, RankFileName(files[r])); !finite.ok()) return finite;
+    parts.push_back(shard);
+    if (r > 0) continue;
+    c10::IValue total, names_value, shapes_value;
+    part.read(prefix + "total", total);
+    auto sizes = SavedUnitSizes(part, total.toInt(), prefix);
+    if (!sizes.ok()) return sizes.status();
+    unit_sizes = *sizes;
+    part.read(layout + "names", names_value);
+    part.read(layout + "shapes", shapes_value);
+    for (absl::string_view name : absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty())) {
+      group.names.emplace_back(name);
+    }
+    for (absl::string_view shape : absl::StrSplit(shapes_value.toStringRef(), ';')) {
+      std::vector<int64_t> dims;
+      for (absl::string_view d : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
+        int64_t size = 0;
+        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shape));
+        dims.push_back(size);
+      }
+      shapes.push_back(dims);
+    }
+    if (shapes.size() < group.names.size()) {
+      return absl::DataLossError(absl::StrCat(folder, ": ", RankFileName(files[r]), "'s ", layout, " layout has ",
+                                              group.names.size(), " names and ", shapes.size(), " shapes"));
+    }
+  }
+  const torch::Tensor flat = ZeroPartition::Unshard(parts, unit_sizes);
+  int64_t offset = 0;
+  for (size_t i = 0; i < group.names.size(); ++i) {
+    const int64_t numel = c10::multiply_integers(shapes[i]);
+    if (offset + numel > flat.numel()) {
+      return absl::DataLossError(absl::StrCat(folder, ": ", RankFileName(files[0]), "'s ", layout,
+                                              " layout is larger than its ", flat.numel(), " saved values"));
+    }
+    group.by_name[group.names[i]] = flat.narrow(0, offset, numel).view(shapes[i]);
+    offset += numel;
+  }
+  return group;
+}
+
+// `tensors`, in order, into the sink.
+absl::Status WriteAssembled(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            const MakeSink& make_sink, ConsolidateSummary& summary) {
+  std::vector<SafetensorsEntry> entries;
+  int64_t elements = 0;
+  for (const auto& [name, value] : tensors) {
+    entries.push_back(SafetensorsEntry{name, value.sizes().vec()});
+    elements += value.numel();
+  }
+  auto sink = make_sink(entries, elements);
+  if (!sink.ok()) return sink.status();
+  summary.tensors = static_cast<int64_t>(entries.size());
+  for (const auto& [name, value] : tensors) {
+    if (absl::Status appended = (*sink)->Append(value.data_ptr<float>(), value.numel()); !appended.ok()) {
+      return appended;
+    }
+    summary.elements += value.numel();
+  }
+  return (*sink)->Finish();
+}
+
 // Note [Tensor-parallel checkpoints] (engine_checkpointer.cc): with
 // tensor_parallel.tp_size T > 1, the D files of group p·T + t (stage p,
 // tensor rank t) hold that group's flat state cut over its data-parallel
 // ranks, and "tp/forms" how each split parameter was cut. Each group's
-// masters are re-joined (ZeroPartition::Unshard) and every parameter is
-// assembled whole from its T slices by its saved form (AssembleWhole: fused
-// q/k/v parts, rows, and a padded vocabulary trimmed), taken from the first
-// stage that held it. In host memory: the model's fp32 size, where the
-// other checkpoints stream one shard at a time.
+// masters are re-joined and every parameter is assembled whole from its T
+// slices by its saved form (AssembleWhole: fused q/k/v parts, rows, and a
+// padded vocabulary trimmed), taken from the first stage that held it. In
+// host memory: the model's fp32 size, where the other checkpoints stream
+// one shard at a time.
 absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, const std::string& folder,
                                        int64_t tensor_parallel, int64_t stages, int64_t world,
-                                       const std::function<absl::Status(const torch::Tensor&, const std::string&)>& check_finite,
-                                       const MakeSink& make_sink, ConsolidateSummary& summary) {
+                                       const CheckFinite& check_finite, const MakeSink& make_sink,
+                                       ConsolidateSummary& summary) {
   std::map<std::string, TensorParallelForm> forms;
   c10::IValue form_text;
   if (!first.try_read("tp/forms", form_text)) {
@@ -92,77 +179,29 @@ absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, co
     if (!form.ok()) return absl::DataLossError(absl::StrCat(folder, ": ", form.status().message()));
     forms[form->parameter] = *form;
   }
-  // Group g's parameters by name, and its names in order.
-  const int64_t groups = stages * tensor_parallel;
-  std::vector<std::map<std::string, torch::Tensor>> by_name(static_cast<size_t>(groups));
-  std::vector<std::vector<std::string>> names(static_cast<size_t>(groups));
-  for (int64_t g = 0; g < groups; ++g) {
-    std::vector<torch::Tensor> parts;
-    std::vector<int64_t> unit_sizes;
-    std::vector<std::vector<int64_t>> shapes;
-    for (int64_t r = 0; r < world; ++r) {
-      const int file = static_cast<int>(g * world + r);
-      torch::serialize::InputArchive own;
-      torch::serialize::InputArchive& part = file == 0 ? first : own;
-      if (file != 0) part.load_from(RankFile(folder, file), torch::Device(torch::kCPU));
-      torch::Tensor shard;
-      part.read("zero/master", shard);
-      shard = shard.to(torch::kFloat).contiguous();
-      if (absl::Status finite = check_finite(shard, RankFileName(file)); !finite.ok()) return finite;
-      parts.push_back(shard);
-      ++summary.ranks_read;
-      if (r > 0) continue;
-      c10::IValue total, names_value, shapes_value;
-      part.read("zero/total", total);
-      auto sizes = SavedUnitSizes(part, total.toInt());
-      if (!sizes.ok()) return sizes.status();
-      unit_sizes = *sizes;
-      part.read("layout/names", names_value);
-      part.read("layout/shapes", shapes_value);
-      for (absl::string_view name : absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty())) {
-        names[g].emplace_back(name);
-      }
-      for (absl::string_view shape : absl::StrSplit(shapes_value.toStringRef(), ';')) {
-        std::vector<int64_t> dims;
-        for (absl::string_view d : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
-          int64_t size = 0;
-          if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shape));
-          dims.push_back(size);
-        }
-        shapes.push_back(dims);
-      }
-      if (shapes.size() < names[g].size()) {
-        return absl::DataLossError(absl::StrCat(folder, ": group ", g, "'s layout has ", names[g].size(), " names and ",
-                                                shapes.size(), " shapes"));
-      }
-    }
-    const torch::Tensor flat = ZeroPartition::Unshard(parts, unit_sizes);
-    int64_t offset = 0;
-    for (size_t i = 0; i < names[g].size(); ++i) {
-      const int64_t numel = c10::multiply_integers(shapes[i]);
-      if (offset + numel > flat.numel()) {
-        return absl::DataLossError(absl::StrCat(folder, ": group ", g, "'s layout is larger than its ", flat.numel(),
-                                                " saved values"));
-      }
-      by_name[g][names[g][i]] = flat.narrow(0, offset, numel).view(shapes[i]);
-      offset += numel;
-    }
+  const int64_t count = stages * tensor_parallel;
+  std::vector<SavedGroup> groups;
+  for (int64_t g = 0; g < count; ++g) {
+    std::vector<int> files;
+    for (int64_t r = 0; r < world; ++r) files.push_back(static_cast<int>(g * world + r));
+    auto group = ReadSavedGroup(first, folder, files, "zero/", "layout/", check_finite);
+    if (!group.ok()) return group.status();
+    groups.push_back(std::move(*group));
+    summary.ranks_read += static_cast<int>(world);
   }
   // Each parameter once, whole, in stage order.
-  std::vector<SafetensorsEntry> entries;
-  std::vector<torch::Tensor> values;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
   std::set<std::string> placed;
-  int64_t elements = 0;
   for (int64_t stage = 0; stage < stages; ++stage) {
-    const int64_t group = stage * tensor_parallel;
-    for (const std::string& name : names[group]) {
+    const size_t head = static_cast<size_t>(stage * tensor_parallel);
+    for (const std::string& name : groups[head].names) {
       if (!placed.insert(name).second) continue;
-      torch::Tensor whole = by_name[group].at(name);
+      torch::Tensor whole = groups[head].by_name.at(name);
       if (auto form = forms.find(name); form != forms.end()) {
         std::vector<torch::Tensor> slices;
         for (int64_t t = 0; t < tensor_parallel; ++t) {
-          auto slice = by_name[group + t].find(name);
-          if (slice == by_name[group + t].end()) {
+          auto slice = groups[head + t].by_name.find(name);
+          if (slice == groups[head + t].by_name.end()) {
             return absl::DataLossError(
                 absl::StrCat(folder, ": tensor rank ", t, " of stage ", stage, " holds no slice of ", name));
           }
@@ -170,21 +209,50 @@ absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, co
         }
         whole = AssembleWhole(slices, form->second);
       }
-      entries.push_back(SafetensorsEntry{name, whole.sizes().vec()});
-      values.push_back(whole.contiguous());
-      elements += whole.numel();
+      tensors.emplace_back(name, whole.contiguous());
     }
   }
-  auto sink = make_sink(entries, elements);
-  if (!sink.ok()) return sink.status();
-  summary.tensors = static_cast<int64_t>(entries.size());
-  for (const torch::Tensor& value : values) {
-    if (absl::Status appended = (*sink)->Append(value.data_ptr<float>(), value.numel()); !appended.ok()) {
-      return appended;
-    }
-    summary.elements += value.numel();
+  return WriteAssembled(tensors, make_sink, summary);
+}
+
+// Note [Expert-parallel checkpoints] (engine_checkpointer.cc): with
+// expert-parallel size E > 1, every file holds its share of the dense
+// partition ("zero/", cut over all D ranks) and of its expert group's
+// partition ("experts/": expert rank e's replicas are files e, e + E, ...,
+// its experts named by their global index). The output holds the dense
+// parameters, then each expert group's experts, in host memory.
+absl::Status ConsolidateExpertParallel(torch::serialize::InputArchive& first, const std::string& folder,
+                                       int64_t experts_parallel, int64_t world, const CheckFinite& check_finite,
+                                       const MakeSink& make_sink, ConsolidateSummary& summary) {
+  std::vector<int> dense_files;
+  for (int64_t r = 0; r < world; ++r) dense_files.push_back(static_cast<int>(r));
+  std::vector<SavedGroup> groups;
+  auto dense = ReadSavedGroup(first, folder, dense_files, "zero/", "layout/", check_finite);
+  if (!dense.ok()) return dense.status();
+  groups.push_back(std::move(*dense));
+  summary.ranks_read = static_cast<int>(world);
+  c10::IValue shards;
+  if (!first.try_read("experts/shards", shards)) {
+    return absl::DataLossError(absl::StrCat(folder, ": an expert-parallel checkpoint without experts/shards"));
   }
-  return (*sink)->Finish();
+  for (int64_t e = 0; e < experts_parallel; ++e) {
+    std::vector<int> files;
+    for (int64_t j = 0; j < shards.toInt(); ++j) files.push_back(static_cast<int>(e + j * experts_parallel));
+    auto experts = ReadSavedGroup(first, folder, files, "experts/", "experts/", check_finite);
+    if (!experts.ok()) return experts.status();
+    groups.push_back(std::move(*experts));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  std::set<std::string> placed;
+  for (const SavedGroup& group : groups) {
+    for (const std::string& name : group.names) {
+      if (!placed.insert(name).second) {
+        return absl::DataLossError(absl::StrCat(folder, ": parameter ", name, " is saved twice"));
+      }
+      tensors.emplace_back(name, group.by_name.at(name).contiguous());
+    }
+  }
+  return WriteAssembled(tensors, make_sink, summary);
 }
 
 absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std::string& tag,
@@ -219,11 +287,12 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     first.read("engine/world", world_value);
     c10::IValue tp_value;
     const int64_t tensor_parallel = first.try_read("tp/size", tp_value) ? tp_value.toInt() : 1;
-    if (c10::IValue ep; first.try_read("experts/ep_size", ep) && ep.toInt() > 1) {
-      return absl::UnimplementedError(absl::StrCat(folder, " was saved with expert parallelism (", ep.toInt(),
-                                                   "): consolidating experts spread over ranks is not yet supported "
-                                                   "(resume it at expert-parallel size 1 and "
-                                                   "save again)"));
+    c10::IValue ep_value;
+    const int64_t experts_parallel = first.try_read("experts/ep_size", ep_value) ? ep_value.toInt() : 1;
+    if (experts_parallel > 1 && tensor_parallel > 1) {
+      return absl::UnimplementedError(absl::StrCat(folder, " was saved with expert parallelism (", experts_parallel,
+                                                   ") and tensor parallelism (", tensor_parallel,
+                                                   "): not yet supported together"));
     }
     // Note [Tensor-parallel checkpoints]: with pipeline stages each stage's
     // files hold its own parameters; the output holds each parameter once,
@@ -233,13 +302,21 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     const int64_t stages = first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
     c10::IValue shards_probe;
     const int64_t files_per_stage = first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
-    if ((stages > 1 || tensor_parallel > 1) && !Has(first, "zero/total")) {
+    if ((stages > 1 || tensor_parallel > 1 || experts_parallel > 1) && !Has(first, "zero/total")) {
       return absl::DataLossError(
-          absl::StrCat(folder, ": a pipelined or tensor-parallel checkpoint without its flat state"));
+          absl::StrCat(folder, ": a pipelined, tensor- or expert-parallel checkpoint without its flat state"));
     }
-    if (tensor_parallel > 1) {
-      absl::Status joined = ConsolidateTensorParallel(first, folder, tensor_parallel, stages, files_per_stage,
-                                                      check_finite, make_sink, summary);
+    if (tensor_parallel > 1 || experts_parallel > 1) {
+      if (experts_parallel > 1 && stages > 1) {
+        return absl::UnimplementedError(
+            absl::StrCat(folder, " was saved with expert parallelism and pipeline stages: not yet supported together"));
+      }
+      absl::Status joined =
+          tensor_parallel > 1
+              ? ConsolidateTensorParallel(first, folder, tensor_parallel, stages, files_per_stage, check_finite,
+                                          make_sink, summary)
+              : ConsolidateExpertParallel(first, folder, experts_parallel, files_per_stage, check_finite, make_sink,
+                                          summary);
       if (!joined.ok()) return joined;
       return summary;
     }

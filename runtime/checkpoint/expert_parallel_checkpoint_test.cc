@@ -2,13 +2,15 @@
 // EP 2 x DP 2 ZeRO-2 run of a Mixtral-style model saved after 2 steps
 // resumes bit for bit at the same layout, and loads at EP 4 (ZeRO 1), EP 1
 // (ZeRO 2) and EP 2 at stage 0 to continue as the uninterrupted run does, up
-// to the order of sums (1e-5 relative).
+// to the order of sums (1e-5 relative); and consolidates to every parameter
+// the run saved.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 
 #include "gtest/gtest.h"
+#include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/testing/expert_parallel_training.h"
 
@@ -86,6 +88,40 @@ TEST_F(ExpertParallelCheckpointTest, ResumesExactlyAndLoadsAtOtherExpertParallel
     std::vector<std::string> bad = testing::CompareNamed(loaded.params, uninterrupted.params, 1e-5);
     EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches, first: " << bad.front();
     EXPECT_EQ(loaded.params.size(), uninterrupted.params.size());
+  }
+}
+
+// Consolidation (dsconsolidate, and what dsgen/dsserve --checkpoint read):
+// the dense parameters and every expert, each once, as the run held them
+// when it saved, at ZeRO 2 and at stage 0.
+TEST_F(ExpertParallelCheckpointTest, ConsolidatesToEveryParameterTheRunSaved) {
+  InProcessStore store;
+  int attempt = 0;
+  for (ExpertLayout layout :
+       {ExpertLayout{.family = "llama", .ep = 2, .stage = 2}, ExpertLayout{.family = "llama", .ep = 2, .stage = 0}}) {
+    SCOPED_TRACE(layout.Describe());
+    const std::string dir = dir_ + "/" + std::to_string(attempt);
+    std::vector<std::map<std::string, torch::Tensor>> params(layout.world);
+    testing::RunExpertParallelRanks(store, attempt++, layout.world, layout.ep, [&](int rank, const ParallelState& state) {
+      testing::ExpertRank r = testing::StartExpertRank(layout, state);
+      ASSERT_NE(r.engine, nullptr);
+      std::vector<double> ignored;
+      testing::TrainExpertSteps(r, layout, state, 0, 2, &ignored);
+      absl::Status saved = EngineCheckpointer(*r.engine).Save(dir, "global_step2", {});
+      ASSERT_TRUE(saved.ok()) << saved;
+      params[rank] = testing::NamedParameters(*r.module);
+    });
+    std::map<std::string, torch::Tensor> whole;
+    for (const auto& rank : params) whole.insert(rank.begin(), rank.end());
+    auto tensors = ConsolidateCheckpointInMemory(dir, "");
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    EXPECT_EQ(tensors->size(), whole.size());
+    for (const auto& [name, value] : *tensors) {
+      ASSERT_TRUE(whole.count(name)) << name << " is not the model's";
+      const torch::Tensor want = whole.at(name).to(torch::kFloat);
+      ASSERT_EQ(value.sizes(), want.sizes()) << name;
+      EXPECT_TRUE(torch::equal(value, want)) << name << " differs by " << (value - want).abs().max().item<double>();
+    }
   }
 }
 
