@@ -86,7 +86,7 @@ absl::StatusOr<SavedGroup> ReadSavedGroup(torch::serialize::InputArchive& first,
   SavedGroup group;
   std::vector<torch::Tensor> parts;
   std::vector<int64_t> unit_sizes;
-  std::vector<std::vector<int64_t>> shapes;
+  SavedLayout saved;
   for (size_t r = 0; r < files.size(); ++r) {
     torch::serialize::InputArchive own;
     torch::serialize::InputArchive& part = files[r] == 0 ? first : own;
@@ -97,39 +97,25 @@ absl::StatusOr<SavedGroup> ReadSavedGroup(torch::serialize::InputArchive& first,
     if (absl::Status finite = check_finite(shard, RankFileName(files[r])); !finite.ok()) return finite;
     parts.push_back(shard);
     if (r > 0) continue;
-    c10::IValue total, names_value, shapes_value;
+    c10::IValue total;
     part.read(prefix + "total", total);
     auto sizes = SavedUnitSizes(part, total.toInt(), prefix);
     if (!sizes.ok()) return sizes.status();
     unit_sizes = *sizes;
-    part.read(layout + "names", names_value);
-    part.read(layout + "shapes", shapes_value);
-    for (absl::string_view name : absl::StrSplit(names_value.toStringRef(), '\n', absl::SkipEmpty())) {
-      group.names.emplace_back(name);
-    }
-    for (absl::string_view shape : absl::StrSplit(shapes_value.toStringRef(), ';')) {
-      std::vector<int64_t> dims;
-      for (absl::string_view d : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
-        int64_t size = 0;
-        if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shape));
-        dims.push_back(size);
-      }
-      shapes.push_back(dims);
-    }
-    if (shapes.size() < group.names.size()) {
-      return absl::DataLossError(absl::StrCat(folder, ": ", RankFileName(files[r]), "'s ", layout, " layout has ",
-                                              group.names.size(), " names and ", shapes.size(), " shapes"));
-    }
+    auto read = ReadSavedLayout(part, layout, RankFile(folder, files[r]));
+    if (!read.ok()) return read.status();
+    saved = std::move(*read);
+    group.names = saved.names;
   }
   const torch::Tensor flat = ZeroPartition::Unshard(parts, unit_sizes);
   int64_t offset = 0;
   for (size_t i = 0; i < group.names.size(); ++i) {
-    const int64_t numel = c10::multiply_integers(shapes[i]);
+    const int64_t numel = c10::multiply_integers(saved.shapes[i]);
     if (offset + numel > flat.numel()) {
       return absl::DataLossError(absl::StrCat(folder, ": ", RankFileName(files[0]), "'s ", layout,
                                               " layout is larger than its ", flat.numel(), " saved values"));
     }
-    group.by_name[group.names[i]] = flat.narrow(0, offset, numel).view(shapes[i]);
+    group.by_name[group.names[i]] = flat.narrow(0, offset, numel).view(saved.shapes[i]);
     offset += numel;
   }
   return group;
@@ -280,8 +266,8 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     // machine, GPUs or not.
     torch::serialize::InputArchive first;
     first.load_from(RankFile(folder, 0), torch::Device(torch::kCPU));
-    c10::IValue names_value, shapes_value, world_value;
-    if (!first.try_read("layout/names", names_value) || !first.try_read("layout/shapes", shapes_value)) {
+    c10::IValue world_value;
+    if (!Has(first, "layout/names") || !Has(first, "layout/shapes")) {
       return absl::FailedPreconditionError(absl::StrCat(folder, " has no parameter layout (written by an older dsrank)"));
     }
     first.read("engine/world", world_value);
@@ -331,30 +317,17 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     std::vector<SafetensorsEntry> entries;
     int64_t output_size = 0;
     for (int64_t stage = 0; stage < stages; ++stage) {
-      c10::IValue stage_names = names_value, stage_shapes = shapes_value;
-      if (stage > 0) {
-        torch::serialize::InputArchive head;
-        head.load_from(RankFile(folder, static_cast<int>(stage * files_per_stage)), torch::Device(torch::kCPU));
-        head.read("layout/names", stage_names);
-        head.read("layout/shapes", stage_shapes);
-      }
-      std::vector<std::string> names = absl::StrSplit(stage_names.toStringRef(), '\n', absl::SkipEmpty());
-      std::vector<std::string> shapes = absl::StrSplit(stage_shapes.toStringRef(), ';');
-      if (names.size() != shapes.size()) {
-        return absl::DataLossError(absl::StrCat(folder, ": stage ", stage, "'s layout has ", names.size(),
-                                                " names and ", shapes.size(), " shapes"));
-      }
+      const int head_file = static_cast<int>(stage * files_per_stage);
+      torch::serialize::InputArchive head;
+      if (stage > 0) head.load_from(RankFile(folder, head_file), torch::Device(torch::kCPU));
+      auto saved = ReadSavedLayout(stage > 0 ? head : first, "layout/", RankFile(folder, head_file));
+      if (!saved.ok()) return saved.status();
+      const std::vector<std::string>& names = saved->names;
       StageLayout& layout = layouts[stage];
       int64_t offset = 0;
       for (size_t i = 0; i < names.size(); ++i) {
-        std::vector<int64_t> shape;
-        int64_t numel = 1;
-        for (absl::string_view d : absl::StrSplit(shapes[i], ',', absl::SkipEmpty())) {
-          int64_t size = 0;
-          if (!absl::SimpleAtoi(d, &size)) return absl::DataLossError(absl::StrCat(folder, ": bad shape ", shapes[i]));
-          shape.push_back(size);
-          numel *= size;
-        }
+        const std::vector<int64_t>& shape = saved->shapes[i];
+        const int64_t numel = c10::multiply_integers(shape);
         layout.names.push_back(names[i]);
         layout.shapes.push_back(shape);
         layout.offsets.push_back(offset);

@@ -583,23 +583,9 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
       if (r == 0) {
         const int64_t total = ReadInt(part, prefix + "total");
         DS_ASSIGN_OR_RETURN(unit_sizes, SavedUnitSizes(part, total, prefix));
-        c10::IValue names, shapes;
-        part.read(layout + "names", names);
-        part.read(layout + "shapes", shapes);
-        for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
-          state.names.emplace_back(name);
-        }
-        for (absl::string_view shape : absl::StrSplit(shapes.toStringRef(), ';')) {
-          std::vector<int64_t> dims;
-          for (absl::string_view dim : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
-            int64_t value = 0;
-            if (!absl::SimpleAtoi(dim, &value))
-              return absl::DataLossError(absl::StrCat("checkpoint ", folder, ": bad shape '", shape, "'"));
-            dims.push_back(value);
-          }
-          state.shapes.push_back(dims);
-        }
-        state.shapes.resize(state.names.size());
+        DS_ASSIGN_OR_RETURN(SavedLayout saved, ReadSavedLayout(part, layout, RankFile(folder, files[r])));
+        state.names = std::move(saved.names);
+        state.shapes = std::move(saved.shapes);
       }
     }
     for (int k = 0; k < 3; ++k) state.flat[k] = ZeroPartition::Unshard(parts[k], unit_sizes);

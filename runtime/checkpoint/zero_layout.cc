@@ -26,4 +26,35 @@ absl::StatusOr<std::vector<int64_t>> SavedUnitSizes(torch::serialize::InputArchi
   return sizes;
 }
 
+absl::StatusOr<SavedLayout> ReadSavedLayout(torch::serialize::InputArchive& archive, const std::string& prefix,
+                                            const std::string& file) {
+  c10::IValue names, shapes;
+  if (!archive.try_read(prefix + "names", names) || !archive.try_read(prefix + "shapes", shapes)) {
+    return absl::DataLossError(absl::StrCat(file, " has no parameter layout (", prefix, "names, ", prefix, "shapes)"));
+  }
+  SavedLayout layout;
+  for (absl::string_view name : absl::StrSplit(names.toStringRef(), '\n', absl::SkipEmpty())) {
+    layout.names.emplace_back(name);
+  }
+  const std::string& shape_text = shapes.toStringRef();
+  if (!layout.names.empty() || !shape_text.empty()) {
+    for (absl::string_view shape : absl::StrSplit(shape_text, ';')) {
+      std::vector<int64_t> dims;
+      for (absl::string_view dim : absl::StrSplit(shape, ',', absl::SkipEmpty())) {
+        int64_t size = 0;
+        if (!absl::SimpleAtoi(dim, &size) || size < 0) {
+          return absl::DataLossError(absl::StrCat(file, ": bad shape '", shape, "' in ", prefix, "shapes"));
+        }
+        dims.push_back(size);
+      }
+      layout.shapes.push_back(std::move(dims));
+    }
+  }
+  if (layout.shapes.size() != layout.names.size()) {
+    return absl::DataLossError(absl::StrCat(file, ": ", prefix, "names has ", layout.names.size(), " entries and ",
+                                            prefix, "shapes ", layout.shapes.size()));
+  }
+  return layout;
+}
+
 }  // namespace dslaunch::runtime

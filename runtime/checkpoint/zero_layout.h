@@ -21,4 +21,16 @@ namespace dslaunch::runtime {
 absl::StatusOr<std::vector<int64_t>> SavedUnitSizes(torch::serialize::InputArchive& archive, int64_t total,
                                                     const std::string& prefix = "zero/");
 
+// A partition's parameters as a rank file records them: names in the flat
+// vector's order and their (local) shapes.
+struct SavedLayout {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+};
+// Reads `prefix`names ("a\nb") and `prefix`shapes ("2,3;4") ("layout/" for
+// the dense partition, "experts/" for the experts'). DataLoss naming `file`
+// when a key is missing, a shape is malformed, or the counts differ.
+absl::StatusOr<SavedLayout> ReadSavedLayout(torch::serialize::InputArchive& archive, const std::string& prefix,
+                                            const std::string& file);
+
 }  // namespace dslaunch::runtime
