@@ -152,7 +152,7 @@ absl::Status WriteAssembled(const std::vector<std::pair<std::string, torch::Tens
 // host memory: the model's fp32 size, where the other checkpoints stream
 // one shard at a time.
 absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, const std::string& folder,
-                                       int64_t tensor_parallel, int64_t stages, int64_t world,
+                                       int64_t tensor_parallel, int64_t stages, int64_t data_parallel,
                                        const CheckFinite& check_finite, const MakeSink& make_sink,
                                        ConsolidateSummary& summary) {
   std::map<std::string, TensorParallelForm> forms;
@@ -165,15 +165,19 @@ absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, co
     if (!form.ok()) return absl::DataLossError(absl::StrCat(folder, ": ", form.status().message()));
     forms[form->parameter] = *form;
   }
+  // Group g's files are g·D .. g·D + D - 1; its partition is cut into
+  // "zero/shards" pieces (D, or 1 at ZeRO 0: the group's first file).
+  c10::IValue shards;
+  first.read("zero/shards", shards);
   const int64_t count = stages * tensor_parallel;
   std::vector<SavedGroup> groups;
   for (int64_t g = 0; g < count; ++g) {
     std::vector<int> files;
-    for (int64_t r = 0; r < world; ++r) files.push_back(static_cast<int>(g * world + r));
+    for (int64_t r = 0; r < shards.toInt(); ++r) files.push_back(static_cast<int>(g * data_parallel + r));
     auto group = ReadSavedGroup(first, folder, files, "zero/", "layout/", check_finite);
     if (!group.ok()) return group.status();
     groups.push_back(std::move(*group));
-    summary.ranks_read += static_cast<int>(world);
+    summary.ranks_read += static_cast<int>(files.size());
   }
   // Each parameter once, whole, in stage order.
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -208,15 +212,18 @@ absl::Status ConsolidateTensorParallel(torch::serialize::InputArchive& first, co
 // its experts named by their global index). The output holds the dense
 // parameters, then each expert group's experts, in host memory.
 absl::Status ConsolidateExpertParallel(torch::serialize::InputArchive& first, const std::string& folder,
-                                       int64_t experts_parallel, int64_t world, const CheckFinite& check_finite,
+                                       int64_t experts_parallel, const CheckFinite& check_finite,
                                        const MakeSink& make_sink, ConsolidateSummary& summary) {
+  // The dense partition's pieces are files 0 .. "zero/shards" - 1.
+  c10::IValue dense_shards;
+  first.read("zero/shards", dense_shards);
   std::vector<int> dense_files;
-  for (int64_t r = 0; r < world; ++r) dense_files.push_back(static_cast<int>(r));
+  for (int64_t r = 0; r < dense_shards.toInt(); ++r) dense_files.push_back(static_cast<int>(r));
   std::vector<SavedGroup> groups;
   auto dense = ReadSavedGroup(first, folder, dense_files, "zero/", "layout/", check_finite);
   if (!dense.ok()) return dense.status();
   groups.push_back(std::move(*dense));
-  summary.ranks_read = static_cast<int>(world);
+  summary.ranks_read = static_cast<int>(dense_files.size());
   c10::IValue shards;
   if (!first.try_read("experts/shards", shards)) {
     return absl::DataLossError(absl::StrCat(folder, ": an expert-parallel checkpoint without experts/shards"));
@@ -286,8 +293,10 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
     // stage), in stage order.
     c10::IValue pp_value;
     const int64_t stages = first.try_read("pp/size", pp_value) ? pp_value.toInt() : 1;
-    c10::IValue shards_probe;
-    const int64_t files_per_stage = first.try_read("zero/shards", shards_probe) ? shards_probe.toInt() : 1;
+    // Files go (stage, slice) group after group, D (the data-parallel size)
+    // to a group, whether each holds a piece (ZeRO 1-3) or the whole vector
+    // (ZeRO 0: "zero/shards" is 1, and the group's first file is read).
+    const int64_t files_per_stage = world_value.toInt();
     if ((stages > 1 || tensor_parallel > 1 || experts_parallel > 1) && !Has(first, "zero/total")) {
       return absl::DataLossError(
           absl::StrCat(folder, ": a pipelined, tensor- or expert-parallel checkpoint without its flat state"));
@@ -301,8 +310,7 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
           tensor_parallel > 1
               ? ConsolidateTensorParallel(first, folder, tensor_parallel, stages, files_per_stage, check_finite,
                                           make_sink, summary)
-              : ConsolidateExpertParallel(first, folder, experts_parallel, files_per_stage, check_finite, make_sink,
-                                          summary);
+              : ConsolidateExpertParallel(first, folder, experts_parallel, check_finite, make_sink, summary);
       if (!joined.ok()) return joined;
       return summary;
     }
@@ -379,7 +387,7 @@ absl::StatusOr<ConsolidateSummary> Consolidate(const std::string& dir, const std
           return absl::OkStatus();
         };
         for (int64_t r = 0; r < world; ++r) {
-          const int file = static_cast<int>(stage * world + r);
+          const int file = static_cast<int>(stage * files_per_stage + r);
           torch::Tensor shard;
           if (file == 0) {
             first.read("zero/master", shard);

@@ -591,10 +591,13 @@ absl::Status EngineCheckpointer::LoadZeroShards(const std::string& folder) {
     for (int k = 0; k < 3; ++k) state.flat[k] = ZeroPartition::Unshard(parts[k], unit_sizes);
     return state;
   };
-  // Group p·T + t: files [group·D, (group+1)·D).
+  // Group p·T + t: files [group·D, (group+1)·D), D the saved data-parallel
+  // size; the group's partition is in its first saved_world of them (D, or
+  // 1 at ZeRO 0, where every data-parallel rank's file holds it whole).
+  const int64_t saved_data = ReadInt(first, "engine/world");
   auto read_slice = [&](int64_t slice) {
     std::vector<int> files;
-    for (int64_t r = 0; r < saved_world; ++r) files.push_back(static_cast<int>(slice * saved_world + r));
+    for (int64_t r = 0; r < saved_world; ++r) files.push_back(static_cast<int>(slice * saved_data + r));
     return read_group("zero/", "layout/", files);
   };
 

@@ -101,9 +101,12 @@ TEST_F(TensorParallelCheckpointTest, ResumesBitForBitAndLoadsAtOtherTensorParall
 // of a TP 2 x DP 2 checkpoint: every parameter whole, as the run held it
 // when it saved (fused q/k/v slices, rows, a padded vocabulary trimmed).
 TEST_F(TensorParallelCheckpointTest, ConsolidatesToTheWholeParametersTheRunSaved) {
-  for (const std::string family : {"gpt", "llama"}) {
-    const TensorParallelLayout layout{family, 2, 2, 1};
-    const std::string dir = dir_ + "/" + family;
+  // ZeRO 1: one file per rank, each data-parallel rank a piece; ZeRO 0 in
+  // bf16: the fp32 masters whole in each data-parallel rank's file.
+  for (const auto& [family, stage] : {std::pair<std::string, int>{"gpt", 1}, {"llama", 1}, {"llama", 0}}) {
+    SCOPED_TRACE(::testing::Message() << family << " at ZeRO " << stage);
+    const TensorParallelLayout layout{family, 2, 2, stage, /*sequence_parallel=*/false, /*bf16=*/stage == 0};
+    const std::string dir = dir_ + "/" + family + std::to_string(stage);
     std::vector<std::map<std::string, torch::Tensor>> saved(layout.world());
     testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
       testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
@@ -117,15 +120,47 @@ TEST_F(TensorParallelCheckpointTest, ConsolidatesToTheWholeParametersTheRunSaved
     ConsolidateSummary summary;
     auto tensors = ConsolidateCheckpointInMemory(dir, "", {}, &summary);
     ASSERT_TRUE(tensors.ok()) << tensors.status();
-    EXPECT_EQ(summary.ranks_read, 4) << family;
+    EXPECT_EQ(summary.ranks_read, stage == 0 ? 2 : 4) << family;
     ASSERT_EQ(tensors->size(), saved[0].size()) << family;
     for (const auto& [name, value] : *tensors) {
       ASSERT_TRUE(saved[0].count(name)) << family << ": " << name << " is not the model's";
       const torch::Tensor want = saved[0].at(name).to(torch::kFloat);
-      ASSERT_EQ(value.sizes(), want.sizes()) << family << ": " << name;
-      EXPECT_TRUE(torch::equal(value, want)) << family << ": " << name << " differs by "
-                                             << (value - want).abs().max().item<double>();
+      // bf16 parameters are their fp32 masters rounded.
+      const torch::Tensor got = layout.bf16 ? value.to(torch::kBFloat16).to(torch::kFloat) : value;
+      ASSERT_EQ(got.sizes(), want.sizes()) << family << ": " << name;
+      EXPECT_TRUE(torch::equal(got, want)) << family << ": " << name << " differs by "
+                                           << (got - want).abs().max().item<double>();
     }
+  }
+}
+
+// At ZeRO 0 every data-parallel rank's file holds its slice's masters whole
+// (one "shard"): a TP 2 x DP 2 bf16 checkpoint loads at TP 1 with the
+// parameters the run saved (the files of slice t are t·D .., not t·1).
+TEST_F(TensorParallelCheckpointTest, AZeroStageZeroCheckpointLoadsAtAnotherTensorParallelDegree) {
+  const TensorParallelLayout saved_layout{"llama", 2, 2, 0, /*sequence_parallel=*/false, /*bf16=*/true};
+  std::vector<std::map<std::string, torch::Tensor>> saved(saved_layout.world());
+  testing::RunTensorParallelRanks(saved_layout, [&](int rank, const ParallelState& state) {
+    testing::TensorParallelRank r = testing::StartTensorParallelRank(saved_layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    std::vector<double> ignored;
+    testing::TrainTensorParallelSteps(*r.engine, *r.family, saved_layout, state, 0, 2, &ignored);
+    absl::Status written = EngineCheckpointer(*r.engine).Save(dir_, "global_step2", {});
+    ASSERT_TRUE(written.ok()) << written;
+    saved[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
+  });
+  const TensorParallelLayout one{"llama", 1, 1, 1, /*sequence_parallel=*/false, /*bf16=*/true};
+  std::map<std::string, torch::Tensor> loaded;
+  testing::RunTensorParallelRanks(one, [&](int, const ParallelState& state) {
+    testing::TensorParallelRank r = testing::StartTensorParallelRank(one, state);
+    ASSERT_NE(r.engine, nullptr);
+    auto client = EngineCheckpointer(*r.engine).Load(dir_, "");
+    ASSERT_TRUE(client.ok()) << client.status();
+    loaded = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
+  });
+  ASSERT_EQ(loaded.size(), saved[0].size());
+  for (const auto& [name, value] : saved[0]) {
+    EXPECT_TRUE(torch::equal(loaded.at(name), value)) << name;
   }
 }
 
