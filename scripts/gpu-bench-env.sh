@@ -14,12 +14,18 @@ bash "$root/scripts/gpu-build.sh" "$root/.gpu-deps" $targets >"$out/build.log" 2
 export LD_LIBRARY_PATH=/opt/dslaunch-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 bin="$root/build-gpu/bin"
 data=${GPU_DATA:-$root/.gpu-data}
-# The card's memory bandwidth (TB/s) for rooflines: HBM_TB_PER_S, else the
-# datasheet figure of the card nvidia-smi names (H200 4.8, H100 SXM 3.35).
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-case "${HBM_TB_PER_S:-}:$gpu_name" in
-  :*H200*) hbm_tb_per_s=4.8 ;;
-  :*H100*) hbm_tb_per_s=3.35 ;;
-  :*) echo "gpu-bench-env.sh: no bandwidth known for '$gpu_name'; set HBM_TB_PER_S" >&2; exit 2 ;;
-  *) hbm_tb_per_s=$HBM_TB_PER_S ;;
-esac
+# card_hbm_tb_per_s: the card's memory bandwidth (TB/s) for a roofline:
+# HBM_TB_PER_S, else the datasheet figure of the card nvidia-smi names; an
+# unknown card is an error (for the scripts that print a roofline only).
+card_hbm_tb_per_s() {
+  if [[ -n "${HBM_TB_PER_S:-}" ]]; then echo "$HBM_TB_PER_S"; return; fi
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) || true
+  case "$name" in
+    *H200*) echo 4.8 ;;
+    *H100*PCIe*) echo 2.0 ;;
+    *H100*NVL*) echo 3.9 ;;
+    *H100*) echo 3.35 ;;
+    *) echo "no memory bandwidth known for the card '$name': set HBM_TB_PER_S" >&2; return 1 ;;
+  esac
+}

@@ -9,6 +9,7 @@
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-model_tests generate_tests decode_linear_bench}
 source "$(dirname "$0")/gpu-bench-env.sh"
+hbm_tb_per_s=$(card_hbm_tb_per_s) || exit 2
 cd "$root"
 status=0
 timeout 300 "$bin/model_tests" --gtest_filter='DecodeLinear*:FusedOps*' >"$out/decode-linear-tests.log" 2>&1 || status=1

@@ -20,6 +20,7 @@
 set -uo pipefail
 GPU_TARGETS=${GPU_TARGETS:-generation_bench${GRAPHS:+ generate_tests}}
 source "$(dirname "$0")/gpu-bench-env.sh"
+hbm_tb_per_s=$(card_hbm_tb_per_s) || exit 2
 cd "$root"
 if [[ -n "${GRAPHS:-}" ]]; then
   timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*:*FusedDecode*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"

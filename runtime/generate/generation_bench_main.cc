@@ -32,6 +32,8 @@
 //     NVMe]): the layers stream from files under DIR, the roofline is
 //     --drive_gb_per_s (the drive's read rate, when given; else PCIe's), and
 //     each decode figure also says the bytes read from the drive per second.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -134,7 +136,7 @@ absl::Status Run(const Options& options) {
     StreamedLayerWeightsOptions streaming;
     streaming.home = options.offload_params;
     streaming.files.nvme_path = options.nvme_path;
-    streaming.files.name = "generation-bench";
+    streaming.files.name = absl::StrCat("generation-bench-", ::getpid());
     auto installed = StreamedLayerWeights::Install(model, device, streaming);
     if (!installed.ok()) return installed.status();
     streamer = *installed;

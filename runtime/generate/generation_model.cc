@@ -9,6 +9,7 @@
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/int8_weights.h"
+#include "runtime/generate/layer_weight_files.h"
 #include "runtime/generate/peft_adapter_loader.h"
 #include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
@@ -135,15 +136,21 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   // Dropout is off either way (Llama has none; config.json's attention_dropout is refused unless 0).
   model->eval();
   if (options.int8) {
-    auto report = QuantizeWeightsInt8(model);
+    // Streamed layers are quantized in host memory; the tensor group reduces on the device.
+    auto report = QuantizeWeightsInt8(model, *device);
     if (!report.ok()) return report.status();
   }
   if (streamed) {
     StreamedLayerWeightsOptions streaming;
     streaming.home = options.offload_params;
     streaming.files.nvme_path = options.nvme_path;
-    // This process's own folder: two runs may share a drive.
+    // This process's own folder: two runs may share a drive. Those of runs
+    // that ended without removing theirs go first.
     streaming.files.name = absl::StrCat("inference-layers-", ::getpid(), "-rank", tp.rank);
+    if (options.offload_params == "nvme") {
+      auto stale = RemoveLayerFilesOfEndedProcesses(options.nvme_path, "inference-layers-");
+      if (!stale.ok()) return stale.status();
+    }
     auto installed = StreamedLayerWeights::Install(model, *device, streaming);
     if (!installed.ok()) return installed.status();
   }

@@ -10,7 +10,7 @@
 
 namespace dslaunch::runtime {
 
-absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model) {
+absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model, std::optional<torch::Device> collective_device) {
   const TensorParallelGroup& group = model->options().tensor_parallel;
   // Row-parallel weights hold part of each row (Note [Int8 weights]).
   std::set<std::string> row_parallel;
@@ -36,6 +36,7 @@ absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model) {
       torch::Tensor row_absmax;
       if (group.split() && row_parallel.count(name + ".weight")) {
         row_absmax = projection->RowAbsMax();
+        if (collective_device) row_absmax = row_absmax.to(*collective_device);
         if (absl::Status reduced = group.comm->AllReduce(row_absmax, ReduceOp::kMax); !reduced.ok()) {
           return absl::Status(reduced.code(),
                               absl::StrCat("int8 weights: the row maxima of ", name, ": ", reduced.message()));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "runtime/model/llama.h"
@@ -24,7 +25,10 @@ struct Int8Report {
 // merged export would be): the adapter no longer exists apart afterwards.
 // REQUIRES: `model` on its final device and dtype. Split over a tensor
 // group, every rank calls it (a row-parallel projection's row maxima are
-// reduced over the group, in one order on every rank).
-absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model);
+// reduced over the group, in one order on every rank, on
+// `collective_device`: the group's device when the weights are elsewhere,
+// as streamed layers are in host memory; unset: the weights' own).
+absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model,
+                                               std::optional<torch::Device> collective_device = std::nullopt);
 
 }  // namespace dslaunch::runtime

@@ -1,11 +1,14 @@
 // Note [Layer weights on NVMe].
 #include "runtime/generate/layer_weight_files.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/fs/file_system.h"
@@ -125,6 +128,25 @@ absl::StatusOr<torch::Tensor> LayerWeightFiles::FinishRead(int buffer) {
   const int64_t length = layer_bytes_[static_cast<size_t>(pending.layer)];
   read_bytes_ += length;
   return staging_[buffer].narrow(0, kSwapHeaderBytes, length);
+}
+
+absl::StatusOr<int> RemoveLayerFilesOfEndedProcesses(const std::string& nvme_path, const std::string& prefix) {
+  FileSystem& fs = FileSystem::Default();
+  const std::string swap = absl::StrCat(nvme_path, "/dslaunch-swap");
+  if (!fs.IsDirectory(swap)) return 0;
+  auto entries = fs.ListDirectory(swap);
+  if (!entries.ok()) return entries.status();
+  int removed = 0;
+  for (const std::string& entry : *entries) {
+    if (entry.rfind(prefix, 0) != 0) continue;
+    const std::string rest = entry.substr(prefix.size());
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    if (absl::Status gone = fs.RemoveTree(absl::StrCat(swap, "/", entry)); !gone.ok()) return gone;
+    ++removed;
+  }
+  return removed;
 }
 
 std::string LayerWeightFiles::Describe() const {

@@ -11,8 +11,10 @@
 //    checked: a short, foreign or changed file is an error naming it, never
 //    a wrong weight.
 //  - The files are written once, when the streamer is installed, under
-//    <nvme_path>/dslaunch-swap/<name> (made afresh: a folder left by a
-//    crashed run is removed first), and removed with this object.
+//    <nvme_path>/dslaunch-swap/<name> (made afresh), and removed with this
+//    object. Names carry the process id (two runs may share a drive); the
+//    folders of processes that ended without removing theirs (killed,
+//    crashed) are removed by RemoveLayerFilesOfEndedProcesses.
 //  - Two staging buffers, each as large as the largest layer's file, pinned
 //    on a CUDA host so that the copy to the device runs without the host.
 //    Reads are queued on a BlockIo (io_uring, or pread/pwrite threads) in
@@ -95,5 +97,10 @@ class LayerWeightFiles {
   Pending pending_[2];
   int64_t read_bytes_ = 0;
 };
+
+// "<prefix><pid>-..." folders under <nvme_path>/dslaunch-swap whose process
+// no longer runs (kill(pid, 0) says ESRCH) are removed; a live process's,
+// or one whose name does not parse, is left alone. Returns how many went.
+absl::StatusOr<int> RemoveLayerFilesOfEndedProcesses(const std::string& nvme_path, const std::string& prefix);
 
 }  // namespace dslaunch::runtime

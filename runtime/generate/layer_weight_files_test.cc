@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -135,6 +136,34 @@ TEST_P(LayerWeightFilesTest, AFolderThatCannotHoldTheFilesIsRefusedByTheFlagsNam
     EXPECT_THAT(std::string(tmpfs.status().message()), HasSubstr("is on tmpfs (memory)"));
   }
   EXPECT_FALSE(LayerWeightFiles::Create(Options(), {}, /*pinned=*/false).ok());
+}
+
+// A run killed before it removed its files leaves a folder named by its
+// process id: the next run removes it, and leaves a live process's alone.
+TEST_P(LayerWeightFilesTest, TheFoldersOfEndedProcessesAreRemovedAndLiveOnesKept) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);  // reaped: its id names no process now
+  FileSystem& fs = FileSystem::Default();
+  const std::string swap = root_ + "/dslaunch-swap/";
+  const std::string ended = swap + "inference-layers-" + std::to_string(child) + "-rank0";
+  const std::string live = swap + "inference-layers-" + std::to_string(::getpid()) + "-rank1";
+  const std::string other = swap + "model";
+  for (const std::string& folder : {ended, live, other}) {
+    ASSERT_TRUE(fs.CreateDirectories(folder).ok());
+    ASSERT_TRUE(WriteFileAtomically(fs, folder + "/layer.0.swp", "bytes").ok());
+  }
+  auto removed = RemoveLayerFilesOfEndedProcesses(root_, "inference-layers-");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 1);
+  EXPECT_FALSE(fs.Exists(ended));
+  EXPECT_TRUE(fs.Exists(live + "/layer.0.swp"));
+  EXPECT_TRUE(fs.Exists(other + "/layer.0.swp"));
+  auto none = RemoveLayerFilesOfEndedProcesses(root_ + "/nothing-here", "inference-layers-");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(IoUringAndThreads, LayerWeightFilesTest, ::testing::Bool(),

@@ -146,7 +146,8 @@ void StreamedLayerWeights::Load(int64_t layer) {
   if (files_) {
     if (files_->pending(slot) != layer) {
       // A pass out of the usual order: the read ahead is not this layer's.
-      // Its result is not needed (a bad file is met again when it is).
+      // Its result is not needed (a changed file is met again when it is;
+      // an I/O error stays: BlockIo's errors are sticky).
       if (files_->pending(slot) >= 0) (void)files_->FinishRead(slot);
       files_->StartRead(layer, slot);
     }
@@ -164,8 +165,10 @@ void StreamedLayerWeights::Load(int64_t layer) {
   slot_layer_[slot] = layer;
   copied_bytes_ += source.numel();
   if (files_) {
-    // The staging buffer is free once its copy is done: the drive reads the
-    // slot's next layer into it while the device computes.
+    // The staging buffer is free once its copy is done (which waits for the
+    // device to finish the slot's former layer: the host waits here, and the
+    // copy does not overlap compute); then the drive reads the slot's next
+    // layer into it while the device computes the layers between.
     copied_[slot].WaitOnHost();
     if (const int64_t next = NextInSlot(layer); next != layer) files_->StartRead(next, slot);
   }

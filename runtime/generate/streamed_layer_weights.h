@@ -41,7 +41,10 @@
 //    read of the slot's next layer into the buffer. The drive bounds the
 //    speed: every step reads the whole of the decoder layers from it. A
 //    read that fails or a file that changed throws, naming the file, out of
-//    the forward (the engine turns it into the step's error).
+//    the forward (the engine turns it into the step's error; a read error
+//    fails every later step too). Split over a tensor group, the other
+//    ranks then wait in the layer's collective: under dslaunch the failing
+//    rank's exit ends the job.
 #pragma once
 
 #include <cstdint>
