@@ -102,11 +102,6 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
   model_options.fused_kernels = options.fused_kernels;
   model_options.tensor_parallel = options.tensor_parallel;
   const TensorParallelGroup& tp = options.tensor_parallel;
-  if (tp.split() && !options.adapter.empty()) {
-    return absl::UnimplementedError(
-        "tensor-parallel generation with --adapter is not yet supported (serve the job's merged export.hf_dir, or "
-        "its --checkpoint)");
-  }
   if (tp.split() && model_options.kv_heads % tp.size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(options.model, ": ", model_options.kv_heads,
                                                    " key/value heads do not divide among ", tp.size,
@@ -123,8 +118,24 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     return loaded;
   }
   if (!options.adapter.empty()) {
-    auto adapted = LoadPeftAdapter(fs, options.adapter, *model);
+    AdapterSlicing slicing;
+    if (tp.split()) slicing = AdapterSlicing{model->TensorParallelForms(), tp.rank, tp.size};
+    auto adapted = LoadPeftAdapter(fs, options.adapter, *model, slicing);
     if (!adapted.ok()) return adapted.status();
+    if (tp.split()) {
+      // A row-parallel product reads the base weight alone (its partial sums
+      // meet in the all-reduce): every rank merges its slices of W + s·B·A.
+      try {
+        for (const auto& item : model->named_modules()) {
+          if (auto* projection = item.value()->as<LoraLinearImpl>(); projection != nullptr && projection->adapted()) {
+            projection->MergeAdapter();
+          }
+        }
+      } catch (const c10::Error& e) {
+        return absl::InternalError(absl::StrCat(options.adapter, ": merging into the tensor-parallel slices: ",
+                                                e.what_without_backtrace()));
+      }
+    }
   }
   const bool streamed = options.offload_params != "none";
   try {
@@ -163,7 +174,9 @@ namespace dslaunch::runtime {
 
 void AddGenerationModelFlags(FlagTable& flags, GenerationModelOptions* options, int64_t* local_rank) {
   flags.String("--model", &options->model, "DIR", "a Hugging Face model folder (config.json, safetensors, tokenizer)")
-      .String("--adapter", &options->adapter, "DIR", "a PEFT LoRA adapter folder put on the model (unmerged)")
+      .String("--adapter", &options->adapter, "DIR",
+              "a PEFT LoRA adapter folder put on the model (unmerged on one rank; merged into each rank's slices "
+              "when split over ranks)")
       .String("--checkpoint", &options->checkpoint, "DIR",
               "a training checkpoint (checkpoint.dir of a job that started from --model, any ZeRO stage): its "
               "weights, read in place of the folder's")

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <functional>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -75,7 +76,12 @@ absl::StatusOr<LoraSettings> ReadPeftAdapterConfig(FileSystem& fs, const std::st
   return settings;
 }
 
-absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& folder, torch::nn::Module& model) {
+absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& folder, torch::nn::Module& model,
+                                            const AdapterSlicing& slicing) {
+  std::map<std::string, TensorParallelForm> form_of;  // by the projection's weight name
+  if (slicing.size > 1) {
+    for (const TensorParallelForm& form : slicing.forms) form_of[form.parameter] = form;
+  }
   auto settings = ReadPeftAdapterConfig(fs, folder);
   if (!settings.ok()) return settings.status();
   auto summary = ApplyLora(model, *settings, /*seed=*/0);
@@ -97,11 +103,37 @@ absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& f
       return absl::NotFoundError(absl::StrCat(file, " has no tensor ", key, ", which ", kPeftConfigFile,
                                               "'s target_modules put on the model"));
     }
-    if (view->sizes() != item.value().sizes()) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": ", key, " is ", c10::str(view->sizes()),
+    torch::Tensor values = *view;
+    // "<projection>.lora_A.weight": the projection's own weight names its form.
+    const std::string projection = item.key().substr(0, item.key().find(".lora_"));
+    if (auto form = form_of.find(projection + ".weight"); form != form_of.end()) {
+      const bool is_a = item.key().find(".lora_A.") != std::string::npos;
+      TensorParallelForm cut = form->second;
+      cut.parameter = key;
+      bool sliced = true;
+      switch (form->second.split) {
+        case TensorParallelSplit::kColumn:  // output rows split: B's rows
+          sliced = !is_a;
+          break;
+        case TensorParallelSplit::kRow:  // input columns split: A's columns
+          sliced = is_a;
+          break;
+        case TensorParallelSplit::kVocab:
+          return absl::UnimplementedError(absl::StrCat(
+              file, ": ", key, " adapts ", projection, ", split by vocabulary over the tensor group: not supported"));
+      }
+      if (sliced) {
+        auto slice = SliceForRank(values, cut, slicing.rank, slicing.size);
+        if (!slice.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", slice.status().message()));
+        values = *slice;
+      }
+    }
+    if (values.sizes() != item.value().sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", key, " is ", c10::str(values.sizes()),
+                                                     slicing.size > 1 ? " (this rank's part)" : "",
                                                      ", the model's adapter is ", c10::str(item.value().sizes())));
     }
-    item.value().copy_(view->to(item.value().device(), item.value().scalar_type()));
+    item.value().copy_(values.to(item.value().device(), item.value().scalar_type()));
     unused.erase(key);
   }
   if (!unused.empty()) {

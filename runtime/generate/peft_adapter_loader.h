@@ -13,20 +13,34 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/model/lora.h"
+#include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
 namespace dslaunch::runtime {
 
 // The folder's adapter_config.json, checked as above.
 absl::StatusOr<LoraSettings> ReadPeftAdapterConfig(FileSystem& fs, const std::string& folder);
 
+// A model split over a tensor group: its projections' forms and this rank.
+struct AdapterSlicing {
+  std::vector<TensorParallelForm> forms;  // the model's (TensorParallelForms)
+  int rank = 0;
+  int size = 1;
+};
+
 // Puts the folder's adapters on `model` (in the dtype and on the device of
-// the model's parameters). Returns how many projections it adapted.
-absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& folder, torch::nn::Module& model);
+// the model's parameters). Returns how many projections it adapted. With
+// `slicing` (a split model), each rank takes its part of the folder's whole
+// adapters: a column-parallel projection's lora_B rows (its output rows), a
+// row-parallel projection's lora_A columns (its input columns); the other
+// factor is whole. An adapter on a vocabulary-split head is refused.
+absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& folder, torch::nn::Module& model,
+                                            const AdapterSlicing& slicing = {});
 
 }  // namespace dslaunch::runtime

@@ -98,6 +98,18 @@ grep -q "adapter_config.json: use_dora is set; DoRA is not supported" "$WORK/dor
   fail "a DoRA adapter was refused without naming use_dora: $(cat "$WORK/dora.out")"
 pass "dsgen --adapter (base + PEFT adapter, unmerged) = the reference's base + adapter; use_dora refused by name"
 
+# 4b. The adapter on a model split over 2 ranks (each rank's part of lora_B
+#     for q/k/v, of lora_A for o, merged into its slices): one rank's tokens.
+ADAPTED=(--model "$WORK/tiny" --adapter "$WORK/adapter" --prompt_ids 1,20,300,41,5 --max_new_tokens 12 --print_logprobs)
+"$DSGEN" "${ADAPTED[@]}" >"$WORK/adapter-one.out" 2>&1 || fail "dsgen --adapter: $(cat "$WORK/adapter-one.out")"
+"$DSLAUNCH" --num_gpus 2 --no_prefix "$DSGEN" "${ADAPTED[@]}" >"$WORK/adapter-two.out" 2>"$WORK/adapter-two.err" ||
+  fail "dsgen --adapter on 2 ranks: $(tail -3 "$WORK/adapter-two.err")"
+awk 'NR == FNR { id[FNR] = $1; lp[FNR] = $2; n = FNR; next }
+  { if ($1 != id[FNR]) bad = 1; d = $2 - lp[FNR]; if (d < 0) d = -d; if (d > 1e-5) bad = 1; m = FNR }
+  END { exit bad || m != n || n == 0 }' "$WORK/adapter-one.out" "$WORK/adapter-two.out" ||
+  fail "dsgen --adapter on 2 ranks and on one differ: $(paste "$WORK/adapter-one.out" "$WORK/adapter-two.out" | head -3)"
+pass "dsgen --adapter split over 2 ranks gives one rank's tokens and log-probabilities"
+
 # 4. Stop after step 3, resume to 6 (ZeRO-2, 2 ranks): bit-identical losses.
 Z2=(--override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=2
   --override checkpoint.interval=3)
