@@ -48,6 +48,7 @@
 #include "common/flag_table.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/int8_weights.h"
+#include "runtime/generate/layer_weight_files.h"
 #include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/torch_compat.h"
@@ -137,6 +138,11 @@ absl::Status Run(const Options& options) {
     streaming.home = options.offload_params;
     streaming.files.nvme_path = options.nvme_path;
     streaming.files.name = absl::StrCat("generation-bench-", ::getpid());
+    if (options.offload_params == "nvme") {
+      // Those of benchmarks that were killed before removing theirs.
+      auto stale = RemoveLayerFilesOfEndedProcesses(options.nvme_path, "generation-bench-");
+      if (!stale.ok()) return stale.status();
+    }
     auto installed = StreamedLayerWeights::Install(model, device, streaming);
     if (!installed.ok()) return installed.status();
     streamer = *installed;

@@ -143,7 +143,11 @@ absl::StatusOr<int> RemoveLayerFilesOfEndedProcesses(const std::string& nvme_pat
     int64_t pid = 0;
     if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid) || pid <= 0) continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
-    if (absl::Status gone = fs.RemoveTree(absl::StrCat(swap, "/", entry)); !gone.ok()) return gone;
+    // Several ranks of the next run sweep at once: the one whose rename
+    // takes the folder removes it; the others find it gone and go on.
+    const std::string claimed = absl::StrCat(swap, "/.removing-", ::getpid(), "-", entry);
+    if (!fs.Rename(absl::StrCat(swap, "/", entry), claimed).ok()) continue;
+    if (absl::Status gone = fs.RemoveTree(claimed); !gone.ok()) return gone;
     ++removed;
   }
   return removed;

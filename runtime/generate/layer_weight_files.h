@@ -100,7 +100,10 @@ class LayerWeightFiles {
 
 // "<prefix><pid>-..." folders under <nvme_path>/dslaunch-swap whose process
 // no longer runs (kill(pid, 0) says ESRCH) are removed; a live process's,
-// or one whose name does not parse, is left alone. Returns how many went.
+// or one whose name does not parse, is left alone. Ranks may sweep at once
+// (each folder is claimed by a rename first). Process ids are this PID
+// namespace's: a drive shared with containers of other namespaces needs
+// an --nvme_path of its own per namespace. Returns how many went.
 absl::StatusOr<int> RemoveLayerFilesOfEndedProcesses(const std::string& nvme_path, const std::string& prefix);
 
 }  // namespace dslaunch::runtime

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -155,9 +156,14 @@ TEST_P(LayerWeightFilesTest, TheFoldersOfEndedProcessesAreRemovedAndLiveOnesKept
     ASSERT_TRUE(fs.CreateDirectories(folder).ok());
     ASSERT_TRUE(WriteFileAtomically(fs, folder + "/layer.0.swp", "bytes").ok());
   }
-  auto removed = RemoveLayerFilesOfEndedProcesses(root_, "inference-layers-");
-  ASSERT_TRUE(removed.ok()) << removed.status();
-  EXPECT_EQ(*removed, 1);
+  // Two ranks sweeping at once: one removes the folder, neither fails.
+  absl::StatusOr<int> sweeps[2];
+  std::thread other_rank([&] { sweeps[1] = RemoveLayerFilesOfEndedProcesses(root_, "inference-layers-"); });
+  sweeps[0] = RemoveLayerFilesOfEndedProcesses(root_, "inference-layers-");
+  other_rank.join();
+  ASSERT_TRUE(sweeps[0].ok()) << sweeps[0].status();
+  ASSERT_TRUE(sweeps[1].ok()) << sweeps[1].status();
+  EXPECT_EQ(*sweeps[0] + *sweeps[1], 1);
   EXPECT_FALSE(fs.Exists(ended));
   EXPECT_TRUE(fs.Exists(live + "/layer.0.swp"));
   EXPECT_TRUE(fs.Exists(other + "/layer.0.swp"));
