@@ -150,6 +150,24 @@ inline void SynchronizeDevice(const torch::Device& device) {
 }
 }  // namespace dslaunch::runtime::compat
 
+// Marks what a profiler started with --profile-from-start off (Nsight
+// Compute) looks at: the CUDA work between the two calls. Nothing on the CPU.
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <cuda_profiler_api.h>
+#endif
+namespace dslaunch::runtime::compat {
+inline void CudaProfilerStart() {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  (void)cudaProfilerStart();
+#endif
+}
+inline void CudaProfilerStop() {
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+  (void)cudaProfilerStop();
+#endif
+}
+}  // namespace dslaunch::runtime::compat
+
 // The CUDA device kernels and NCCL use when they are not told one is the
 // thread's current device. A rank makes its own GPU current once at start-up
 // (SetCurrentCudaDevice); code that launches on a tensor's device holds a

@@ -5,7 +5,7 @@
 //                    [--prompt_tokens 2000] [--decode_tokens 256]
 //                    [--batch 64] [--batch_prompt_tokens 128] [--batch_new_tokens 128]
 //                    [--reference_tokens 16] [--hbm_tb_per_s 4.8] [--key_length_multiples 1,128]
-//                    [--fused_kernels] [--cuda_graphs] [--int8]
+//                    [--fused_kernels] [--cuda_graphs] [--int8] [--profile_decode]
 //                    [--offload_params cpu|nvme [--nvme_path DIR] [--cuda_memory_limit_gb G]
 //                     [--pcie_gb_per_s 55] [--drive_gb_per_s G]]
 //
@@ -15,7 +15,8 @@
 //     (bandwidth / weight bytes: every weight is read once per token);
 //   - time to first token of a --prompt_tokens prompt (one prefill step);
 //   - batch-1 decode tokens/s after a 128-token prompt, and its share of
-//     the roofline;
+//     the roofline; per token, the wall time of the forward and of choosing
+//     the token on the host;
 //   - the reference: greedy decoding that runs the whole sequence again for
 //     every token (no cache), from the same prompt, tokens/s;
 //   - --batch requests at once (continuous batching): generated tokens/s;
@@ -71,6 +72,7 @@ struct Options {
   bool fused_kernels = false;
   bool int8 = false;
   bool cuda_graphs = false;
+  bool profile_decode = false;
   std::string offload_params = "none";
   double cuda_memory_limit_gb = 0;
   double pcie_gb_per_s = 55;  // an assumed PCIe 5.0 x16 host-to-device rate, not a measurement: the run prints what it reached
@@ -231,6 +233,10 @@ absl::Status Run(const Options& options) {
       if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // the prefill
       const int64_t copied_before = streamer ? streamer->copied_bytes() : 0;
       const int64_t read_before = streamer && streamer->files() ? streamer->files()->read_bytes() : 0;
+      const GenerationStats before = (*engine)->Stats();
+      // The profiled window (--profile_decode): this mode's timed decode steps, the last mode's.
+      const bool profiled = options.profile_decode && graphs == modes.back();
+      if (profiled) compat::CudaProfilerStart();
       const auto start = std::chrono::steady_clock::now();
       int64_t decoded = 0;
       while (!(*engine)->Idle()) {
@@ -239,6 +245,8 @@ absl::Status Run(const Options& options) {
         decoded += static_cast<int64_t>(step->size());
       }
       const double decode_seconds = Seconds(start);
+      if (profiled) compat::CudaProfilerStop();
+      const GenerationStats after = (*engine)->Stats();
       const double rate = decoded / decode_seconds;
       if (streamer) {
         absl::PrintF("streamed layers: %.2f GB copied per decode step, %.1f GB/s host to device\n",
@@ -279,6 +287,10 @@ absl::Status Run(const Options& options) {
       }
       absl::PrintF("batch-1 decode (cached%s): %.1f tokens/s over %d tokens = %.0f%% of the roofline%s\n",
                    graphs ? ", CUDA graphs" : "", rate, decoded, 100 * rate / roofline, check);
+      const double per_token_ms = 1e3 / std::max<int64_t>(decoded, 1);
+      absl::PrintF("  per token: %.3f ms in the forward (launch, device, logits back), %.3f ms choosing the token on the host\n",
+                   (after.forward_seconds - before.forward_seconds) * per_token_ms,
+                   (after.choosing_seconds - before.choosing_seconds) * per_token_ms);
     }
     // Continuous batching: --batch requests submitted at once.
     std::vector<std::vector<int64_t>> eager_batch;
@@ -378,6 +390,9 @@ int main(int argc, char** argv) {
       .Bool("--int8", &options.int8, "weight-only int8 projections (Note [Int8 weights]); no PyTorch counterpart here")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "also measure batch-1 and batched decoding with CUDA graphs, checking their tokens against eager")
+      .Bool("--profile_decode", &options.profile_decode,
+            "only the timed batch-1 decode steps (with graphs: the graphed ones) between cudaProfilerStart and "
+            "Stop, for ncu --profile-from-start off")
       .String("--offload_params", &options.offload_params, "DEVICE",
               "ZeRO-Inference: cpu streams the decoder layers from pinned host memory (Note [Streamed layer weights]), "
               "nvme from files under --nvme_path",

@@ -1,6 +1,7 @@
 #include "runtime/generate/generation_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -242,6 +243,7 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   }
   // A decode step (one token of each piece) replays a recorded graph.
   const bool graphed = graphs_ != nullptr && tokens.size() == pieces.size();
+  const auto forward_start = std::chrono::steady_clock::now();
   absl::StatusOr<torch::Tensor> logits;
   try {
     logits = graphed ? graphs_->Run(pieces, tokens) : Forward(pieces, tokens, positions, logit_rows);
@@ -251,6 +253,8 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   if (!logits.ok()) {
     return absl::Status(logits.status().code(), absl::StrCat("generation step: ", logits.status().message()));
   }
+  const auto choosing_start = std::chrono::steady_clock::now();
+  stats_.forward_seconds += std::chrono::duration<double>(choosing_start - forward_start).count();
   if (graphed) ++stats_.graphed_steps;
   ++stats_.steps;
   stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
@@ -302,6 +306,7 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     if (!done[i]) still.push_back(std::move(running_[i]));
   }
   running_ = std::move(still);
+  stats_.choosing_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - choosing_start).count();
   return produced;
 }
 
