@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 
 namespace dslaunch::kernels {
@@ -10,8 +11,12 @@ namespace {
 using device::FromFloat;
 using device::ToFloat;
 
-constexpr int kWarps = 8;   // output rows per block, one per warp
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+constexpr int kWarps = 8;  // output rows per block, one per warp
+// 16-byte weight loads in flight per lane: 8 for a float row (4 and 8 read
+// alike launched plainly, and 8 gained with dependent launch:
+// cuda_decode_linear_variants), 4 for int8's up to 8 rows of sums.
+template <typename W>
+inline constexpr int kUnroll = std::is_same_v<W, int8_t> ? 4 : 8;
 
 // Weights in one 16-byte load.
 template <typename W>
@@ -57,13 +62,22 @@ __device__ __forceinline__ void Accumulate(const int4& raw, const T* __restrict_
 }
 
 // One warp per output row n: y[r, n] = (Σ_k x[r, k]·W[n, k]) · scale[n] + bias[n].
+// Launched dependent (Note [Dependent launch]): with weights_constant, each
+// lane's first loads of its weight row are issued before the wait, so the
+// product streams its weights while the kernel before it finishes.
 template <typename T, typename W, int kRows>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_linear_kernel(T* __restrict__ y, const T* __restrict__ x, const W* __restrict__ weight,
-                         const T* __restrict__ scale, const T* __restrict__ bias, int64_t in, int64_t out) {
+                         const T* __restrict__ scale, const T* __restrict__ bias, int64_t in, int64_t out,
+                         bool weights_constant) {
+  constexpr int kLoads = kUnroll<W>;
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (n >= out) return;  // the whole warp
+  if (n >= out) {  // the whole warp
+    device::WaitForPreviousKernel();
+    device::LetNextKernelStart();
+    return;
+  }
   constexpr int kCount = kPerLoad<W>;
   const int4* row = reinterpret_cast<const int4*>(weight + n * in);
   const int64_t loads = in / kCount;
@@ -71,13 +85,23 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
   int64_t l = lane;
-  for (; l + (kUnroll - 1) * 32 < loads; l += kUnroll * 32) {
-    int4 raw[kUnroll];
-    // Every load issued before any is used; evict-first: each weight is read once.
+  int4 raw[kLoads];
+  // Every load of a run issued before any is used; evict-first: each weight is read once.
+  auto load_run = [&] {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) raw[u] = __ldcs(row + l + u * 32);
+    for (int u = 0; u < kLoads; ++u) raw[u] = __ldcs(row + l + u * 32);
+  };
+  bool whole_run = l + (kLoads - 1) * 32 < loads;
+  if (weights_constant && whole_run) load_run();
+  device::WaitForPreviousKernel();
+  device::LetNextKernelStart();
+  if (!weights_constant && whole_run) load_run();
+  while (whole_run) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) Accumulate<T, W, kRows>(raw[u], x, in, (l + u * 32) * kCount, acc);
+    for (int u = 0; u < kLoads; ++u) Accumulate<T, W, kRows>(raw[u], x, in, (l + u * 32) * kCount, acc);
+    l += kLoads * 32;
+    whole_run = l + (kLoads - 1) * 32 < loads;
+    if (whole_run) load_run();
   }
   for (; l < loads; l += 32) Accumulate<T, W, kRows>(__ldcs(row + l), x, in, l * kCount, acc);
 #pragma unroll
@@ -94,10 +118,10 @@ template <typename T, typename W>
 cudaError_t Launch(const DecodeLinearArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.out + kWarps - 1) / kWarps));
   auto go = [&](auto kernel) {
-    kernel<<<grid, kWarps * 32, 0, stream>>>(static_cast<T*>(args.y), static_cast<const T*>(args.x),
-                                             static_cast<const W*>(args.weight), static_cast<const T*>(args.scale),
-                                             static_cast<const T*>(args.bias), args.in, args.out);
-    return cudaGetLastError();
+    return device::LaunchDependent(kernel, grid, dim3(kWarps * 32), 0, stream, static_cast<T*>(args.y),
+                                   static_cast<const T*>(args.x), static_cast<const W*>(args.weight),
+                                   static_cast<const T*>(args.scale), static_cast<const T*>(args.bias), args.in,
+                                   args.out, args.weights_constant);
   };
   static_assert(kDecodeLinearMaxRows == 2 && kDecodeLinearMaxInt8Rows == 8, "a kernel per row count below");
   switch (args.rows) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/rms_norm.h"
 
@@ -36,6 +37,8 @@ template <typename T, int kVec, bool kBlockPerRow>
 __global__ void rms_norm_forward_kernel(T* y, float* rstd_out, T* sum, const T* x, const T* delta, const T* weight,
                                         int64_t rows, int width, float eps) {
   __shared__ float scratch[32];
+  device::WaitForPreviousKernel();  // Note [Dependent launch]
+  device::LetNextKernelStart();
   const int64_t row = kBlockPerRow ? static_cast<int64_t>(blockIdx.x)
                                    : static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // a whole warp, or (kBlockPerRow: one block a row) nobody
@@ -141,9 +144,9 @@ cudaError_t LaunchForward(ElementType type, void* y, float* rstd, void* sum, con
       const int threads = block_per_row ? static_cast<int>(std::clamp<int64_t>((vectors + 31) / 32 * 32, 32, 1024))
                                         : 32 * kWarpsPerBlock;
       const int64_t grid = block_per_row ? rows : (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-      kernel<<<grid, threads, 0, stream>>>(static_cast<T*>(y), rstd, static_cast<T*>(sum), static_cast<const T*>(x),
-                                           static_cast<const T*>(delta), static_cast<const T*>(weight), rows, w, eps);
-      return cudaGetLastError();
+      return device::LaunchDependent(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), 0, stream,
+                                     static_cast<T*>(y), rstd, static_cast<T*>(sum), static_cast<const T*>(x),
+                                     static_cast<const T*>(delta), static_cast<const T*>(weight), rows, w, eps);
     };
     // Null pointers (no residual) are aligned.
     constexpr int kVec = device::kVector<T>;

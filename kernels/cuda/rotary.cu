@@ -1,4 +1,5 @@
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/rotary.h"
 
@@ -15,6 +16,8 @@ constexpr int kThreads = 256;
 // buffer, so a warp reads adjacent elements.
 template <typename T, bool kTranspose>
 __global__ void rotary_kernel(T* y, const T* x, const T* cos, const T* sin, RotaryShape shape) {
+  device::WaitForPreviousKernel();  // Note [Dependent launch]
+  device::LetNextKernelStart();
   const int64_t half = shape.head_dim / 2;
   const int64_t pairs = shape.batch * shape.time * shape.heads * half;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
@@ -51,9 +54,9 @@ cudaError_t rotary_apply(ElementType type, void* y, const void* x, const void* c
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     const int grid = device::ResidentBlocks((pairs + kThreads - 1) / kThreads, /*per_sm=*/8);
     auto launch = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x),
-                                            static_cast<const T*>(cos), static_cast<const T*>(sin), shape);
-      return cudaGetLastError();
+      return device::LaunchDependent(kernel, dim3(grid), dim3(kThreads), 0, stream, static_cast<T*>(y),
+                                     static_cast<const T*>(x), static_cast<const T*>(cos),
+                                     static_cast<const T*>(sin), shape);
     };
     return transpose ? launch(rotary_kernel<T, true>) : launch(rotary_kernel<T, false>);
   });

@@ -1,4 +1,5 @@
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/swiglu.h"
 
@@ -15,6 +16,8 @@ __device__ __forceinline__ float Sigmoid(float x) { return 1.f / (1.f + __expf(-
 // Grid-stride over vectors of kVec elements; elements % kVec == 0.
 template <typename T, int kVec>
 __global__ void swiglu_forward_kernel(T* y, const T* gate, const T* up, int64_t elements) {
+  device::WaitForPreviousKernel();  // Note [Dependent launch]
+  device::LetNextKernelStart();
   const int64_t vectors = elements / kVec;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -59,9 +62,9 @@ cudaError_t swiglu_forward(ElementType type, void* y, const void* gate, const vo
   if (elements <= 0) return elements == 0 ? cudaSuccess : cudaErrorInvalidValue;
   return DSLAUNCH_DISPATCH_ELEMENT_TYPE(type, T, [&] {
     auto launch = [&](auto kernel, int vec) {
-      kernel<<<Grid(kernel, elements / vec), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(gate),
-                                                                     static_cast<const T*>(up), elements);
-      return cudaGetLastError();
+      return device::LaunchDependent(kernel, dim3(Grid(kernel, elements / vec)), dim3(kThreads), 0, stream,
+                                     static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up),
+                                     elements);
     };
     return device::Vectorizable<T>(elements, {y, gate, up})
                ? launch(swiglu_forward_kernel<T, device::kVector<T>>, device::kVector<T>)

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/decode_linear.h"
 #include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
@@ -246,6 +248,9 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   const auto forward_start = std::chrono::steady_clock::now();
   absl::StatusOr<torch::Tensor> logits;
   try {
+    // Nothing writes a weight while the engine runs, unless layers stream into slots.
+    std::optional<ConstantWeightsScope> constant_weights;
+    if (model_->layer_residency() == nullptr) constant_weights.emplace();
     logits = graphed ? graphs_->Run(pieces, tokens) : Forward(pieces, tokens, positions, logit_rows);
   } catch (const c10::Error& e) {
     logits = absl::InternalError(e.what_without_backtrace());

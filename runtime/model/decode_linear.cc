@@ -14,6 +14,8 @@
 namespace dslaunch::runtime {
 namespace {
 
+thread_local bool constant_weights = false;
+
 torch::Tensor LibTorchInt8Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scale,
                                  const torch::Tensor& bias) {
   torch::Tensor y = torch::nn::functional::linear(x, weight.to(x.scalar_type())) * scale;
@@ -73,6 +75,7 @@ std::optional<torch::Tensor> RunKernel(const torch::Tensor& input, const torch::
   shape.back() = args->out;
   torch::Tensor y = torch::empty(shape, x.options());
   args->y = y.data_ptr();
+  args->weights_constant = ConstantWeightsScope::active();
   compat::CudaDeviceGuard device(x.device());
   const cudaError_t status = kernels::decode_linear(*args, compat::CurrentCudaStream());
   TORCH_CHECK(status == cudaSuccess, "decode linear: ", cudaGetErrorString(status));
@@ -81,6 +84,10 @@ std::optional<torch::Tensor> RunKernel(const torch::Tensor& input, const torch::
 #endif
 
 }  // namespace
+
+ConstantWeightsScope::ConstantWeightsScope() : previous_(constant_weights) { constant_weights = true; }
+ConstantWeightsScope::~ConstantWeightsScope() { constant_weights = previous_; }
+bool ConstantWeightsScope::active() { return constant_weights; }
 
 bool UsesDecodeLinearKernel(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scale,
                             const torch::Tensor& bias) {

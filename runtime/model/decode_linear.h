@@ -31,6 +31,25 @@ torch::Tensor LinearOp(const torch::Tensor& x, const torch::Tensor& weight, cons
 torch::Tensor Int8LinearOp(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scale,
                            const torch::Tensor& bias, bool fused);
 
+// While one lives on a thread, the decode kernel launched from that thread
+// takes the weights as constant (kernels::DecodeLinearArgs::weights_constant):
+// it may read them before the kernel ahead of it ends (Note [Dependent
+// launch], kernels/cuda/dependent_launch.cuh). For a generation engine's
+// forwards, where nothing writes a weight while steps run; a forward whose
+// weights something may write just before it (training, weights streamed
+// into slots) leaves it out. Nests.
+class ConstantWeightsScope {
+ public:
+  ConstantWeightsScope();
+  ~ConstantWeightsScope();
+  ConstantWeightsScope(const ConstantWeightsScope&) = delete;
+  ConstantWeightsScope& operator=(const ConstantWeightsScope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 // Whether a call would take the kernel (for tests and the benchmark).
 bool UsesDecodeLinearKernel(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scale,
                             const torch::Tensor& bias);

@@ -55,6 +55,20 @@ TEST(DecodeLinearTest, AnInt8LinearNeedsInt8WeightsAndScales) {
   EXPECT_THROW(Int8LinearOp(x, torch::ones({4, 16}, torch::kChar), {}, {}, /*fused=*/false), c10::Error);
 }
 
+TEST(DecodeLinearTest, ConstantWeightsScopesNestAndEnd) {
+  EXPECT_FALSE(ConstantWeightsScope::active());
+  {
+    ConstantWeightsScope outer;
+    EXPECT_TRUE(ConstantWeightsScope::active());
+    {
+      ConstantWeightsScope inner;
+      EXPECT_TRUE(ConstantWeightsScope::active());
+    }
+    EXPECT_TRUE(ConstantWeightsScope::active()) << "the inner scope's end keeps the outer's";
+  }
+  EXPECT_FALSE(ConstantWeightsScope::active());
+}
+
 class DecodeLinearGpuTest : public ::testing::TestWithParam<torch::ScalarType> {
  protected:
   void SetUp() override {
@@ -125,6 +139,44 @@ TEST_P(DecodeLinearGpuTest, Int8WeightsMatchTheirWidenedProduct) {
           b.to(torch::kDouble);
       ExpectAsCloseAsCuBlas(Int8LinearOp(x, w, scale, b, /*fused=*/true), Int8Reference(x, w, scale, b), exact,
                             in);
+    }
+  }
+}
+
+// With constant weights the kernel issues its first weight loads before
+// waiting for the kernel ahead of it (Note [Dependent launch]): the same
+// sums in the same order, so the same bits, with every input produced by the
+// kernel just before the product (a stale read of x would show).
+TEST_P(DecodeLinearGpuTest, ConstantWeightsGiveTheSameProducts) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(14);
+  for (bool int8 : {false, true}) {
+    for (int64_t in : {16, 272, 4096, 11008}) {
+      for (int64_t rows : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << "int8 " << int8 << " in " << in << " rows " << rows);
+        const int64_t out = 300;
+        const torch::Tensor base = torch::randn({rows, in}, generator).to(Options());
+        const torch::Tensor w = int8 ? torch::randint(-127, 128, {out, in}, generator, torch::kChar).to(torch::kCUDA)
+                                     : (torch::randn({out, in}, generator) / std::sqrt(in)).to(Options());
+        const torch::Tensor scale =
+            int8 ? ((torch::rand({out}, generator) + 0.5) / (127 * std::sqrt(in))).to(Options()) : torch::Tensor();
+        auto product = [&] {
+          const torch::Tensor x = base * 2;  // written by the kernel just before the product
+          return int8 ? Int8LinearOp(x, w, scale, {}, /*fused=*/true) : LinearOp(x, w, {}, /*fused=*/true);
+        };
+        const torch::Tensor waiting = product();
+        torch::Tensor constant;
+        {
+          ConstantWeightsScope constant_weights;
+          constant = product();
+        }
+        EXPECT_TRUE(torch::equal(constant, waiting));
+        const torch::Tensor exact =
+            torch::nn::functional::linear((base * 2).to(torch::kDouble), w.to(torch::kDouble)) *
+            (int8 ? scale.to(torch::kDouble) : torch::ones({out}, torch::kDouble).to(torch::kCUDA));
+        const torch::Tensor libtorch = int8 ? Int8Reference(base * 2, w, scale, {})
+                                            : torch::nn::functional::linear(base * 2, w);
+        ExpectAsCloseAsCuBlas(constant, libtorch, exact, in);
+      }
     }
   }
 }
