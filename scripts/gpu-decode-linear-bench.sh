@@ -12,7 +12,7 @@ source "$(dirname "$0")/gpu-bench-env.sh"
 hbm_tb_per_s=$(card_hbm_tb_per_s) || exit 2
 cd "$root"
 status=0
-timeout 300 "$bin/model_tests" --gtest_filter='DecodeLinear*:FusedOps*' >"$out/decode-linear-tests.log" 2>&1 || status=1
+timeout 300 "$bin/model_tests" --gtest_filter='*DecodeLinear*:*FusedOps*' >"$out/decode-linear-tests.log" 2>&1 || status=1
 timeout 300 "$bin/generate_tests" --gtest_filter='*FusedDecode*:DecodeGraphs*' >>"$out/decode-linear-tests.log" 2>&1 ||
   status=1
 grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|error' "$out/decode-linear-tests.log" | head -n 40

@@ -132,7 +132,7 @@ absl::StatusOr<torch::Tensor> DecodeGraphs::Run(const std::vector<StepPiece>& pi
     ++recorded_;
   }
   graph.step->Replay();
-  return graph.step->output().to(torch::kCPU);
+  return graph.step->output();
 }
 
 }  // namespace dslaunch::runtime

@@ -71,8 +71,9 @@ class DecodeGraphs {
  public:
   DecodeGraphs(Llama model, PagedKvCache& cache, std::unique_ptr<StepRecorder> recorder, int64_t max_graphs);
 
-  // The logits [d, vocabulary] on the CPU of a decode step: `pieces` one
-  // token each (a sequence's newest), `tokens` those tokens.
+  // The logits [d, vocabulary] of a decode step, on the model's device (the
+  // recorded step's output: valid until the next Run): `pieces` one token
+  // each (a sequence's newest), `tokens` those tokens.
   absl::StatusOr<torch::Tensor> Run(const std::vector<StepPiece>& pieces, const std::vector<int64_t>& tokens);
 
   int64_t recorded() const { return recorded_; }  // graphs recorded, dropped ones too

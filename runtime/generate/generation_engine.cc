@@ -258,8 +258,6 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   if (!logits.ok()) {
     return absl::Status(logits.status().code(), absl::StrCat("generation step: ", logits.status().message()));
   }
-  const auto choosing_start = std::chrono::steady_clock::now();
-  stats_.forward_seconds += std::chrono::duration<double>(choosing_start - forward_start).count();
   if (graphed) ++stats_.graphed_steps;
   ++stats_.steps;
   stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
@@ -270,6 +268,44 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
     }
   }
+  // Note [Choosing on the device]: a greedy request with no repetition
+  // penalty and no top_logprobs needs only the argmax of its row and that
+  // token's log-probability, computed where the logits are (in fp64, as
+  // SampleToken does on the host); two numbers a row come back instead of a
+  // vocabulary's logits, and the host does not walk them. A sequence's rows
+  // always take the same path, whatever shares its step.
+  std::vector<int64_t> on_device(sampled.size(), -1);  // row of `chosen` for each sampled row, or -1
+  std::vector<int64_t> device_rows;
+  bool host_rows = !scored.empty();
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    const SamplingOptions& sampling = running_[sampled[r]].request.sampling;
+    if (sampling.greedy && sampling.repetition_penalty == 1.0 && sampling.top_logprobs == 0) {
+      on_device[r] = static_cast<int64_t>(device_rows.size());
+      device_rows.push_back(sampled_rows[r]);
+    } else {
+      host_rows = true;
+    }
+  }
+  torch::Tensor chosen;  // [2, rows] fp64 on the host: token ids, log-probabilities
+  torch::Tensor host_logits;
+  try {
+    if (!device_rows.empty()) {
+      bool every_row = static_cast<int64_t>(device_rows.size()) == logits->size(0);
+      for (size_t i = 0; every_row && i < device_rows.size(); ++i) every_row = device_rows[i] == static_cast<int64_t>(i);
+      const torch::Tensor rows =
+          (every_row ? *logits
+                     : logits->index_select(0, torch::tensor(device_rows, torch::kLong).to(logits->device())))
+              .to(torch::kDouble);
+      const torch::Tensor ids = rows.argmax(-1);
+      const torch::Tensor logprobs = rows.gather(1, ids.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1);
+      chosen = torch::stack({ids.to(torch::kDouble), logprobs}).to(torch::kCPU);
+    }
+    if (host_rows) host_logits = logits->to(torch::kCPU);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("generation step: ", e.what_without_backtrace()));
+  }
+  const auto choosing_start = std::chrono::steady_clock::now();
+  stats_.forward_seconds += std::chrono::duration<double>(choosing_start - forward_start).count();
   // The scored rows are the ones not sampled, in order.
   for (size_t r = 0, next_scored = 0, next_sampled = 0; r < logit_rows.size(); ++r) {
     if (next_sampled < sampled_rows.size() && sampled_rows[next_sampled] == static_cast<int64_t>(r)) {
@@ -278,7 +314,7 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     }
     const auto [owner, position] = scored[next_scored++];
     Sequence& s = running_[owner];
-    SampledToken prompt_token = ScoreToken((*logits)[static_cast<int64_t>(r)], s.request.prompt[position + 1],
+    SampledToken prompt_token = ScoreToken(host_logits[static_cast<int64_t>(r)], s.request.prompt[position + 1],
                                            s.request.sampling.top_logprobs);
     s.result.prompt_logprobs.logprobs.push_back(prompt_token.logprob);
     if (s.request.sampling.top_logprobs > 0) s.result.prompt_logprobs.top.push_back(std::move(prompt_token.top));
@@ -286,7 +322,13 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   std::vector<bool> done(running_.size(), false);
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = running_[sampled[r]];
-    SampledToken next = SampleToken((*logits)[sampled_rows[r]], s.request.sampling, s.generator, s.tokens);
+    SampledToken next;
+    if (on_device[r] >= 0) {
+      next.id = static_cast<int64_t>(chosen.accessor<double, 2>()[0][on_device[r]]);
+      next.logprob = chosen.accessor<double, 2>()[1][on_device[r]];
+    } else {
+      next = SampleToken(host_logits[sampled_rows[r]], s.request.sampling, s.generator, s.tokens);
+    }
     s.tokens.push_back(next.id);
     s.result.tokens.push_back(next.id);
     s.result.logprobs.push_back(next.logprob);
@@ -335,7 +377,7 @@ absl::StatusOr<torch::Tensor> GenerationEngine::Forward(const std::vector<StepPi
     }
     logits = all.narrow(0, 0, model_->options().vocab_size).t();
   }
-  return logits.to(torch::kCPU);
+  return logits;
 }
 
 GenerationStats GenerationEngine::Stats() const {

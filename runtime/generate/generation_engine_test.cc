@@ -72,25 +72,31 @@ TEST(GenerationEngineTest, CachedGreedyEqualsRecomputingTheWholeSequence) {
     options.key_length_multiple = multiple;
     auto engine = GenerationEngine::Create(model, options);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    GenerationRequest request;
-    request.prompt = Prompt(7, 1);
-    request.max_new_tokens = 20;
-    request.sampling.top_logprobs = 3;
-    auto results = (*engine)->GenerateAll({request});
-    ASSERT_TRUE(results.ok()) << results.status();
-    EXPECT_EQ((*results)[0].tokens, expected);
-    ASSERT_EQ((*results)[0].logprobs.size(), expected_logprobs.size());
-    ASSERT_EQ((*results)[0].top_logprobs.size(), expected_logprobs.size());
-    for (size_t i = 0; i < expected_logprobs.size(); ++i) {
-      EXPECT_NEAR((*results)[0].logprobs[i], expected_logprobs[i], 1e-5) << "token " << i;
-      // Greedy without a penalty: the most probable token is the one chosen.
-      const std::vector<TokenLogprob>& top = (*results)[0].top_logprobs[i];
-      ASSERT_EQ(top.size(), 3u);
-      EXPECT_EQ(top[0].id, expected[i]) << "token " << i;
-      EXPECT_EQ(top[0].logprob, (*results)[0].logprobs[i]) << "token " << i;
-      EXPECT_GE(top[1].logprob, top[2].logprob);
+    // With top_logprobs the host walks the logits; without, the token and its
+    // log-probability are chosen where the logits are (Note [Choosing on the device]).
+    for (int64_t top_logprobs : {3, 0}) {
+      SCOPED_TRACE(::testing::Message() << "top_logprobs " << top_logprobs);
+      GenerationRequest request;
+      request.prompt = Prompt(7, 1);
+      request.max_new_tokens = 20;
+      request.sampling.top_logprobs = top_logprobs;
+      auto results = (*engine)->GenerateAll({request});
+      ASSERT_TRUE(results.ok()) << results.status();
+      EXPECT_EQ((*results)[0].tokens, expected);
+      ASSERT_EQ((*results)[0].logprobs.size(), expected_logprobs.size());
+      ASSERT_EQ((*results)[0].top_logprobs.size(), top_logprobs > 0 ? expected_logprobs.size() : 0u);
+      for (size_t i = 0; i < expected_logprobs.size(); ++i) {
+        EXPECT_NEAR((*results)[0].logprobs[i], expected_logprobs[i], 1e-5) << "token " << i;
+        if (top_logprobs == 0) continue;
+        // Greedy without a penalty: the most probable token is the one chosen.
+        const std::vector<TokenLogprob>& top = (*results)[0].top_logprobs[i];
+        ASSERT_EQ(top.size(), 3u);
+        EXPECT_EQ(top[0].id, expected[i]) << "token " << i;
+        EXPECT_EQ(top[0].logprob, (*results)[0].logprobs[i]) << "token " << i;
+        EXPECT_GE(top[1].logprob, top[2].logprob);
+      }
+      EXPECT_EQ((*results)[0].finished, FinishReason::kLength);
     }
-    EXPECT_EQ((*results)[0].finished, FinishReason::kLength);
   }
 }
 
