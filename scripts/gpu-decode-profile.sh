@@ -36,6 +36,7 @@ timeout "${NCU_TIMEOUT:-300}" ncu --clock-control none --profile-from-start off 
   >"$out/decode-profile.csv" 2>"$out/decode-profile.err"
 {
   echo "## one graphed decode step's kernels (Nsight Compute; wall from the run above)"
-  python3 scripts/bench/kernel_time_table.py "$out/decode-profile.csv" --step_marker 'indexSelect' \
+  # A graphed step begins with two arange launches (the attention's rows and the sampled rows).
+  python3 scripts/bench/kernel_time_table.py "$out/decode-profile.csv" --step_marker 'arange' \
     --wall_ms "$wall_ms" --top 30 || tail -n 20 "$out/decode-profile.err"
 } 2>&1 | tee -a "$report"

@@ -18,13 +18,13 @@ import sys
 FAMILIES = [  # first match wins
     ("optimizer", r"(?i)adam|sum_squares|sum_partials|multi_tensor"),
     ("attention", r"(?i)flash|fmha|attention|sdpa|cutlass.*(fwd|bwd)"),
-    ("matmul", r"(?i)gemm|cublas|sm90_xmma|nvjet|cutlass|matmul"),
-    ("layer norm", r"(?i)layer_norm|layernorm"),
+    ("matmul", r"(?i)gemm|cublas|sm90_xmma|nvjet|cutlass|matmul|decode_linear"),
+    ("layer norm / RMSNorm", r"(?i)layer_norm|layernorm|rms_norm"),
     ("bias+gelu / gelu", r"(?i)gelu"),
     ("cross-entropy / softmax", r"(?i)cross_entropy|softmax|log_softmax|nll"),
     ("embedding", r"(?i)embedding|index|indices|radix|sort|scan|unique"),
     ("reduction (bias grads, norms)", r"(?i)reduce"),
-    ("elementwise / copies", r"(?i)elementwise|vectorized|copy|cat|fill|unrolled"),
+    ("elementwise / copies", r"(?i)elementwise|vectorized|copy|cat|fill|unrolled|swiglu|rotary"),
     ("triton (torch.compile)", r"(?i)triton"),
 ]
 
