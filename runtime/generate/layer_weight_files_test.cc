@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/fs/file_system.h"
+#include "runtime/testing/disk_test_folder.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -27,14 +28,10 @@ using ::testing::HasSubstr;
 class LayerWeightFilesTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    for (char& c : name) c = c == '/' ? '_' : c;  // parameterized names hold a '/'
-    char cwd[4096] = {0};
-    ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
-    root_ = std::string(cwd) + "/layer-files-test-" + std::to_string(::getpid()) + "-" + name;
-    ASSERT_TRUE(FileSystem::Default().CreateDirectories(root_).ok());
+    folder_ = std::make_unique<testing::DiskTestFolder>("layer-files-test");
+    root_ = folder_->path();
   }
-  void TearDown() override { (void)FileSystem::Default().RemoveTree(root_); }
+  void TearDown() override { folder_.reset(); }
 
   LayerWeightFilesOptions Options() const {
     LayerWeightFilesOptions options;
@@ -51,6 +48,7 @@ class LayerWeightFilesTest : public ::testing::TestWithParam<bool> {
     return (torch::arange(length, torch::kLong) * (layer + 3) + layer).remainder(251).to(torch::kUInt8);
   }
 
+  std::unique_ptr<testing::DiskTestFolder> folder_;
   std::string root_;
 };
 

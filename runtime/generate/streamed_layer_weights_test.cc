@@ -16,6 +16,7 @@
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/int8_weights.h"
+#include "runtime/testing/disk_test_folder.h"
 #include "runtime/testing/generation_llama.h"
 
 namespace dslaunch::runtime {
@@ -109,24 +110,19 @@ void ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(const torch::Device& dev
 // tmpfs: a folder beside the test, removed after it.
 class LayerFilesFolder {
  public:
-  LayerFilesFolder() {
-    char cwd[4096] = {0};
-    EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
-    root_ = std::string(cwd) + "/streamed-layers-test-" + std::to_string(::getpid());
-    EXPECT_TRUE(FileSystem::Default().CreateDirectories(root_).ok());
-  }
-  ~LayerFilesFolder() { (void)FileSystem::Default().RemoveTree(root_); }
   StreamedLayerWeightsOptions Options() const {
     StreamedLayerWeightsOptions options;
     options.home = "nvme";
-    options.files.nvme_path = root_;
+    options.files.nvme_path = folder_.path();
     options.files.name = "model";
     return options;
   }
-  std::string File(int64_t layer) const { return root_ + "/dslaunch-swap/model/layer." + std::to_string(layer) + ".swp"; }
+  std::string File(int64_t layer) const {
+    return folder_.path() + "/dslaunch-swap/model/layer." + std::to_string(layer) + ".swp";
+  }
 
  private:
-  std::string root_;
+  testing::DiskTestFolder folder_{"streamed-layers-test"};
 };
 
 TEST(StreamedLayerWeightsTest, TheStreamedModelGeneratesWhatTheWholeOneDoes) {

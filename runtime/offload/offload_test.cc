@@ -8,6 +8,7 @@
 #include "runtime/fs/file_system.h"
 #include "runtime/offload/swap_probe.h"
 #include "runtime/offload/swapped_shard.h"
+#include "runtime/testing/disk_test_folder.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -18,14 +19,10 @@ using ::testing::HasSubstr;
 class SwappedShardTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    for (char& c : name) c = c == '/' ? '_' : c;  // parameterized names hold a '/'
-    char cwd[4096] = {0};
-    ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
-    root_ = std::string(cwd) + "/offload-test-" + std::to_string(::getpid()) + "-" + name;
-    ASSERT_TRUE(fs().CreateDirectories(root_).ok());
+    folder_ = std::make_unique<testing::DiskTestFolder>("offload-test");
+    root_ = folder_->path();
   }
-  void TearDown() override { (void)fs().RemoveTree(root_); }
+  void TearDown() override { folder_.reset(); }
   // Not std::filesystem: fs/file_system.h says why.
   static FileSystem& fs() { return FileSystem::Default(); }
 
@@ -44,6 +41,7 @@ class SwappedShardTest : public ::testing::TestWithParam<bool> {
     return root_ + "/dslaunch-swap/rank0/" + stream + "." + std::to_string(group) + ".swp";
   }
 
+  std::unique_ptr<testing::DiskTestFolder> folder_;
   std::string root_;
 };
 
