@@ -35,10 +35,9 @@ absl::StatusOr<std::unique_ptr<LayerWeightFiles>> LayerWeightFiles::Create(const
     return room;
   }
   // A folder left by a crashed run holds another model's layers.
-  files->folder_ = absl::StrCat(options.nvme_path, "/dslaunch-swap/", options.name);
-  FileSystem& fs = FileSystem::Default();
-  if (absl::Status removed = fs.RemoveTree(files->folder_); !removed.ok()) return removed;
-  if (absl::Status made = fs.CreateDirectories(files->folder_); !made.ok()) return made;
+  absl::StatusOr<std::string> folder = FreshSwapFolder(options.nvme_path, options.name);
+  if (!folder.ok()) return folder.status();
+  files->folder_ = *folder;
   auto io = OpenBlockIo(options.io, &files->io_fallback_reason_);
   if (!io.ok()) return io.status();
   files->io_ = std::move(*io);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/fs/file_system.h"
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -88,6 +89,14 @@ absl::StatusOr<int> OpenSwapFile(const std::string& path, bool create, bool* dir
   if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);  // no O_DIRECT on this file system
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("swap file ", path, ": ", std::strerror(errno)));
   return fd;
+}
+
+absl::StatusOr<std::string> FreshSwapFolder(const std::string& nvme_path, const std::string& name) {
+  const std::string folder = absl::StrCat(nvme_path, "/dslaunch-swap/", name);
+  FileSystem& fs = FileSystem::Default();
+  if (absl::Status removed = fs.RemoveTree(folder); !removed.ok()) return removed;
+  if (absl::Status made = fs.CreateDirectories(folder); !made.ok()) return made;
+  return folder;
 }
 
 }  // namespace dslaunch::runtime

@@ -44,6 +44,11 @@ void SealSwapBuffer(SwapBuffer& buffer);
 // Checks a buffer just read from `file` against its header.
 absl::Status CheckSwapBuffer(const SwapBuffer& buffer, const std::string& file);
 
+// `<nvme_path>/dslaunch-swap/<name>`, made afresh (emptied, or created): a
+// folder a crashed run left holds values that are not this run's. Through
+// fs/file_system.h, not std::filesystem (its Note says why).
+absl::StatusOr<std::string> FreshSwapFolder(const std::string& nvme_path, const std::string& name);
+
 // Opens (creating it when `create`) a swap file for reading and writing, with
 // O_DIRECT where the file system supports it (*direct says whether it did).
 absl::StatusOr<int> OpenSwapFile(const std::string& path, bool create, bool* direct);

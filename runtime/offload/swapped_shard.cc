@@ -36,12 +36,9 @@ absl::StatusOr<std::unique_ptr<SwappedShard>> SwappedShard::Create(const Swapped
   if (absl::Status room = CheckNvmePath("offload_optimizer.nvme_path", path, shard->FileBytes()); !room.ok()) {
     return room;
   }
-  // A folder left by a crashed run is rebuilt: its values are not this run's.
-  // Through fs/file_system.h, not std::filesystem (its Note says why).
-  shard->folder_ = absl::StrCat(path, "/dslaunch-swap/", options.name);
-  FileSystem& fs = FileSystem::Default();
-  if (absl::Status removed = fs.RemoveTree(shard->folder_); !removed.ok()) return removed;
-  if (absl::Status made = fs.CreateDirectories(shard->folder_); !made.ok()) return made;
+  absl::StatusOr<std::string> folder = FreshSwapFolder(path, options.name);
+  if (!folder.ok()) return folder.status();
+  shard->folder_ = *folder;
   auto io = OpenBlockIo(options.io, &shard->io_fallback_reason_);
   if (!io.ok()) return io.status();
   shard->io_ = std::move(*io);
