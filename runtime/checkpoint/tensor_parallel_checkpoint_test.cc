@@ -49,6 +49,22 @@ TensorParallelContinued TrainAround(const TensorParallelLayout& layout, const st
   return TensorParallelContinued{testing::MeanLosses(losses), params[0]};
 }
 
+// Trains `layout` for two steps, saves to `dir` with tag global_step2, and
+// returns rank 0's whole parameters as the run held them when it saved.
+std::map<std::string, torch::Tensor> TrainTwoStepsAndSave(const TensorParallelLayout& layout, const std::string& dir) {
+  std::vector<std::map<std::string, torch::Tensor>> saved(layout.world());
+  testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
+    testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
+    ASSERT_NE(r.engine, nullptr);
+    std::vector<double> ignored;
+    testing::TrainTensorParallelSteps(*r.engine, *r.family, layout, state, 0, 2, &ignored);
+    absl::Status written = EngineCheckpointer(*r.engine).Save(dir, "global_step2", {});
+    ASSERT_TRUE(written.ok()) << written;
+    saved[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
+  });
+  return saved[0];
+}
+
 class TensorParallelCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -107,24 +123,15 @@ TEST_F(TensorParallelCheckpointTest, ConsolidatesToTheWholeParametersTheRunSaved
     SCOPED_TRACE(::testing::Message() << family << " at ZeRO " << stage);
     const TensorParallelLayout layout{family, 2, 2, stage, /*sequence_parallel=*/false, /*bf16=*/stage == 0};
     const std::string dir = dir_ + "/" + family + std::to_string(stage);
-    std::vector<std::map<std::string, torch::Tensor>> saved(layout.world());
-    testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
-      testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
-      ASSERT_NE(r.engine, nullptr);
-      std::vector<double> ignored;
-      testing::TrainTensorParallelSteps(*r.engine, *r.family, layout, state, 0, 2, &ignored);
-      absl::Status written = EngineCheckpointer(*r.engine).Save(dir, "global_step2", {});
-      ASSERT_TRUE(written.ok()) << written;
-      saved[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
-    });
+    const std::map<std::string, torch::Tensor> saved = TrainTwoStepsAndSave(layout, dir);
     ConsolidateSummary summary;
     auto tensors = ConsolidateCheckpointInMemory(dir, "", {}, &summary);
     ASSERT_TRUE(tensors.ok()) << tensors.status();
     EXPECT_EQ(summary.ranks_read, stage == 0 ? 2 : 4) << family;
-    ASSERT_EQ(tensors->size(), saved[0].size()) << family;
+    ASSERT_EQ(tensors->size(), saved.size()) << family;
     for (const auto& [name, value] : *tensors) {
-      ASSERT_TRUE(saved[0].count(name)) << family << ": " << name << " is not the model's";
-      const torch::Tensor want = saved[0].at(name).to(torch::kFloat);
+      ASSERT_TRUE(saved.count(name)) << family << ": " << name << " is not the model's";
+      const torch::Tensor want = saved.at(name).to(torch::kFloat);
       // bf16 parameters are their fp32 masters rounded.
       const torch::Tensor got = layout.bf16 ? value.to(torch::kBFloat16).to(torch::kFloat) : value;
       ASSERT_EQ(got.sizes(), want.sizes()) << family << ": " << name;
@@ -139,16 +146,7 @@ TEST_F(TensorParallelCheckpointTest, ConsolidatesToTheWholeParametersTheRunSaved
 // parameters the run saved (the files of slice t are t·D .., not t·1).
 TEST_F(TensorParallelCheckpointTest, AZeroStageZeroCheckpointLoadsAtAnotherTensorParallelDegree) {
   const TensorParallelLayout saved_layout{"llama", 2, 2, 0, /*sequence_parallel=*/false, /*bf16=*/true};
-  std::vector<std::map<std::string, torch::Tensor>> saved(saved_layout.world());
-  testing::RunTensorParallelRanks(saved_layout, [&](int rank, const ParallelState& state) {
-    testing::TensorParallelRank r = testing::StartTensorParallelRank(saved_layout, state);
-    ASSERT_NE(r.engine, nullptr);
-    std::vector<double> ignored;
-    testing::TrainTensorParallelSteps(*r.engine, *r.family, saved_layout, state, 0, 2, &ignored);
-    absl::Status written = EngineCheckpointer(*r.engine).Save(dir_, "global_step2", {});
-    ASSERT_TRUE(written.ok()) << written;
-    saved[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
-  });
+  const std::map<std::string, torch::Tensor> saved = TrainTwoStepsAndSave(saved_layout, dir_);
   const TensorParallelLayout one{"llama", 1, 1, 1, /*sequence_parallel=*/false, /*bf16=*/true};
   std::map<std::string, torch::Tensor> loaded;
   testing::RunTensorParallelRanks(one, [&](int, const ParallelState& state) {
@@ -158,8 +156,8 @@ TEST_F(TensorParallelCheckpointTest, AZeroStageZeroCheckpointLoadsAtAnotherTenso
     ASSERT_TRUE(client.ok()) << client.status();
     loaded = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
   });
-  ASSERT_EQ(loaded.size(), saved[0].size());
-  for (const auto& [name, value] : saved[0]) {
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (const auto& [name, value] : saved) {
     EXPECT_TRUE(torch::equal(loaded.at(name), value)) << name;
   }
 }
