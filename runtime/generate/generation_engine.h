@@ -181,7 +181,7 @@ class GenerationEngine {
   GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache,
                    torch::Device device);
   void Admit();
-  // The step's logits [rows, vocabulary] on the CPU, without a recorded graph.
+  // The step's logits [rows, vocabulary] on the model's device, without a recorded graph.
   absl::StatusOr<torch::Tensor> Forward(const std::vector<StepPiece>& pieces, const std::vector<int64_t>& tokens,
                                         const std::vector<int64_t>& positions, const std::vector<int64_t>& logit_rows);
   void Finish(Sequence& sequence, FinishReason reason);
