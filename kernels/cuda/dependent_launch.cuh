@@ -18,13 +18,17 @@
 //     finished: what it reads before its own wait (a decode product's
 //     weights, DecodeLinearArgs::weights_constant) was written before then.
 // The wait returns once the previous kernel has finished and its writes are
-// visible; a kernel launched without the attribute, or on a card before
-// Hopper, waits for the whole previous kernel as any launch does, and the
-// two instructions are then no-ops.
+// visible. The attribute is set only where the kernels were built for Hopper
+// or later (DSLAUNCH_CUDA_MIN_ARCH, from CMAKE_CUDA_ARCHITECTURES: code built
+// for an older card has no wait in it), the device is one (compute
+// capability 9 or more) and the runtime captures such launches into graphs
+// (CUDA 12.3 or later); elsewhere a kernel starts after the whole previous
+// one, as any launch does, and the two instructions are no-ops.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 namespace dslaunch::kernels::device {
@@ -41,8 +45,29 @@ __device__ __forceinline__ void LetNextKernelStart() {
 #endif
 }
 
+// Whether launches on the current device may start early (above).
+inline bool DependentLaunchAllowed() {
+#if defined(DSLAUNCH_CUDA_MIN_ARCH) && DSLAUNCH_CUDA_MIN_ARCH >= 90 && CUDART_VERSION >= 12030
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0: not asked yet, 1: Hopper or later, 2: older
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
+  int answer = known[device].load(std::memory_order_relaxed);
+  if (answer == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    answer = major >= 9 ? 1 : 2;
+    known[device].store(answer, std::memory_order_relaxed);
+  }
+  return answer == 1;
+#else
+  return false;
+#endif
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), allowed to start before
-// the previous kernel in `stream` ends (the kernel keeps the rules above).
+// the previous kernel in `stream` ends where DependentLaunchAllowed (the
+// kernel keeps the rules above).
 template <typename... Params, typename... Args>
 cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
                             Args&&... args) {
@@ -55,7 +80,7 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, si
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = DependentLaunchAllowed() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 

@@ -243,37 +243,13 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       sampled.push_back(owners[p]);
     }
   }
-  // A decode step (one token of each piece) replays a recorded graph.
-  const bool graphed = graphs_ != nullptr && tokens.size() == pieces.size();
-  const auto forward_start = std::chrono::steady_clock::now();
-  absl::StatusOr<torch::Tensor> logits;
-  try {
-    // Nothing writes a weight while the engine runs, unless layers stream into slots.
-    std::optional<ConstantWeightsScope> constant_weights;
-    if (model_->layer_residency() == nullptr) constant_weights.emplace();
-    logits = graphed ? graphs_->Run(pieces, tokens) : Forward(pieces, tokens, positions, logit_rows);
-  } catch (const c10::Error& e) {
-    logits = absl::InternalError(e.what_without_backtrace());
-  }
-  if (!logits.ok()) {
-    return absl::Status(logits.status().code(), absl::StrCat("generation step: ", logits.status().message()));
-  }
-  if (graphed) ++stats_.graphed_steps;
-  ++stats_.steps;
-  stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
-  for (size_t p = 0; p < pieces.size(); ++p) {
-    Sequence& s = running_[owners[p]];
-    s.cached += pieces[p].count;
-    if (pieces[p].first < static_cast<int64_t>(s.request.prompt.size())) {
-      stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
-    }
-  }
   // Note [Choosing on the device]: a greedy request with no repetition
   // penalty and no top_logprobs needs only the argmax of its row and that
-  // token's log-probability, computed where the logits are (in fp64, as
-  // SampleToken does on the host); two numbers a row come back instead of a
-  // vocabulary's logits, and the host does not walk them. A sequence's rows
-  // always take the same path, whatever shares its step.
+  // token's log-probability, computed where the logits are (in fp64, the
+  // log-softmax as SampleToken takes it on the host: the same values on the
+  // CPU, equal to rounding on a GPU); two numbers a row come back instead of
+  // a vocabulary's logits, and the host does not walk them. A sequence's
+  // rows always take the same path, whatever shares its step.
   std::vector<int64_t> on_device(sampled.size(), -1);  // row of `chosen` for each sampled row, or -1
   std::vector<int64_t> device_rows;
   bool host_rows = !scored.empty();
@@ -286,23 +262,48 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       host_rows = true;
     }
   }
-  torch::Tensor chosen;  // [2, rows] fp64 on the host: token ids, log-probabilities
-  torch::Tensor host_logits;
+  // A decode step (one token of each piece) replays a recorded graph.
+  const bool graphed = graphs_ != nullptr && tokens.size() == pieces.size();
+  const auto forward_start = std::chrono::steady_clock::now();
+  torch::Tensor chosen;       // [2, device rows] fp64 on the host: token ids, log-probabilities
+  torch::Tensor host_logits;  // [logit rows, vocabulary] on the host, when a row is walked there
+  absl::Status forward;
   try {
-    if (!device_rows.empty()) {
-      bool every_row = static_cast<int64_t>(device_rows.size()) == logits->size(0);
-      for (size_t i = 0; every_row && i < device_rows.size(); ++i) every_row = device_rows[i] == static_cast<int64_t>(i);
-      const torch::Tensor rows =
-          (every_row ? *logits
-                     : logits->index_select(0, torch::tensor(device_rows, torch::kLong).to(logits->device())))
-              .to(torch::kDouble);
-      const torch::Tensor ids = rows.argmax(-1);
-      const torch::Tensor logprobs = rows.gather(1, ids.unsqueeze(1)).squeeze(1) - rows.logsumexp(-1);
-      chosen = torch::stack({ids.to(torch::kDouble), logprobs}).to(torch::kCPU);
+    // Nothing writes a weight while the engine runs, unless layers stream into slots.
+    std::optional<ConstantWeightsScope> constant_weights;
+    if (model_->layer_residency() == nullptr) constant_weights.emplace();
+    absl::StatusOr<torch::Tensor> logits =
+        graphed ? graphs_->Run(pieces, tokens) : Forward(pieces, tokens, positions, logit_rows);
+    if (!logits.ok()) {
+      forward = logits.status();
+    } else {
+      if (!device_rows.empty()) {
+        bool every_row = static_cast<int64_t>(device_rows.size()) == logits->size(0);
+        for (size_t i = 0; every_row && i < device_rows.size(); ++i) every_row = device_rows[i] == static_cast<int64_t>(i);
+        const torch::Tensor rows =
+            (every_row ? *logits
+                       : logits->index_select(0, torch::tensor(device_rows, torch::kLong).to(logits->device())))
+                .to(torch::kDouble);
+        const torch::Tensor ids = rows.argmax(-1);
+        const torch::Tensor logprobs = torch::log_softmax(rows, -1).gather(1, ids.unsqueeze(1)).squeeze(1);
+        chosen = torch::stack({ids.to(torch::kDouble), logprobs}).to(torch::kCPU);
+      }
+      if (host_rows) host_logits = logits->to(torch::kCPU);
     }
-    if (host_rows) host_logits = logits->to(torch::kCPU);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("generation step: ", e.what_without_backtrace()));
+    forward = absl::InternalError(e.what_without_backtrace());
+  }
+  // Nothing of a failed step is kept: a later Step runs it again.
+  if (!forward.ok()) return absl::Status(forward.code(), absl::StrCat("generation step: ", forward.message()));
+  if (graphed) ++stats_.graphed_steps;
+  ++stats_.steps;
+  stats_.last_step_tokens = static_cast<int64_t>(tokens.size());
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    Sequence& s = running_[owners[p]];
+    s.cached += pieces[p].count;
+    if (pieces[p].first < static_cast<int64_t>(s.request.prompt.size())) {
+      stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
+    }
   }
   const auto choosing_start = std::chrono::steady_clock::now();
   stats_.forward_seconds += std::chrono::duration<double>(choosing_start - forward_start).count();

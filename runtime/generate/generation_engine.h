@@ -119,8 +119,10 @@ struct GenerationStats {
   int64_t graphed_steps = 0;     // decode steps replayed from a recorded graph
   int64_t graphs_recorded = 0, graphs_held = 0;
   // Wall time of the steps: the forward (planning, launch, the device's work
-  // and what comes back: Note [Choosing on the device]) and choosing the
-  // tokens on the host (sampling and bookkeeping, while the device waits).
+  // and what comes back: Note [Choosing on the device]; a step of prompt
+  // pieces that samples nothing does not wait for the device, so its device
+  // time lands in the next step's) and choosing the tokens on the host
+  // (sampling and bookkeeping, while the device waits).
   double forward_seconds = 0, choosing_seconds = 0;
 };
 
