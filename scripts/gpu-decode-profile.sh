@@ -8,8 +8,9 @@
 #      time of the forward and of choosing the token on the host.
 #   3. The same decode steps under Nsight Compute (--profile_decode: only the
 #      timed graphed steps), each kernel's time tabled for one step by
-#      scripts/bench/kernel_time_table.py; the step's summed kernel time
-#      against its wall time says how long the GPU sat idle.
+#      scripts/bench/kernel_time_table.py. Nsight Compute runs each kernel
+#      alone with the caches emptied first, so the sum is no wall time: with
+#      dependent launch (kernels overlapping) it can exceed the step's.
 #   bash scripts/gpu-decode-profile.sh     (NCU_COUNT: kernels profiled, default 1500)
 # Results: $OUT/decode-profile.md (or gpu-out/).
 set -uo pipefail

@@ -29,7 +29,9 @@ __device__ __forceinline__ float WeightToFloat(W w) {
 }
 
 // `kCount` elements of x at p as fp32, in 16-byte loads that keep to L1 (every
-// warp of the block reads the same x).
+// warp of the block reads the same x). The read-only path is safe under
+// dependent launch: x is first read after the wait for the kernel that
+// wrote it, and nothing writes it while this kernel runs.
 template <typename T, int kCount>
 __device__ __forceinline__ void LoadInput(const T* p, float (&out)[kCount]) {
   constexpr int kPiece = device::kVector<T>;

@@ -15,9 +15,11 @@
 // load and never widened in memory: half the bytes of a bf16 row.
 // Launched dependent (Note [Dependent launch]): it starts in the previous
 // kernel's last wave. A 7B step's 129 products replayed from a graph on an
-// H100 (cuda_decode_linear_variants, where a read of the same bytes reached
-// 3,101 GB/s): 2,830 GB/s launched plainly, 2,989 GB/s launched dependent
-// with 8 loads in flight and the weights' first loads before the wait.
+// H100 (cuda_decode_linear_variants, one run, where a read of the same bytes
+// reached 3,192 GB/s): 2,908 GB/s launched plainly with 4 loads in flight,
+// 3,026 GB/s launched dependent with 8 and the weights' first loads before
+// the wait (3,032 with the next kernel let in before the wait instead of
+// after: the trigger's place gains nothing).
 // Each weight load is matched by a load of x per row from L1, so the kernel
 // gains on cuBLAS only at one or two rows (a 7B decode step's products on an
 // H100, decode_linear_bench: 1.10x at one row, 1.05x at two, 0.92x at four);

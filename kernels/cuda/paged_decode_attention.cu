@@ -15,9 +15,9 @@ using device::WarpSum;
 // Warps of a block (one block per sequence and key/value head): at batch 1
 // a 7B step has 32 blocks on a card of 132 multiprocessors, so the keys a
 // block walks are split over many warps. With 8, a 7B layer's step over
-// about 200 keys took 10.5 us on an H100 (Nsight Compute), some 7 times the
-// time its 3 MB of keys and values take to read: the walk's latency, not
-// bandwidth, bounds it.
+// about 200 keys took 10.9 us on an H100 (Nsight Compute, the kernel alone;
+// 9.1 with 16), some 10 times the time its 3.3 MB of keys and values take
+// to read: the walk's latency, not bandwidth, bounds it.
 constexpr int kWarps = 16;
 // Positions a warp loads before it computes any of them: independent loads in
 // flight, where one position at a time would wait out the memory's latency

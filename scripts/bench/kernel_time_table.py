@@ -73,7 +73,11 @@ def main():
         by_family[family(name)][0] += ns
         by_family[family(name)][1] += 1
     print(f"one step: {len(step)} kernel launches, {total / 1e6:.3f} ms of kernel time", end="")
-    if args.wall_ms > 0:
+    if args.wall_ms > 0 and total / 1e6 > args.wall_ms:
+        # Each kernel timed alone, caches emptied: kernels that overlap in
+        # the real run (dependent launch) or find warm caches sum to more.
+        print(f"; wall {args.wall_ms:.3f} ms, less than the kernels timed alone")
+    elif args.wall_ms > 0:
         print(f"; wall {args.wall_ms:.3f} ms, so the GPU idles {100 * (1 - total / 1e6 / args.wall_ms):.1f}%")
     else:
         print()
