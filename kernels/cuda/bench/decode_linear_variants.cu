@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/device_math.cuh"
+
 namespace {
 
 void Check(cudaError_t status, const char* what) {
@@ -31,12 +33,6 @@ void Check(cudaError_t status, const char* what) {
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
     std::exit(1);
   }
-}
-
-__device__ __forceinline__ float WarpSum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 template <bool kStreaming>
@@ -99,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   for (; l < loads; l += 32) Accumulate(LoadWeights<kStreaming>(row + l), x + l * 8, acc);
-  acc = WarpSum(acc);
+  acc = dslaunch::kernels::device::WarpSum(acc);
   if (lane == 0) y[n] = __float2bfloat16(acc);
 }
 
