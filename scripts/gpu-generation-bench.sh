@@ -9,7 +9,7 @@
 #   FUSED=1: the CUDA kernels for RMSNorm, RoPE, SwiGLU, paged decode attention and
 #   decode products; KEY_LENGTH_MULTIPLES=1,128;
 #   GRAPHS=1: the decode figures again with CUDA graphs (Note [Decode graphs]),
-#   after the decode-graph tests run on the GPU; INT8=1: weight-only int8
+#   after the decode-graph, greedy-choice and engine tests run on the GPU; INT8=1: weight-only int8
 #   projections, the PyTorch reference staying bf16; OFFLOAD=1: ZeRO-Inference,
 #   the decoder layers streamed from pinned host memory with the GPU capped
 #   at CUDA_LIMIT_GB (default 12, below the model's 13.5 GB), with BATCH=16
@@ -23,7 +23,7 @@ source "$(dirname "$0")/gpu-bench-env.sh"
 hbm_tb_per_s=$(card_hbm_tb_per_s) || exit 2
 cd "$root"
 if [[ -n "${GRAPHS:-}" ]]; then
-  timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*:*FusedDecode*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"
+  timeout 300 "$bin/generate_tests" --gtest_filter='DecodeGraphs*:*FusedDecode*:*GreedyChoice*:GenerationEngine*' 2>&1 | tail -n 25 | tee "$out/decode-graphs-tests.log"
 fi
 timeout "${BENCH_TIMEOUT:-300}" "$bin/generation_bench" --shape 7b --device cuda --dtype bfloat16 \
   --decode_tokens "${DECODE_TOKENS:-256}" --batch "${BATCH:-64}" --key_length_multiples "${KEY_LENGTH_MULTIPLES:-1,128}" \

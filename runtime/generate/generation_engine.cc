@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/generate/greedy_choice.h"
 #include "runtime/model/decode_linear.h"
 #include "runtime/torch_compat.h"
 
@@ -248,8 +249,9 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   // token's log-probability, computed where the logits are (in fp64, the
   // log-softmax as SampleToken takes it on the host: the same values on the
   // CPU, equal to rounding on a GPU); two numbers a row come back instead of
-  // a vocabulary's logits, and the host does not walk them. A sequence's
-  // rows always take the same path, whatever shares its step.
+  // a vocabulary's logits, and the host does not walk them: one kernel on a
+  // GPU (greedy_choice.h). A sequence's rows always take the same path,
+  // whatever shares its step.
   std::vector<int64_t> on_device(sampled.size(), -1);  // row of `chosen` for each sampled row, or -1
   std::vector<int64_t> device_rows;
   bool host_rows = !scored.empty();
@@ -280,13 +282,8 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       if (!device_rows.empty()) {
         bool every_row = static_cast<int64_t>(device_rows.size()) == logits->size(0);
         for (size_t i = 0; every_row && i < device_rows.size(); ++i) every_row = device_rows[i] == static_cast<int64_t>(i);
-        const torch::Tensor rows =
-            (every_row ? *logits
-                       : logits->index_select(0, torch::tensor(device_rows, torch::kLong).to(logits->device())))
-                .to(torch::kDouble);
-        const torch::Tensor ids = rows.argmax(-1);
-        const torch::Tensor logprobs = torch::log_softmax(rows, -1).gather(1, ids.unsqueeze(1)).squeeze(1);
-        chosen = torch::stack({ids.to(torch::kDouble), logprobs}).to(torch::kCPU);
+        chosen = ChooseGreedily(*logits, every_row ? torch::Tensor() : torch::tensor(device_rows, torch::kLong))
+                     .to(torch::kCPU);
       }
       if (host_rows) host_logits = logits->to(torch::kCPU);
     }
