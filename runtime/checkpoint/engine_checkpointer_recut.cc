@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "runtime/checkpoint/checkpoint_archive.h"
 #include "runtime/checkpoint/checkpoint_files.h"
