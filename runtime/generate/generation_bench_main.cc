@@ -20,6 +20,9 @@
 //   - the reference: greedy decoding that runs the whole sequence again for
 //     every token (no cache), from the same prompt, tokens/s;
 //   - --batch requests at once (continuous batching): generated tokens/s;
+//   - the greedy choice of a step (Note [Choosing on the device]) at 1 and
+//     --batch rows of the vocabulary, to the host: the kernel against
+//     LibTorch's ops, microseconds a step (the same ops on a CPU);
 //   - with --cuda_graphs, the decode figures again with decode steps replayed
 //     from CUDA graphs (Note [Decode graphs]), their greedy tokens checked
 //     against the eager run's (a difference at batch 1 fails the run);
@@ -48,6 +51,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flag_table.h"
 #include "runtime/generate/generation_engine.h"
+#include "runtime/generate/greedy_choice.h"
 #include "runtime/generate/int8_weights.h"
 #include "runtime/generate/layer_weight_files.h"
 #include "runtime/generate/streamed_layer_weights.h"
@@ -88,6 +92,30 @@ std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t salt) {
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < length; ++i) ids.push_back((i * 7919 + salt * 104729 + 1) % vocab);
   return ids;
+}
+
+// Microseconds a call of `choose` takes, the result copied to the host as the
+// engine copies it (which waits for the device).
+template <typename Choose>
+double MicrosecondsPerChoice(const torch::Tensor& logits, Choose choose) {
+  constexpr int kCalls = 200;
+  for (int i = 0; i < 10; ++i) choose(logits).to(torch::kCPU);  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) choose(logits).to(torch::kCPU);
+  return 1e6 * Seconds(start) / kCalls;
+}
+
+void PrintGreedyChoiceTimes(const torch::TensorOptions& logits_options, int64_t vocab, int64_t batch) {
+  for (int64_t rows : {int64_t{1}, std::max<int64_t>(batch, 1)}) {
+    const torch::Tensor logits = torch::randn({rows, vocab}, logits_options);
+    const double kernel = MicrosecondsPerChoice(logits, [](const torch::Tensor& l) { return ChooseGreedily(l); });
+    const double libtorch =
+        MicrosecondsPerChoice(logits, [](const torch::Tensor& l) { return ChooseGreedilyWithLibTorch(l); });
+    absl::PrintF("greedy choice, %d row(s) of %d logits to the host: %.1f us (ChooseGreedily), %.1f us (LibTorch ops), "
+                 "%.2fx\n",
+                 rows, vocab, kernel, libtorch, libtorch / kernel);
+    if (rows == batch) break;
+  }
 }
 
 absl::Status Run(const Options& options) {
@@ -359,6 +387,10 @@ absl::Status Run(const Options& options) {
     if (options.cuda_graphs) {
       absl::PrintF("CUDA graphs / eager, batch-1 decode: %.2fx\n", graph_rate / engine_rate);
     }
+  }
+  {
+    torch::NoGradGuard no_grad;
+    PrintGreedyChoiceTimes(torch::TensorOptions().dtype(*dtype).device(device), shape.vocab_size, options.batch);
   }
   // In fp32 the rounding is too fine for near-ties to flip: the tokens must agree.
   if (tokens_differ && options.dtype == "float32") {
