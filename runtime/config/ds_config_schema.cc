@@ -85,20 +85,41 @@ std::string PeekScalar(const YAML::Node& root, const char* section, const char* 
   return value.IsDefined() && value.IsScalar() ? value.Scalar() : "";
 }
 
+// Why some of DeepSpeed's speed knobs, each under two names, have no effect here.
+constexpr char kReleasedAfterUse[] = "ZeRO-3 here releases each gathered unit when its forward or backward ends";
+constexpr char kOneSubmission[] = "io_uring here submits each batch of reads or writes at once";
+constexpr char kAlwaysOverlapped[] = "NVMe swaps here always overlap reading, stepping and writing";
+// How DeepSpeed's AutoTP rounds uneven slices.
+constexpr char kWholeHeads[] =
+    "tensor-parallel slices here are whole attention heads and even ranges of the MLP and the padded vocabulary";
+
 void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, OffloadConfig* o,
                     bool for_optimizer) {
   const std::string p = section + ".";
   keys->push_back(Key(p + "device", &o->device).OneOf({"none", "cpu", "nvme"}));
   keys->push_back(Key(p + "nvme_path", &o->nvme_path).Nullable());
-  keys->push_back(Key(p + "pin_memory", &o->pin_memory));
-  keys->push_back(Key(p + "buffer_count", &o->buffer_count).Min(0));
+  // Note [Keys without effect here]: both are DeepSpeed's speed knobs.
+  keys->push_back(Unstored(p + "pin_memory", ValueKind::kBool)
+                      .IgnoredUnless("false", "offload's host buffers are always pinned when training on a GPU"));
+  if (for_optimizer) {
+    keys->push_back(Unstored(p + "buffer_count", ValueKind::kInt)
+                        .Min(0)
+                        .IgnoredUnless("4", "NVMe swaps here keep three buffer sets: one read ahead, one stepping, "
+                                            "one written back (Note [NVMe offload])"));
+  } else {
+    // Parameters on NVMe are refused (offload_param.device): their buffers' sizes say nothing.
+    for (const char* name : {"buffer_count", "buffer_size", "max_in_cpu"}) {
+      keys->push_back(Unstored(p + name, ValueKind::kInt).Min(0).Inert());
+    }
+  }
   if (for_optimizer) {
     for (const char* name : {"pipeline_read", "pipeline_write"}) {
       keys->push_back(Unstored(p + name, ValueKind::kBool)
                           .IgnoredUnless("false", "NVMe swaps here always overlap reading, stepping and writing "
                                                   "(Note [NVMe offload])"));
     }
-    keys->push_back(Key(p + "fast_init", &o->fast_init));
+    keys->push_back(Unstored(p + "fast_init", ValueKind::kBool)
+                        .IgnoredUnless("false", "how DeepSpeed first writes its NVMe swap files"));
     keys->push_back(Key(p + "ratio", &o->ratio).Min(0).Max(1));
     keys->push_back(Key(p + "delay_update", &o->delay_update));
     keys->push_back(Key(p + "delay_update_warmup_steps", &o->delay_update_warmup_steps).Min(0));
@@ -111,9 +132,6 @@ void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, Offl
                         .Min(0)
                         .Max(1)
                         .IgnoredUnless("0.8", "set the CPU Adam's threads with DSLAUNCH_CPU_ADAM_THREADS"));
-  } else {
-    keys->push_back(Key(p + "buffer_size", &o->buffer_size).Min(0));
-    keys->push_back(Key(p + "max_in_cpu", &o->max_in_cpu).Min(0));
   }
 }
 
@@ -288,13 +306,18 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
   const std::string zp = "zero_optimization.";
   keys.insert(keys.end(), {
       Key(zp + "stage", &z->stage).OneOf({"0", "1", "2", "3"}),
-      Key(zp + "contiguous_gradients", &z->contiguous_gradients),
+      Unstored(zp + "contiguous_gradients", ValueKind::kBool)
+          .IgnoredUnless("true", "gradients here are always reduced from contiguous buckets"),
       Key(zp + "reduce_scatter", &z->reduce_scatter),
       Key(zp + "reduce_bucket_size", &z->reduce_bucket_size).Min(0).Auto(),
       Unstored(zp + "use_multi_rank_bucket_allreduce", ValueKind::kBool)
           .IgnoredUnless("true", "how DeepSpeed buckets its all-reduce is a speed choice"),
-      Key(zp + "allgather_partitions", &z->allgather_partitions),
-      Key(zp + "allgather_bucket_size", &z->allgather_bucket_size).Min(0),
+      Unstored(zp + "allgather_partitions", ValueKind::kBool)
+          .IgnoredUnless("true", "the updated partitions here are always all-gathered after the step"),
+      Unstored(zp + "allgather_bucket_size", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("500000000", "the all-gather after the step here goes bucket by bucket of "
+                                      "reduce_bucket_size, as the reduction does"),
       // null: DeepSpeed's default, true for stage 3 and false below.
       Key(zp + "overlap_comm", &z->overlap_comm).Nullable(),
       Unstored(zp + "load_from_fp32_weights", ValueKind::kBool)
@@ -302,7 +325,8 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Unstored(zp + "elastic_checkpoint", ValueKind::kBool)
           .IgnoredUnless("false", "checkpoints here load at any world size and ZeRO stage (Note [Reshardable checkpoints])"),
       Key(zp + "sub_group_size", &z->sub_group_size).Min(0),
-      Key(zp + "round_robin_gradients", &z->round_robin_gradients),
+      Unstored(zp + "round_robin_gradients", ValueKind::kBool)
+          .IgnoredUnless("false", "the order DeepSpeed copies gradients to the host in is a speed choice"),
       // DeepSpeed's pydantic model takes each stage3_ key also under its field name.
       Key(zp + "stage3_prefetch_bucket_size", &z->stage3_prefetch_bucket_size).Min(0).Auto(),
       Key(zp + "prefetch_bucket_size", &z->stage3_prefetch_bucket_size).Min(0).Auto()
@@ -321,8 +345,10 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key(zp + "stage3_max_live_parameters", &z->stage3_max_live_parameters).Min(0),
       Key(zp + "max_live_parameters", &z->stage3_max_live_parameters).Min(0)
           .AliasOf(zp + "stage3_max_live_parameters"),
-      Key(zp + "stage3_max_reuse_distance", &z->stage3_max_reuse_distance).Min(0),
-      Key(zp + "max_reuse_distance", &z->stage3_max_reuse_distance).Min(0)
+      Unstored(zp + "stage3_max_reuse_distance", ValueKind::kInt).Min(0).IgnoredUnless("1000000000", kReleasedAfterUse),
+      Unstored(zp + "max_reuse_distance", ValueKind::kInt)
+          .Min(0)
+          .IgnoredUnless("1000000000", kReleasedAfterUse)
           .AliasOf(zp + "stage3_max_reuse_distance"),
       Key(zp + "stage3_gather_16bit_weights_on_model_save",
           &z->stage3_gather_16bit_weights_on_model_save),
@@ -378,10 +404,13 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
   keys.insert(keys.end(), {
       Key(ap + "partition_activations", &a->partition_activations),
       Key(ap + "cpu_checkpointing", &a->cpu_checkpointing),
-      Key(ap + "contiguous_memory_optimization", &a->contiguous_memory_optimization),
+      Unstored(ap + "contiguous_memory_optimization", ValueKind::kBool)
+          .IgnoredUnless("false", "where DeepSpeed puts checkpointed activations is a memory choice"),
       Key(ap + "number_checkpoints", &a->number_checkpoints).Min(1).Nullable(),
-      Key(ap + "synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary),
-      Key(ap + "profile", &a->profile),
+      Unstored(ap + "synchronize_checkpoint_boundary", ValueKind::kBool)
+          .IgnoredUnless("false", "a device synchronization DeepSpeed adds for its timers"),
+      Unstored(ap + "profile", ValueKind::kBool)
+          .IgnoredUnless("false", "DeepSpeed's timers of activation checkpointing (see wall_clock_breakdown)"),
 
       // The seeds write the block inside zero_optimization; DeepSpeed reads it
       // at the top level. Both are accepted (DsConfig::aio_section says
@@ -390,15 +419,22 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key(zp + "aio.queue_depth", &aio->queue_depth).Min(1).AliasOf("aio.queue_depth"),
       Key(zp + "aio.thread_count", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
       Key(zp + "aio.intra_op_parallelism", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
-      Key(zp + "aio.single_submit", &aio->single_submit).AliasOf("aio.single_submit"),
-      Key(zp + "aio.overlap_events", &aio->overlap_events).AliasOf("aio.overlap_events"),
+      Unstored(zp + "aio.single_submit", ValueKind::kBool)
+          .IgnoredUnless("false", kOneSubmission)
+          .AliasOf("aio.single_submit"),
+      Unstored(zp + "aio.overlap_events", ValueKind::kBool)
+          .IgnoredUnless("true", kAlwaysOverlapped)
+          .AliasOf("aio.overlap_events"),
       Key("aio.block_size", &aio->block_size).Min(1),
       Key("aio.queue_depth", &aio->queue_depth).Min(1),
       // "thread_count" before DeepSpeed 0.15, "intra_op_parallelism" since.
       Key("aio.thread_count", &aio->thread_count).Min(1),
       Key("aio.intra_op_parallelism", &aio->thread_count).Min(1).AliasOf("aio.thread_count"),
-      Key("aio.single_submit", &aio->single_submit),
-      Key("aio.overlap_events", &aio->overlap_events),
+      // How DeepSpeed's aio library hands requests to the kernel; io_uring
+      // here submits each sub-group's reads or writes as one batch and
+      // overlaps them with the step (Note [NVMe offload]).
+      Unstored("aio.single_submit", ValueKind::kBool).IgnoredUnless("false", kOneSubmission),
+      Unstored("aio.overlap_events", ValueKind::kBool).IgnoredUnless("true", kAlwaysOverlapped),
       Unstored("aio.use_gds", ValueKind::kBool)
           .IgnoredUnless("false", "GPUDirect Storage is a speed path; swaps here go through host memory"),
 
@@ -421,14 +457,18 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       // the flat tp_size / tp_grain_size / mpu are dslaunch's shorthand.
       Unstored("tensor_parallel.autotp_size", ValueKind::kInt).Min(0).ReadByLoader(),
       Key("tensor_parallel.tp_size", &tp->tp_size).Min(1),
-      Key("tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1),
+      Unstored("tensor_parallel.tp_grain_size", ValueKind::kInt).Min(1).IgnoredUnless("1", kWholeHeads),
       Key("tensor_parallel.mpu", &tp->mpu).Nullable(),
       Key("tensor_parallel.tp.tp_size", &tp->tp_size).Min(1).AliasOf("tensor_parallel.tp_size"),
-      Key("tensor_parallel.tp.tp_grain_size", &tp->tp_grain_size).Min(1)
+      Unstored("tensor_parallel.tp.tp_grain_size", ValueKind::kInt)
+          .Min(1)
+          .IgnoredUnless("1", kWholeHeads)
           .AliasOf("tensor_parallel.tp_grain_size"),
       // DeepSpeed's field name for the `tp` block.
       Key("tensor_parallel.tensor_parallel.tp_size", &tp->tp_size).Min(1).AliasOf("tensor_parallel.tp_size"),
-      Key("tensor_parallel.tensor_parallel.tp_grain_size", &tp->tp_grain_size).Min(1)
+      Unstored("tensor_parallel.tensor_parallel.tp_grain_size", ValueKind::kInt)
+          .Min(1)
+          .IgnoredUnless("1", kWholeHeads)
           .AliasOf("tensor_parallel.tp_grain_size"),
       Unstored("tensor_parallel.tp_overlap_comm", ValueKind::kBool)
           .IgnoredUnless("false", "DeepSpeed's AutoTP overlap is a speed choice"),
@@ -437,7 +477,6 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
 
       Key("moe.enabled", &c->moe.enabled),
       Key("moe.ep_size", &c->moe.ep_size).Min(1),
-      Key("moe.moe_param_group", &c->moe.moe_param_group).Nullable(),
   });
   AddMonitorKeys(&keys, "tensorboard", &c->tensorboard);
   AddMonitorKeys(&keys, "csv_monitor", &c->csv_monitor);

@@ -48,11 +48,6 @@ struct OptimizerConfig {
 struct OffloadConfig {
   std::string device = "none";  // none | cpu | nvme
   std::string nvme_path;
-  bool pin_memory = false;
-  int buffer_count = 4;
-  int64_t buffer_size = 100000000;
-  int64_t max_in_cpu = 1000000000;
-  bool fast_init = false;
   double ratio = 1.0;
   // offload_optimizer only (dslaunch's key; DeepSpeed has none): the ZeRO-
   // Offload paper's one-step-delayed parameter update (Note [Delayed
@@ -65,43 +60,28 @@ struct OffloadConfig {
 
 struct ZeroConfig {
   int stage = 0;
-  bool contiguous_gradients = true;
   bool reduce_scatter = true;
   int64_t reduce_bucket_size = 500000000;
-  bool allgather_partitions = true;
-  int64_t allgather_bucket_size = 500000000;
   bool overlap_comm = false;
   int64_t sub_group_size = 1000000000;
-  bool round_robin_gradients = false;
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;
-  int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
   OffloadConfig offload_optimizer;
-  // DeepSpeed keeps 5 NVMe buffers for parameters (4 for optimizer state).
-  OffloadConfig offload_param = [] {
-    OffloadConfig param;
-    param.buffer_count = 5;
-    return param;
-  }();
+  OffloadConfig offload_param;
 };
 
 struct ActivationCheckpointingConfig {
   bool partition_activations = false;
   bool cpu_checkpointing = false;
-  bool contiguous_memory_optimization = false;
   int number_checkpoints = -1;  // -1: not set
-  bool synchronize_checkpoint_boundary = false;
-  bool profile = false;
 };
 
 struct AioConfig {
   int64_t block_size = 1048576;
   int queue_depth = 8;
   int thread_count = 1;
-  bool single_submit = false;
-  bool overlap_events = true;
 };
 
 struct PipelineConfig {
@@ -118,14 +98,12 @@ struct PipelineConfig {
 
 struct TensorParallelConfig {
   int tp_size = 1;
-  int tp_grain_size = 1;
   std::string mpu;
 };
 
 struct MoeConfig {
   bool enabled = false;
   int ep_size = 1;
-  std::string moe_param_group;
 };
 
 struct MonitorConfig {
