@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/data/instruction_encoding.h"
+#include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
 
@@ -18,6 +19,11 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const Cha
   if (tokenizer.bos_id() >= 0) prompt.tokens.push_back(tokenizer.bos_id());
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& message = messages[i];
+    if (message.role == "tool" || !message.tool_calls.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "]: a tool conversation needs a chat template that writes tool calls (the model folder's "
+          "Jinja template); this server's is the job file's prefix and suffix form"));
+    }
     const RoleTemplate* role = nullptr;
     if (message.role == "system") {
       if (!chat_template.system) {
@@ -52,19 +58,48 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const Cha
   return prompt;
 }
 
-absl::StatusOr<ChatPrompt> BuildJinjaChatPrompt(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
-                                                const std::vector<ChatMessage>& messages) {
+absl::StatusOr<std::string> RenderJinjaChat(const JinjaChatTemplate& chat_template,
+                                            const std::vector<ChatMessage>& messages, const JsonValue* tools) {
   JinjaValue::List list;
-  for (const ChatMessage& message : messages) {
-    list.push_back(JinjaValue::MakeDict(
-        {{"role", JinjaValue::String(message.role)}, {"content", JinjaValue::String(message.content)}}));
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    // Keys a template tests with `in` ('tool_calls' in message) are there
+    // only when the message has them, as in the request.
+    JinjaValue::Dict dict = {{"role", JinjaValue::String(message.role)},
+                             {"content", message.content.empty() && !message.tool_calls.empty()
+                                             ? JinjaValue::None()
+                                             : JinjaValue::String(message.content)}};
+    if (!message.tool_calls.empty()) {
+      JinjaValue::List calls;
+      for (size_t c = 0; c < message.tool_calls.size(); ++c) {
+        const ChatToolCall& call = message.tool_calls[c];
+        // The arguments as an object (vLLM's json.loads): templates write them with tojson.
+        auto arguments = ParseJson(call.arguments, absl::StrCat("messages[", i, "].tool_calls[", c, "]"));
+        if (!arguments.ok()) return absl::InvalidArgumentError(absl::StrCat("messages: ", arguments.status().message()));
+        calls.push_back(JinjaValue::MakeDict(
+            {{"id", JinjaValue::String(call.id)},
+             {"type", JinjaValue::String("function")},
+             {"function", JinjaValue::MakeDict({{"name", JinjaValue::String(call.name)},
+                                                {"arguments", JinjaValueFromJson(*arguments)}})}}));
+      }
+      dict.emplace_back("tool_calls", JinjaValue::MakeList(std::move(calls)));
+    }
+    if (!message.tool_call_id.empty()) dict.emplace_back("tool_call_id", JinjaValue::String(message.tool_call_id));
+    list.push_back(JinjaValue::MakeDict(std::move(dict)));
   }
   JinjaValue::Dict variables = chat_template.special_tokens;
   variables.emplace_back("messages", JinjaValue::MakeList(std::move(list)));
   variables.emplace_back("add_generation_prompt", JinjaValue::Bool(true));
-  variables.emplace_back("tools", JinjaValue::None());
+  variables.emplace_back("tools", tools != nullptr ? JinjaValueFromJson(*tools) : JinjaValue::None());
   auto text = chat_template.jinja.Render(variables);
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("messages: ", text.status().message()));
+  return text;
+}
+
+absl::StatusOr<ChatPrompt> BuildJinjaChatPrompt(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
+                                                const std::vector<ChatMessage>& messages, const JsonValue* tools) {
+  auto text = RenderJinjaChat(chat_template, messages, tools);
+  if (!text.ok()) return text.status();
   ChatPrompt prompt;
   for (int32_t id : EncodeTemplateText(tokenizer, *text)) prompt.tokens.push_back(id);
   if (tokenizer.eos_id() >= 0) prompt.stop_tokens.push_back(tokenizer.eos_id());

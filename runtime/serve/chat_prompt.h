@@ -32,16 +32,24 @@ struct ChatPrompt {
   std::vector<std::string> stop_strings;
 };
 
-// InvalidArgument naming the message for a role the template lacks (system)
-// or a conversation that does not end with a user or system message.
+// InvalidArgument naming the message for a role the template lacks (system,
+// tool), a message with tool calls, or a conversation that does not end with
+// a user or system message.
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                            const std::vector<ChatMessage>& messages);
 
 // Note [The folder's chat template]: the messages rendered (add_generation_prompt
-// true) and encoded with special tokens allowed and nothing added; the turn
-// ends at eos. InvalidArgument "messages: ..." when the template raises or
-// fails (its message and line).
+// true; `tools` the request's tools, or none: Note [Tool calls]; an
+// assistant's tool calls with their arguments as objects, a tool's message
+// with its tool_call_id) and encoded with special tokens allowed and nothing
+// added; the turn ends at eos. InvalidArgument "messages: ..." when the
+// template raises or fails (its message and line).
 absl::StatusOr<ChatPrompt> BuildJinjaChatPrompt(const Tokenizer& tokenizer, const JinjaChatTemplate& chat_template,
-                                                const std::vector<ChatMessage>& messages);
+                                                const std::vector<ChatMessage>& messages,
+                                                const JsonValue* tools = nullptr);
+// The text BuildJinjaChatPrompt encodes.
+absl::StatusOr<std::string> RenderJinjaChat(const JinjaChatTemplate& chat_template,
+                                            const std::vector<ChatMessage>& messages,
+                                            const JsonValue* tools = nullptr);
 
 }  // namespace dslaunch::runtime

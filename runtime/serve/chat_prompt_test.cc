@@ -72,5 +72,36 @@ TEST(ChatPromptTest, ConversationsTheTemplateCannotWriteAreRefusedNamingTheMessa
               HasSubstr("messages[1]: the conversation ends with the assistant's message"));
 }
 
+// Note [Tool calls]: the request's tools reach the template as `tools`; an
+// assistant's calls as tool_calls (present only when made, the arguments an
+// object); a tool's answer with its tool_call_id. The job file's prefix and
+// suffix form cannot write them and refuses by message.
+TEST(ChatPromptTest, ToolsAndToolConversationsReachTheTemplate) {
+  auto tokenizer = TinyTokenizer(kTinyByteLevelJson);
+  auto jinja = JinjaTemplate::Parse(
+      "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}={{ t | tojson }}{% endfor %}</tools>{% endif %}"
+      "{% for m in messages %}[{{ m.role }}]{% if m.content %}{{ m.content }}{% endif %}"
+      "{% if 'tool_calls' in m %}{% for c in m.tool_calls %}<call {{ c.id }}>{{ c.function.name }}"
+      "{{ c.function.arguments | tojson }}{{ c.function.arguments.city }}</call>{% endfor %}{% endif %}"
+      "{% if m.role == 'tool' %}({{ m.tool_call_id }}){% endif %}{% endfor %}",
+      "t");
+  ASSERT_TRUE(jinja.ok()) << jinja.status();
+  auto tools = ParseJson(R"([{"type": "function", "function": {"name": "get_weather"}}])", "tools");
+  ASSERT_TRUE(tools.ok());
+  ChatMessage call{"assistant", "", {ChatToolCall{"call_1", "get_weather", R"({"city":"Paris"})"}}, ""};
+  ChatMessage answer{"tool", "18 C", {}, "call_1"};
+  auto text = RenderJinjaChat(JinjaChatTemplate{*jinja, {}}, {{"user", "Weather?"}, call, answer}, &*tools);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<tools>get_weather={\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}</tools>"
+            "[user]Weather?[assistant]<call call_1>get_weather{\"city\": \"Paris\"}Paris</call>[tool]18 C(call_1)");
+  // Without tools the variable is none, and no message has tool_calls.
+  EXPECT_EQ(*RenderJinjaChat(JinjaChatTemplate{*jinja, {}}, {{"user", "Hi"}}), "[user]Hi");
+
+  auto refused = BuildChatPrompt(*tokenizer, EotTemplate(), {{"user", "Weather?"}, call, answer});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("messages[1]: a tool conversation needs"));
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime

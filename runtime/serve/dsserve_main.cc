@@ -2,7 +2,8 @@
 // (Note [OpenAI-compatible serving], runtime/serve/openai_server.h).
 //
 //   dsserve --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] [--listen HOST:PORT] [--served_model_name NAME]
-//           [--chat_template FILE(.jinja|.yaml)] [--api_key_file FILE] [--dtype ...] [--device ...]
+//           [--chat_template FILE(.jinja|.yaml)] [--tool_call_parser hermes|llama3_json]
+//           [--api_key_file FILE] [--dtype ...] [--device ...]
 //           [--max_sequences N] [--max_tokens_per_step N] [--cache_positions N] [--max_queue N]
 //           [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu|nvme [--nvme_path DIR]]
 //
@@ -36,6 +37,7 @@
 #include "runtime/generate/generation_model.h"
 #include "runtime/generate/generation_ranks.h"
 #include "runtime/serve/folder_chat_template.h"
+#include "runtime/serve/tool_call_parser.h"
 #include "runtime/serve/openai_server.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
@@ -51,6 +53,7 @@ struct Options {
   std::string listen = "127.0.0.1:8000";
   std::string served_model_name;
   std::string chat_template;
+  std::string tool_call_parser;  // empty: none (Note [Tool calls])
   std::string api_key_file;
   int64_t max_sequences = 64;
   int64_t max_tokens_per_step = 512;
@@ -113,6 +116,16 @@ absl::Status Run(const Options& options) {
       server_options.jinja_chat_template = std::move(**chat_template);
       chat_template_source = "the folder's";
     }
+  }
+  if (!options.tool_call_parser.empty()) {
+    auto format = ParseToolCallFormat(options.tool_call_parser);
+    if (!format.ok()) return format.status();
+    if (!server_options.jinja_chat_template) {
+      return absl::InvalidArgumentError(
+          "--tool_call_parser: tools reach the model through a Jinja chat template (the folder's, or --chat_template "
+          "FILE.jinja); this server has none");
+    }
+    server_options.tool_call_parser = *format;
   }
   auto stop_tokens = ReadGenerationStopTokens(options.model.model);
   if (!stop_tokens.ok()) return stop_tokens.status();
@@ -225,6 +238,11 @@ int main(int argc, char** argv) {
               "the chat template of /v1/chat/completions: a .jinja file (as tokenizer_config.json's chat_template), "
               "or YAML (system/user/assistant prefix and suffix, as the job file's data.chat_template); default: the "
               "model folder's own")
+      .String("--tool_call_parser", &options.tool_call_parser, "FORMAT",
+              "read tool calls (OpenAI's tools) out of chat answers in this form: hermes (<tool_call> JSON "
+              "</tool_call>: Hermes, Qwen) or llama3_json (Llama 3.1+); default: none, and a request with tools "
+              "answers 400",
+              {"hermes", "llama3_json"})
       .String("--api_key_file", &options.api_key_file, "FILE",
               "require 'Authorization: Bearer <key>' on /v1/ routes; the key is the file's first line")
       .Int("--max_sequences", &options.max_sequences, "N", "requests generating at once", {1, 1 << 16})

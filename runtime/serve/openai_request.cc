@@ -1,10 +1,12 @@
 #include "runtime/serve/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/generate/sampling.h"
@@ -198,10 +200,22 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
   if (key == "suffix") {
     return reader.Neutral(value, key, [](const JsonValue&) { return false; }, "does not insert text: leave it out");
   }
-  if (key == "tools" || key == "tool_choice" || key == "functions" || key == "function_call" ||
-      key == "response_format") {
-    return reader.Neutral(value, key, [](const JsonValue&) { return false; },
-                          "does not do tool calls or structured output: leave it out");
+  if (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) {
+    *handled = false;  // the chat request's own (ReadToolsField)
+    return true;
+  }
+  if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
+                          "takes tools on /v1/chat/completions only: leave it out");
+  }
+  if (key == "functions" || key == "function_call") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
+                          "reads the tools field, not the deprecated functions and function_call: give tools");
+  }
+  if (key == "response_format") {
+    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
+                          "does not do structured output (a response format needs constrained decoding): "
+                          "leave it out");
   }
   if (key == "user") {
     std::string ignored;
@@ -273,6 +287,120 @@ bool ReadPrompt(FieldReader& reader, const JsonValue& value, CompletionRequest* 
   return true;
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function", "function":
+// {"name", "arguments": JSON text of an object}}].
+bool ReadMessageToolCalls(FieldReader& reader, const JsonValue& value, const std::string& where,
+                          std::vector<ChatToolCall>* calls) {
+  if (!value.is_array()) {
+    return reader.Fail("messages", absl::StrCat(where, ": expected an array, got ", JsonValue::TypeName(value.type())));
+  }
+  for (size_t i = 0; i < value.items().size(); ++i) {
+    const JsonValue& item = value.items()[i];
+    const std::string at = absl::StrCat(where, "[", i, "]");
+    const JsonValue* id = item.Find("id");
+    const JsonValue* type = item.Find("type");
+    const JsonValue* function = item.Find("function");
+    if (!item.is_object() || id == nullptr || !id->is_string() || function == nullptr || !function->is_object() ||
+        (type != nullptr && !(type->is_string() && type->string_value() == "function"))) {
+      return reader.Fail("messages", absl::StrCat(at, ": expected {\"id\": ..., \"type\": \"function\", "
+                                                      "\"function\": {\"name\": ..., \"arguments\": ...}}"));
+    }
+    const JsonValue* name = function->Find("name");
+    const JsonValue* arguments = function->Find("arguments");
+    if (name == nullptr || !name->is_string() || arguments == nullptr || !arguments->is_string()) {
+      return reader.Fail("messages", absl::StrCat(at, ".function: needs a name and its arguments as a JSON string"));
+    }
+    auto parsed = ParseJson(arguments->string_value(), absl::StrCat(at, ".function.arguments"));
+    if (!parsed.ok() || !parsed->is_object()) {
+      return reader.Fail("messages", absl::StrCat(at, ".function.arguments: not the JSON text of an object",
+                                                  parsed.ok() ? "" : absl::StrCat(" (", parsed.status().message(), ")")));
+    }
+    calls->push_back(ChatToolCall{id->string_value(), name->string_value(), arguments->string_value()});
+  }
+  return true;
+}
+
+// A tool's name: what OpenAI allows (letters, digits, '_' and '-', up to 64).
+bool ToolNameAllowed(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+// tools, tool_choice and parallel_tool_calls (Note [Tool calls]).
+bool ReadToolsField(FieldReader& reader, const std::string& key, const JsonValue& value, ChatRequest* request) {
+  if (key == "parallel_tool_calls") return value.is_null() || reader.Bool(value, key, &request->parallel_tool_calls);
+  if (key == "tool_choice") {
+    if (value.is_null()) return true;
+    if (value.is_string() && (value.string_value() == "auto" || value.string_value() == "none")) {
+      request->tool_choice = value.string_value();
+      return true;
+    }
+    if (value.is_string() && value.string_value() != "required") {
+      return reader.Fail(key, absl::StrCat("tool_choice: '", value.string_value(), "' is not one of auto, none, required"));
+    }
+    return reader.Fail(key, "tool_choice: requiring a call (\"required\" or a named function) needs decoding "
+                            "constrained to the tools' schemas, which this server does not do: give \"auto\" or "
+                            "\"none\"");
+  }
+  // tools
+  if (value.is_null()) return true;
+  if (!value.is_array()) {
+    return reader.Fail(key, absl::StrCat("tools: expected an array of tools, got ", JsonValue::TypeName(value.type())));
+  }
+  for (size_t i = 0; i < value.items().size(); ++i) {
+    const JsonValue& tool = value.items()[i];
+    const std::string where = absl::StrCat("tools[", i, "]");
+    const JsonValue* type = tool.Find("type");
+    const JsonValue* function = tool.Find("function");
+    if (!tool.is_object() || type == nullptr || !type->is_string() || type->string_value() != "function" ||
+        function == nullptr || !function->is_object()) {
+      return reader.Fail(key, absl::StrCat(where, ": expected {\"type\": \"function\", \"function\": {...}}"));
+    }
+    for (size_t k = 0; k < tool.keys().size(); ++k) {
+      if (tool.keys()[k] != "type" && tool.keys()[k] != "function") {
+        return reader.Fail(key, absl::StrCat(where, ": unknown field '", tool.keys()[k], "'"));
+      }
+    }
+    std::string name;
+    for (size_t k = 0; k < function->keys().size(); ++k) {
+      const std::string& field = function->keys()[k];
+      const JsonValue& item = function->items()[k];
+      const std::string at = absl::StrCat(where, ".function.", field);
+      if (field == "name") {
+        if (!reader.String(item, at, &name)) return false;
+        if (!ToolNameAllowed(name)) {
+          return reader.Fail(key, absl::StrCat(at, ": '", name, "' is not 1 to 64 letters, digits, '_' or '-'"));
+        }
+      } else if (field == "description") {
+        std::string ignored;
+        if (!item.is_null() && !reader.String(item, at, &ignored)) return false;
+      } else if (field == "parameters") {
+        if (!item.is_null() && !item.is_object()) {
+          return reader.Fail(key, absl::StrCat(at, ": expected a JSON schema object, got ",
+                                               JsonValue::TypeName(item.type())));
+        }
+      } else if (field == "strict") {
+        bool strict = false;
+        if (!item.is_null() && !reader.Bool(item, at, &strict)) return false;
+        if (strict) {
+          return reader.Fail(key, absl::StrCat(at, ": strict arguments need decoding constrained to the schema, "
+                                                   "which this server does not do: give false or leave it out"));
+        }
+      } else {
+        return reader.Fail(key, absl::StrCat(where, ".function: unknown field '", field, "'"));
+      }
+    }
+    if (name.empty()) return reader.Fail(key, absl::StrCat(where, ".function: no name"));
+    if (std::find(request->tool_names.begin(), request->tool_names.end(), name) != request->tool_names.end()) {
+      return reader.Fail(key, absl::StrCat(where, ".function.name: '", name, "' is given twice"));
+    }
+    request->tool_names.push_back(name);
+  }
+  if (!request->tool_names.empty()) request->tools = value;
+  return true;
+}
+
 bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* request) {
   if (!value.is_array() || value.items().empty()) {
     return reader.Fail("messages", absl::StrCat("messages: expected a non-empty array of messages, got ",
@@ -289,14 +417,17 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
       const JsonValue& field = item.items()[k];
       if (key == "role") {
         if (!reader.String(field, where + ".role", &message.role)) return false;
-        if (message.role != "system" && message.role != "user" && message.role != "assistant") {
+        if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+            message.role != "tool") {
           return reader.Fail("messages", absl::StrCat(where, ".role: '", message.role,
-                                                      "' is not one of system, user, assistant"));
+                                                      "' is not one of system, user, assistant, tool"));
         }
         has_role = true;
       } else if (key == "content") {
         has_content = true;
-        if (field.is_string()) {
+        if (field.is_null()) {
+          has_content = false;  // an assistant's message of tool calls only
+        } else if (field.is_string()) {
           message.content = field.string_value();
         } else if (field.is_array()) {
           // Content parts: text only.
@@ -319,12 +450,26 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
       } else if (key == "name") {
         std::string ignored;
         if (!reader.String(field, where + ".name", &ignored)) return false;
+      } else if (key == "tool_call_id") {
+        if (!reader.String(field, where + ".tool_call_id", &message.tool_call_id)) return false;
+      } else if (key == "tool_calls") {
+        if (!ReadMessageToolCalls(reader, field, where + ".tool_calls", &message.tool_calls)) return false;
       } else {
         return reader.Fail("messages", absl::StrCat(where, ": unknown field '", key, "'"));
       }
     }
     if (!has_role) return reader.Fail("messages", absl::StrCat(where, ": no role"));
-    if (!has_content) return reader.Fail("messages", absl::StrCat(where, ": no content"));
+    if (!has_content && (message.role != "assistant" || message.tool_calls.empty())) {
+      return reader.Fail("messages", absl::StrCat(where, ": no content"));
+    }
+    if (!message.tool_calls.empty() && message.role != "assistant") {
+      return reader.Fail("messages", absl::StrCat(where, ".tool_calls: only an assistant's message makes tool calls"));
+    }
+    if ((message.role == "tool") != !message.tool_call_id.empty()) {
+      return reader.Fail("messages", message.role == "tool"
+                                         ? absl::StrCat(where, ": a tool's message needs the tool_call_id it answers")
+                                         : absl::StrCat(where, ".tool_call_id: only a tool's message answers a call"));
+    }
     request->messages.push_back(std::move(message));
   }
   return true;
@@ -345,9 +490,10 @@ void CheckTogether(FieldReader& reader, const GenerationParameters& p) {
 // then `read_input` for the endpoint's own input field (`input`: "prompt"
 // or "messages"); `other` is the other endpoint's input, refused by name.
 template <typename Request>
-std::optional<Request> ParseRequest(absl::string_view body, ApiError* error, const std::string& input,
-                                    const std::string& other, const std::string& other_hint,
-                                    const std::function<bool(FieldReader&, const JsonValue&, Request*)>& read_input) {
+std::optional<Request> ParseRequest(
+    absl::string_view body, ApiError* error, const std::string& input, const std::string& other,
+    const std::string& other_hint, const std::function<bool(FieldReader&, const JsonValue&, Request*)>& read_input,
+    const std::function<bool(FieldReader&, const std::string&, const JsonValue&, Request*)>& read_own = nullptr) {
   std::optional<JsonValue> root = ParseBody(body, error);
   if (!root) return std::nullopt;
   FieldReader reader(error);
@@ -366,6 +512,8 @@ std::optional<Request> ParseRequest(absl::string_view body, ApiError* error, con
       read_input(reader, value, &request);
     } else if (key == other) {
       reader.Fail(key, other_hint);
+    } else if (read_own && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) {
+      read_own(reader, key, value, &request);
     } else {
       reader.Fail(key, absl::StrCat("unknown field '", key, "'"));
     }
@@ -386,9 +534,10 @@ std::optional<CompletionRequest> ParseCompletionRequest(absl::string_view body, 
 }
 
 std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* error) {
-  return ParseRequest<ChatRequest>(body, error, "messages", "prompt",
-                                   "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions",
-                                   ReadMessages);
+  std::optional<ChatRequest> request = ParseRequest<ChatRequest>(
+      body, error, "messages", "prompt",
+      "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions", ReadMessages, ReadToolsField);
+  return request;
 }
 
 }  // namespace dslaunch::runtime

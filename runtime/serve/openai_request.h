@@ -6,7 +6,7 @@
 // reader). Every field OpenAI defines for these two endpoints is known here:
 //  - the ones this server does are read and range-checked: model, prompt
 //    (a string, an array of token ids, or an array of up to 128 of either:
-//    each prompt has its n choices, indexed prompt by prompt), messages (roles system, user, assistant; content a
+//    each prompt has its n choices, indexed prompt by prompt), messages (roles system, user, assistant, tool; content a
 //    string or an array of {"type": "text", "text"} parts), max_tokens (chat:
 //    max_completion_tokens too), temperature (0 is greedy), top_p, seed, stop
 //    (a string or up to 4), stream, stream_options.include_usage, n (up to
@@ -22,8 +22,14 @@
 //    requests read);
 //  - the ones it does not do are accepted only at their neutral value
 //    (frequency_penalty and presence_penalty 0, logit_bias empty, suffix
-//    null, tools absent) and otherwise refused naming the field: never
-//    silently ignored;
+//    null, response_format absent) and otherwise refused naming the field:
+//    never silently ignored;
+//  - chat's tools, tool_choice ("auto" or "none": "required" and a named
+//    function need decoding constrained to a schema, which is not built,
+//    and are refused) and parallel_tool_calls, with the messages of a tool
+//    conversation (an assistant's tool_calls, role "tool" with its
+//    tool_call_id), are read for Note [Tool calls] (tool_call_parser.h);
+//    the legacy functions and function_call are refused, naming tools;
 //  - user (an end-user id for abuse monitoring) is accepted and unused;
 //  - any other key is an error naming it.
 // Errors carry the field as OpenAI's "param" so the response can name it.
@@ -35,6 +41,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
 
@@ -48,9 +55,18 @@ struct ApiError {
   std::string code;  // OpenAI's "code" (e.g. "model_not_found"); empty: null
 };
 
+// A call an assistant message made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object
+};
+
 struct ChatMessage {
-  std::string role;  // "system" | "user" | "assistant"
+  std::string role;  // "system" | "user" | "assistant" | "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made (content may then be null)
+  std::string tool_call_id;              // tool: the call this answers
 };
 
 // What both endpoints share.
@@ -90,6 +106,13 @@ struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;
   GenerationParameters parameters;
+  // Note [Tool calls] (tool_call_parser.h): the request's tools as given
+  // (an array of {"type": "function", "function": {...}}: what the chat
+  // template reads), their names, and tool_choice ("auto" or "none").
+  std::optional<JsonValue> tools;
+  std::vector<std::string> tool_names;
+  std::string tool_choice = "auto";
+  bool parallel_tool_calls = true;
 };
 
 // Parses a request body. On error, `error` is filled and nullopt returned.

@@ -3,6 +3,7 @@
 #include "runtime/serve/openai_request.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -170,17 +171,79 @@ TEST(OpenAiRequestTest, ChatMessagesAreReadAndCheckedByIndex) {
   EXPECT_EQ(request->messages[1].content, "Hi there");
   EXPECT_EQ(*request->parameters.max_tokens, 9);
 
-  EXPECT_THAT(ChatError(R"({"messages": [{"role": "tool", "content": "x"}]})").message,
-              HasSubstr("messages[0].role: 'tool' is not one of system, user, assistant"));
+  EXPECT_THAT(ChatError(R"({"messages": [{"role": "robot", "content": "x"}]})").message,
+              HasSubstr("messages[0].role: 'robot' is not one of system, user, assistant, tool"));
   EXPECT_THAT(ChatError(R"({"messages": [{"role": "user"}]})").message, HasSubstr("messages[0]: no content"));
   EXPECT_THAT(ChatError(R"({"messages": [{"content": "x"}]})").message, HasSubstr("messages[0]: no role"));
   EXPECT_THAT(ChatError(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").message,
               HasSubstr("messages[0].content[0]: only {\"type\": \"text\""));
-  EXPECT_THAT(ChatError(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})").message,
-              HasSubstr("messages[0]: unknown field 'tool_calls'"));
+  EXPECT_THAT(ChatError(R"({"messages": [{"role": "user", "content": "x", "refusal": null}]})").message,
+              HasSubstr("messages[0]: unknown field 'refusal'"));
   EXPECT_THAT(ChatError(R"({"messages": "hello"})").message, HasSubstr("expected a non-empty array of messages"));
   EXPECT_THAT(ChatError(R"({"model": "m"})").message, HasSubstr("messages: missing"));
   EXPECT_EQ(ChatError(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})").param, "tools");
+}
+
+// Note [Tool calls]: tools, tool_choice and a tool conversation's messages
+// are read; what the server cannot honour is refused by name.
+TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
+  ApiError error;
+  auto request = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+                       {"role": "assistant", "content": null,
+                        "tool_calls": [{"id": "call_1", "type": "function",
+                                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                       {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Today's weather",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                    {"type": "function", "function": {"name": "get-time"}}],
+          "tool_choice": "auto", "parallel_tool_calls": false})",
+      &error);
+  ASSERT_TRUE(request.has_value()) << error.message;
+  EXPECT_THAT(request->tool_names, ElementsAre("get_weather", "get-time"));
+  ASSERT_TRUE(request->tools.has_value());
+  EXPECT_EQ(request->tools->items().size(), 2u);
+  EXPECT_EQ(request->tool_choice, "auto");
+  EXPECT_FALSE(request->parallel_tool_calls);
+  ASSERT_EQ(request->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(request->messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(request->messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(request->messages[1].content, "");
+  EXPECT_EQ(request->messages[2].tool_call_id, "call_1");
+
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  struct Case {
+    std::string body, param, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"{" + user + R"(, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]})",
+            "tool_choice", "needs decoding constrained"},
+           {"{" + user + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice",
+            "needs decoding constrained"},
+           {"{" + user + R"(, "tool_choice": "sometimes"})", "tool_choice", "not one of auto, none, required"},
+           {"{" + user + R"(, "tools": [{"type": "retrieval"}]})", "tools", "tools[0]: expected {\"type\": \"function\""},
+           {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "two words"}}]})", "tools",
+            "tools[0].function.name: 'two words' is not 1 to 64"},
+           {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]})",
+            "tools", "tools[1].function.name: 'f' is given twice"},
+           {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})", "tools",
+            "strict arguments need decoding constrained"},
+           {"{" + user + R"(, "functions": [{"name": "f"}]})", "functions", "give tools"},
+           {R"({"messages": [{"role": "tool", "content": "18 C"}]})", "messages", "needs the tool_call_id it answers"},
+           {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})", "messages",
+            "only a tool's message answers a call"},
+           {R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}]})",
+            "messages", "only an assistant's message makes tool calls"},
+           {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}]})",
+            "messages", "messages[0].tool_calls[0].function.arguments: not the JSON text of an object"},
+           {R"({"messages": [{"role": "assistant", "content": null}]})", "messages", "messages[0]: no content"},
+       }) {
+    const ApiError got = ChatError(c.body);
+    EXPECT_EQ(got.param, c.param) << c.body;
+    EXPECT_THAT(got.message, HasSubstr(c.message)) << c.body;
+  }
+  // /v1/completions has no tools.
+  EXPECT_THAT(CompletionError(R"({"prompt": "x", "tools": []})").message, HasSubstr("/v1/chat/completions only"));
 }
 
 }  // namespace

@@ -111,12 +111,27 @@ std::string CompletionChunkJson(const ResponseHeader& header, const ChoiceOutput
   return absl::StrCat(Head(header, "text_completion"), ",\"choices\":[", CompletionChoice(choice), "]}");
 }
 
+// [{"index", "id", "type", "function": {"name", "arguments"}}]; `indexed`:
+// with each call's index (a streamed delta's form).
+std::string ToolCalls(const std::vector<ToolCallOutput>& calls, bool indexed) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    parts.push_back(absl::StrCat("{", indexed ? absl::StrCat("\"index\":", i, ",") : "", "\"id\":", JsonQuote(calls[i].id),
+                                 ",\"type\":\"function\",\"function\":{\"name\":", JsonQuote(calls[i].name),
+                                 ",\"arguments\":", JsonQuote(calls[i].arguments), "}}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+}
+
 std::string ChatCompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
                                const TokenUsage& usage) {
   std::vector<std::string> parts;
   for (const ChoiceOutput& choice : choices) {
+    const bool calls = !choice.tool_calls.empty();
+    const std::string content = calls && choice.text.empty() ? "null" : JsonQuote(choice.text);
     parts.push_back(absl::StrCat("{\"index\":", choice.index, ",\"message\":{\"role\":\"assistant\",\"content\":",
-                                 JsonQuote(choice.text), "},\"logprobs\":", ChatLogprobs(choice.logprobs),
+                                 content, calls ? absl::StrCat(",\"tool_calls\":", ToolCalls(choice.tool_calls, false)) : "",
+                                 "},\"logprobs\":", ChatLogprobs(choice.logprobs),
                                  ",\"finish_reason\":", FinishReasonJson(choice.finish_reason), "}"));
   }
   return absl::StrCat(Head(header, "chat.completion"), ",\"choices\":[", absl::StrJoin(parts, ","),
@@ -128,6 +143,9 @@ std::string ChatChunkJson(const ResponseHeader& header, const ChoiceOutput& choi
   std::string delta = "{";
   if (role) absl::StrAppend(&delta, "\"role\":", JsonQuote(*role));
   if (has_content) absl::StrAppend(&delta, role ? "," : "", "\"content\":", JsonQuote(choice.text));
+  if (!choice.tool_calls.empty()) {
+    absl::StrAppend(&delta, role || has_content ? "," : "", "\"tool_calls\":", ToolCalls(choice.tool_calls, true));
+  }
   delta += "}";
   return absl::StrCat(Head(header, "chat.completion.chunk"), ",\"choices\":[{\"index\":", choice.index,
                       ",\"delta\":", delta, ",\"logprobs\":", ChatLogprobs(choice.logprobs),

@@ -42,6 +42,14 @@ struct TokenLogprobs {
   bool scored = true;          // false: a prompt's first token (null log-probability and alternatives)
 };
 
+// A tool call of a chat choice (Note [Tool calls]): {"id", "type":
+// "function", "function": {"name", "arguments"}}.
+struct ToolCallOutput {
+  std::string id;  // "call_..."
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 // One choice of a response, or a streamed piece of one.
 struct ChoiceOutput {
   int64_t index = 0;
@@ -51,6 +59,9 @@ struct ChoiceOutput {
   // "top_logprobs", "text_offset"}; chat: {"content": [{"token", "logprob",
   // "bytes", "top_logprobs"}]}.
   std::optional<std::vector<TokenLogprobs>> logprobs;
+  // Chat: the message's tool calls (its content null when `text` is empty),
+  // or a delta's (each whole, "index" its place).
+  std::vector<ToolCallOutput> tool_calls;
 };
 
 // object "text_completion".
@@ -62,8 +73,8 @@ std::string CompletionChunkJson(const ResponseHeader& header, const ChoiceOutput
 std::string ChatCompletionJson(const ResponseHeader& header, const std::vector<ChoiceOutput>& choices,
                                const TokenUsage& usage);
 // object "chat.completion.chunk" for one choice: the first carries the role,
-// then content deltas, the last an empty delta and the finish reason.
-// `content` nullopt: no content key.
+// then content deltas (and a delta of tool calls), the last an empty delta
+// and the finish reason. has_content false: no content key.
 std::string ChatChunkJson(const ResponseHeader& header, const ChoiceOutput& choice,
                           const std::optional<std::string>& role, bool has_content);
 // The final chunk of a stream with include_usage: no choices, the usage.

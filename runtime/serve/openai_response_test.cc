@@ -59,6 +59,43 @@ TEST(OpenAiResponseTest, BodiesAreJsonInOpenAisShapes) {
   EXPECT_EQ(ServerSentEvent("{}"), "data: {}\n\n");
 }
 
+// Note [Tool calls]: a message of calls has content null (or its text) and
+// tool_calls; a streamed delta carries each call whole, with its index.
+TEST(OpenAiResponseTest, ToolCallsInOpenAisShapes) {
+  ResponseHeader header{"chatcmpl-1", 1700000000, "tiny"};
+  ChoiceOutput called{0, "", "tool_calls", std::nullopt,
+                      {{"call_a", "get_weather", R"({"city": "Paris"})"}, {"call_b", "get_time", "{}"}}};
+  JsonValue chat = Parsed(ChatCompletionJson(header, {called}, {5, 9}));
+  const JsonValue& choice = chat.Find("choices")->items()[0];
+  EXPECT_EQ(choice.Find("finish_reason")->string_value(), "tool_calls");
+  const JsonValue& message = *choice.Find("message");
+  EXPECT_TRUE(message.Find("content")->is_null());
+  const JsonValue& calls = *message.Find("tool_calls");
+  ASSERT_EQ(calls.items().size(), 2u);
+  EXPECT_EQ(calls.items()[0].Find("id")->string_value(), "call_a");
+  EXPECT_EQ(calls.items()[0].Find("type")->string_value(), "function");
+  EXPECT_EQ(calls.items()[0].Find("function")->Find("name")->string_value(), "get_weather");
+  EXPECT_EQ(calls.items()[0].Find("function")->Find("arguments")->string_value(), R"({"city": "Paris"})");
+  EXPECT_EQ(calls.items()[0].Find("index"), nullptr);
+  called.text = "Let me check.";
+  EXPECT_EQ(Parsed(ChatCompletionJson(header, {called}, {5, 9})).Find("choices")->items()[0].Find("message")->Find(
+                "content")->string_value(),
+            "Let me check.");
+
+  ChoiceOutput delta{0, "", "", std::nullopt, {{"call_a", "get_weather", "{}"}, {"call_b", "get_time", "{}"}}};
+  JsonValue chunk = Parsed(ChatChunkJson(header, delta, std::nullopt, false));
+  const JsonValue& streamed = *chunk.Find("choices")->items()[0].Find("delta");
+  EXPECT_EQ(streamed.Find("content"), nullptr);
+  ASSERT_EQ(streamed.Find("tool_calls")->items().size(), 2u);
+  EXPECT_EQ(streamed.Find("tool_calls")->items()[1].Find("index")->number_value(), 1);
+  EXPECT_EQ(streamed.Find("tool_calls")->items()[1].Find("id")->string_value(), "call_b");
+  // No calls: the message as before, content a string.
+  JsonValue plain = Parsed(ChatCompletionJson(header, {ChoiceOutput{0, "", "stop", std::nullopt}}, {1, 1}));
+  const JsonValue& plain_message = *plain.Find("choices")->items()[0].Find("message");
+  EXPECT_EQ(plain_message.Find("content")->string_value(), "");
+  EXPECT_EQ(plain_message.Find("tool_calls"), nullptr);
+}
+
 TEST(OpenAiResponseTest, SeveralChoicesKeepTheirIndexes) {
   ResponseHeader header{"cmpl-2", 1, "tiny"};
   JsonValue completion = Parsed(CompletionJson(

@@ -17,6 +17,7 @@
 #include "common/auth_token.h"
 #include "common/json_quote.h"
 #include "runtime/serve/chat_prompt.h"
+#include "runtime/serve/tool_call_parser.h"
 #include "runtime/serve/client_connection.h"
 #include "runtime/serve/openai_request.h"
 #include "runtime/serve/openai_response.h"
@@ -76,6 +77,11 @@ struct Prepared {
   bool include_usage = false;
   bool logprobs = false;
   std::vector<std::string> echo;  // per prompt: completions' echo, the prompt's text first in each choice ("": none)
+  // Note [Tool calls]: chat with tools (tool_choice auto): how the answers'
+  // calls are read, of which tools, and whether several are kept.
+  std::optional<ToolCallFormat> tool_format;
+  std::vector<std::string> tool_names;
+  bool parallel_tool_calls = true;
   const std::string& EchoOf(size_t choice) const { return echo[choice / static_cast<size_t>(per_prompt)]; }
 };
 
@@ -194,6 +200,19 @@ struct Progress {
     return {prompt_tokens, generated};
   }
 };
+// Note [Tool calls]: a finished chat answer's reading into its output: the
+// content, the calls (the first alone without parallel tool calls) with
+// fresh ids, and finish_reason "tool_calls" when it made any.
+void PutCalls(const Prepared& prepared, ToolCallReading reading, ChoiceOutput* output) {
+  output->text = std::move(reading.content);
+  if (reading.calls.empty()) return;
+  if (!prepared.parallel_tool_calls) reading.calls.resize(1);
+  for (ParsedToolCall& call : reading.calls) {
+    output->tool_calls.push_back(ToolCallOutput{RandomId("call_"), std::move(call.name), std::move(call.arguments)});
+  }
+  output->finish_reason = "tool_calls";
+}
+
 }  // namespace
 
 class OpenAiServer::Impl {
@@ -348,9 +367,30 @@ class OpenAiServer::Impl {
                           "--chat_template FILE, or use /v1/completions", ""};
         return false;
       }
+      const bool calls_wanted = parsed->tools && parsed->tool_choice != "none";
+      if (parsed->tools && options_.chat_template) {
+        *error = ApiError{400, "invalid_request_error", "tools",
+                          "tools: this server's chat template is the job file's prefix and suffix form, which does not "
+                          "show the model its tools: serve the model folder's Jinja template (no --chat_template, or "
+                          "a .jinja file)", ""};
+        return false;
+      }
+      if (calls_wanted && !options_.tool_call_parser) {
+        *error = ApiError{400, "invalid_request_error", "tools",
+                          "tools: this server reads no tool calls from the model's answers: start dsserve with "
+                          "--tool_call_parser hermes or llama3_json (the form the model's chat template teaches it), "
+                          "or give \"tool_choice\": \"none\"", ""};
+        return false;
+      }
+      if (calls_wanted) {
+        out->tool_format = options_.tool_call_parser;
+        out->tool_names = parsed->tool_names;
+        out->parallel_tool_calls = parsed->parallel_tool_calls;
+      }
       auto prompt = options_.chat_template
                         ? BuildChatPrompt(tokenizer_, *options_.chat_template, parsed->messages)
-                        : BuildJinjaChatPrompt(tokenizer_, *options_.jinja_chat_template, parsed->messages);
+                        : BuildJinjaChatPrompt(tokenizer_, *options_.jinja_chat_template, parsed->messages,
+                                               parsed->tools ? &*parsed->tools : nullptr);
       if (!prompt.ok()) {
         *error = ApiError{400, "invalid_request_error", "messages", std::string(prompt.status().message()), ""};
         return false;
@@ -466,9 +506,16 @@ class OpenAiServer::Impl {
       Progress progress;
       std::vector<bool> started;  // its first chunk (chat: the role; completions: the echo) sent
       std::vector<bool> ended;    // its finish chunk sent
+      // With tools (Note [Tool calls]): each choice's answer as it streams.
+      std::vector<ToolCallStream> answers;
       bool done = false;
     };
     auto state = std::make_shared<Streaming>(tokenizer_, *prepared);
+    if (prepared->tool_format) {
+      for (size_t c = 0; c < prepared->choices.size(); ++c) {
+        state->answers.emplace_back(*prepared->tool_format, prepared->tool_names);
+      }
+    }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -498,13 +545,32 @@ class OpenAiServer::Impl {
             ChoiceProgress& choice = progress.choices[c];
             std::vector<TokenLogprobs> entries;
             entries.swap(choice.entries);
-            if (!texts[c].empty() || !entries.empty()) {
-              chunk(ChoiceOutput{static_cast<int64_t>(c), texts[c], "", std::move(entries)}, std::nullopt, true);
+            const bool ending = progress.error.ok() && choice.finished != FinishReason::kNone && !state->ended[c];
+            std::string text = texts[c];
+            ChoiceOutput calls{static_cast<int64_t>(c), "", "", std::nullopt};
+            if (prepared->tool_format) {
+              // Content only up to where a call may begin; the rest when the answer ends.
+              ToolCallStream& answer = state->answers[c];
+              text = answer.Add(texts[c]);
+              if (ending) {
+                PutCalls(*prepared, answer.Finish(), &calls);
+                text += calls.text;
+              }
             }
-            if (progress.error.ok() && choice.finished != FinishReason::kNone && !state->ended[c]) {
+            if (!text.empty() || !entries.empty()) {
+              chunk(ChoiceOutput{static_cast<int64_t>(c), text, "", std::move(entries)}, std::nullopt, true);
+            }
+            const bool made_calls = !calls.tool_calls.empty();
+            if (made_calls) {
+              calls.text.clear();
+              calls.finish_reason.clear();
+              chunk(std::move(calls), std::nullopt, false);
+            }
+            if (ending) {
               state->ended[c] = true;
               if (choice.streamer.stopped()) stream->CancelChoice(c);  // a stop string: the engine need not go on
               ChoiceOutput last{static_cast<int64_t>(c), "", FinishReasonName(choice.finished), std::nullopt};
+              if (made_calls) last.finish_reason = "tool_calls";
               if (!prepared->chat && choice.logprobs) last.logprobs = std::vector<TokenLogprobs>{};
               chunk(std::move(last), std::nullopt, false);
             }
@@ -594,6 +660,9 @@ class OpenAiServer::Impl {
         ChoiceOutput output{static_cast<int64_t>(choices.size()), prepared.EchoOf(c) + texts[c],
                             FinishReasonName(choice.finished), std::nullopt};
         if (prepared.logprobs) output.logprobs = std::move(choice.entries);
+        if (prepared.tool_format) {
+          PutCalls(prepared, ReadToolCalls(*prepared.tool_format, texts[c], prepared.tool_names), &output);
+        }
         choices.push_back(std::move(output));
       }
     }

@@ -35,6 +35,7 @@
 #include "runtime/serve/folder_chat_template.h"
 #include "runtime/serve/serving_loop.h"
 #include "runtime/serve/serving_metrics.h"
+#include "runtime/serve/tool_call_parser.h"
 #include "runtime/tokenizer/tokenizer.h"
 
 namespace dslaunch::runtime {
@@ -51,6 +52,9 @@ struct OpenAiServerOptions {
   // Tokens generation also stops at, beside the tokenizer's eos
   // (generation_config.json's eos_token_id).
   std::vector<int64_t> stop_tokens;
+  // Note [Tool calls]: how a chat answer's tool calls are read; none: a
+  // request with tools (and tool_choice auto) answers 400.
+  std::optional<ToolCallFormat> tool_call_parser;
   int64_t default_max_tokens = 16;            // /v1/completions without max_tokens (OpenAI's default)
   int max_connections = 256;
   size_t max_body_bytes = 4 << 20;

@@ -1,0 +1,129 @@
+// Note [Tool calls]: the calls read out of answers in each format, the
+// answers that stay content (malformed, truncated, a tool not offered, text
+// around a llama3 call), and how much of an answer streams as content.
+#include "runtime/serve/tool_call_parser.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const std::vector<std::string> kTools = {"get_weather", "get_time"};
+
+MATCHER_P2(Call, name, arguments, "") { return arg.name == name && arg.arguments == arguments; }
+
+TEST(ToolCallParserTest, HermesCallsAfterContent) {
+  const ToolCallReading reading = ReadToolCalls(
+      ToolCallFormat::kHermes,
+      "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\":2}}\n"
+      "</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+      kTools);
+  EXPECT_EQ(reading.content, "Let me look.\n");
+  EXPECT_THAT(reading.calls, ElementsAre(Call("get_weather", R"({"city": "Paris", "days": 2})"),
+                                         Call("get_time", "{}")));
+}
+
+TEST(ToolCallParserTest, HermesLastCallMayBeUnclosedAndArgumentsMayBeQuoted) {
+  const ToolCallReading reading = ReadToolCalls(
+      ToolCallFormat::kHermes, "<tool_call>{\"name\": \"get_time\", \"arguments\": \"{\\\"zone\\\": \\\"UTC\\\"}\"}",
+      kTools);
+  EXPECT_EQ(reading.content, "");
+  EXPECT_THAT(reading.calls, ElementsAre(Call("get_time", R"({"zone": "UTC"})")));
+}
+
+TEST(ToolCallParserTest, AnswersThatAreNotCallsStayContent) {
+  for (const std::string& text : {
+           std::string("no call here"),
+           std::string("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "),  // cut short
+           std::string("<tool_call>{\"name\": \"launch_rocket\", \"arguments\": {}}</tool_call>"),  // not offered
+           std::string("<tool_call>{\"name\": \"get_time\", \"arguments\": [1]}</tool_call>"),  // not an object
+           std::string("<tool_call>{\"name\": \"get_time\"}</tool_call><tool_call>oops</tool_call>"),  // one bad
+       }) {
+    const ToolCallReading reading = ReadToolCalls(ToolCallFormat::kHermes, text, kTools);
+    EXPECT_EQ(reading.content, text);
+    EXPECT_THAT(reading.calls, IsEmpty()) << text;
+  }
+}
+
+TEST(ToolCallParserTest, Llama3JsonCalls) {
+  EXPECT_THAT(ReadToolCalls(ToolCallFormat::kLlama3Json,
+                            " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", kTools)
+                  .calls,
+              ElementsAre(Call("get_weather", R"({"city": "Oslo"})")));
+  // The python tag, several calls, a ';' inside a string.
+  const ToolCallReading two = ReadToolCalls(
+      ToolCallFormat::kLlama3Json,
+      "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"zone\": \"a;b\"}}; {\"name\": \"get_weather\", "
+      "\"arguments\": {}}",
+      kTools);
+  EXPECT_EQ(two.content, "");
+  EXPECT_THAT(two.calls, ElementsAre(Call("get_time", R"({"zone": "a;b"})"), Call("get_weather", "{}")));
+  // Text first, a tool not offered, or something after the call: content.
+  for (const std::string& text : {std::string("Sure: {\"name\": \"get_time\", \"parameters\": {}}"),
+                                  std::string("{\"name\": \"nope\", \"parameters\": {}}"),
+                                  std::string("{\"name\": \"get_time\", \"parameters\": {}} and more")}) {
+    const ToolCallReading reading = ReadToolCalls(ToolCallFormat::kLlama3Json, text, kTools);
+    EXPECT_EQ(reading.content, text);
+    EXPECT_THAT(reading.calls, IsEmpty()) << text;
+  }
+}
+
+TEST(ToolCallParserTest, StreamedContentStopsWhereACallMayBegin) {
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kHermes, "Hello"), 5u);
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kHermes, "Hello <tool"), 6u);      // may be a call
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kHermes, "Hello <tooth>"), 13u);   // is not
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kHermes, "Hi <tool_call>{\"na"), 3u);
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kLlama3Json, "  "), 0u);
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kLlama3Json, " {\"name"), 0u);
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kLlama3Json, "<|pyth"), 0u);
+  EXPECT_EQ(ContentBeforeAnyCall(ToolCallFormat::kLlama3Json, " The answer"), 11u);
+}
+
+// A streamed answer: content goes out as it comes until a call may begin;
+// the held text comes out as calls, or as content when it was none.
+TEST(ToolCallParserTest, AStreamedAnswerHoldsBackOnlyWhatMayBeACall) {
+  ToolCallStream calls(ToolCallFormat::kHermes, kTools);
+  std::string out;
+  for (const std::string piece : {"Checking", " <to", "ol_call>{\"name\": \"get_time\", ", "\"arguments\": {}}",
+                                  "</tool_call>"}) {
+    out += calls.Add(piece);
+  }
+  EXPECT_EQ(out, "Checking ");
+  const ToolCallReading called = calls.Finish();
+  EXPECT_EQ(called.content, "");
+  EXPECT_THAT(called.calls, ElementsAre(Call("get_time", "{}")));
+
+  ToolCallStream plain(ToolCallFormat::kHermes, kTools);
+  out.clear();
+  for (const std::string piece : {"a <", "b> <tool_call>{broken"}) out += plain.Add(piece);
+  EXPECT_EQ(out, "a <b> ");
+  const ToolCallReading broken = plain.Finish();
+  EXPECT_THAT(broken.calls, IsEmpty());
+  EXPECT_EQ(out + broken.content, "a <b> <tool_call>{broken");
+
+  ToolCallStream llama(ToolCallFormat::kLlama3Json, kTools);
+  EXPECT_EQ(llama.Add(" {\"name\": \"get_weather\","), "");
+  EXPECT_EQ(llama.Add(" \"parameters\": {}}"), "");
+  EXPECT_THAT(llama.Finish().calls, ElementsAre(Call("get_weather", "{}")));
+  ToolCallStream prose(ToolCallFormat::kLlama3Json, kTools);
+  EXPECT_EQ(prose.Add(" "), "");
+  EXPECT_EQ(prose.Add("It is {sunny}"), " It is {sunny}");
+  EXPECT_EQ(prose.Finish().content, "");
+}
+
+TEST(ToolCallParserTest, FormatsAreNamed) {
+  EXPECT_EQ(*ParseToolCallFormat("hermes"), ToolCallFormat::kHermes);
+  EXPECT_EQ(*ParseToolCallFormat("llama3_json"), ToolCallFormat::kLlama3Json);
+  EXPECT_THAT(std::string(ParseToolCallFormat("mistral").status().message()), HasSubstr("hermes, llama3_json"));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
