@@ -19,6 +19,8 @@ checks:
                                 dsgen --dump_logits's forward does
   jinja_chat FOLDER             a chat with the folder's Jinja template is the
                                 completion of what jinja2 renders from it
+  tools FOLDER TEMPLATE         tools and a tool conversation rendered as jinja2
+                                renders them, answered in OpenAI's shape
   choices                       n choices (each the single request of seed
                                 + i), streamed per index, best_of's pick,
                                 several prompts, echo
@@ -359,6 +361,76 @@ def check_jinja_chat(folder):
           f"({chat['usage']['prompt_tokens']} prompt tokens); its raise_exception is a 400")
 
 
+def check_tools(folder, template_path):
+    """Note [Tool calls]: tools and a tool conversation reach the model as
+    jinja2 renders them, as transformers does (json.dumps for tojson, an
+    assistant's call arguments as objects, as vLLM hands them over); the answer
+    is OpenAI's message (content, or tool_calls with finish_reason
+    tool_calls); streamed, the same; what cannot be honoured is a 400."""
+    import os
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                extensions=[jinja2.ext.loopcontrols])
+    environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    template = environment.from_string(open(template_path).read())
+    bos = json.load(open(os.path.join(folder, "tokenizer_config.json")))["bos_token"]
+    bos = bos["content"] if isinstance(bos, dict) else bos
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Today's weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    answered = asked + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+
+    def rendered(messages):
+        for_template = json.loads(json.dumps(messages))
+        for message in for_template:
+            for call in message.get("tool_calls", []):
+                call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+        return template.render(messages=for_template, tools=tools, add_generation_prompt=True, bos_token=bos)
+
+    body = {"max_tokens": 6, "temperature": 0, "tools": tools}
+    for label, messages in (("a question", asked), ("a tool's answer", answered)):
+        status, chat = post("/v1/chat/completions", dict(body, messages=messages))
+        if status != 200:
+            fail(f"tools, {label}: HTTP {status}: {chat}")
+        status, completion = post("/v1/completions", {"max_tokens": 6, "temperature": 0,
+                                                      "prompt": rendered(messages)[len(bos):]})
+        if status != 200:
+            fail(f"the rendered prompt's completion: HTTP {status}: {completion}")
+        if chat["usage"]["prompt_tokens"] != completion["usage"]["prompt_tokens"]:
+            fail(f"tools, {label}: the chat's prompt is {chat['usage']['prompt_tokens']} tokens, jinja2's rendering "
+                 f"{completion['usage']['prompt_tokens']}")
+        choice = chat["choices"][0]
+        message = choice["message"]
+        if "tool_calls" in message:  # a random model that called: OpenAI's shape
+            if choice["finish_reason"] != "tool_calls" or not all(
+                    c["type"] == "function" and c["id"].startswith("call_") and
+                    isinstance(json.loads(c["function"]["arguments"]), dict) for c in message["tool_calls"]):
+                fail(f"tools, {label}: a call in the wrong shape: {chat}")
+        elif message["content"] != completion["choices"][0]["text"] or choice["finish_reason"] not in ("stop", "length"):
+            fail(f"tools, {label}: the answer {message!r} ({choice['finish_reason']}) is not the rendered prompt's "
+                 f"completion {completion['choices'][0]['text']!r}")
+        if label == "a question":
+            text, reason = chat_text(stream("/v1/chat/completions", dict(body, messages=messages)))
+            if "tool_calls" not in message and (text, reason) != (message["content"], choice["finish_reason"]):
+                fail(f"tools, streamed: {text!r} ({reason}), unstreamed {message['content']!r}")
+    status, none = post("/v1/chat/completions", dict(body, messages=asked, tool_choice="none"))
+    if status != 200 or "tool_calls" in none["choices"][0]["message"]:
+        fail(f"tool_choice none: HTTP {status}: {none}")
+    expect_error("tool_choice required", 400, *post("/v1/chat/completions", dict(
+        body, messages=asked, tool_choice="required")), param="tool_choice", message="constrained")
+    expect_error("a tool's answer without its call id", 400, *post("/v1/chat/completions", dict(
+        body, messages=asked + [{"role": "tool", "content": "x"}])), param="messages", message="tool_call_id")
+    print(f"PASS: tools: a question and a tool's answer reach the model as jinja2 renders them "
+          f"({chat['usage']['prompt_tokens']} prompt tokens), answered in OpenAI's shape, streamed the same; "
+          f"tool_choice none served, required refused")
+
+
 def check_choices():
     base = {"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.9, "seed": 7}
     status, plain = post("/v1/completions", dict(base, n=3, logprobs=0))
@@ -543,6 +615,7 @@ if __name__ == "__main__":
      "logprobs": lambda: check_logprobs(args[0], args[1]),
      "choices": check_choices,
      "jinja_chat": lambda: check_jinja_chat(args[0]),
+     "tools": lambda: check_tools(args[0], args[1]),
      "prompt_logprobs": lambda: check_prompt_logprobs(args[0], args[1]),
      "errors": check_errors,
      "disconnect": check_disconnect}[check]()

@@ -184,11 +184,23 @@ PYTHON
 start_server serve_jinja "$DSSERVE" --model "$WORK/model_jinja" --listen 127.0.0.1:0 --api_key_file "$WORK/key"
 [[ $line == *"chat template: the folder's"* ]] || fail "the folder's template is not named: '$line'"
 "$PY" "$CLIENT" "$URL" "$WORK/key" jinja_chat "$WORK/model_jinja"
+tools='"tools": [{"type": "function", "function": {"name": "f"}}]'
+status=$(curl -sS -o "$WORK/tools.json" -w '%{http_code}' -H "Authorization: Bearer $(cat "$WORK/key")" \
+  -d "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], $tools}" "$URL/v1/chat/completions")
+[[ $status == 400 ]] && grep -q -- "--tool_call_parser" "$WORK/tools.json" ||
+  fail "tools without --tool_call_parser: HTTP $status $(cat "$WORK/tools.json")"
 stop_server
+# Tools (Note [Tool calls]): a Hermes-style template and its parser.
+start_server serve_tools "$DSSERVE" --model "$WORK/model_jinja" --listen 127.0.0.1:0 --api_key_file "$WORK/key" \
+  --chat_template "$(dirname "$CLIENT")/../serve/hermes_tools.jinja" --tool_call_parser hermes
+"$PY" "$CLIENT" "$URL" "$WORK/key" tools "$WORK/model_jinja" "$(dirname "$CLIENT")/../serve/hermes_tools.jinja"
+stop_server
+expect_refusal "a tool parser without a Jinja template" "tools reach the model through a Jinja chat template" \
+  --model "$MODEL" --listen 127.0.0.1:0 --chat_template "$WORK/chat.yaml" --tool_call_parser hermes
 printf '{%% include "other.jinja" %%}' >"$WORK/bad.jinja"
 expect_refusal "bad .jinja" "bad.jinja:1: the statement 'include'" --model "$MODEL" --listen 127.0.0.1:0 \
   --chat_template "$WORK/bad.jinja"
-pass "the folder's Jinja chat template serves chats as jinja2 renders them; a template that does not parse stops dsserve"
+pass "the folder's Jinja chat template serves chats as jinja2 renders them; a template that does not parse stops dsserve; tools need --tool_call_parser and a Jinja template"
 
 # 6b. Tensor-parallel serving (Note [Tensor-parallel serving]): dslaunch
 #     with 2 ranks splits the model; rank 0 serves, rank 1 follows its turns.
