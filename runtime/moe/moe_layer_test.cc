@@ -4,7 +4,8 @@
 // output and dense gradients equal ep 1's, and every expert's gradient summed
 // over its expert-data-parallel group equals ep 1's summed over all ranks —
 // capacity-bound and dropless, top-1 and top-2, GPT's and Mixtral's experts,
-// and under a skewed router with ranks of very different token counts. A
+// with a residual dense expert, and under a skewed router with ranks of very
+// different token counts. use_residual and Jitter against references. A
 // broken backward exchange makes the harness fail.
 //
 // Tolerance: 1e-5 relative to each reference tensor's largest magnitude
@@ -66,6 +67,20 @@ double RelativeError(const torch::Tensor& got, const torch::Tensor& want) {
   return (got - want).abs().max().item<double>() / scale;
 }
 
+// The mixture's output for each token of `flat`, expert by expert, from
+// `routing` (the reference the layer's batched dispatch must equal).
+torch::Tensor MixtureByToken(MoeLayerImpl& layer, const torch::Tensor& flat, const Routing& routing, int64_t k) {
+  torch::Tensor out = torch::zeros_like(flat);
+  for (int64_t t = 0; t < flat.size(0); ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = routing.experts[t][j].item<int64_t>();
+      auto expert = std::dynamic_pointer_cast<ExpertMlp>(layer.experts->named_children()[std::to_string(e)]);
+      out[t] += routing.weights[t][j] * expert->forward(flat[t].unsqueeze(0)).squeeze(0);
+    }
+  }
+  return out;
+}
+
 TEST(MoeLayerTest, EqualsATokenByTokenReference) {
   for (int64_t k : {1, 2}) {
     for (bool swiglu : {false, true}) {
@@ -81,17 +96,68 @@ TEST(MoeLayerTest, EqualsATokenByTokenReference) {
 
       torch::Tensor flat = x.view({-1, kHidden});
       Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+      const torch::Tensor want = MixtureByToken(layer, flat, routing, k);
       for (int64_t t = 0; t < flat.size(0); ++t) {
-        torch::Tensor want = torch::zeros({kHidden});
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t e = routing.experts[t][j].item<int64_t>();
-          auto expert = std::dynamic_pointer_cast<ExpertMlp>(layer.experts->named_children()[std::to_string(e)]);
-          want += routing.weights[t][j] * expert->forward(flat[t].unsqueeze(0)).squeeze(0);
-        }
-        EXPECT_LT(RelativeError(y.view({-1, kHidden})[t], want), 1e-6) << "token " << t;
+        EXPECT_LT(RelativeError(y.view({-1, kHidden})[t], want[t]), 1e-6) << "token " << t;
       }
     }
   }
+}
+
+// DeepSpeed's use_residual: the mixture and a dense expert, mixed per token
+// by softmax(coefficient(x)).
+TEST(MoeLayerTest, UseResidualMixesADenseExpertByALearnedCoefficient) {
+  LossGradientScale cell;
+  MoeOptions options;
+  options.gating = GatingOptions{.num_experts = kExperts, .top_k = 2, .min_capacity = 0, .drop_tokens = false};
+  options.use_residual = true;
+  MoeLayerImpl layer(kHidden, options, Experts(true), &cell);
+  Initialize(layer, 13);
+  layer.eval();
+  torch::Tensor flat = Tokens(0, 9);
+  torch::Tensor y = layer.forward(flat);
+  Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+  torch::Tensor mixture = MixtureByToken(layer, flat, routing, 2);
+  torch::Tensor coefficients = torch::softmax(torch::nn::functional::linear(flat, layer.coefficient->weight,
+                                                                            layer.coefficient->bias), -1);
+  for (int64_t t = 0; t < flat.size(0); ++t) {
+    torch::Tensor want = mixture[t] * coefficients[t][0] + layer.mlp->forward(flat[t].unsqueeze(0)).squeeze(0) *
+                                                               coefficients[t][1];
+    EXPECT_LT(RelativeError(y[t], want), 1e-6) << "token " << t;
+  }
+  // The dense expert matters: without it the output is the mixture alone.
+  EXPECT_GT(RelativeError(y, mixture), 1e-2);
+}
+
+// DeepSpeed's Jitter noisy gate policy: in training the router reads x times
+// uniform noise in [1 - 0.01, 1 + 0.01] (drawn from the global generator, so
+// a seed replays it); in evaluation it reads x.
+TEST(MoeLayerTest, JitterScalesTheRoutersInputInTrainingOnly) {
+  LossGradientScale cell;
+  MoeOptions options;
+  options.gating = GatingOptions{.num_experts = kExperts, .top_k = 1, .min_capacity = 0, .drop_tokens = false,
+                                 .use_rts = false, .noisy_gate_policy = NoisyGatePolicy::kJitter};
+  options.aux_loss_coef = 0;
+  MoeLayerImpl layer(kHidden, options, Experts(false), &cell);
+  Initialize(layer, 17);
+  torch::Tensor flat = Tokens(0, 64);
+  torch::NoGradGuard no_grad;
+
+  torch::manual_seed(9);
+  torch::Tensor trained = layer.forward(flat);
+  torch::manual_seed(9);
+  torch::Tensor noise = torch::rand({flat.size(0), kHidden}) * 0.02 + 0.99;
+  Routing jittered =
+      RouteTokens(torch::nn::functional::linear(flat * noise, layer.gate->weight), options.gating, true);
+  EXPECT_LT(RelativeError(trained, MixtureByToken(layer, flat, jittered, 1)), 1e-6);
+  // The noise changes the gate's weights of the chosen experts (here every
+  // token's), so the output is not the noiseless one.
+  Routing plain = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, true);
+  EXPECT_GT(RelativeError(trained, MixtureByToken(layer, flat, plain, 1)), 1e-6);
+
+  layer.eval();
+  Routing evaluated = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+  EXPECT_LT(RelativeError(layer.forward(flat), MixtureByToken(layer, flat, evaluated, 1)), 1e-6);
 }
 
 TEST(MoeLayerTest, AuxiliaryLossGetsTheLossGradientScale) {
@@ -165,6 +231,7 @@ struct Case {
   bool drop_tokens = true;
   bool swiglu = false;
   bool skewed = false;  // ranks of 4..64 tokens; a router that sends most to expert 0
+  bool residual = false;  // use_residual: a dense expert beside the mixture
 };
 
 // Runs the layer on 4 ranks at expert-parallel size `ep`; the input's
@@ -182,6 +249,7 @@ std::vector<BackwardResult> RunLayer(InProcessStore& store, int attempt, int ep,
                                    .use_rts = false,
                                    .second_expert_sampling = false};  // no draws: threads share the generator
     options.aux_loss_coef = 0.1;
+    options.use_residual = c.residual;
     options.expert_parallel = ExpertGroupOf(parallel);
     LossGradientScale cell;
     MoeLayerImpl layer(kHidden, options, Experts(c.swiglu), &cell);
@@ -223,11 +291,13 @@ INSTANTIATE_TEST_SUITE_P(Routings, ExpertParallelParityTest,
                          ::testing::Values(Case{.k = 1, .drop_tokens = true}, Case{.k = 1, .drop_tokens = false},
                                            Case{.k = 2, .drop_tokens = true, .swiglu = true},
                                            Case{.k = 2, .drop_tokens = false, .swiglu = true},
-                                           Case{.k = 2, .drop_tokens = false, .skewed = true}),
+                                           Case{.k = 2, .drop_tokens = false, .skewed = true},
+                                           Case{.k = 2, .drop_tokens = false, .residual = true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
                            return absl::StrCat("Top", c.k, c.drop_tokens ? "CapacityBound" : "Dropless",
-                                               c.swiglu ? "SwiGlu" : "Gelu", c.skewed ? "Skewed" : "");
+                                               c.swiglu ? "SwiGlu" : "Gelu", c.skewed ? "Skewed" : "",
+                                               c.residual ? "Residual" : "");
                          });
 
 TEST(ExpertParallelParityHarnessTest, ABrokenBackwardExchangeIsCaught) {
