@@ -744,6 +744,14 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       context.rank_runtime->ReportMetrics(StepMetrics(job.train.steps, mean_loss, result.lr, wall, tokens_per_step,
                                                       sampler->global_batch(), context.device));
     }
+    const bool printing = step % ds.steps_per_print == 0 || step == job.train.steps;
+    // model.moe.telemetry: each expert layer's routing of the step's last
+    // micro-batch, summed over every rank (a collective, on every rank): at
+    // the printed steps, and at every step when monitors write it.
+    std::vector<MoeLayerRouting> moe_routing;
+    if (job.model.moe.telemetry && (printing || ds.tensorboard.enabled || ds.csv_monitor.enabled)) {
+      DS_ASSIGN_OR_RETURN(moe_routing, GatherMoeRouting(*built->module, context));
+    }
     if (monitors) {
       namespace metric = monitor_metric;
       const double wall = std::chrono::duration<double>(Clock::now() - step_began).count();
@@ -769,23 +777,15 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                           compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30), consumed});
       }
       events.push_back({metric::kHostPeakRssGib, PeakResidentGib(), consumed});
+      for (MonitorEvent& event : MoeRoutingEvents(moe_routing, consumed)) events.push_back(std::move(event));
       DS_RETURN_IF_ERROR(monitors->Write(events, WallSeconds()));
     }
-    const bool printing = step % ds.steps_per_print == 0 || step == job.train.steps;
     // Every stage's times, gathered on all ranks (a collective).
     std::vector<std::array<double, 4>> stage_seconds;
     if (pipe && printing && ds.wall_clock_breakdown) {
       auto gathered = GatherStageSeconds(*pipe, pipeline_seconds, context);
       if (!gathered.ok()) return gathered.status();
       stage_seconds = std::move(*gathered);
-    }
-    // model.moe.telemetry: each expert layer's routing of the step's last
-    // micro-batch, summed over every rank (a collective, on every rank).
-    std::vector<std::string> moe_lines;
-    if (job.model.moe.telemetry && printing) {
-      auto lines = MoeTelemetryLines(*built->module, context);
-      if (!lines.ok()) return lines.status();
-      moe_lines = std::move(*lines);
     }
     if (context.rank == 0 && printing) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -800,7 +800,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       absl::FPrintF(context.out, "step=%d loss=%.4f lr=%.3e loss_scale=%g tokens/s=%.0f%s | %s\n", step, mean_loss,
                     result.lr, result.loss_scale, tokens_per_second, utilisation,
                     ProgressText(step, first_step, job.train.steps, elapsed, optimizer_in_use));
-      for (const std::string& line : moe_lines) absl::FPrintF(context.out, "  %s\n", line);
+      for (const MoeLayerRouting& routing : moe_routing) absl::FPrintF(context.out, "  %s\n", MoeRoutingLine(routing));
       if (ds.wall_clock_breakdown) {
         absl::FPrintF(context.out,
                       "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s, "

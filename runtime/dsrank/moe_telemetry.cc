@@ -1,5 +1,6 @@
 #include "runtime/dsrank/moe_telemetry.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -7,14 +8,15 @@
 
 namespace dslaunch::runtime {
 
-absl::StatusOr<std::vector<std::string>> MoeTelemetryLines(torch::nn::Module& module, const TrainerContext& context) {
+absl::StatusOr<std::vector<MoeLayerRouting>> GatherMoeRouting(torch::nn::Module& module,
+                                                              const TrainerContext& context) {
   std::vector<std::pair<std::string, const MoeLayerImpl*>> layers;
   for (const auto& item : module.named_modules()) {
     if (const auto* layer = dynamic_cast<const MoeLayerImpl*>(item.value().get()))
       layers.emplace_back(item.key(), layer);
   }
-  std::vector<std::string> lines;
-  if (layers.empty()) return lines;
+  std::vector<MoeLayerRouting> routings;
+  if (layers.empty()) return routings;
   const int64_t experts = layers[0].second->options().gating.num_experts;
   // Per layer: the tokens of each expert, the dropped fraction, the auxiliary
   // loss.
@@ -31,13 +33,35 @@ absl::StatusOr<std::vector<std::string>> MoeTelemetryLines(torch::nn::Module& mo
   if (ranks > 1) DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
   table = table.cpu();
   for (size_t i = 0; i < layers.size(); ++i) {
-    std::vector<int64_t> tokens;
-    for (int64_t e = 0; e < experts; ++e) tokens.push_back(static_cast<int64_t>(table[i][e].item<double>()));
-    lines.push_back(absl::StrFormat("moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f", layers[i].first,
-                                    absl::StrJoin(tokens, " "), 100.0 * table[i][experts].item<double>() / ranks,
-                                    table[i][experts + 1].item<double>() / ranks));
+    MoeLayerRouting& routing = routings.emplace_back();
+    routing.layer = layers[i].first;
+    for (int64_t e = 0; e < experts; ++e) {
+      routing.tokens_per_expert.push_back(static_cast<int64_t>(table[i][e].item<double>()));
+    }
+    routing.dropped_fraction = table[i][experts].item<double>() / ranks;
+    routing.aux_loss = table[i][experts + 1].item<double>() / ranks;
   }
-  return lines;
+  return routings;
+}
+
+std::string MoeRoutingLine(const MoeLayerRouting& routing) {
+  return absl::StrFormat("moe %s: tokens per expert [%s] dropped %.2f%% aux_loss %.4f", routing.layer,
+                         absl::StrJoin(routing.tokens_per_expert, " "), 100.0 * routing.dropped_fraction,
+                         routing.aux_loss);
+}
+
+std::vector<MonitorEvent> MoeRoutingEvents(const std::vector<MoeLayerRouting>& layers, int64_t samples) {
+  std::vector<MonitorEvent> events;
+  for (const MoeLayerRouting& routing : layers) {
+    const std::string prefix = absl::StrCat("MoE/", routing.layer, "/");
+    events.push_back({prefix + "dropped_fraction", routing.dropped_fraction, samples});
+    events.push_back({prefix + "aux_loss", routing.aux_loss, samples});
+    for (size_t e = 0; e < routing.tokens_per_expert.size(); ++e) {
+      events.push_back({absl::StrCat(prefix, "tokens_expert_", e), static_cast<double>(routing.tokens_per_expert[e]),
+                        samples});
+    }
+  }
+  return events;
 }
 
 }  // namespace dslaunch::runtime

@@ -16,6 +16,9 @@
 //   Train/Samples/mfu                   on a GPU whose peak is known, bf16/fp16: that over the peak
 //   Memory/peak_gpu_allocated_gib       on a GPU: the peak since the start
 //   Memory/host_peak_rss_gib            the rank's peak resident host memory
+//   MoE/<layer>/dropped_fraction        with model.moe.telemetry, each expert layer's routing
+//   MoE/<layer>/aux_loss                of the step's last micro-batch (dsrank's moe_telemetry.h):
+//   MoE/<layer>/tokens_expert_<e>       over the ranks, as the step line prints it
 // and at every train.eval_interval:
 //   Eval/Samples/eval_loss              the held-out loss (mean over ranks)
 // The folder is DeepSpeed's: <output_path>/<job_name> (job_name alone when

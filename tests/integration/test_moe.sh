@@ -17,7 +17,9 @@ COMMON=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_int
 
 run_job ep1 4
 run_job ep2 4 --override ds_config.moe.enabled=true --override ds_config.moe.ep_size=2 \
-  --override model.moe.telemetry=true --override ds_config.steps_per_print=4
+  --override model.moe.telemetry=true --override ds_config.steps_per_print=4 \
+  --override ds_config.csv_monitor.enabled=true --override "ds_config.csv_monitor.output_path=$WORK/mon" \
+  --override ds_config.csv_monitor.job_name=moe
 same_losses ep1 ep2 "EP 2 x DP 2 (ZeRO-2) vs EP 1 x DP 4"
 run_job ep4 4 --override ds_config.moe_expert_parallel_size=4 --override ds_config.zero_optimization.stage=1
 same_losses ep1 ep4 "EP 4 (ZeRO-1) vs EP 1 x DP 4"
@@ -30,7 +32,21 @@ grep -Eq "^  moe blocks\.1\.moe: tokens per expert \[[0-9]+ [0-9]+ [0-9]+ [0-9]+
 awk '/^  moe blocks.1.moe: tokens per expert/ { gsub(/[\[\]]/, ""); s = $6 + $7 + $8 + $9;
   if (s <= 0 || s > 4 * 2 * 64 * 2) bad = 1; n++ } END { exit bad || n != 2 }' "$WORK/ep2.log" ||
   fail "telemetry counts out of range: $(grep 'moe blocks' "$WORK/ep2.log")"
-pass "model.moe.telemetry prints tokens per expert, the dropped share and the auxiliary loss"
+# The monitors get the same routing at every step (x: samples, 8 a step);
+# at the printed steps 4 and 8 it is the step line's.
+for metric in dropped_fraction aux_loss tokens_expert_0 tokens_expert_3; do
+  file="$WORK/mon/moe/MoE_blocks.1.moe_$metric.csv"
+  [[ -f $file && $(head -n 1 "$file") == "step,$metric" && $(wc -l <"$file") == 9 ]] ||
+    fail "the csv monitor has no MoE $metric for each step: $(ls "$WORK/mon/moe" 2>&1 | head -20)"
+done
+for step in 4 8; do
+  printed=$(awk -v n="$step" '/^step=/ { s = $1; sub("step=", "", s) } /^  moe blocks.1.moe: tokens per expert/ && s == n {
+    gsub(/[\[\]]/, ""); print $6, $7, $8, $9 }' "$WORK/ep2.log")
+  logged=$(for e in 0 1 2 3; do awk -F, -v x=$((step * 8)) '$1 == x { printf "%d ", $2 }' \
+    "$WORK/mon/moe/MoE_blocks.1.moe_tokens_expert_$e.csv"; done)
+  [[ -n $printed && "$printed " == "$logged" ]] || fail "step $step: the line says [$printed], the monitor [$logged]"
+done
+pass "model.moe.telemetry prints tokens per expert, the dropped share and the auxiliary loss; the monitors log them each step"
 
 # An EP 2 checkpoint at step 4 resumed at EP 4: steps 5-8 as uninterrupted.
 rm -rf "$WORK/ckpt"
