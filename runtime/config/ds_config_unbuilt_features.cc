@@ -93,7 +93,7 @@ void AddKeysOfFeaturesNotBuilt(std::vector<KeySpec>* keys) {
           .RefusedUnless("false", "the deprecated cpu_offload_param key (write offload_param: {device: cpu})"),
       Unstored("zero_optimization.cpu_offload_use_pin_memory", ValueKind::kBool)
           .RefusedUnless("false", "the deprecated cpu_offload_use_pin_memory key (write offload_optimizer: "
-                                  "{pin_memory: true})"),
+                                  "{device: cpu}: offload's host buffers are pinned on a GPU)"),
 
       // Speed, memory and logging knobs of DeepSpeed's own code.
       Unstored("graph_harvesting", ValueKind::kBool)

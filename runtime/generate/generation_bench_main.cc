@@ -106,7 +106,8 @@ double MicrosecondsPerChoice(const torch::Tensor& logits, Choose choose) {
 }
 
 void PrintGreedyChoiceTimes(const torch::TensorOptions& logits_options, int64_t vocab, int64_t batch) {
-  for (int64_t rows : {int64_t{1}, std::max<int64_t>(batch, 1)}) {
+  for (int64_t rows : {int64_t{1}, batch}) {
+    if (rows < 1) break;
     const torch::Tensor logits = torch::randn({rows, vocab}, logits_options);
     const double kernel = MicrosecondsPerChoice(logits, [](const torch::Tensor& l) { return ChooseGreedily(l); });
     const double libtorch =
@@ -114,7 +115,7 @@ void PrintGreedyChoiceTimes(const torch::TensorOptions& logits_options, int64_t 
     absl::PrintF("greedy choice, %d row(s) of %d logits to the host: %.1f us (ChooseGreedily), %.1f us (LibTorch ops), "
                  "%.2fx\n",
                  rows, vocab, kernel, libtorch, libtorch / kernel);
-    if (rows == batch) break;
+    if (batch == 1) break;
   }
 }
 

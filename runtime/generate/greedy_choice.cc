@@ -47,13 +47,17 @@ torch::Tensor ChooseGreedily(const torch::Tensor& logits, const torch::Tensor& r
     CheckShapes(logits, rows);
     compat::CudaDeviceGuard device(logits.device());
     const torch::Tensor rows_here = rows.defined() ? rows.to(logits.device()).contiguous() : torch::Tensor();
-    // The kernel reads rows a stride apart, each contiguous.
-    const torch::Tensor source = logits.stride(1) == 1 ? logits : logits.contiguous();
+    // The kernel reads rows a stride apart, each contiguous and apart from
+    // the next (a row expanded or transposed into place is copied first).
+    const torch::Tensor source =
+        logits.stride(1) == 1 && (logits.size(0) == 1 || logits.stride(0) >= logits.size(1)) ? logits
+                                                                                             : logits.contiguous();
     const int64_t n = rows.defined() ? rows.size(0) : logits.size(0);
     torch::Tensor chosen = torch::empty({2, n}, logits.options().dtype(torch::kDouble));
     const cudaError_t launched = kernels::greedy_choice(
         KernelElementType(type, "greedy choice"), chosen.data_ptr<double>(), source.data_ptr(),
-        rows.defined() ? rows_here.data_ptr<int64_t>() : nullptr, n, source.size(1), source.stride(0),
+        rows.defined() ? rows_here.data_ptr<int64_t>() : nullptr, n, source.size(1),
+        source.size(0) == 1 ? source.size(1) : source.stride(0),
         compat::CurrentCudaStream());
     TORCH_CHECK(launched == cudaSuccess, "greedy choice: ", cudaGetErrorString(launched));
     return chosen;

@@ -66,9 +66,9 @@ absl::StatusOr<std::string> RenderJinjaChat(const JinjaChatTemplate& chat_templa
     // Keys a template tests with `in` ('tool_calls' in message) are there
     // only when the message has them, as in the request.
     JinjaValue::Dict dict = {{"role", JinjaValue::String(message.role)},
-                             {"content", message.content.empty() && !message.tool_calls.empty()
-                                             ? JinjaValue::None()
-                                             : JinjaValue::String(message.content)}};
+                             {"content", message.content_null ? JinjaValue::None()
+                                                              : JinjaValue::String(message.content)}};
+    if (!message.name.empty()) dict.emplace_back("name", JinjaValue::String(message.name));
     if (!message.tool_calls.empty()) {
       JinjaValue::List calls;
       for (size_t c = 0; c < message.tool_calls.size(); ++c) {

@@ -88,7 +88,7 @@ TEST(ChatPromptTest, ToolsAndToolConversationsReachTheTemplate) {
   ASSERT_TRUE(jinja.ok()) << jinja.status();
   auto tools = ParseJson(R"([{"type": "function", "function": {"name": "get_weather"}}])", "tools");
   ASSERT_TRUE(tools.ok());
-  ChatMessage call{"assistant", "", {ChatToolCall{"call_1", "get_weather", R"({"city":"Paris"})"}}, ""};
+  ChatMessage call{"assistant", "", {ChatToolCall{"call_1", "get_weather", R"({"city":"Paris"})"}}, "", true};
   ChatMessage answer{"tool", "18 C", {}, "call_1"};
   auto text = RenderJinjaChat(JinjaChatTemplate{*jinja, {}}, {{"user", "Weather?"}, call, answer}, &*tools);
   ASSERT_TRUE(text.ok()) << text.status();

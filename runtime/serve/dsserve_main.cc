@@ -135,6 +135,16 @@ absl::Status Run(const Options& options) {
     return absl::Status(tokenizer.status().code(), absl::StrCat("dsserve needs the folder's tokenizer: ",
                                                                 tokenizer.status().message()));
   }
+  // Note [Tool calls]: answers are decoded without special tokens, so a
+  // <tool_call> that is one would never reach the parser.
+  if (server_options.tool_call_parser == ToolCallFormat::kHermes) {
+    const std::optional<int32_t> tag = (*tokenizer)->TokenId("<tool_call>");
+    if (tag && (*tokenizer)->Decode({*tag}).find("<tool_call>") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          "--tool_call_parser hermes: this tokenizer marks <tool_call> as a special token, which dsserve leaves out "
+          "of an answer's text, so no call could be read; not supported for this model");
+    }
+  }
   // Note [Tensor-parallel serving]: started by dslaunch with N ranks, the
   // model is split over the N; rank 0 serves HTTP, the others follow its turns.
   auto ranks = StartGenerationRanks(options.model.device, options.local_rank);

@@ -305,6 +305,15 @@ bool ReadMessageToolCalls(FieldReader& reader, const JsonValue& value, const std
       return reader.Fail("messages", absl::StrCat(at, ": expected {\"id\": ..., \"type\": \"function\", "
                                                       "\"function\": {\"name\": ..., \"arguments\": ...}}"));
     }
+    for (const auto& [object, allowed] : {std::pair{&item, std::vector<std::string>{"id", "type", "function"}},
+                                          std::pair{function, std::vector<std::string>{"name", "arguments"}}}) {
+      for (const std::string& key : object->keys()) {
+        if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+          return reader.Fail("messages", absl::StrCat(at, object == function ? ".function" : "", ": unknown field '",
+                                                      key, "'"));
+        }
+      }
+    }
     const JsonValue* name = function->Find("name");
     const JsonValue* arguments = function->Find("arguments");
     if (name == nullptr || !name->is_string() || arguments == nullptr || !arguments->is_string()) {
@@ -334,6 +343,7 @@ bool ReadToolsField(FieldReader& reader, const std::string& key, const JsonValue
     if (value.is_null()) return true;
     if (value.is_string() && (value.string_value() == "auto" || value.string_value() == "none")) {
       request->tool_choice = value.string_value();
+      request->tool_choice_given = true;
       return true;
     }
     if (value.is_string() && value.string_value() != "required") {
@@ -345,8 +355,10 @@ bool ReadToolsField(FieldReader& reader, const std::string& key, const JsonValue
   }
   // tools
   if (value.is_null()) return true;
-  if (!value.is_array()) {
-    return reader.Fail(key, absl::StrCat("tools: expected an array of tools, got ", JsonValue::TypeName(value.type())));
+  if (!value.is_array() || value.items().empty()) {
+    return reader.Fail(key, absl::StrCat("tools: expected an array of tools, got ",
+                                         value.is_array() ? "an empty one (leave it out)"
+                                                          : JsonValue::TypeName(value.type())));
   }
   for (size_t i = 0; i < value.items().size(); ++i) {
     const JsonValue& tool = value.items()[i];
@@ -427,6 +439,7 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
         has_content = true;
         if (field.is_null()) {
           has_content = false;  // an assistant's message of tool calls only
+          message.content_null = true;
         } else if (field.is_string()) {
           message.content = field.string_value();
         } else if (field.is_array()) {
@@ -448,8 +461,7 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
                                                       JsonValue::TypeName(field.type())));
         }
       } else if (key == "name") {
-        std::string ignored;
-        if (!reader.String(field, where + ".name", &ignored)) return false;
+        if (!reader.String(field, where + ".name", &message.name)) return false;
       } else if (key == "tool_call_id") {
         if (!reader.String(field, where + ".tool_call_id", &message.tool_call_id)) return false;
       } else if (key == "tool_calls") {
@@ -459,6 +471,7 @@ bool ReadMessages(FieldReader& reader, const JsonValue& value, ChatRequest* requ
       }
     }
     if (!has_role) return reader.Fail("messages", absl::StrCat(where, ": no role"));
+    if (!has_content) message.content_null = true;
     if (!has_content && (message.role != "assistant" || message.tool_calls.empty())) {
       return reader.Fail("messages", absl::StrCat(where, ": no content"));
     }
@@ -537,6 +550,10 @@ std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* er
   std::optional<ChatRequest> request = ParseRequest<ChatRequest>(
       body, error, "messages", "prompt",
       "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions", ReadMessages, ReadToolsField);
+  if (request && request->tool_choice_given && request->tool_choice == "auto" && !request->tools) {
+    *error = ApiError{400, "invalid_request_error", "tool_choice", "tool_choice: \"auto\" needs tools", ""};
+    return std::nullopt;
+  }
   return request;
 }
 

@@ -67,6 +67,8 @@ struct ChatMessage {
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made (content may then be null)
   std::string tool_call_id;              // tool: the call this answers
+  bool content_null = false;  // an assistant's message of tool calls with content null or absent
+  std::string name;           // the optional participant (or tool) name, for the template
 };
 
 // What both endpoints share.
@@ -112,7 +114,8 @@ struct ChatRequest {
   std::optional<JsonValue> tools;
   std::vector<std::string> tool_names;
   std::string tool_choice = "auto";
-  bool parallel_tool_calls = true;
+  bool tool_choice_given = false;
+  bool parallel_tool_calls = true;  // false: an answer's first call alone
 };
 
 // Parses a request body. On error, `error` is filled and nullopt returned.

@@ -169,6 +169,7 @@ TEST(OpenAiRequestTest, ChatMessagesAreReadAndCheckedByIndex) {
   ASSERT_EQ(request->messages.size(), 2u);
   EXPECT_EQ(request->messages[0].role, "system");
   EXPECT_EQ(request->messages[1].content, "Hi there");
+  EXPECT_EQ(request->messages[1].name, "bob");
   EXPECT_EQ(*request->parameters.max_tokens, 9);
 
   EXPECT_THAT(ChatError(R"({"messages": [{"role": "robot", "content": "x"}]})").message,
@@ -237,6 +238,10 @@ TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
            {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}]})",
             "messages", "messages[0].tool_calls[0].function.arguments: not the JSON text of an object"},
            {R"({"messages": [{"role": "assistant", "content": null}]})", "messages", "messages[0]: no content"},
+           {"{" + user + R"(, "tools": []})", "tools", "an empty one"},
+           {"{" + user + R"(, "tool_choice": "auto"})", "tool_choice", "needs tools"},
+           {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}", "x": 1}}]}]})",
+            "messages", "messages[0].tool_calls[0].function: unknown field 'x'"},
        }) {
     const ApiError got = ChatError(c.body);
     EXPECT_EQ(got.param, c.param) << c.body;

@@ -506,8 +506,10 @@ class OpenAiServer::Impl {
       Progress progress;
       std::vector<bool> started;  // its first chunk (chat: the role; completions: the echo) sent
       std::vector<bool> ended;    // its finish chunk sent
-      // With tools (Note [Tool calls]): each choice's answer as it streams.
+      // With tools (Note [Tool calls]): each choice's answer as it streams,
+      // and the log-probabilities of text it holds back.
       std::vector<ToolCallStream> answers;
+      std::vector<std::vector<TokenLogprobs>> held_entries = std::vector<std::vector<TokenLogprobs>>(started.size());
       bool done = false;
     };
     auto state = std::make_shared<Streaming>(tokenizer_, *prepared);
@@ -556,6 +558,11 @@ class OpenAiServer::Impl {
                 PutCalls(*prepared, answer.Finish(), &calls);
                 text += calls.text;
               }
+              // Log-probabilities go out with their text: held while any text is.
+              std::vector<TokenLogprobs>& held = state->held_entries[c];
+              held.insert(held.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+              entries.clear();
+              if (ending || answer.held() == 0) entries.swap(held);
             }
             if (!text.empty() || !entries.empty()) {
               chunk(ChoiceOutput{static_cast<int64_t>(c), text, "", std::move(entries)}, std::nullopt, true);

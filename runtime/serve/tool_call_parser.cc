@@ -59,6 +59,7 @@ ToolCallReading ReadHermes(const std::string& text, const std::vector<std::strin
   ToolCallReading reading;
   const size_t first = text.find(kHermesOpen);
   if (first == std::string::npos) return {text, {}};
+  reading.content = text.substr(0, first);
   size_t at = first;
   while (at != std::string::npos) {
     const size_t body = at + kHermesOpenSize;
@@ -70,9 +71,13 @@ ToolCallReading ReadHermes(const std::string& text, const std::vector<std::strin
     }
     reading.calls.push_back(std::move(call));
     if (close == std::string::npos) break;
-    at = text.find(kHermesOpen, close + kHermesCloseSize);
+    // Text between or after the calls is content too (what is not blank).
+    const size_t after = close + kHermesCloseSize;
+    at = text.find(kHermesOpen, after);
+    const absl::string_view between =
+        absl::string_view(text).substr(after, (at == std::string::npos ? text.size() : at) - after);
+    if (!absl::StripAsciiWhitespace(between).empty()) absl::StrAppend(&reading.content, between);
   }
-  reading.content = text.substr(0, first);
   return reading;
 }
 
@@ -112,9 +117,9 @@ ToolCallReading ReadToolCalls(ToolCallFormat format, const std::string& text,
   return format == ToolCallFormat::kHermes ? ReadHermes(text, tool_names) : ReadLlama3Json(text, tool_names);
 }
 
-size_t ContentBeforeAnyCall(ToolCallFormat format, const std::string& text) {
+size_t ContentBeforeAnyCall(ToolCallFormat format, const std::string& text, size_t from) {
   if (format == ToolCallFormat::kHermes) {
-    const size_t open = text.find(kHermesOpen);
+    const size_t open = text.find(kHermesOpen, std::min(from, text.size()));
     if (open != std::string::npos) return open;
     // Hold back an end that may be the start of "<tool_call>".
     for (size_t keep = std::min(text.size(), kHermesOpenSize - 1); keep > 0; --keep) {
@@ -134,7 +139,7 @@ size_t ContentBeforeAnyCall(ToolCallFormat format, const std::string& text) {
 
 std::string ToolCallStream::Add(const std::string& piece) {
   answer_ += piece;
-  const size_t safe = ContentBeforeAnyCall(format_, answer_);
+  const size_t safe = ContentBeforeAnyCall(format_, answer_, released_);
   if (safe <= released_) return "";
   std::string out = answer_.substr(released_, safe - released_);
   released_ = safe;

@@ -9,8 +9,8 @@
 // --tool-call-parser does:
 //  - hermes (Hermes 2 Pro, Qwen2.5, Qwen3): each call a JSON object
 //    {"name": ..., "arguments": {...}} between <tool_call> and </tool_call>
-//    (the last one may be cut by the end of the turn); the text before the
-//    first is the message's content;
+//    (the last one may be cut by the end of the turn); the text around
+//    them (what is not blank) is the message's content;
 //  - llama3_json (Llama 3.1-3.3's JSON tool calling): the whole answer,
 //    after an optional <|python_tag|>, is one JSON object {"name": ...,
 //    "parameters": {...}} ("arguments" also read), or several separated by
@@ -56,8 +56,9 @@ ToolCallReading ReadToolCalls(ToolCallFormat format, const std::string& text,
                               const std::vector<std::string>& tool_names);
 
 // How many leading bytes of `text` (an answer so far) are content whatever
-// comes next: the rest may be, or begin, a call.
-size_t ContentBeforeAnyCall(ToolCallFormat format, const std::string& text);
+// comes next: the rest may be, or begin, a call. `from`: bytes already known
+// to be content (the search for a call starts there).
+size_t ContentBeforeAnyCall(ToolCallFormat format, const std::string& text, size_t from = 0);
 
 // A streamed answer's text, piece by piece: content goes out up to where a
 // call may begin; the rest is read when the answer ends.
@@ -71,6 +72,8 @@ class ToolCallStream {
   // At the answer's end: the content not yet let out, and the calls (none:
   // the held text is all content).
   ToolCallReading Finish();
+  // Bytes of the answer held back so far.
+  size_t held() const { return answer_.size() - released_; }
 
  private:
   ToolCallFormat format_;

@@ -31,6 +31,15 @@ TEST(ToolCallParserTest, HermesCallsAfterContent) {
                                          Call("get_time", "{}")));
 }
 
+TEST(ToolCallParserTest, HermesTextAroundTheCallsIsContent) {
+  const ToolCallReading reading = ReadToolCalls(
+      ToolCallFormat::kHermes,
+      "A.<tool_call>{\"name\": \"get_time\"}</tool_call>\n<tool_call>{\"name\": \"get_time\"}</tool_call> B.",
+      kTools);
+  EXPECT_EQ(reading.content, "A. B.");  // the blank between the calls is not
+  EXPECT_THAT(reading.calls, ElementsAre(Call("get_time", "{}"), Call("get_time", "{}")));
+}
+
 TEST(ToolCallParserTest, HermesLastCallMayBeUnclosedAndArgumentsMayBeQuoted) {
   const ToolCallReading reading = ReadToolCalls(
       ToolCallFormat::kHermes, "<tool_call>{\"name\": \"get_time\", \"arguments\": \"{\\\"zone\\\": \\\"UTC\\\"}\"}",
