@@ -119,5 +119,78 @@ TEST(TensorParallelTrainingTest, MemoryPerRankShrinksByTheTensorParallelDegree) 
   });
 }
 
+// An elementwise model (LibTorch 1.13 has no fp16 matmul on the CPU) with a
+// weight split over the tensor group and a replicated one: what fp16's
+// overflow check sees of a tensor-parallel model.
+struct SplitElementwiseModel : torch::nn::Module, ModelInterface {
+  SplitElementwiseModel() {
+    split = register_parameter("split", torch::linspace(0.5, 1.5, 4));  // this rank's slice
+    whole = register_parameter("whole", torch::ones({2}));
+  }
+  torch::Tensor Loss(const torch::Tensor& on_split, const torch::Tensor& on_whole) override {
+    return (split * on_split.to(split.scalar_type())).sum() + (whole * on_whole.to(whole.scalar_type())).sum();
+  }
+  std::string family() const override { return "split-elementwise"; }
+  std::vector<ModelLayer> Layers() const override { return {}; }
+  std::vector<TiedParameter> TiedParameters() const override { return {}; }
+  std::vector<TensorParallelForm> TensorParallelForms() const override { return {TensorParallelForm{"split"}}; }
+  int64_t ParameterCount() const override { return 6; }
+  torch::Tensor ForwardLayers(int, int, const torch::Tensor&, const TokenBatch&) override {
+    TORCH_CHECK(false, "not a layered model");
+  }
+  std::vector<int64_t> ActivationShape(const TokenBatch&) const override { return {}; }
+  std::vector<ParameterUnit> ParameterUnits() const override { return {}; }
+  void SetUnitRunner(UnitRunner*) override {}
+  torch::Tensor split, whole;
+};
+
+// fp16 under tensor parallelism: a gradient that overflows in one rank's
+// slice skips the step on every rank of the group, each halving its scale
+// (the norm is summed over the model-parallel group before the check); a
+// clean step then goes through everywhere. Seen failing with the sum over
+// the group left out: rank 0 stepped alone.
+TEST(TensorParallelTrainingTest, Fp16OverflowInOneRanksSliceSkipsTheStepOnEveryRank) {
+  TensorParallelLayout layout;
+  layout.tp = 2;
+  layout.dp = 1;
+  DsConfig config;
+  config.train_micro_batch_size_per_gpu = 1;
+  config.gradient_accumulation_steps = 1;
+  config.train_batch_size = 1;
+  config.optimizer.type = "AdamW";
+  config.optimizer.lr = 1e-2;
+  config.fp16.enabled = true;
+  config.fp16.initial_scale_power = 8;
+  config.fp16.hysteresis = 1;
+  std::vector<std::vector<bool>> stepped(2);
+  std::vector<std::vector<double>> scales(2);
+  std::vector<bool> unchanged_after_overflow(2, false);
+  testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
+    auto model = std::make_shared<SplitElementwiseModel>();
+    auto shared = std::shared_ptr<const ParallelState>(std::shared_ptr<const ParallelState>{}, &state);
+    auto engine = Engine::Create(model, config, shared, torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const torch::Tensor before = model->split.detach().clone();
+    // Rank 1's slice gets a gradient fp16 cannot hold once scaled.
+    const double x = rank == 1 ? 60000.0 : 1.0;
+    ASSERT_TRUE((*engine)->Backward(model->Loss(torch::full({4}, x), torch::ones({2}))).ok());
+    auto first = (*engine)->Step();
+    ASSERT_TRUE(first.ok()) << first.status();
+    stepped[rank].push_back(first->stepped);
+    scales[rank].push_back((*engine)->loss_scale());
+    unchanged_after_overflow[rank] = torch::equal(before, model->split);
+    ASSERT_TRUE((*engine)->Backward(model->Loss(torch::ones({4}), torch::ones({2}))).ok());
+    auto second = (*engine)->Step();
+    ASSERT_TRUE(second.ok()) << second.status();
+    stepped[rank].push_back(second->stepped);
+    scales[rank].push_back((*engine)->loss_scale());
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(stepped[rank], std::vector<bool>({false, true})) << "rank " << rank;
+    EXPECT_EQ(scales[rank], std::vector<double>({128.0, 128.0})) << "rank " << rank;
+    EXPECT_TRUE(unchanged_after_overflow[rank]) << "rank " << rank << " stepped on the overflow";
+  }
+}
+
 }  // namespace
 }  // namespace dslaunch::runtime
