@@ -72,9 +72,17 @@ TEST(TensorParallelTrainingTest, LlamaWithSequenceParallelismMatchesOneProcess) 
   ExpectSameTraining(TensorParallelLayout{"llama", 2, 2, 1, /*sequence_parallel=*/false, /*bf16=*/true});
 }
 
+// World 8, the whole matrix: {GPT, Llama} x {TP 2 x DP 4, TP 4 x
+// DP 2} x ZeRO {1, 2, 3}; sequence parallelism on the GPT at TP 2.
 TEST(TensorParallelTrainingTest, WorldEightAsTpFourByDpTwoAndTpTwoByDpFourMatchesOneProcess) {
-  ExpectSameTraining(TensorParallelLayout{"llama", 4, 2, 3});
-  ExpectSameTraining(TensorParallelLayout{"gpt", 2, 4, 1, /*sequence_parallel=*/true});
+  for (const char* family : {"gpt", "llama"}) {
+    for (const auto [tp, dp] : {std::pair{2, 4}, std::pair{4, 2}}) {
+      for (int stage : {1, 2, 3}) {
+        const bool sequence_parallel = std::string(family) == "gpt" && tp == 2;
+        ExpectSameTraining(TensorParallelLayout{family, tp, dp, stage, sequence_parallel});
+      }
+    }
+  }
 }
 
 // memory_breakdown: a rank's parameters, gradients, master weights and
