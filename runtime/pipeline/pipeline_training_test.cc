@@ -284,6 +284,7 @@ TEST(PipelineTrainingTest, InterleavedAndGPipeSchedulesMatchOneProcess) {
   CompareWithOneProcess(
       PipeLayout{.family = "gpt", .pp = 4, .schedule = "interleaved", .virtual_stages = 2, .micro_batches = 8});
   CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .schedule = "gpipe", .partition = "uniform"});
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .schedule = "interleaved", .virtual_stages = 2});
 }
 
 TEST(PipelineTrainingTest, LlamaAtFourStagesMatchesOneProcess) {
@@ -294,6 +295,7 @@ TEST(PipelineTrainingTest, PipelineByDataParallelWithZeroOneAndTwoMatchesOneProc
   CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .dp = 2, .zero = 1});
   CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .dp = 2, .zero = 2});
   CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .dp = 2, .zero = 2, .offload = true});
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .dp = 2, .zero = 1, .offload = true});
 }
 
 TEST(PipelineTrainingTest, ThreeDimensionsMatchOneProcess) {
