@@ -28,7 +28,7 @@ if ((${#targets[@]} == 0)); then
 fi
 # -O1 and line tables: fast enough to fuzz, enough for readable stacks.
 # Batched like the main build (Note [Unity build]; UNITY_BUILD=0 to not):
-# 97 s instead of 146 s for the ten targets on 2 cores.
+# 97 s instead of 146 s for the ten targets of then on 2 cores.
 unity=ON
 [[ ${UNITY_BUILD:-1} == 0 ]] && unity=OFF
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDSLAUNCH_FUZZ=ON \

@@ -1,7 +1,9 @@
 #include "runtime/dsrank/trainer_setup.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
