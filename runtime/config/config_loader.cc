@@ -236,6 +236,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
   config_internal::CheckJobScale(job_walk, job_source, ds_walk, ds_source, job, &problems);
   config_internal::CheckPipeline(job_walk, job_source, ds_walk, ds_source, job, &problems);
   config_internal::CheckMoe(job_walk, job_source, ds_walk, ds_source, job, &problems);
+  config_internal::CheckLoraWithTensorParallelism(job_walk, job_source, job, &problems);
   if (!problems.empty()) return problems.ToStatus();
   job.not_yet_supported = config_internal::NotYetSupported(ds_walk, job.ds);
   job.without_effect = config_internal::WithoutEffectHere(ds_walk, job.ds);

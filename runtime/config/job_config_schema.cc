@@ -280,6 +280,17 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
   }
 }
 
+void CheckLoraWithTensorParallelism(const WalkResult& walk, const TreeSource& source, const JobConfig& job,
+                                    Problems* problems) {
+  const int64_t tp = job.ds.tensor_parallel.tp_size;
+  if (job.lora.r <= 0 || tp <= 1) return;
+  // Unrefused, the adapters of row-parallel projections would not join the
+  // forward and those of column-parallel ones would train apart per rank.
+  problems->AtKey(source, walk.WrittenPath("lora.r"), walk.MarkOf("lora.r"),
+                  absl::StrCat("LoRA adapters with tensor_parallel.tp_size=", tp,
+                               " are not yet supported (the adapters are not split across the tensor group)"));
+}
+
 void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems) {
   const PipelineConfig& pipe = job.ds.pipeline;

@@ -41,6 +41,11 @@ void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkR
 void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems);
 
+// LoRA under tensor parallelism: refused at lora.r until the adapters are
+// split across the tensor group.
+void CheckLoraWithTensorParallelism(const WalkResult& walk, const TreeSource& source, const JobConfig& job,
+                                    Problems* problems);
+
 // Mixture of experts (model.moe) against the ds_config's moe block and the
 // rest of the job (Note [Mixture of experts]): each conflict at its key.
 void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk, const TreeSource& ds_source,

@@ -204,6 +204,21 @@ ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
                                                        "pipeline.schedule: interleaved")));
 }
 
+// LoRA under tensor parallelism is refused at lora.r, whichever file sets the
+// tensor-parallel size.
+TEST_F(JobConfigTest, LoraWithTensorParallelismIsRefusedAtItsKey) {
+  const std::string lora_job = R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+lora: {r: 4, target_modules: [q_proj, o_proj]}
+)";
+  auto job = LoadText(absl::StrCat(lora_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 2}}\n"), {}, 2);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr(":4: lora.r: LoRA adapters with tensor_parallel.tp_size=2 "
+                                                       "are not yet supported")));
+  job = LoadText(absl::StrCat(lora_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 1}}\n"), {}, 2);
+  EXPECT_TRUE(job.ok()) << job.status();
+}
+
 TEST_F(JobConfigTest, ModelSanity) {
   auto job = LoadText(R"(model: {type: bert, layers: 0, heads: 3, width: 100}
 data: {prepared: d}

@@ -37,6 +37,8 @@ int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_para
 // (or reduce-scattered along the sequence), then the bias, which is whole.
 torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
   if (!group.split()) return projection->forward(x);
+  TORCH_CHECK(!projection->adapted(), "a LoRA adapter on a row-parallel projection is not built "
+              "(the job file check refuses lora.r with tensor_parallel.tp_size > 1)");
   torch::Tensor sum = ExitRowParallel(projection->ProductWithoutBias(x), group);
   return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
 }
