@@ -287,6 +287,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                                             static_cast<int>(ds.train_micro_batch_size_per_gpu),
                                             static_cast<int>(ds.gradient_accumulation_steps));
   if (!sampler.ok()) return sampler.status();
+  // Note [Dropout streams]: the masks of a model replica (the same on every
+  // rank of its tensor group and pipeline) from the job's seed, step by step.
+  DropoutStream* const dropout = model->dropout_stream();
+  if (dropout != nullptr) {
+    dropout->Reseed(DropoutStream::ReplicaSeed(job.train.seed, data_group ? data_group->rank() : 0));
+  }
 
   int64_t consumed = 0;
   const std::string& checkpoint_dir = job.checkpoint.dir;
@@ -420,6 +426,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     StepResult result;
     const int64_t step = engine->global_steps() + 1;
     const auto step_began = Clock::now();
+    if (dropout != nullptr) dropout->StartStep(step);
     const double step_seconds_before = step_seconds;
     bool preempt_flag = false;
     double step_loss = 0;

@@ -1,6 +1,6 @@
 #include "runtime/model/activation_checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include <utility>
 
 namespace dslaunch::runtime {
 namespace {
@@ -8,24 +8,23 @@ namespace {
 // The segment rides in the autograd node until its backward recomputes it,
 // so a caller may checkpoint per-call closures (a pipeline keeps several
 // micro-batches' forwards alive at once, each with its own context).
+// Its random state rides along: the recomputation draws the forward's
+// dropout masks again (Note [Dropout streams]).
 struct SegmentHolder : torch::CustomClassHolder {
-  explicit SegmentHolder(Segment s) : segment(std::move(s)) {}
+  SegmentHolder(Segment s, RandomStateSnapshot r) : segment(std::move(s)), random(std::move(r)) {}
   Segment segment;
+  RandomStateSnapshot random;
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               Segment segment, bool input_to_cpu) {
-    auto holder = c10::make_intrusive<SegmentHolder>(std::move(segment));
+                               Segment segment, bool input_to_cpu, DropoutStream* stream) {
+    auto holder = c10::make_intrusive<SegmentHolder>(std::move(segment),
+                                                     RandomStateSnapshot(SegmentGenerators(x.device(), stream)));
     const Segment& run = holder->segment;
     ctx->saved_data["segment"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["device"] = static_cast<int64_t>(x.device().is_cuda() ? x.device().index() : -1);
-    {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      ctx->saved_data["rng"] = generator.get_state();
-    }
     ctx->save_for_backward({input_to_cpu ? x.to(torch::kCPU) : x});
     torch::NoGradGuard no_grad;
     return run(x);
@@ -39,32 +38,23 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     torch::Tensor x = ctx->get_saved_variables()[0];
     if (device >= 0) x = x.to(torch::Device(torch::kCUDA, static_cast<int>(device)));
     x = x.detach().requires_grad_(true);
-    auto generator = at::detail::getDefaultCPUGenerator();
-    torch::Tensor now;
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      now = generator.get_state();
-      generator.set_state(ctx->saved_data["rng"].toTensor());
-    }
+    const RandomStateSnapshot now = holder->random.Swap();
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
       y = segment(x);
     }
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(now);
-    }
+    now.Swap();
     // Accumulates into the segment's parameter gradients and x's.
     torch::autograd::backward({y}, {grad_outputs[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor CheckpointedForward(Segment segment, const torch::Tensor& x, bool input_to_cpu) {
-  return CheckpointFunction::apply(x, std::move(segment), input_to_cpu);
+torch::Tensor CheckpointedForward(Segment segment, const torch::Tensor& x, bool input_to_cpu, DropoutStream* stream) {
+  return CheckpointFunction::apply(x, std::move(segment), input_to_cpu, stream);
 }
 
 }  // namespace dslaunch::runtime

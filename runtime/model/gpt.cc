@@ -35,7 +35,9 @@ torch::Tensor RowParallelAffine(const torch::nn::Linear& layer, const torch::Ten
 }
 }  // namespace
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options) : options_(options) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options, DropoutStream* dropout)
+    : options_(options), dropout_(dropout) {
+  TORCH_CHECK(dropout_ != nullptr, "attention needs its model's dropout stream");
   const int64_t slices = std::max(1, options.tensor_parallel.size);
   qkv = register_module("qkv", torch::nn::Linear(options.width, 3 * options.width / slices));
   projection = register_module("projection", torch::nn::Linear(options.width / slices, options.width));
@@ -53,7 +55,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   };
   torch::Tensor y = compat::CausalAttention(split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2]));
   y = y.transpose(1, 2).contiguous().view({batch, time, width});
-  return torch::dropout(RowParallelAffine(projection, y, group), options_.dropout, is_training());
+  return dropout_->ApplyInRegion(RowParallelAffine(projection, y, group), options_.dropout, is_training(), group);
 }
 
 bool UsesFusedKernels(const GptOptions& options, const torch::Tensor& activation) {
@@ -75,9 +77,11 @@ int64_t LocalVocabRows(const GptOptions& options) {
   return PaddedVocabSize(options.vocab_size, slices, options.vocab_divisor) / slices;
 }
 
-GptBlockImpl::GptBlockImpl(const GptOptions& options, int64_t index, LossGradientScale* aux_scale) : options_(options) {
+GptBlockImpl::GptBlockImpl(const GptOptions& options, DropoutStream* dropout, int64_t index,
+                           LossGradientScale* aux_scale)
+    : options_(options), dropout_(dropout) {
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
-  attention = register_module("attention", CausalSelfAttention(options));
+  attention = register_module("attention", CausalSelfAttention(options, dropout));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
   if (options.moe.IsExpertBlock(index)) {
     TORCH_CHECK(aux_scale != nullptr, "an expert block needs its model's auxiliary-loss scale");
@@ -96,22 +100,20 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   const bool fused = UsesFusedKernels(options_, x);
   const TensorParallelGroup& group = options_.tensor_parallel;
   torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused, group));
-  if (moe) return h + torch::dropout(moe->forward(Normalize(norm2, h, fused, group)), options_.dropout, is_training());
+  if (moe) return h + dropout_->Apply(moe->forward(Normalize(norm2, h, fused, group)), options_.dropout, is_training());
   torch::Tensor n = EnterColumnParallel(Normalize(norm2, h, fused, group), group);
   // Fused: the bias joins the GELU instead of the matrix product.
   torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
                           : torch::gelu(Affine(fc, n), "tanh");
   torch::Tensor m = RowParallelAffine(fc_projection, a, group);
-  return h + torch::dropout(m, options_.dropout, is_training());
+  return h + dropout_->ApplyInRegion(m, options_.dropout, is_training(), group);
 }
 
-GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
+GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options), dropout_(seed) {
   const TensorParallelGroup& group = options.tensor_parallel;
   const int slices = std::max(1, group.size);
   TORCH_CHECK(options.heads % slices == 0 && options.width % options.heads == 0, "model.heads (", options.heads,
               ") must be a multiple of the tensor-parallel size (", slices, ")");
-  TORCH_CHECK(!group.split() || options.dropout == 0, "model.dropout=", options.dropout,
-              ": dropout with tensor parallelism is not yet supported (it needs per-rank random streams)");
   token_embedding =
       register_module("token_embedding", torch::nn::Embedding(LocalVocabRows(options), options.width));
   position_embedding = register_module(
@@ -121,7 +123,7 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options) {
               "model.moe with tensor parallelism is not yet supported "
               "(tensor_parallel.tp_size=",
               group.size, ")");
-  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options, i, &aux_scale_));
+  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options, &dropout_, i, &aux_scale_));
   moe_layers_ = FindMoeLayers(*blocks);
   for (int64_t i = 0; i < options.layers; ++i) {
     GptBlockImpl* block = (*blocks)[i]->as<GptBlock>();
@@ -162,14 +164,14 @@ torch::Tensor GptImpl::Embed(const torch::Tensor& tokens) {
   torch::Tensor x = VocabParallelEmbedding(tokens, token_embedding->weight, group);
   if (group.split() && group.sequence_parallel) positions = positions.narrow(0, group.rank * x.size(1), x.size(1));
   x = x + torch::embedding(SequenceRegionParameter(position_embedding->weight, group), positions);
-  return torch::dropout(x, options_.dropout, is_training());
+  return dropout_.ApplyInRegion(x, options_.dropout, is_training(), group);
 }
 
 torch::Tensor GptImpl::RunBlock(int64_t i, const torch::Tensor& x) {
   const bool recompute = is_training() && IsCheckpointed(i);
   const Segment& block = segments_[i];
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu, &dropout_) : block(in);
   };
   // Unit 0 is the embeddings; block i is unit i + 1.
   return runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "runtime/model/activation_checkpoint.h"
+#include "runtime/model/dropout_stream.h"
 #include "runtime/model/model_interface.h"
 #include "runtime/moe/moe_layer.h"
 #include "runtime/tensor_parallel/tensor_parallel_group.h"
@@ -50,7 +51,8 @@ int64_t LocalVocabRows(const GptOptions& options);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit CausalSelfAttentionImpl(const GptOptions& options);
+  // Dropout draws from `dropout`, its model's stream (Note [Dropout streams]).
+  CausalSelfAttentionImpl(const GptOptions& options, DropoutStream* dropout);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear qkv{nullptr};
@@ -58,6 +60,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   GptOptions options_;
+  DropoutStream* dropout_;
 };
 
 // The fused kernels apply to this activation (options ask for them and it
@@ -69,7 +72,9 @@ class GptBlockImpl : public torch::nn::Module {
  public:
   // An expert block (options.moe.IsExpertBlock(index)) has `moe` in place of
   // fc and fc_projection; `aux_scale` is its model's (auxiliary_loss.h).
-  GptBlockImpl(const GptOptions& options, int64_t index = 0, LossGradientScale* aux_scale = nullptr);
+  // Dropout draws from `dropout`, its model's stream (Note [Dropout streams]).
+  GptBlockImpl(const GptOptions& options, DropoutStream* dropout, int64_t index = 0,
+               LossGradientScale* aux_scale = nullptr);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::LayerNorm norm1{nullptr};
@@ -81,6 +86,7 @@ class GptBlockImpl : public torch::nn::Module {
 
  private:
   GptOptions options_;
+  DropoutStream* dropout_;
 };
 TORCH_MODULE(GptBlock);
 
@@ -114,6 +120,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
 
   std::vector<ParameterUnit> ParameterUnits() const override;
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
+  DropoutStream* dropout_stream() override { return &dropout_; }
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};
@@ -131,6 +138,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets);
 
   GptOptions options_;
+  DropoutStream dropout_;          // every dropout's masks (Note [Dropout streams])
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
   std::vector<Segment> segments_;  // one per block, for activation checkpointing

@@ -211,7 +211,7 @@ LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options, LossGradientSc
       "norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
 }
 
-LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options) {
+LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options), dropout_(seed) {
   for (int64_t i = 0; i < options.layers; ++i) layer_units_.push_back(static_cast<int>(i) + 1);
   TORCH_CHECK(options.heads > 0 && options.kv_heads > 0 && options.heads % options.kv_heads == 0,
               "num_attention_heads (", options.heads, ") must be a multiple of num_key_value_heads (",
@@ -236,6 +236,10 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   if (!options.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false, options.fused_kernels));
+  }
+  // LoRA's dropout (the only dropout here) draws from the model's stream.
+  for (const std::shared_ptr<torch::nn::Module>& module : modules(/*include_self=*/false)) {
+    if (auto* projection = dynamic_cast<LoraLinearImpl*>(module.get())) projection->dropout_stream = &dropout_;
   }
   Initialize(seed);
 }
@@ -296,7 +300,7 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
   };
   const bool recompute = is_training() && IsCheckpointed(i);
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu) : block(in);
+    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu, &dropout_) : block(in);
   };
   // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;

@@ -238,6 +238,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
 
   std::vector<ParameterUnit> ParameterUnits() const override;
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
+  DropoutStream* dropout_stream() override { return &dropout_; }
 
   LlamaBackbone model{nullptr};
   LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings
@@ -263,6 +264,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   torch::Tensor LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
   LlamaOptions options_;
+  DropoutStream dropout_;        // LoRA's dropout masks (Note [Dropout streams])
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
   UnitRunner* runner_ = nullptr;

@@ -24,7 +24,9 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
   if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, bias, fused_kernels);
   torch::Tensor y = LinearOp(x, weight, bias, fused_kernels);
   if (!adapter_) return y;
-  torch::Tensor h = adapter_->dropout > 0 ? torch::dropout(x, adapter_->dropout, is_training()) : x;
+  torch::Tensor h = adapter_->dropout == 0    ? x
+                    : dropout_stream != nullptr ? dropout_stream->Apply(x, adapter_->dropout, is_training())
+                                                : torch::dropout(x, adapter_->dropout, is_training());
   return y + lora_B->forward(lora_A->forward(h)) * adapter_->scale();
 }
 

@@ -32,6 +32,8 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model/dropout_stream.h"
+
 namespace dslaunch::runtime {
 
 struct LoraAdapterOptions {
@@ -77,6 +79,9 @@ class LoraLinearImpl : public torch::nn::Module {
   torch::Tensor weight_int8, weight_scale;  // [out, in] int8, [out] in the weight's former dtype
 
   torch::Tensor weight, bias;  // bias undefined without one
+  // Where the adapter's dropout masks come from (Note [Dropout streams]);
+  // null: LibTorch's dropout on the process's random state.
+  DropoutStream* dropout_stream = nullptr;
   // The base product through LinearOp's kernels (Note [Decode linear]).
   bool fused_kernels = false;
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};

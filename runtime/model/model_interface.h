@@ -24,6 +24,7 @@
 
 #include <torch/torch.h>
 
+#include "runtime/model/dropout_stream.h"
 #include "runtime/model/parameter_units.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
@@ -81,6 +82,10 @@ class ModelInterface : public PartitionedModel {
   // The shape of what any layer but the last outputs for `batch` (in the
   // compute dtype): what a pipeline stage expects to receive.
   virtual std::vector<int64_t> ActivationShape(const TokenBatch& batch) const = 0;
+  // Where the model's dropout masks come from (Note [Dropout streams]); the
+  // trainer seeds it per model replica and moves it to each step. None: the
+  // model draws no dropout masks.
+  virtual DropoutStream* dropout_stream() { return nullptr; }
 };
 
 // Helpers the families share.

@@ -3,8 +3,8 @@
 // sequence parallelism, computes the loss and (gathered) every parameter's
 // gradient of the unsplit model, over grouped-query layouts (key/value
 // heads 1, 2, 4, 8 against the group size), tied and untied heads, biases,
-// label smoothing, packed records and fp32/bf16. A deliberately broken
-// reduction makes it fail.
+// label smoothing, packed records, dropout and fp32/bf16. A deliberately
+// broken reduction makes it fail.
 //
 // Tolerances, relative to the largest magnitude of each reference tensor:
 // fp32 1e-5 for gradients and the loss (the split sums add in another
@@ -37,10 +37,13 @@ struct Variant {
   bool packed = false;     // Llama: packed records (positions and segments), and every layer checkpointed
   double smoothing = 0;
   torch::ScalarType dtype = torch::kFloat;
+  double dropout = 0;         // GPT only (Note [Dropout streams])
+  bool checkpointed = false;  // GPT: every block recomputed in backward
 
   std::string Describe() const {
     return absl::StrCat("kv_heads=", kv_heads, " tied=", tied, " biases=", biases, " packed=", packed,
-                        " smoothing=", smoothing, " dtype=", c10::toString(dtype));
+                        " smoothing=", smoothing, " dtype=", c10::toString(dtype), " dropout=", dropout,
+                        " checkpointed=", checkpointed);
   }
 };
 
@@ -73,7 +76,13 @@ std::unique_ptr<torch::nn::Module> BuildModel(const std::string& family, const V
     options.vocab_size = kVocab;
     options.tensor_parallel = group;
     options.label_smoothing = v.smoothing;
+    options.dropout = v.dropout;
+    options.checkpointed_blocks = v.checkpointed ? options.layers : 0;
     auto model = std::make_unique<GptImpl>(options, /*seed=*/7);
+    // Every rank of a tensor group, like the unsplit model, draws from the
+    // stream of model replica 0 at step 3.
+    model->dropout_stream()->Reseed(DropoutStream::ReplicaSeed(1234, 0));
+    model->dropout_stream()->StartStep(3);
     *as_model = model.get();
     return model;
   }
@@ -181,6 +190,25 @@ TEST_P(TensorParallelParityTest, GptEqualsTheUnsplitModel) {
       CheckParity("gpt", v, size, sequence_parallel);
     }
   }
+}
+
+// Dropout (embeddings, attention and MLP outputs), recomputed or not: every
+// rank applies its part of the unsplit model's masks (Note [Dropout
+// streams]), so the split model is still the unsplit one.
+TEST_P(TensorParallelParityTest, GptWithDropoutEqualsTheUnsplitModel) {
+  const auto [size, sequence_parallel] = GetParam();
+  for (bool checkpointed : {false, true}) {
+    Variant v;
+    v.dropout = 0.2;
+    v.checkpointed = checkpointed;
+    CheckParity("gpt", v, size, sequence_parallel);
+  }
+  // Not vacuous: the masks change the loss.
+  Variant with, without;
+  with.dropout = 0.2;
+  EXPECT_GT(std::abs(dslaunch::runtime::Run("gpt", with, TensorParallelGroup{}).loss -
+                     dslaunch::runtime::Run("gpt", without, TensorParallelGroup{}).loss),
+            1e-3);
 }
 
 TEST_P(TensorParallelParityTest, LlamaEqualsTheUnsplitModelForEveryKeyValueLayout) {

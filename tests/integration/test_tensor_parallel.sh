@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism through dslaunch (issue 16): gpt-tiny as TP 2 on 2 ranks
 # (with and without sequence parallelism) and as TP 2 x DP 2 on 4 ranks at
-# ZeRO-1 and ZeRO-3 gives the per-step losses of one rank; a setting not built
-# for tensor parallelism yet (checkpoint.dir) is refused naming it, before any
-# step.
+# ZeRO-1 and ZeRO-3 gives the per-step losses of one rank, with dropout too
+# (resumed or not).
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
@@ -47,15 +46,25 @@ for resumed in "1 1" "2 2"; do
 done
 pass "a TP 2 x DP 2 checkpoint resumes at TP 1 and at TP 2 x DP 1"
 
-if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.tensor_parallel.tp_size=2 \
-  --override model.dropout=0.1 --override train.micro_batch_size=8 "$CONFIG" \
-  >"$WORK/refused.out" 2>"$WORK/refused.err"; then
-  fail "a tensor-parallel job with dropout ran"
-fi
-grep -q "model.dropout=0.1: dropout with tensor parallelism is not yet supported" \
-  "$WORK/refused.out" "$WORK/refused.err" || fail "no refusal naming model.dropout: $(tail -3 "$WORK/refused.err")"
-grep -q "step=1 " "$WORK/refused.out" && fail "the refused job trained a step"
-pass "model.dropout with TP 2 is refused naming the setting"
+# Dropout (Note [Dropout streams]): TP 2 with sequence parallelism applies
+# one rank's masks, and a job resumed at step 4 draws what the uninterrupted
+# one drew.
+DROP=(--override model.dropout=0.1 --override ds_config.zero_optimization.stage=1)
+run_job drop1 1 "${DROP[@]}" --override train.micro_batch_size=8
+paste "$WORK/one.tsv" "$WORK/drop1.tsv" | awk '$1 > 1 && $2 != $4 { differ = 1 } END { exit !differ }' ||
+  fail "model.dropout=0.1 left the losses of steps 2-8 unchanged"
+run_job drop_tp2 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
+  --override train.micro_batch_size=8
+same_losses drop1 drop_tp2 "dropout 0.1 at TP 2 (sequence parallel) vs 1 rank"
+rm -rf "$WORK/ckpt"
+run_job drop_saved 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
+  --override train.micro_batch_size=8 --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4 \
+  --override train.steps=4
+run_job drop_resumed 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
+  --override train.micro_batch_size=8 --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4
+! grep -q "^[1-4]	" "$WORK/drop_resumed.tsv" || fail "the dropout job resumed at step 4 ran steps 1-4 again"
+same_steps drop1 drop_resumed "dropout 0.1 at TP 2, resumed at step 4, vs 1 rank uninterrupted"
+pass "dropout at TP 2 (sequence parallel) gives one rank's losses, resumed or not"
 
 # Placement: a tensor group must sit on one host; --dry_run shows the grid.
 printf 'worker-a slots=3\nworker-b slots=3\n' >"$WORK/hosts"
