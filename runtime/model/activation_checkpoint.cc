@@ -54,7 +54,14 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 }  // namespace
 
 torch::Tensor CheckpointedForward(Segment segment, const torch::Tensor& x, bool input_to_cpu, DropoutStream* stream) {
-  return CheckpointFunction::apply(x, std::move(segment), input_to_cpu, stream);
+  // An autograd function's output has a gradient only if an input needs one,
+  // and the segment's parameters are not inputs: with a frozen embedding (a
+  // LoRA fine-tune) the first segment's output would have none and backward
+  // would stop there. An input that needs no gradient gets one, discarded
+  // (what Hugging Face's enable_input_require_grads does).
+  const torch::Tensor input =
+      x.requires_grad() || !torch::GradMode::is_enabled() ? x : x.detach().requires_grad_(true);
+  return CheckpointFunction::apply(input, std::move(segment), input_to_cpu, stream);
 }
 
 }  // namespace dslaunch::runtime
