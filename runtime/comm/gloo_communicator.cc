@@ -22,15 +22,15 @@ namespace {
 // corrupt the map: on the GPU host's LibTorch 2.11 the in-process tensor-
 // and expert-parallel tests crashed inside it (the stack:
 // ProcessGroupGloo::enqueue -> FlightRecorder::recordWithResetEnabled ->
-// _Rb_tree_insert_and_rebalance). Its buffer size 0 turns the recorder off
+// _Rb_tree_insert_and_rebalance). Its buffer size 0 (TORCH_FR_BUFFER_SIZE; the older name warns as
+// deprecated) turns the recorder off
 // before it is first used, so it returns before touching the map. Hang
 // diagnosis uses our own recorder (comm/flight_recorder.h); LibTorch 1.13
-// has no such recorder and ignores the variables. Set while the program is
+// has no such recorder and ignores the variable. Set while the program is
 // still one thread (static initialisation), overriding a caller's value: any
 // other value can crash the process.
 [[maybe_unused]] const bool kLibTorchFlightRecorderOff = [] {
   setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
-  setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "0", /*overwrite=*/1);
   return true;
 }();
 

@@ -57,6 +57,10 @@ void PrintStackAndDie(int signal_number, siginfo_t* info, void* context) {
     const auto* registers = &static_cast<ucontext_t*>(context)->uc_mcontext;
     WriteHex(", rip ", static_cast<uintptr_t>(registers->gregs[REG_RIP]));
     WriteHex(", rsp ", static_cast<uintptr_t>(registers->gregs[REG_RSP]));
+    // After a call to address 0 the word at rsp is where the call came from.
+    if (registers->gregs[REG_RIP] == 0 && registers->gregs[REG_RSP] != 0) {
+      WriteHex(", returning to ", *reinterpret_cast<const uintptr_t*>(registers->gregs[REG_RSP]));
+    }
   }
 #endif
   Write("; the stack:\n");
