@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/testing/expert_parallel_training.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -59,7 +59,8 @@ class ExpertParallelCheckpointTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Not std::filesystem: see runtime/fs/file_system.h (it jumped to address 0 on LibTorch 2.11).
+  void TearDown() override { EXPECT_TRUE(FileSystem::Default().RemoveTree(dir_).ok()); }
   std::string dir_;
 };
 
@@ -133,7 +134,7 @@ TEST_F(ExpertParallelCheckpointTest, NvmeOffloadedExpertsResumeBitForBitAndLoadI
   char cwd[4096] = {0};
   ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
   const std::string nvme = std::string(cwd) + "/ep-nvme-" + std::to_string(::getpid());
-  std::filesystem::create_directories(nvme);
+  ASSERT_TRUE(FileSystem::Default().CreateDirectories(nvme).ok());
   InProcessStore store;
   ExpertLayout cpu{.family = "llama", .ep = 2, .stage = 2, .offload = "cpu"};
   ExpertLayout swapped = cpu;
@@ -153,8 +154,10 @@ TEST_F(ExpertParallelCheckpointTest, NvmeOffloadedExpertsResumeBitForBitAndLoadI
     }
   }
   // Every rank's folders, dense and experts', went with its engine.
-  EXPECT_TRUE(std::filesystem::is_empty(nvme + "/dslaunch-swap"));
-  std::filesystem::remove_all(nvme);
+  auto left = FileSystem::Default().ListDirectory(nvme + "/dslaunch-swap");
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(nvme).ok());
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 // four AdamW steps at lr 1e-2 (sums in another order; Adam's division by √v
 // magnifies last-bit differences where v is small); bf16 2e-2 and 6e-2.
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -31,6 +30,7 @@
 #include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -362,7 +362,7 @@ TEST(PipelineTrainingTest, CheckpointsResumeExactlyAndLoadAtOtherLayouts) {
       EXPECT_LE((loaded.params.at(name) - value).abs().max().item<double>(), 1e-4) << other.Describe() << ": " << name;
     }
   }
-  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(dir).ok());  // not std::filesystem (runtime/fs/file_system.h)
 }
 
 TEST(PipelineTrainingTest, RefusesWhatItCannotRun) {
