@@ -730,13 +730,8 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
                 "true"),
         "partitioning the tensors sent between stages over the tensor group");
   }
-  // number_checkpoints and cpu_checkpointing are built (the GPT recomputes
-  // that many blocks); partitioning activations needs tensor parallelism.
-  const ActivationCheckpointingConfig& a = c.activation_checkpointing;
-  if (a.partition_activations) {
-    add(Setting("activation_checkpointing.partition_activations", "true"),
-        "partitioning checkpointed activations");
-  }
+  // number_checkpoints, cpu_checkpointing and partition_activations are
+  // built (Note [Partitioned activations]).
   if (!IsAdamFamily(c.optimizer.type)) {
     add(Setting("optimizer.type", c.optimizer.type),
         absl::StrCat("the ", c.optimizer.type, " optimizer (Adam and AdamW are built)"));

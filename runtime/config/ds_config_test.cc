@@ -510,7 +510,6 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   EXPECT_EQ(config->communication_data_type, "fp16");
   EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
   EXPECT_THAT(lines, ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
-                                 HasSubstr("activation_checkpointing.partition_activations=true:"),
                                  HasSubstr("optimizer.type=Lion:"),
                                  HasSubstr("flops_profiler.enabled=true: the flops profiler with pipeline stages"),
                                  HasSubstr("communication_data_type=fp16:"),

@@ -110,10 +110,12 @@ absl::StatusOr<ModelSpec> TrainingModelSpec(const JobConfig& job, const TrainerC
   spec.dropout = job.model.dropout;
   // DeepSpeed's activation_checkpointing: number_checkpoints evenly spaced
   // blocks are recomputed in backward; cpu_checkpointing keeps their inputs
-  // in host memory.
+  // in host memory; partition_activations keeps 1/T of them on each rank of
+  // a tensor group.
   const ActivationCheckpointingConfig& checkpointing = job.ds.activation_checkpointing;
   spec.checkpointed_blocks = std::max(0, checkpointing.number_checkpoints);
   spec.checkpoint_to_cpu = checkpointing.cpu_checkpointing;
+  spec.partition_checkpoints = checkpointing.partition_activations;
   spec.fused_kernels = job.model.fused_kernels && context.device.is_cuda();
   // Note [Tensor parallelism]: the model holds this rank's slices.
   if (context.parallel && context.parallel->tensor() != nullptr) {

@@ -94,7 +94,7 @@ Drawn RunSegment(const torch::Device& device, bool checkpointed) {
     return torch::dropout(stream.Apply(in * weight, 0.5, true), 0.5, true) * weight;
   };
   const torch::Tensor x = torch::linspace(-1, 1, 64, torch::kFloat).to(device).requires_grad_(true);
-  torch::Tensor y = checkpointed ? CheckpointedForward(segment, x, /*input_to_cpu=*/false, &stream) : segment(x);
+  torch::Tensor y = checkpointed ? CheckpointedForward(segment, x, CheckpointStorage{}, &stream) : segment(x);
   y.sum().backward();
   return {weight.grad().cpu(), torch::cat({stream.Apply(torch::ones({16}, device), 0.5, true),
                                            torch::dropout(torch::ones({16}, device), 0.5, true)})

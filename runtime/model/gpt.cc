@@ -171,7 +171,11 @@ torch::Tensor GptImpl::RunBlock(int64_t i, const torch::Tensor& x) {
   const bool recompute = is_training() && IsCheckpointed(i);
   const Segment& block = segments_[i];
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu, &dropout_) : block(in);
+    return recompute ? CheckpointedForward(block, in,
+                                                  ModelCheckpointStorage(options_.checkpoint_to_cpu,
+                                                                         options_.partition_checkpoints,
+                                                                         options_.tensor_parallel),
+                                                  &dropout_) : block(in);
   };
   // Unit 0 is the embeddings; block i is unit i + 1.
   return runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);

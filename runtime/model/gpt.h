@@ -31,6 +31,9 @@ struct GptOptions {
   // backward instead of keeping their activations (0: none; >= layers: all).
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;  // keep the checkpointed inputs in host memory
+  // DeepSpeed's partition_activations: the checkpointed inputs 1/T per rank
+  // of the tensor group (Note [Partitioned activations]).
+  bool partition_checkpoints = false;
   // On CUDA tensors: LayerNorm, bias+GELU and the loss through the fused
   // kernels (runtime/model/fused_ops.h); on the CPU the LibTorch ops always.
   bool fused_kernels = false;

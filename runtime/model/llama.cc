@@ -300,7 +300,11 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
   };
   const bool recompute = is_training() && IsCheckpointed(i);
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in, options_.checkpoint_to_cpu, &dropout_) : block(in);
+    return recompute ? CheckpointedForward(block, in,
+                                                  ModelCheckpointStorage(options_.checkpoint_to_cpu,
+                                                                         options_.partition_checkpoints,
+                                                                         options_.tensor_parallel),
+                                                  &dropout_) : block(in);
   };
   // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;

@@ -57,6 +57,7 @@ struct LlamaOptions {
   // Activation checkpointing, as GptOptions.
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;
+  bool partition_checkpoints = false;  // Note [Partitioned activations]
   // CUDA kernels for RMSNorm, SwiGLU and the loss (fused_ops.h); CUDA only.
   bool fused_kernels = false;
   // Note [Tensor parallelism]: this rank's group. q/k/v, gate and up split by

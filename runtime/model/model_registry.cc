@@ -25,6 +25,7 @@ absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
   options.dropout = spec.dropout;
   options.checkpointed_blocks = spec.checkpointed_blocks;
   options.checkpoint_to_cpu = spec.checkpoint_to_cpu;
+  options.partition_checkpoints = spec.partition_checkpoints;
   options.fused_kernels = spec.fused_kernels;
   options.tensor_parallel = spec.tensor_parallel;
   options.vocab_divisor = spec.vocab_divisor;
@@ -63,6 +64,7 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   }
   options.checkpointed_blocks = spec.checkpointed_blocks;
   options.checkpoint_to_cpu = spec.checkpoint_to_cpu;
+  options.partition_checkpoints = spec.partition_checkpoints;
   options.fused_kernels = spec.fused_kernels;
   options.tensor_parallel = spec.tensor_parallel;
   options.vocab_divisor = spec.vocab_divisor;

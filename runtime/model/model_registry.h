@@ -29,6 +29,7 @@ struct ModelSpec {
   double dropout = 0;
   int64_t checkpointed_blocks = 0;
   bool checkpoint_to_cpu = false;
+  bool partition_checkpoints = false;  // partition_activations (Note [Partitioned activations])
   bool fused_kernels = false;
   // Note [Tensor parallelism]: this rank's tensor-parallel group (the model
   // holds its slices), the vocabulary divisor and the loss's label smoothing.

@@ -39,11 +39,12 @@ struct Variant {
   torch::ScalarType dtype = torch::kFloat;
   double dropout = 0;         // GPT only (Note [Dropout streams])
   bool checkpointed = false;  // GPT: every block recomputed in backward
+  bool partition = false;     // recomputed inputs partitioned (Note [Partitioned activations])
 
   std::string Describe() const {
     return absl::StrCat("kv_heads=", kv_heads, " tied=", tied, " biases=", biases, " packed=", packed,
                         " smoothing=", smoothing, " dtype=", c10::toString(dtype), " dropout=", dropout,
-                        " checkpointed=", checkpointed);
+                        " checkpointed=", checkpointed, " partition=", partition);
   }
 };
 
@@ -78,6 +79,7 @@ std::unique_ptr<torch::nn::Module> BuildModel(const std::string& family, const V
     options.label_smoothing = v.smoothing;
     options.dropout = v.dropout;
     options.checkpointed_blocks = v.checkpointed ? options.layers : 0;
+    options.partition_checkpoints = v.partition;
     auto model = std::make_unique<GptImpl>(options, /*seed=*/7);
     // Every rank of a tensor group, like the unsplit model, draws from the
     // stream of model replica 0 at step 3.
@@ -101,6 +103,7 @@ std::unique_ptr<torch::nn::Module> BuildModel(const std::string& family, const V
   // Activation checkpointing recomputes each layer's forward, collectives
   // included, inside the backward pass.
   options.checkpointed_blocks = v.packed ? options.layers : 0;
+  options.partition_checkpoints = v.partition;
   auto model = std::make_unique<LlamaImpl>(options, /*seed=*/7);
   *as_model = model.get();
   return model;
@@ -197,10 +200,11 @@ TEST_P(TensorParallelParityTest, GptEqualsTheUnsplitModel) {
 // streams]), so the split model is still the unsplit one.
 TEST_P(TensorParallelParityTest, GptWithDropoutEqualsTheUnsplitModel) {
   const auto [size, sequence_parallel] = GetParam();
-  for (bool checkpointed : {false, true}) {
+  for (int recompute : {0, 1, 2}) {  // none, whole inputs, partitioned inputs
     Variant v;
     v.dropout = 0.2;
-    v.checkpointed = checkpointed;
+    v.checkpointed = recompute > 0;
+    v.partition = recompute == 2;
     CheckParity("gpt", v, size, sequence_parallel);
   }
   // Not vacuous: the masks change the loss.
@@ -220,6 +224,7 @@ TEST_P(TensorParallelParityTest, LlamaEqualsTheUnsplitModelForEveryKeyValueLayou
       v.tied = tied;
       v.biases = kv_heads == 2;
       v.packed = tied;
+      v.partition = tied && kv_heads != 8;  // half the checkpointed cases keep 1/T of the inputs
       v.smoothing = kv_heads == 4 ? 0.1 : 0.0;
       CheckParity("llama", v, size, sequence_parallel);
     }

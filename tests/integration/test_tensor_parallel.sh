@@ -56,6 +56,12 @@ paste "$WORK/one.tsv" "$WORK/drop1.tsv" | awk '$1 > 1 && $2 != $4 { differ = 1 }
 run_job drop_tp2 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
   --override train.micro_batch_size=8
 same_losses drop1 drop_tp2 "dropout 0.1 at TP 2 (sequence parallel) vs 1 rank"
+# Recomputed blocks whose saved inputs are partitioned across the tensor
+# group (partition_activations, Note [Partitioned activations]).
+run_job drop_tp2_part 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override train.micro_batch_size=8 \
+  --override ds_config.activation_checkpointing.number_checkpoints=2 \
+  --override ds_config.activation_checkpointing.partition_activations=true
+same_losses drop1 drop_tp2_part "dropout 0.1 at TP 2, recomputed blocks with partitioned inputs, vs 1 rank"
 rm -rf "$WORK/ckpt"
 run_job drop_saved 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true \
   --override train.micro_batch_size=8 --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4 \
@@ -64,7 +70,7 @@ run_job drop_resumed 2 "${DROP[@]}" --override ds_config.tensor_parallel.tp_size
   --override train.micro_batch_size=8 --override "checkpoint.dir=$WORK/ckpt" --override checkpoint.interval=4
 ! grep -q "^[1-4]	" "$WORK/drop_resumed.tsv" || fail "the dropout job resumed at step 4 ran steps 1-4 again"
 same_steps drop1 drop_resumed "dropout 0.1 at TP 2, resumed at step 4, vs 1 rank uninterrupted"
-pass "dropout at TP 2 (sequence parallel) gives one rank's losses, resumed or not"
+pass "dropout at TP 2 (sequence parallel, or recomputed with partitioned inputs) gives one rank's losses, resumed or not"
 
 # Placement: a tensor group must sit on one host; --dry_run shows the grid.
 printf 'worker-a slots=3\nworker-b slots=3\n' >"$WORK/hosts"
