@@ -3,13 +3,15 @@
 //
 //   dsconsolidate CHECKPOINT_DIR [--tag TAG] --output model.safetensors [--allow_nonfinite]
 //   dsconsolidate CHECKPOINT_DIR [--tag TAG] --format hf --hf_from MODEL_DIR --output OUT_DIR
-//                 [--dtype bfloat16] [--max_shard_size 5GB]
+//                 [--dtype bfloat16] [--max_shard_size 5GB] [--lora_alpha A [--use_rslora]]
 //   dsconsolidate --verify CHECKPOINT_DIR [--tag TAG]
 // --format hf writes a Hugging Face model folder from a checkpoint of a job
 // that started from MODEL_DIR (model.from): its config.json (torch_dtype set
 // to --dtype) and tokenizer files, and the checkpoint's fp32 master weights
 // in --dtype, sharded. Streamed: the masters are consolidated into a
-// temporary file, which the export reads one tensor at a time.
+// temporary file, which the export reads one tensor at a time. A LoRA job's
+// checkpoint (adapters only) is merged into MODEL_DIR's weights, which
+// needs the job's lora_alpha (Note [LoRA checkpoints to Hugging Face]).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,8 +21,10 @@
 
 #include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/consolidate.h"
+#include "runtime/checkpoint/lora_merge.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/hf/hf_export.h"
+#include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/safetensors_reader.h"
 #include "runtime/model/llama_hf_config.h"
 
@@ -80,6 +84,7 @@ struct HfFormat {
   std::string from;
   std::string dtype = "bfloat16";
   std::string max_shard_size = "5GB";
+  LoraMergeSettings lora;  // alpha 0: not given
 };
 
 // The checkpoint as a Hugging Face folder at `output`.
@@ -102,19 +107,73 @@ absl::Status ExportHf(const std::string& dir, const std::string& tag, const std:
     auto reader = SafetensorsReader::Open(fs, masters);
     if (!reader.ok()) return reader.status();
     std::vector<HfTensorSpec> tensors;
-    for (const SafetensorsEntryInfo& entry : (*reader)->entries()) tensors.push_back({entry.name, entry.shape});
+    std::vector<std::string> names;
+    for (const SafetensorsEntryInfo& entry : (*reader)->entries()) {
+      tensors.push_back({entry.name, entry.shape});
+      names.push_back(entry.name);
+    }
+    auto adapted = LoraAdaptedProjections(names);
+    if (!adapted.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", adapted.status().message()));
+    if (adapted->empty() && (format.lora.alpha != 0 || format.lora.use_rslora)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--lora_alpha/--use_rslora: ", dir, "/", summary->tag, " holds no LoRA adapters (a full fine-tune's "
+          "checkpoint holds every weight; leave them out)"));
+    }
+    HfTensorSource source = [&](const std::string& name) { return (*reader)->View(name); };
+    std::unique_ptr<HfModelFolder> base;
+    if (!adapted->empty()) {
+      // Note [LoRA checkpoints to Hugging Face]: the base folder's tensors,
+      // the adapted projections merged.
+      if (!(format.lora.alpha > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, "/", summary->tag, " holds the LoRA adapters of ", adapted->size(),
+            " projections and not the frozen base weights: give --lora_alpha (the job's lora.lora_alpha, and "
+            "--use_rslora if it set use_rslora) to merge them into --hf_from's weights (or export them from the "
+            "job with export.hf_dir / export.adapter_dir)"));
+      }
+      auto opened = HfModelFolder::Open(fs, format.from);
+      if (!opened.ok()) return opened.status();
+      base = std::move(*opened);
+      tensors.clear();
+      for (const std::string& name : base->TensorNames()) tensors.push_back({name, base->Find(name)->shape});
+      for (const std::string& prefix : *adapted) {
+        if (base->Find(prefix + ".weight") == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(dir, ": the adapter of ", prefix, " has no ", prefix,
+                                                         ".weight in ", format.from));
+        }
+      }
+      source = [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+        const std::string suffix = ".weight";
+        const std::string prefix = name.size() > suffix.size() ? name.substr(0, name.size() - suffix.size()) : "";
+        if (name.size() > suffix.size() && name.compare(prefix.size(), suffix.size(), suffix) == 0 &&
+            adapted->count(prefix)) {
+          auto weight = base->View(name);
+          if (!weight.ok()) return weight.status();
+          auto a = (*reader)->View(prefix + ".lora_A.weight");
+          if (!a.ok()) return a.status();
+          auto b = (*reader)->View(prefix + ".lora_B.weight");
+          if (!b.ok()) return b.status();
+          return MergeLoraWeight(prefix, *weight, *a, *b, format.lora);
+        }
+        // A tensor the job trained besides the adapters comes from the checkpoint.
+        if ((*reader)->Find(name) != nullptr) return (*reader)->View(name);
+        return base->View(name);
+      };
+    }
     HfExportOptions export_options;
     export_options.folder = output;
     export_options.dtype = *dtype;
     export_options.max_shard_bytes = *shard;
     export_options.config_json = LlamaHfConfigJson(*config, TorchDtypeName(*dtype));
     export_options.tokenizer_from = format.from;
-    absl::Status exported = ExportHfFolder(fs, export_options, tensors, [&](const std::string& name) {
-      return (*reader)->View(name);
-    });
+    absl::Status exported = ExportHfFolder(fs, export_options, tensors, source);
     if (exported.ok()) {
-      std::printf("dsconsolidate: %s/%s -> %s: a Hugging Face folder, %zu tensors in %s\n", dir.c_str(),
-                  summary->tag.c_str(), output.c_str(), tensors.size(), format.dtype.c_str());
+      std::printf("dsconsolidate: %s/%s -> %s: a Hugging Face folder, %zu tensors in %s%s\n", dir.c_str(),
+                  summary->tag.c_str(), output.c_str(), tensors.size(), format.dtype.c_str(),
+                  adapted->empty() ? ""
+                                   : absl::StrCat(", the LoRA adapters of ", adapted->size(),
+                                                  " projections merged into ", format.from, "'s weights")
+                                         .c_str());
     }
     return exported;
   }();
@@ -144,7 +203,11 @@ int main(int argc, char** argv) {
       .String("--hf_from", &hf.from, "MODEL_DIR",
               "--format hf: the Hugging Face folder the job started from (config.json, tokenizer files)")
       .String("--dtype", &hf.dtype, "DTYPE", "--format hf: the weights' dtype", {"float32", "float16", "bfloat16"})
-      .String("--max_shard_size", &hf.max_shard_size, "SIZE", "--format hf: largest shard (5GB, 500MB, ...)");
+      .String("--max_shard_size", &hf.max_shard_size, "SIZE", "--format hf: largest shard (5GB, 500MB, ...)")
+      .Double("--lora_alpha", &hf.lora.alpha, "ALPHA",
+              "--format hf of a LoRA job's checkpoint: the job's lora.lora_alpha (the adapters are merged into "
+              "--hf_from's weights)")
+      .Bool("--use_rslora", &hf.lora.use_rslora, "--format hf of a LoRA job's checkpoint: the job set use_rslora");
   if (absl::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc)); !parsed.ok()) {
     std::fprintf(stderr, "dsconsolidate: %s\n(dsconsolidate --help lists the flags)\n",
                  std::string(parsed.message()).c_str());
@@ -166,6 +229,10 @@ int main(int argc, char** argv) {
   if (verify) return Verify(dir, tag);
   if ((format == "hf") != !hf.from.empty()) {
     std::fprintf(stderr, "dsconsolidate: --format hf and --hf_from go together\n");
+    return 2;
+  }
+  if (format != "hf" && (hf.lora.alpha != 0 || hf.lora.use_rslora)) {
+    std::fprintf(stderr, "dsconsolidate: --lora_alpha and --use_rslora are for --format hf\n");
     return 2;
   }
   if (format == "hf") {

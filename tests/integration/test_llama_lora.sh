@@ -8,10 +8,13 @@
 #    reference (tests/hf/llama_reference.py --adapter), gives the logits dsgen
 #    computes from the merged export, both written at ZeRO-3 on 2 ranks, and
 #    dsgen --adapter (unmerged, on the base) gives the reference's logits;
+#  - dsconsolidate --format hf of its checkpoint (--lora_alpha) writes the
+#    job's merged export;
 #  - stop and resume are bit for bit;
 #  - a target that matches no projection is refused by name; nothing runs.
 source "$(dirname "$0")/lib.sh"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
+: "${DSCONSOLIDATE:?DSCONSOLIDATE must point at the dsconsolidate binary}"
 HF=$(cd "$(dirname "$0")/../hf" && pwd)
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/llama-tiny.cfg
 PY=${REFERENCE_PYTHON:-/usr/bin/python3}
@@ -57,7 +60,8 @@ pass "LoRA memory: master weights and Adam state for the $trainable adapter elem
 #    the merged folder.
 run_job export 2 --override train.steps=6 --override train.micro_batch_size=4 --override ds_config.zero_optimization.stage=3 \
   --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 --override export.dtype=float32 \
-  --override "export.adapter_dir=$WORK/adapter" --override "export.hf_dir=$WORK/merged"
+  --override "export.adapter_dir=$WORK/adapter" --override "export.hf_dir=$WORK/merged" \
+  --override "checkpoint.dir=$WORK/ck_export" --override checkpoint.interval=6
 grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "no PEFT adapter_config.json"
 "$PY" - "$HF" "$WORK/adapter" "$projections" <<'PYEOF' || fail "the adapter file is not what PEFT reads"
 import sys
@@ -78,6 +82,22 @@ PYEOF
 "$PY" "$HF/llama_reference.py" logits "$WORK/tiny" 1,20,300,41,5 --compare "$WORK/merged.logits" \
   --atol 2e-5 --rtol 2e-5 >/dev/null 2>&1 && fail "the merged export gives the base's logits: the adapter did nothing"
 pass "PEFT adapter + base in the reference = the merged export in dsgen (fp32, written at ZeRO-3 on 2 ranks)"
+
+# 3b. The same job's checkpoint through dsconsolidate --format hf (Note [LoRA
+#     checkpoints to Hugging Face]): refused without lora_alpha (it holds
+#     adapters only), and with it the job's own merged export, tensor for tensor.
+if "$DSCONSOLIDATE" "$WORK/ck_export" --format hf --hf_from "$WORK/tiny" --output "$WORK/consolidated" \
+  --dtype float32 >"$WORK/consolidate.out" 2>&1; then
+  fail "dsconsolidate --format hf of a LoRA checkpoint without --lora_alpha wrote a folder"
+fi
+grep -q "holds the LoRA adapters of $projections projections and not the frozen base weights: give --lora_alpha" \
+  "$WORK/consolidate.out" || fail "no refusal naming --lora_alpha: $(cat "$WORK/consolidate.out")"
+[[ ! -e $WORK/consolidated ]] || fail "the refused export left $WORK/consolidated"
+"$DSCONSOLIDATE" "$WORK/ck_export" --format hf --hf_from "$WORK/tiny" --output "$WORK/consolidated" --dtype float32 \
+  --lora_alpha 8 >"$WORK/consolidate.out" 2>&1 || fail "dsconsolidate --lora_alpha 8: $(cat "$WORK/consolidate.out")"
+"$PY" "$HF/same_tensors.py" "$WORK/merged" "$WORK/consolidated" --label "LoRA checkpoint merged by dsconsolidate" ||
+  fail "dsconsolidate's merge of the LoRA checkpoint differs from the job's export"
+pass "dsconsolidate --format hf of a LoRA checkpoint: refused without --lora_alpha, with it the job's merged export"
 
 # 4. The adapter folder read back (Note [PEFT adapter folders in]): dsgen on
 #    the base with --adapter, unmerged, gives the reference's logits of base
