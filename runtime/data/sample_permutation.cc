@@ -3,17 +3,10 @@
 #include <numeric>
 #include <random>
 
+#include "common/seed_mix.h"
+
 namespace dslaunch::runtime {
 namespace {
-
-// SplitMix64's finalizer: neighbouring (seed, epoch) pairs get unrelated
-// engine seeds.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, bound]. Draws from the top of the range that would bias the
 // modulo are rejected.
@@ -33,7 +26,7 @@ uint64_t UniformUpTo(std::mt19937_64& rng, uint64_t bound) {
 std::vector<int64_t> EpochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n > 0 ? n : 0));
   std::iota(order.begin(), order.end(), int64_t{0});
-  std::mt19937_64 rng(Mix(seed ^ Mix(static_cast<uint64_t>(epoch))));
+  std::mt19937_64 rng(MixSeed(seed ^ MixSeed(static_cast<uint64_t>(epoch))));
   for (int64_t i = n - 1; i > 0; --i) {
     int64_t j = static_cast<int64_t>(UniformUpTo(rng, static_cast<uint64_t>(i)));
     std::swap(order[i], order[j]);

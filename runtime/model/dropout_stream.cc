@@ -5,17 +5,10 @@
 #include <mutex>
 #include <utility>
 
+#include "common/seed_mix.h"
+
 namespace dslaunch::runtime {
 namespace {
-
-// splitmix64's finaliser: nearby inputs (seed + 1, step + 1) give unrelated
-// seeds.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 void SetSeed(at::Generator& generator, uint64_t seed) {
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -25,10 +18,10 @@ void SetSeed(at::Generator& generator, uint64_t seed) {
 }  // namespace
 
 DropoutStream::DropoutStream(uint64_t seed)
-    : seed_(seed), step_seed_(Mix(seed)), cpu_(at::make_generator<at::CPUGeneratorImpl>(step_seed_)) {}
+    : seed_(seed), step_seed_(MixSeed(seed)), cpu_(at::make_generator<at::CPUGeneratorImpl>(step_seed_)) {}
 
 uint64_t DropoutStream::ReplicaSeed(uint64_t job_seed, int64_t data_parallel_rank) {
-  return Mix(job_seed ^ Mix(static_cast<uint64_t>(data_parallel_rank)));
+  return MixSeed(job_seed ^ MixSeed(static_cast<uint64_t>(data_parallel_rank)));
 }
 
 void DropoutStream::Reseed(uint64_t seed) {
@@ -37,7 +30,7 @@ void DropoutStream::Reseed(uint64_t seed) {
 }
 
 void DropoutStream::StartStep(int64_t step) {
-  step_seed_ = step == 0 ? Mix(seed_) : Mix(seed_ ^ Mix(static_cast<uint64_t>(step)));
+  step_seed_ = step == 0 ? MixSeed(seed_) : MixSeed(seed_ ^ MixSeed(static_cast<uint64_t>(step)));
   cpu_stale_ = true;
   cuda_seeded_device_ = -1;
 }

@@ -87,6 +87,12 @@ class FieldReader {
 
 bool IsNumber(const JsonValue& v, double x) { return v.is_number() && v.number_value() == x; }
 
+// The fields of tool calling (Note [Tool calls]): the chat request reads
+// them; the completions request refuses them.
+bool IsToolsField(const std::string& key) {
+  return key == "tools" || key == "tool_choice" || key == "parallel_tool_calls";
+}
+
 // The shared fields; returns false (error filled) on a problem, and sets
 // *handled for a key it read. `chat`: the fields of /v1/chat/completions
 // where the two endpoints differ.
@@ -200,11 +206,11 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
   if (key == "suffix") {
     return reader.Neutral(value, key, [](const JsonValue&) { return false; }, "does not insert text: leave it out");
   }
-  if (chat && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) {
-    *handled = false;  // the chat request's own (ReadToolsField)
-    return true;
-  }
-  if (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls") {
+  if (IsToolsField(key)) {
+    if (chat) {
+      *handled = false;  // the chat request's own (ReadToolsField)
+      return true;
+    }
     return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
                           "takes tools on /v1/chat/completions only: leave it out");
   }
@@ -525,7 +531,7 @@ std::optional<Request> ParseRequest(
       read_input(reader, value, &request);
     } else if (key == other) {
       reader.Fail(key, other_hint);
-    } else if (read_own && (key == "tools" || key == "tool_choice" || key == "parallel_tool_calls")) {
+    } else if (read_own && IsToolsField(key)) {
       read_own(reader, key, value, &request);
     } else {
       reader.Fail(key, absl::StrCat("unknown field '", key, "'"));

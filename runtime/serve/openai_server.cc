@@ -17,12 +17,12 @@
 #include "common/auth_token.h"
 #include "common/json_quote.h"
 #include "runtime/serve/chat_prompt.h"
-#include "runtime/serve/tool_call_parser.h"
 #include "runtime/serve/client_connection.h"
 #include "runtime/serve/openai_request.h"
 #include "runtime/serve/openai_response.h"
 #include "runtime/serve/text_streamer.h"
 #include "runtime/serve/token_text.h"
+#include "runtime/serve/tool_call_parser.h"
 
 namespace dslaunch::runtime {
 namespace {

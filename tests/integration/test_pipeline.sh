@@ -8,6 +8,7 @@
 # folder trains at PP 2 and exports back exactly from PP 2 x TP 2.
 source "$(dirname "$0")/lib.sh"
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
+: "${DSCONSOLIDATE:?DSCONSOLIDATE must point at the dsconsolidate binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
 COMMON=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0 --override 'checkpoint.dir=""'
   --override train.global_batch_size=8 --override train.steps=8 --override train.warmup_steps=2
@@ -85,7 +86,13 @@ run_job llama_pp2 2 --override ds_config.pipeline.stages=2
 same_losses llama1 llama_pp2 "Llama from a Hugging Face folder at PP 2 vs 1 rank"
 run_job llama_export 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
   --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
-  --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32
+  --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32 \
+  --override "checkpoint.dir=$WORK/pp_ck" --override checkpoint.interval=3
 "$PY" "$HF/same_tensors.py" "$WORK/tiny" "$WORK/pp_hf" --label "PP 2 x TP 2 export" ||
   fail "the PP 2 x TP 2 export differs from the folder"
-pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2"
+# The same from its checkpoint (every stage's and tensor slice's files) by dsconsolidate.
+"$DSCONSOLIDATE" "$WORK/pp_ck" --format hf --hf_from "$WORK/tiny" --output "$WORK/pp_consolidated" --dtype float32 \
+  >"$WORK/pp_consolidate.out" 2>&1 || fail "dsconsolidate --format hf of the PP 2 x TP 2 checkpoint: $(cat "$WORK/pp_consolidate.out")"
+"$PY" "$HF/same_tensors.py" "$WORK/tiny" "$WORK/pp_consolidated" --label "PP 2 x TP 2 checkpoint by dsconsolidate" ||
+  fail "dsconsolidate's folder from the PP 2 x TP 2 checkpoint differs from the folder"
+pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2 (at the job's end and by dsconsolidate from its checkpoint)"
