@@ -13,7 +13,10 @@
 #    was four minutes of CPU in a CI run. Under CTest the binary's main
 #    (runtime/testing/unit_test_main.cc) exits 77 when every test it ran was
 #    skipped (a GPU suite on a CPU host), which CTest reports as not run;
-#    run by hand or by a script it exits as GoogleTest's main does.
+#    run by hand or by a script it exits as GoogleTest's main does. On a
+#    crash it prints the test, the faulting address and registers, the stack
+#    and the executable mappings before dying of the same signal (how the
+#    LibTorch 2.11 crashes on the GPU host were found).
 #    The suites are listed after each link (cmake/list_gtest_suites.cmake).
 #  - Others start in milliseconds and keep one CTest test per test case
 #    (gtest_discover_tests).
