@@ -91,12 +91,18 @@ RandomStateSnapshot RandomStateSnapshot::Swap() const {
 }
 
 std::vector<at::Generator> SegmentGenerators(const torch::Device& device, DropoutStream* stream) {
-  std::vector<at::Generator> generators = {device.is_cpu() ? at::detail::getDefaultCPUGenerator()
-                                                           : at::globalContext().defaultGenerator(device)};
-  if (stream != nullptr) {
-    for (at::Generator& own : stream->Generators(device)) {
-      if (own.unsafeGetGeneratorImpl() != generators[0].unsafeGetGeneratorImpl()) generators.push_back(own);
+  // The CPU's always: what draws there (routing noise) draws there for a
+  // segment on any device.
+  std::vector<at::Generator> generators = {at::detail::getDefaultCPUGenerator()};
+  auto add = [&](const at::Generator& generator) {
+    for (const at::Generator& held : generators) {
+      if (held.unsafeGetGeneratorImpl() == generator.unsafeGetGeneratorImpl()) return;
     }
+    generators.push_back(generator);
+  };
+  if (!device.is_cpu()) add(at::globalContext().defaultGenerator(device));
+  if (stream != nullptr) {
+    for (const at::Generator& own : stream->Generators(device)) add(own);
   }
   return generators;
 }

@@ -68,8 +68,9 @@ class DropoutStream {
   int cuda_seeded_device_ = -1;
 };
 
-// A segment's random state for recomputation: the default generator of the
-// segment's device plus the generators a stream names.
+// A segment's random state for recomputation: the CPU's default generator,
+// the default generator of the segment's device, and the generators a
+// stream names.
 class RandomStateSnapshot {
  public:
   RandomStateSnapshot() = default;
@@ -82,8 +83,9 @@ class RandomStateSnapshot {
   std::vector<torch::Tensor> states_;
 };
 
-// The generators a segment on `device` draws from: the device's default
-// generator and, with a stream, the stream's.
+// The generators a segment on `device` draws from: the CPU's default
+// generator (routing noise draws there on any device), the device's, and,
+// with a stream, the stream's.
 std::vector<at::Generator> SegmentGenerators(const torch::Device& device, DropoutStream* stream);
 
 }  // namespace dslaunch::runtime

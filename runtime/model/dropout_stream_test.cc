@@ -90,21 +90,24 @@ Drawn RunSegment(const torch::Device& device, bool checkpointed) {
   if (device.is_cuda()) torch::cuda::manual_seed_all(21);
   const torch::Tensor weight = torch::linspace(0.5, 1.5, 64, torch::kFloat).to(device).requires_grad_(true);
   Segment segment = [&](const torch::Tensor& in) {
-    // One mask from the stream, one from LibTorch's dropout on the process's state.
-    return torch::dropout(stream.Apply(in * weight, 0.5, true), 0.5, true) * weight;
+    // One mask from the stream, one from LibTorch's dropout on the device's
+    // state, and noise from the CPU's (as routing noise draws on any device).
+    return torch::dropout(stream.Apply(in * weight, 0.5, true), 0.5, true) * weight *
+           torch::rand({64}).to(device);
   };
   const torch::Tensor x = torch::linspace(-1, 1, 64, torch::kFloat).to(device).requires_grad_(true);
   torch::Tensor y = checkpointed ? CheckpointedForward(segment, x, CheckpointStorage{}, &stream) : segment(x);
   y.sum().backward();
-  return {weight.grad().cpu(), torch::cat({stream.Apply(torch::ones({16}, device), 0.5, true),
-                                           torch::dropout(torch::ones({16}, device), 0.5, true)})
-                                   .cpu()};
+  return {weight.grad().cpu(), torch::cat({stream.Apply(torch::ones({16}, device), 0.5, true).cpu(),
+                                           torch::dropout(torch::ones({16}, device), 0.5, true).cpu(),
+                                           torch::rand({16})})};
 }
 
 // A recomputed segment draws the masks its forward drew, from the stream and
 // from the process's random state alike, and leaves both where the forward
 // left them (on CUDA too, where the device's generator is what LibTorch's
-// dropout draws from).
+// dropout draws from and the CPU's what routing noise draws from). Seen
+// failing on the CPU with the CPU generator left out of the snapshot.
 TEST(DropoutStreamTest, RecomputationDrawsTheForwardsMasks) {
   std::vector<torch::Device> devices = {torch::kCPU};
   if (torch::cuda::is_available()) devices.push_back(torch::Device(torch::kCUDA, 0));
