@@ -7,6 +7,9 @@
 #   2. FUZZ_SECONDS (default 30) of fuzzing that starts from
 #      tests/fuzz/corpus/<target>/ and writes what it learns to a scratch
 #      folder (the repository's corpus is left as it is).
+# FUZZ_SEED fixes libFuzzer's seed (scripts/test.sh fixes it: CI replays the
+# same search every run, so a red CI is the change's doing, not the draw's);
+# unset, every run draws a new one.
 # Targets run FUZZ_JOBS (default: one per core) at a time, each on one core.
 # A finding fails the script once the targets running beside it end: it
 # prints the target's report and the input (as hex when it is small), and
@@ -18,6 +21,8 @@ shopt -s nullglob
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-30}
+seed_flag=()
+[[ -n ${FUZZ_SEED:-} ]] && seed_flag=(-seed="$FUZZ_SEED")
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing (scripts/setup.sh installs clang)" >&2; exit 1; }
@@ -59,7 +64,7 @@ fuzz_one() {  # TARGET: its regression inputs, then its fuzzing; non-zero on a f
     }
   fi
   mkdir -p "$work/$target"
-  if ! "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+  if ! "$bin" "${seed_flag[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
       -artifact_prefix="$work/$target-" -print_final_stats=1 \
       "$work/$target" "$root/tests/fuzz/corpus/$target" >"$work/$target.log" 2>&1; then
     report_finding "$target" "$work/$target.log"

@@ -8,7 +8,7 @@ namespace dslaunch::runtime {
 
 HfTokenizer::HfTokenizer(HfTokenizerSpec spec, HfSequenceTokens sequence_tokens)
     : spec_(std::move(spec)), sequence_tokens_(sequence_tokens), added_tokens_(spec_.added_tokens) {
-  id_to_token_.resize(spec_.vocab_size);
+  id_to_token_.reserve(spec_.model->vocab().size() + spec_.added_tokens.size());
   for (const auto& [token, id] : spec_.model->vocab()) id_to_token_[id] = token;
   for (const HfAddedToken& token : spec_.added_tokens) {
     id_to_token_[token.id] = token.content;
@@ -45,9 +45,9 @@ std::string HfTokenizer::Decode(const std::vector<int32_t>& ids) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id < 0 || id >= static_cast<int32_t>(id_to_token_.size()) || id_to_token_[id].empty()) continue;
-    if (special_ids_.contains(id)) continue;
-    tokens.push_back(id_to_token_[id]);
+    auto it = id_to_token_.find(id);
+    if (it == id_to_token_.end() || special_ids_.contains(id)) continue;
+    tokens.push_back(it->second);
   }
   return DecodeTokens(spec_.decoder, std::move(tokens));
 }

@@ -52,7 +52,7 @@ class HfTokenizer : public Tokenizer {
   const HfTokenizerSpec spec_;
   const HfSequenceTokens sequence_tokens_;
   const AddedTokenMatcher added_tokens_;
-  std::vector<std::string> id_to_token_;  // "" where no token has the id
+  absl::flat_hash_map<int32_t, std::string> id_to_token_;  // ids may leave gaps
   absl::flat_hash_set<int32_t> special_ids_;
   absl::flat_hash_map<std::string, int32_t> added_token_ids_;
 };

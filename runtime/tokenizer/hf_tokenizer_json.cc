@@ -147,7 +147,7 @@ absl::Status SpecReader::ReadAddedTokens(const JsonValue& root, HfTokenizerSpec*
     HfAddedToken added;
     const JsonValue* id = token.Find("id");
     if (id == nullptr) return Error(Join(where, "id"), "is missing");
-    DS_ASSIGN_OR_RETURN(int64_t id_value, Int(*id, Join(where, "id"), 0, INT32_MAX - 1));
+    DS_ASSIGN_OR_RETURN(int64_t id_value, Int(*id, Join(where, "id"), 0, kMaxHfTokenId));
     added.id = static_cast<int32_t>(id_value);
     DS_ASSIGN_OR_RETURN(added.content, String(token, "content", where));
     if (added.content.empty()) return Error(Join(where, "content"), "is empty");
@@ -297,7 +297,7 @@ absl::Status SpecReader::ReadModel(const JsonValue& model, HfTokenizerSpec* spec
   for (size_t i = 0; i < vocab_json->keys().size(); ++i) {
     const std::string& token = vocab_json->keys()[i];
     DS_ASSIGN_OR_RETURN(int64_t id, Int(vocab_json->items()[i], absl::StrCat("model.vocab[\"", token, "\"]"), 0,
-                                        INT32_MAX - 1));
+                                        kMaxHfTokenId));
     vocab.emplace(token, static_cast<int32_t>(id));
     spec->vocab_size = std::max(spec->vocab_size, static_cast<int>(id) + 1);
   }

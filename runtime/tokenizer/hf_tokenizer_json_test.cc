@@ -88,7 +88,9 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{R"("lstrip": false)", R"("lstrip": true)", "added_tokens[0].lstrip true is not supported"},
         Refusal{R"("single_word": false)", R"("single_word": true)", "added_tokens[0].single_word true is not supported"},
         Refusal{R"("version": "1.0")", R"("version": "1.0", "extra": 1)", "extra is not supported (top-level keys"},
-        Refusal{R"("model": {)", R"("model": {"kind": 1, )", "model.kind is not supported"}));
+        Refusal{R"("model": {)", R"("model": {"kind": 1, )", "model.kind is not supported"},
+        Refusal{R"("H": 0,)", R"("H": 999999997,)", R"(model.vocab["H"] must be an integer in [0, 16777215])"},
+        Refusal{R"({"id": 20,)", R"({"id": 16777216,)", "added_tokens[2].id must be an integer in [0, 16777215]"}));
 
 TEST(HfTokenizerJsonTest, Llama2ShapeRefusalsNameTheirKeys) {
   std::string metaspace = absl::StrReplaceAll(

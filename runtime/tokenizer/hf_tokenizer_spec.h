@@ -67,4 +67,9 @@ struct HfTokenizerSpec {
   int vocab_size = 0;  // 1 + the largest id of the vocabulary and added tokens
 };
 
+// The largest token id a tokenizer.json may use. Ids index the rows of an
+// embedding, and the largest published vocabularies hold about 260,000
+// tokens; an id past this is a corrupt file, not a vocabulary.
+inline constexpr int64_t kMaxHfTokenId = (int64_t{1} << 24) - 1;
+
 }  // namespace dslaunch::runtime

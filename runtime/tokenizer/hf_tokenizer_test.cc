@@ -1,5 +1,8 @@
 #include "runtime/tokenizer/hf_tokenizer.h"
 
+#include <string>
+
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/tokenizer/hf_tokenizer_json.h"
@@ -45,6 +48,16 @@ TEST(HfTokenizerTest, SpecialTokensSplitOutOfTheTextUnlessPlain) {
 TEST(HfTokenizerTest, ByteLevelDecodeLeavesSpecialTokensOut) {
   auto tokenizer = Make(kTinyByteLevelJson);
   EXPECT_EQ(tokenizer->Decode({18, 12, 17, 8, 19, 20, 999, -1}), "Hello world!<x>");
+}
+
+// Ids may leave gaps (a vocabulary with reserved rows); the tokenizer keeps
+// no table sized by the largest id (a fuzzer's 999,999,997 once asked for 32 GB).
+TEST(HfTokenizerTest, IdsWithGapsEncodeAndDecode) {
+  const std::string json = absl::StrReplaceAll(kTinyByteLevelJson, {{R"({"id": 20,)", R"({"id": 16000000,)"}});
+  auto tokenizer = Make(json.c_str());
+  EXPECT_EQ(tokenizer->vocab_size(), 16000001);
+  EXPECT_THAT(tokenizer->Encode("Hello<x>"), ElementsAre(12, 16000000));
+  EXPECT_EQ(tokenizer->Decode({12, 20, 16000000, 15999999}), "Hello<x>");
 }
 
 TEST(HfTokenizerTest, Llama2NormalizesAndFallsBackToBytes) {
