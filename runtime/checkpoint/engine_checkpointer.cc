@@ -386,17 +386,21 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
     std::map<std::string, torch::Tensor> held;
     try {
       torch::NoGradGuard no_grad;
-      for (const auto& item : engine_.model_->named_parameters()) {
-        torch::Tensor value = item.value().detach();
+      const torch::nn::Module& module = *engine_.model_;
+      const auto parameters = module.named_parameters();
+      // Each rank's slice of the merged weight (Note [LoRA under tensor
+      // parallelism]: the adapters are split with their projections), gathered.
+      for (const std::string& name : MergedParameterNames(module)) {
         // Note [Pipeline stages]: another stage's parameter is empty here.
-        if (pipeline != nullptr && value.numel() == 0) continue;
-        if (auto it = forms.find(item.key()); it != forms.end() && tensor != nullptr) {
+        if (pipeline != nullptr && parameters[name].numel() == 0) continue;
+        torch::Tensor value = MergedParameter(module, name);
+        if (auto it = forms.find(name); it != forms.end() && tensor != nullptr) {
           const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
           auto gathered = GatherWhole(value, it->second, group);
           if (!gathered.ok()) return gathered.status();
           value = *gathered;
         }
-        if (sender) held[item.key()] = value;
+        if (sender) held[name] = value;
       }
       if (pipeline != nullptr && sender) {
         if (absl::Status s = GatherStagesOnFirst(*pipeline, engine_.device_, held); !s.ok()) return s;
@@ -423,13 +427,41 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
 
 absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
   if (absl::Status refused = RefusePipeline(engine_, "PEFT adapter export"); !refused.ok()) return refused;
-  if (absl::Status refused = RefuseTensorParallel(engine_, "PEFT adapter export"); !refused.ok()) return refused;
+  // Under tensor parallelism the split factors are gathered whole (Note
+  // [LoRA under tensor parallelism]) on every rank of the tensor group.
+  std::map<std::string, torch::Tensor> whole;
+  if (const Communicator* tensor = engine_.parallel().tensor(); tensor != nullptr) {
+    if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+    const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
+    if (family == nullptr) return absl::FailedPreconditionError("PEFT adapter export: the model declares no forms");
+    std::map<std::string, TensorParallelForm> forms;
+    try {
+      for (const TensorParallelForm& form : family->TensorParallelForms()) forms[form.parameter] = form;
+      torch::NoGradGuard no_grad;
+      const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
+      for (const auto& item : engine_.model_->named_parameters()) {
+        if (!IsLoraParameterName(item.key())) continue;
+        torch::Tensor value = item.value().detach();
+        if (auto it = forms.find(item.key()); it != forms.end()) {
+          auto gathered = GatherWhole(value, it->second, group);
+          if (!gathered.ok()) return gathered.status();
+          value = *gathered;
+        }
+        whole[item.key()] = value.to(torch::kCPU);
+      }
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("PEFT adapter export: ", e.what_without_backtrace()));
+    }
+  }
   return ExportGathered([&]() -> absl::Status {
     auto parameters = engine_.model_->named_parameters();
+    auto value_of = [&](const std::string& key) {
+      return whole.empty() ? parameters[key].detach() : whole.at(key);
+    };
     std::vector<HfTensorSpec> tensors;
     for (const auto& item : parameters) {
       if (IsLoraParameterName(item.key())) {
-        tensors.push_back({kPeftKeyPrefix + item.key(), item.value().sizes().vec()});
+        tensors.push_back({kPeftKeyPrefix + item.key(), value_of(item.key()).sizes().vec()});
       }
     }
     if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
@@ -438,7 +470,7 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
     adapter.config_file = kPeftConfigFile;
     adapter.max_shard_bytes = std::numeric_limits<int64_t>::max();  // PEFT reads one file
     return ExportHfFolder(fs_, adapter, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
-      return parameters[name.substr(std::strlen(kPeftKeyPrefix))].detach();
+      return value_of(name.substr(std::strlen(kPeftKeyPrefix)));
     });
   });
 }

@@ -1,5 +1,6 @@
 #include "runtime/config/job_config_schema.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 
@@ -284,11 +285,14 @@ void CheckLoraWithTensorParallelism(const WalkResult& walk, const TreeSource& so
                                     Problems* problems) {
   const int64_t tp = job.ds.tensor_parallel.tp_size;
   if (job.lora.r <= 0 || tp <= 1) return;
-  // Unrefused, the adapters of row-parallel projections would not join the
-  // forward and those of column-parallel ones would train apart per rank.
-  problems->AtKey(source, walk.WrittenPath("lora.r"), walk.MarkOf("lora.r"),
-                  absl::StrCat("LoRA adapters with tensor_parallel.tp_size=", tp,
-                               " are not yet supported (the adapters are not split across the tensor group)"));
+  // Note [LoRA under tensor parallelism]: the adapters split with their
+  // projections, but for the output head, which is split by vocabulary.
+  const auto& targets = job.lora.target_modules;
+  if (std::find(targets.begin(), targets.end(), "lm_head") != targets.end()) {
+    problems->AtKey(source, walk.WrittenPath("lora.target_modules"), walk.MarkOf("lora.target_modules"),
+                    absl::StrCat("a LoRA adapter on lm_head with tensor_parallel.tp_size=", tp,
+                                 " is not yet supported (the head is split by vocabulary over the tensor group)"));
+  }
 }
 
 void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,

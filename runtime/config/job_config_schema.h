@@ -41,8 +41,8 @@ void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkR
 void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkResult& ds_walk,
                    const TreeSource& ds_source, const JobConfig& job, Problems* problems);
 
-// LoRA under tensor parallelism: refused at lora.r until the adapters are
-// split across the tensor group.
+// LoRA under tensor parallelism: an adapter on the vocabulary-split output
+// head is refused at lora.target_modules.
 void CheckLoraWithTensorParallelism(const WalkResult& walk, const TreeSource& source, const JobConfig& job,
                                     Problems* problems);
 

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/config/config_loader.h"
@@ -206,16 +207,24 @@ ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
 
 // LoRA under tensor parallelism is refused at lora.r, whichever file sets the
 // tensor-parallel size.
-TEST_F(JobConfigTest, LoraWithTensorParallelismIsRefusedAtItsKey) {
-  const std::string lora_job = R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
+// Adapters split with their projections under tensor parallelism, but for
+// the output head's (split by vocabulary): refused at its key.
+TEST_F(JobConfigTest, LoraOnTheHeadWithTensorParallelismIsRefusedAtItsKey) {
+  const std::string head_job = R"(model: {type: llama, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}
 train: {steps: 1}
-lora: {r: 4, target_modules: [q_proj, o_proj]}
+lora: {r: 4,
+  target_modules: [q_proj, o_proj, lm_head]}
 )";
-  auto job = LoadText(absl::StrCat(lora_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 2}}\n"), {}, 2);
-  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr(":4: lora.r: LoRA adapters with tensor_parallel.tp_size=2 "
-                                                       "are not yet supported")));
-  job = LoadText(absl::StrCat(lora_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 1}}\n"), {}, 2);
+  auto job = LoadText(absl::StrCat(head_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 2}}\n"), {}, 2);
+  EXPECT_THAT(ProblemLines(job),
+              ElementsAre(HasSubstr(":5: lora.target_modules: a LoRA adapter on lm_head with "
+                                    "tensor_parallel.tp_size=2 is not yet supported")));
+  job = LoadText(absl::StrCat(head_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 1}}\n"), {}, 2);
+  EXPECT_TRUE(job.ok()) << job.status();
+  const std::string projections_job = absl::StrReplaceAll(head_job, {{", lm_head]", "]"}});
+  job = LoadText(absl::StrCat(projections_job, "ds_config: {train_batch_size: 2, tensor_parallel: {tp_size: 2}}\n"),
+                 {}, 2);
   EXPECT_TRUE(job.ok()) << job.status();
 }
 

@@ -15,20 +15,6 @@
 #include "runtime/moe/moe_layer.h"
 
 namespace dslaunch::runtime {
-namespace {
-
-// What a tensor-parallel run cannot do yet, refused before anything starts
-// (issue 16 lists them), naming the setting.
-absl::Status RefuseWithTensorParallelism(const JobConfig& job, int tp) {
-  auto refuse = [&](const std::string& setting) {
-    return absl::UnimplementedError(absl::StrCat(job.path, ": ", setting, " with tensor_parallel.tp_size=", tp,
-                                                 " is not yet supported"));
-  };
-  if (job.lora.r > 0) return refuse("lora.r (LoRA adapters on split projections)");
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<TrainingData> OpenTrainingData(const JobConfig& job, const TrainerContext& context) {
   // The dataset: its vocabulary, and its documents split into training and
@@ -121,7 +107,6 @@ absl::StatusOr<ModelSpec> TrainingModelSpec(const JobConfig& job, const TrainerC
   if (context.parallel && context.parallel->tensor() != nullptr) {
     Communicator* tensor = context.parallel->tensor();
     spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
-    if (absl::Status refused = RefuseWithTensorParallelism(job, tensor->size()); !refused.ok()) return refused;
   }
   // Note [Mixture of experts]: model.moe, the experts split over this
   // rank's expert group.

@@ -122,20 +122,8 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     if (tp.split()) slicing = AdapterSlicing{model->TensorParallelForms(), tp.rank, tp.size};
     auto adapted = LoadPeftAdapter(fs, options.adapter, *model, slicing);
     if (!adapted.ok()) return adapted.status();
-    if (tp.split()) {
-      // A row-parallel product reads the base weight alone (its partial sums
-      // meet in the all-reduce): every rank merges its slices of W + s·B·A.
-      try {
-        for (const auto& item : model->named_modules()) {
-          if (auto* projection = item.value()->as<LoraLinearImpl>(); projection != nullptr && projection->adapted()) {
-            projection->MergeAdapter();
-          }
-        }
-      } catch (const c10::Error& e) {
-        return absl::InternalError(absl::StrCat(options.adapter, ": merging into the tensor-parallel slices: ",
-                                                e.what_without_backtrace()));
-      }
-    }
+    // Split over the tensor group, each rank computes its part of the
+    // adapters unmerged (Note [LoRA under tensor parallelism]), as one rank does.
   }
   const bool streamed = options.offload_params != "none";
   try {

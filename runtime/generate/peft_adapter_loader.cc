@@ -107,23 +107,11 @@ absl::StatusOr<LoraSummary> LoadPeftAdapter(FileSystem& fs, const std::string& f
     // "<projection>.lora_A.weight": the projection's own weight names its form.
     const std::string projection = item.key().substr(0, item.key().find(".lora_"));
     if (auto form = form_of.find(projection + ".weight"); form != form_of.end()) {
-      const bool is_a = item.key().find(".lora_A.") != std::string::npos;
-      TensorParallelForm cut = form->second;
-      cut.parameter = key;
-      bool sliced = true;
-      switch (form->second.split) {
-        case TensorParallelSplit::kColumn:  // output rows split: B's rows
-          sliced = !is_a;
-          break;
-        case TensorParallelSplit::kRow:  // input columns split: A's columns
-          sliced = is_a;
-          break;
-        case TensorParallelSplit::kVocab:
-          return absl::UnimplementedError(absl::StrCat(
-              file, ": ", key, " adapts ", projection, ", split by vocabulary over the tensor group: not supported"));
-      }
-      if (sliced) {
-        auto slice = SliceForRank(values, cut, slicing.rank, slicing.size);
+      // Note [LoRA under tensor parallelism]: this rank's part of the factor.
+      auto cut = LoraFactorForm(form->second, key);
+      if (!cut.ok()) return absl::Status(cut.status().code(), absl::StrCat(file, ": ", cut.status().message()));
+      if (cut->has_value()) {
+        auto slice = SliceForRank(values, **cut, slicing.rank, slicing.size);
         if (!slice.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", slice.status().message()));
         values = *slice;
       }

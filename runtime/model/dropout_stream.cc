@@ -63,14 +63,22 @@ torch::Tensor DropoutStream::Apply(const torch::Tensor& x, double p, bool traini
 torch::Tensor DropoutStream::ApplyInRegion(const torch::Tensor& x, double p, bool training,
                                            const TensorParallelGroup& group) {
   if (!group.split() || !group.sequence_parallel) return Apply(x, p, training);
+  return ApplyToPart(x, p, training, /*dim=*/1, group.size, group.rank);
+}
+
+torch::Tensor DropoutStream::ApplyToPart(const torch::Tensor& x, double p, bool training, int64_t dim,
+                                         int64_t parts, int64_t index) {
+  if (parts == 1) return Apply(x, p, training);
   if (!training || p == 0) return x;
+  TORCH_CHECK(index >= 0 && index < parts, "dropout part ", index, " of ", parts);
+  dim = dim < 0 ? dim + x.dim() : dim;
   std::vector<int64_t> whole = x.sizes().vec();
-  const int64_t chunk = whole.at(1);
-  whole[1] = chunk * group.size;
+  const int64_t part = whole.at(dim);
+  whole[dim] = part * parts;
   at::Generator generator = Prepared(x.device());
   torch::Tensor mask = x.is_cpu() ? at::empty(whole, x.options()).bernoulli_(1 - p, generator).div_(1 - p)
                                   : torch::dropout(torch::ones(whole, x.options()), p, /*train=*/true);
-  return x * mask.narrow(1, group.rank * chunk, chunk);
+  return x * mask.narrow(dim, index * part, part);
 }
 
 RandomStateSnapshot::RandomStateSnapshot(std::vector<at::Generator> generators) : generators_(std::move(generators)) {

@@ -51,6 +51,11 @@ class DropoutStream {
   // (dimension 1, sequence parallelism): the unsplit activation's mask is
   // drawn and this rank's chunk of it applied. Apply when it is not split.
   torch::Tensor ApplyInRegion(const torch::Tensor& x, double p, bool training, const TensorParallelGroup& group);
+  // Dropout of part `index` of `parts` equal parts of an activation split
+  // along `dim` (a row-parallel projection's input, split along the hidden
+  // dimension): the whole activation's mask is drawn and this part applied.
+  torch::Tensor ApplyToPart(const torch::Tensor& x, double p, bool training, int64_t dim, int64_t parts,
+                            int64_t index);
 
   // The generators masks on `device` are drawn from (brought to the current
   // step first): what a recomputation saves and restores.

@@ -33,14 +33,41 @@ int64_t TrainableTensors(const torch::nn::Module& module) {
 
 int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_parallel.size); }
 
+// A column-parallel projection of the whole input x (its rows of the
+// output). An adapter's A is whole but reached through this rank's rows of
+// B only: its gradient is summed across the group (Note [LoRA under tensor
+// parallelism]).
+torch::Tensor ColumnParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (!group.split() || !projection->adapted()) return projection->forward(x);
+  return projection->BaseForward(x) +
+         projection->AdapterDelta(projection->AdapterDropout(x),
+                                  ReplicatedWithPartialGradient(projection->lora_A->weight, group),
+                                  projection->lora_B->weight);
+}
+
 // A row-parallel projection: the partial products summed across the group
 // (or reduce-scattered along the sequence), then the bias, which is whole.
+// An adapter adds its partial product (this rank's columns of A) before
+// the sum; its whole B's gradient is summed across the group.
 torch::Tensor RowParallel(LoraLinear projection, const torch::Tensor& x, const TensorParallelGroup& group) {
   if (!group.split()) return projection->forward(x);
-  TORCH_CHECK(!projection->adapted(), "a LoRA adapter on a row-parallel projection is not built "
-              "(the job file check refuses lora.r with tensor_parallel.tp_size > 1)");
-  torch::Tensor sum = ExitRowParallel(projection->ProductWithoutBias(x), group);
+  torch::Tensor partial = projection->ProductWithoutBias(x);
+  if (projection->adapted()) {
+    partial = partial + projection->AdapterDelta(projection->AdapterDropout(x), projection->lora_A->weight,
+                                                 ReplicatedWithPartialGradient(projection->lora_B->weight, group));
+  }
+  torch::Tensor sum = ExitRowParallel(partial, group);
   return projection->bias.defined() ? sum + SequenceRegionParameter(projection->bias, group) : sum;
+}
+
+// Marks a row-parallel projection's input as this rank's part of the
+// unsplit one (its adapter's initialisation and dropout read it).
+LoraLinear RowParallelProjection(LoraLinear projection, const TensorParallelGroup& group) {
+  if (group.split()) {
+    projection->input_parts = group.size;
+    projection->input_part = group.rank;
+  }
+  return projection;
 }
 
 }  // namespace
@@ -78,16 +105,21 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaOptions& options, int64_t laye
   k_proj = register_module("k_proj", Projection(options.hidden, kv_rows, options.qkv_bias, options.fused_kernels));
   v_proj = register_module("v_proj", Projection(options.hidden, kv_rows, options.qkv_bias, options.fused_kernels));
   o_proj = register_module(
-      "o_proj", Projection(heads_ * head_dim_, options.hidden, options.output_bias, options.fused_kernels));
+      "o_proj", RowParallelProjection(Projection(heads_ * head_dim_, options.hidden, options.output_bias,
+                                                 options.fused_kernels),
+                                      options.tensor_parallel));
 }
 
 torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const torch::Tensor& x) const {
   const int64_t batch = x.size(0), time = x.size(1);
-  if (!KeyValueHeadsReplicated(options_)) return projection->forward(x).view({batch, time, kv_heads_, head_dim_});
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  if (!KeyValueHeadsReplicated(options_)) {
+    return ColumnParallel(projection, x, group).view({batch, time, kv_heads_, head_dim_});
+  }
   // Every rank holds all key/value heads and computes the one its query heads
   // read (ranks r·kv/T share head r/(T/kv)); each rank's gradient reaches
   // only that head's rows, and the sum across the group is the whole one.
-  const TensorParallelGroup& group = options_.tensor_parallel;
+  // So for an adapter: B's rows of the head, and A through them.
   const int64_t head = group.rank / (group.size / options_.kv_heads);
   torch::Tensor weight =
       ReplicatedWithPartialGradient(projection->weight, group).narrow(0, head * head_dim_, head_dim_);
@@ -95,7 +127,13 @@ torch::Tensor LlamaAttentionImpl::KeyValueHeads(LoraLinear projection, const tor
   if (projection->bias.defined()) {
     bias = ReplicatedWithPartialGradient(projection->bias, group).narrow(0, head * head_dim_, head_dim_);
   }
-  return torch::nn::functional::linear(x, weight, bias).view({batch, time, 1, head_dim_});
+  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  if (projection->adapted()) {
+    y = y + projection->AdapterDelta(
+                projection->AdapterDropout(x), ReplicatedWithPartialGradient(projection->lora_A->weight, group),
+                ReplicatedWithPartialGradient(projection->lora_B->weight, group).narrow(0, head * head_dim_, head_dim_));
+  }
+  return y.view({batch, time, 1, head_dim_});
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
@@ -118,7 +156,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
     k = qk.narrow(1, heads_, kv_heads_);
     v = heads(qkv.narrow(-1, (heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_), kv_heads_);
   } else {
-    q = RotaryOp(heads(q_proj->forward(x), heads_), cos, sin, fused_);
+    q = RotaryOp(heads(ColumnParallel(q_proj, x, group), heads_), cos, sin, fused_);
     k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
     v = KeyValueHeads(v_proj, x).transpose(1, 2);
   }
@@ -150,7 +188,9 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
   up_proj = register_module(
       "up_proj", Projection(options.hidden, intermediate, options.mlp_bias, options.fused_kernels));
   down_proj = register_module(
-      "down_proj", Projection(intermediate, options.hidden, options.mlp_bias, options.fused_kernels));
+      "down_proj", RowParallelProjection(Projection(intermediate, options.hidden, options.mlp_bias,
+                                                    options.fused_kernels),
+                                         options.tensor_parallel));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
@@ -159,7 +199,9 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
     const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(x);
     return RowParallel(down_proj, SwiGluOp(gate_up[0], gate_up[1], fused_), group_);
   }
-  return RowParallel(down_proj, SwiGluOp(gate_proj->forward(x), up_proj->forward(x), fused_), group_);
+  return RowParallel(down_proj,
+                     SwiGluOp(ColumnParallel(gate_proj, x, group_), ColumnParallel(up_proj, x, group_), fused_),
+                     group_);
 }
 
 void LlamaMlpImpl::JoinProjections() { joined_gate_up_.Join({gate_proj, up_proj}); }

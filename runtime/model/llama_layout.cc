@@ -2,6 +2,7 @@
 // parameters and tensor-parallel forms, by Hugging Face parameter name.
 #include "absl/strings/str_cat.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 
 namespace dslaunch::runtime {
 
@@ -57,6 +58,13 @@ std::vector<TensorParallelForm> LlamaImpl::TensorParallelForms() const {
     TensorParallelForm head = vocab;
     head.parameter = "lm_head.weight";
     forms.push_back(head);
+  }
+  // The adapters' split factors (Note [LoRA under tensor parallelism]);
+  // unsplit, an adapter on the output head is an ordinary projection's.
+  if (slices > 1) {
+    absl::StatusOr<std::vector<TensorParallelForm>> adapters = LoraAdapterForms(*this, forms);
+    TORCH_CHECK(adapters.ok(), std::string(adapters.status().message()));
+    forms.insert(forms.end(), adapters->begin(), adapters->end());
   }
   return forms;
 }

@@ -20,7 +20,8 @@ bool Targets(const std::string& module_name, const std::string& target) {
 // Every LoraLinear of `model` by its full module name, in module order.
 std::vector<std::pair<std::string, LoraLinearImpl*>> Projections(const torch::nn::Module& model) {
   std::vector<std::pair<std::string, LoraLinearImpl*>> found;
-  for (const auto& item : model.named_modules()) {
+  // Not the model itself (that would need it held by a shared_ptr).
+  for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     if (auto* projection = const_cast<torch::nn::Module&>(*item.value()).as<LoraLinearImpl>()) {
       found.emplace_back(item.key(), projection);
     }
@@ -94,6 +95,45 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
 
 bool IsLoraParameterName(const std::string& name) {
   return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
+}
+
+absl::StatusOr<std::optional<TensorParallelForm>> LoraFactorForm(const TensorParallelForm& projection_form,
+                                                                  const std::string& factor) {
+  const bool is_a = absl::StrContains(factor, ".lora_A.");
+  if (!is_a && !absl::StrContains(factor, ".lora_B.")) {
+    return absl::InvalidArgumentError(absl::StrCat(factor, " is no LoRA factor"));
+  }
+  TensorParallelForm form = projection_form;
+  form.parameter = factor;
+  switch (projection_form.split) {
+    case TensorParallelSplit::kColumn:  // output rows split: B's rows
+      if (is_a) return std::nullopt;
+      return form;
+    case TensorParallelSplit::kRow:  // input columns split: A's columns
+      if (!is_a) return std::nullopt;
+      return form;
+    case TensorParallelSplit::kVocab:
+      break;
+  }
+  return absl::UnimplementedError(absl::StrCat(factor, " adapts ", projection_form.parameter,
+                                               ", split by vocabulary over the tensor group: not supported"));
+}
+
+absl::StatusOr<std::vector<TensorParallelForm>> LoraAdapterForms(const torch::nn::Module& model,
+                                                                 const std::vector<TensorParallelForm>& forms) {
+  std::map<std::string, const TensorParallelForm*> form_of;
+  for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
+  std::vector<TensorParallelForm> adapter_forms;
+  for (const auto& [name, projection] : Projections(model)) {
+    if (!projection->adapted()) continue;
+    auto it = form_of.find(name + ".weight");
+    if (it == form_of.end()) continue;  // whole on every rank: so are its factors
+    for (const char* factor : {".lora_A.weight", ".lora_B.weight"}) {
+      DS_ASSIGN_OR_RETURN(std::optional<TensorParallelForm> form, LoraFactorForm(*it->second, name + factor));
+      if (form.has_value()) adapter_forms.push_back(*std::move(form));
+    }
+  }
+  return adapter_forms;
 }
 
 std::vector<std::string> MergedParameterNames(const torch::nn::Module& model) {

@@ -21,13 +21,33 @@ LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, bool with_bias) : in_(in
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, bias, fused_kernels);
-  torch::Tensor y = LinearOp(x, weight, bias, fused_kernels);
+  torch::Tensor y = BaseForward(x);
   if (!adapter_) return y;
-  torch::Tensor h = adapter_->dropout == 0    ? x
-                    : dropout_stream != nullptr ? dropout_stream->Apply(x, adapter_->dropout, is_training())
-                                                : torch::dropout(x, adapter_->dropout, is_training());
-  return y + lora_B->forward(lora_A->forward(h)) * adapter_->scale();
+  return y + AdapterDelta(AdapterDropout(x), lora_A->weight, lora_B->weight);
+}
+
+torch::Tensor LoraLinearImpl::BaseForward(const torch::Tensor& x) const {
+  if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, bias, fused_kernels);
+  return LinearOp(x, weight, bias, fused_kernels);
+}
+
+torch::Tensor LoraLinearImpl::AdapterDropout(const torch::Tensor& x) {
+  TORCH_CHECK(adapter_, "this projection carries no LoRA adapter");
+  const double p = adapter_->dropout;
+  if (p == 0 || !is_training()) return x;
+  if (input_parts > 1) {
+    // Only the stream can draw the unsplit input's mask on every rank alike.
+    TORCH_CHECK(dropout_stream != nullptr, "LoRA dropout on a split input needs the model's dropout stream");
+    return dropout_stream->ApplyToPart(x, p, /*training=*/true, /*dim=*/-1, input_parts, input_part);
+  }
+  return dropout_stream != nullptr ? dropout_stream->Apply(x, p, /*training=*/true) : torch::dropout(x, p, true);
+}
+
+torch::Tensor LoraLinearImpl::AdapterDelta(const torch::Tensor& dropped, const torch::Tensor& a,
+                                           const torch::Tensor& b) const {
+  TORCH_CHECK(adapter_, "this projection carries no LoRA adapter");
+  namespace F = torch::nn::functional;
+  return F::linear(F::linear(dropped, a), b) * adapter_->scale();
 }
 
 void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Generator generator) {
@@ -40,9 +60,12 @@ void LoraLinearImpl::EnableAdapter(const LoraAdapterOptions& options, at::Genera
   {
     torch::NoGradGuard no_grad;
     // PEFT: kaiming_uniform_(A, a=sqrt(5)) is uniform in ±1/sqrt(fan_in); B = 0.
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-    torch::Tensor a = torch::empty({options.r, in_}, torch::kFloat).uniform_(-bound, bound, generator);
-    lora_A->weight.set_data(a.to(like));
+    TORCH_CHECK(input_parts >= 1 && input_part >= 0 && input_part < input_parts, "input part ", input_part, " of ",
+                input_parts);
+    const int64_t whole_in = in_ * input_parts;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(whole_in));
+    torch::Tensor a = torch::empty({options.r, whole_in}, torch::kFloat).uniform_(-bound, bound, generator);
+    lora_A->weight.set_data(a.narrow(1, input_part * in_, in_).contiguous().to(like));
     lora_B->weight.set_data(torch::zeros({out_, options.r}, like));
   }
   weight.set_requires_grad(false);

@@ -54,9 +54,27 @@ class LoraLinearImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   // Adds the adapter (in the base weight's dtype and device), initialised
-  // from `generator`, and freezes the base weight and bias.
+  // from `generator`, and freezes the base weight and bias. With
+  // input_parts > 1, A is drawn as the unsplit projection's and this part's
+  // columns kept.
   void EnableAdapter(const LoraAdapterOptions& options, at::Generator generator);
   bool adapted() const { return adapter_.has_value(); }
+
+  // The pieces of forward, for a model that splits the projection over a
+  // tensor group (Note [LoRA under tensor parallelism] in lora.h):
+  // x·Wᵀ + b (int8: x·Qᵀ·scale + b);
+  torch::Tensor BaseForward(const torch::Tensor& x) const;
+  // the adapter's dropout of x (with input_parts > 1: this part of the
+  // unsplit input's mask); REQUIRES: adapted();
+  torch::Tensor AdapterDropout(const torch::Tensor& x);
+  // scale · (dropped·aᵀ)·bᵀ, `a` and `b` standing for lora_A's and lora_B's
+  // weights (views of them that reduce their gradients across the group).
+  torch::Tensor AdapterDelta(const torch::Tensor& dropped, const torch::Tensor& a, const torch::Tensor& b) const;
+
+  // Set by a model whose row-parallel projection this is: its input is part
+  // `input_part` of `input_parts` equal parts of the unsplit one's.
+  int64_t input_parts = 1;
+  int64_t input_part = 0;
   // W + scale · B·A in the base weight's dtype (W itself without an adapter).
   torch::Tensor MergedWeight() const;
   // Folds the adapter into the base weight for good (W = MergedWeight()) and

@@ -3,22 +3,26 @@
 // sequence parallelism, computes the loss and (gathered) every parameter's
 // gradient of the unsplit model, over grouped-query layouts (key/value
 // heads 1, 2, 4, 8 against the group size), tied and untied heads, biases,
-// label smoothing, packed records, dropout and fp32/bf16. A deliberately
-// broken reduction makes it fail.
+// label smoothing, packed records, dropout, LoRA adapters and fp32/bf16. A
+// deliberately broken reduction makes it fail.
 //
 // Tolerances, relative to the largest magnitude of each reference tensor:
 // fp32 1e-5 for gradients and the loss (the split sums add in another
 // order: differences in the last bits); bf16 4e-2 for gradients, 2e-2 for
 // the loss (8 significant bits: one rounding is up to 4e-3, and the split
 // model rounds its partial sums in other places).
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <functional>
 #include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 #include "runtime/tensor_parallel/tensor_parallel_ops.h"
 #include "runtime/testing/rank_group.h"
 
@@ -40,11 +44,14 @@ struct Variant {
   double dropout = 0;         // GPT only (Note [Dropout streams])
   bool checkpointed = false;  // GPT: every block recomputed in backward
   bool partition = false;     // recomputed inputs partitioned (Note [Partitioned activations])
+  bool lora = false;          // Llama: adapters on every projection, the rest frozen
+  double lora_dropout = 0;    // Llama with lora
 
   std::string Describe() const {
     return absl::StrCat("kv_heads=", kv_heads, " tied=", tied, " biases=", biases, " packed=", packed,
                         " smoothing=", smoothing, " dtype=", c10::toString(dtype), " dropout=", dropout,
-                        " checkpointed=", checkpointed, " partition=", partition);
+                        " checkpointed=", checkpointed, " partition=", partition, " lora=", lora,
+                        " lora_dropout=", lora_dropout);
   }
 };
 
@@ -105,6 +112,32 @@ std::unique_ptr<torch::nn::Module> BuildModel(const std::string& family, const V
   options.checkpointed_blocks = v.packed ? options.layers : 0;
   options.partition_checkpoints = v.partition;
   auto model = std::make_unique<LlamaImpl>(options, /*seed=*/7);
+  if (v.lora) {
+    LoraSettings lora;
+    lora.adapter.r = 4;
+    lora.adapter.alpha = 8;
+    lora.adapter.dropout = v.lora_dropout;
+    lora.target_modules = {"all-linear"};
+    auto applied = ApplyLora(*model, lora, /*seed=*/11);
+    EXPECT_TRUE(applied.ok()) << applied.status();
+    // B starts at zero, which would leave A without a gradient: every B gets
+    // values, drawn whole and sliced like the model's own.
+    std::map<std::string, TensorParallelForm> forms;
+    for (const TensorParallelForm& form : model->TensorParallelForms()) forms[form.parameter] = form;
+    torch::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters()) {
+      if (item.key().find(".lora_B.") == std::string::npos) continue;
+      auto form = forms.find(item.key());
+      std::vector<int64_t> whole = item.value().sizes().vec();
+      if (form != forms.end()) whole[0] *= group.size;
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(std::hash<std::string>()(item.key()));
+      torch::Tensor values = torch::randn(whole, generator) * 0.1;
+      if (form != forms.end()) values = *SliceForRank(values, form->second, group.rank, group.size);
+      item.value().copy_(values);
+    }
+    model->dropout_stream()->Reseed(DropoutStream::ReplicaSeed(1234, 0));
+    model->dropout_stream()->StartStep(3);
+  }
   *as_model = model.get();
   return model;
 }
@@ -121,6 +154,7 @@ Result Run(const std::string& family, const Variant& v, const TensorParallelGrou
   std::map<std::string, TensorParallelForm> forms;
   for (const TensorParallelForm& form : model->TensorParallelForms()) forms[form.parameter] = form;
   for (const auto& item : module->named_parameters()) {
+    if (!item.value().requires_grad()) continue;  // frozen under LoRA
     torch::Tensor grad = item.value().grad().to(torch::kFloat);
     auto it = forms.find(item.key());
     if (it != forms.end()) {
@@ -243,6 +277,33 @@ TEST_P(TensorParallelParityTest, LlamaInBf16EqualsTheUnsplitModel) {
   }
 }
 
+// LoRA on every projection (Note [LoRA under tensor parallelism]): the
+// adapters split with their projections (column: B's rows, row: A's
+// columns, replicated key/value heads whole) give the unsplit model's loss
+// and adapter gradients, with and without the adapters' dropout and
+// recomputation.
+TEST_P(TensorParallelParityTest, LlamaWithLoraEqualsTheUnsplitModel) {
+  const auto [size, sequence_parallel] = GetParam();
+  for (int64_t kv_heads : {1, 8}) {
+    for (double dropout : {0.0, 0.25}) {
+      Variant v;
+      v.lora = true;
+      v.kv_heads = kv_heads;
+      v.lora_dropout = dropout;
+      v.biases = kv_heads == 1;
+      v.packed = dropout > 0;  // every layer recomputed in backward
+      CheckParity("llama", v, size, sequence_parallel);
+    }
+  }
+  // Not vacuous: the adapters' dropout changes the loss.
+  Variant with, without;
+  with.lora = without.lora = true;
+  with.lora_dropout = 0.25;
+  EXPECT_GT(std::abs(dslaunch::runtime::Run("llama", with, TensorParallelGroup{}).loss -
+                     dslaunch::runtime::Run("llama", without, TensorParallelGroup{}).loss),
+            1e-4);
+}
+
 INSTANTIATE_TEST_SUITE_P(SizesAndSequenceParallel, TensorParallelParityTest,
                          ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()),
                          [](const auto& info) {
@@ -264,6 +325,21 @@ TEST(TensorParallelParityHarnessTest, ABrokenReductionIsCaught) {
       EXPECT_FALSE(bad.empty()) << family << ", sequence parallel " << sequence_parallel
                                 << ": the broken reduction went unnoticed";
     }
+  }
+}
+
+// The adapters' partial gradients left unsummed (A of column-parallel
+// projections, B of row-parallel ones): the loss is right, the adapters'
+// gradients are not, and the harness names them.
+TEST(TensorParallelParityHarnessTest, AnUnreducedAdapterGradientIsCaught) {
+  for (bool sequence_parallel : {false, true}) {
+    BreakReductionForTesting(BrokenReduction::kReplicatedParameterGradient);
+    Variant v;
+    v.lora = true;
+    std::vector<std::string> bad = CheckParity("llama", v, 2, sequence_parallel, /*expect_equal=*/false);
+    BreakReductionForTesting(BrokenReduction::kNone);
+    EXPECT_THAT(bad, ::testing::Contains(::testing::HasSubstr("self_attn.q_proj.lora_A.weight")));
+    EXPECT_THAT(bad, ::testing::Contains(::testing::HasSubstr("mlp.down_proj.lora_B.weight")));
   }
 }
 

@@ -127,6 +127,7 @@ torch::Tensor ExitRowParallel(const torch::Tensor& partial, const TensorParallel
 }
 
 torch::Tensor ReplicatedWithPartialGradient(const torch::Tensor& parameter, const TensorParallelGroup& group) {
+  if (broken_reduction.load() == BrokenReduction::kReplicatedParameterGradient) return parameter;
   return CopyToTensorParallelRegion(parameter, group);
 }
 

@@ -44,8 +44,10 @@ torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const Tens
 
 // Test builds prove the parity tests can fail (Note [Tensor parallelism]):
 // with kColumnInputGradient every column-parallel region keeps this rank's
-// partial input gradient instead of the group's sum. Process-wide.
-enum class BrokenReduction { kNone, kColumnInputGradient };
+// partial input gradient instead of the group's sum; with
+// kReplicatedParameterGradient every ReplicatedWithPartialGradient keeps
+// this rank's part. Process-wide.
+enum class BrokenReduction { kNone, kColumnInputGradient, kReplicatedParameterGradient };
 void BreakReductionForTesting(BrokenReduction broken);
 
 }  // namespace dslaunch::runtime

@@ -10,6 +10,9 @@
 #    dsgen --adapter (unmerged, on the base) gives the reference's logits;
 #  - dsconsolidate --format hf of its checkpoint (--lora_alpha) writes the
 #    job's merged export;
+#  - tensor parallelism (Note [LoRA under tensor parallelism]): TP 2 with
+#    sequence parallelism gives the ZeRO-3 run's losses, adapter folder and
+#    merged export, and dsconsolidate joins its checkpoint into that export;
 #  - stop and resume are bit for bit;
 #  - a target that matches no projection is refused by name; nothing runs.
 source "$(dirname "$0")/lib.sh"
@@ -99,6 +102,26 @@ grep -q "holds the LoRA adapters of $projections projections and not the frozen 
   fail "dsconsolidate's merge of the LoRA checkpoint differs from the job's export"
 pass "dsconsolidate --format hf of a LoRA checkpoint: refused without --lora_alpha, with it the job's merged export"
 
+# 3c. The same job split over a tensor group of 2 (sequence parallel): the
+#     adapters split with their projections, so the losses, the adapter
+#     folder (gathered whole), the merged export and dsconsolidate's join of
+#     its checkpoint are the ZeRO-3 run's (another order of sums: 1e-4 of
+#     the losses and of each tensor after 6 Adam steps at lr 1e-2).
+run_job tp_export 2 --override train.steps=6 --override train.micro_batch_size=8 \
+  --override ds_config.tensor_parallel.tp_size=2 --override model.sequence_parallel=true --override export.dtype=float32 \
+  --override "export.adapter_dir=$WORK/adapter_tp" --override "export.hf_dir=$WORK/merged_tp" \
+  --override "checkpoint.dir=$WORK/ck_tp" --override checkpoint.interval=6
+same_losses export tp_export "LoRA: TP 2 (sequence parallel) vs ZeRO-3 on 2 ranks"
+"$PY" "$HF/same_tensors.py" "$WORK/adapter" "$WORK/adapter_tp" --rtol 1e-4 --label "adapter folder at TP 2" ||
+  fail "the adapter trained at TP 2 differs from the ZeRO-3 run's"
+"$PY" "$HF/same_tensors.py" "$WORK/merged" "$WORK/merged_tp" --rtol 1e-4 --label "merged export at TP 2" ||
+  fail "the merged export at TP 2 differs from the ZeRO-3 run's"
+"$DSCONSOLIDATE" "$WORK/ck_tp" --format hf --hf_from "$WORK/tiny" --output "$WORK/consolidated_tp" --dtype float32 \
+  --lora_alpha 8 >"$WORK/consolidate_tp.out" 2>&1 || fail "dsconsolidate of the TP 2 checkpoint: $(cat "$WORK/consolidate_tp.out")"
+"$PY" "$HF/same_tensors.py" "$WORK/merged_tp" "$WORK/consolidated_tp" --label "TP 2 LoRA checkpoint merged by dsconsolidate" ||
+  fail "dsconsolidate's merge of the TP 2 LoRA checkpoint differs from the job's export"
+pass "LoRA at TP 2 (sequence parallel): the ZeRO-3 run's losses, adapters and merged export; dsconsolidate joins its checkpoint"
+
 # 4. The adapter folder read back (Note [PEFT adapter folders in]): dsgen on
 #    the base with --adapter, unmerged, gives the reference's logits of base
 #    + adapter; a setting it does not compute is refused by name.
@@ -119,7 +142,7 @@ grep -q "adapter_config.json: use_dora is set; DoRA is not supported" "$WORK/dor
 pass "dsgen --adapter (base + PEFT adapter, unmerged) = the reference's base + adapter; use_dora refused by name"
 
 # 4b. The adapter on a model split over 2 ranks (each rank's part of lora_B
-#     for q/k/v, of lora_A for o, merged into its slices): one rank's tokens.
+#     for q/k/v, of lora_A for o, computed unmerged): one rank's tokens.
 ADAPTED=(--model "$WORK/tiny" --adapter "$WORK/adapter" --prompt_ids 1,20,300,41,5 --max_new_tokens 12 --print_logprobs)
 "$DSGEN" "${ADAPTED[@]}" >"$WORK/adapter-one.out" 2>&1 || fail "dsgen --adapter: $(cat "$WORK/adapter-one.out")"
 "$DSLAUNCH" --num_gpus 2 --no_prefix "$DSGEN" "${ADAPTED[@]}" >"$WORK/adapter-two.out" 2>"$WORK/adapter-two.err" ||
