@@ -1,7 +1,7 @@
 // Training with tensor × data parallelism (Note [Tensor parallelism]): gpt
 // and Llama at world 4 (TP 2 × DP 2) and 8 (TP 4 × DP 2, TP 2 × DP 4) with
-// ZeRO 0-3, sequence parallelism on and off, match one process step for
-// step: the same losses and, after the steps, the same parameters. The
+// ZeRO 0-3, sequence parallelism on and off, LoRA and optimizer offload,
+// match one process step for step: the same losses and, after the steps, the same parameters. The
 // gradient norm is clipped (gradient_clipping 0.5), so a norm that counted a
 // replicated parameter twice or missed another rank's slices would show.
 //
@@ -45,6 +45,7 @@ void ExpectSameTraining(const TensorParallelLayout& s) {
   one.tp = one.dp = 1;
   one.sequence_parallel = false;
   one.stage = 0;
+  one.offload = false;
   const Outcome want = Train(one);
   const Outcome got = Train(s);
   const double loss_tolerance = s.bf16 ? 2e-2 : 1e-5;
@@ -70,6 +71,23 @@ TEST(TensorParallelTrainingTest, GptAtTpTwoByDpTwoMatchesOneProcessAtEveryZeroSt
 TEST(TensorParallelTrainingTest, LlamaWithSequenceParallelismMatchesOneProcess) {
   ExpectSameTraining(TensorParallelLayout{"llama", 2, 2, 2, /*sequence_parallel=*/true});
   ExpectSameTraining(TensorParallelLayout{"llama", 2, 2, 1, /*sequence_parallel=*/false, /*bf16=*/true});
+}
+
+// LoRA adapters split with their projections (Note [LoRA under tensor
+// parallelism]) under every ZeRO stage's partitioning and the optimizer on
+// the host: the clipped norm counts a replicated factor once and a split
+// one on every rank, so a miscount shows in the parameters.
+TEST(TensorParallelTrainingTest, LlamaWithLoraAndOptimizerOffloadMatchesOneProcess) {
+  for (int stage : {1, 3}) {
+    TensorParallelLayout lora{"llama", 2, 2, stage, /*sequence_parallel=*/stage == 3};
+    lora.lora = true;
+    ExpectSameTraining(lora);
+  }
+  TensorParallelLayout offload{"llama", 2, 2, 2};
+  offload.offload = true;
+  ExpectSameTraining(offload);
+  offload.lora = true;
+  ExpectSameTraining(offload);
 }
 
 // World 8, the whole matrix: {GPT, Llama} x {TP 2 x DP 4, TP 4 x

@@ -16,6 +16,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 #include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime::testing {
@@ -27,11 +28,13 @@ struct TensorParallelLayout {
   int tp = 1, dp = 1, stage = 0;
   bool sequence_parallel = false;
   bool bf16 = false;
+  bool lora = false;     // Llama: adapters on every projection (all-linear, r 4), the rest frozen
+  bool offload = false;  // the optimizer's state and step on the host (offload_optimizer: cpu)
 
   int world() const { return tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
-                        bf16 ? " bf16" : "");
+                        bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "");
   }
 };
 
@@ -48,6 +51,9 @@ inline DsConfig TensorParallelConfig(const TensorParallelLayout& layout) {
   config.zero_optimization.reduce_bucket_size = 1000;
   config.zero_optimization.stage3_param_persistence_threshold = 0;
   config.bf16.enabled = layout.bf16;
+  if (layout.offload) config.zero_optimization.offload_optimizer.device = "cpu";
+  // The adapters' gradients are small: clip every step, so the norm is read.
+  if (layout.lora) config.gradient_clipping = 1e-3;
   return config;
 }
 
@@ -75,6 +81,14 @@ inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorP
   options.vocab_size = 37;
   options.tensor_parallel = group;
   auto model = std::make_shared<LlamaImpl>(options, 3);
+  if (layout.lora) {
+    LoraSettings lora;
+    lora.adapter.r = 4;
+    lora.adapter.alpha = 8;
+    lora.target_modules = {"all-linear"};
+    auto applied = ApplyLora(*model, lora, /*seed=*/5);
+    EXPECT_TRUE(applied.ok()) << applied.status();
+  }
   *family = model.get();
   return model;
 }
