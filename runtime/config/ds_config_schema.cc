@@ -721,10 +721,6 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
     add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
         "offloading parameters to nvme");
   }
-  if (c.pipeline.activation_checkpoint_interval > 0) {
-    add(Setting("pipeline.activation_checkpoint_interval", absl::StrCat(c.pipeline.activation_checkpoint_interval)),
-        "a per-stage checkpoint interval (activation_checkpointing.number_checkpoints applies within each stage)");
-  }
   if (c.pipeline.pipe_partitioned == "true" || c.pipeline.grad_partitioned == "true") {
     add(Setting(c.pipeline.pipe_partitioned == "true" ? "pipeline.pipe_partitioned" : "pipeline.grad_partitioned",
                 "true"),

@@ -308,6 +308,17 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
     at_ds("pipeline.virtual_stages", absl::StrCat(pipe.virtual_stages, " model chunks per rank need pipeline.schedule: "
                                                   "interleaved (the schedule is ", pipe.schedule, ")"));
   }
+  if (pipe.activation_checkpoint_interval > 0) {
+    const std::string key = "pipeline.activation_checkpoint_interval";
+    if (pipe.stages <= 1) {
+      at_ds(key, "recomputes segments of each pipeline stage and needs pipeline.stages > 1 (without a pipeline, "
+                 "activation_checkpointing.number_checkpoints says which layers are recomputed)");
+    } else if (job.ds.activation_checkpointing.number_checkpoints > 0) {
+      at_ds(key, absl::StrCat("and activation_checkpointing.number_checkpoints=",
+                              job.ds.activation_checkpointing.number_checkpoints,
+                              " both say what is recomputed: set one of them"));
+    }
+  }
   if (pipe.stages <= 1) return;
   const std::string stages = absl::StrCat("pipeline.stages=", pipe.stages);
   if (job.lora.r > 0) {

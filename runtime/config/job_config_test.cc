@@ -203,10 +203,28 @@ ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
 )");
   EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.virtual_stages: 2 model chunks per rank need "
                                                        "pipeline.schedule: interleaved")));
+  // activation_checkpoint_interval: a pipeline's, and not beside number_checkpoints.
+  const std::string interval_job = R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+)";
+  job = LoadText(interval_job + "ds_config: {train_batch_size: 1, pipeline: {activation_checkpoint_interval: 1}}\n");
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.activation_checkpoint_interval: recomputes segments "
+                                                       "of each pipeline stage and needs pipeline.stages > 1")));
+  job = LoadText(interval_job +
+                     "ds_config: {train_batch_size: 4, train_micro_batch_size_per_gpu: 1, "
+                     "activation_checkpointing: {number_checkpoints: 1}, "
+                     "pipeline: {stages: 2, activation_checkpoint_interval: 1}}\n",
+                 {}, 2);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.activation_checkpoint_interval: and "
+                                                       "activation_checkpointing.number_checkpoints=1 both say what "
+                                                       "is recomputed")));
+  job = LoadText(interval_job + "ds_config: {train_batch_size: 4, train_micro_batch_size_per_gpu: 1, "
+                                "pipeline: {stages: 2, activation_checkpoint_interval: 1}}\n",
+                 {}, 2);
+  EXPECT_TRUE(job.ok()) << job.status();
 }
 
-// LoRA under tensor parallelism is refused at lora.r, whichever file sets the
-// tensor-parallel size.
 // Adapters split with their projections under tensor parallelism, but for
 // the output head's (split by vocabulary): refused at its key.
 TEST_F(JobConfigTest, LoraOnTheHeadWithTensorParallelismIsRefusedAtItsKey) {

@@ -171,11 +171,7 @@ torch::Tensor GptImpl::RunBlock(int64_t i, const torch::Tensor& x) {
   const bool recompute = is_training() && IsCheckpointed(i);
   const Segment& block = segments_[i];
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in,
-                                                  ModelCheckpointStorage(options_.checkpoint_to_cpu,
-                                                                         options_.partition_checkpoints,
-                                                                         options_.tensor_parallel),
-                                                  &dropout_) : block(in);
+    return recompute ? CheckpointedForward(block, in, RecomputeStorage(), &dropout_) : block(in);
   };
   // Unit 0 is the embeddings; block i is unit i + 1.
   return runner_ != nullptr ? runner_->Run(static_cast<int>(i + 1), run, x) : run(x);
@@ -220,6 +216,10 @@ torch::Tensor GptImpl::ForwardLayers(int first, int last, const torch::Tensor& i
   }
   for (int layer = std::max(first, 1); layer <= std::min(last, head - 1); ++layer) x = RunBlock(layer - 1, x);
   return last == head ? LossOf(Head(x), batch.targets) : x;
+}
+
+CheckpointStorage GptImpl::RecomputeStorage() const {
+  return ModelCheckpointStorage(options_.checkpoint_to_cpu, options_.partition_checkpoints, options_.tensor_parallel);
 }
 
 bool GptImpl::IsCheckpointed(int64_t block) const {

@@ -124,6 +124,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   std::vector<ParameterUnit> ParameterUnits() const override;
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
   DropoutStream* dropout_stream() override { return &dropout_; }
+  CheckpointStorage RecomputeStorage() const override;
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};

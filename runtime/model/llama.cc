@@ -342,11 +342,7 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
   };
   const bool recompute = is_training() && IsCheckpointed(i);
   Segment run = [&, recompute](const torch::Tensor& in) {
-    return recompute ? CheckpointedForward(block, in,
-                                                  ModelCheckpointStorage(options_.checkpoint_to_cpu,
-                                                                         options_.partition_checkpoints,
-                                                                         options_.tensor_parallel),
-                                                  &dropout_) : block(in);
+    return recompute ? CheckpointedForward(block, in, RecomputeStorage(), &dropout_) : block(in);
   };
   // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
@@ -465,6 +461,10 @@ torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor&
     for (int layer = std::max(first, 1); layer <= end; ++layer) x = RunLayer(layer - 1, x, context);
   }
   return last == head ? LossOf(Head(x), batch.targets) : x;
+}
+
+CheckpointStorage LlamaImpl::RecomputeStorage() const {
+  return ModelCheckpointStorage(options_.checkpoint_to_cpu, options_.partition_checkpoints, options_.tensor_parallel);
 }
 
 bool LlamaImpl::IsCheckpointed(int64_t layer) const {

@@ -240,6 +240,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   std::vector<ParameterUnit> ParameterUnits() const override;
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
   DropoutStream* dropout_stream() override { return &dropout_; }
+  CheckpointStorage RecomputeStorage() const override;
 
   LlamaBackbone model{nullptr};
   LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings

@@ -86,6 +86,11 @@ class ModelInterface : public PartitionedModel {
   // trainer seeds it per model replica and moves it to each step. None: the
   // model draws no dropout masks.
   virtual DropoutStream* dropout_stream() { return nullptr; }
+  // Where a recomputed segment's input is kept (activation_checkpointing's
+  // cpu_checkpointing and partition_activations over the model's tensor
+  // group): the model's own recomputation and a pipeline's
+  // activation_checkpoint_interval segments use it.
+  virtual CheckpointStorage RecomputeStorage() const { return {}; }
 };
 
 // Helpers the families share.

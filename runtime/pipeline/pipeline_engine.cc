@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
@@ -83,6 +84,8 @@ absl::StatusOr<std::unique_ptr<PipelineEngine>> PipelineEngine::Create(std::shar
   if (absl::Status s = ValidatePipelineShape(pipe->kind_, pipe->shape_); !s.ok()) return s;
   DS_ASSIGN_OR_RETURN(pipe->stream_, BuildStageSchedule(pipe->kind_, pipe->shape_, pipe->stage_));
   if (absl::Status s = pipe->Cut(*family, *model, config.pipeline); !s.ok()) return s;
+  pipe->interval_ = config.pipeline.activation_checkpoint_interval;
+  pipe->head_layer_ = static_cast<int>(family->Layers().size()) - 1;
   PipelineStageRole role;
   for (const TiedSet& tie : pipe->tied_) {
     if (tie.stages.front() != pipe->stage_) role.tied_copies.insert(tie.name);
@@ -294,8 +297,8 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
           TORCH_CHECK(false, "injected failure (dsrank --raise_at_step)");
         }
         if (virtual_stage > 0) pass.input.requires_grad_(true);
-        pass.output = family_->ForwardLayers(boundaries_[virtual_stage], boundaries_[virtual_stage + 1] - 1,
-                                             pass.input, batches[instruction.micro_batch]);
+        pass.output = StageForward(boundaries_[virtual_stage], boundaries_[virtual_stage + 1] - 1, pass.input,
+                                   batches[instruction.micro_batch]);
         if (virtual_stage == last_virtual) loss_sum += pass.output.detach().to(torch::kDouble).reshape({1});
       } else if (instruction.op == PipeOp::kBackward) {
         PassState& pass = passes[{instruction.micro_batch, instruction.chunk}];
@@ -322,6 +325,7 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
                                             took * 1e6});
   }
   result.schedule_seconds = Seconds(start);
+  result.recomputed_segments = std::exchange(recomputed_segments_, 0);
   const auto stepping = std::chrono::steady_clock::now();
   if (absl::Status s = ReduceTiedGradients(); !s.ok()) return s;
   // The engine counts micro-batches: every one but the last only advances
@@ -339,6 +343,33 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
   }
   result.loss = loss_sum.item<double>();
   return result;
+}
+
+torch::Tensor PipelineEngine::StageForward(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
+  if (interval_ == 0 || !model_->is_training() || !torch::GradMode::is_enabled()) {
+    return family_->ForwardLayers(first, last, input, batch);
+  }
+  torch::Tensor x = input;
+  int layer = first;
+  if (layer == 0) x = family_->ForwardLayers(0, 0, x, batch), ++layer;  // the embedding
+  const int last_decoder = std::min(last, head_layer_ - 1);
+  const CheckpointStorage storage = family_->RecomputeStorage();
+  while (layer <= last_decoder) {
+    const int end = std::min(layer + interval_ - 1, last_decoder);
+    // By value: recomputed in backward, after other micro-batches' forwards.
+    ModelInterface* family = family_;
+    int* recomputed = &recomputed_segments_;
+    Segment segment = [family, layer, end, batch, recomputed](const torch::Tensor& in) {
+      // CheckpointedForward runs the forward without a graph and the
+      // recomputation with one.
+      if (torch::GradMode::is_enabled()) ++*recomputed;
+      return family->ForwardLayers(layer, end, in, batch);
+    };
+    x = CheckpointedForward(segment, x, storage, family_->dropout_stream());
+    layer = end + 1;
+  }
+  if (last == head_layer_) x = family_->ForwardLayers(head_layer_, head_layer_, x, batch);
+  return x;
 }
 
 absl::StatusOr<double> PipelineEngine::EvalBatch(const std::vector<TokenBatch>& micro_batches) {

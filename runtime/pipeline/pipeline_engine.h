@@ -27,6 +27,12 @@
 // output is dropped once its backward ran, an input once its gradient is
 // sent. The loss is averaged on the last stage and broadcast.
 //
+// With pipeline.activation_checkpoint_interval N (DeepSpeed's
+// PipelineModule knob), every N consecutive decoder layers of a stage's
+// run form one segment recomputed in backward (only its input is kept, as
+// the model's RecomputeStorage says: cpu_checkpointing,
+// partition_activations); the embedding and the head run as they are.
+//
 // Not thread-safe; every rank of the job calls TrainBatch the same number
 // of times.
 #pragma once
@@ -58,6 +64,8 @@ struct PipelineBatchResult {
   // This stage's wall clock for the schedule (wall_clock_breakdown).
   double forward_seconds = 0, backward_seconds = 0, transfer_seconds = 0, schedule_seconds = 0;
   double step_seconds = 0;  // tied gradients, then the optimizer
+  // activation_checkpoint_interval: segments this stage recomputed in backward.
+  int recomputed_segments = 0;
   // The share of the schedule this stage spent outside its passes.
   double bubble_fraction() const {
     return schedule_seconds > 0 ? 1.0 - (forward_seconds + backward_seconds) / schedule_seconds : 0;
@@ -129,6 +137,9 @@ class PipelineEngine {
   absl::Status Exchange(const PipeInstruction& instruction, const std::vector<TokenBatch>& batches,
                         std::map<std::pair<int, int>, PassState>& passes);
   std::string Where(const PipeInstruction& instruction) const;
+  // ForwardLayers(first, last), in recomputed segments of interval_ decoder
+  // layers while training with an interval.
+  torch::Tensor StageForward(int first, int last, const torch::Tensor& input, const TokenBatch& batch);
 
   std::shared_ptr<torch::nn::Module> model_;
   ModelInterface* family_ = nullptr;
@@ -145,6 +156,9 @@ class PipelineEngine {
   std::vector<TiedSet> tied_;
   std::vector<PipeInstruction> stream_;
   int fail_forward_ = -1;
+  int interval_ = 0;              // pipeline.activation_checkpoint_interval
+  int head_layer_ = 0;            // the last layer's index (the head); decoder layers are 1 .. head_layer_ - 1
+  int recomputed_segments_ = 0;   // this batch's, for PipelineBatchResult
 };
 
 // Tests only: skips the sum of tied parameters' gradients across stages, to

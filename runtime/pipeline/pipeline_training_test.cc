@@ -49,12 +49,14 @@ struct PipeLayout {
   bool bf16 = false;
   bool sequence_parallel = false;
   std::string partition = "parameters";
+  int checkpoint_interval = 0;  // pipeline.activation_checkpoint_interval
 
   int world() const { return pp * tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " PP ", pp, " (", schedule, virtual_stages > 1 ? absl::StrCat(" v", virtual_stages) : "",
                         ", M ", micro_batches, ") x TP ", tp, sequence_parallel ? " SP" : "", " x DP ", dp, " ZeRO ",
-                        zero, offload ? " offload" : "", bf16 ? " bf16" : "");
+                        zero, offload ? " offload" : "", bf16 ? " bf16" : "",
+                        checkpoint_interval > 0 ? absl::StrCat(" recompute every ", checkpoint_interval) : "");
   }
 };
 
@@ -75,6 +77,7 @@ DsConfig PipeConfig(const PipeLayout& layout) {
   config.pipeline.schedule = layout.schedule;
   config.pipeline.virtual_stages = layout.virtual_stages;
   config.pipeline.partition_method = layout.partition;
+  config.pipeline.activation_checkpoint_interval = layout.checkpoint_interval;
   return config;
 }
 
@@ -120,6 +123,7 @@ struct Outcome {
   // tied copy on another stage, another replica's or slice's) and its name.
   double rank_disagreement = 0;
   std::string disagreeing;
+  int recomputed_segments = 0;  // over every rank and step
 };
 
 // The reference: one process, the plain engine, M micro-batches per step.
@@ -195,6 +199,8 @@ Outcome TrainPipelined(const PipeLayout& layout, const RunPlan& plan = {}) {
         ASSERT_TRUE(result.ok()) << result.status();
         EXPECT_TRUE(result->step.stepped);
         losses[rank].push_back(result->loss);
+        std::lock_guard<std::mutex> lock(mu);
+        outcome.recomputed_segments += result->recomputed_segments;
       }
       if (!plan.save_dir.empty()) {
         absl::Status saved = EngineCheckpointer((*pipe)->engine())
@@ -305,6 +311,23 @@ TEST(PipelineTrainingTest, ThreeDimensionsMatchOneProcess) {
 
 TEST(PipelineTrainingTest, Bf16MatchesOneProcess) {
   CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .dp = 2, .zero = 1, .bf16 = true});
+}
+
+// pipeline.activation_checkpoint_interval: each stage recomputes its
+// decoder layers in segments of N in backward and still trains as one
+// process. Uniform over 6 layers (embedding, 4 decoder layers, head), each
+// stage holds 2 decoder layers: 2 segments per micro-batch each at N = 1, 1
+// at N = 3 (the stage's run ends the segment).
+TEST(PipelineTrainingTest, CheckpointIntervalRecomputesSegmentsAndMatchesOneProcess) {
+  for (int interval : {1, 3}) {
+    const PipeLayout layout{.family = "llama", .pp = 2, .partition = "uniform", .checkpoint_interval = interval};
+    CompareWithOneProcess(layout);
+    const int segments_per_stage = interval == 1 ? 2 : 1;
+    EXPECT_EQ(TrainPipelined(layout).recomputed_segments, 2 * segments_per_stage * layout.micro_batches * kSteps)
+        << layout.Describe();
+  }
+  // Across the tied embedding and head, with a tensor group and data parallelism.
+  CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .tp = 2, .dp = 2, .zero = 1, .checkpoint_interval = 2});
 }
 
 TEST(PipelineTrainingTest, BrokenTiedSumIsCaught) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pipeline parallelism through dslaunch (issue 17): gpt-tiny cut into 2
-# stages (1F1B and interleaved), PP 2 x DP 2 at ZeRO-2 and PP 2 x TP 2 give
+# stages (1F1B, and interleaved with every block recomputed), PP 2 x DP 2 at ZeRO-2 and PP 2 x TP 2 give
 # the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
 # rank; wall_clock_breakdown reports each stage's bubble and
 # --pipeline_timeline writes a Chrome trace with one row per stage; a stage
@@ -21,9 +21,9 @@ grep -q "dsrank: pipeline: 1f1b schedule, 2 stages, 4 micro-batches per step" "$
   fail "no pipeline line: $(grep -m3 dsrank "$WORK/pp2.out")"
 grep -q "  stage 1: blocks.1 .. head" "$WORK/pp2.out" || fail "no partition printed: $(grep -A3 'pipeline:' "$WORK/pp2.out")"
 run_job pp2v2 2 --override ds_config.pipeline.stages=2 --override ds_config.pipeline.schedule=interleaved \
-  --override ds_config.pipeline.virtual_stages=2
-same_losses one pp2v2 "PP 2 interleaved (2 virtual stages) vs 1 rank"
-pass "PP 2 (1F1B and interleaved) gives the losses of one rank"
+  --override ds_config.pipeline.virtual_stages=2 --override ds_config.pipeline.activation_checkpoint_interval=1
+same_losses one pp2v2 "PP 2 interleaved (2 virtual stages, every block recomputed) vs 1 rank"
+pass "PP 2 (1F1B, and interleaved with activation_checkpoint_interval 1) gives the losses of one rank"
 
 run_job pp2dp2 4 --override ds_config.pipeline.stages=2 --override ds_config.zero_optimization.stage=2
 same_losses one pp2dp2 "PP 2 x DP 2 at ZeRO-2 vs 1 rank"
