@@ -14,6 +14,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/cleanup/cleanup.h"
@@ -42,12 +44,12 @@ absl::Status RefuseTensorParallel(const Engine& engine, const std::string& what)
                                                engine.parallel().tensor()->size(), ") is not yet supported"));
 }
 
-// Every stage's `held` tensors (name -> whole tensor) into stage 0's map,
-// over `pipeline` (each stage's member calls it; the others send theirs and
-// keep their map). Per stage: a header (text bytes, elements), then the
-// names and shapes as text and every tensor flat in fp32 (exact for 16-bit
-// values).
-absl::Status GatherStagesOnFirst(Communicator& pipeline, torch::Device device,
+// Every member's `held` tensors (name -> whole tensor) into member 0's map,
+// over `pipeline` (a pipeline's stages, an expert group's ranks; each member
+// calls it; the others send theirs and keep their map). Per member: a
+// header (text bytes, elements), then the names and shapes as text and
+// every tensor flat in fp32 (exact for 16-bit values).
+absl::Status GatherOnFirstMember(Communicator& pipeline, torch::Device device,
                                  std::map<std::string, torch::Tensor>& held) {
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
   if (pipeline.rank() != 0) {
@@ -104,6 +106,59 @@ absl::Status RefusePipeline(const Engine& engine, const std::string& what) {
       what, " from a pipelined run (pipeline.stages=", engine.parallel().pipeline()->size(),
       ") is not yet supported: resume its checkpoint at pipeline.stages 1 (checkpoints load at any pipeline "
       "degree) and export from there"));
+}
+
+// "<layer>.experts.<e>.<rest>" as its three parts (Note [Mixture of
+// experts]: experts are named by their global index on every rank).
+struct ExpertParameterName {
+  std::string layer;  // through ".experts."
+  int64_t expert = 0;
+  std::string rest;
+};
+std::optional<ExpertParameterName> SplitExpertParameterName(const std::string& name) {
+  const std::string marker = absl::StrCat(".", kExpertsModule, ".");
+  const size_t at = name.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t begin = at + marker.size();
+  const size_t dot = name.find('.', begin);
+  ExpertParameterName split;
+  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(begin, dot - begin), &split.expert)) return std::nullopt;
+  split.layer = name.substr(0, begin);
+  split.rest = name.substr(dot + 1);
+  return split;
+}
+
+// The names an export writes, in the module's order: `local` (this rank's
+// merged names) with, where a layer's experts start, every expert of that
+// layer that `whole` holds (the other expert ranks' gathered), in expert
+// order. Without gathered values, `local` itself.
+std::vector<std::string> ExportedParameterNames(const std::vector<std::string>& local,
+                                                const std::map<std::string, torch::Tensor>& whole) {
+  std::vector<std::string> names;
+  std::set<std::string> layers_done;
+  for (const std::string& name : local) {
+    const std::optional<ExpertParameterName> split = SplitExpertParameterName(name);
+    if (whole.empty() || !split) {
+      names.push_back(name);
+      continue;
+    }
+    if (!layers_done.insert(split->layer).second) continue;
+    // One expert's tensors in the module's order, then every expert's.
+    std::vector<std::string> rests;
+    for (const std::string& other : local) {
+      const std::optional<ExpertParameterName> o = SplitExpertParameterName(other);
+      if (o && o->layer == split->layer && o->expert == split->expert) rests.push_back(o->rest);
+    }
+    std::set<int64_t> experts;
+    for (const auto& [other, value] : whole) {
+      const std::optional<ExpertParameterName> o = SplitExpertParameterName(other);
+      if (o && o->layer == split->layer) experts.insert(o->expert);
+    }
+    for (int64_t expert : experts) {
+      for (const std::string& rest : rests) names.push_back(absl::StrCat(split->layer, expert, ".", rest));
+    }
+  }
+  return names;
 }
 
 // Note [Tensor-parallel checkpoints]
@@ -367,15 +422,14 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
   // whole onto world rank 0, which writes. Over the tensor group a
   // collective (in the same order on every rank); then each stage's data
   // rank 0, tensor rank 0 sends what it holds to the first stage's.
-  if (engine_.expert_zero_) {
-    return absl::UnimplementedError(
-        absl::StrCat("Hugging Face export with expert parallelism (", engine_.parallel().expert()->size(),
-                     ") is not yet supported: each rank holds only its experts (export at expert-parallel size 1)"));
-  }
+  // With expert parallelism each rank holds its experts only (Note
+  // [Mixture of experts]): every member of an expert group sends them to
+  // the group's first rank.
   std::map<std::string, torch::Tensor> whole;
   const Communicator* tensor = engine_.parallel().tensor();
   Communicator* pipeline = engine_.parallel().pipeline();
-  if (tensor != nullptr || pipeline != nullptr) {
+  Communicator* experts = engine_.expert_zero_ ? engine_.parallel().expert() : nullptr;
+  if (tensor != nullptr || pipeline != nullptr || experts != nullptr) {
     if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
     const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
     if (family == nullptr) return absl::FailedPreconditionError("Hugging Face export: the model declares no forms");
@@ -403,7 +457,15 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
         if (sender) held[name] = value;
       }
       if (pipeline != nullptr && sender) {
-        if (absl::Status s = GatherStagesOnFirst(*pipeline, engine_.device_, held); !s.ok()) return s;
+        if (absl::Status s = GatherOnFirstMember(*pipeline, engine_.device_, held); !s.ok()) return s;
+      }
+      if (experts != nullptr) {
+        std::map<std::string, torch::Tensor> expert_values;
+        for (const std::string& name : MergedParameterNames(module)) {
+          if (SplitExpertParameterName(name)) expert_values[name] = MergedParameter(module, name);
+        }
+        if (absl::Status s = GatherOnFirstMember(*experts, engine_.device_, expert_values); !s.ok()) return s;
+        if (sender) held.merge(expert_values);
       }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
@@ -415,7 +477,7 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
   return ExportGathered([&]() -> absl::Status {
     const torch::nn::Module& module = *engine_.model_;
     std::vector<HfTensorSpec> tensors;
-    for (const std::string& name : MergedParameterNames(module)) {
+    for (const std::string& name : ExportedParameterNames(MergedParameterNames(module), whole)) {
       tensors.push_back({name, whole.empty() ? module.named_parameters()[name].sizes().vec() : whole.at(name).sizes().vec()});
     }
     return ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
