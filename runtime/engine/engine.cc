@@ -560,10 +560,13 @@ absl::StatusOr<StepResult> Engine::Step() {
   result.boundary = true;
   if (expert_zero_) return ExpertParallelStep(result);
   if (zero_) return ZeroStep(result);
-  try {
+  return AllReduceStep(std::move(result));
+}
+
+absl::StatusOr<StepResult> Engine::AllReduceStep(StepResult begun) {
+  return BoundaryStep("optimizer step", std::move(begun), [&](StepResult& result) -> absl::Status {
     absl::Status reduced = AllReduceGradients();
     if (!reduced.ok()) return reduced;
-    torch::NoGradGuard no_grad;
     if (compute_dtype_ != torch::kFloat) {
       for (size_t i = 0; i < model_params_.size(); ++i) {
         const torch::Tensor& grad = model_params_[i].grad();
@@ -600,8 +603,17 @@ absl::StatusOr<StepResult> Engine::Step() {
     if (compute_dtype_ != torch::kFloat) {
       for (auto& p : master_params_) p.mutable_grad() = torch::Tensor();
     }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<StepResult> Engine::BoundaryStep(const char* what, StepResult result,
+                                                 const std::function<absl::Status(StepResult&)>& body) {
+  try {
+    torch::NoGradGuard no_grad;
+    if (absl::Status done = body(result); !done.ok()) return done;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("optimizer step: ", e.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
   }
   ++global_steps_;
   ++micro_steps_;

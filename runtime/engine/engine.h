@@ -31,6 +31,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -233,6 +234,14 @@ class Engine {
          std::shared_ptr<const ParallelState> parallel, torch::Device device, std::optional<PipelineStageRole> stage);
   absl::Status Initialize();
   absl::Status AllReduceGradients();
+  // The frame of every boundary step (Step's own and the variants below):
+  // `body` runs without autograd on the result so far; a LibTorch error
+  // becomes InternalError naming `what`; a step that ended (stepped or
+  // skipped) moves the step counters.
+  absl::StatusOr<StepResult> BoundaryStep(const char* what, StepResult result,
+                                          const std::function<absl::Status(StepResult&)>& body);
+  // Without a ZeRO partition: gradients all-reduced, LibTorch's optimizer.
+  absl::StatusOr<StepResult> AllReduceStep(StepResult result);
   // The boundary step with ZeRO stages 1-2.
   absl::StatusOr<StepResult> ZeroStep(StepResult result);
   // The boundary step with expert parallelism: both partitions, one norm.

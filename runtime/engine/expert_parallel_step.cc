@@ -7,9 +7,8 @@
 
 namespace dslaunch::runtime {
 
-absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {
-  try {
-    torch::NoGradGuard no_grad;
+absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult begun) {
+  return BoundaryStep("expert-parallel step", std::move(begun), [&](StepResult& result) -> absl::Status {
     if (absl::Status s = zero_->PrepareShardGradient(); !s.ok()) return s;
     if (absl::Status s = expert_zero_->PrepareShardGradient(); !s.ok()) return s;
     // One norm over both partitions, summed over the data-parallel group:
@@ -50,12 +49,8 @@ absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult result) {
     }
     zero_->ZeroGradients();
     expert_zero_->ZeroGradients();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("expert-parallel step: ", e.what_without_backtrace()));
-  }
-  ++global_steps_;
-  ++micro_steps_;
-  return result;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace dslaunch::runtime

@@ -16,9 +16,8 @@
 
 namespace dslaunch::runtime {
 
-absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
-  try {
-    torch::NoGradGuard no_grad;
+absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult begun) {
+  return BoundaryStep("fused optimizer step", std::move(begun), [&](StepResult& result) -> absl::Status {
     std::vector<FusedAdamWEntry> entries = zero_->InPlaceEntries(shard_adam_->exp_avg(), shard_adam_->exp_avg_sq());
     torch::Tensor norm_squared = FusedGradSumSquares(entries);
     // One rank: its own losses are the group's (Note [Non-finite guard]).
@@ -47,17 +46,12 @@ absl::StatusOr<StepResult> Engine::InPlaceZeroStep(StepResult result) {
       ++successful_steps_;
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("fused optimizer step: ", e.what_without_backtrace()));
-  }
-  ++global_steps_;
-  ++micro_steps_;
-  return result;
+    return absl::OkStatus();
+  });
 }
 
-absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
-  try {
-    torch::NoGradGuard no_grad;
+absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult begun) {
+  return BoundaryStep("fused ZeRO step", std::move(begun), [&](StepResult& result) -> absl::Status {
     absl::Status reduced = zero_->ReduceShardGradientSum();
     if (!reduced.ok()) return reduced;
     // Σ over ranks of the squared sums: the gradient is the sum over N ranks,
@@ -107,19 +101,14 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult result) {
       }
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("fused ZeRO step: ", e.what_without_backtrace()));
-  }
-  ++global_steps_;
-  ++micro_steps_;
-  return result;
+    return absl::OkStatus();
+  });
 }
 
-absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
-  if (zero_->CanStepInPlace()) return InPlaceZeroStep(result);
-  if (zero_->CanStepFused()) return FusedZeroStep(result);
-  try {
-    torch::NoGradGuard no_grad;
+absl::StatusOr<StepResult> Engine::ZeroStep(StepResult begun) {
+  if (zero_->CanStepInPlace()) return InPlaceZeroStep(begun);
+  if (zero_->CanStepFused()) return FusedZeroStep(begun);
+  return BoundaryStep("ZeRO step", std::move(begun), [&](StepResult& result) -> absl::Status {
     // Note [Offload breakdown].
     const bool timed = zero_->offload() && config_.wall_clock_breakdown;
     auto now = [&] {
@@ -222,12 +211,8 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult result) {
       ++successful_steps_;
     }
     zero_->ZeroGradients();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("ZeRO step: ", e.what_without_backtrace()));
-  }
-  ++global_steps_;
-  ++micro_steps_;
-  return result;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace dslaunch::runtime
