@@ -163,6 +163,52 @@ TEST(LoraTest, AllLinearAdaptsEveryProjectionButTheHead) {
   EXPECT_EQ(llama->named_parameters().find("lm_head.lora_A.weight"), nullptr);
 }
 
+// Note [LoRA under tensor parallelism]: a factor is split where its
+// projection's weight is (column: B's rows, in the weight's fused parts;
+// row: A's columns) and whole otherwise; a vocabulary-split projection's
+// adapter has no form.
+TEST(LoraTest, AdapterFactorsSplitWithTheirProjections) {
+  TensorParallelForm column{"model.layers.0.self_attn.q_proj.weight", TensorParallelSplit::kColumn, /*fused_parts=*/3};
+  auto b = LoraFactorForm(column, "model.layers.0.self_attn.q_proj.lora_B.weight");
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(b->has_value());
+  EXPECT_EQ((*b)->parameter, "model.layers.0.self_attn.q_proj.lora_B.weight");
+  EXPECT_EQ((*b)->split, TensorParallelSplit::kColumn);
+  EXPECT_EQ((*b)->fused_parts, 3);
+  auto a = LoraFactorForm(column, "model.layers.0.self_attn.q_proj.lora_A.weight");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->has_value());
+
+  const TensorParallelForm row{"model.layers.0.mlp.down_proj.weight", TensorParallelSplit::kRow};
+  a = LoraFactorForm(row, "model.layers.0.mlp.down_proj.lora_A.weight");
+  ASSERT_TRUE(a.ok() && a->has_value());
+  EXPECT_EQ((*a)->split, TensorParallelSplit::kRow);
+  b = LoraFactorForm(row, "model.layers.0.mlp.down_proj.lora_B.weight");
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->has_value());
+
+  const TensorParallelForm vocab{"lm_head.weight", TensorParallelSplit::kVocab, 1, 50, 52};
+  b = LoraFactorForm(vocab, "lm_head.lora_B.weight");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(b.status().message(), HasSubstr("split by vocabulary"));
+  EXPECT_EQ(LoraFactorForm(row, "model.layers.0.mlp.down_proj.weight").status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // On a model: the forms of the factors of its split projections only.
+  LlamaImpl model(SmallLora(), /*seed=*/1);
+  ASSERT_TRUE(ApplyLora(model, QkvO(), /*seed=*/2).ok());
+  const std::vector<TensorParallelForm> projection_forms = {
+      {"model.layers.1.self_attn.k_proj.weight", TensorParallelSplit::kColumn},
+      {"model.layers.1.self_attn.o_proj.weight", TensorParallelSplit::kRow},
+      {"model.layers.1.mlp.up_proj.weight", TensorParallelSplit::kColumn}};  // not adapted
+  auto forms = LoraAdapterForms(model, projection_forms);
+  ASSERT_TRUE(forms.ok()) << forms.status();
+  std::vector<std::string> names;
+  for (const TensorParallelForm& form : *forms) names.push_back(form.parameter);
+  EXPECT_THAT(names, ::testing::ElementsAre("model.layers.1.self_attn.k_proj.lora_B.weight",
+                                            "model.layers.1.self_attn.o_proj.lora_A.weight"));
+}
+
 TEST(LoraTest, ThePeftConfigSaysWhatPeftReads) {
   LoraSettings settings = QkvO(16);
   settings.adapter.dropout = 0.05;
