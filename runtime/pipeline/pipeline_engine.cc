@@ -351,7 +351,10 @@ torch::Tensor PipelineEngine::StageForward(int first, int last, const torch::Ten
   }
   torch::Tensor x = input;
   int layer = first;
-  if (layer == 0) x = family_->ForwardLayers(0, 0, x, batch), ++layer;  // the embedding
+  if (layer == 0) {  // the embedding
+    x = family_->ForwardLayers(0, 0, x, batch);
+    layer = 1;
+  }
   const int last_decoder = std::min(last, head_layer_ - 1);
   const CheckpointStorage storage = family_->RecomputeStorage();
   while (layer <= last_decoder) {
