@@ -647,10 +647,10 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
         Engine::MemoryBreakdown m = engine->Memory();
         absl::FPrintF(context.out,
                       "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s, "
-                      "frozen parameters %d B\n",
+                      "frozen parameters %d B%s\n",
                       m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
                       m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
-                      m.frozen_parameters);
+                      m.frozen_parameters, m.frozen_parameters > 0 && m.parameters_on_host ? " (host)" : "");
         if (m.swapped_to_nvme == 0 && m.host_parameter_copy > 0) {
           absl::FPrintF(context.out, "  host copy of the bf16 parameters the CPU Adam writes: %d B\n",
                         m.host_parameter_copy);

@@ -106,7 +106,10 @@ absl::Status Engine::Initialize() {
                       stage_.has_value() || has_experts;
     for (auto& item : model_->named_parameters()) {
       torch::Tensor& p = item.value();
-      if (!p.requires_grad()) continue;
+      if (!p.requires_grad()) {
+        frozen_params_.push_back(p);
+        continue;
+      }
       if (experts_apart && IsExpertParameter(item.key())) {
         expert_names_.push_back(item.key());
         expert_params_.push_back(p);
@@ -202,7 +205,8 @@ absl::Status Engine::Initialize() {
       // A pipeline reduces once per step, after all micro-batches.
       options.overlap_units = stage == 2 && partitioned != nullptr && !stage_ && !experts_apart &&
                               ((config_.zero_optimization.overlap_comm && several_ranks) || options.offload_optimizer);
-      if (options.overlap_units) options.units = partitioned->ParameterUnits();
+      std::vector<ParameterUnit> units;
+      if (options.overlap_units) units = partitioned->ParameterUnits();
       if (stage == 3) {
         if (partitioned == nullptr) {
           return absl::InvalidArgumentError(
@@ -210,12 +214,26 @@ absl::Status Engine::Initialize() {
               "(implement dslaunch::runtime::PartitionedModel, runtime/model/parameter_units.h); "
               "this model does not: use stage 2, or wrap its layers as units");
         }
-        options.units = partitioned->ParameterUnits();
+        units = partitioned->ParameterUnits();
         options.persistence_threshold = config_.zero_optimization.stage3_param_persistence_threshold;
       }
+      options.units = TrainableSide(units);
       auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
+      if (stage == 3 && !frozen_params_.empty()) {
+        // Note [Frozen parameters at ZeRO-3].
+        ZeroOptions frozen = options;
+        frozen.frozen = true;
+        frozen.offload_optimizer = false;
+        frozen.nvme.reset();
+        frozen.norm_counts.clear();
+        frozen.units = FrozenSide(units);
+        frozen.worker = zero_->worker();
+        auto partition = ZeroPartition::Create(frozen, frozen_params_, data_parallel_);
+        if (!partition.ok()) return partition.status();
+        frozen_zero_ = std::move(*partition);
+      }
       // With NVMe offload the moments live in the swap files, not here.
       shard_adam_ = std::make_unique<ShardAdam>(
           config_.optimizer, zero_->swapped() ? torch::empty({0}) : zero_->master_shard(), options.offload_optimizer);
@@ -239,18 +257,20 @@ absl::Status Engine::Initialize() {
             expert_options.offload_optimizer);
       }
       if (options.overlap_units) {
-        stage3_ = Stage3Runner::GradientsOnly(zero_.get());
+        stage3_ = Stage3Runner::GradientsOnly(units, zero_.get());
         partitioned->SetUnitRunner(stage3_.get());
       }
       if (stage == 3) {
-        const int64_t needed = zero_->StepLiveElements();
+        // At most: the largest layers of the two sides may be different units.
+        const int64_t needed = zero_->StepLiveElements() + (frozen_zero_ ? frozen_zero_->StepLiveElements() : 0);
         if (needed > config_.zero_optimization.stage3_max_live_parameters) {
           return absl::InvalidArgumentError(absl::StrCat(
               "zero_optimization.stage3_max_live_parameters=", config_.zero_optimization.stage3_max_live_parameters,
               " is below what a step of this model needs whole at once: ", needed,
               " elements (the root and persistent units and the largest layer unit)"));
         }
-        stage3_ = std::make_unique<Stage3Runner>(zero_.get(), config_.zero_optimization.stage3_prefetch_bucket_size,
+        stage3_ = std::make_unique<Stage3Runner>(units, zero_.get(), frozen_zero_.get(),
+                                                 config_.zero_optimization.stage3_prefetch_bucket_size,
                                                  config_.zero_optimization.stage3_max_live_parameters);
         partitioned->SetUnitRunner(stage3_.get());
       }
@@ -634,13 +654,18 @@ absl::StatusOr<std::string> Engine::ProbeNvmePath(int64_t max_bytes) const {
 
 Engine::MemoryBreakdown Engine::Memory() const {
   MemoryBreakdown bytes;
-  for (const auto& p : model_->parameters()) {
-    if (!p.requires_grad()) bytes.frozen_parameters += p.numel() * p.element_size();
+  if (frozen_zero_) {
+    bytes.frozen_parameters = frozen_zero_->ParameterBytes();
+  } else {
+    for (const auto& p : model_->parameters()) {
+      if (!p.requires_grad()) bytes.frozen_parameters += p.numel() * p.element_size();
+    }
   }
   if (zero_) {
     bytes.parameters = zero_->ParameterBytes();
     bytes.parameters_on_host = zero_->offload_param();
-    bytes.gathered_peak_elements = zero_->PeakLiveElements();
+    bytes.gathered_peak_elements =
+        zero_->PeakLiveElements() + (frozen_zero_ ? frozen_zero_->PeakLiveElements() : 0);
     bytes.partition_units = zero_->units();
     bytes.gradients = zero_->GradientBytes();
     bytes.master_weights = zero_->MasterBytes();

@@ -141,8 +141,10 @@ class Engine {
   // rank (memory_breakdown).
   struct MemoryBreakdown {
     int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
-    // Parameters that do not train (a LoRA base): whole on every rank, in
-    // the compute dtype, with no gradient, master weight or optimizer state.
+    // Parameters that do not train (a LoRA base), in the compute dtype, with
+    // no gradient, master weight or optimizer state: whole on every rank, or
+    // at stage 3 this rank's shard (plus persistent units; on the host with
+    // offload_param, Note [Frozen parameters at ZeRO-3]).
     int64_t frozen_parameters = 0;
     // Master weights and optimizer state live in host memory (ZeRO-Offload).
     bool optimizer_on_host = false;
@@ -297,6 +299,12 @@ class Engine {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;        // fp16 only
+  // Note [Frozen parameters at ZeRO-3]: the parameters that do not train
+  // (LoRA's base), partitioned at stage 3 beside zero_ and gathered with the
+  // same units. Declared before zero_, whose comm worker it borrows: zero_
+  // (and its worker) goes first.
+  std::vector<torch::Tensor> frozen_params_;
+  std::unique_ptr<ZeroPartition> frozen_zero_;
   // ZeRO stages 1-2 (Note [ZeRO partitioning]): the shard replaces
   // master_params_ and the shard optimizer replaces optimizer_.
   std::unique_ptr<ZeroPartition> zero_;

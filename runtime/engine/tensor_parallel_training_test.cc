@@ -5,9 +5,9 @@
 // gradient norm is clipped (gradient_clipping 0.5), so a norm that counted a
 // replicated parameter twice or missed another rank's slices would show.
 //
-// Tolerances: fp32 losses 1e-5 relative, parameters 1e-4 absolute after
-// five AdamW steps at lr 1e-2 (the split sums differ in their last bits, and
-// Adam's update divides by √v, which magnifies a difference where v is small).
+// Tolerances (ExpectSameTrainingAsOneProcess, runtime/testing/
+// tensor_parallel_training.h): fp32 losses 1e-5 relative, parameters 1e-4
+// absolute after five AdamW steps at lr 1e-2.
 #include <map>
 #include <set>
 #include <string>
@@ -19,58 +19,16 @@
 namespace dslaunch::runtime {
 namespace {
 
+using testing::ExpectSameTrainingAsOneProcess;
 using testing::TensorParallelLayout;
 
-constexpr int kSteps = 5;
-
-struct Outcome {
-  std::vector<double> losses;                   // the global mean of each step
-  std::map<std::string, torch::Tensor> params;  // whole, fp32, after the steps
-};
-
-Outcome Train(const TensorParallelLayout& layout) {
-  std::vector<std::vector<double>> losses(layout.world());
-  std::vector<std::map<std::string, torch::Tensor>> params(layout.world());
-  testing::RunTensorParallelRanks(layout, [&](int rank, const ParallelState& state) {
-    testing::TensorParallelRank r = testing::StartTensorParallelRank(layout, state);
-    ASSERT_NE(r.engine, nullptr);
-    testing::TrainTensorParallelSteps(*r.engine, *r.family, layout, state, 0, kSteps, &losses[rank]);
-    params[rank] = testing::WholeParameters(*r.engine, *r.module, *r.family, r.group);
-  });
-  return Outcome{testing::MeanLosses(losses), params[0]};
-}
-
-void ExpectSameTraining(const TensorParallelLayout& s) {
-  TensorParallelLayout one = s;
-  one.tp = one.dp = 1;
-  one.sequence_parallel = false;
-  one.stage = 0;
-  one.offload = false;
-  const Outcome want = Train(one);
-  const Outcome got = Train(s);
-  const double loss_tolerance = s.bf16 ? 2e-2 : 1e-5;
-  const double param_tolerance = s.bf16 ? 6e-2 : 1e-4;
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_NEAR(got.losses[step], want.losses[step], loss_tolerance * want.losses[step])
-        << s.Describe() << ", step " << step;
-  }
-  ASSERT_EQ(got.params.size(), want.params.size()) << s.Describe();
-  double worst = 0;
-  for (const auto& [name, value] : want.params) {
-    const double error = (got.params.at(name) - value).abs().max().item<double>();
-    worst = std::max(worst, error);
-    EXPECT_LE(error, param_tolerance) << s.Describe() << ": " << name;
-  }
-  std::cout << s.Describe() << ": worst parameter difference " << worst << "\n";
-}
-
 TEST(TensorParallelTrainingTest, GptAtTpTwoByDpTwoMatchesOneProcessAtEveryZeroStage) {
-  for (int stage : {0, 1, 2, 3}) ExpectSameTraining(TensorParallelLayout{"gpt", 2, 2, stage});
+  for (int stage : {0, 1, 2, 3}) ExpectSameTrainingAsOneProcess(TensorParallelLayout{"gpt", 2, 2, stage});
 }
 
 TEST(TensorParallelTrainingTest, LlamaWithSequenceParallelismMatchesOneProcess) {
-  ExpectSameTraining(TensorParallelLayout{"llama", 2, 2, 2, /*sequence_parallel=*/true});
-  ExpectSameTraining(TensorParallelLayout{"llama", 2, 2, 1, /*sequence_parallel=*/false, /*bf16=*/true});
+  ExpectSameTrainingAsOneProcess(TensorParallelLayout{"llama", 2, 2, 2, /*sequence_parallel=*/true});
+  ExpectSameTrainingAsOneProcess(TensorParallelLayout{"llama", 2, 2, 1, /*sequence_parallel=*/false, /*bf16=*/true});
 }
 
 // LoRA adapters split with their projections (Note [LoRA under tensor
@@ -81,13 +39,13 @@ TEST(TensorParallelTrainingTest, LlamaWithLoraAndOptimizerOffloadMatchesOneProce
   for (int stage : {1, 3}) {
     TensorParallelLayout lora{"llama", 2, 2, stage, /*sequence_parallel=*/stage == 3};
     lora.lora = true;
-    ExpectSameTraining(lora);
+    ExpectSameTrainingAsOneProcess(lora);
   }
   TensorParallelLayout offload{"llama", 2, 2, 2};
   offload.offload = true;
-  ExpectSameTraining(offload);
+  ExpectSameTrainingAsOneProcess(offload);
   offload.lora = true;
-  ExpectSameTraining(offload);
+  ExpectSameTrainingAsOneProcess(offload);
 }
 
 // World 8, the whole matrix: {GPT, Llama} x {TP 2 x DP 4, TP 4 x
@@ -97,7 +55,7 @@ TEST(TensorParallelTrainingTest, WorldEightAsTpFourByDpTwoAndTpTwoByDpFourMatche
     for (const auto [tp, dp] : {std::pair{2, 4}, std::pair{4, 2}}) {
       for (int stage : {1, 2, 3}) {
         const bool sequence_parallel = std::string(family) == "gpt" && tp == 2;
-        ExpectSameTraining(TensorParallelLayout{family, tp, dp, stage, sequence_parallel});
+        ExpectSameTrainingAsOneProcess(TensorParallelLayout{family, tp, dp, stage, sequence_parallel});
       }
     }
   }

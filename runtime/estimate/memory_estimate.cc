@@ -5,15 +5,15 @@
 namespace dslaunch::runtime {
 
 int64_t RankStates::Device() const {
-  int64_t bytes = gradients + frozen_parameters + gathered_working;
-  if (!parameters_on_host) bytes += parameters;
+  int64_t bytes = gradients + gathered_working;
+  if (!parameters_on_host) bytes += parameters + frozen_parameters;
   if (!optimizer_on_host) bytes += master_weights + optimizer_state;
   return bytes;
 }
 
 int64_t RankStates::Host() const {
   int64_t bytes = host_gradient + host_parameter_copy;
-  if (parameters_on_host) bytes += parameters;
+  if (parameters_on_host) bytes += parameters + frozen_parameters;
   if (optimizer_on_host) bytes += master_weights + optimizer_state;
   return bytes;
 }
@@ -26,7 +26,8 @@ RankStates DslaunchRankStates(const ModelSize& model, const ZeroSetting& setting
   r.gradients = stage >= 2 ? k * psi / n : k * psi;
   r.master_weights = stage == 0 ? (k == 4 ? 0 : 4 * psi) : 4 * psi / n;
   r.optimizer_state = stage == 0 ? 8 * psi : 8 * psi / n;
-  r.frozen_parameters = k * model.frozen;
+  // Note [Frozen parameters at ZeRO-3]: stage 3 partitions LoRA's base too.
+  r.frozen_parameters = stage == 3 ? k * model.frozen / n : k * model.frozen;
   r.optimizer_on_host = setting.offload_optimizer && stage >= 1;
   r.parameters_on_host = setting.offload_param && stage == 3;
   if (r.optimizer_on_host) r.host_gradient = 4 * psi / n * (setting.delay_update ? 2 : 1);

@@ -65,6 +65,8 @@ struct ZeroSetting {
 // categories, and where they are.
 struct RankStates {
   int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
+  // LoRA's base in the compute dtype: whole, or 1/N of it at stage 3 (with
+  // the parameters on the host under offload_param).
   int64_t frozen_parameters = 0;
   int64_t host_gradient = 0;     // the pinned fp32 gradient shard of offload
   // bf16 with offload_optimizer: the host buffer the CPU Adam writes the

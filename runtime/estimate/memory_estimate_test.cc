@@ -78,6 +78,23 @@ TEST(MemoryEstimateTest, OurStatesAreTheZeroFormulasAndOffloadMovesThemToTheHost
   EXPECT_EQ(DslaunchRankStates(model, bf16_everything, n, 2).Host(), 2 * psi / n + 20 * psi / n + 2 * psi / n);
 }
 
+// Note [Frozen parameters at ZeRO-3]: LoRA's base is whole on every rank up
+// to stage 2 and partitioned at stage 3, on the host with offload_param.
+TEST(MemoryEstimateTest, AFrozenBaseIsWholeUntilStageThreeCutsIt) {
+  ModelSize model;
+  model.trainable = 1 << 12;
+  model.frozen = 1 << 20;
+  const int64_t n = 4, frozen = model.frozen;
+  EXPECT_EQ(DslaunchRankStates(model, {2}, n, 2).frozen_parameters, 2 * frozen);
+  const RankStates stage3 = DslaunchRankStates(model, {3}, n, 2);
+  EXPECT_EQ(stage3.frozen_parameters, 2 * frozen / n);
+  EXPECT_EQ(stage3.Device() - DslaunchRankStates(ModelSize{.trainable = model.trainable}, {3}, n, 2).Device(),
+            2 * frozen / n);
+  const RankStates offloaded = DslaunchRankStates(model, {3, true, true}, n, 2);
+  EXPECT_EQ(offloaded.Host() - DslaunchRankStates(ModelSize{.trainable = model.trainable}, {3, true, true}, n, 2).Host(),
+            2 * frozen / n);
+}
+
 TEST(MemoryEstimateTest, ActivationsFollowThePaperAndCheckpointingKeepsLayerInputs) {
   ModelSize model;
   model.layers = 4;

@@ -227,17 +227,12 @@ bool GptImpl::IsCheckpointed(int64_t block) const {
 }
 
 std::vector<ParameterUnit> GptImpl::ParameterUnits() const {
-  std::vector<ParameterUnit> units;
-  int64_t next = 0;
-  auto add = [&](int64_t count, bool layer) {
-    units.push_back(ParameterUnit{next, count, layer});
-    next += count;
-  };
-  add(static_cast<int64_t>(token_embedding->parameters().size() + position_embedding->parameters().size()),
-      /*layer=*/false);
-  for (const auto& block : *blocks) add(static_cast<int64_t>(block->parameters().size()), /*layer=*/true);
-  add(static_cast<int64_t>(final_norm->parameters().size()), /*layer=*/false);
-  return units;
+  // Every unit holds parameters, so block i is unit i + 1 (RunBlock).
+  ParameterUnitList units;
+  units.Add({token_embedding.get(), position_embedding.get()}, /*layer=*/false);
+  for (const auto& block : *blocks) units.Add({block.get()}, /*layer=*/true);
+  units.Add({final_norm.get()}, /*layer=*/false);
+  return units.Take();
 }
 
 int64_t GptImpl::ParameterCount() const { return CountParameters(*this); }

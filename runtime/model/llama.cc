@@ -24,13 +24,6 @@ LoraLinear Projection(int64_t in, int64_t out, bool bias, bool fused_kernels) {
   return projection;
 }
 
-// Parameter tensors of `module` that train (LoRA freezes the rest).
-int64_t TrainableTensors(const torch::nn::Module& module) {
-  int64_t count = 0;
-  for (const auto& p : module.parameters()) count += p.requires_grad() ? 1 : 0;
-  return count;
-}
-
 int Slices(const LlamaOptions& options) { return std::max(1, options.tensor_parallel.size); }
 
 // A column-parallel projection of the whole input x (its rows of the
@@ -344,7 +337,7 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
   Segment run = [&, recompute](const torch::Tensor& in) {
     return recompute ? CheckpointedForward(block, in, RecomputeStorage(), &dropout_) : block(in);
   };
-  // ParameterUnits(): the unit of layer i, or -1 when nothing in it trains.
+  // ParameterUnits(): the unit of layer i, or -1 when it holds no parameter.
   const int unit = runner_ != nullptr ? layer_units_.at(i) : -1;
   if (residency_) {
     // Note [Layer residency].
@@ -472,21 +465,14 @@ bool LlamaImpl::IsCheckpointed(int64_t layer) const {
 }
 
 std::vector<ParameterUnit> LlamaImpl::ParameterUnits() const {
-  // Units count trainable tensors only; with LoRA the frozen embedding and
-  // head hold none and are no unit at all (Note [LoRA]).
-  std::vector<ParameterUnit> units;
-  int64_t next = 0;
-  auto add = [&](int64_t count, bool layer) -> int {
-    if (count == 0) return -1;
-    units.push_back(ParameterUnit{next, count, layer});
-    next += count;
-    return static_cast<int>(units.size()) - 1;
-  };
+  // With LoRA the embedding and head hold frozen tensors only: units all the
+  // same, which stage 3 partitions (Note [Frozen parameters at ZeRO-3]).
+  ParameterUnitList units;
   layer_units_.clear();
-  add(TrainableTensors(*model->embed_tokens), /*layer=*/false);
-  for (const auto& layer : *model->layers) layer_units_.push_back(add(TrainableTensors(*layer), /*layer=*/true));
-  add(TrainableTensors(*model->norm) + (lm_head ? TrainableTensors(*lm_head) : 0), /*layer=*/false);
-  return units;
+  units.Add({model->embed_tokens.get()}, /*layer=*/false);
+  for (const auto& layer : *model->layers) layer_units_.push_back(units.Add({layer.get()}, /*layer=*/true));
+  units.Add({model->norm.get(), lm_head ? lm_head.get() : nullptr}, /*layer=*/false);
+  return units.Take();
 }
 
 int64_t LlamaImpl::ParameterCount() const { return CountParameters(*this); }

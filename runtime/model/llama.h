@@ -185,8 +185,9 @@ TORCH_MODULE(LlamaBackbone);
 // interface], llama_layout.cc): layers "embedding", "layers.i", "head" (the
 // final norm and lm_head); with tied embeddings model.embed_tokens.weight is
 // the head too. ZeRO-3 units: the embedding (root), each decoder layer, then
-// the final norm with lm_head (root); with LoRA (runtime/model/lora.h) only
-// the trainable tensors count, and a unit with none is left out.
+// the final norm with lm_head (root); with LoRA (runtime/model/lora.h) each
+// unit also names its frozen tensors, which stage 3 partitions apart (Note
+// [Frozen parameters at ZeRO-3]).
 // The projections are LoraLinear: plain linear maps until LoRA adapts them.
 class LlamaImpl : public torch::nn::Module, public ModelInterface {
  public:

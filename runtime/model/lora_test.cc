@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/model/llama.h"
 
@@ -129,17 +130,46 @@ TEST(LoraTest, RsLoraScalesByTheSquareRootOfTheRank) {
   EXPECT_DOUBLE_EQ(options.scale(), 2.0);
 }
 
-TEST(LoraTest, ZeroThreeUnitsHoldOnlyTheAdaptersAndSkipFrozenOnes) {
+// Note [Frozen parameters at ZeRO-3]: every unit names its trainable and its
+// frozen tensors apart, each side in parameters() order; the frozen-only
+// embedding and head are units (stage 3 partitions them too).
+TEST(LoraTest, ZeroThreeUnitsNameTheAdaptersAndTheFrozenBaseApart) {
   Llama llama(SmallLora(), 1);
   ASSERT_EQ(llama->ParameterUnits().size(), 4u);  // embedding, 2 layers, head
   ASSERT_TRUE(ApplyLora(*llama, QkvO(), 5).ok());
   const std::vector<ParameterUnit> units = llama->ParameterUnits();
-  ASSERT_EQ(units.size(), 2u) << "the frozen embedding and head are no units";
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_TRUE(units[i].layer);
-    EXPECT_EQ(units[i].first_parameter, 8 * i);
-    EXPECT_EQ(units[i].parameter_count, 8);  // A and B of 4 projections
+  ASSERT_EQ(units.size(), 4u);
+  std::vector<std::string> trainable, frozen;
+  for (const auto& item : llama->named_parameters()) {
+    (item.value().requires_grad() ? trainable : frozen).push_back(item.key());
   }
+  int64_t next_trainable = 0, next_frozen = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const ParameterUnit& unit = units[u];
+    EXPECT_EQ(unit.layer, u == 1 || u == 2) << u;
+    EXPECT_EQ(unit.first_parameter, next_trainable) << u;
+    EXPECT_EQ(unit.first_frozen, next_frozen) << u;
+    next_trainable += unit.parameter_count;
+    next_frozen += unit.frozen_count;
+    for (int64_t i = unit.first_frozen; i < unit.first_frozen + unit.frozen_count; ++i) {
+      const std::string where = u == 0 ? "embed_tokens" : u == 3 ? "" : absl::StrCat("layers.", u - 1, ".");
+      EXPECT_NE(frozen.at(i).find(where), std::string::npos) << "unit " << u << " holds " << frozen.at(i);
+    }
+  }
+  EXPECT_EQ(units[0].parameter_count, 0);  // the embedding: frozen only
+  EXPECT_EQ(units[3].parameter_count, 0);  // the final norm and head
+  EXPECT_EQ(units[1].parameter_count, 8);  // A and B of 4 projections
+  EXPECT_EQ(next_trainable, static_cast<int64_t>(trainable.size()));
+  EXPECT_EQ(next_frozen, static_cast<int64_t>(frozen.size()));
+  std::vector<int> index;
+  const std::vector<ParameterUnit> trainable_side = TrainableSide(units, &index);
+  EXPECT_EQ(index, (std::vector<int>{-1, 0, 1, -1}));
+  ASSERT_EQ(trainable_side.size(), 2u);
+  EXPECT_EQ(trainable_side[1].first_parameter, 8);
+  const std::vector<ParameterUnit> frozen_side = FrozenSide(units, &index);
+  EXPECT_EQ(index, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(frozen_side[2].first_parameter, units[2].first_frozen);
+  EXPECT_EQ(frozen_side[2].parameter_count, units[2].frozen_count);
 }
 
 TEST(LoraTest, TargetsThatMatchNothingAreRefusedByName) {

@@ -4,7 +4,9 @@
 // each data-parallel replica's rows, and the parameters gathered whole.
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,11 +32,13 @@ struct TensorParallelLayout {
   bool bf16 = false;
   bool lora = false;     // Llama: adapters on every projection (all-linear, r 4), the rest frozen
   bool offload = false;  // the optimizer's state and step on the host (offload_optimizer: cpu)
+  bool offload_param = false;  // stage 3: the parameter shards on the host (offload_param: cpu)
 
   int world() const { return tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
-                        bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "");
+                        bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "",
+                        offload_param ? " parameter offload" : "");
   }
 };
 
@@ -52,6 +56,7 @@ inline DsConfig TensorParallelConfig(const TensorParallelLayout& layout) {
   config.zero_optimization.stage3_param_persistence_threshold = 0;
   config.bf16.enabled = layout.bf16;
   if (layout.offload) config.zero_optimization.offload_optimizer.device = "cpu";
+  if (layout.offload_param) config.zero_optimization.offload_param.device = "cpu";
   // The adapters' gradients are small: clip every step, so the norm is read.
   if (layout.lora) config.gradient_clipping = 1e-3;
   return config;
@@ -188,6 +193,52 @@ inline std::vector<double> MeanLosses(const std::vector<std::vector<double>>& pe
     mean.push_back(sum / static_cast<double>(per_rank.size()));
   }
   return mean;
+}
+
+// Trains `layout` and one process (TP 1, DP 1, ZeRO 0, nothing offloaded)
+// for `steps` steps and expects the same losses and, after the steps, the
+// same whole parameters. Tolerances: fp32 losses 1e-5 relative, parameters
+// 1e-4 absolute after five AdamW steps at lr 1e-2 (the split sums differ in
+// their last bits, and Adam's update divides by √v, which magnifies a
+// difference where v is small); bf16 2e-2 and 6e-2.
+inline void ExpectSameTrainingAsOneProcess(const TensorParallelLayout& layout, int steps = 5) {
+  struct Outcome {
+    std::vector<double> losses;                   // the global mean of each step
+    std::map<std::string, torch::Tensor> params;  // whole, fp32, after the steps
+  };
+  auto train = [steps](const TensorParallelLayout& l) {
+    std::vector<std::vector<double>> losses(l.world());
+    std::vector<std::map<std::string, torch::Tensor>> params(l.world());
+    RunTensorParallelRanks(l, [&](int rank, const ParallelState& state) {
+      TensorParallelRank r = StartTensorParallelRank(l, state);
+      ASSERT_NE(r.engine, nullptr);
+      TrainTensorParallelSteps(*r.engine, *r.family, l, state, 0, steps, &losses[rank]);
+      params[rank] = WholeParameters(*r.engine, *r.module, *r.family, r.group);
+    });
+    return Outcome{MeanLosses(losses), params[0]};
+  };
+  TensorParallelLayout one = layout;
+  one.tp = one.dp = 1;
+  one.sequence_parallel = false;
+  one.stage = 0;
+  one.offload = one.offload_param = false;
+  const Outcome want = train(one);
+  const Outcome got = train(layout);
+  const double loss_tolerance = layout.bf16 ? 2e-2 : 1e-5;
+  const double param_tolerance = layout.bf16 ? 6e-2 : 1e-4;
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << layout.Describe();
+  for (size_t step = 0; step < want.losses.size(); ++step) {
+    EXPECT_NEAR(got.losses[step], want.losses[step], loss_tolerance * want.losses[step])
+        << layout.Describe() << ", step " << step;
+  }
+  ASSERT_EQ(got.params.size(), want.params.size()) << layout.Describe();
+  double worst = 0;
+  for (const auto& [name, value] : want.params) {
+    const double error = (got.params.at(name) - value).abs().max().item<double>();
+    worst = std::max(worst, error);
+    EXPECT_LE(error, param_tolerance) << layout.Describe() << ": " << name;
+  }
+  std::cout << layout.Describe() << ": worst parameter difference " << worst << "\n";
 }
 
 }  // namespace dslaunch::runtime::testing

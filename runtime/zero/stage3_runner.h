@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/model/parameter_units.h"
@@ -24,18 +25,24 @@ namespace dslaunch::runtime {
 
 class Stage3Runner : public UnitRunner {
  public:
+  // `units` are the model's (PartitionedModel::ParameterUnits()): `zero`
+  // partitions their trainable side (TrainableSide), `frozen` their frozen
+  // side (FrozenSide; null when the model has no frozen parameters), and a
+  // unit is gathered and released on both sides at once (Note [Frozen
+  // parameters at ZeRO-3]).
+  //
   // Note [ZeRO-3 prefetch]: while a layer unit runs (forward) or before its
   // backward, the next layer unit in that direction is gathered ahead when it
   // has at most `prefetch_elements` elements and the gathered total stays
   // within `max_live_elements` (stage3_prefetch_bucket_size,
   // stage3_max_live_parameters). 0: no prefetch.
-  Stage3Runner(ZeroPartition* zero, int64_t prefetch_elements, int64_t max_live_elements)
-      : zero_(zero), prefetch_elements_(prefetch_elements), max_live_elements_(max_live_elements) {}
+  Stage3Runner(const std::vector<ParameterUnit>& units, ZeroPartition* zero, ZeroPartition* frozen,
+               int64_t prefetch_elements, int64_t max_live_elements);
   // Stage 2 with overlap_comm: the parameters are whole; only the unit
   // boundaries are kept, so each unit's gradients are reduce-scattered on the
   // comm worker as soon as its backward is over.
-  static std::unique_ptr<Stage3Runner> GradientsOnly(ZeroPartition* zero) {
-    auto runner = std::make_unique<Stage3Runner>(zero, 0, 0);
+  static std::unique_ptr<Stage3Runner> GradientsOnly(const std::vector<ParameterUnit>& units, ZeroPartition* zero) {
+    auto runner = std::make_unique<Stage3Runner>(units, zero, nullptr, 0, 0);
     runner->gather_ = false;
     return runner;
   }
@@ -49,6 +56,8 @@ class Stage3Runner : public UnitRunner {
   // Every unit whole (e.g. to read or export the parameters); they are
   // released again as the next step uses them.
   absl::Status GatherAll();
+  // Elements of full parameters alive now, on both sides.
+  int64_t LiveElements() const;
 
   // Called by the boundary functions.
   void BeforeUnitBackward(int unit);
@@ -56,11 +65,20 @@ class Stage3Runner : public UnitRunner {
 
  private:
   void Check(const absl::Status& status, const char* what, int unit) const;
+  // Both sides of model unit `unit`: StartGather, GatherUnit, ReleaseUnit.
+  absl::Status StartGather(int unit);
+  absl::Status Gather(int unit);
+  void Release(int unit);
+  int64_t Elements(int unit) const;
   // Starts gathering the nearest layer unit after `unit` (step +1) or before
   // it (step -1), within the prefetch and live bounds.
   void Prefetch(int unit, int step);
 
   ZeroPartition* const zero_;
+  ZeroPartition* const frozen_;
+  std::vector<bool> layer_;          // per model unit
+  std::vector<int> trainable_unit_;  // per model unit: its unit in zero_ (-1: none)
+  std::vector<int> frozen_unit_;     // per model unit: its unit in frozen_ (-1: none)
   const int64_t prefetch_elements_;
   const int64_t max_live_elements_;
   bool gather_ = true;  // false: stage 2 (GradientsOnly)

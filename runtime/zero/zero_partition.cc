@@ -54,7 +54,16 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   if (options.stage < 0 || options.stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
   }
-  if (params.empty()) return absl::InvalidArgumentError("ZeroPartition: no trainable parameters");
+  if (params.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeroPartition: no ", options.frozen ? "frozen" : "trainable", " parameters"));
+  }
+  if (options.frozen && (options.stage != 3 || options.offload_optimizer || options.nvme || options.overlap_units ||
+                         !options.norm_counts.empty())) {
+    return absl::InvalidArgumentError(
+        "a partition of frozen parameters is ZeRO stage 3's parameter shard alone: no optimizer, offload of it, "
+        "overlapped gradients or norm");
+  }
   if (options.overlap_units && (options.stage != 2 || options.units.empty())) {
     return absl::InvalidArgumentError("overlapped units need ZeRO stage 2 and the model's units");
   }
@@ -85,8 +94,10 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     torch::Tensor mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
     // Offloaded pieces go to the host one unit at a time: a model that fits
     // on the device only partitioned never has its fp32 copy there.
-    const torch::Device master_device = options.offload_optimizer ? torch::kCPU : mine.device();
-    master_pieces.push_back(mine.to(master_device, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
+    if (!options.frozen) {
+      const torch::Device master_device = options.offload_optimizer ? torch::kCPU : mine.device();
+      master_pieces.push_back(mine.to(master_device, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
+    }
     if (options.stage == 3) {
       const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
       param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
@@ -101,7 +112,8 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       zero->gathered_.push_back(true);
     }
   }
-  torch::Tensor shard = torch::cat(master_pieces);
+  // Note [Frozen parameters at ZeRO-3]: no master, no optimizer state.
+  torch::Tensor shard = options.frozen ? torch::empty({0}) : torch::cat(master_pieces);
   master_pieces.clear();
   if (std::find(options.norm_counts.begin(), options.norm_counts.end(), false) != options.norm_counts.end()) {
     if (options.norm_counts.size() != zero->params_.size()) {
@@ -133,19 +145,27 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       if (first.is_cuda()) zero->updated_parameters_ = zero->updated_parameters_.pin_memory();
     }
     shard = torch::Tensor();
-  } else {
+  } else if (!options.frozen) {
     // Pinned host memory makes the copies to and from the GPU asynchronous.
     if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
     zero->master_shard_ = shard.requires_grad_(true);
   }
-  if (options.overlap_units) zero->worker_ = std::make_unique<CommWorker>(first.device());
+  auto start_worker = [&] {
+    if (options.worker != nullptr) {
+      zero->worker_ = options.worker;
+    } else {
+      zero->own_worker_ = std::make_unique<CommWorker>(first.device());
+      zero->worker_ = zero->own_worker_.get();
+    }
+  };
+  if (options.overlap_units) start_worker();
   if (options.stage == 3) {
     torch::Tensor params_shard = torch::cat(param_pieces);
     param_pieces.clear();
     if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
     zero->param_shard_ = params_shard;
     zero->pending_.resize(zero->units_.size());
-    zero->worker_ = std::make_unique<CommWorker>(first.device());
+    start_worker();
     for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
     zero->peak_live_ = zero->LiveElements();
   }
@@ -162,6 +182,7 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
 }
 
 absl::Status ZeroPartition::BuildUnits() {
+  const char* kind = options_.frozen ? "frozen" : "trainable";
   for (const auto& p : params_) total_ += p.numel();
   std::vector<ParameterUnit> spec = options_.units;
   if (options_.stage != 3 && !(options_.stage == 2 && options_.overlap_units)) {
@@ -187,7 +208,7 @@ absl::Status ZeroPartition::BuildUnits() {
         next + s.parameter_count > params_.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("ZeRO-3 units must cover the ", params_.size(),
-                       " trainable parameters in order, each once; a unit starts at parameter ", s.first_parameter,
+                       " ", kind, " parameters in order, each once; a unit starts at parameter ", s.first_parameter,
                        " with ", s.parameter_count, " parameters where parameter ", next, " was expected"));
     }
     Unit unit;
@@ -204,7 +225,7 @@ absl::Status ZeroPartition::BuildUnits() {
   }
   if (next != params_.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("ZeRO-3 units cover ", next, " of the ", params_.size(), " trainable parameters"));
+        absl::StrCat("ZeRO-3 units cover ", next, " of the ", params_.size(), " ", kind, " parameters"));
   }
   return absl::OkStatus();
 }
@@ -689,6 +710,7 @@ int64_t ZeroPartition::ParameterBytes() const {
 }
 
 int64_t ZeroPartition::GradientBytes() const {
+  if (options_.frozen) return 0;
   if (stage() >= 2) {
     // The persistent shard accumulator, in the gradients' dtype.
     return shard_size_ * params_.front().element_size();

@@ -24,6 +24,17 @@
 // gathered (DeepSpeed keeps parameters below the threshold whole; here the
 // threshold applies to whole units).
 //
+// Note [Frozen parameters at ZeRO-3]: parameters that do not train (LoRA's
+// base, usually almost all of the model) are partitioned at stage 3 too, as
+// DeepSpeed does: a second partition (ZeroOptions::frozen) over the frozen
+// side of the same units (PartitionedModel::ParameterUnits names both
+// sides) holds this rank's pieces and nothing else (no master, gradient or
+// optimizer state), and Stage3Runner gathers and releases both sides of a
+// unit together. It submits to the trainable partition's comm worker, so
+// the gathers of both keep one order on every rank. A rank then keeps 1/N
+// of the base instead of all of it (on the host with offload_param), and
+// the whole base is never resident at once.
+//
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
 // stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N (REFERENCE.md).
 //
@@ -92,6 +103,14 @@ struct ZeroOptions {
   // [Delayed parameter update]): stage 3's host parameter shard then cannot
   // be what the step writes (Note [bf16 parameters from the host step]).
   bool host_step_beside_forward = false;
+  // Note [Frozen parameters at ZeRO-3]: the parameters do not train (LoRA's
+  // base). Stage 3 only: the partition is the parameter shard and its
+  // gathers, with no master, gradients or optimizer state.
+  bool frozen = false;
+  // Stage 3: the comm worker of another partition over the same group (it
+  // outlives this one), so that the collectives of both keep one order on
+  // every rank; null: a worker of its own.
+  CommWorker* worker = nullptr;
 };
 
 class ZeroPartition {
@@ -100,6 +119,8 @@ class ZeroPartition {
   static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(const ZeroOptions& options,
                                                                std::vector<torch::Tensor> params, Communicator* comm);
   bool offload() const { return options_.offload_optimizer; }
+  // What runs this partition's collectives in order (null where they run inline).
+  CommWorker* worker() const { return worker_; }
   bool offload_param() const { return options_.offload_param; }
 
   int stage() const { return options_.stage; }
@@ -265,7 +286,7 @@ class ZeroPartition {
   // Bytes held persistently by this rank.
   int64_t ParameterBytes() const;
   int64_t GradientBytes() const;
-  int64_t MasterBytes() const { return swapped_ ? 0 : master_shard_.numel() * 4; }
+  int64_t MasterBytes() const { return swapped_ || !master_shard_.defined() ? 0 : master_shard_.numel() * 4; }
   // Note [bf16 parameters from the host step]: the host buffer the CPU Adam
   // writes the rounded parameters into, when it is a buffer of its own (0
   // when there is none, or when it is the parameter shard itself).
@@ -352,7 +373,10 @@ class ZeroPartition {
   std::vector<bool> gathered_;       // storage allocated (the gather may still run)
   std::vector<std::optional<CommTicket>> pending_;  // gathers in flight
   int64_t peak_live_ = 0;
-  std::unique_ptr<CommWorker> worker_;  // stage 3, and stage 2 with overlapped units
+  // Stage 3, and stage 2 with overlapped units: the worker, owned or
+  // ZeroOptions::worker.
+  std::unique_ptr<CommWorker> own_worker_;
+  CommWorker* worker_ = nullptr;
 };
 
 }  // namespace dslaunch::runtime

@@ -3,7 +3,7 @@
 # [LoRA] in runtime/model/lora_linear.h):
 #  - 1 rank at ZeRO-0 and 2 ranks at ZeRO-2 and ZeRO-3 give the same losses,
 #    and the loss falls; the frozen base has no master weights or optimizer
-#    state (memory_breakdown);
+#    state, and at ZeRO-3 each rank keeps its half of it (memory_breakdown);
 #  - the PEFT adapter folder, applied on the base by the independent
 #    reference (tests/hf/llama_reference.py --adapter), gives the logits dsgen
 #    computes from the merged export, both written at ZeRO-3 on 2 ranks, and
@@ -57,6 +57,17 @@ line=$(grep -m1 "memory: parameters" "$WORK/memory.out") || fail "no memory_brea
 ((BASH_REMATCH[1] == 4 * trainable && BASH_REMATCH[2] == 8 * trainable && BASH_REMATCH[3] == 2 * frozen)) ||
   fail "memory: $line; expected master $((4 * trainable)), optimizer $((8 * trainable)), frozen $((2 * frozen)) bytes"
 pass "LoRA memory: master weights and Adam state for the $trainable adapter elements only; $frozen frozen in bf16"
+#    At ZeRO-3 each of 2 ranks keeps half the frozen base (Note [Frozen
+#    parameters at ZeRO-3]): each unit is padded to an even element count.
+run_job memory3 2 --override train.steps=3 --override train.warmup_steps=2 --override train.micro_batch_size=4 \
+  --override train.precision=bf16 --override ds_config.zero_optimization.stage=3 \
+  --override ds_config.zero_optimization.stage3_param_persistence_threshold=0 \
+  --override ds_config.memory_breakdown=true --override ds_config.steps_per_print=1
+line=$(grep -m1 "memory: parameters" "$WORK/memory3.out") || fail "no memory_breakdown line at ZeRO-3"
+[[ $line =~ frozen\ parameters\ ([0-9]+)\ B ]] || fail "unexpected memory line: $line"
+((BASH_REMATCH[1] >= frozen && BASH_REMATCH[1] <= frozen + 2 * (layers + 2))) ||
+  fail "ZeRO-3 on 2 ranks: $line; expected half of the $((2 * frozen)) frozen bytes"
+pass "LoRA at ZeRO-3 on 2 ranks: each keeps ${BASH_REMATCH[1]} of the $((2 * frozen)) bytes of the frozen base"
 
 # 3. The adapter (PEFT) and the merged model, written at ZeRO-3 on 2 ranks:
 #    the reference applies the adapter on the base and gets dsgen's logits of
