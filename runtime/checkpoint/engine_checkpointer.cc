@@ -381,39 +381,28 @@ absl::StatusOr<FileDigest> EngineCheckpointer::WriteRankFile(const std::string& 
 }
 
 absl::Status EngineCheckpointer::SaveGatheredWeights(const std::string& folder) {
-  // A collective: every rank gathers, rank 0 writes. The file is part of the
-  // checkpoint folder, so it is committed (or not) with the shards.
-  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
-  const int rank = engine_.data_parallel_ ? engine_.data_parallel_->rank() : 0;
-  absl::Status written = absl::OkStatus();
-  if (rank == 0) {
-    try {
-      std::vector<SafetensorsEntry> entries;
-      std::vector<torch::Tensor> values;
-      for (const auto& item : engine_.model_->named_parameters()) {
-        if (!item.value().requires_grad()) continue;
-        entries.push_back(SafetensorsEntry{item.key(), item.value().sizes().vec()});
-        values.push_back(item.value());
-      }
-      auto writer = SafetensorsWriter::Create(fs_, folder + "/" + Engine::kGatheredWeightsFile, entries);
-      if (!writer.ok()) return writer.status();
-      for (const torch::Tensor& value : values) {
-        // The 16-bit values, widened to fp32 exactly (the writer stores F32).
-        torch::Tensor wide = value.detach().to(torch::kCPU, torch::kFloat).contiguous();
-        written = (*writer)->Append(wide.data_ptr<float>(), wide.numel());
-        if (!written.ok()) break;
-      }
-      if (written.ok()) written = (*writer)->Finish();
-    } catch (const c10::Error& e) {
-      written = absl::InternalError(absl::StrCat("gathered weights: ", e.what_without_backtrace()));
+  // A collective: every rank gathers (one unit at a time, Note [Streamed
+  // export at ZeRO-3]), rank 0 writes. The file is part of the checkpoint
+  // folder, so it is committed (or not) with the shards.
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::string> reads;
+  for (const auto& item : engine_.model_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    entries.push_back(SafetensorsEntry{item.key(), item.value().sizes().vec()});
+    reads.push_back(item.key());
+  }
+  return ExportGathered(reads, /*gathered=*/false, [&](const MakeWhole& make_whole) -> absl::Status {
+    auto writer = SafetensorsWriter::Create(fs_, folder + "/" + Engine::kGatheredWeightsFile, entries);
+    if (!writer.ok()) return writer.status();
+    const auto parameters = engine_.model_->named_parameters();
+    for (const std::string& name : reads) {
+      if (absl::Status s = make_whole(name); !s.ok()) return s;
+      // The 16-bit values, widened to fp32 exactly (the writer stores F32).
+      torch::Tensor wide = parameters[name].detach().to(torch::kCPU, torch::kFloat).contiguous();
+      if (absl::Status s = (*writer)->Append(wide.data_ptr<float>(), wide.numel()); !s.ok()) return s;
     }
-  }
-  // The gathered units go again; the next step gathers what it uses.
-  if (engine_.stage3_) {
-    absl::Status released = engine_.stage3_->FinishBackward();
-    if (written.ok()) written = released;
-  }
-  return written;
+    return (*writer)->Finish();
+  });
 }
 
 absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& options) {
@@ -474,14 +463,18 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
       for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
-  return ExportGathered([&]() -> absl::Status {
-    const torch::nn::Module& module = *engine_.model_;
-    std::vector<HfTensorSpec> tensors;
-    for (const std::string& name : ExportedParameterNames(MergedParameterNames(module), whole)) {
-      tensors.push_back({name, whole.empty() ? module.named_parameters()[name].sizes().vec() : whole.at(name).sizes().vec()});
-    }
+  const bool gathered = tensor != nullptr || pipeline != nullptr || experts != nullptr;
+  const torch::nn::Module& module = *engine_.model_;
+  std::vector<HfTensorSpec> tensors;
+  std::vector<std::string> reads;
+  for (const std::string& name : ExportedParameterNames(MergedParameterNames(module), whole)) {
+    tensors.push_back({name, whole.empty() ? module.named_parameters()[name].sizes().vec() : whole.at(name).sizes().vec()});
+    reads.push_back(name);
+  }
+  return ExportGathered(reads, gathered, [&](const MakeWhole& make_whole) -> absl::Status {
     return ExportHfFolder(fs_, options, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
       if (!whole.empty()) return whole.at(name);
+      if (absl::Status s = make_whole(name); !s.ok()) return s;
       return MergedParameter(module, name);
     });
   });
@@ -515,41 +508,84 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
       return absl::InternalError(absl::StrCat("PEFT adapter export: ", e.what_without_backtrace()));
     }
   }
-  return ExportGathered([&]() -> absl::Status {
-    auto parameters = engine_.model_->named_parameters();
-    auto value_of = [&](const std::string& key) {
-      return whole.empty() ? parameters[key].detach() : whole.at(key);
-    };
-    std::vector<HfTensorSpec> tensors;
-    for (const auto& item : parameters) {
-      if (IsLoraParameterName(item.key())) {
-        tensors.push_back({kPeftKeyPrefix + item.key(), value_of(item.key()).sizes().vec()});
-      }
+  auto parameters = engine_.model_->named_parameters();
+  auto value_of = [&](const std::string& key) { return whole.empty() ? parameters[key].detach() : whole.at(key); };
+  std::vector<HfTensorSpec> tensors;
+  std::vector<std::string> reads;
+  for (const auto& item : parameters) {
+    if (IsLoraParameterName(item.key())) {
+      tensors.push_back({kPeftKeyPrefix + item.key(), value_of(item.key()).sizes().vec()});
+      reads.push_back(item.key());
     }
-    if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
+  }
+  if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
+  return ExportGathered(reads, /*gathered=*/!whole.empty(), [&](const MakeWhole& make_whole) -> absl::Status {
     HfExportOptions adapter = options;
     adapter.weights_stem = "adapter_model";
     adapter.config_file = kPeftConfigFile;
     adapter.max_shard_bytes = std::numeric_limits<int64_t>::max();  // PEFT reads one file
     return ExportHfFolder(fs_, adapter, tensors, [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
-      return value_of(name.substr(std::strlen(kPeftKeyPrefix)));
+      const std::string key = name.substr(std::strlen(kPeftKeyPrefix));
+      if (whole.empty()) {
+        if (absl::Status s = make_whole(key); !s.ok()) return s;
+      }
+      return value_of(key);
     });
   });
 }
 
-absl::Status EngineCheckpointer::ExportGathered(const std::function<absl::Status()>& write_on_rank0) {
-  if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& reads, bool gathered,
+                                               const std::function<absl::Status(const MakeWhole&)>& write_on_rank0) {
+  if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
+  // Note [Streamed export at ZeRO-3].
+  Stage3Runner* runner = engine_.zero_ && engine_.zero_->stage() == 3 ? engine_.stage3_.get() : nullptr;
+  const bool streamed = runner != nullptr && !gathered;
+  std::vector<int> sequence;  // the unit of each read
+  if (streamed) {
+    const auto* partitioned = dynamic_cast<const PartitionedModel*>(engine_.model_.get());
+    if (partitioned == nullptr) return absl::InternalError("export at ZeRO-3: the model names no units");
+    const std::map<std::string, int> unit_of = UnitOfEachParameter(*engine_.model_, partitioned->ParameterUnits());
+    for (const std::string& name : reads) {
+      auto it = unit_of.find(name);
+      if (it == unit_of.end()) return absl::InternalError(absl::StrCat("export: parameter ", name, " is in no unit"));
+      sequence.push_back(it->second);
+    }
+  } else if (!gathered) {
+    if (absl::Status s = engine_.GatherFullParameters(); !s.ok()) return s;
+  }
+  size_t next = 0;
+  int current = -1;
+  absl::Status collective = absl::OkStatus();
+  auto advance = [&] {
+    const int unit = sequence[next++];
+    if (unit == current) return;
+    if (current >= 0) runner->ReleaseUnit(current);
+    current = unit;
+    collective = runner->GatherUnit(unit);
+  };
+  const MakeWhole make_whole = [&](const std::string& name) -> absl::Status {
+    if (!streamed) return absl::OkStatus();
+    if (next >= reads.size() || reads[next] != name) {
+      return absl::InternalError(absl::StrCat("export: parameter ", name, " read out of the announced order"));
+    }
+    advance();
+    return collective;
+  };
   // World rank 0 writes (with tensor parallelism several ranks are
   // data-parallel rank 0).
-  const int rank = FileIndexOf(engine_).index;
   absl::Status written = absl::OkStatus();
-  if (rank == 0) {
+  if (FileIndexOf(engine_).index == 0) {
     try {
-      written = write_on_rank0();
+      written = write_on_rank0(make_whole);
     } catch (const c10::Error& e) {
       written = absl::InternalError(absl::StrCat("export: ", e.what_without_backtrace()));
     }
   }
+  // The other ranks, and a writer that stopped early, gather the rest of the
+  // sequence, so that every rank's collectives match.
+  while (streamed && collective.ok() && next < sequence.size()) advance();
+  if (current >= 0) runner->ReleaseUnit(current);
+  if (written.ok()) written = collective;
   if (engine_.stage3_) {
     absl::Status released = engine_.stage3_->FinishBackward();
     if (written.ok()) written = released;

@@ -49,8 +49,9 @@ class EngineCheckpointer {
   absl::StatusOr<ClientState> Load(const std::string& dir, const std::string& tag = "");
 
   // The model as a Hugging Face folder (runtime/hf/hf_export.h): every rank
-  // gathers the parameters (ZeRO-3), rank 0 writes them, one tensor at a
-  // time, in options.dtype. The values are the module's (the 16-bit ones
+  // gathers the parameters (ZeRO-3: one unit at a time, Note [Streamed
+  // export at ZeRO-3]), rank 0 writes them, one tensor at a time, in
+  // options.dtype. The values are the module's (the 16-bit ones
   // with fp16/bf16: what the model computes with). A collective; the error of
   // a failed write is rank 0's. LoRA adapters (runtime/model/lora.h) are
   // merged into the weights they adapt: the folder is the fine-tuned model.
@@ -61,9 +62,17 @@ class EngineCheckpointer {
   absl::Status ExportPeftAdapter(const HfExportOptions& options);
 
  private:
-  // Gathers the parameters (ZeRO-3), runs `write_on_rank0` on rank 0 and
-  // releases them again.
-  absl::Status ExportGathered(const std::function<absl::Status()>& write_on_rank0);
+  // Runs `write_on_rank0(make_whole)` on world rank 0, which calls
+  // make_whole(name) before it reads parameter `name`, in the order `reads`
+  // lists them; the parameters are released again after. Note [Streamed
+  // export at ZeRO-3]: at stage 3 that gathers one unit at a time, every rank
+  // the same sequence (the others, and a writer that stopped early, walk the
+  // rest of `reads`), so no rank holds the whole model at once. Otherwise
+  // the parameters are gathered first, unless `gathered` (a model-parallel
+  // export gathered what it writes itself). A collective.
+  using MakeWhole = std::function<absl::Status(const std::string& parameter)>;
+  absl::Status ExportGathered(const std::vector<std::string>& reads, bool gathered,
+                              const std::function<absl::Status(const MakeWhole&)>& write_on_rank0);
   // This rank's part, written and hashed as LibTorch's archive streams it.
   absl::StatusOr<FileDigest> WriteRankFile(const std::string& path, const ClientState& client_state, int rank);
   // ZeRO-3 with stage3_gather_16bit_weights_on_model_save: the whole model

@@ -39,4 +39,22 @@ std::vector<ParameterUnit> FrozenSide(const std::vector<ParameterUnit>& units, s
   return Side(units, /*frozen=*/true, index);
 }
 
+std::map<std::string, int> UnitOfEachParameter(const torch::nn::Module& module, const std::vector<ParameterUnit>& units) {
+  std::map<std::string, int> unit_of;
+  int64_t trainable = 0, frozen = 0;
+  for (const auto& item : module.named_parameters()) {
+    const bool trains = item.value().requires_grad();
+    const int64_t index = trains ? trainable++ : frozen++;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int64_t first = trains ? units[u].first_parameter : units[u].first_frozen;
+      const int64_t count = trains ? units[u].parameter_count : units[u].frozen_count;
+      if (index >= first && index < first + count) {
+        unit_of[item.key()] = static_cast<int>(u);
+        break;
+      }
+    }
+  }
+  return unit_of;
+}
+
 }  // namespace dslaunch::runtime

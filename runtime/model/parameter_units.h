@@ -24,6 +24,8 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -61,6 +63,11 @@ class ParameterUnitList {
 // (-1 where left out).
 std::vector<ParameterUnit> TrainableSide(const std::vector<ParameterUnit>& units, std::vector<int>* index = nullptr);
 std::vector<ParameterUnit> FrozenSide(const std::vector<ParameterUnit>& units, std::vector<int>* index = nullptr);
+
+// The unit of each of the module's parameters, by name (its trainable or
+// frozen index within a unit's range on that side); a parameter no unit
+// covers is absent.
+std::map<std::string, int> UnitOfEachParameter(const torch::nn::Module& module, const std::vector<ParameterUnit>& units);
 
 class UnitRunner {
  public:

@@ -57,7 +57,7 @@ absl::Status Stage3Runner::StartGather(int unit) {
   return absl::OkStatus();
 }
 
-absl::Status Stage3Runner::Gather(int unit) {
+absl::Status Stage3Runner::GatherUnit(int unit) {
   if (const int t = trainable_unit_[unit]; t >= 0) {
     if (absl::Status s = zero_->GatherUnit(t); !s.ok()) return s;
   }
@@ -65,7 +65,7 @@ absl::Status Stage3Runner::Gather(int unit) {
   return absl::OkStatus();
 }
 
-void Stage3Runner::Release(int unit) {
+void Stage3Runner::ReleaseUnit(int unit) {
   if (const int t = trainable_unit_[unit]; t >= 0) zero_->ReleaseUnit(t);
   if (const int f = frozen_unit_[unit]; f >= 0) frozen_->ReleaseUnit(f);
 }
@@ -84,7 +84,7 @@ int64_t Stage3Runner::LiveElements() const {
 void Stage3Runner::BeginForward() {
   if (!gather_) return;
   for (int u = 0; u < static_cast<int>(layer_.size()); ++u) {
-    if (!layer_[u]) Check(Gather(u), "gather", u);
+    if (!layer_[u]) Check(GatherUnit(u), "gather", u);
   }
 }
 
@@ -104,7 +104,7 @@ torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::T
   TORCH_CHECK(unit >= 0 && unit < static_cast<int>(layer_.size()) && layer_[unit],
               "ZeRO-3: unit ", unit, " is not a layer unit of this model");
   if (gather_) {
-    Check(Gather(unit), "gather", unit);
+    Check(GatherUnit(unit), "gather", unit);
     Prefetch(unit, +1);
   }
   torch::Tensor y;
@@ -117,19 +117,19 @@ torch::Tensor Stage3Runner::Run(int unit, const Segment& segment, const torch::T
   } else {
     y = segment(x);
   }
-  Release(unit);
+  ReleaseUnit(unit);
   return y;
 }
 
 void Stage3Runner::BeforeUnitBackward(int unit) {
   if (!gather_) return;
-  Check(Gather(unit), "gather", unit);
+  Check(GatherUnit(unit), "gather", unit);
   Prefetch(unit, -1);
 }
 
 void Stage3Runner::AfterUnitBackward(int unit) {
   if (const int t = trainable_unit_[unit]; t >= 0) Check(zero_->AccumulateUnitGradients(t), "reduce-scatter", unit);
-  Release(unit);
+  ReleaseUnit(unit);
 }
 
 absl::Status Stage3Runner::FinishBackward() {

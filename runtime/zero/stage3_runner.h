@@ -58,6 +58,12 @@ class Stage3Runner : public UnitRunner {
   absl::Status GatherAll();
   // Elements of full parameters alive now, on both sides.
   int64_t LiveElements() const;
+  // Model unit `unit` whole on both sides, or released (persistent units
+  // stay): for a reader that goes through the model unit by unit (Note
+  // [Streamed export at ZeRO-3]). A gather is a collective.
+  int units() const { return static_cast<int>(layer_.size()); }
+  absl::Status GatherUnit(int unit);
+  void ReleaseUnit(int unit);
 
   // Called by the boundary functions.
   void BeforeUnitBackward(int unit);
@@ -65,10 +71,8 @@ class Stage3Runner : public UnitRunner {
 
  private:
   void Check(const absl::Status& status, const char* what, int unit) const;
-  // Both sides of model unit `unit`: StartGather, GatherUnit, ReleaseUnit.
+  // Both sides of model unit `unit` (ZeroPartition::StartGather).
   absl::Status StartGather(int unit);
-  absl::Status Gather(int unit);
-  void Release(int unit);
   int64_t Elements(int unit) const;
   // Starts gathering the nearest layer unit after `unit` (step +1) or before
   // it (step -1), within the prefetch and live bounds.
