@@ -99,15 +99,6 @@ absl::Status GatherOnFirstMember(Communicator& pipeline, torch::Device device,
   return absl::OkStatus();
 }
 
-// What has no pipelined form yet: every stage holds part of the model.
-absl::Status RefusePipeline(const Engine& engine, const std::string& what) {
-  if (engine.parallel().pipeline() == nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      what, " from a pipelined run (pipeline.stages=", engine.parallel().pipeline()->size(),
-      ") is not yet supported: resume its checkpoint at pipeline.stages 1 (checkpoints load at any pipeline "
-      "degree) and export from there"));
-}
-
 // "<layer>.experts.<e>.<rest>" as its three parts (Note [Mixture of
 // experts]: experts are named by their global index on every rank).
 struct ExpertParameterName {
@@ -481,31 +472,46 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
 }
 
 absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& options) {
-  if (absl::Status refused = RefusePipeline(engine_, "PEFT adapter export"); !refused.ok()) return refused;
   // Under tensor parallelism the split factors are gathered whole (Note
-  // [LoRA under tensor parallelism]) on every rank of the tensor group.
+  // [LoRA under tensor parallelism]) on every rank of the tensor group; with
+  // a pipeline each stage's data rank 0, tensor rank 0 sends its adapters to
+  // the first stage's.
   std::map<std::string, torch::Tensor> whole;
-  if (const Communicator* tensor = engine_.parallel().tensor(); tensor != nullptr) {
-    if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
+  const Communicator* tensor = engine_.parallel().tensor();
+  Communicator* pipeline = engine_.parallel().pipeline();
+  const bool gathered = tensor != nullptr || pipeline != nullptr;
+  if (gathered) {
+    if (absl::Status gathered_all = engine_.GatherFullParameters(); !gathered_all.ok()) return gathered_all;
     const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
     if (family == nullptr) return absl::FailedPreconditionError("PEFT adapter export: the model declares no forms");
+    const Communicator* data = engine_.data_parallel();
+    const bool sender = (data == nullptr || data->rank() == 0) && (tensor == nullptr || tensor->rank() == 0);
     std::map<std::string, TensorParallelForm> forms;
+    std::map<std::string, torch::Tensor> held;
     try {
       for (const TensorParallelForm& form : family->TensorParallelForms()) forms[form.parameter] = form;
       torch::NoGradGuard no_grad;
-      const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
       for (const auto& item : engine_.model_->named_parameters()) {
         if (!IsLoraParameterName(item.key())) continue;
+        // Note [Pipeline stages]: another stage's adapter is empty here.
+        if (pipeline != nullptr && item.value().numel() == 0) continue;
         torch::Tensor value = item.value().detach();
-        if (auto it = forms.find(item.key()); it != forms.end()) {
-          auto gathered = GatherWhole(value, it->second, group);
-          if (!gathered.ok()) return gathered.status();
-          value = *gathered;
+        if (auto it = forms.find(item.key()); it != forms.end() && tensor != nullptr) {
+          const TensorParallelGroup group{engine_.parallel().tensor(), tensor->rank(), tensor->size()};
+          auto gathered_whole = GatherWhole(value, it->second, group);
+          if (!gathered_whole.ok()) return gathered_whole.status();
+          value = *gathered_whole;
         }
-        whole[item.key()] = value.to(torch::kCPU);
+        held[item.key()] = value;
+      }
+      if (pipeline != nullptr && sender) {
+        if (absl::Status s = GatherOnFirstMember(*pipeline, engine_.device_, held); !s.ok()) return s;
       }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("PEFT adapter export: ", e.what_without_backtrace()));
+    }
+    if (FileIndexOf(engine_).index == 0) {
+      for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
   auto parameters = engine_.model_->named_parameters();
@@ -519,7 +525,7 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
     }
   }
   if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
-  return ExportGathered(reads, /*gathered=*/!whole.empty(), [&](const MakeWhole& make_whole) -> absl::Status {
+  return ExportGathered(reads, gathered, [&](const MakeWhole& make_whole) -> absl::Status {
     HfExportOptions adapter = options;
     adapter.weights_stem = "adapter_model";
     adapter.config_file = kPeftConfigFile;

@@ -321,10 +321,6 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
   }
   if (pipe.stages <= 1) return;
   const std::string stages = absl::StrCat("pipeline.stages=", pipe.stages);
-  if (job.lora.r > 0) {
-    at_job("lora.r", absl::StrCat("LoRA adapters with ", stages,
-                                  " are not yet supported (the partition would balance the adapters alone)"));
-  }
   if (job.ds.zero_optimization.stage == 3) {
     at_ds("zero_optimization.stage", absl::StrCat("3 with ", stages,
                                                   ": ZeRO-3 would gather every layer again for each micro-batch pass; "

@@ -109,10 +109,12 @@ absl::Status PipelineEngine::Cut(ModelInterface& family, torch::nn::Module& modu
   std::vector<PipelineLayerInfo> infos;
   std::map<std::string, int> layer_index;
   for (const ModelLayer& layer : layers) {
+    // Every parameter, frozen ones too: a layer's compute follows its
+    // weights, and with LoRA almost all of them are the frozen base.
     int64_t count = 0;
     for (const std::string& name : layer.parameters) {
       auto it = parameters.find(name);
-      if (it != parameters.end() && it->second.requires_grad()) count += it->second.numel();
+      if (it != parameters.end()) count += it->second.numel();
     }
     layer_index[layer.name] = static_cast<int>(infos.size());
     infos.push_back(PipelineLayerInfo{layer.name, layer.type, count});
@@ -133,6 +135,26 @@ absl::Status PipelineEngine::Cut(ModelInterface& family, torch::nn::Module& modu
   std::vector<int> stage_of(infos.size());
   for (int v = 0; v < parts; ++v) {
     for (int i = boundaries_[v]; i < boundaries_[v + 1]; ++i) stage_of[i] = v % shape_.stages;
+  }
+  // A stage with nothing to train has no optimizer partition (LoRA cut so
+  // that a stage holds only the frozen embedding or head): refused, naming it.
+  std::vector<int64_t> trainable_on(shape_.stages, 0);
+  for (const ModelLayer& layer : layers) {
+    for (const std::string& name : layer.parameters) {
+      auto it = parameters.find(name);
+      if (it != parameters.end() && it->second.requires_grad()) {
+        trainable_on[stage_of[layer_index[layer.name]]] += it->second.numel();
+      }
+    }
+  }
+  for (int stage = 0; stage < shape_.stages; ++stage) {
+    if (trainable_on[stage] > 0) continue;
+    std::vector<std::string> what;
+    for (int v = stage; v < parts; v += shape_.stages) what.push_back(partition_lines_[v]);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline stage ", stage, " would hold no trainable parameter (", absl::StrJoin(what, "; "),
+        ": frozen, e.g. under LoRA); cut the model so that every stage holds a trained layer "
+        "(pipeline.layers_per_stage, fewer pipeline.stages or another pipeline.partition_method)"));
   }
   for (const ModelLayer& layer : layers) {
     if (stage_of[layer_index[layer.name]] != stage_) continue;
@@ -187,6 +209,7 @@ absl::Status PipelineEngine::ReduceTiedGradients() {
   torch::NoGradGuard no_grad;
   for (TiedSet& tie : tied_) {
     torch::Tensor& p = tie.parameter;
+    if (!p.requires_grad()) continue;  // frozen (LoRA's base) on every stage alike
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     // Every holder sends its gradient to every other; each adds them in
     // stage order, so all copies get the same sum.

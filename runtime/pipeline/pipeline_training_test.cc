@@ -27,6 +27,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 #include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 #include "runtime/testing/rank_group.h"
@@ -50,13 +51,16 @@ struct PipeLayout {
   bool sequence_parallel = false;
   std::string partition = "parameters";
   int checkpoint_interval = 0;  // pipeline.activation_checkpoint_interval
+  bool lora = false;  // llama: adapters on every projection (all-linear, r 4), the rest frozen
+  int64_t llama_vocab = 37;
 
   int world() const { return pp * tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " PP ", pp, " (", schedule, virtual_stages > 1 ? absl::StrCat(" v", virtual_stages) : "",
                         ", M ", micro_batches, ") x TP ", tp, sequence_parallel ? " SP" : "", " x DP ", dp, " ZeRO ",
                         zero, offload ? " offload" : "", bf16 ? " bf16" : "",
-                        checkpoint_interval > 0 ? absl::StrCat(" recompute every ", checkpoint_interval) : "");
+                        checkpoint_interval > 0 ? absl::StrCat(" recompute every ", checkpoint_interval) : "",
+                        lora ? " LoRA" : "");
   }
 };
 
@@ -78,6 +82,8 @@ DsConfig PipeConfig(const PipeLayout& layout) {
   config.pipeline.virtual_stages = layout.virtual_stages;
   config.pipeline.partition_method = layout.partition;
   config.pipeline.activation_checkpoint_interval = layout.checkpoint_interval;
+  // The adapters' gradients are small: clip every step, so the norm is read.
+  if (layout.lora) config.gradient_clipping = 1e-3;
   return config;
 }
 
@@ -101,9 +107,17 @@ std::shared_ptr<torch::nn::Module> BuildModel(const PipeLayout& layout, const Te
   options.kv_heads = 2;
   options.head_dim = 4;
   options.intermediate = 48;
-  options.vocab_size = 37;
+  options.vocab_size = layout.llama_vocab;
   options.tensor_parallel = group;
   auto model = std::make_shared<LlamaImpl>(options, 3);
+  if (layout.lora) {
+    LoraSettings lora;
+    lora.adapter.r = 4;
+    lora.adapter.alpha = 8;
+    lora.target_modules = {"all-linear"};
+    auto applied = ApplyLora(*model, lora, /*seed=*/5);
+    EXPECT_TRUE(applied.ok()) << applied.status();
+  }
   *family = model.get();
   return model;
 }
@@ -328,6 +342,65 @@ TEST(PipelineTrainingTest, CheckpointIntervalRecomputesSegmentsAndMatchesOneProc
   }
   // Across the tied embedding and head, with a tensor group and data parallelism.
   CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .tp = 2, .dp = 2, .zero = 1, .checkpoint_interval = 2});
+}
+
+// LoRA over stages: each stage trains its layers' adapters on its part of
+// the frozen base; the partition weighs every parameter (frozen ones too),
+// so the stages cut where they cut without adapters. With a vocabulary large
+// enough that the frozen embedding weighs a stage of its own, that stage
+// would have nothing to train: refused, naming it (weighing the adapters
+// alone would hide the embedding's cost instead).
+TEST(PipelineTrainingTest, LlamaWithLoraMatchesOneProcess) {
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .lora = true});
+  CompareWithOneProcess(
+      PipeLayout{.family = "llama", .pp = 2, .schedule = "interleaved", .virtual_stages = 2, .lora = true});
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .tp = 2, .dp = 2, .zero = 1, .lora = true});
+}
+
+// The partition lines of `layout` (stage 0's view), or the error.
+absl::StatusOr<std::vector<std::string>> PartitionOf(const PipeLayout& layout) {
+  testing::InProcessStore store;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  absl::StatusOr<std::vector<std::string>> lines = std::vector<std::string>{};
+  for (int rank = 0; rank < layout.world(); ++rank) {
+    threads.emplace_back([&, rank] {
+      StoreClient client = store.Client(0);
+      auto state = ParallelState::Create(
+          layout.world(), rank, ParallelSizes{.pipeline = layout.pp},
+          [&client](const GroupSpec& spec) { return CreateCommunicator(CommBackend::kGloo, client, spec); }, nullptr);
+      ASSERT_TRUE(state.ok()) << state.status();
+      ModelInterface* family = nullptr;
+      auto module = BuildModel(layout, TensorParallelGroup{}, &family);
+      auto pipe = PipelineEngine::Create(module, PipeConfig(layout), *state, torch::kCPU);
+      if (rank != 0) return;
+      std::lock_guard<std::mutex> lock(mu);
+      if (!pipe.ok()) {
+        lines = pipe.status();
+        return;
+      }
+      for (const std::string& line : (*pipe)->partition_lines()) {
+        // "stage 0: embedding .. layers.0 (2 layers, N parameters)": the layers, not the counts.
+        lines->push_back(line.substr(0, line.find(" layers,")));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return lines;
+}
+
+TEST(PipelineTrainingTest, LoraStagesCutWhereTheBaseModelsDo) {
+  auto base = PartitionOf(PipeLayout{.family = "llama", .pp = 3});
+  auto lora = PartitionOf(PipeLayout{.family = "llama", .pp = 3, .lora = true});
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_TRUE(lora.ok()) << lora.status();
+  EXPECT_EQ(*lora, *base);
+  // A stage left with the frozen embedding alone is refused, naming it.
+  auto refused = PartitionOf(PipeLayout{.family = "llama", .pp = 4, .lora = true, .llama_vocab = 2000});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("pipeline stage 0 would hold no trainable parameter (stage 0: embedding"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(PipelineTrainingTest, BrokenTiedSumIsCaught) {

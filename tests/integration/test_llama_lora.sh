@@ -13,6 +13,8 @@
 #  - tensor parallelism (Note [LoRA under tensor parallelism]): TP 2 with
 #    sequence parallelism gives the ZeRO-3 run's losses, adapter folder and
 #    merged export, and dsconsolidate joins its checkpoint into that export;
+#  - pipeline parallelism: 2 stages give the ZeRO-3 run's losses, adapter
+#    folder and merged export;
 #  - stop and resume are bit for bit;
 #  - a target that matches no projection is refused by name; nothing runs.
 source "$(dirname "$0")/lib.sh"
@@ -132,6 +134,20 @@ same_losses export tp_export "LoRA: TP 2 (sequence parallel) vs ZeRO-3 on 2 rank
 "$PY" "$HF/same_tensors.py" "$WORK/merged_tp" "$WORK/consolidated_tp" --label "TP 2 LoRA checkpoint merged by dsconsolidate" ||
   fail "dsconsolidate's merge of the TP 2 LoRA checkpoint differs from the job's export"
 pass "LoRA at TP 2 (sequence parallel): the ZeRO-3 run's losses, adapters and merged export; dsconsolidate joins its checkpoint"
+
+# 3d. The same job cut into 2 pipeline stages (ZeRO-1, 2 micro-batches of
+#     4): each stage trains its layers' adapters on its part of the frozen
+#     base, and the adapter folder and the merged export, gathered from both
+#     stages, are the ZeRO-3 run's.
+run_job pp_export 2 --override train.steps=6 --override train.micro_batch_size=4 \
+  --override ds_config.pipeline.stages=2 --override ds_config.zero_optimization.stage=1 --override export.dtype=float32 \
+  --override "export.adapter_dir=$WORK/adapter_pp" --override "export.hf_dir=$WORK/merged_pp"
+same_losses export pp_export "LoRA: 2 pipeline stages vs ZeRO-3 on 2 ranks"
+"$PY" "$HF/same_tensors.py" "$WORK/adapter" "$WORK/adapter_pp" --rtol 1e-4 --label "adapter folder from 2 stages" ||
+  fail "the adapter trained over 2 pipeline stages differs from the ZeRO-3 run's"
+"$PY" "$HF/same_tensors.py" "$WORK/merged" "$WORK/merged_pp" --rtol 1e-4 --label "merged export from 2 stages" ||
+  fail "the merged export from 2 pipeline stages differs from the ZeRO-3 run's"
+pass "LoRA over 2 pipeline stages: the ZeRO-3 run's losses, adapter folder and merged export"
 
 # 4. The adapter folder read back (Note [PEFT adapter folders in]): dsgen on
 #    the base with --adapter, unmerged, gives the reference's logits of base
