@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/zero/tensor_storage.h"
 #include "common/status_macros.h"
 #include "runtime/pipeline/pipeline_partition.h"
 
@@ -247,6 +248,7 @@ absl::Status PipelineEngine::Exchange(const PipeInstruction& instruction, const 
   // Received headers, each checked against the buffer of the tensor after it.
   std::vector<std::pair<torch::Tensor, size_t>> headers;
   std::vector<std::pair<int, int>> sent_gradients;  // passes whose input gradient goes out
+  std::vector<std::pair<int, int>> sent_outputs;    // passes whose output goes out
   for (const PipeTransfer& t : instruction.transfers) {
     const bool activation = t.tensor == PipeTensor::kActivation;
     // The pass on this rank that produced (send) or consumes (receive) it.
@@ -255,6 +257,7 @@ absl::Status PipelineEngine::Exchange(const PipeInstruction& instruction, const 
     torch::Tensor tensor;
     if (t.send && activation) {
       tensor = pass.output.detach().contiguous();
+      if (!t.header) sent_outputs.push_back({t.micro_batch, virtual_stage / S});
     } else if (t.send) {
       tensor = pass.input.grad().defined() ? pass.input.grad().contiguous() : torch::zeros_like(pass.input);
       if (!t.header) sent_gradients.push_back({t.micro_batch, virtual_stage / S});
@@ -292,6 +295,17 @@ absl::Status PipelineEngine::Exchange(const PipeInstruction& instruction, const 
   }
   if (!moved.ok()) return absl::Status(moved.code(), absl::StrCat(Where(instruction), ": ", moved.message()));
   for (const auto& key : sent_gradients) passes[key].input = torch::Tensor();
+  // Note [Outputs released once sent]: the next stage has the values; the
+  // output's backward needs only its shape (the gradient that comes back)
+  // and its autograd node, which (a residual add, an embedding) saves no
+  // output. Megatron's deallocate_output_tensor; the memory goes now
+  // instead of after the pass's backward, M·S passes later at worst. The
+  // transfer ran on this thread's stream, so the memory is reused after it.
+  for (const auto& key : sent_outputs) {
+    const torch::Tensor& output = passes[key].output;
+    released_output_bytes_ += static_cast<int64_t>(output.storage().nbytes());
+    ResizeStorage(output, 0);
+  }
   return absl::OkStatus();
 }
 
@@ -349,6 +363,7 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
   }
   result.schedule_seconds = Seconds(start);
   result.recomputed_segments = std::exchange(recomputed_segments_, 0);
+  result.released_output_bytes = std::exchange(released_output_bytes_, 0);
   const auto stepping = std::chrono::steady_clock::now();
   if (absl::Status s = ReduceTiedGradients(); !s.ok()) return s;
   // The engine counts micro-batches: every one but the last only advances

@@ -66,6 +66,9 @@ struct PipelineBatchResult {
   double step_seconds = 0;  // tied gradients, then the optimizer
   // activation_checkpoint_interval: segments this stage recomputed in backward.
   int recomputed_segments = 0;
+  // Note [Outputs released once sent]: bytes of this stage's outputs whose
+  // memory went as soon as the next stage had them.
+  int64_t released_output_bytes = 0;
   // The share of the schedule this stage spent outside its passes.
   double bubble_fraction() const {
     return schedule_seconds > 0 ? 1.0 - (forward_seconds + backward_seconds) / schedule_seconds : 0;
@@ -159,6 +162,7 @@ class PipelineEngine {
   int interval_ = 0;              // pipeline.activation_checkpoint_interval
   int head_layer_ = 0;            // the last layer's index (the head); decoder layers are 1 .. head_layer_ - 1
   int recomputed_segments_ = 0;   // this batch's, for PipelineBatchResult
+  int64_t released_output_bytes_ = 0;  // Note [Outputs released once sent]: this batch's
 };
 
 // Tests only: skips the sum of tied parameters' gradients across stages, to

@@ -138,6 +138,9 @@ struct Outcome {
   double rank_disagreement = 0;
   std::string disagreeing;
   int recomputed_segments = 0;  // over every rank and step
+  // Note [Outputs released once sent], over every rank and step, and the
+  // bytes of one micro-batch's activation.
+  int64_t released_output_bytes = 0, activation_bytes = 0;
 };
 
 // The reference: one process, the plain engine, M micro-batches per step.
@@ -215,6 +218,9 @@ Outcome TrainPipelined(const PipeLayout& layout, const RunPlan& plan = {}) {
         losses[rank].push_back(result->loss);
         std::lock_guard<std::mutex> lock(mu);
         outcome.recomputed_segments += result->recomputed_segments;
+        outcome.released_output_bytes += result->released_output_bytes;
+        outcome.activation_bytes = c10::multiply_integers(family->ActivationShape(batches[0])) *
+                                   (layout.bf16 ? 2 : 4);
       }
       if (!plan.save_dir.empty()) {
         absl::Status saved = EngineCheckpointer((*pipe)->engine())
@@ -297,6 +303,20 @@ double CompareWithOneProcess(const PipeLayout& s, bool quiet = false) {
 TEST(PipelineTrainingTest, GptAtTwoAndFourStagesMatchesOneProcess) {
   CompareWithOneProcess(PipeLayout{"gpt", 2});
   CompareWithOneProcess(PipeLayout{"gpt", 4});
+}
+
+// Note [Outputs released once sent]: every stage but the last releases each
+// micro-batch's output as soon as it is sent, long before its backward, and
+// the steps stay those of one process (CompareWithOneProcess, above and for
+// every layout in this file).
+TEST(PipelineTrainingTest, OutputsAreReleasedOnceSent) {
+  for (const PipeLayout& layout : {PipeLayout{.family = "llama", .pp = 4},
+                                   PipeLayout{.family = "gpt", .pp = 2, .schedule = "interleaved", .virtual_stages = 2}}) {
+    const Outcome outcome = TrainPipelined(layout);
+    // Each of the virtual stages but the last sends each micro-batch once a step.
+    const int64_t sends = static_cast<int64_t>(layout.pp * layout.virtual_stages - 1) * layout.micro_batches * kSteps;
+    EXPECT_EQ(outcome.released_output_bytes, sends * outcome.activation_bytes) << layout.Describe();
+  }
 }
 
 TEST(PipelineTrainingTest, InterleavedAndGPipeSchedulesMatchOneProcess) {

@@ -3,24 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/zero/tensor_storage.h"
 
 namespace dslaunch::runtime {
 namespace {
-
-// Note [ZeRO-3 units]: releases or re-allocates a tensor's storage in place.
-// Every view of the tensor (the module's parameters, what autograd saved of
-// them) shares the StorageImpl, so they all see the memory come and go; the
-// tensors' version counters do not move.
-void ResizeStorage(const torch::Tensor& tensor, size_t bytes) {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  if (storage->nbytes() == bytes) return;
-  if (bytes == 0) {
-    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
-  } else {
-    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  }
-  storage->set_nbytes(bytes);
-}
 
 int64_t Pieces(int64_t numel, int shards) { return (numel + shards - 1) / shards; }
 
