@@ -229,6 +229,13 @@ absl::Status Engine::Initialize() {
         frozen.nvme.reset();
         frozen.norm_counts.clear();
         frozen.units = FrozenSide(units);
+        if (!units.empty() && frozen.units.empty()) {
+          // One unit of everything would never be gathered by the model's runs.
+          return absl::InvalidArgumentError(absl::StrCat(
+              "zero_optimization.stage=3: the model has ", frozen_params_.size(),
+              " frozen parameters, but its units (PartitionedModel::ParameterUnits, "
+              "runtime/model/parameter_units.h) name none of them (ParameterUnit::frozen_count)"));
+        }
         frozen.worker = zero_->worker();
         auto partition = ZeroPartition::Create(frozen, frozen_params_, data_parallel_);
         if (!partition.ok()) return partition.status();

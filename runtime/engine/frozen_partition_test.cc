@@ -82,6 +82,41 @@ TEST(FrozenPartitionTest, EachRankKeepsItsShareOfTheFrozenBase) {
   });
 }
 
+// A model whose units name only its trainable tensors (written before units
+// had a frozen side) is refused at stage 3: its frozen tensors would be
+// partitioned into a unit no run gathers.
+class UnitsWithoutTheFrozenSide : public LlamaImpl {
+ public:
+  using LlamaImpl::LlamaImpl;
+  std::vector<ParameterUnit> ParameterUnits() const override {
+    std::vector<ParameterUnit> units = LlamaImpl::ParameterUnits();
+    for (ParameterUnit& unit : units) unit.first_frozen = unit.frozen_count = 0;
+    return units;
+  }
+};
+
+TEST(FrozenPartitionTest, UnitsThatNameNoFrozenTensorAreRefused) {
+  LlamaOptions options;
+  options.layers = 2;
+  options.hidden = 16;
+  options.heads = 2;
+  options.kv_heads = 2;
+  options.head_dim = 8;
+  options.intermediate = 24;
+  options.vocab_size = 11;
+  auto model = std::make_shared<UnitsWithoutTheFrozenSide>(options, 3);
+  LoraSettings lora;
+  lora.adapter.r = 2;
+  lora.target_modules = {"q_proj"};
+  ASSERT_TRUE(ApplyLora(*model, lora, 5).ok());
+  DsConfig config = testing::TensorParallelConfig(LoraAtStageThree(1, 1));
+  auto engine = Engine::Create(model, config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(std::string(engine.status().message()).find("name none of them (ParameterUnit::frozen_count)"),
+            std::string::npos)
+      << engine.status();
+}
+
 TEST(FrozenPartitionTest, AFrozenPartitionIsStageThreesParameterShardAlone) {
   std::vector<torch::Tensor> params = {torch::ones({10})};
   ZeroOptions options;
