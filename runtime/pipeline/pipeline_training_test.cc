@@ -27,10 +27,10 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
-#include "runtime/model/lora.h"
 #include "runtime/pipeline/pipeline_engine.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 #include "runtime/testing/rank_group.h"
+#include "runtime/testing/tensor_parallel_training.h"
 #include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
@@ -110,14 +110,7 @@ std::shared_ptr<torch::nn::Module> BuildModel(const PipeLayout& layout, const Te
   options.vocab_size = layout.llama_vocab;
   options.tensor_parallel = group;
   auto model = std::make_shared<LlamaImpl>(options, 3);
-  if (layout.lora) {
-    LoraSettings lora;
-    lora.adapter.r = 4;
-    lora.adapter.alpha = 8;
-    lora.target_modules = {"all-linear"};
-    auto applied = ApplyLora(*model, lora, /*seed=*/5);
-    EXPECT_TRUE(applied.ok()) << applied.status();
-  }
+  if (layout.lora) testing::ApplyTestLora(*model);
   *family = model.get();
   return model;
 }

@@ -62,6 +62,17 @@ inline DsConfig TensorParallelConfig(const TensorParallelLayout& layout) {
   return config;
 }
 
+// The parallel tests' LoRA: adapters on every projection (all-linear, r 4,
+// alpha 8, seed 5), the rest frozen.
+inline void ApplyTestLora(torch::nn::Module& model) {
+  LoraSettings lora;
+  lora.adapter.r = 4;
+  lora.adapter.alpha = 8;
+  lora.target_modules = {"all-linear"};
+  auto applied = ApplyLora(model, lora, /*seed=*/5);
+  EXPECT_TRUE(applied.ok()) << applied.status();
+}
+
 // The model of `layout` split over `group` (the same weights for every split).
 inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorParallelLayout& layout,
                                                                    const TensorParallelGroup& group,
@@ -86,14 +97,7 @@ inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorP
   options.vocab_size = 37;
   options.tensor_parallel = group;
   auto model = std::make_shared<LlamaImpl>(options, 3);
-  if (layout.lora) {
-    LoraSettings lora;
-    lora.adapter.r = 4;
-    lora.adapter.alpha = 8;
-    lora.target_modules = {"all-linear"};
-    auto applied = ApplyLora(*model, lora, /*seed=*/5);
-    EXPECT_TRUE(applied.ok()) << applied.status();
-  }
+  if (layout.lora) ApplyTestLora(*model);
   *family = model.get();
   return model;
 }
