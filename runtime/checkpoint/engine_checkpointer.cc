@@ -481,7 +481,8 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
   Communicator* pipeline = engine_.parallel().pipeline();
   const bool gathered = tensor != nullptr || pipeline != nullptr;
   if (gathered) {
-    if (absl::Status gathered_all = engine_.GatherFullParameters(); !gathered_all.ok()) return gathered_all;
+    // The adapters only: the frozen base stays partitioned.
+    if (absl::Status s = engine_.GatherFullParameters(/*frozen_too=*/false); !s.ok()) return s;
     const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
     if (family == nullptr) return absl::FailedPreconditionError("PEFT adapter export: the model declares no forms");
     const Communicator* data = engine_.data_parallel();
@@ -547,6 +548,16 @@ absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& 
   Stage3Runner* runner = engine_.zero_ && engine_.zero_->stage() == 3 ? engine_.stage3_.get() : nullptr;
   const bool streamed = runner != nullptr && !gathered;
   std::vector<int> sequence;  // the unit of each read
+  // Reads of trainable parameters only (the adapters, the gathered-weights
+  // file) leave the frozen side partitioned.
+  bool frozen_read = false;
+  {
+    const auto parameters = engine_.model_->named_parameters();
+    for (const std::string& name : reads) {
+      const torch::Tensor* p = parameters.find(name);
+      frozen_read = frozen_read || p == nullptr || !p->requires_grad();
+    }
+  }
   if (streamed) {
     const auto* partitioned = dynamic_cast<const PartitionedModel*>(engine_.model_.get());
     if (partitioned == nullptr) return absl::InternalError("export at ZeRO-3: the model names no units");
@@ -557,7 +568,7 @@ absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& 
       sequence.push_back(it->second);
     }
   } else if (!gathered) {
-    if (absl::Status s = engine_.GatherFullParameters(); !s.ok()) return s;
+    if (absl::Status s = engine_.GatherFullParameters(frozen_read); !s.ok()) return s;
   }
   size_t next = 0;
   int current = -1;
@@ -567,7 +578,7 @@ absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& 
     if (unit == current) return;
     if (current >= 0) runner->ReleaseUnit(current);
     current = unit;
-    collective = runner->GatherUnit(unit);
+    collective = runner->GatherUnit(unit, frozen_read);
   };
   const MakeWhole make_whole = [&](const std::string& name) -> absl::Status {
     if (!streamed) return absl::OkStatus();
@@ -589,8 +600,12 @@ absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& 
   }
   // The other ranks, and a writer that stopped early, gather the rest of the
   // sequence, so that every rank's collectives match.
-  while (streamed && collective.ok() && next < sequence.size()) advance();
-  if (current >= 0) runner->ReleaseUnit(current);
+  try {
+    while (streamed && collective.ok() && next < sequence.size()) advance();
+    if (current >= 0) runner->ReleaseUnit(current);
+  } catch (const c10::Error& e) {
+    collective = absl::InternalError(absl::StrCat("export: gathering a unit: ", e.what_without_backtrace()));
+  }
   if (written.ok()) written = collective;
   if (engine_.stage3_) {
     absl::Status released = engine_.stage3_->FinishBackward();

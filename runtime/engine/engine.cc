@@ -218,6 +218,13 @@ absl::Status Engine::Initialize() {
         options.persistence_threshold = config_.zero_optimization.stage3_param_persistence_threshold;
       }
       options.units = TrainableSide(units);
+      if (!units.empty() && options.units.empty()) {
+        // One root unit of everything would never be gathered by the model's runs.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "zero_optimization.stage=", stage, ": the model has ", model_params_.size(),
+            " trainable parameters, but its units (PartitionedModel::ParameterUnits, "
+            "runtime/model/parameter_units.h) name none of them (ParameterUnit::parameter_count)"));
+      }
       auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
@@ -274,7 +281,7 @@ absl::Status Engine::Initialize() {
           return absl::InvalidArgumentError(absl::StrCat(
               "zero_optimization.stage3_max_live_parameters=", config_.zero_optimization.stage3_max_live_parameters,
               " is below what a step of this model needs whole at once: ", needed,
-              " elements (the root and persistent units and the largest layer unit)"));
+              " elements (the root and persistent units and the largest layer unit, frozen parameters included)"));
         }
         stage3_ = std::make_unique<Stage3Runner>(units, zero_.get(), frozen_zero_.get(),
                                                  config_.zero_optimization.stage3_prefetch_bucket_size,
@@ -313,11 +320,11 @@ Engine::~Engine() {
   }
 }
 
-absl::Status Engine::GatherFullParameters() {
+absl::Status Engine::GatherFullParameters(bool frozen_too) {
   if (absl::Status applied = ApplyPendingUpdate(); !applied.ok()) return applied;
   if (!stage3_) return absl::OkStatus();
   try {
-    return stage3_->GatherAll();
+    return stage3_->GatherAll(frozen_too);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("gather parameters: ", e.what_without_backtrace()));
   }

@@ -196,7 +196,9 @@ class Engine {
   // Makes every parameter of the module whole (a collective: every rank calls
   // it), e.g. before reading or exporting them; the next step releases them
   // again. A no-op for stages 0-2.
-  absl::Status GatherFullParameters();
+  // `frozen_too` false: the trainable parameters only (Note [Frozen
+  // parameters at ZeRO-3]: the frozen base stays partitioned).
+  absl::Status GatherFullParameters(bool frozen_too = true);
 
   // Note [Delayed parameter update]
   // ZeRO-Offload's one-step-delayed parameter update (the paper's DPU;

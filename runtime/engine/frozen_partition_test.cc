@@ -83,19 +83,28 @@ TEST(FrozenPartitionTest, EachRankKeepsItsShareOfTheFrozenBase) {
 }
 
 // A model whose units name only its trainable tensors (written before units
-// had a frozen side) is refused at stage 3: its frozen tensors would be
-// partitioned into a unit no run gathers.
-class UnitsWithoutTheFrozenSide : public LlamaImpl {
+// had a frozen side), or only its frozen ones, is refused at stage 3: the
+// other side would be partitioned into a unit no run gathers.
+class UnitsWithoutOneSide : public LlamaImpl {
  public:
-  using LlamaImpl::LlamaImpl;
+  UnitsWithoutOneSide(const LlamaOptions& options, bool frozen) : LlamaImpl(options, 3), frozen_(frozen) {}
   std::vector<ParameterUnit> ParameterUnits() const override {
     std::vector<ParameterUnit> units = LlamaImpl::ParameterUnits();
-    for (ParameterUnit& unit : units) unit.first_frozen = unit.frozen_count = 0;
+    for (ParameterUnit& unit : units) {
+      if (frozen_) {
+        unit.first_frozen = unit.frozen_count = 0;
+      } else {
+        unit.first_parameter = unit.parameter_count = 0;
+      }
+    }
     return units;
   }
+
+ private:
+  const bool frozen_;
 };
 
-TEST(FrozenPartitionTest, UnitsThatNameNoFrozenTensorAreRefused) {
+TEST(FrozenPartitionTest, UnitsThatNameNoTensorOfASideAreRefused) {
   LlamaOptions options;
   options.layers = 2;
   options.hidden = 16;
@@ -104,17 +113,19 @@ TEST(FrozenPartitionTest, UnitsThatNameNoFrozenTensorAreRefused) {
   options.head_dim = 8;
   options.intermediate = 24;
   options.vocab_size = 11;
-  auto model = std::make_shared<UnitsWithoutTheFrozenSide>(options, 3);
-  LoraSettings lora;
-  lora.adapter.r = 2;
-  lora.target_modules = {"q_proj"};
-  ASSERT_TRUE(ApplyLora(*model, lora, 5).ok());
-  DsConfig config = testing::TensorParallelConfig(LoraAtStageThree(1, 1));
-  auto engine = Engine::Create(model, config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_NE(std::string(engine.status().message()).find("name none of them (ParameterUnit::frozen_count)"),
-            std::string::npos)
-      << engine.status();
+  for (bool frozen : {true, false}) {
+    auto model = std::make_shared<UnitsWithoutOneSide>(options, frozen);
+    LoraSettings lora;
+    lora.adapter.r = 2;
+    lora.target_modules = {"q_proj"};
+    ASSERT_TRUE(ApplyLora(*model, lora, 5).ok());
+    DsConfig config = testing::TensorParallelConfig(LoraAtStageThree(1, 1));
+    auto engine = Engine::Create(model, config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+    ASSERT_FALSE(engine.ok());
+    const std::string field = frozen ? "(ParameterUnit::frozen_count)" : "(ParameterUnit::parameter_count)";
+    EXPECT_NE(std::string(engine.status().message()).find("name none of them " + field), std::string::npos)
+        << engine.status();
+  }
 }
 
 TEST(FrozenPartitionTest, AFrozenPartitionIsStageThreesParameterShardAlone) {

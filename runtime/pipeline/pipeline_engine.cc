@@ -303,6 +303,9 @@ absl::Status PipelineEngine::Exchange(const PipeInstruction& instruction, const 
   // transfer ran on this thread's stream, so the memory is reused after it.
   for (const auto& key : sent_outputs) {
     const torch::Tensor& output = passes[key].output;
+    // A view shares memory with what it views (which a node may have saved):
+    // kept (no model family's stage ends in one; the bytes counted show it).
+    if (output.is_view()) continue;
     released_output_bytes_ += static_cast<int64_t>(output.storage().nbytes());
     ResizeStorage(output, 0);
   }
@@ -339,8 +342,12 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
         if (virtual_stage == last_virtual) loss_sum += pass.output.detach().to(torch::kDouble).reshape({1});
       } else if (instruction.op == PipeOp::kBackward) {
         PassState& pass = passes[{instruction.micro_batch, instruction.chunk}];
-        absl::Status backward = virtual_stage == last_virtual ? engine_->Backward(pass.output)
-                                                              : engine_->BackwardFrom(pass.output, pass.gradient);
+        // Virtual stage 0 of an interleaved LoRA cut may hold only the frozen
+        // embedding: nothing in it trains and no gradient goes back.
+        const bool nothing_to_do = virtual_stage == 0 && !pass.output.requires_grad();
+        absl::Status backward = nothing_to_do                  ? absl::OkStatus()
+                                : virtual_stage == last_virtual ? engine_->Backward(pass.output)
+                                                                : engine_->BackwardFrom(pass.output, pass.gradient);
         if (!backward.ok()) {
           return absl::Status(backward.code(), absl::StrCat(Where(instruction), ": ", backward.message()));
         }

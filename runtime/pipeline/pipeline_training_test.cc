@@ -368,6 +368,10 @@ TEST(PipelineTrainingTest, LlamaWithLoraMatchesOneProcess) {
   CompareWithOneProcess(
       PipeLayout{.family = "llama", .pp = 2, .schedule = "interleaved", .virtual_stages = 2, .lora = true});
   CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .tp = 2, .dp = 2, .zero = 1, .lora = true});
+  // A vocabulary that weighs a virtual stage of its own: virtual stage 0 is
+  // the frozen embedding alone (stage 0 trains in its second chunk).
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 2, .schedule = "interleaved", .virtual_stages = 2,
+                                   .lora = true, .llama_vocab = 2000});
 }
 
 // The partition lines of `layout` (stage 0's view), or the error.

@@ -57,11 +57,11 @@ absl::Status Stage3Runner::StartGather(int unit) {
   return absl::OkStatus();
 }
 
-absl::Status Stage3Runner::GatherUnit(int unit) {
+absl::Status Stage3Runner::GatherUnit(int unit, bool frozen_too) {
   if (const int t = trainable_unit_[unit]; t >= 0) {
     if (absl::Status s = zero_->GatherUnit(t); !s.ok()) return s;
   }
-  if (const int f = frozen_unit_[unit]; f >= 0) return frozen_->GatherUnit(f);
+  if (const int f = frozen_unit_[unit]; f >= 0 && frozen_too) return frozen_->GatherUnit(f);
   return absl::OkStatus();
 }
 
@@ -147,9 +147,9 @@ absl::Status Stage3Runner::FinishBackward() {
   return zero_->Drain();
 }
 
-absl::Status Stage3Runner::GatherAll() {
+absl::Status Stage3Runner::GatherAll(bool frozen_too) {
   if (!gather_) return absl::OkStatus();
-  for (ZeroPartition* side : {zero_, frozen_}) {
+  for (ZeroPartition* side : {zero_, frozen_too ? frozen_ : nullptr}) {
     for (int u = 0; side != nullptr && u < side->units(); ++u) {
       if (absl::Status s = side->GatherUnit(u); !s.ok()) return s;
     }

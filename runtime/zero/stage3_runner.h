@@ -54,15 +54,16 @@ class Stage3Runner : public UnitRunner {
   // every non-persistent unit.
   absl::Status FinishBackward();
   // Every unit whole (e.g. to read or export the parameters); they are
-  // released again as the next step uses them.
-  absl::Status GatherAll();
+  // released again as the next step uses them. `frozen_too` false: the
+  // trainable side only (an export of LoRA's adapters needs no base).
+  absl::Status GatherAll(bool frozen_too = true);
   // Elements of full parameters alive now, on both sides.
   int64_t LiveElements() const;
   // Model unit `unit` whole on both sides, or released (persistent units
   // stay): for a reader that goes through the model unit by unit (Note
   // [Streamed export at ZeRO-3]). A gather is a collective.
   int units() const { return static_cast<int>(layer_.size()); }
-  absl::Status GatherUnit(int unit);
+  absl::Status GatherUnit(int unit, bool frozen_too = true);
   void ReleaseUnit(int unit);
 
   // Called by the boundary functions.

@@ -107,9 +107,11 @@ struct ZeroOptions {
   // base). Stage 3 only: the partition is the parameter shard and its
   // gathers, with no master, gradients or optimizer state.
   bool frozen = false;
-  // Stage 3: the comm worker of another partition over the same group (it
-  // outlives this one), so that the collectives of both keep one order on
-  // every rank; null: a worker of its own.
+  // Stage 3: the comm worker of another partition over the same group, so
+  // that the collectives of both keep one order on every rank; null: a
+  // worker of its own. Its owner stops it (finishing the task in progress,
+  // dropping the rest) before this partition's buffers go, and this
+  // partition never touches it after: never Drain() it from a destructor.
   CommWorker* worker = nullptr;
 };
 
