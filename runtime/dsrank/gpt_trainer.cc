@@ -240,6 +240,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     pretrained = std::move(*opened);
     spec.hf_config_text = pretrained->config_text();
     spec.hf_config_path = pretrained->config_path();
+    // Note [Shard-only loading]: at ZeRO-3 no rank builds the model whole;
+    // each reads its own pieces from the folder (DeepSpeed's zero.Init).
+    spec.deferred_parameters = job.ds.zero_optimization.stage == 3 && job.ds.pipeline.stages <= 1;
   }
   // Note [Model interface]: the family by name.
   absl::StatusOr<BuiltModel> built = BuildModel(spec, job.train.seed);
@@ -249,9 +252,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   // the model a rank holds (its experts, its slices) must not shift it.
   torch::manual_seed(job.train.seed + context.rank);
   ModelInterface* model = built->model;
+  // Null once the weights are in the module (the mappings go); with deferred
+  // parameters, what the engine reads them from.
+  std::unique_ptr<HfParameterSource> pretrained_values;
   if (pretrained) {
-    DS_RETURN_IF_ERROR(LoadPretrainedWeights(*pretrained, *built, spec, job, context));
-    pretrained.reset();  // the weights are in the module; the mappings go
+    DS_ASSIGN_OR_RETURN(pretrained_values, LoadPretrainedWeights(std::move(pretrained), *built, spec, job, context));
   }
   DS_ASSIGN_OR_RETURN(TrainingExports exports, ApplyLoraAndPlanExports(job, context, *built));
   const HfExportOptions& export_options = exports.model;
@@ -273,10 +278,24 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (!created.ok()) return created.status();
       pipe = std::move(*created);
     } else {
-      auto created = Engine::Create(built->module, job.ds, parallel, context.device);
+      auto created = Engine::Create(built->module, job.ds, parallel, context.device, std::nullopt,
+                                    pretrained_values.get());
       if (!created.ok()) return created.status();
       plain_engine = std::move(*created);
     }
+  }
+  if (pretrained_values) {
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: rank 0 read %d of the %d bytes of %s's tensors (its ZeRO-3 pieces)\n",
+                    pretrained_values->bytes_read(), pretrained_values->folder_bytes(), job.model.from);
+    }
+    pretrained_values.reset();
+  }
+  // What building and loading the model took (DeepSpeed's see_memory_usage
+  // at initialisation).
+  if (context.rank == 0) {
+    absl::FPrintF(context.out, "dsrank: engine ready; rank 0's peak host memory so far %.0f MiB\n",
+                  PeakResidentGib() * 1024);
   }
   Engine* const engine = pipe ? &pipe->engine() : plain_engine.get();
   const DsConfig& ds = job.ds;

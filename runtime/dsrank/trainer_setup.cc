@@ -155,8 +155,11 @@ absl::StatusOr<ModelSpec> TrainingModelSpec(const JobConfig& job, const TrainerC
   return spec;
 }
 
-absl::Status LoadPretrainedWeights(const HfModelFolder& folder, const BuiltModel& built, const ModelSpec& spec,
-                                   const JobConfig& job, const TrainerContext& context) {
+absl::StatusOr<std::unique_ptr<HfParameterSource>> LoadPretrainedWeights(std::unique_ptr<HfModelFolder> opened,
+                                                                         const BuiltModel& built,
+                                                                         const ModelSpec& spec, const JobConfig& job,
+                                                                         const TrainerContext& context) {
+  const HfModelFolder& folder = *opened;
   // Split over a tensor group, each rank copies only its slices.
   // Under expert parallelism the folder's other experts are other ranks':
   // an expert tensor whose name differs from one this rank holds only in
@@ -171,16 +174,28 @@ absl::Status LoadPretrainedWeights(const HfModelFolder& folder, const BuiltModel
     const std::string form = ExpertNameForm(name);
     return !form.empty() && expert_forms.contains(form);
   };
+  const std::string dtype = folder.torch_dtype().empty() ? std::string("F32/F16/BF16") : folder.torch_dtype();
+  if (spec.deferred_parameters) {
+    // Note [Shard-only loading]: checked now, read by the engine.
+    if (absl::Status checked = CheckHfWeights(folder, *built.module, built.model->TensorParallelForms(),
+                                              spec.tensor_parallel.rank, spec.tensor_parallel.size, held_elsewhere);
+        !checked.ok()) {
+      return checked;
+    }
+    if (context.rank == 0) {
+      absl::FPrintF(context.out, "dsrank: checked %s (%s weights); each rank reads only its ZeRO-3 pieces\n",
+                    job.model.from, dtype);
+    }
+    return std::make_unique<HfParameterSource>(std::move(opened), built.model->TensorParallelForms(),
+                                               spec.tensor_parallel.rank, spec.tensor_parallel.size);
+  }
   if (absl::Status loaded = LoadHfWeights(folder, *built.module, built.model->TensorParallelForms(),
                                           spec.tensor_parallel.rank, spec.tensor_parallel.size, held_elsewhere);
       !loaded.ok()) {
     return loaded;
   }
-  if (context.rank == 0) {
-    absl::FPrintF(context.out, "dsrank: loaded %s (%s weights)\n", job.model.from,
-                  folder.torch_dtype().empty() ? std::string("F32/F16/BF16") : folder.torch_dtype());
-  }
-  return absl::OkStatus();
+  if (context.rank == 0) absl::FPrintF(context.out, "dsrank: loaded %s (%s weights)\n", job.model.from, dtype);
+  return nullptr;
 }
 
 absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, const TrainerContext& context,

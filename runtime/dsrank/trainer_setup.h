@@ -15,6 +15,7 @@
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
+#include "runtime/hf/hf_parameter_source.h"
 #include "runtime/model/lora.h"
 #include "runtime/model/model_registry.h"
 
@@ -37,9 +38,15 @@ absl::StatusOr<TrainingData> OpenTrainingData(const JobConfig& job, const Traine
 absl::StatusOr<ModelSpec> TrainingModelSpec(const JobConfig& job, const TrainerContext& context, int64_t vocab);
 
 // model.from's weights into `built`: under tensor parallelism this rank's
-// slices, under expert parallelism this rank's experts.
-absl::Status LoadPretrainedWeights(const HfModelFolder& folder, const BuiltModel& built, const ModelSpec& spec,
-                                   const JobConfig& job, const TrainerContext& context);
+// slices, under expert parallelism this rank's experts; returns null (the
+// folder is closed). A model built with deferred parameters
+// (spec.deferred_parameters, Note [Shard-only loading]) is only checked
+// against the folder, which comes back as the source the ZeRO-3 engine
+// reads this rank's pieces from.
+absl::StatusOr<std::unique_ptr<HfParameterSource>> LoadPretrainedWeights(std::unique_ptr<HfModelFolder> folder,
+                                                                         const BuiltModel& built,
+                                                                         const ModelSpec& spec, const JobConfig& job,
+                                                                         const TrainerContext& context);
 
 // lora.r > 0: adapters on the targeted projections, the rest frozen (Note
 // [LoRA]); export.hf_dir and export.adapter_dir: where and how the job's

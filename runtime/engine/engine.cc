@@ -44,7 +44,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
                                                        std::shared_ptr<const ParallelState> parallel,
-                                                       torch::Device device, std::optional<PipelineStageRole> stage) {
+                                                       torch::Device device, std::optional<PipelineStageRole> stage,
+                                                       const ParameterSource* deferred) {
   if (parallel == nullptr) return absl::InvalidArgumentError("Engine::Create: no ParallelState");
   const ProcessTopology& grid = parallel->topology();
   if (parallel->expert_size() > 1) {
@@ -80,17 +81,42 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<torch::nn
     return absl::InvalidArgumentError("gradient_accumulation_steps must be at least 1");
   }
   std::unique_ptr<Engine> engine(new Engine(std::move(model), config, std::move(parallel), device, std::move(stage)));
-  absl::Status ready = engine->Initialize();
+  absl::Status ready = engine->Initialize(deferred);
   if (!ready.ok()) return ready;
   return engine;
 }
 
-absl::Status Engine::Initialize() {
+absl::Status Engine::Initialize(const ParameterSource* deferred) {
   try {
     if (config_.fp16.enabled) compute_dtype_ = torch::kHalf;
     if (config_.bf16.enabled) compute_dtype_ = torch::kBFloat16;
-    model_->to(device_, compute_dtype_);
     const int stage = config_.zero_optimization.stage;
+    // Note [Shard-only loading]: deferred parameters take the compute dtype
+    // and stay without memory until the partitions fill them.
+    std::vector<std::string> deferred_names;
+    for (const auto& item : model_->named_parameters()) {
+      if (IsDeferredParameter(item.value())) deferred_names.push_back(item.key());
+    }
+    if (deferred_names.empty()) {
+      model_->to(device_, compute_dtype_);
+    } else {
+      if (stage != 3 || deferred == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "parameter '", deferred_names.front(), "'", deferred_names.size() > 1 ? absl::StrCat(" (and ", deferred_names.size() - 1, " more)") : "",
+            " is deferred (built without values, Note [Shard-only loading]): only a ZeRO-3 engine given their "
+            "source fills deferred parameters (zero_optimization.stage=", stage,
+            deferred == nullptr ? ", no source)" : ")"));
+      }
+      // Module::to, leaving the deferred parameters without memory.
+      torch::NoGradGuard no_grad;
+      for (const std::shared_ptr<torch::nn::Module>& module : model_->modules(/*include_self=*/true)) {
+        for (torch::Tensor& p : module->parameters(/*recurse=*/false)) {
+          p.set_data(IsDeferredParameter(p) ? DeferredTensor(p.sizes(), p.options().device(device_).dtype(compute_dtype_))
+                                            : p.to(device_, compute_dtype_));
+        }
+        for (torch::Tensor& b : module->buffers(/*recurse=*/false)) b.set_data(b.to(device_, compute_dtype_));
+      }
+    }
     // Note [Mixed precision] with stage 0 also goes through the flat
     // partition (one range): its fp32 master is one tensor, stepped at once.
     // With tensor parallelism too: its checkpoints re-cut the flat state
@@ -104,10 +130,12 @@ absl::Status Engine::Initialize() {
     for (const auto& item : model_->named_parameters()) has_experts = has_experts || IsExpertParameter(item.key());
     const bool flat = stage > 0 || compute_dtype_ != torch::kFloat || parallel_->tensor() != nullptr ||
                       stage_.has_value() || has_experts;
+    std::vector<std::string> trainable_names, frozen_names;  // for the deferred values
     for (auto& item : model_->named_parameters()) {
       torch::Tensor& p = item.value();
       if (!p.requires_grad()) {
         frozen_params_.push_back(p);
+        frozen_names.push_back(item.key());
         continue;
       }
       if (experts_apart && IsExpertParameter(item.key())) {
@@ -116,6 +144,7 @@ absl::Status Engine::Initialize() {
         continue;
       }
       model_params_.push_back(p);
+      trainable_names.push_back(item.key());
       if (flat) continue;  // the partition holds the masters
       if (compute_dtype_ == torch::kFloat) {
         master_params_.push_back(p);
@@ -225,7 +254,19 @@ absl::Status Engine::Initialize() {
             " trainable parameters, but its units (PartitionedModel::ParameterUnits, "
             "runtime/model/parameter_units.h) name none of them (ParameterUnit::parameter_count)"));
       }
-      auto zero = ZeroPartition::Create(options, model_params_, data_parallel_);
+      // Note [Shard-only loading]: each partition reads its parameters by name.
+      auto values_of = [&](std::vector<std::string> names) {
+        DeferredValues values;
+        values.device = device_;
+        values.read = [deferred, names = std::move(names)](size_t parameter, int64_t offset, torch::Tensor out) {
+          return deferred->Read(names[parameter], offset, std::move(out));
+        };
+        return values;
+      };
+      const DeferredValues trainable_values = values_of(trainable_names);
+      const DeferredValues frozen_values = values_of(frozen_names);
+      auto zero = ZeroPartition::Create(options, model_params_, data_parallel_,
+                                        deferred != nullptr ? &trainable_values : nullptr);
       if (!zero.ok()) return zero.status();
       zero_ = std::move(*zero);
       if (stage == 3 && !frozen_params_.empty()) {
@@ -244,7 +285,8 @@ absl::Status Engine::Initialize() {
               "runtime/model/parameter_units.h) name none of them (ParameterUnit::frozen_count)"));
         }
         frozen.worker = zero_->worker();
-        auto partition = ZeroPartition::Create(frozen, frozen_params_, data_parallel_);
+        auto partition = ZeroPartition::Create(frozen, frozen_params_, data_parallel_,
+                                               deferred != nullptr ? &frozen_values : nullptr);
         if (!partition.ok()) return partition.status();
         frozen_zero_ = std::move(*partition);
       }

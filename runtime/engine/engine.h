@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/job_config.h"
+#include "runtime/model/deferred_parameters.h"
 #include "runtime/parallel/parallel_state.h"
 #include "runtime/schedule/loss_scaler.h"
 #include "runtime/schedule/lr_schedule.h"
@@ -102,11 +103,17 @@ class Engine {
   // experts' parameters (IsExpertParameter) form a partition of their own,
   // cut over the expert-data-parallel group and averaged over the whole
   // data-parallel size; ZeRO stages 0-2.
+  //
+  // Note [Shard-only loading]: a model built with deferred parameters
+  // (runtime/model/deferred_parameters.h) needs ZeRO stage 3 and `deferred`,
+  // which the partitions read this rank's pieces from (used only during
+  // Create).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<torch::nn::Module> model,
                                                         const DsConfig& config,
                                                         std::shared_ptr<const ParallelState> parallel,
                                                         torch::Device device,
-                                                        std::optional<PipelineStageRole> stage = std::nullopt);
+                                                        std::optional<PipelineStageRole> stage = std::nullopt,
+                                                        const ParameterSource* deferred = nullptr);
 
   ~Engine();
 
@@ -236,7 +243,7 @@ class Engine {
  private:
   Engine(std::shared_ptr<torch::nn::Module> model, const DsConfig& config,
          std::shared_ptr<const ParallelState> parallel, torch::Device device, std::optional<PipelineStageRole> stage);
-  absl::Status Initialize();
+  absl::Status Initialize(const ParameterSource* deferred);
   absl::Status AllReduceGradients();
   // The frame of every boundary step (Step's own and the variants below):
   // `body` runs without autograd on the result so far; a LibTorch error

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/model/deferred_parameters.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -22,23 +23,15 @@ constexpr size_t kMaxListedProblems = 20;
 
 }  // namespace
 
-absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
-                           const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size,
-                           const std::function<bool(const std::string&)>& held_elsewhere) {
+absl::Status CheckHfWeights(const HfModelFolder& folder, const torch::nn::Module& module,
+                            const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size,
+                            const std::function<bool(const std::string&)>& held_elsewhere) {
   std::map<std::string, const TensorParallelForm*> form_of;
   for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
   // The shape this rank holds of a folder tensor of shape `whole`.
-  auto local_shape = [&](const std::string& name, std::vector<int64_t> whole) {
+  auto local_shape = [&](const std::string& name, const std::vector<int64_t>& whole) {
     auto it = form_of.find(name);
-    if (it == form_of.end() || whole.empty()) return whole;
-    const TensorParallelForm& form = *it->second;
-    const int64_t dim = SplitDimension(form);
-    if (static_cast<int64_t>(whole.size()) <= dim) return whole;
-    if (form.split == TensorParallelSplit::kVocab) {
-      if (whole[0] == form.vocab_size) whole[0] = form.padded_vocab_size;
-    }
-    whole[dim] = whole[dim] % tp_size == 0 ? whole[dim] / tp_size : -1;
-    return whole;
+    return it == form_of.end() || whole.empty() ? whole : SliceShape(whole, *it->second, tp_size);
   };
   const std::string& torch_dtype = folder.torch_dtype();
   std::vector<std::string> problems;
@@ -95,7 +88,25 @@ absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& modul
                                                    absl::StrJoin(problems, "; "),
                                                    count > kMaxListedProblems ? "; ..." : ""));
   }
+  return absl::OkStatus();
+}
 
+absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
+                           const std::vector<TensorParallelForm>& forms, int tp_rank, int tp_size,
+                           const std::function<bool(const std::string&)>& held_elsewhere) {
+  for (const auto& item : module.named_parameters()) {
+    if (IsDeferredParameter(item.value())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", item.key(), "' is deferred (Note [Shard-only loading]): its values come from the folder "
+          "when the ZeRO-3 engine partitions it (HfParameterSource), not from a whole load"));
+    }
+  }
+  if (absl::Status checked = CheckHfWeights(folder, module, forms, tp_rank, tp_size, held_elsewhere); !checked.ok()) {
+    return checked;
+  }
+  std::map<std::string, const TensorParallelForm*> form_of;
+  for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
+  auto parameters = module.named_parameters();
   torch::NoGradGuard no_grad;
   for (auto& item : parameters) {
     auto view = folder.View(item.key());

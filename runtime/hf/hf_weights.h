@@ -31,8 +31,17 @@ namespace dslaunch::runtime {
 // mapping, and shapes are checked against the slice. A folder tensor the
 // module lacks is an error unless `held_elsewhere` says another rank holds
 // it (an expert of another expert-parallel rank).
+// A parameter the module holds deferred (Note [Shard-only loading]) is
+// refused: those are read by an HfParameterSource instead.
 absl::Status LoadHfWeights(const HfModelFolder& folder, torch::nn::Module& module,
                            const std::vector<TensorParallelForm>& forms = {}, int tp_rank = 0, int tp_size = 1,
                            const std::function<bool(const std::string&)>& held_elsewhere = {});
+
+// LoadHfWeights' checks alone, every one, copying nothing: for a module
+// whose parameters are deferred (Note [Shard-only loading]) and filled later
+// by an HfParameterSource over the same folder.
+absl::Status CheckHfWeights(const HfModelFolder& folder, const torch::nn::Module& module,
+                            const std::vector<TensorParallelForm>& forms = {}, int tp_rank = 0, int tp_size = 1,
+                            const std::function<bool(const std::string&)>& held_elsewhere = {});
 
 }  // namespace dslaunch::runtime

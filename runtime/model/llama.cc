@@ -6,6 +6,7 @@
 
 #include "runtime/model/activation_checkpoint.h"
 #include "runtime/model/decode_linear.h"
+#include "runtime/model/deferred_parameters.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/next_token_loss.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
@@ -239,11 +240,21 @@ std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::ForwardCached(con
 }
 
 LlamaBackboneImpl::LlamaBackboneImpl(const LlamaOptions& options, LossGradientScale* aux_scale) {
+  // Note [Shard-only loading]: deferred as soon as built, one layer at a time.
+  auto built = [&](torch::nn::Module& module) {
+    if (options.deferred) DeferParameters(module);
+  };
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(LocalVocabRows(options), options.hidden));
+  built(*embed_tokens);
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.layers; ++i) layers->push_back(LlamaDecoderLayer(options, i, aux_scale));
+  for (int64_t i = 0; i < options.layers; ++i) {
+    LlamaDecoderLayer layer(options, i, aux_scale);
+    built(*layer);
+    layers->push_back(layer);
+  }
   norm = register_module(
       "norm", LlamaRmsNorm(options.hidden, options.rms_norm_eps, options.fused_kernels, options.tensor_parallel));
+  built(*norm);
 }
 
 LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(options), dropout_(seed) {
@@ -271,12 +282,13 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
   if (!options.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", Projection(options.hidden, LocalVocabRows(options), /*bias=*/false, options.fused_kernels));
+    if (options.deferred) DeferParameters(*lm_head);
   }
   // LoRA's dropout (the only dropout here) draws from the model's stream.
   for (const std::shared_ptr<torch::nn::Module>& module : modules(/*include_self=*/false)) {
     if (auto* projection = dynamic_cast<LoraLinearImpl*>(module.get())) projection->dropout_stream = &dropout_;
   }
-  Initialize(seed);
+  if (!options.deferred) Initialize(seed);
 }
 
 void LlamaImpl::Initialize(uint64_t seed) {

@@ -74,6 +74,10 @@ struct LlamaOptions {
   // moe.gating.num_experts SwiGLU experts of `intermediate` width (Hugging
   // Face's names: gate, experts.<e>.w1/w2/w3).
   MoeOptions moe;
+  // Note [Shard-only loading]: every parameter is built deferred (sizes, no
+  // memory), one layer at a time, and not initialised: a ZeRO-3 engine
+  // fills this rank's pieces from a ParameterSource.
+  bool deferred = false;
 };
 
 // The vocabulary rows the embedding (and lm_head) hold on this rank.

@@ -16,6 +16,12 @@ namespace {
 using Builder = std::function<absl::StatusOr<BuiltModel>(const ModelSpec&, uint64_t seed)>;
 
 absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
+  if (spec.deferred_parameters) {
+    // Its weights always start from the seed, drawn whole (gpt.cc).
+    return absl::UnimplementedError(
+        "model.type gpt builds its parameters whole (deferred parameters, Note [Shard-only loading], are built "
+        "for families loaded from a Hugging Face folder)");
+  }
   GptOptions options;
   options.layers = spec.layers;
   options.heads = spec.heads;
@@ -73,6 +79,7 @@ absl::StatusOr<BuiltModel> BuildLlama(const ModelSpec& spec, uint64_t seed) {
   // model.moe describes them otherwise. The expert group is the rank's.
   if (spec.moe.enabled()) options.moe = spec.moe;
   options.moe.expert_parallel = spec.moe.expert_parallel;
+  options.deferred = spec.deferred_parameters;
   auto llama = std::make_shared<LlamaImpl>(options, seed);
   return BuiltModel{llama, llama.get(),
                     [hf](const std::string& torch_dtype) { return LlamaHfConfigJson(hf, torch_dtype); }};

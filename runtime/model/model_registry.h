@@ -45,6 +45,10 @@ struct ModelSpec {
   // its path for messages.
   std::string hf_config_text;
   std::string hf_config_path;
+  // Note [Shard-only loading]: the parameters are built deferred (sizes, no
+  // memory), for a ZeRO-3 engine to fill from a ParameterSource. Families
+  // that cannot are refused by BuildModel.
+  bool deferred_parameters = false;
 };
 
 struct BuiltModel {

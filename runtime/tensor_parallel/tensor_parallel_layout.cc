@@ -1,5 +1,6 @@
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -50,6 +51,71 @@ absl::StatusOr<torch::Tensor> SliceForRank(const torch::Tensor& whole, const Ten
   std::vector<torch::Tensor> mine;
   for (int64_t p = 0; p < parts; ++p) mine.push_back(pieces[p * size + rank]);
   return torch::cat(mine, 0).movedim(0, dim).contiguous();
+}
+
+std::vector<int64_t> SliceShape(std::vector<int64_t> whole, const TensorParallelForm& form, int size) {
+  const int64_t dim = SplitDimension(form);
+  if (static_cast<int64_t>(whole.size()) <= dim) return whole;
+  if (form.split == TensorParallelSplit::kVocab && whole[0] == form.vocab_size) whole[0] = form.padded_vocab_size;
+  const int64_t parts = std::max(1, form.fused_parts);
+  whole[dim] = whole[dim] % (parts * std::max(1, size)) == 0 ? whole[dim] / std::max(1, size) : -1;
+  return whole;
+}
+
+absl::StatusOr<torch::Tensor> SliceRows(const torch::Tensor& whole, const TensorParallelForm& form, int rank, int size,
+                                        int64_t first, int64_t count) {
+  const int64_t dim = SplitDimension(form);
+  if (whole.dim() <= dim) {
+    return absl::InvalidArgumentError(absl::StrCat(form.parameter, ": a ", whole.dim(),
+                                                   "-dimensional tensor has no dimension ", dim, " to split"));
+  }
+  if (dim != 0) {
+    // Split along the columns: the rows are whole's own.
+    if (first < 0 || count < 0 || first + count > whole.size(0)) {
+      return absl::InvalidArgumentError(absl::StrCat(form.parameter, ": rows [", first, ", ", first + count,
+                                                     ") of a slice of ", whole.size(0), " rows"));
+    }
+    return SliceForRank(whole.narrow(0, first, count), form, rank, size);
+  }
+  const bool vocab = form.split == TensorParallelSplit::kVocab;
+  if (vocab && (whole.size(0) != form.vocab_size || form.padded_vocab_size < form.vocab_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(form.parameter, ": ", whole.size(0), " rows, expected the vocabulary of ", form.vocab_size));
+  }
+  const int64_t rows = vocab ? form.padded_vocab_size : whole.size(0);
+  const int64_t parts = std::max(1, form.fused_parts);
+  const int64_t slices = parts * std::max(1, size);
+  if (rows % slices != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(form.parameter, ": dimension 0 (", rows, ") does not split into ",
+                                                   parts, " part(s) of ", size, " tensor-parallel slices"));
+  }
+  const int64_t chunk = rows / slices;
+  if (first < 0 || count < 0 || first + count > chunk * parts) {
+    return absl::InvalidArgumentError(absl::StrCat(form.parameter, ": rows [", first, ", ", first + count,
+                                                   ") of a slice of ", chunk * parts, " rows"));
+  }
+  // Local row i is row (p·size + rank)·chunk + i mod chunk of the (padded)
+  // whole, p = i / chunk: a run of rows per part.
+  std::vector<torch::Tensor> pieces;
+  for (int64_t i = first; i < first + count;) {
+    const int64_t part = i / chunk;
+    const int64_t length = std::min(first + count, (part + 1) * chunk) - i;
+    const int64_t source = (part * std::max(1, size) + rank) * chunk + i % chunk;
+    const int64_t real = std::clamp<int64_t>(whole.size(0) - source, 0, length);
+    if (real > 0) pieces.push_back(whole.narrow(0, source, real));
+    if (real < length) {
+      std::vector<int64_t> shape = whole.sizes().vec();
+      shape[0] = length - real;
+      pieces.push_back(torch::zeros(shape, whole.options()));
+    }
+    i += length;
+  }
+  if (pieces.empty()) {
+    std::vector<int64_t> shape = whole.sizes().vec();
+    shape[0] = 0;
+    return torch::empty(shape, whole.options());
+  }
+  return pieces.size() == 1 ? pieces.front().contiguous() : torch::cat(pieces, 0);
 }
 
 torch::Tensor AssembleWhole(const std::vector<torch::Tensor>& slices, const TensorParallelForm& form) {

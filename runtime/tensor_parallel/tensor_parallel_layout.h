@@ -49,6 +49,17 @@ int64_t SplitDimension(const TensorParallelForm& form);
 absl::StatusOr<torch::Tensor> SliceForRank(const torch::Tensor& whole, const TensorParallelForm& form, int rank,
                                            int size);
 
+// The shape of rank slices of a tensor of shape `whole` (what SliceForRank
+// returns); the split dimension is -1 where it does not divide.
+std::vector<int64_t> SliceShape(std::vector<int64_t> whole, const TensorParallelForm& form, int size);
+
+// Rows [first, first + count) (along dimension 0) of rank `rank`'s slice of
+// `whole`, reading only the rows of `whole` they come from (vocabulary rows
+// past the vocabulary are zeros): SliceForRank(whole, ...).narrow(0, first,
+// count), without the rest of the tensor (Note [Shard-only loading]).
+absl::StatusOr<torch::Tensor> SliceRows(const torch::Tensor& whole, const TensorParallelForm& form, int rank, int size,
+                                        int64_t first, int64_t count);
+
 // The whole tensor from every rank's slice, slices[r] being rank r's (the
 // inverse of SliceForRank over r = 0 .. slices.size()-1), padding dropped.
 torch::Tensor AssembleWhole(const std::vector<torch::Tensor>& slices, const TensorParallelForm& form);

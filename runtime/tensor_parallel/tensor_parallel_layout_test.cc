@@ -1,5 +1,8 @@
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 
+#include <functional>
+#include <numeric>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/testing/rank_group.h"
@@ -47,6 +50,43 @@ TEST(TensorParallelLayoutTest, RefusesASplitThatDoesNotDivideNamingTheParameter)
   auto sliced = SliceForRank(torch::ones({6, 2}), {"fc.weight", TensorParallelSplit::kColumn}, 0, 4);
   ASSERT_FALSE(sliced.ok());
   EXPECT_THAT(sliced.status().message(), HasSubstr("fc.weight: dimension 0 (6) does not split into 1 part(s) of 4"));
+}
+
+// Note [Shard-only loading]: any run of a slice's rows, read alone, equals
+// those rows of the whole slice, for every kind of split and rank, and the
+// slice's shape is what SliceShape predicts.
+TEST(TensorParallelLayoutTest, SliceRowsEqualTheRowsOfTheWholeSlice) {
+  const int64_t vocab = 11;
+  struct Case {
+    TensorParallelForm form;
+    std::vector<int64_t> shape;
+  };
+  const std::vector<Case> cases = {
+      {{"qkv.weight", TensorParallelSplit::kColumn, 3}, {12, 3}},
+      {{"up.weight", TensorParallelSplit::kColumn}, {8, 5}},
+      {{"up.bias", TensorParallelSplit::kColumn}, {8}},
+      {{"down.weight", TensorParallelSplit::kRow}, {3, 8}},
+      {{"embed.weight", TensorParallelSplit::kVocab, 1, vocab, PaddedVocabSize(vocab, 2, 1)}, {vocab, 4}},
+  };
+  for (const Case& c : cases) {
+    const int64_t numel = std::accumulate(c.shape.begin(), c.shape.end(), int64_t{1}, std::multiplies<>());
+    torch::Tensor whole = torch::arange(numel, torch::kFloat).view(c.shape) + 1;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto slice = SliceForRank(whole, c.form, rank, 2);
+      ASSERT_TRUE(slice.ok()) << slice.status();
+      EXPECT_EQ(SliceShape(c.shape, c.form, 2), slice->sizes().vec()) << c.form.parameter;
+      for (int64_t first = 0; first < slice->size(0); ++first) {
+        for (int64_t count = 0; first + count <= slice->size(0); ++count) {
+          auto rows = SliceRows(whole, c.form, rank, 2, first, count);
+          ASSERT_TRUE(rows.ok()) << rows.status();
+          EXPECT_TRUE(torch::equal(*rows, slice->narrow(0, first, count)))
+              << c.form.parameter << " rank " << rank << " rows " << first << "+" << count;
+        }
+      }
+      EXPECT_FALSE(SliceRows(whole, c.form, rank, 2, slice->size(0), 1).ok()) << c.form.parameter;
+    }
+  }
+  EXPECT_EQ(SliceShape({6, 2}, {"fc.weight", TensorParallelSplit::kColumn}, 4), (std::vector<int64_t>{-1, 2}));
 }
 
 // Slicing then gathering gives the whole tensor back on every rank, for each

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/deferred_parameters.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
@@ -33,12 +34,15 @@ struct TensorParallelLayout {
   bool lora = false;     // Llama: adapters on every projection (all-linear, r 4), the rest frozen
   bool offload = false;  // the optimizer's state and step on the host (offload_optimizer: cpu)
   bool offload_param = false;  // stage 3: the parameter shards on the host (offload_param: cpu)
+  // Llama at stage 3: built deferred, the engine reading this rank's pieces
+  // from an unsplit model of the same seed (Note [Shard-only loading]).
+  bool deferred = false;
 
   int world() const { return tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
                         bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "",
-                        offload_param ? " parameter offload" : "");
+                        offload_param ? " parameter offload" : "", deferred ? " shard-only load" : "");
   }
 };
 
@@ -73,6 +77,19 @@ inline void ApplyTestLora(torch::nn::Module& model) {
   EXPECT_TRUE(applied.ok()) << applied.status();
 }
 
+// The tests' Llama: 8 query heads, 2 key/value heads.
+inline LlamaOptions TestLlamaOptions() {
+  LlamaOptions options;
+  options.layers = 2;
+  options.hidden = 32;
+  options.heads = 8;
+  options.kv_heads = 2;
+  options.head_dim = 4;
+  options.intermediate = 48;
+  options.vocab_size = 37;
+  return options;
+}
+
 // The model of `layout` split over `group` (the same weights for every split).
 inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorParallelLayout& layout,
                                                                    const TensorParallelGroup& group,
@@ -87,20 +104,50 @@ inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorP
     *family = model.get();
     return model;
   }
-  LlamaOptions options;
-  options.layers = 2;
-  options.hidden = 32;
-  options.heads = 8;
-  options.kv_heads = 2;
-  options.head_dim = 4;
-  options.intermediate = 48;
-  options.vocab_size = 37;
+  LlamaOptions options = TestLlamaOptions();
   options.tensor_parallel = group;
+  options.deferred = layout.deferred;
   auto model = std::make_shared<LlamaImpl>(options, 3);
   if (layout.lora) ApplyTestLora(*model);
   *family = model.get();
   return model;
 }
+
+// Note [Shard-only loading] in tests: a deferred model's values from the
+// unsplit Llama of the same seed (this rank's tensor-parallel slices of
+// it), counting the elements read.
+class WholeModelSource : public ParameterSource {
+ public:
+  WholeModelSource(const std::vector<TensorParallelForm>& forms, const TensorParallelGroup& group)
+      : whole_(std::make_shared<LlamaImpl>(TestLlamaOptions(), 3)), group_(group) {
+    for (const TensorParallelForm& form : forms) forms_[form.parameter] = form;
+  }
+  absl::Status Read(const std::string& name, int64_t offset, torch::Tensor out) const override {
+    auto parameters = whole_->named_parameters();
+    const torch::Tensor* found = parameters.find(name);
+    if (found == nullptr) return absl::NotFoundError(absl::StrCat("no parameter '", name, "'"));
+    torch::Tensor value = *found;
+    if (auto it = forms_.find(name); it != forms_.end()) {
+      auto slice = SliceForRank(value, it->second, group_.rank, group_.size);
+      if (!slice.ok()) return slice.status();
+      value = *slice;
+    }
+    if (offset < 0 || offset + out.numel() > value.numel()) {
+      return absl::OutOfRangeError(absl::StrCat(name, ": [", offset, ", +", out.numel(), ") of ", value.numel()));
+    }
+    torch::NoGradGuard no_grad;
+    out.copy_(value.reshape({-1}).narrow(0, offset, out.numel()));
+    elements_read_ += out.numel();
+    return absl::OkStatus();
+  }
+  int64_t elements_read() const { return elements_read_; }
+
+ private:
+  std::shared_ptr<LlamaImpl> whole_;
+  TensorParallelGroup group_;
+  std::map<std::string, TensorParallelForm> forms_;
+  mutable int64_t elements_read_ = 0;
+};
 
 inline TensorParallelGroup TensorGroupOf(const ParallelState& state, bool sequence_parallel) {
   Communicator* tensor = state.tensor();
@@ -113,6 +160,7 @@ struct TensorParallelRank {
   ModelInterface* family = nullptr;
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<Engine> engine;  // null when Engine::Create failed (the test has failed)
+  std::shared_ptr<WholeModelSource> source;  // layout.deferred: what the engine read from
 };
 
 // `state` must outlive the result (the engine borrows it).
@@ -121,7 +169,9 @@ inline TensorParallelRank StartTensorParallelRank(const TensorParallelLayout& la
   rank.group = TensorGroupOf(state, layout.sequence_parallel);
   rank.module = BuildTensorParallelModel(layout, rank.group, &rank.family);
   std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
-  auto engine = Engine::Create(rank.module, TensorParallelConfig(layout), borrowed, torch::kCPU);
+  if (layout.deferred) rank.source = std::make_shared<WholeModelSource>(rank.family->TensorParallelForms(), rank.group);
+  auto engine = Engine::Create(rank.module, TensorParallelConfig(layout), borrowed, torch::kCPU, std::nullopt,
+                               rank.source.get());
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (engine.ok()) rank.engine = std::move(*engine);
   return rank;
@@ -225,7 +275,7 @@ inline void ExpectSameTrainingAsOneProcess(const TensorParallelLayout& layout, i
   one.tp = one.dp = 1;
   one.sequence_parallel = false;
   one.stage = 0;
-  one.offload = one.offload_param = false;
+  one.offload = one.offload_param = one.deferred = false;
   const Outcome want = train(one);
   const Outcome got = train(layout);
   const double loss_tolerance = layout.bf16 ? 2e-2 : 1e-5;

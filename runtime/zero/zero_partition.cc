@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/deferred_parameters.h"
 #include "runtime/zero/tensor_storage.h"
 
 namespace dslaunch::runtime {
@@ -36,7 +37,8 @@ ZeroPartition::ZeroPartition(const ZeroOptions& options, std::vector<torch::Tens
 
 absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroOptions& options,
                                                                      std::vector<torch::Tensor> params,
-                                                                     Communicator* comm) {
+                                                                     Communicator* comm,
+                                                                     const DeferredValues* deferred) {
   if (options.stage < 0 || options.stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("ZeroPartition: stage ", options.stage, " (0 to 3)"));
   }
@@ -70,14 +72,37 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   torch::NoGradGuard no_grad;
   const torch::Tensor& first = zero->params_.front();
   std::vector<torch::Tensor> master_pieces, param_pieces;
+  const char* kind_name = options.frozen ? "ZeroPartition: frozen" : "ZeroPartition: trainable";
+  bool any_deferred = false;
   for (size_t u = 0; u < zero->units_.size(); ++u) {
     const Unit& unit = zero->units_[u];
-    std::vector<torch::Tensor> flat;
-    for (size_t i = unit.first; i < unit.end; ++i) flat.push_back(zero->params_[i].detach().reshape({-1}));
-    torch::Tensor all = torch::cat(flat);
     const int64_t padded = unit.piece * zero->shards_;
-    if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
-    torch::Tensor mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
+    // Note [Shard-only loading].
+    size_t deferred_parameter = unit.end;
+    for (size_t i = unit.first; i < unit.end && deferred_parameter == unit.end; ++i) {
+      if (IsDeferredParameter(zero->params_[i])) deferred_parameter = i;
+    }
+    const bool deferred_unit = deferred_parameter != unit.end;
+    if (deferred_unit && (options.stage != 3 || deferred == nullptr || !deferred->read)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          kind_name, " parameter ", deferred_parameter, " is deferred (no values yet, Note [Shard-only loading]): "
+          "only a ZeRO stage 3 partition given their source fills deferred parameters (this one is stage ",
+          options.stage, deferred == nullptr ? ", without a source)" : ")"));
+    }
+    any_deferred = any_deferred || deferred_unit;
+    torch::Tensor all, mine;
+    if (deferred_unit) {
+      all = torch::empty({padded},
+                         torch::TensorOptions().dtype(zero->params_[unit.first].scalar_type()).device(deferred->device));
+      mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
+      if (absl::Status filled = zero->FillPiece(unit, *deferred, mine); !filled.ok()) return filled;
+    } else {
+      std::vector<torch::Tensor> flat;
+      for (size_t i = unit.first; i < unit.end; ++i) flat.push_back(zero->params_[i].detach().reshape({-1}));
+      all = torch::cat(flat);
+      if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
+      mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
+    }
     // Offloaded pieces go to the host one unit at a time: a model that fits
     // on the device only partitioned never has its fp32 copy there.
     if (!options.frozen) {
@@ -96,6 +121,12 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       }
       zero->full_.push_back(all);
       zero->gathered_.push_back(true);
+      if (deferred_unit) {
+        // Only this rank's piece is real; the gathers fill the rest when used.
+        zero->peak_live_ = std::max(zero->peak_live_, zero->LiveElements());
+        ResizeStorage(all, 0);
+        zero->gathered_.back() = false;
+      }
     }
   }
   // Note [Frozen parameters at ZeRO-3]: no master, no optimizer state.
@@ -152,8 +183,15 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     zero->param_shard_ = params_shard;
     zero->pending_.resize(zero->units_.size());
     start_worker();
-    for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
-    zero->peak_live_ = zero->LiveElements();
+    if (any_deferred) {
+      // Note [Shard-only loading]: the persistent units from every rank's
+      // pieces (every rank's units are deferred alike: the same collectives).
+      if (absl::Status s = zero->RegatherPersistentUnits(); !s.ok()) return s;
+      zero->peak_live_ = std::max(zero->peak_live_, zero->LiveElements());
+    } else {
+      for (int u = 0; u < zero->units(); ++u) zero->ReleaseUnit(u);
+      zero->peak_live_ = zero->LiveElements();
+    }
   }
   // Note [bf16 parameters from the host step].
   if (options.offload_optimizer && !options.nvme && first.scalar_type() == torch::kBFloat16) {
@@ -165,6 +203,32 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
   }
   return zero;
+}
+
+absl::Status ZeroPartition::FillPiece(const Unit& unit, const DeferredValues& deferred, torch::Tensor mine) const {
+  torch::NoGradGuard no_grad;
+  const int64_t begin = shard_rank_ * unit.piece;
+  const int64_t end = begin + unit.piece;
+  int64_t offset = 0;  // of parameter i within the unit
+  for (size_t i = unit.first; i < unit.end; ++i) {
+    const torch::Tensor& p = params_[i];
+    const int64_t from = std::max(begin, offset);
+    const int64_t to = std::min(end, offset + p.numel());
+    if (from < to) {
+      torch::Tensor slot = mine.narrow(0, from - begin, to - from);
+      if (IsDeferredParameter(p)) {
+        if (absl::Status read = deferred.read(i, from - offset, slot); !read.ok()) return read;
+      } else {
+        slot.copy_(p.detach().reshape({-1}).narrow(0, from - offset, to - from));
+      }
+    }
+    offset += p.numel();
+  }
+  if (end > std::max(begin, offset)) {
+    const int64_t padding_from = std::max(begin, offset);
+    mine.narrow(0, padding_from - begin, end - padding_from).zero_();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::BuildUnits() {

@@ -115,11 +115,27 @@ struct ZeroOptions {
   CommWorker* worker = nullptr;
 };
 
+// Note [Shard-only loading] (runtime/model/deferred_parameters.h): where the
+// values of deferred parameters come from, at stage 3.
+struct DeferredValues {
+  // Where each unit's flat buffer is built (the engine's device).
+  torch::Device device = torch::kCPU;
+  // Elements [offset, offset + out.numel()) of params[parameter], flattened,
+  // into `out`.
+  std::function<absl::Status(size_t parameter, int64_t offset, torch::Tensor out)> read;
+};
+
 class ZeroPartition {
  public:
-  // `comm` may be null (one rank: the shard is everything).
+  // `comm` may be null (one rank: the shard is everything). Parameters that
+  // are deferred (IsDeferredParameter) need stage 3 and `deferred`: each of
+  // their units is built on deferred->device, only this rank's piece is
+  // read, and the unit is released before the next one is built (the
+  // persistent units are then gathered from every rank's pieces, a
+  // collective). Only Create reads `deferred`.
   static absl::StatusOr<std::unique_ptr<ZeroPartition>> Create(const ZeroOptions& options,
-                                                               std::vector<torch::Tensor> params, Communicator* comm);
+                                                               std::vector<torch::Tensor> params, Communicator* comm,
+                                                               const DeferredValues* deferred = nullptr);
   bool offload() const { return options_.offload_optimizer; }
   // What runs this partition's collectives in order (null where they run inline).
   CommWorker* worker() const { return worker_; }
@@ -318,6 +334,9 @@ class ZeroPartition {
 
   ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm);
   absl::Status BuildUnits();
+  // Note [Shard-only loading]: this rank's piece of `unit` into `mine`, each
+  // deferred parameter's part read from `deferred`, the others copied.
+  absl::Status FillPiece(const Unit& unit, const DeferredValues& deferred, torch::Tensor mine) const;
   // The unit's model gradients flattened into its padded layout (zeros where
   // a parameter has no gradient).
   torch::Tensor FlatGradients(const Unit& unit) const;

@@ -4,6 +4,8 @@
 #  - 1 rank at ZeRO-0 and 2 ranks at ZeRO-2 and ZeRO-3 give the same losses,
 #    and the loss falls; the frozen base has no master weights or optimizer
 #    state, and at ZeRO-3 each rank keeps its half of it (memory_breakdown);
+#  - at ZeRO-3 each rank reads only its half of the folder, and its peak
+#    host memory is well below ZeRO-2's, which builds the model whole;
 #  - the PEFT adapter folder, applied on the base by the independent
 #    reference (tests/hf/llama_reference.py --adapter), gives the logits dsgen
 #    computes from the merged export, both written at ZeRO-3 on 2 ranks, and
@@ -70,6 +72,39 @@ line=$(grep -m1 "memory: parameters" "$WORK/memory3.out") || fail "no memory_bre
 ((BASH_REMATCH[1] >= frozen && BASH_REMATCH[1] <= frozen + 2 * (layers + 2))) ||
   fail "ZeRO-3 on 2 ranks: $line; expected half of the $((2 * frozen)) frozen bytes"
 pass "LoRA at ZeRO-3 on 2 ranks: each keeps ${BASH_REMATCH[1]} of the $((2 * frozen)) bytes of the frozen base"
+
+# 2b. Shard-only loading (Note [Shard-only loading]): at ZeRO-3 no rank builds
+#     the model whole; each reads its own pieces of the folder. On a 271 MB
+#     (fp32) folder, rank 0 of 2 reads about half of its bytes, and its peak
+#     host memory when the engine is ready is well below ZeRO-2's, whose
+#     ranks build and load the whole model (the module, and every page of the
+#     folder through the mapping).
+"$PY" "$HF/make_tiny_llama.py" "$WORK/wide" llama2 --hidden 768 --layers 6 --heads 12 --kv_heads 12 \
+  --intermediate 2048 --vocab 16384 --seed 5
+folder_bytes=$(du -cb "$WORK"/wide/*.safetensors | tail -1 | cut -f1)
+peak_mib() {  # NAME: rank 0's peak host memory when its engine was ready
+  sed -nE 's/.*engine ready; rank 0.s peak host memory so far ([0-9]+) MiB.*/\1/p' "$WORK/$1.out"
+}
+for stage in 2 3; do
+  run_job wide$stage 2 --override "model.from=$WORK/wide" --override train.steps=3 --override train.warmup_steps=2 \
+    --override train.micro_batch_size=4 \
+    --override ds_config.zero_optimization.stage=$stage \
+    --override ds_config.zero_optimization.stage3_param_persistence_threshold=0
+done
+line=$(grep -m1 "read .* of the .* bytes of" "$WORK/wide3.out") || fail "no shard-only line at ZeRO-3: $(grep -m4 dsrank: "$WORK/wide3.out")"
+[[ $line =~ read\ ([0-9]+)\ of\ the\ ([0-9]+)\ bytes ]] || fail "unexpected line: $line"
+read_bytes=${BASH_REMATCH[1]}
+((BASH_REMATCH[2] > folder_bytes * 99 / 100 && read_bytes >= BASH_REMATCH[2] / 2 - BASH_REMATCH[2] / 100 &&
+  read_bytes <= BASH_REMATCH[2] / 2 + BASH_REMATCH[2] / 100)) ||
+  fail "rank 0 of 2 read $read_bytes of ${BASH_REMATCH[2]} bytes (folder files: $folder_bytes); expected half"
+grep -q "each rank reads only its ZeRO-3 pieces" "$WORK/wide3.out" || fail "no 'checked' line at ZeRO-3"
+! grep -q "each rank reads only" "$WORK/wide2.out" || fail "ZeRO-2 claims shard-only loading"
+peak2=$(peak_mib wide2) peak3=$(peak_mib wide3)
+[[ -n $peak2 && -n $peak3 ]] || fail "no 'engine ready' line: $(grep -m4 dsrank: "$WORK/wide3.out")"
+model_mib=$((folder_bytes >> 20))
+((peak3 + model_mib / 3 < peak2)) ||
+  fail "rank 0's peak host memory at ZeRO-3 is $peak3 MiB, at ZeRO-2 $peak2 MiB: not a third of the $model_mib MiB model less"
+pass "shard-only loading at ZeRO-3: rank 0 of 2 read $read_bytes of ${BASH_REMATCH[2]} bytes; peak host memory $peak3 MiB (ZeRO-2: $peak2 MiB, model $model_mib MiB)"
 
 # 3. The adapter (PEFT) and the merged model, written at ZeRO-3 on 2 ranks:
 #    the reference applies the adapter on the base and gets dsgen's logits of
