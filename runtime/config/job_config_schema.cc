@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/config/config_limits.h"
+#include "runtime/pipeline/pipeline_partition.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -308,6 +309,31 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
     at_ds("pipeline.virtual_stages", absl::StrCat(pipe.virtual_stages, " model chunks per rank need pipeline.schedule: "
                                                   "interleaved (the schedule is ", pipe.schedule, ")"));
   }
+  // Megatron's num_layers_per_virtual_pipeline_stage: the chunks per stage
+  // follow from the model's depth (here when model.layers says it; a
+  // model.from folder's at the rank).
+  int virtual_stages = pipe.virtual_stages;
+  if (pipe.num_layers_per_virtual_stage > 0) {
+    const std::string key = "pipeline.num_layers_per_virtual_stage";
+    if (pipe.schedule != "interleaved") {
+      at_ds(key, absl::StrCat("cuts the model into chunks for pipeline.schedule: interleaved (the schedule is ",
+                              pipe.schedule, ")"));
+    } else if (!pipe.layers_per_stage.empty()) {
+      at_ds(key, "and pipeline.layers_per_stage both say how the layers are cut: set one of them");
+    } else if (pipe.stages > 1 && job.model.from.empty() && walk.HasValue("model.layers")) {
+      auto cut = VirtualStagesOfBlocks(job.model.layers, pipe.stages, pipe.num_layers_per_virtual_stage);
+      if (!cut.ok()) {
+        at_ds(key, std::string(cut.status().message().substr(key.size() + 1)));
+      } else if (pipe.virtual_stages > 1 && pipe.virtual_stages != cut->virtual_stages) {
+        at_ds("pipeline.virtual_stages",
+              absl::StrCat(pipe.virtual_stages, " but pipeline.num_layers_per_virtual_stage=",
+                           pipe.num_layers_per_virtual_stage, " gives ", cut->virtual_stages, " model chunks per stage (",
+                           job.model.layers, " blocks over ", pipe.stages, " stages)"));
+      } else {
+        virtual_stages = cut->virtual_stages;
+      }
+    }
+  }
   if (pipe.activation_checkpoint_interval > 0) {
     const std::string key = "pipeline.activation_checkpoint_interval";
     if (pipe.stages <= 1) {
@@ -331,7 +357,7 @@ void CheckPipeline(const WalkResult& walk, const TreeSource& source, const WalkR
     at_ds("pipeline.schedule", absl::StrCat("interleaved needs gradient_accumulation_steps (the micro-batches per "
                                             "step, ", micro_batches, ") to be a multiple of ", stages));
   }
-  const int parts = pipe.stages * pipe.virtual_stages;
+  const int parts = pipe.stages * virtual_stages;
   if (!pipe.layers_per_stage.empty() && static_cast<int>(pipe.layers_per_stage.size()) != parts) {
     at_ds("pipeline.layers_per_stage", absl::StrCat("has ", pipe.layers_per_stage.size(), " entries; the pipeline has ",
                                                     parts, " (virtual) stages"));

@@ -202,6 +202,28 @@ ds_config: {train_batch_size: 1, pipeline: {virtual_stages: 2}}
 )");
   EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.virtual_stages: 2 model chunks per rank need "
                                                        "pipeline.schedule: interleaved")));
+  // num_layers_per_virtual_stage (Megatron's): chunks for the interleaved
+  // schedule, from the model's depth, and the only say on the cut.
+  const std::string chunked = R"(model: {type: gpt, layers: 6, heads: 2, width: 8, sequence_length: 32}
+data: {prepared: d}
+train: {steps: 1}
+ds_config: {train_batch_size: 4, train_micro_batch_size_per_gpu: 1, pipeline: {stages: 2, )";
+  job = LoadText(chunked + "schedule: interleaved, num_layers_per_virtual_stage: 1}}\n", {}, 2);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->ds.pipeline.num_layers_per_virtual_stage, 1);
+  job = LoadText(chunked + "num_layers_per_virtual_stage: 1}}\n", {}, 2);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.num_layers_per_virtual_stage: cuts the model into "
+                                                       "chunks for pipeline.schedule: interleaved (the schedule is 1f1b)")));
+  job = LoadText(chunked + "schedule: interleaved, num_layers_per_virtual_stage: 2}}\n", {}, 2);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.num_layers_per_virtual_stage: 2: the model's 6 blocks "
+                                                       "do not split into 2 stages x 2 blocks per model chunk")));
+  job = LoadText(chunked + "schedule: interleaved, num_layers_per_virtual_stage: 1, virtual_stages: 2}}\n", {}, 2);
+  EXPECT_THAT(ProblemLines(job), ElementsAre(HasSubstr("pipeline.virtual_stages: 2 but "
+                                                       "pipeline.num_layers_per_virtual_stage=1 gives 3 model chunks")));
+  job = LoadText(chunked + "schedule: interleaved, num_layers_per_virtual_stage: 1, layers_per_stage: [4, 4]}}\n", {},
+                 2);
+  EXPECT_THAT(ProblemLines(job), Contains(HasSubstr("pipeline.num_layers_per_virtual_stage: and "
+                                                    "pipeline.layers_per_stage both say how the layers are cut")));
   // activation_checkpoint_interval: a pipeline's, and not beside number_checkpoints.
   const std::string interval_job = R"(model: {type: gpt, layers: 2, heads: 2, width: 8, sequence_length: 32}
 data: {prepared: d}

@@ -71,7 +71,29 @@ absl::StatusOr<std::unique_ptr<PipelineEngine>> PipelineEngine::Create(std::shar
   pipe->shape_.stages = parallel->topology().pipe_size();
   pipe->stage_ = parallel->coordinate().pipe;
   pipe->shape_.micro_batches = config.gradient_accumulation_steps;
-  pipe->shape_.virtual_stages = config.pipeline.virtual_stages;
+  // Note [Pipeline stages]: num_layers_per_virtual_stage says how many
+  // chunks from the model's depth (its layer list: the embedding, the
+  // blocks, the head).
+  PipelineConfig pipeline = config.pipeline;
+  if (pipeline.num_layers_per_virtual_stage > 0) {
+    const int64_t blocks = static_cast<int64_t>(family->Layers().size()) - 2;
+    DS_ASSIGN_OR_RETURN(VirtualStageCut cut,
+                        VirtualStagesOfBlocks(blocks, pipe->shape_.stages, pipeline.num_layers_per_virtual_stage));
+    if (pipeline.virtual_stages > 1 && pipeline.virtual_stages != cut.virtual_stages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.virtual_stages=", pipeline.virtual_stages, " but pipeline.num_layers_per_virtual_stage=",
+          pipeline.num_layers_per_virtual_stage, " gives ", cut.virtual_stages, " model chunks per stage (", blocks,
+          " blocks over ", pipe->shape_.stages, " stages)"));
+    }
+    if (!pipeline.layers_per_stage.empty()) {
+      return absl::InvalidArgumentError(
+          "pipeline.layers_per_stage and pipeline.num_layers_per_virtual_stage both say how the layers are cut: set "
+          "one of them");
+    }
+    pipeline.virtual_stages = cut.virtual_stages;
+    pipeline.layers_per_stage = cut.layers_per_part;
+  }
+  pipe->shape_.virtual_stages = pipeline.virtual_stages;
   if (pipe->shape_.stages != config.pipeline.stages) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline.stages=", config.pipeline.stages,
                                                    " but the job's process grid has ", pipe->shape_.stages,
@@ -84,7 +106,7 @@ absl::StatusOr<std::unique_ptr<PipelineEngine>> PipelineEngine::Create(std::shar
   DS_ASSIGN_OR_RETURN(pipe->kind_, ParsePipelineSchedule(config.pipeline.schedule));
   if (absl::Status s = ValidatePipelineShape(pipe->kind_, pipe->shape_); !s.ok()) return s;
   DS_ASSIGN_OR_RETURN(pipe->stream_, BuildStageSchedule(pipe->kind_, pipe->shape_, pipe->stage_));
-  if (absl::Status s = pipe->Cut(*family, *model, config.pipeline); !s.ok()) return s;
+  if (absl::Status s = pipe->Cut(*family, *model, pipeline); !s.ok()) return s;
   pipe->interval_ = config.pipeline.activation_checkpoint_interval;
   pipe->head_layer_ = static_cast<int>(family->Layers().size()) - 1;
   PipelineStageRole role;

@@ -53,6 +53,7 @@ struct PipeLayout {
   int checkpoint_interval = 0;  // pipeline.activation_checkpoint_interval
   bool lora = false;  // llama: adapters on every projection (all-linear, r 4), the rest frozen
   int64_t llama_vocab = 37;
+  int layers_per_virtual_stage = 0;  // pipeline.num_layers_per_virtual_stage
 
   int world() const { return pp * tp * dp; }
   std::string Describe() const {
@@ -60,7 +61,8 @@ struct PipeLayout {
                         ", M ", micro_batches, ") x TP ", tp, sequence_parallel ? " SP" : "", " x DP ", dp, " ZeRO ",
                         zero, offload ? " offload" : "", bf16 ? " bf16" : "",
                         checkpoint_interval > 0 ? absl::StrCat(" recompute every ", checkpoint_interval) : "",
-                        lora ? " LoRA" : "");
+                        lora ? " LoRA" : "",
+                        layers_per_virtual_stage > 0 ? absl::StrCat(" ", layers_per_virtual_stage, " blocks per chunk") : "");
   }
 };
 
@@ -80,6 +82,7 @@ DsConfig PipeConfig(const PipeLayout& layout) {
   config.pipeline.stages = layout.pp;
   config.pipeline.schedule = layout.schedule;
   config.pipeline.virtual_stages = layout.virtual_stages;
+  config.pipeline.num_layers_per_virtual_stage = layout.layers_per_virtual_stage;
   config.pipeline.partition_method = layout.partition;
   config.pipeline.activation_checkpoint_interval = layout.checkpoint_interval;
   // The adapters' gradients are small: clip every step, so the norm is read.
@@ -418,6 +421,34 @@ TEST(PipelineTrainingTest, LoraStagesCutWhereTheBaseModelsDo) {
   EXPECT_NE(refused.status().message().find("pipeline stage 0 would hold no trainable parameter (stage 0: embedding"),
             std::string::npos)
       << refused.status();
+}
+
+// Megatron's num_layers_per_virtual_pipeline_stage: the GPT's 6 blocks at
+// 1 block per chunk over 2 stages are 3 chunks per stage, the embedding
+// with the first and the head with the last; training matches one process.
+// Blocks that do not divide, and a second cut, are refused naming the key.
+TEST(PipelineTrainingTest, LayersPerVirtualStageCutTheModelIntoChunks) {
+  const PipeLayout layout{.family = "gpt", .pp = 2, .schedule = "interleaved", .layers_per_virtual_stage = 1};
+  auto lines = PartitionOf(layout);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 6u);
+  EXPECT_EQ(lines->front(), "stage 0: embedding .. blocks.0 (2");
+  EXPECT_EQ((*lines)[3], "stage 3: blocks.3 (1");
+  EXPECT_EQ(lines->back(), "stage 5: blocks.5 .. head (2");
+  CompareWithOneProcess(layout);
+  auto uneven = PartitionOf(PipeLayout{.family = "gpt", .pp = 2, .schedule = "interleaved", .layers_per_virtual_stage = 2});
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find(
+                "pipeline.num_layers_per_virtual_stage=2: the model's 6 blocks do not split into 2 stages x 2 blocks"),
+            std::string::npos)
+      << uneven.status();
+  auto disagreeing = PartitionOf(
+      PipeLayout{.family = "gpt", .pp = 2, .schedule = "interleaved", .virtual_stages = 2, .layers_per_virtual_stage = 1});
+  ASSERT_FALSE(disagreeing.ok());
+  EXPECT_NE(disagreeing.status().message().find("pipeline.virtual_stages=2 but pipeline.num_layers_per_virtual_stage=1 "
+                                                "gives 3 model chunks per stage"),
+            std::string::npos)
+      << disagreeing.status();
 }
 
 TEST(PipelineTrainingTest, BrokenTiedSumIsCaught) {
