@@ -46,6 +46,10 @@ void PrintDryRun(const JobSpec& spec, LauncherKind launcher, std::FILE* out) {
   std::fprintf(out, "dslaunch dry run: job %s, %d rank(s) on %zu node(s), launcher %s\n",
                spec.job_id.c_str(), plan.world_size(), plan.nodes.size(),
                kinds[static_cast<int>(launcher)]);
+  if (!spec.pipeline_partition.empty()) {
+    std::fprintf(out, "pipeline: %d stages; the layers of each (virtual) stage:\n", spec.pipeline_stages);
+    for (const std::string& line : spec.pipeline_partition) std::fprintf(out, "  %s\n", line.c_str());
+  }
   for (int node = 0; node < static_cast<int>(plan.nodes.size()); ++node) {
     std::fprintf(out,
                  "node %d: host %s, %zu rank(s); the environment they share (each rank below "

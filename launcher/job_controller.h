@@ -83,6 +83,10 @@ struct JobSpec {
   // tensor_parallel.tp_size and pipeline.stages (1 and 1 otherwise).
   int tensor_parallel_size = 1;
   int pipeline_stages = 1;
+  // --dry_run: with pipeline.stages > 1, the layers of each (virtual) stage
+  // as every rank will cut them (the lines dsrank prints at start), or one
+  // line saying why they are not known before the ranks build the model.
+  std::vector<std::string> pipeline_partition;
   std::vector<std::string> program;
   bool no_local_rank = false;
   std::string working_dir;

@@ -11,12 +11,17 @@
 #include "absl/strings/str_join.h"
 #include "launcher/launcher_notice.h"
 #include "launcher/sibling_binary.h"
+#include "common/status_macros.h"
 #include "runtime/config/config_loader.h"
 #include "runtime/config/dsrank_arguments.h"
+#include "runtime/estimate/model_size.h"
 #include "runtime/offload/nvme_path_check.h"
+#include "runtime/pipeline/pipeline_partition.h"
 
 namespace dslaunch {
 namespace {
+
+std::vector<std::string> PipelinePartitionLines(const runtime::JobConfig& job);
 
 absl::StatusOr<std::vector<runtime::ConfigOverride>> ParseOverrides(const std::vector<std::string>& texts) {
   std::vector<runtime::ConfigOverride> overrides;
@@ -109,12 +114,45 @@ absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job
   }
   spec->tensor_parallel_size = std::max(1, job->ds.tensor_parallel.tp_size);
   spec->pipeline_stages = std::max(1, job->ds.pipeline.stages);
+  if (spec->pipeline_stages > 1) spec->pipeline_partition = PipelinePartitionLines(*job);
   if (!job->not_yet_supported.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(options.program[0],
                                                    " asks for what this runtime does not support yet:\n  ",
                                                    absl::StrJoin(job->not_yet_supported, "\n  ")));
   }
   return absl::OkStatus();
+}
+
+// Note [Pipeline stages] before launch: the model's layer list sized
+// without building it (runtime/estimate, checked against the built models'
+// Layers() in model_tests) and cut as PipelineEngine cuts it.
+std::vector<std::string> PipelinePartitionLines(const runtime::JobConfig& job) {
+  const runtime::PipelineConfig& pipe = job.ds.pipeline;
+  auto cut = [&]() -> absl::StatusOr<std::vector<std::string>> {
+    DS_ASSIGN_OR_RETURN(std::vector<runtime::LayerSize> sizes, runtime::LayerSizesOf(job));
+    std::vector<runtime::PipelineLayerInfo> layers;
+    for (const runtime::LayerSize& size : sizes) layers.push_back({size.name, size.type, size.parameters});
+    int virtual_stages = pipe.virtual_stages;
+    std::vector<int> counts = pipe.layers_per_stage;
+    if (pipe.num_layers_per_virtual_stage > 0) {
+      DS_ASSIGN_OR_RETURN(runtime::VirtualStageCut chunks,
+                          runtime::VirtualStagesOfBlocks(static_cast<int64_t>(layers.size()) - 2, pipe.stages,
+                                                         pipe.num_layers_per_virtual_stage));
+      virtual_stages = chunks.virtual_stages;
+      counts = chunks.layers_per_part;
+    }
+    const int parts = pipe.stages * virtual_stages;
+    std::vector<int> boundaries;
+    if (!counts.empty()) {
+      DS_ASSIGN_OR_RETURN(boundaries, runtime::PartitionByCounts(counts, static_cast<int>(layers.size())));
+    } else {
+      DS_ASSIGN_OR_RETURN(boundaries, runtime::PartitionLayers(layers, pipe.partition_method, parts));
+    }
+    return runtime::DescribePartition(layers, boundaries);
+  };
+  absl::StatusOr<std::vector<std::string>> lines = cut();
+  if (!lines.ok()) return {absl::StrCat("(known once the ranks build the model: ", lines.status().message(), ")")};
+  return *lines;
 }
 
 // One verdict. Valid: the resolved config on stdout, 0. Not valid because

@@ -237,4 +237,94 @@ absl::StatusOr<ModelSize> ModelSizeOf(const JobConfig& job) {
   return size;
 }
 
+namespace {
+
+// What a projection of `in` x `out` holds on tensor-parallel rank 0 of `tp`
+// with its bias and a LoRA adapter of rank `r` (Note [LoRA under tensor
+// parallelism]): split by output (column), by input (row) or whole.
+enum class Split { kColumn, kRow, kWhole };
+int64_t ProjectionElements(int64_t in, int64_t out, Split split, int64_t tp, bool bias, int64_t r) {
+  const int64_t local_in = split == Split::kRow ? in / tp : in;
+  const int64_t local_out = split == Split::kColumn ? out / tp : out;
+  int64_t elements = local_in * local_out;
+  if (bias) elements += split == Split::kColumn ? local_out : out;  // a row split's bias is added whole
+  if (r > 0) elements += r * local_in + local_out * r;
+  return elements;
+}
+
+bool Targets(const LoraConfig& lora, const std::string& name) {
+  if (lora.r <= 0) return false;
+  for (const std::string& target : lora.target_modules) {
+    if (target == name || (target == "all-linear" && name != "lm_head")) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
+  const ModelConfig& m = job.model;
+  const int64_t tp = std::max<int64_t>(1, job.ds.tensor_parallel.tp_size);
+  const int64_t divisor = std::max<int64_t>(1, m.make_vocab_size_divisible_by);
+  std::vector<LayerSize> layers;
+  if (m.type == "gpt") {
+    if (m.moe.num_experts > 0) {
+      return absl::UnimplementedError(absl::StrCat(job.path, ": model.moe: mixture-of-experts GPT layers are not sized "
+                                                   "without building the model yet"));
+    }
+    absl::StatusOr<ModelSize> size = ModelSizeOf(job);  // the padded vocabulary
+    if (!size.ok()) return size.status();
+    const int64_t d = m.width;
+    layers.push_back({"embedding", "Embedding", size->vocab / tp * d + m.sequence_length * d});
+    // Two LayerNorms, qkv (3 fused parts), the output projection, the 4x MLP.
+    const int64_t block = 4 * d + ProjectionElements(d, 3 * d, Split::kColumn, tp, true, 0) +
+                          ProjectionElements(d, d, Split::kRow, tp, true, 0) +
+                          ProjectionElements(d, 4 * d, Split::kColumn, tp, true, 0) +
+                          ProjectionElements(4 * d, d, Split::kRow, tp, true, 0);
+    for (int64_t i = 0; i < m.layers; ++i) layers.push_back({absl::StrCat("blocks.", i), "GptBlock", block});
+    layers.push_back({"head", "Head", 2 * d});  // the final LayerNorm; the head is the tied embedding
+    return layers;
+  }
+  if (m.type != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(job.path, ": model.type: '", m.type, "' (gpt or llama)"));
+  }
+  if (m.from.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(job.path, ": model.from: a llama model is sized by its Hugging Face folder's config.json"));
+  }
+  const std::string path = m.from + "/config.json";
+  absl::StatusOr<std::string> text = ReadText(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<LlamaShape> parsed = ParseLlamaShape(*text, path);
+  if (!parsed.ok()) return parsed.status();
+  const LlamaShape& s = *parsed;
+  if (s.experts > 0 && tp > 1) {
+    return absl::UnimplementedError("model.moe with tensor parallelism is not yet supported");
+  }
+  const int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const int64_t local_vocab = RoundUp(s.vocab, tp * divisor) / tp;
+  const int64_t r = job.lora.r;
+  layers.push_back({"embedding", "Embedding", local_vocab * h});
+  const bool q_bias = s.attention_bias || s.qkv_bias;
+  const Split kv_split = s.kv_heads < tp ? Split::kWhole : Split::kColumn;
+  int64_t layer = 2 * h;  // the two RMSNorms
+  layer += ProjectionElements(h, q, Split::kColumn, tp, q_bias, Targets(job.lora, "q_proj") ? r : 0);
+  layer += ProjectionElements(h, kv, kv_split, tp, q_bias, Targets(job.lora, "k_proj") ? r : 0);
+  layer += ProjectionElements(h, kv, kv_split, tp, q_bias, Targets(job.lora, "v_proj") ? r : 0);
+  layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, Targets(job.lora, "o_proj") ? r : 0);
+  if (s.experts > 0) {
+    // Mixtral: a router and the experts' w1, w3 (h -> intermediate) and w2.
+    layer += h * s.experts + s.experts * 3 * h * s.intermediate;
+  } else {
+    layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, Targets(job.lora, "gate_proj") ? r : 0);
+    layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, Targets(job.lora, "up_proj") ? r : 0);
+    layer += ProjectionElements(s.intermediate, h, Split::kRow, tp, s.mlp_bias, Targets(job.lora, "down_proj") ? r : 0);
+  }
+  for (int64_t i = 0; i < s.layers; ++i) layers.push_back({absl::StrCat("layers.", i), "LlamaDecoderLayer", layer});
+  int64_t head = h;  // the final RMSNorm
+  if (!s.tied) head += local_vocab * h + (Targets(job.lora, "lm_head") ? r * h + local_vocab * r : 0);
+  layers.push_back({"head", "Head", head});
+  return layers;
+}
+
 }  // namespace dslaunch::runtime

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/config/job_config.h"
@@ -61,5 +62,19 @@ absl::StatusOr<LlamaShape> ParseLlamaShape(const std::string& text, const std::s
 
 // The model of a loaded job file (model.from's config.json is read from disk).
 absl::StatusOr<ModelSize> ModelSizeOf(const JobConfig& job);
+
+// The job's model as its family lists its layers (ModelInterface::Layers:
+// the embedding, each block, the head), each with the elements of the
+// parameters it owns on tensor-parallel rank 0 (a tied embedding counted by
+// the embedding; frozen parameters and LoRA's adapters included): what a
+// pipeline's partition_method weighs (Note [Pipeline stages]), so that
+// --dry_run shows the partition every rank will cut. model_tests checks the
+// counts against the built models' Layers().
+struct LayerSize {
+  std::string name;  // "embedding", "blocks.3" / "layers.3", "head"
+  std::string type;  // "Embedding", "GptBlock" / "LlamaDecoderLayer", "Head"
+  int64_t parameters = 0;
+};
+absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job);
 
 }  // namespace dslaunch::runtime

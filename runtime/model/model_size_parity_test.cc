@@ -1,5 +1,11 @@
 // Note [Model size]: `dslaunch estimate` counts parameters without building
 // the model; here its counts meet the built models' own.
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "runtime/estimate/model_size.h"
 #include "runtime/model/gpt.h"
@@ -64,6 +70,111 @@ TEST(ModelSizeParityTest, LoraCountsMatchTheAdaptersApplied) {
     lora.target_modules = targets;
     EXPECT_EQ(*LlamaLoraParameters(*shape, lora), summary->trainable_parameters) << targets.front();
   }
+}
+
+// The layer list --dry_run partitions (LayerSizesOf) against the built
+// models' Layers(): every layer's name, type and parameter elements on
+// tensor-parallel rank 0, for the GPT at TP 1 and 2 and the Llama family
+// with a tied or untied head, biases, LoRA (on attention, on everything,
+// on the head), key/value heads split or replicated at TP 2 and 4, and
+// Mixtral's experts.
+std::vector<LayerSize> BuiltLayers(torch::nn::Module& module, const ModelInterface& family) {
+  auto parameters = module.named_parameters();
+  std::vector<LayerSize> sizes;
+  for (const ModelLayer& layer : family.Layers()) {
+    int64_t elements = 0;
+    for (const std::string& name : layer.parameters) elements += parameters[name].numel();
+    sizes.push_back({layer.name, layer.type, elements});
+  }
+  return sizes;
+}
+
+void ExpectSameLayers(const std::vector<LayerSize>& estimated, const std::vector<LayerSize>& built,
+                      const std::string& what) {
+  ASSERT_EQ(estimated.size(), built.size()) << what;
+  for (size_t i = 0; i < built.size(); ++i) {
+    EXPECT_EQ(estimated[i].name, built[i].name) << what;
+    EXPECT_EQ(estimated[i].type, built[i].type) << what;
+    EXPECT_EQ(estimated[i].parameters, built[i].parameters) << what << ": " << built[i].name;
+  }
+}
+
+TEST(ModelSizeParityTest, LayerSizesMatchTheBuiltModelsLayers) {
+  for (int tp : {1, 2}) {
+    GptOptions options = testing::TinyGpt();
+    options.layers = 3;
+    options.width = 24;
+    options.heads = 2;
+    options.vocab_size = 37;
+    options.sequence_length = 16;
+    options.tensor_parallel = TensorParallelGroup{nullptr, 0, tp};
+    options.vocab_divisor = 4;
+    Gpt model(options, 1);
+    JobConfig job;
+    job.model.type = "gpt";
+    job.model.layers = 3;
+    job.model.width = 24;
+    job.model.heads = 2;
+    job.model.vocab_size = 37;
+    job.model.sequence_length = 16;
+    job.model.make_vocab_size_divisible_by = 4;
+    job.ds.tensor_parallel.tp_size = tp;
+    auto estimated = LayerSizesOf(job);
+    ASSERT_TRUE(estimated.ok()) << estimated.status();
+    ExpectSameLayers(*estimated, BuiltLayers(*model, *model), absl::StrCat("gpt TP ", tp));
+  }
+  char pattern[] = "/tmp/layer-sizes-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string folder = pattern;
+  struct Case {
+    const char* model_type;
+    bool tied, bias;
+    int tp, kv_heads, experts;
+    std::vector<std::string> lora;
+  };
+  for (const Case& c : {Case{"llama", false, false, 1, 2, 0, {}}, Case{"llama", true, true, 2, 2, 0, {"q_proj", "v_proj"}},
+                        Case{"qwen2", false, true, 2, 4, 0, {"all-linear"}}, Case{"llama", false, false, 4, 2, 0, {"all-linear"}},
+                        Case{"llama", false, false, 1, 4, 0, {"lm_head", "o_proj"}}, Case{"mixtral", false, false, 1, 2, 3, {}}}) {
+    LlamaHfConfig config;
+    config.model_type = c.model_type;
+    config.options = testing::TinyLlama();
+    config.options.heads = 4;
+    config.options.kv_heads = c.kv_heads;
+    config.options.tie_word_embeddings = c.tied;
+    config.options.qkv_bias = c.bias;
+    config.options.output_bias = c.bias && std::string(c.model_type) == "llama";
+    if (c.experts > 0) {
+      config.options.moe.gating.num_experts = c.experts;
+      config.options.moe.gating.top_k = 2;
+    }
+    {
+      std::ofstream out(folder + "/config.json");
+      out << LlamaHfConfigJson(config, "float32");
+    }
+    LlamaOptions options = config.options;
+    options.tensor_parallel = TensorParallelGroup{nullptr, 0, c.tp};
+    options.vocab_divisor = 2;
+    Llama model(options, 1);
+    JobConfig job;
+    job.model.type = "llama";
+    job.model.from = folder;
+    job.model.make_vocab_size_divisible_by = 2;
+    job.ds.tensor_parallel.tp_size = c.tp;
+    if (!c.lora.empty()) {
+      LoraSettings settings;
+      settings.adapter.r = 3;
+      settings.target_modules = c.lora;
+      ASSERT_TRUE(ApplyLora(*model, settings, 3).ok());
+      job.lora.r = 3;
+      job.lora.target_modules = c.lora;
+    }
+    auto estimated = LayerSizesOf(job);
+    ASSERT_TRUE(estimated.ok()) << estimated.status();
+    ExpectSameLayers(*estimated, BuiltLayers(*model, *model),
+                     absl::StrCat(c.model_type, " TP ", c.tp, " kv ", c.kv_heads, c.tied ? " tied" : "",
+                                  c.bias ? " bias" : "", c.lora.empty() ? "" : " LoRA ", absl::StrJoin(c.lora, ",")));
+  }
+  std::filesystem::remove_all(folder);
 }
 
 }  // namespace

@@ -3,10 +3,21 @@
 # stages (1F1B, and interleaved with every block recomputed), PP 2 x DP 2 at ZeRO-2 and PP 2 x TP 2 give
 # the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
 # rank; wall_clock_breakdown reports each stage's bubble and
-# --pipeline_timeline writes a Chrome trace with one row per stage; a stage
+# --pipeline_timeline writes a Chrome trace with one row per stage; --dry_run
+# prints the partition the ranks cut; a stage
 # that raises stops the job with a root cause naming it; a Llama Hugging Face
 # folder trains at PP 2 and exports back exactly from PP 2 x TP 2.
 source "$(dirname "$0")/lib.sh"
+# --dry_run prints the partition the ranks then print at start, line for line.
+same_partition() {  # NAME WORLD [dslaunch arguments...]: NAME.out is the job's output
+  local name=$1 world=$2
+  shift 2
+  "$DSLAUNCH" --dry_run --num_gpus "$world" "${COMMON[@]}" "$@" "$CONFIG" >"$WORK/$name.dry" 2>&1 ||
+    fail "--dry_run of $name: $(tail -3 "$WORK/$name.dry")"
+  grep -q "^pipeline: " "$WORK/$name.dry" || fail "--dry_run of $name printed no partition: $(head -5 "$WORK/$name.dry")"
+  diff <(grep -oE 'stage [0-9]+: .*' "$WORK/$name.dry") <(grep -oE 'stage [0-9]+: .* parameters\)' "$WORK/$name.out") ||
+    fail "--dry_run's partition of $name differs from the ranks'"
+}
 : "${DSRANK:?DSRANK must point at the dsrank binary}"
 : "${DSCONSOLIDATE:?DSCONSOLIDATE must point at the dsconsolidate binary}"
 CONFIG=$(cd "$(dirname "$0")/../../configs" && pwd)/gpt-tiny.cfg
@@ -20,9 +31,12 @@ same_losses one pp2 "PP 2 (1F1B, 4 micro-batches) vs 1 rank"
 grep -q "dsrank: pipeline: 1f1b schedule, 2 stages, 4 micro-batches per step" "$WORK/pp2.out" ||
   fail "no pipeline line: $(grep -m3 dsrank "$WORK/pp2.out")"
 grep -q "  stage 1: blocks.1 .. head" "$WORK/pp2.out" || fail "no partition printed: $(grep -A3 'pipeline:' "$WORK/pp2.out")"
+same_partition pp2 2 --override ds_config.pipeline.stages=2
 run_job pp2v2 2 --override ds_config.pipeline.stages=2 --override ds_config.pipeline.schedule=interleaved \
   --override ds_config.pipeline.virtual_stages=2 --override ds_config.pipeline.activation_checkpoint_interval=1
 same_losses one pp2v2 "PP 2 interleaved (2 virtual stages, every block recomputed) vs 1 rank"
+same_partition pp2v2 2 --override ds_config.pipeline.stages=2 --override ds_config.pipeline.schedule=interleaved \
+  --override ds_config.pipeline.virtual_stages=2 --override ds_config.pipeline.activation_checkpoint_interval=1
 pass "PP 2 (1F1B, and interleaved with activation_checkpoint_interval 1) gives the losses of one rank"
 
 run_job pp2dp2 4 --override ds_config.pipeline.stages=2 --override ds_config.zero_optimization.stage=2
@@ -84,6 +98,7 @@ COMMON=(--override "model.from=$WORK/tiny" --override "data.prepared=$WORK/data/
 run_job llama1 1
 run_job llama_pp2 2 --override ds_config.pipeline.stages=2
 same_losses llama1 llama_pp2 "Llama from a Hugging Face folder at PP 2 vs 1 rank"
+same_partition llama_pp2 2 --override ds_config.pipeline.stages=2
 run_job llama_export 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
   --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
   --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32 \
@@ -95,4 +110,8 @@ run_job llama_export 4 --override ds_config.pipeline.stages=2 --override ds_conf
   >"$WORK/pp_consolidate.out" 2>&1 || fail "dsconsolidate --format hf of the PP 2 x TP 2 checkpoint: $(cat "$WORK/pp_consolidate.out")"
 "$PY" "$HF/same_tensors.py" "$WORK/tiny" "$WORK/pp_consolidated" --label "PP 2 x TP 2 checkpoint by dsconsolidate" ||
   fail "dsconsolidate's folder from the PP 2 x TP 2 checkpoint differs from the folder"
+same_partition llama_export 4 --override ds_config.pipeline.stages=2 --override ds_config.tensor_parallel.tp_size=2 \
+  --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
+  --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32
 pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2 (at the job's end and by dsconsolidate from its checkpoint)"
+pass "--dry_run prints the partition every rank then cuts (GPT 1F1B and interleaved, Llama at PP 2 and PP 2 x TP 2)"
