@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 # dependencies must be exported with it).
 set(DSLAUNCH_EXPORTED_TARGETS
   dsbounded_file dsflags dsjson dsproto dscommon dskernels_cpu
-  dsruntime_schedule dsruntime_pipeline_plan dsruntime_config dsruntime_fs
+  dsruntime_schedule dsruntime_config dsruntime_fs
   dsruntime_topology dsruntime_torch dsruntime_comm dsruntime_parallel dsruntime_tensor_parallel dsruntime_moe dsruntime_model
   dsruntime_nvme_path dsruntime_offload dsruntime_zero
   dsruntime_hf dsruntime_engine dsruntime_checkpoint

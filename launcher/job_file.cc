@@ -13,6 +13,7 @@
 #include "launcher/sibling_binary.h"
 #include "common/status_macros.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/config/pipeline_chunks.h"
 #include "runtime/config/dsrank_arguments.h"
 #include "runtime/estimate/model_size.h"
 #include "runtime/offload/nvme_path_check.h"

@@ -448,7 +448,7 @@ std::vector<KeySpec> DsConfigKeys(DsConfig* c, const std::string& scheduler_type
       Key("pipeline.layers_per_stage", &pipe->layers_per_stage).Min(1),
       Key("pipeline.schedule", &pipe->schedule).OneOf({"1f1b", "interleaved", "gpipe"}),
       Key("pipeline.virtual_stages", &pipe->virtual_stages).Min(1),
-      Key("pipeline.num_layers_per_virtual_stage", &pipe->num_layers_per_virtual_stage).Min(1),
+      Key("pipeline.num_layers_per_virtual_stage", &pipe->num_layers_per_virtual_stage).Min(0),
       Unstored("pipeline.seed_layers", ValueKind::kBool).RefusedUnless("false", "seeding each pipeline layer"),
       Key("pipeline.activation_checkpoint_interval", &pipe->activation_checkpoint_interval).Min(0),
       BoolOrAuto("pipeline.pipe_partitioned", &pipe->pipe_partitioned),

@@ -93,7 +93,7 @@ struct PipelineConfig {
   int virtual_stages = 1;                // model chunks per rank with the interleaved schedule
   // Megatron's num_layers_per_virtual_pipeline_stage: blocks per model chunk
   // (0: unset); the chunks per rank follow from the model's depth
-  // (VirtualStagesOfBlocks, runtime/pipeline/pipeline_partition.h).
+  // (VirtualStagesOfBlocks, runtime/config/pipeline_chunks.h).
   int num_layers_per_virtual_stage = 0;
   int activation_checkpoint_interval = 0;
   std::string pipe_partitioned = "auto";

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/config/config_limits.h"
-#include "runtime/pipeline/pipeline_partition.h"
+#include "runtime/config/pipeline_chunks.h"
 
 namespace dslaunch::runtime::config_internal {
 namespace {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/zero/tensor_storage.h"
 #include "common/status_macros.h"
+#include "runtime/config/pipeline_chunks.h"
 #include "runtime/pipeline/pipeline_partition.h"
 
 namespace dslaunch::runtime {

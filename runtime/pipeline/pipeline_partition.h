@@ -32,18 +32,6 @@ absl::StatusOr<std::vector<int>> PartitionLayers(const std::vector<PipelineLayer
 // The same from an explicit count per part (pipeline.layers_per_stage).
 absl::StatusOr<std::vector<int>> PartitionByCounts(const std::vector<int>& layers_per_part, int layer_count);
 
-// Megatron's num_layers_per_virtual_pipeline_stage: a model of `blocks`
-// blocks (its layer list is the embedding, the blocks, the head) cut into
-// stages · v model chunks of `per_chunk` blocks each, v = blocks / (stages ·
-// per_chunk), the embedding joining the first chunk and the head the last.
-// InvalidArgument naming pipeline.num_layers_per_virtual_stage when the
-// blocks do not divide, or when v would be 1 (that is 1F1B's cut).
-struct VirtualStageCut {
-  int virtual_stages = 1;
-  std::vector<int> layers_per_part;  // stages · v entries, as pipeline.layers_per_stage
-};
-absl::StatusOr<VirtualStageCut> VirtualStagesOfBlocks(int64_t blocks, int stages, int per_chunk);
-
 // "stage 0: embedding .. blocks.1 (2 layers, 21,120 parameters)", one line
 // per part.
 std::vector<std::string> DescribePartition(const std::vector<PipelineLayerInfo>& layers,

@@ -53,25 +53,6 @@ TEST(PipelinePartitionTest, ExplicitCounts) {
   EXPECT_FALSE(PartitionByCounts({0, 6}, 6).ok());
 }
 
-TEST(PipelinePartitionTest, LayersPerVirtualStageGiveTheChunksAndTheirCounts) {
-  // 8 blocks, 2 stages, 2 blocks per chunk: 2 chunks per stage.
-  auto cut = VirtualStagesOfBlocks(8, 2, 2);
-  ASSERT_TRUE(cut.ok()) << cut.status();
-  EXPECT_EQ(cut->virtual_stages, 2);
-  EXPECT_EQ(cut->layers_per_part, (std::vector<int>{3, 2, 2, 3}));
-  auto boundaries = PartitionByCounts(cut->layers_per_part, 10);
-  ASSERT_TRUE(boundaries.ok()) << boundaries.status();
-  EXPECT_EQ(*boundaries, (std::vector<int>{0, 3, 5, 7, 10}));
-  auto uneven = VirtualStagesOfBlocks(8, 3, 1);
-  ASSERT_FALSE(uneven.ok());
-  EXPECT_EQ(uneven.status().message(),
-            "pipeline.num_layers_per_virtual_stage=1: the model's 8 blocks do not split into 3 stages x 1 blocks per "
-            "model chunk");
-  auto one = VirtualStagesOfBlocks(8, 2, 4);
-  ASSERT_FALSE(one.ok());
-  EXPECT_NE(one.status().message().find("gives one model chunk per stage"), std::string::npos) << one.status();
-}
-
 TEST(PipelinePartitionTest, Describe) {
   auto layers = GptLike(2, 10, 5, 1);
   auto lines = DescribePartition(layers, {0, 1, 4});

@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       return absl::FailedPreconditionError(absl::StrCat(
           kind_name, " parameter ", deferred_parameter, " is deferred (no values yet, Note [Shard-only loading]): "
           "only a ZeRO stage 3 partition given their source fills deferred parameters (this one is stage ",
-          options.stage, deferred == nullptr ? ", without a source)" : ")"));
+          options.stage, deferred == nullptr || !deferred->read ? ", without a source)" : ")"));
     }
     any_deferred = any_deferred || deferred_unit;
     torch::Tensor all, mine;
