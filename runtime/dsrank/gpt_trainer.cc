@@ -40,6 +40,7 @@
 #include "runtime/dsrank/trainer_setup.h"
 #include "runtime/dsrank/training_batches.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/seeded_parameter_source.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
@@ -240,10 +241,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     pretrained = std::move(*opened);
     spec.hf_config_text = pretrained->config_text();
     spec.hf_config_path = pretrained->config_path();
-    // Note [Shard-only loading]: at ZeRO-3 no rank builds the model whole;
-    // each reads its own pieces from the folder (DeepSpeed's zero.Init).
-    spec.deferred_parameters = job.ds.zero_optimization.stage == 3 && job.ds.pipeline.stages <= 1;
   }
+  // Note [Shard-only loading]: at ZeRO-3 no rank builds the model whole
+  // (DeepSpeed's zero.Init); each reads its own pieces from the folder, or
+  // draws them from the seed.
+  spec.deferred_parameters = job.ds.zero_optimization.stage == 3 && job.ds.pipeline.stages <= 1;
   // Note [Model interface]: the family by name.
   absl::StatusOr<BuiltModel> built = BuildModel(spec, job.train.seed);
   if (!built.ok()) return built.status();
@@ -255,9 +257,16 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   // Null once the weights are in the module (the mappings go); with deferred
   // parameters, what the engine reads them from.
   std::unique_ptr<HfParameterSource> pretrained_values;
+  std::unique_ptr<SeededParameterSource> seeded_values;
   if (pretrained) {
     DS_ASSIGN_OR_RETURN(pretrained_values, LoadPretrainedWeights(std::move(pretrained), *built, spec, job, context));
+  } else if (spec.deferred_parameters) {
+    // Before LoRA adds its adapters: the draws are the built model's.
+    seeded_values = std::make_unique<SeededParameterSource>(*built->module, model->TensorParallelForms(),
+                                                            spec.tensor_parallel, model->InitialValues(job.train.seed));
   }
+  const ParameterSource* deferred_values =
+      pretrained_values ? static_cast<const ParameterSource*>(pretrained_values.get()) : seeded_values.get();
   DS_ASSIGN_OR_RETURN(TrainingExports exports, ApplyLoraAndPlanExports(job, context, *built));
   const HfExportOptions& export_options = exports.model;
   const HfExportOptions& adapter_options = exports.adapter;
@@ -278,8 +287,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (!created.ok()) return created.status();
       pipe = std::move(*created);
     } else {
-      auto created = Engine::Create(built->module, job.ds, parallel, context.device, std::nullopt,
-                                    pretrained_values.get());
+      auto created = Engine::Create(built->module, job.ds, parallel, context.device, std::nullopt, deferred_values);
       if (!created.ok()) return created.status();
       plain_engine = std::move(*created);
     }
@@ -291,6 +299,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     pretrained_values.reset();
   }
+  seeded_values.reset();
   // What building and loading the model took (DeepSpeed's see_memory_usage
   // at initialisation).
   if (context.rank == 0) {

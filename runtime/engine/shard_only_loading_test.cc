@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/seeded_parameter_source.h"
 #include "runtime/testing/tensor_parallel_training.h"
 
 namespace dslaunch::runtime {
@@ -33,6 +34,41 @@ TEST(ShardOnlyLoadingTest, TrainsLikeOneProcessThatBuiltTheModelWhole) {
   TensorParallelLayout bf16 = Deferred(1, 2, /*lora=*/false);
   bf16.bf16 = true;
   ExpectSameTrainingAsOneProcess(bf16, /*steps=*/2);
+}
+
+// A model that starts from its seed (SeededParameterSource): each rank
+// replays the random draws and keeps its pieces, and trains exactly like
+// one process that built the model whole. The GPT at DP 2 and at TP 2 x
+// DP 2 (its vocabulary padded and split), the Llama with LoRA (the
+// adapters drawn as before, after the base).
+TEST(ShardOnlyLoadingTest, ModelsDrawnFromTheirSeedTrainLikeOneProcess) {
+  TensorParallelLayout gpt{"gpt", 1, 2, /*stage=*/3};
+  gpt.deferred = true;
+  ExpectSameTrainingAsOneProcess(gpt);
+  gpt.tp = 2;
+  ExpectSameTrainingAsOneProcess(gpt);
+  TensorParallelLayout llama = Deferred(1, 2, /*lora=*/true);
+  llama.seeded = true;
+  ExpectSameTrainingAsOneProcess(llama);
+}
+
+// Reads must follow the draws: a tensor already passed is refused by name.
+TEST(ShardOnlyLoadingTest, SeededValuesAreDrawnOnceInParameterOrder) {
+  GptOptions options = testing::TinyGpt();
+  options.deferred = true;
+  Gpt model(options, 3);
+  SeededParameterSource source(*model, model->TensorParallelForms(), TensorParallelGroup{}, model->InitialValues(3));
+  Gpt whole(testing::TinyGpt(), 3);
+  auto parameters = whole->named_parameters();
+  torch::Tensor out = torch::empty({4});
+  ASSERT_TRUE(source.Read("blocks.0.attention.qkv.weight", 2, out).ok());
+  EXPECT_TRUE(torch::equal(out, parameters["blocks.0.attention.qkv.weight"].reshape({-1}).narrow(0, 2, 4)));
+  ASSERT_TRUE(source.Read("blocks.0.attention.qkv.weight", 10, out).ok());  // the same tensor again
+  EXPECT_TRUE(torch::equal(out, parameters["blocks.0.attention.qkv.weight"].reshape({-1}).narrow(0, 10, 4)));
+  absl::Status back = source.Read("token_embedding.weight", 0, out);
+  EXPECT_NE(std::string(back.message()).find("'token_embedding.weight' read after"), std::string::npos) << back;
+  ASSERT_TRUE(source.Read("final_norm.weight", 0, out).ok());
+  EXPECT_TRUE(torch::equal(out, torch::ones({4})));
 }
 
 TEST(ShardOnlyLoadingTest, EachElementIsReadOnceOverTheRanksAndTheModelIsNeverWhole) {

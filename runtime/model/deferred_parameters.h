@@ -15,9 +15,11 @@
 //      dtypes, headers) as for a full load, and nothing is copied.
 //   3. The engine's ZeRO-3 partitions build each unit's flat buffer on the
 //      device, fill only this rank's piece from a ParameterSource (the
-//      folder's memory mapping: only the rows of this rank's piece are read),
-//      keep the piece, and release the buffer before the next unit. The
-//      persistent units are then gathered from every rank's pieces.
+//      folder's memory mapping: only the rows of this rank's piece are read;
+//      for a model that starts from its seed, SeededParameterSource replays
+//      the random draws one tensor at a time), keep the piece, and release
+//      the buffer before the next unit. The persistent units are then
+//      gathered from every rank's pieces.
 // So no rank ever holds more than its shard plus one unit, and each rank
 // reads about 1/N of the folder. LoRA's adapters are built with values as
 // usual (they are small and start from the seed); only the base defers.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/model/deferred_parameters.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/next_token_loss.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
@@ -123,7 +124,16 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options), 
               "model.moe with tensor parallelism is not yet supported "
               "(tensor_parallel.tp_size=",
               group.size, ")");
-  for (int64_t i = 0; i < options.layers; ++i) blocks->push_back(GptBlock(options, &dropout_, i, &aux_scale_));
+  // Note [Shard-only loading]: deferred as soon as built, one block at a time.
+  if (options.deferred) {
+    DeferParameters(*token_embedding);
+    DeferParameters(*position_embedding);
+  }
+  for (int64_t i = 0; i < options.layers; ++i) {
+    GptBlock block(options, &dropout_, i, &aux_scale_);
+    if (options.deferred) DeferParameters(*block);
+    blocks->push_back(block);
+  }
   moe_layers_ = FindMoeLayers(*blocks);
   for (int64_t i = 0; i < options.layers; ++i) {
     GptBlockImpl* block = (*blocks)[i]->as<GptBlock>();
@@ -131,29 +141,36 @@ GptImpl::GptImpl(const GptOptions& options, uint64_t seed) : options_(options), 
   }
   final_norm =
       register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.width})));
-  Initialize(seed);
+  if (options.deferred) {
+    DeferParameters(*final_norm);
+  } else {
+    Initialize(seed);
+  }
 }
 
 void GptImpl::Initialize(uint64_t seed) {
+  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel, InitialValues(seed));
+}
+
+ParameterFill GptImpl::InitialValues(uint64_t seed) const {
   // A private generator: the model's weights do not depend on what else has
   // drawn random numbers before. Each tensor is drawn whole, so every
   // tensor-parallel split starts from the weights of the unsplit model.
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(options_.layers));
-  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel,
-                   [&](const std::string& name, torch::Tensor& values) {
-                     if (name.find("norm") != std::string::npos) {
-                       values.fill_(name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
-                     } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
-                       values.zero_();
-                     } else {
-                       bool residual = name.find("projection.weight") != std::string::npos;
-                       // An expert draws from its own generator (the same at every
-                       // expert-parallel size).
-                       at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
-                       values.normal_(0.0, residual ? residual_std : 0.02, own);
-                     }
-                   });
+  return [generator, residual_std, seed](const std::string& name, torch::Tensor& values) {
+    if (name.find("norm") != std::string::npos) {
+      values.fill_(name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 ? 1.0 : 0.0);
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      values.zero_();
+    } else {
+      bool residual = name.find("projection.weight") != std::string::npos;
+      // An expert draws from its own generator (the same at every
+      // expert-parallel size).
+      at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
+      values.normal_(0.0, residual ? residual_std : 0.02, own);
+    }
+  };
 }
 
 torch::Tensor GptImpl::Embed(const torch::Tensor& tokens) {

@@ -47,6 +47,11 @@ struct GptOptions {
   // GPT-MoE (Note [Mixture of experts]): every moe.every-th block's MLP is a
   // mixture of moe.gating.num_experts GPT MLPs (none: num_experts 0).
   MoeOptions moe;
+  // Note [Shard-only loading]: every parameter is built deferred (sizes, no
+  // memory), one block at a time, and not initialised: a ZeRO-3 engine
+  // fills this rank's pieces from a ParameterSource (SeededParameterSource
+  // draws the values InitialValues would have).
+  bool deferred = false;
 };
 
 // The vocabulary rows the token embedding holds on this rank.
@@ -125,6 +130,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
   DropoutStream* dropout_stream() override { return &dropout_; }
   CheckpointStorage RecomputeStorage() const override;
+  ParameterFill InitialValues(uint64_t seed) const override;
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};

@@ -292,23 +292,27 @@ LlamaImpl::LlamaImpl(const LlamaOptions& options, uint64_t seed) : options_(opti
 }
 
 void LlamaImpl::Initialize(uint64_t seed) {
+  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel, InitialValues(seed));
+}
+
+ParameterFill LlamaImpl::InitialValues(uint64_t seed) const {
   // Each tensor drawn whole, so every tensor-parallel split starts from the
   // weights of the unsplit model.
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  InitializeSlices(*this, TensorParallelForms(), options_.tensor_parallel,
-                   [&](const std::string& name, torch::Tensor& values) {
-                     const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-                     if (name.find("norm") != std::string::npos) {
-                       values.fill_(1.0);
-                     } else if (is_bias) {
-                       values.zero_();
-                     } else {
-                       // An expert draws from its own generator (the same at every
-                       // expert-parallel size).
-                       at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
-                       values.normal_(0.0, options_.initializer_range, own);
-                     }
-                   });
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double range = options_.initializer_range;
+  return [generator, range, seed](const std::string& name, torch::Tensor& values) {
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (name.find("norm") != std::string::npos) {
+      values.fill_(1.0);
+    } else if (is_bias) {
+      values.zero_();
+    } else {
+      // An expert draws from its own generator (the same at every
+      // expert-parallel size).
+      at::Generator own = IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator;
+      values.normal_(0.0, range, own);
+    }
+  };
 }
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) { return forward(tokens, {}, {}); }

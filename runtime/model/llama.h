@@ -246,6 +246,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   void SetUnitRunner(UnitRunner* runner) override { runner_ = runner; }
   DropoutStream* dropout_stream() override { return &dropout_; }
   CheckpointStorage RecomputeStorage() const override;
+  ParameterFill InitialValues(uint64_t seed) const override;
 
   LlamaBackbone model{nullptr};
   LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings

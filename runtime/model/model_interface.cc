@@ -20,30 +20,32 @@ bool IsCheckpointedLayer(int64_t layer, int64_t checkpointed, int64_t layers) {
 }
 
 void InitializeSlices(torch::nn::Module& module, const std::vector<TensorParallelForm>& forms,
-                      const TensorParallelGroup& group,
-                      const std::function<void(const std::string& name, torch::Tensor& whole)>& fill) {
+                      const TensorParallelGroup& group, const ParameterFill& fill) {
   torch::NoGradGuard no_grad;
   std::map<std::string, const TensorParallelForm*> form_of;
   for (const TensorParallelForm& form : forms) form_of[form.parameter] = &form;
   for (auto& item : module.named_parameters()) {
     torch::Tensor& p = item.value();
     auto it = form_of.find(item.key());
-    if (it == form_of.end()) {
-      torch::Tensor whole = torch::empty(p.sizes(), torch::kFloat);
-      fill(item.key(), whole);
+    const TensorParallelForm* form = it == form_of.end() ? nullptr : it->second;
+    torch::Tensor whole = torch::empty(UnsplitShape(p.sizes().vec(), form, group.size), torch::kFloat);
+    fill(item.key(), whole);
+    if (form == nullptr) {
       p.copy_(whole);
       continue;
     }
-    const TensorParallelForm& form = *it->second;
-    std::vector<int64_t> shape = p.sizes().vec();
-    const int64_t dim = SplitDimension(form);
-    shape[dim] = form.split == TensorParallelSplit::kVocab ? form.vocab_size : shape[dim] * std::max(1, group.size);
-    torch::Tensor whole = torch::empty(shape, torch::kFloat);
-    fill(item.key(), whole);
-    auto mine = SliceForRank(whole, form, group.rank, std::max(1, group.size));
+    auto mine = SliceForRank(whole, *form, group.rank, std::max(1, group.size));
     TORCH_CHECK(mine.ok(), mine.status().ToString());
     p.copy_(*mine);
   }
+}
+
+std::vector<int64_t> UnsplitShape(std::vector<int64_t> local, const TensorParallelForm* form, int size) {
+  if (form == nullptr) return local;
+  const int64_t dim = SplitDimension(*form);
+  if (static_cast<int64_t>(local.size()) <= dim) return local;
+  local[dim] = form->split == TensorParallelSplit::kVocab ? form->vocab_size : local[dim] * std::max(1, size);
+  return local;
 }
 
 int64_t CountParameters(const torch::nn::Module& module) {

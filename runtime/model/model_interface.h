@@ -52,6 +52,12 @@ struct TokenBatch {
   torch::Tensor segments;   // [batch, time] int64: 1, 2, ... per record, 0 on padding; or undefined: one per row
 };
 
+// How a family draws its initial weights: writes parameter `name`'s value
+// as one process holds it (the unsplit tensor, fp32) into `whole`. Called
+// once per parameter in named_parameters() order (InitializeSlices): the
+// values may depend on the order (one generator draws them all).
+using ParameterFill = std::function<void(const std::string& name, torch::Tensor& whole)>;
+
 class ModelInterface : public PartitionedModel {
  public:
   // "gpt".
@@ -91,6 +97,11 @@ class ModelInterface : public PartitionedModel {
   // group): the model's own recomputation and a pipeline's
   // activation_checkpoint_interval segments use it.
   virtual CheckpointStorage RecomputeStorage() const { return {}; }
+  // Note [Shard-only loading]: a fresh copy of the fill the constructor drew
+  // this model's weights with for `seed` (the same sequence again), so a
+  // model built deferred can have its values drawn where they are kept
+  // (SeededParameterSource); empty: the family cannot say.
+  virtual ParameterFill InitialValues(uint64_t seed) const { return {}; }
 };
 
 // Helpers the families share.
@@ -110,8 +121,11 @@ bool IsCheckpointedLayer(int64_t layer, int64_t checkpointed, int64_t layers);
 // one built whole from the same seed. `fill` sees the parameters in
 // named_parameters() order.
 void InitializeSlices(torch::nn::Module& module, const std::vector<TensorParallelForm>& forms,
-                      const TensorParallelGroup& group,
-                      const std::function<void(const std::string& name, torch::Tensor& whole)>& fill);
+                      const TensorParallelGroup& group, const ParameterFill& fill);
+
+// The shape one process holds of a parameter whose slice on a rank of a
+// group of `size` has `local` shape (`form` null: the parameter is whole).
+std::vector<int64_t> UnsplitShape(std::vector<int64_t> local, const TensorParallelForm* form, int size);
 
 // Elements of every parameter of `module`.
 int64_t CountParameters(const torch::nn::Module& module);

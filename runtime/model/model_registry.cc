@@ -16,12 +16,6 @@ namespace {
 using Builder = std::function<absl::StatusOr<BuiltModel>(const ModelSpec&, uint64_t seed)>;
 
 absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
-  if (spec.deferred_parameters) {
-    // Its weights always start from the seed, drawn whole (gpt.cc).
-    return absl::UnimplementedError(
-        "model.type gpt builds its parameters whole (deferred parameters, Note [Shard-only loading], are built "
-        "for families loaded from a Hugging Face folder)");
-  }
   GptOptions options;
   options.layers = spec.layers;
   options.heads = spec.heads;
@@ -37,6 +31,7 @@ absl::StatusOr<BuiltModel> BuildGpt(const ModelSpec& spec, uint64_t seed) {
   options.vocab_divisor = spec.vocab_divisor;
   options.label_smoothing = spec.label_smoothing;
   options.moe = spec.moe;
+  options.deferred = spec.deferred_parameters;
   auto gpt = std::make_shared<GptImpl>(options, seed);
   return BuiltModel{gpt, gpt.get()};
 }

@@ -46,8 +46,8 @@ struct ModelSpec {
   std::string hf_config_text;
   std::string hf_config_path;
   // Note [Shard-only loading]: the parameters are built deferred (sizes, no
-  // memory), for a ZeRO-3 engine to fill from a ParameterSource. Families
-  // that cannot are refused by BuildModel.
+  // memory), for a ZeRO-3 engine to fill from a ParameterSource (the
+  // folder's, or SeededParameterSource for a model from its seed).
   bool deferred_parameters = false;
 };
 

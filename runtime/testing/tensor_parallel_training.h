@@ -20,6 +20,7 @@
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
+#include "runtime/model/seeded_parameter_source.h"
 #include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime::testing {
@@ -34,15 +35,19 @@ struct TensorParallelLayout {
   bool lora = false;     // Llama: adapters on every projection (all-linear, r 4), the rest frozen
   bool offload = false;  // the optimizer's state and step on the host (offload_optimizer: cpu)
   bool offload_param = false;  // stage 3: the parameter shards on the host (offload_param: cpu)
-  // Llama at stage 3: built deferred, the engine reading this rank's pieces
-  // from an unsplit model of the same seed (Note [Shard-only loading]).
+  // Stage 3: the model built deferred (Note [Shard-only loading]), the
+  // engine reading this rank's pieces: the GPT's (and with `seeded` the
+  // Llama's) drawn from the seed (SeededParameterSource), else the Llama's
+  // from an unsplit model of the same seed, as from a folder.
   bool deferred = false;
+  bool seeded = false;
 
   int world() const { return tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
                         bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "",
-                        offload_param ? " parameter offload" : "", deferred ? " shard-only load" : "");
+                        offload_param ? " parameter offload" : "",
+                        deferred ? (family == "gpt" || seeded ? " drawn where kept" : " shard-only load") : "");
   }
 };
 
@@ -91,16 +96,25 @@ inline LlamaOptions TestLlamaOptions() {
 }
 
 // The model of `layout` split over `group` (the same weights for every split).
-inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorParallelLayout& layout,
-                                                                   const TensorParallelGroup& group,
-                                                                   ModelInterface** family) {
+// With layout.deferred and a seeded source, `seeded` receives it (made
+// before LoRA adds its adapters).
+inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(
+    const TensorParallelLayout& layout, const TensorParallelGroup& group, ModelInterface** family,
+    std::shared_ptr<SeededParameterSource>* seeded = nullptr) {
+  auto seed_source = [&](torch::nn::Module& module, ModelInterface& model) {
+    if (layout.deferred && seeded != nullptr && (layout.family == "gpt" || layout.seeded)) {
+      *seeded = std::make_shared<SeededParameterSource>(module, model.TensorParallelForms(), group, model.InitialValues(3));
+    }
+  };
   if (layout.family == "gpt") {
     GptOptions options = TinyGpt();
     options.heads = 4;
     options.width = 32;
     options.vocab_size = 37;
     options.tensor_parallel = group;
+    options.deferred = layout.deferred;
     auto model = std::make_shared<GptImpl>(options, 3);
+    seed_source(*model, *model);
     *family = model.get();
     return model;
   }
@@ -108,6 +122,7 @@ inline std::shared_ptr<torch::nn::Module> BuildTensorParallelModel(const TensorP
   options.tensor_parallel = group;
   options.deferred = layout.deferred;
   auto model = std::make_shared<LlamaImpl>(options, 3);
+  seed_source(*model, *model);
   if (layout.lora) ApplyTestLora(*model);
   *family = model.get();
   return model;
@@ -160,18 +175,22 @@ struct TensorParallelRank {
   ModelInterface* family = nullptr;
   std::shared_ptr<torch::nn::Module> module;
   std::unique_ptr<Engine> engine;  // null when Engine::Create failed (the test has failed)
-  std::shared_ptr<WholeModelSource> source;  // layout.deferred: what the engine read from
+  std::shared_ptr<WholeModelSource> source;  // layout.deferred, Llama: what the engine read from
+  std::shared_ptr<SeededParameterSource> seeded;  // layout.deferred, GPT (or layout.seeded)
 };
 
 // `state` must outlive the result (the engine borrows it).
 inline TensorParallelRank StartTensorParallelRank(const TensorParallelLayout& layout, const ParallelState& state) {
   TensorParallelRank rank;
   rank.group = TensorGroupOf(state, layout.sequence_parallel);
-  rank.module = BuildTensorParallelModel(layout, rank.group, &rank.family);
+  rank.module = BuildTensorParallelModel(layout, rank.group, &rank.family, &rank.seeded);
   std::shared_ptr<const ParallelState> borrowed(&state, [](const ParallelState*) {});
-  if (layout.deferred) rank.source = std::make_shared<WholeModelSource>(rank.family->TensorParallelForms(), rank.group);
-  auto engine = Engine::Create(rank.module, TensorParallelConfig(layout), borrowed, torch::kCPU, std::nullopt,
-                               rank.source.get());
+  if (layout.deferred && rank.seeded == nullptr) {
+    rank.source = std::make_shared<WholeModelSource>(rank.family->TensorParallelForms(), rank.group);
+  }
+  const ParameterSource* values =
+      rank.seeded ? static_cast<const ParameterSource*>(rank.seeded.get()) : rank.source.get();
+  auto engine = Engine::Create(rank.module, TensorParallelConfig(layout), borrowed, torch::kCPU, std::nullopt, values);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (engine.ok()) rank.engine = std::move(*engine);
   return rank;
@@ -275,7 +294,7 @@ inline void ExpectSameTrainingAsOneProcess(const TensorParallelLayout& layout, i
   one.tp = one.dp = 1;
   one.sequence_parallel = false;
   one.stage = 0;
-  one.offload = one.offload_param = one.deferred = false;
+  one.offload = one.offload_param = one.deferred = one.seeded = false;
   const Outcome want = train(one);
   const Outcome got = train(layout);
   const double loss_tolerance = layout.bf16 ? 2e-2 : 1e-5;
