@@ -34,6 +34,11 @@ TEST(ShardOnlyLoadingTest, TrainsLikeOneProcessThatBuiltTheModelWhole) {
   TensorParallelLayout bf16 = Deferred(1, 2, /*lora=*/false);
   bf16.bf16 = true;
   ExpectSameTrainingAsOneProcess(bf16, /*steps=*/2);
+  // Units below the persistence threshold (here the final norm and head's
+  // and the embedding's) are gathered from every rank's pieces at once.
+  TensorParallelLayout persistent = Deferred(1, 2, /*lora=*/false);
+  persistent.persistence_threshold = 2000;
+  ExpectSameTrainingAsOneProcess(persistent);
 }
 
 // A model that starts from its seed (SeededParameterSource): each rank

@@ -41,13 +41,16 @@ struct TensorParallelLayout {
   // from an unsplit model of the same seed, as from a folder.
   bool deferred = false;
   bool seeded = false;
+  // stage3_param_persistence_threshold: units below it stay gathered.
+  int64_t persistence_threshold = 0;
 
   int world() const { return tp * dp; }
   std::string Describe() const {
     return absl::StrCat(family, " TP ", tp, " x DP ", dp, " ZeRO ", stage, sequence_parallel ? " sequence parallel" : "",
                         bf16 ? " bf16" : "", lora ? " LoRA" : "", offload ? " optimizer offload" : "",
                         offload_param ? " parameter offload" : "",
-                        deferred ? (family == "gpt" || seeded ? " drawn where kept" : " shard-only load") : "");
+                        deferred ? (family == "gpt" || seeded ? " drawn where kept" : " shard-only load") : "",
+                        persistence_threshold > 0 ? absl::StrCat(" persistent below ", persistence_threshold) : "");
   }
 };
 
@@ -62,7 +65,7 @@ inline DsConfig TensorParallelConfig(const TensorParallelLayout& layout) {
   config.optimizer.weight_decay = 0.01;
   config.gradient_clipping = 0.5;  // the norm over the tensor group is part of what is checked
   config.zero_optimization.reduce_bucket_size = 1000;
-  config.zero_optimization.stage3_param_persistence_threshold = 0;
+  config.zero_optimization.stage3_param_persistence_threshold = layout.persistence_threshold;
   config.bf16.enabled = layout.bf16;
   if (layout.offload) config.zero_optimization.offload_optimizer.device = "cpu";
   if (layout.offload_param) config.zero_optimization.offload_param.device = "cpu";
