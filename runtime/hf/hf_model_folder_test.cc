@@ -11,24 +11,14 @@
 #include "runtime/hf/safetensors_reader.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/testing/temp_folder.h"
 
 namespace dslaunch::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+using TempFolder = testing::TempFolder;
 
-class TempFolder {
- public:
-  TempFolder() {
-    std::string pattern = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/dshf-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempFolder() { (void)FileSystem::Default().RemoveTree(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 LlamaHfConfig TinyConfig(bool tied) {
   LlamaHfConfig config;
@@ -71,7 +61,7 @@ absl::Status Load(const std::string& folder, Llama& into) {
 }
 
 TEST(HfModelFolderTest, AShardedExportLoadsBackExactly) {
-  TempFolder temp;
+  TempFolder temp("dshf");
   const LlamaHfConfig config = TinyConfig(/*tied=*/false);
   Llama original(config.options, 1);
   const std::string folder = temp.path() + "/model";
@@ -92,7 +82,7 @@ TEST(HfModelFolderTest, AShardedExportLoadsBackExactly) {
 }
 
 TEST(HfModelFolderTest, Bf16ExportsRoundToBf16AndTiedModelsHaveNoHead) {
-  TempFolder temp;
+  TempFolder temp("dshf");
   const LlamaHfConfig config = TinyConfig(/*tied=*/true);
   Llama original(config.options, 3);
   const std::string folder = temp.path() + "/model";
@@ -118,7 +108,7 @@ void Replace(const std::string& path, const std::function<void(std::string&)>& e
 }
 
 TEST(HfModelFolderTest, BrokenFoldersAreRefusedNamingTheFileAndTensorAndChangeNothing) {
-  TempFolder temp;
+  TempFolder temp("dshf");
   const LlamaHfConfig config = TinyConfig(/*tied=*/false);
   Llama original(config.options, 5);
   struct Case {

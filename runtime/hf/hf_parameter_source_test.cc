@@ -15,24 +15,14 @@
 #include "runtime/model/deferred_parameters.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/testing/temp_folder.h"
 
 namespace dslaunch::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+using TempFolder = testing::TempFolder;
 
-class ScratchFolder {
- public:
-  ScratchFolder() {
-    std::string pattern = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/dshfs-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~ScratchFolder() { (void)FileSystem::Default().RemoveTree(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Grouped-query attention: 4 heads, 2 key/value heads (split
 // at TP 2), an untied head and a vocabulary that TP 2 pads (41 rows).
@@ -51,7 +41,7 @@ LlamaHfConfig SourceTestConfig() {
 }
 
 // A bf16 folder of a Llama drawn from seed 1, in shards of about 4 KB.
-std::string WriteFolder(const ScratchFolder& temp, const LlamaHfConfig& config) {
+std::string WriteFolder(const TempFolder& temp, const LlamaHfConfig& config) {
   Llama original(config.options, 1);
   HfExportOptions options;
   options.folder = temp.path() + "/model";
@@ -76,13 +66,13 @@ LlamaOptions AtRank(LlamaOptions options, int rank, int size, bool deferred) {
 }
 
 TEST(HfParameterSourceTest, AnyRangeReadsWhatAWholeLoadHolds) {
-  ScratchFolder temp;
+  TempFolder temp("dshfs");
   const LlamaHfConfig config = SourceTestConfig();
   const std::string folder = WriteFolder(temp, config);
   std::mt19937 random(7);
   for (int size : {1, 2}) {
     for (int rank = 0; rank < size; ++rank) {
-      SCOPED_TRACE(testing::Message() << "tensor-parallel rank " << rank << " of " << size);
+      SCOPED_TRACE(::testing::Message() << "tensor-parallel rank " << rank << " of " << size);
       Llama whole(AtRank(config.options, rank, size, /*deferred=*/false), 2);
       Llama deferred(AtRank(config.options, rank, size, /*deferred=*/true), 2);
       for (const auto& item : deferred->named_parameters()) {
@@ -122,7 +112,7 @@ TEST(HfParameterSourceTest, AnyRangeReadsWhatAWholeLoadHolds) {
 // What ZeRO-3 asks of a rank of 2 (half of every tensor) reads about half
 // of the folder's bytes: only the rows of those halves.
 TEST(HfParameterSourceTest, HalfOfEveryTensorReadsAboutHalfTheFolder) {
-  ScratchFolder temp;
+  TempFolder temp("dshfs");
   const LlamaHfConfig config = SourceTestConfig();
   const std::string folder = WriteFolder(temp, config);
   auto opened = HfModelFolder::Open(FileSystem::Default(), folder);
@@ -144,7 +134,7 @@ TEST(HfParameterSourceTest, HalfOfEveryTensorReadsAboutHalfTheFolder) {
 }
 
 TEST(HfParameterSourceTest, AWholeLoadRefusesADeferredModuleAndTheCheckAloneFindsAMisfit) {
-  ScratchFolder temp;
+  TempFolder temp("dshfs");
   LlamaHfConfig config = SourceTestConfig();
   const std::string folder = WriteFolder(temp, config);
   auto opened = HfModelFolder::Open(FileSystem::Default(), folder);
