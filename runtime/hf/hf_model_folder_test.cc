@@ -81,6 +81,40 @@ TEST(HfModelFolderTest, AShardedExportLoadsBackExactly) {
   EXPECT_TRUE(torch::equal(original->forward(tokens), loaded->forward(tokens)));
 }
 
+// A tied model's folder may carry lm_head.weight too (older conversions
+// saved it): accepted when it equals the embedding (compared a block of rows
+// at a time, 2,100 rows here), refused naming the tensor when it differs.
+TEST(HfModelFolderTest, ATiedModelAcceptsAHeadEqualToItsEmbeddingOnly) {
+  for (bool equal : {true, false}) {
+    TempFolder temp("dshf");
+    LlamaHfConfig config = TinyConfig(/*tied=*/true);
+    config.options.vocab_size = 2100;
+    Llama original(config.options, 3);
+    HfExportOptions options;
+    options.folder = temp.path() + "/model";
+    options.dtype = torch::kFloat;
+    options.max_shard_bytes = 1 << 30;
+    options.config_json = LlamaHfConfigJson(config, TorchDtypeName(torch::kFloat));
+    std::vector<HfTensorSpec> specs = SpecsOf(*original);
+    specs.push_back({"lm_head.weight", {2100, 16}});
+    auto parameters = original->named_parameters();
+    torch::Tensor head = parameters["model.embed_tokens.weight"].detach().clone();
+    if (!equal) head[2050][3] += 1;  // in the third block of rows
+    ASSERT_TRUE(ExportHfFolder(FileSystem::Default(), options, specs,
+                               [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+                                 return name == "lm_head.weight" ? head : parameters[name];
+                               })
+                    .ok());
+    Llama loaded(config.options, 4);
+    absl::Status status = Load(options.folder, loaded);
+    if (equal) {
+      EXPECT_TRUE(status.ok()) << status;
+    } else {
+      EXPECT_THAT(status.message(), HasSubstr("tensor 'lm_head.weight' differs from model.embed_tokens.weight"));
+    }
+  }
+}
+
 TEST(HfModelFolderTest, Bf16ExportsRoundToBf16AndTiedModelsHaveNoHead) {
   TempFolder temp("dshf");
   const LlamaHfConfig config = TinyConfig(/*tied=*/true);

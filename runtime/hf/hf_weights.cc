@@ -1,5 +1,6 @@
 #include "runtime/hf/hf_weights.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -20,6 +21,18 @@ std::string SafetensorsNameOfTorchDtype(const std::string& torch_dtype) {
 }
 
 constexpr size_t kMaxListedProblems = 20;
+
+// Whether two tensors of one shape hold the same values, compared in fp32 a
+// block of rows at a time: no whole fp32 copy of an embedding per rank.
+bool SameValues(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.dim() == 0) return torch::equal(a.to(torch::kFloat), b.to(torch::kFloat));
+  constexpr int64_t kRows = 1024;
+  for (int64_t row = 0; row < a.size(0); row += kRows) {
+    const int64_t rows = std::min(kRows, a.size(0) - row);
+    if (!torch::equal(a.narrow(0, row, rows).to(torch::kFloat), b.narrow(0, row, rows).to(torch::kFloat))) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -70,9 +83,7 @@ absl::Status CheckHfWeights(const HfModelFolder& folder, const torch::nn::Module
       auto embedding = folder.View("model.embed_tokens.weight");
       if (!head.ok()) return head.status();
       if (!embedding.ok()) return embedding.status();
-      if (head->sizes() == embedding->sizes() && torch::equal(head->to(torch::kFloat), embedding->to(torch::kFloat))) {
-        continue;
-      }
+      if (head->sizes() == embedding->sizes() && SameValues(*head, *embedding)) continue;
       problem(absl::StrCat(folder.FileOf(name), ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, "
                            "but ", folder.config_path(), " says tie_word_embeddings: true"));
       continue;
