@@ -57,6 +57,24 @@ torch::Tensor SequenceChunk(const torch::Tensor& x, Communicator* comm) {
   return x.narrow(kSequenceDim, comm->rank() * chunk, chunk).contiguous();
 }
 
+torch::Tensor AllGatherLastDim(const torch::Tensor& x, Communicator* comm) {
+  const int64_t last = x.dim() - 1;
+  torch::Tensor moved = x.movedim(last, 0).contiguous();
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] *= comm->size();
+  torch::Tensor all = torch::empty(sizes, moved.options());
+  Check(comm->AllGather(moved, all), "all-gather along the last dimension");
+  return all.movedim(0, last).contiguous();
+}
+
+torch::Tensor LastDimChunk(const torch::Tensor& x, Communicator* comm) {
+  const int64_t last = x.dim() - 1;
+  TORCH_CHECK(x.size(last) % comm->size() == 0, "tensor parallelism: a last dimension of ", x.size(last),
+              " does not split over ", comm->size(), " ranks");
+  const int64_t chunk = x.size(last) / comm->size();
+  return x.narrow(last, comm->rank() * chunk, chunk).contiguous();
+}
+
 bool ColumnGradientBroken() { return broken_reduction.load() == BrokenReduction::kColumnInputGradient; }
 
 struct CopyToRegion : torch::autograd::Function<CopyToRegion> {
@@ -99,7 +117,30 @@ struct ReduceScatterToSequence : torch::autograd::Function<ReduceScatterToSequen
   }
 };
 
+struct GatherFromRegion : torch::autograd::Function<GatherFromRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return AllGatherLastDim(x, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {LastDimChunk(grads[0], FromHandle(ctx)), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor GatherFromTensorParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return group.split() ? GatherFromRegion::apply(x, Handle(group)) : x;
+}
+
+torch::Tensor ColumnParallelLinear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                   const TensorParallelGroup& group, bool gather_output) {
+  TORCH_CHECK(!(gather_output && group.sequence_parallel && group.split()),
+              "a column-parallel layer cannot gather its output under sequence parallelism (as in Megatron): the "
+              "next layer takes the split output");
+  torch::Tensor y = torch::nn::functional::linear(EnterColumnParallel(x, group), weight, bias);
+  return gather_output ? GatherFromTensorParallelRegion(y, group) : y;
+}
 
 torch::Tensor CopyToTensorParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
   return group.split() ? CopyToRegion::apply(x, Handle(group)) : x;

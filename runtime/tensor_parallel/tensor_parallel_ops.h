@@ -23,6 +23,10 @@ torch::Tensor ReduceFromTensorParallelRegion(const torch::Tensor& x, const Tenso
 torch::Tensor GatherFromSequenceParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group);
 // Reduce-scatter (sum) along the sequence forward; all-gather backward.
 torch::Tensor ReduceScatterToSequenceParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group);
+// All-gather along the last dimension forward (each rank's slice in rank
+// order); this rank's slice of the gradient backward. Megatron's
+// gather_from_tensor_model_parallel_region.
+torch::Tensor GatherFromTensorParallelRegion(const torch::Tensor& x, const TensorParallelGroup& group);
 
 // What a layer writes, choosing by group.sequence_parallel:
 // the input of column-parallel layers: the whole activation on every rank
@@ -31,6 +35,15 @@ torch::Tensor EnterColumnParallel(const torch::Tensor& x, const TensorParallelGr
 // The partial outputs of row-parallel layers summed: the whole activation
 // (Reduce), or this rank's sequence chunk of it (ReduceScatter).
 torch::Tensor ExitRowParallel(const torch::Tensor& partial, const TensorParallelGroup& group);
+// Megatron's ColumnParallelLinear: y = x·Wᵀ + b with this rank's rows of W
+// and b (the output dimension split, one part), the input entering the
+// column-parallel region (its gradient summed across the group backward).
+// `gather_output`: every rank gets the whole output (all-gathered along the
+// last dimension; refused under sequence parallelism, as Megatron refuses
+// it); else this rank's slice, for a row-parallel layer to take.
+torch::Tensor ColumnParallelLinear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                   const TensorParallelGroup& group, bool gather_output);
+
 // A replicated parameter that each rank's backward reaches only in part (a
 // norm weight under sequence parallelism; a key/value projection that ranks
 // share under grouped-query attention): its gradient is all-reduced across
