@@ -27,7 +27,10 @@ absl::StatusOr<DsrankArguments> ParseDsrankArguments(const std::vector<std::stri
       .Int("--raise_at_step", &parsed.raise_at_step, "N",
            "with pipeline stages: rank --raise_rank raises an error in micro-batch 1's forward pass of step N "
            "(tests; -1: never)")
-      .Int("--raise_rank", &parsed.raise_rank, "R", "the rank --raise_at_step fails")
+      .Int("--raise_rank", &parsed.raise_rank, "R", "the rank --raise_at_step or --shape_fault_at_step fails")
+      .Int("--shape_fault_at_step", &parsed.shape_fault_at_step, "N",
+           "with pipeline stages: rank --raise_rank announces micro-batch 0's activation of step N with a wrong "
+           "shape (tests; -1: never)")
       .Int("--local_rank", &ignored_local_rank, "N", "ignored: LOCAL_RANK is in the environment")
       .Bool("--report", &parsed.report,
             "print what this binary was built with and finds (LibTorch, CUDA, NCCL, GPUs, kernels, CPU Adam) and "

@@ -34,6 +34,8 @@ struct DsrankArguments {
   int64_t hang_rank = -1;
   int64_t raise_at_step = -1;  // tests: rank raise_rank's pipeline stage raises in a forward pass of this step
   int64_t raise_rank = 0;
+  // tests: rank raise_rank's stage announces a wrong shape for a micro-batch's activation of this step
+  int64_t shape_fault_at_step = -1;
   double cuda_memory_limit_gb = 0;
   // Non-empty for --help or --version: print it and exit 0.
   std::string print;

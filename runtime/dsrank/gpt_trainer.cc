@@ -473,6 +473,9 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (step == context.raise_at_step && context.rank == context.raise_rank && context.attempt == 0) {
         pipe->FailForwardForTesting(/*micro_batch=*/1);
       }
+      if (step == context.shape_fault_at_step && context.rank == context.raise_rank && context.attempt == 0) {
+        pipe->MisstateShapeForTesting(/*micro_batch=*/0);  // the first, whose transfer carries the header
+      }
       auto trained = pipe->TrainBatch(batches);
       if (!trained.ok()) return trained.status();
       result = trained->step;

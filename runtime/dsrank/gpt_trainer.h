@@ -37,6 +37,7 @@ struct TrainerContext {
   std::string pipeline_timeline;     // --pipeline_timeline
   int64_t raise_at_step = -1;        // --raise_at_step (tests)
   int raise_rank = 0;
+  int64_t shape_fault_at_step = -1;  // --shape_fault_at_step (tests)
   std::string loss_log;              // rank 0 writes "step<TAB>loss" per step when set
   FILE* out = stdout;                // rank 0's progress lines
   // Checkpoints and the prepared dataset go through it (a fault-injecting

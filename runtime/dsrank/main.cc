@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   context.pipeline_timeline = arguments->pipeline_timeline;
   context.raise_at_step = arguments->raise_at_step;
   context.raise_rank = static_cast<int>(arguments->raise_rank);
+  context.shape_fault_at_step = arguments->shape_fault_at_step;
   context.exit_at_step = arguments->exit_at_step;
   context.hang_at_step = arguments->hang_at_step;
   context.hang_rank = static_cast<int>(arguments->hang_rank);

@@ -31,6 +31,13 @@ torch::Tensor EncodeHeader(const torch::Tensor& tensor) {
   return header.to(tensor.device());
 }
 
+// MisstateShapeForTesting: one more step along dimension 1 (the sequence).
+std::vector<int64_t> MisstatedShape(const torch::Tensor& tensor) {
+  std::vector<int64_t> sizes = tensor.sizes().vec();
+  sizes[std::min<size_t>(1, sizes.size() - 1)] += 1;
+  return sizes;
+}
+
 std::string DescribeHeader(const torch::Tensor& header) {
   torch::Tensor h = header.to(torch::kCPU);
   const int64_t dims = std::clamp<int64_t>(h[0].item<int64_t>(), 0, kMaxDims);
@@ -296,6 +303,10 @@ absl::Status PipelineEngine::Exchange(const PipeInstruction& instruction, const 
     }
     if (t.header) {
       torch::Tensor header = t.send ? EncodeHeader(tensor) : torch::empty({kHeaderLength}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+      if (t.send && activation && t.micro_batch == misstate_shape_) {
+        misstate_shape_ = -1;
+        header = EncodeHeader(torch::empty(MisstatedShape(tensor), tensor.options()));
+      }
       if (!t.send) headers.push_back({header, transfers.size() + 1});
       transfers.push_back({t.send ? PeerTransfer::Kind::kSend : PeerTransfer::Kind::kRecv, header, t.peer});
       continue;

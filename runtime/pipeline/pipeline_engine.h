@@ -106,6 +106,10 @@ class PipelineEngine {
   // Tests: the next TrainBatch raises inside `micro_batch`'s first forward
   // pass on this stage (dsrank --raise_at_step).
   void FailForwardForTesting(int micro_batch) { fail_forward_ = micro_batch; }
+  // Tests: the next TrainBatch announces `micro_batch`'s activation with one
+  // more time step than it sends, as a stage built for other batch shapes
+  // would (dsrank --shape_fault_at_step): the next stage's handshake check.
+  void MisstateShapeForTesting(int micro_batch) { misstate_shape_ = micro_batch; }
 
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
@@ -159,6 +163,7 @@ class PipelineEngine {
   std::vector<TiedSet> tied_;
   std::vector<PipeInstruction> stream_;
   int fail_forward_ = -1;
+  int misstate_shape_ = -1;
   int interval_ = 0;              // pipeline.activation_checkpoint_interval
   int head_layer_ = 0;            // the last layer's index (the head); decoder layers are 1 .. head_layer_ - 1
   int recomputed_segments_ = 0;   // this batch's, for PipelineBatchResult

@@ -4,9 +4,9 @@
 # the per-step losses of one rank; a PP 2 x DP 2 checkpoint resumes on one
 # rank; wall_clock_breakdown reports each stage's bubble and
 # --pipeline_timeline writes a Chrome trace with one row per stage; --dry_run
-# prints the partition the ranks cut; a stage
-# that raises stops the job with a root cause naming it; a Llama Hugging Face
-# folder trains at PP 2 and exports back exactly from PP 2 x TP 2.
+# prints the partition the ranks cut; a stage that raises, and stages that
+# disagree on an activation's shape, stop the job with a root cause naming
+# them; a Llama Hugging Face folder trains at PP 2 and exports back exactly from PP 2 x TP 2.
 source "$(dirname "$0")/lib.sh"
 # --dry_run prints the partition the ranks then print at start, line for line.
 same_partition() {  # NAME WORLD [dslaunch arguments...]: NAME.out is the job's output
@@ -86,6 +86,20 @@ grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, forward micro-batch 1 
   "$WORK/raised.err" || fail "no root cause naming the stage: $(grep -m2 'root cause' "$WORK/raised.err")"
 ((SECONDS - started < 60)) || fail "the failed pipeline took $((SECONDS - started)) s to stop"
 pass "a stage that raises stops the job; the root cause names rank 1, stage 1 and micro-batch 1"
+
+# A stage whose activation's shape is not what the next stage expects (here
+# stage 0 announces one more time step at step 3): the next stage's
+# handshake stops the whole job, the root cause naming both stages, the
+# micro-batch and both shapes.
+started=$SECONDS
+if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 "$CONFIG" \
+  --shape_fault_at_step 3 --raise_rank 0 >"$WORK/misstated.out" 2>"$WORK/misstated.err"; then
+  fail "a job whose stages disagreed on a shape exited 0"
+fi
+grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, .*stage 0 sends the activation of micro-batch 0 as .* but this stage expects .*the stages disagree on the model or the batch shape" \
+  "$WORK/misstated.err" || fail "no root cause naming the shapes: $(grep -m2 'root cause' "$WORK/misstated.err")"
+((SECONDS - started < 60)) || fail "the pipeline whose shapes disagreed took $((SECONDS - started)) s to stop"
+pass "a shape mismatch between stages stops the job; the root cause names both stages, micro-batch 0 and the shapes"
 
 # A Llama-family Hugging Face folder cut into 2 stages trains like one rank;
 # with lr 0 the export from PP 2 x TP 2 holds exactly the folder's tensors.
