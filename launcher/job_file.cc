@@ -139,6 +139,10 @@ std::vector<std::string> PipelinePartitionLines(const runtime::JobConfig& job) {
       DS_ASSIGN_OR_RETURN(runtime::VirtualStageCut chunks,
                           runtime::VirtualStagesOfBlocks(static_cast<int64_t>(layers.size()) - 2, pipe.stages,
                                                          pipe.num_layers_per_virtual_stage));
+      if (pipe.virtual_stages > 1 && pipe.virtual_stages != chunks.virtual_stages) {
+        return absl::InvalidArgumentError(absl::StrCat("pipeline.virtual_stages=", pipe.virtual_stages,
+                                                       " disagrees with pipeline.num_layers_per_virtual_stage"));
+      }
       virtual_stages = chunks.virtual_stages;
       counts = chunks.layers_per_part;
     }

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -252,10 +253,16 @@ int64_t ProjectionElements(int64_t in, int64_t out, Split split, int64_t tp, boo
   return elements;
 }
 
+// Whether LoRA adapts the projection of full module name `name`
+// ("model.layers.3.self_attn.q_proj", "lm_head"): PEFT's matching, as
+// ApplyLora does it (runtime/model/lora.cc): the name, or a suffix after a
+// dot; all-linear takes every projection but the head.
 bool Targets(const LoraConfig& lora, const std::string& name) {
   if (lora.r <= 0) return false;
   for (const std::string& target : lora.target_modules) {
-    if (target == name || (target == "all-linear" && name != "lm_head")) return true;
+    if (target == "all-linear" ? name != "lm_head" : name == target || absl::EndsWith(name, "." + target)) {
+      return true;
+    }
   }
   return false;
 }
@@ -307,20 +314,25 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
   layers.push_back({"embedding", "Embedding", local_vocab * h});
   const bool q_bias = s.attention_bias || s.qkv_bias;
   const Split kv_split = s.kv_heads < tp ? Split::kWhole : Split::kColumn;
-  int64_t layer = 2 * h;  // the two RMSNorms
-  layer += ProjectionElements(h, q, Split::kColumn, tp, q_bias, Targets(job.lora, "q_proj") ? r : 0);
-  layer += ProjectionElements(h, kv, kv_split, tp, q_bias, Targets(job.lora, "k_proj") ? r : 0);
-  layer += ProjectionElements(h, kv, kv_split, tp, q_bias, Targets(job.lora, "v_proj") ? r : 0);
-  layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, Targets(job.lora, "o_proj") ? r : 0);
-  if (s.experts > 0) {
-    // Mixtral: a router and the experts' w1, w3 (h -> intermediate) and w2.
-    layer += h * s.experts + s.experts * 3 * h * s.intermediate;
-  } else {
-    layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, Targets(job.lora, "gate_proj") ? r : 0);
-    layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, Targets(job.lora, "up_proj") ? r : 0);
-    layer += ProjectionElements(s.intermediate, h, Split::kRow, tp, s.mlp_bias, Targets(job.lora, "down_proj") ? r : 0);
+  for (int64_t i = 0; i < s.layers; ++i) {
+    // Each layer apart: a LoRA target may name one layer's projection.
+    const std::string attention = absl::StrCat("model.layers.", i, ".self_attn."), mlp = absl::StrCat("model.layers.", i, ".mlp.");
+    auto adapter = [&](const std::string& name) { return Targets(job.lora, name) ? r : 0; };
+    int64_t layer = 2 * h;  // the two RMSNorms
+    layer += ProjectionElements(h, q, Split::kColumn, tp, q_bias, adapter(attention + "q_proj"));
+    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "k_proj"));
+    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "v_proj"));
+    layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, adapter(attention + "o_proj"));
+    if (s.experts > 0) {
+      // Mixtral: a router and the experts' w1, w3 (h -> intermediate) and w2.
+      layer += h * s.experts + s.experts * 3 * h * s.intermediate;
+    } else {
+      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "gate_proj"));
+      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "up_proj"));
+      layer += ProjectionElements(s.intermediate, h, Split::kRow, tp, s.mlp_bias, adapter(mlp + "down_proj"));
+    }
+    layers.push_back({absl::StrCat("layers.", i), "LlamaDecoderLayer", layer});
   }
-  for (int64_t i = 0; i < s.layers; ++i) layers.push_back({absl::StrCat("layers.", i), "LlamaDecoderLayer", layer});
   int64_t head = h;  // the final RMSNorm
   if (!s.tied) head += local_vocab * h + (Targets(job.lora, "lm_head") ? r * h + local_vocab * r : 0);
   layers.push_back({"head", "Head", head});

@@ -134,7 +134,8 @@ TEST(ModelSizeParityTest, LayerSizesMatchTheBuiltModelsLayers) {
   };
   for (const Case& c : {Case{"llama", false, false, 1, 2, 0, {}}, Case{"llama", true, true, 2, 2, 0, {"q_proj", "v_proj"}},
                         Case{"qwen2", false, true, 2, 4, 0, {"all-linear"}}, Case{"llama", false, false, 4, 2, 0, {"all-linear"}},
-                        Case{"llama", false, false, 1, 4, 0, {"lm_head", "o_proj"}}, Case{"mixtral", false, false, 1, 2, 3, {}}}) {
+                        Case{"llama", false, false, 1, 4, 0, {"lm_head", "o_proj"}}, Case{"mixtral", false, false, 1, 2, 3, {}},
+                        Case{"llama", false, false, 2, 2, 0, {"self_attn.q_proj", "layers.1.mlp.down_proj"}}}) {
     LlamaHfConfig config;
     config.model_type = c.model_type;
     config.options = testing::TinyLlama();
