@@ -153,9 +153,23 @@ std::vector<std::string> PipelinePartitionLines(const runtime::JobConfig& job) {
     } else {
       DS_ASSIGN_OR_RETURN(boundaries, runtime::PartitionLayers(layers, pipe.partition_method, parts));
     }
+    // A stage with nothing to train is refused by the ranks (PipelineEngine::Cut).
+    for (int stage = 0; stage < pipe.stages; ++stage) {
+      int64_t trainable = 0;
+      for (int part = stage; part < parts; part += pipe.stages) {
+        for (int i = boundaries[part]; i < boundaries[part + 1]; ++i) trainable += sizes[i].trainable;
+      }
+      if (trainable == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("pipeline stage ", stage, " would hold no trainable parameter"));
+      }
+    }
     return runtime::DescribePartition(layers, boundaries);
   };
   absl::StatusOr<std::vector<std::string>> lines = cut();
+  if (absl::IsFailedPrecondition(lines.status())) {
+    return {absl::StrCat("(the ranks will refuse this cut: ", lines.status().message(), ")")};
+  }
   if (!lines.ok()) return {absl::StrCat("(known once the ranks build the model: ", lines.status().message(), ")")};
   return *lines;
 }

@@ -244,12 +244,17 @@ namespace {
 // with its bias and a LoRA adapter of rank `r` (Note [LoRA under tensor
 // parallelism]): split by output (column), by input (row) or whole.
 enum class Split { kColumn, kRow, kWhole };
-int64_t ProjectionElements(int64_t in, int64_t out, Split split, int64_t tp, bool bias, int64_t r) {
+// `adapters`, when given, also receives the adapter's elements.
+int64_t ProjectionElements(int64_t in, int64_t out, Split split, int64_t tp, bool bias, int64_t r,
+                           int64_t* adapters = nullptr) {
   const int64_t local_in = split == Split::kRow ? in / tp : in;
   const int64_t local_out = split == Split::kColumn ? out / tp : out;
   int64_t elements = local_in * local_out;
   if (bias) elements += split == Split::kColumn ? local_out : out;  // a row split's bias is added whole
-  if (r > 0) elements += r * local_in + local_out * r;
+  if (r > 0) {
+    elements += r * local_in + local_out * r;
+    if (adapters != nullptr) *adapters += r * local_in + local_out * r;
+  }
   return elements;
 }
 
@@ -282,14 +287,15 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
     absl::StatusOr<ModelSize> size = ModelSizeOf(job);  // the padded vocabulary
     if (!size.ok()) return size.status();
     const int64_t d = m.width;
-    layers.push_back({"embedding", "Embedding", size->vocab / tp * d + m.sequence_length * d});
+    const int64_t embedding = size->vocab / tp * d + m.sequence_length * d;
+    layers.push_back({"embedding", "Embedding", embedding, embedding});
     // Two LayerNorms, qkv (3 fused parts), the output projection, the 4x MLP.
     const int64_t block = 4 * d + ProjectionElements(d, 3 * d, Split::kColumn, tp, true, 0) +
                           ProjectionElements(d, d, Split::kRow, tp, true, 0) +
                           ProjectionElements(d, 4 * d, Split::kColumn, tp, true, 0) +
                           ProjectionElements(4 * d, d, Split::kRow, tp, true, 0);
-    for (int64_t i = 0; i < m.layers; ++i) layers.push_back({absl::StrCat("blocks.", i), "GptBlock", block});
-    layers.push_back({"head", "Head", 2 * d});  // the final LayerNorm; the head is the tied embedding
+    for (int64_t i = 0; i < m.layers; ++i) layers.push_back({absl::StrCat("blocks.", i), "GptBlock", block, block});
+    layers.push_back({"head", "Head", 2 * d, 2 * d});  // the final LayerNorm; the head is the tied embedding
     return layers;
   }
   if (m.type != "llama") {
@@ -311,7 +317,9 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
   const int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
   const int64_t local_vocab = RoundUp(s.vocab, tp * divisor) / tp;
   const int64_t r = job.lora.r;
-  layers.push_back({"embedding", "Embedding", local_vocab * h});
+  // With LoRA only the adapters train.
+  const bool lora = r > 0;
+  layers.push_back({"embedding", "Embedding", local_vocab * h, lora ? 0 : local_vocab * h});
   const bool q_bias = s.attention_bias || s.qkv_bias;
   const Split kv_split = s.kv_heads < tp ? Split::kWhole : Split::kColumn;
   for (int64_t i = 0; i < s.layers; ++i) {
@@ -319,23 +327,25 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
     const std::string attention = absl::StrCat("model.layers.", i, ".self_attn."), mlp = absl::StrCat("model.layers.", i, ".mlp.");
     auto adapter = [&](const std::string& name) { return Targets(job.lora, name) ? r : 0; };
     int64_t layer = 2 * h;  // the two RMSNorms
-    layer += ProjectionElements(h, q, Split::kColumn, tp, q_bias, adapter(attention + "q_proj"));
-    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "k_proj"));
-    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "v_proj"));
-    layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, adapter(attention + "o_proj"));
+    int64_t adapters = 0;
+    layer += ProjectionElements(h, q, Split::kColumn, tp, q_bias, adapter(attention + "q_proj"), &adapters);
+    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "k_proj"), &adapters);
+    layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "v_proj"), &adapters);
+    layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, adapter(attention + "o_proj"), &adapters);
     if (s.experts > 0) {
       // Mixtral: a router and the experts' w1, w3 (h -> intermediate) and w2.
       layer += h * s.experts + s.experts * 3 * h * s.intermediate;
     } else {
-      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "gate_proj"));
-      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "up_proj"));
-      layer += ProjectionElements(s.intermediate, h, Split::kRow, tp, s.mlp_bias, adapter(mlp + "down_proj"));
+      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "gate_proj"), &adapters);
+      layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "up_proj"), &adapters);
+      layer += ProjectionElements(s.intermediate, h, Split::kRow, tp, s.mlp_bias, adapter(mlp + "down_proj"), &adapters);
     }
-    layers.push_back({absl::StrCat("layers.", i), "LlamaDecoderLayer", layer});
+    layers.push_back({absl::StrCat("layers.", i), "LlamaDecoderLayer", layer, lora ? adapters : layer});
   }
   int64_t head = h;  // the final RMSNorm
-  if (!s.tied) head += local_vocab * h + (Targets(job.lora, "lm_head") ? r * h + local_vocab * r : 0);
-  layers.push_back({"head", "Head", head});
+  const int64_t head_adapter = !s.tied && Targets(job.lora, "lm_head") ? r * h + local_vocab * r : 0;
+  if (!s.tied) head += local_vocab * h + head_adapter;
+  layers.push_back({"head", "Head", head, lora ? head_adapter : head});
   return layers;
 }
 

@@ -74,6 +74,7 @@ struct LayerSize {
   std::string name;  // "embedding", "blocks.3" / "layers.3", "head"
   std::string type;  // "Embedding", "GptBlock" / "LlamaDecoderLayer", "Head"
   int64_t parameters = 0;
+  int64_t trainable = 0;  // of them: all, or with LoRA the adapters only
 };
 absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job);
 

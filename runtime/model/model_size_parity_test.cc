@@ -82,9 +82,12 @@ std::vector<LayerSize> BuiltLayers(torch::nn::Module& module, const ModelInterfa
   auto parameters = module.named_parameters();
   std::vector<LayerSize> sizes;
   for (const ModelLayer& layer : family.Layers()) {
-    int64_t elements = 0;
-    for (const std::string& name : layer.parameters) elements += parameters[name].numel();
-    sizes.push_back({layer.name, layer.type, elements});
+    int64_t elements = 0, trainable = 0;
+    for (const std::string& name : layer.parameters) {
+      elements += parameters[name].numel();
+      if (parameters[name].requires_grad()) trainable += parameters[name].numel();
+    }
+    sizes.push_back({layer.name, layer.type, elements, trainable});
   }
   return sizes;
 }
@@ -96,6 +99,7 @@ void ExpectSameLayers(const std::vector<LayerSize>& estimated, const std::vector
     EXPECT_EQ(estimated[i].name, built[i].name) << what;
     EXPECT_EQ(estimated[i].type, built[i].type) << what;
     EXPECT_EQ(estimated[i].parameters, built[i].parameters) << what << ": " << built[i].name;
+    EXPECT_EQ(estimated[i].trainable, built[i].trainable) << what << ": " << built[i].name << " (trainable)";
   }
 }
 

@@ -128,4 +128,17 @@ same_partition llama_export 4 --override ds_config.pipeline.stages=2 --override 
   --override train.steps=3 --override train.lr=0 --override train.warmup_steps=0 --override train.min_lr=0 \
   --override "export.hf_dir=$WORK/pp_hf" --override export.dtype=float32
 pass "a Hugging Face Llama folder trains at PP 2 like one rank, and exports back exactly from PP 2 x TP 2 (at the job's end and by dsconsolidate from its checkpoint)"
-pass "--dry_run prints the partition every rank then cuts (GPT 1F1B and interleaved, Llama at PP 2 and PP 2 x TP 2)"
+# With LoRA on q_proj the embedding and the head are frozen: cut into 4
+# stages, one stage holds nothing to train. The ranks refuse that cut, and
+# --dry_run names the same stage before anything starts.
+LORA_PP4=(--override ds_config.pipeline.stages=4 --override lora.r=4 --override 'lora.target_modules=[q_proj]')
+"$DSLAUNCH" --dry_run --num_gpus 4 "${COMMON[@]}" "${LORA_PP4[@]}" "$CONFIG" >"$WORK/lora_pp4.dry" 2>&1 ||
+  fail "--dry_run of LoRA at PP 4: $(tail -3 "$WORK/lora_pp4.dry")"
+refused=$(grep -oE "the ranks will refuse this cut: pipeline stage [0-9]+ would hold no trainable parameter" "$WORK/lora_pp4.dry") ||
+  fail "--dry_run did not say the LoRA cut will be refused: $(grep -A2 '^pipeline:' "$WORK/lora_pp4.dry")"
+if "$DSLAUNCH" --num_gpus 4 "${COMMON[@]}" "${LORA_PP4[@]}" "$CONFIG" >"$WORK/lora_pp4.out" 2>"$WORK/lora_pp4.err"; then
+  fail "a LoRA job cut with a stage that trains nothing exited 0"
+fi
+grep -q "${refused#the ranks will refuse this cut: }" "$WORK/lora_pp4.err" ||
+  fail "the ranks refused otherwise than --dry_run said ($refused): $(grep -m1 'root cause' "$WORK/lora_pp4.err")"
+pass "--dry_run prints the partition every rank then cuts (GPT 1F1B and interleaved, Llama at PP 2 and PP 2 x TP 2), and says when the ranks will refuse it"
