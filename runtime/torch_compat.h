@@ -11,38 +11,71 @@ namespace dslaunch::runtime::compat {
 
 inline constexpr bool kHasFusedAttention = TORCH_VERSION_MAJOR >= 2;
 
-// Causal self-attention over [batch, heads, time, head_dim] tensors. LibTorch
-// 2.x: the fused scaled-dot-product kernel (flash / memory-efficient on GPU).
+// Grouped-query attention: key/value head j serves query heads j·g .. j·g + g - 1
+// (g = query heads / key/value heads); this repeats each key/value head g times.
+inline torch::Tensor RepeatKeyValueHeads(const torch::Tensor& t, int64_t query_heads) {
+  const int64_t heads = t.size(-3);
+  return heads == query_heads ? t : t.repeat_interleave(query_heads / heads, /*dim=*/-3);
+}
+
+// Whether LibTorch's fused attention reads grouped key/value heads in place
+// (SDPA's enable_gqa, 2.5 and later): only its flash kernel does (CUDA, 16-bit
+// floats, head_dim up to 256); every other backend would repeat the heads
+// itself, no faster than RepeatKeyValueHeads.
+inline bool AttendsGroupedHeadsInPlace(const torch::Tensor& q) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  return q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) && q.size(-1) <= 256;
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+// Causal self-attention over [batch, heads, time, head_dim] tensors; k and v
+// may have fewer heads than q, a divisor of its count (grouped-query
+// attention). LibTorch 2.x: the fused scaled-dot-product kernel (flash /
+// memory-efficient on GPU; flash reads grouped heads without copying them).
 // 1.13: the same arithmetic spelled out (softmax of masked scores).
-inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
-                                     const torch::Tensor& v) {
+inline torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(k.size(-3) == v.size(-3) && k.size(-3) > 0 && q.size(-3) % k.size(-3) == 0, "attention: ",
+              q.size(-3), " query heads cannot share ", k.size(-3), " key/value heads");
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (k.size(-3) != q.size(-3) && AttendsGroupedHeadsInPlace(q)) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/true);
+  }
+#endif
+  const torch::Tensor keys = RepeatKeyValueHeads(k, q.size(-3)), values = RepeatKeyValueHeads(v, q.size(-3));
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+  return at::scaled_dot_product_attention(q, keys, values, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                           /*is_causal=*/true);
 #else
   const int64_t time = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  auto scores = torch::matmul(q, keys.transpose(-2, -1)) * scale;
   auto mask = torch::ones({time, time}, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
                   .triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), v);
+  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), values);
 #endif
 }
 
 // Attention over [batch, heads, time, head_dim] tensors where `allowed`
 // ([batch or 1, 1, time, time] bool) says which keys each query may see (packed
 // records: causal within each record). Every row allows at least one key.
+// k and v may have fewer heads than q, as for CausalAttention (repeated here:
+// no fused kernel takes both a mask and grouped heads).
 inline torch::Tensor MaskedAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const torch::Tensor& allowed) {
+  const torch::Tensor keys = RepeatKeyValueHeads(k, q.size(-3)), values = RepeatKeyValueHeads(v, q.size(-3));
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/allowed, /*dropout_p=*/0.0,
+  return at::scaled_dot_product_attention(q, keys, values, /*attn_mask=*/allowed, /*dropout_p=*/0.0,
                                           /*is_causal=*/false);
 #else
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  auto scores = torch::matmul(q, keys.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), v);
+  return torch::matmul(torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type()), values);
 #endif
 }
 

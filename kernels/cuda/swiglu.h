@@ -5,6 +5,10 @@
 // and writes both gradients:
 //   dgate = dy · up · s · (1 + gate · (1 - s)),  s = sigmoid(gate)
 //   dup   = dy · gate · s
+// The stacked form reads gate and up as the two halves of each row of one
+// [rows, 2·cols] tensor (a gate/up product made by one matrix product,
+// Note [Stacked projections]): y is [rows, cols], and backward writes the
+// gradient of that tensor whole, so neither side copies or splits it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,5 +24,11 @@ cudaError_t swiglu_forward(ElementType type, void* y, const void* gate, const vo
 
 cudaError_t swiglu_backward(ElementType type, void* dgate, void* dup, const void* dy, const void* gate, const void* up,
                             int64_t elements, cudaStream_t stream);
+
+cudaError_t swiglu_stacked_forward(ElementType type, void* y, const void* gate_up, int64_t rows, int64_t cols,
+                                   cudaStream_t stream);
+
+cudaError_t swiglu_stacked_backward(ElementType type, void* dgate_up, const void* dy, const void* gate_up,
+                                    int64_t rows, int64_t cols, cudaStream_t stream);
 
 }  // namespace dslaunch::kernels

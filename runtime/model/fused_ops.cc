@@ -176,6 +176,40 @@ class SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
   }
 };
 
+// gate_up [..., 2·cols]: gate then up along the last dimension (Note [Stacked
+// projections]); its gradient comes back whole, in its layout.
+class SwiGluStackedFunction : public torch::autograd::Function<SwiGluStackedFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor gate_up) {
+    TORCH_CHECK(gate_up.is_cuda() && gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
+                "fused stacked SwiGLU: a CUDA tensor whose last dimension is even, got ", gate_up.sizes(), " on ",
+                gate_up.device());
+    compat::CudaDeviceGuard device(gate_up.device());
+    gate_up = gate_up.contiguous();
+    const int64_t cols = gate_up.size(-1) / 2, rows = cols == 0 ? 0 : gate_up.numel() / (2 * cols);
+    std::vector<int64_t> shape = gate_up.sizes().vec();
+    shape.back() = cols;
+    torch::Tensor y = torch::empty(shape, gate_up.options());
+    CheckLaunch(kernels::swiglu_stacked_forward(TypeOf(gate_up), y.data_ptr(), gate_up.data_ptr(), rows, cols,
+                                                compat::CurrentCudaStream()),
+                "fused stacked SwiGLU forward");
+    ctx->save_for_backward({gate_up});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const torch::Tensor gate_up = ctx->get_saved_variables()[0];
+    compat::CudaDeviceGuard device(gate_up.device());
+    torch::Tensor dy = grads[0].contiguous();
+    const int64_t cols = gate_up.size(-1) / 2, rows = cols == 0 ? 0 : gate_up.numel() / (2 * cols);
+    torch::Tensor dgate_up = torch::empty_like(gate_up);
+    CheckLaunch(kernels::swiglu_stacked_backward(TypeOf(gate_up), dgate_up.data_ptr(), dy.data_ptr(),
+                                                 gate_up.data_ptr(), rows, cols, compat::CurrentCudaStream()),
+                "fused stacked SwiGLU backward");
+    return {dgate_up};
+  }
+};
+
 class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
@@ -369,6 +403,23 @@ torch::Tensor RotaryOp(const torch::Tensor& x, const torch::Tensor& cos, const t
   if (x.numel() == 0) return ApplyRotary(x, cos, sin);  // nothing to compute
 #if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
   return RotaryFunction::apply(x, cos, sin);
+#else
+  return {};
+#endif
+}
+
+torch::Tensor SwiGluStackedOp(const torch::Tensor& gate_up, bool fused) {
+  TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
+              "SwiGLU of a stacked gate/up product: the last dimension must be even, got ", gate_up.sizes());
+  auto unfused = [&] {
+    const std::vector<torch::Tensor> halves = gate_up.chunk(2, -1);
+    return torch::silu(halves[0]) * halves[1];
+  };
+  if (!fused) return unfused();
+  CheckFusedAvailable(gate_up, "SwiGLU");
+  if (gate_up.numel() == 0) return unfused();  // nothing to compute
+#if defined(DSLAUNCH_HAVE_CUDA_KERNELS)
+  return SwiGluStackedFunction::apply(gate_up);
 #else
   return {};
 #endif

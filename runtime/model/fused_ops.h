@@ -59,5 +59,9 @@ torch::Tensor RotaryOp(const torch::Tensor& x, const torch::Tensor& cos, const t
 
 // silu(gate) · up, Llama's gated MLP activation (same shapes).
 torch::Tensor SwiGluOp(const torch::Tensor& gate, const torch::Tensor& up, bool fused);
+// The same of gate_up [..., 2·n] holding gate then up along its last
+// dimension (Note [Stacked projections]): [..., n]; fused, its gradient comes
+// back whole instead of as two halves to join.
+torch::Tensor SwiGluStackedOp(const torch::Tensor& gate_up, bool fused);
 
 }  // namespace dslaunch::runtime

@@ -161,6 +161,24 @@ TEST_P(FusedOpsGpuTest, SwiGluForwardAndBackwardMatchLibTorch) {
   }
 }
 
+TEST_P(FusedOpsGpuTest, StackedSwiGluForwardAndBackwardMatchLibTorch) {
+  // A TinyLlama-shaped gate/up product (vector path), an odd width (element
+  // path), and a 3-D one.
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{4096, 2 * 5632}, {333, 2 * 99}, {3, 17, 2 * 64}}) {
+    auto gate_up = torch::randn(shape, Options()) * 3;
+    std::vector<int64_t> out = shape;
+    out.back() /= 2;
+    auto upstream = torch::randn(out, Options());
+    Results r = RunThreeWays(
+        {gate_up}, upstream, [](const auto& in) { return SwiGluStackedOp(in[0], true); },
+        [](const auto& in) {
+          const int64_t n = in[0].size(-1) / 2;
+          return torch::silu(in[0].narrow(-1, 0, n)) * in[0].narrow(-1, n, n);
+        });
+    ExpectAll(r, GetParam(), {"y", "dgate_up"});
+  }
+}
+
 TEST_P(FusedOpsGpuTest, RotaryForwardAndBackwardMatchLibTorch) {
   // x as the attention makes it: [batch, time, heads, d] transposed to
   // [batch, heads, time, d]; one table for all sequences, or one per sequence.
@@ -230,6 +248,7 @@ TEST(FusedOpsTest, AskingForFusedKernelsOnCpuTensorsIsAnError) {
   EXPECT_THROW(RmsNormOp(x, w, 1e-5, true), c10::Error);
   EXPECT_THROW(AddRmsNormOp(x, x, w, 1e-5, true), c10::Error);
   EXPECT_THROW(SwiGluOp(x, x, true), c10::Error);
+  EXPECT_THROW(SwiGluStackedOp(x, true), c10::Error);
   EXPECT_THROW(RotaryOp(x.view({1, 1, 4, 8}), w.view({1, 8}), w.view({1, 8}), true), c10::Error);
 }
 
@@ -241,6 +260,8 @@ TEST(FusedOpsTest, UnfusedOpsAreLibTorchs) {
   auto targets = torch::tensor({1, 2, 3, 0}, torch::kLong);
   EXPECT_TRUE(torch::equal(CrossEntropyOp(x, targets, false), torch::nn::functional::cross_entropy(x, targets)));
   EXPECT_TRUE(torch::equal(SwiGluOp(x, w.expand({4, 8}), false), torch::silu(x) * w));
+  EXPECT_TRUE(torch::equal(SwiGluStackedOp(x, false), torch::silu(x.narrow(1, 0, 4)) * x.narrow(1, 4, 4)));
+  EXPECT_THROW(SwiGluStackedOp(torch::randn({4, 7}), false), c10::Error) << "an odd last dimension";
   torch::Tensor h = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
   EXPECT_TRUE(torch::allclose(RmsNormOp(x, w, 1e-6, false), w * h));
   auto delta = torch::randn({4, 8});

@@ -9,6 +9,7 @@
 #include "runtime/model/deferred_parameters.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/next_token_loss.h"
+#include "runtime/model/stacked_projections.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 #include "runtime/tensor_parallel/tensor_parallel_ops.h"
 #include "runtime/tensor_parallel/vocab_parallel.h"
@@ -141,14 +142,20 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
   torch::Tensor q, k, v;
-  if (joined_qkv_.usable()) {
-    // The query and key heads side by side in the product: one rotary over both.
-    const torch::Tensor qkv = joined_qkv_.Product(x);
-    const torch::Tensor qk =
-        RotaryOp(heads(qkv.narrow(-1, 0, (heads_ + kv_heads_) * head_dim_), heads_ + kv_heads_), cos, sin, fused_);
-    q = qk.narrow(1, 0, heads_);
-    k = qk.narrow(1, heads_, kv_heads_);
-    v = heads(qkv.narrow(-1, (heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_), kv_heads_);
+  // Generation's joined weights, else (a replicated key/value head aside) one
+  // product over the three weights (Note [Stacked projections]).
+  const bool joined = joined_qkv_.usable();
+  if (joined || (!KeyValueHeadsReplicated(options_) && Stackable({q_proj, k_proj, v_proj}))) {
+    const torch::Tensor qkv = joined ? joined_qkv_.Product(x) : StackedProduct({q_proj, k_proj, v_proj}, x, group);
+    // The query and key heads side by side in the product: one rotary over
+    // both. split (not narrow): backward joins the pieces' gradients in one pass.
+    const std::vector<torch::Tensor> parts =
+        qkv.split_with_sizes({(heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_}, /*dim=*/-1);
+    const std::vector<torch::Tensor> qk =
+        RotaryOp(heads(parts[0], heads_ + kv_heads_), cos, sin, fused_).split_with_sizes({heads_, kv_heads_}, 1);
+    q = qk[0];
+    k = qk[1];
+    v = heads(parts[1], kv_heads_);
   } else {
     q = RotaryOp(heads(ColumnParallel(q_proj, x, group), heads_), cos, sin, fused_);
     k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
@@ -158,12 +165,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
     torch::Tensor y = cache->Attend(layer_, q, k, v).transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
     return RowParallel(o_proj, y, group);
   }
-  if (kv_heads_ != heads_) {
-    // Key/value head j serves query heads j·g .. j·g + g - 1.
-    const int64_t group = heads_ / kv_heads_;
-    k = k.repeat_interleave(group, /*dim=*/1);
-    v = v.repeat_interleave(group, /*dim=*/1);
-  }
+  // Grouped key/value heads go in as they are (compat: flash reads them in place).
   torch::Tensor y = allowed.defined() ? compat::MaskedAttention(q, k, v, allowed) : compat::CausalAttention(q, k, v);
   y = y.transpose(1, 2).contiguous().view({batch, time, heads_ * head_dim_});
   return RowParallel(o_proj, y, group);
@@ -192,6 +194,9 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
   if (joined_gate_up_.usable()) {
     const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(x);
     return RowParallel(down_proj, SwiGluOp(gate_up[0], gate_up[1], fused_), group_);
+  }
+  if (Stackable({gate_proj, up_proj})) {  // Note [Stacked projections]
+    return RowParallel(down_proj, SwiGluStackedOp(StackedProduct({gate_proj, up_proj}, x, group_), fused_), group_);
   }
   return RowParallel(down_proj,
                      SwiGluOp(ColumnParallel(gate_proj, x, group_), ColumnParallel(up_proj, x, group_), fused_),

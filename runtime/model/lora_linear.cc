@@ -21,9 +21,15 @@ LoraLinearImpl::LoraLinearImpl(int64_t in, int64_t out, bool with_bias) : in_(in
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = BaseForward(x);
-  if (!adapter_) return y;
-  return y + AdapterDelta(AdapterDropout(x), lora_A->weight, lora_B->weight);
+  if (!adapter_) return BaseForward(x);
+  // Rows of 2-D matrices: the base product is a fresh tensor that no
+  // backward reads, so the adapter's product may accumulate into it.
+  torch::Tensor y = BaseForward(x.reshape({-1, in_}));
+  const torch::Tensor u = torch::nn::functional::linear(AdapterDropout(x).reshape({-1, in_}), lora_A->weight);
+  y.addmm_(u, lora_B->weight.t(), /*beta=*/1, /*alpha=*/adapter_->scale());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out_;
+  return y.view(shape);
 }
 
 torch::Tensor LoraLinearImpl::BaseForward(const torch::Tensor& x) const {

@@ -51,6 +51,9 @@ class LoraLinearImpl : public torch::nn::Module {
  public:
   LoraLinearImpl(int64_t in, int64_t out, bool bias);
 
+  // With an adapter, its product accumulates into the base product in place
+  // (one matrix product with beta 1 and alpha = scale; Note [Stacked
+  // projections]) instead of being scaled and added in passes of their own.
   torch::Tensor forward(const torch::Tensor& x);
 
   // Adds the adapter (in the base weight's dtype and device), initialised
@@ -59,6 +62,8 @@ class LoraLinearImpl : public torch::nn::Module {
   // columns kept.
   void EnableAdapter(const LoraAdapterOptions& options, at::Generator generator);
   bool adapted() const { return adapter_.has_value(); }
+  // REQUIRES: adapted().
+  const LoraAdapterOptions& adapter_options() const { return adapter_.value(); }
 
   // The pieces of forward, for a model that splits the projection over a
   // tensor group (Note [LoRA under tensor parallelism] in lora.h):

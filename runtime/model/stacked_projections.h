@@ -1,0 +1,45 @@
+// Note [Stacked projections]
+// In training, projections that read the same input (a Llama layer's q/k/v,
+// its gate/up) run as one matrix product over their weights concatenated for
+// this step, [Σ out, in]: one GEMM instead of several (the narrow key/value
+// products of grouped-query attention run badly alone) and, backward, one
+// input gradient instead of several summed pass by pass. The weights stay
+// separate parameters (state dict, ZeRO units, exports, LoRA targets); the
+// concatenation's backward hands each its rows. The copy costs the weights'
+// size once per step, small beside the activations it saves passes over.
+//
+// LoRA adapters (Note [LoRA]) join the same way: their A products are one
+// product over the A's concatenated when no dropout is drawn (otherwise one
+// per adapter, each on its own mask as PEFT draws them, in the projections'
+// order), and their B products accumulate into the base product in place,
+// one GEMM with beta 1 through a block-diagonal B whose blocks are each
+// adapter's B (a projection without one has an empty block). So an adapted
+// projection costs no elementwise pass: no scaled copy, no add.
+//
+// Generation's joined weights (Note [Joined projections]) are a different
+// thing: one tensor the projections' weights are views of, read under no
+// gradient.
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "runtime/model/lora_linear.h"
+#include "runtime/tensor_parallel/tensor_parallel_group.h"
+
+namespace dslaunch::runtime {
+
+// Whether StackedProduct can run `projections`: at least one; none int8;
+// one input width, dtype and device; biases on all or none.
+bool Stackable(const std::vector<LoraLinear>& projections);
+
+// Each projection's output for x [..., in] side by side along the last
+// dimension, [..., Σ out], as forward would give it (contiguous). Over a
+// split tensor group the projections are column-parallel slices and x is
+// the whole input: an adapter's A is whole, its gradient summed across the
+// group (Note [LoRA under tensor parallelism]). REQUIRES: Stackable.
+torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const torch::Tensor& x,
+                             const TensorParallelGroup& group);
+
+}  // namespace dslaunch::runtime
