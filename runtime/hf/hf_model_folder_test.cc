@@ -11,6 +11,7 @@
 #include "runtime/hf/safetensors_reader.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/testing/hf_test_llama.h"
 #include "runtime/testing/temp_folder.h"
 
 namespace dslaunch::runtime {
@@ -20,20 +21,7 @@ using ::testing::HasSubstr;
 using TempFolder = testing::TempFolder;
 
 
-LlamaHfConfig TinyConfig(bool tied) {
-  LlamaHfConfig config;
-  LlamaOptions& o = config.options;
-  o.layers = 2;
-  o.hidden = 16;
-  o.intermediate = 24;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 4;
-  o.vocab_size = 40;
-  o.tie_word_embeddings = tied;
-  o.rope.head_dim = 4;
-  return config;
-}
+LlamaHfConfig TinyConfig(bool tied) { return testing::HfTestLlamaConfig(/*vocab_size=*/40, tied); }
 
 std::vector<HfTensorSpec> SpecsOf(torch::nn::Module& module) {
   std::vector<HfTensorSpec> specs;

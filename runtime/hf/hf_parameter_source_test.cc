@@ -15,6 +15,7 @@
 #include "runtime/model/deferred_parameters.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
+#include "runtime/testing/hf_test_llama.h"
 #include "runtime/testing/temp_folder.h"
 
 namespace dslaunch::runtime {
@@ -26,19 +27,8 @@ using TempFolder = testing::TempFolder;
 
 // Grouped-query attention: 4 heads, 2 key/value heads (split
 // at TP 2), an untied head and a vocabulary that TP 2 pads (41 rows).
-LlamaHfConfig SourceTestConfig() {
-  LlamaHfConfig config;
-  LlamaOptions& o = config.options;
-  o.layers = 2;
-  o.hidden = 16;
-  o.intermediate = 24;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 4;
-  o.vocab_size = 41;
-  o.rope.head_dim = 4;
-  return config;
-}
+// 41 rows: the vocabulary does not split evenly.
+LlamaHfConfig SourceTestConfig() { return testing::HfTestLlamaConfig(/*vocab_size=*/41, /*tied=*/false); }
 
 // A bf16 folder of a Llama drawn from seed 1, in shards of about 4 KB.
 std::string WriteFolder(const TempFolder& temp, const LlamaHfConfig& config) {

@@ -72,37 +72,13 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   torch::NoGradGuard no_grad;
   const torch::Tensor& first = zero->params_.front();
   std::vector<torch::Tensor> master_pieces, param_pieces;
-  const char* kind_name = options.frozen ? "ZeroPartition: frozen" : "ZeroPartition: trainable";
   bool any_deferred = false;
   for (size_t u = 0; u < zero->units_.size(); ++u) {
     const Unit& unit = zero->units_[u];
-    const int64_t padded = unit.piece * zero->shards_;
-    // Note [Shard-only loading].
-    size_t deferred_parameter = unit.end;
-    for (size_t i = unit.first; i < unit.end && deferred_parameter == unit.end; ++i) {
-      if (IsDeferredParameter(zero->params_[i])) deferred_parameter = i;
-    }
-    const bool deferred_unit = deferred_parameter != unit.end;
-    if (deferred_unit && (options.stage != 3 || deferred == nullptr || !deferred->read)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          kind_name, " parameter ", deferred_parameter, " is deferred (no values yet, Note [Shard-only loading]): "
-          "only a ZeRO stage 3 partition given their source fills deferred parameters (this one is stage ",
-          options.stage, deferred == nullptr || !deferred->read ? ", without a source)" : ")"));
-    }
-    any_deferred = any_deferred || deferred_unit;
     torch::Tensor all, mine;
-    if (deferred_unit) {
-      all = torch::empty({padded},
-                         torch::TensorOptions().dtype(zero->params_[unit.first].scalar_type()).device(deferred->device));
-      mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
-      if (absl::Status filled = zero->FillPiece(unit, *deferred, mine); !filled.ok()) return filled;
-    } else {
-      std::vector<torch::Tensor> flat;
-      for (size_t i = unit.first; i < unit.end; ++i) flat.push_back(zero->params_[i].detach().reshape({-1}));
-      all = torch::cat(flat);
-      if (padded > unit.numel) all = torch::cat({all, torch::zeros({padded - unit.numel}, all.options())});
-      mine = all.narrow(0, zero->shard_rank_ * unit.piece, unit.piece);
-    }
+    bool deferred_unit = false;
+    if (absl::Status s = zero->UnitValues(unit, deferred, all, mine, deferred_unit); !s.ok()) return s;
+    any_deferred = any_deferred || deferred_unit;
     // Offloaded pieces go to the host one unit at a time: a model that fits
     // on the device only partitioned never has its fp32 copy there.
     if (!options.frozen) {
@@ -203,32 +179,6 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
   }
   return zero;
-}
-
-absl::Status ZeroPartition::FillPiece(const Unit& unit, const DeferredValues& deferred, torch::Tensor mine) const {
-  torch::NoGradGuard no_grad;
-  const int64_t begin = shard_rank_ * unit.piece;
-  const int64_t end = begin + unit.piece;
-  int64_t offset = 0;  // of parameter i within the unit
-  for (size_t i = unit.first; i < unit.end; ++i) {
-    const torch::Tensor& p = params_[i];
-    const int64_t from = std::max(begin, offset);
-    const int64_t to = std::min(end, offset + p.numel());
-    if (from < to) {
-      torch::Tensor slot = mine.narrow(0, from - begin, to - from);
-      if (IsDeferredParameter(p)) {
-        if (absl::Status read = deferred.read(i, from - offset, slot); !read.ok()) return read;
-      } else {
-        slot.copy_(p.detach().reshape({-1}).narrow(0, from - offset, to - from));
-      }
-    }
-    offset += p.numel();
-  }
-  if (end > std::max(begin, offset)) {
-    const int64_t padding_from = std::max(begin, offset);
-    mine.narrow(0, padding_from - begin, end - padding_from).zero_();
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::BuildUnits() {

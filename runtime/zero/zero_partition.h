@@ -334,6 +334,12 @@ class ZeroPartition {
 
   ZeroPartition(const ZeroOptions& options, std::vector<torch::Tensor> params, Communicator* comm);
   absl::Status BuildUnits();
+  // Unit `unit`'s values flat and padded to its pieces (`all`) and this
+  // rank's piece of them (`mine`, a view of `all`): the parameters' values,
+  // or, when a parameter is deferred (Note [Shard-only loading]), a buffer
+  // whose piece alone is filled from `deferred` (`deferred_unit` says which).
+  absl::Status UnitValues(const Unit& unit, const DeferredValues* deferred, torch::Tensor& all, torch::Tensor& mine,
+                          bool& deferred_unit) const;
   // Note [Shard-only loading]: this rank's piece of `unit` into `mine`, each
   // deferred parameter's part read from `deferred`, the others copied.
   absl::Status FillPiece(const Unit& unit, const DeferredValues& deferred, torch::Tensor mine) const;

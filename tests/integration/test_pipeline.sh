@@ -75,30 +75,32 @@ print("timeline: %d events over stages %s" % (len(events), sorted(stages)))
 PYEOF
 pass "wall_clock_breakdown reports each stage's bubble; --pipeline_timeline writes both stages"
 
+# expect_stopped NAME ROOT_CAUSE_REGEX WHAT [dslaunch arguments...]: a 2-stage
+# job that fails, within 60 s, with a root cause matching ROOT_CAUSE_REGEX.
+expect_stopped() {
+  local name=$1 cause=$2 what=$3 started=$SECONDS
+  shift 3
+  if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 "$CONFIG" "$@" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err"; then
+    fail "a job whose $what exited 0"
+  fi
+  grep -q "dslaunch: root cause: $cause" "$WORK/$name.err" ||
+    fail "$what: no such root cause: $(grep -m2 'root cause' "$WORK/$name.err")"
+  ((SECONDS - started < 60)) || fail "the job whose $what took $((SECONDS - started)) s to stop"
+}
+
 # A stage that raises stops the whole job at once, the root cause naming the
 # rank, the stage and the micro-batch.
-started=$SECONDS
-if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 "$CONFIG" \
-  --raise_at_step 3 --raise_rank 1 >"$WORK/raised.out" 2>"$WORK/raised.err"; then
-  fail "a job whose stage raised exited 0"
-fi
-grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, forward micro-batch 1 chunk 0: injected failure" \
-  "$WORK/raised.err" || fail "no root cause naming the stage: $(grep -m2 'root cause' "$WORK/raised.err")"
-((SECONDS - started < 60)) || fail "the failed pipeline took $((SECONDS - started)) s to stop"
+expect_stopped raised "rank 1 .*pipeline stage 1, forward micro-batch 1 chunk 0: injected failure" "stage raised" \
+  --raise_at_step 3 --raise_rank 1
 pass "a stage that raises stops the job; the root cause names rank 1, stage 1 and micro-batch 1"
 
 # A stage whose activation's shape is not what the next stage expects (here
 # stage 0 announces one more time step at step 3): the next stage's
 # handshake stops the whole job, the root cause naming both stages, the
 # micro-batch and both shapes.
-started=$SECONDS
-if "$DSLAUNCH" --num_gpus 2 "${COMMON[@]}" --override ds_config.pipeline.stages=2 "$CONFIG" \
-  --shape_fault_at_step 3 --raise_rank 0 >"$WORK/misstated.out" 2>"$WORK/misstated.err"; then
-  fail "a job whose stages disagreed on a shape exited 0"
-fi
-grep -q "dslaunch: root cause: rank 1 .*pipeline stage 1, .*stage 0 sends the activation of micro-batch 0 as .* but this stage expects .*the stages disagree on the model or the batch shape" \
-  "$WORK/misstated.err" || fail "no root cause naming the shapes: $(grep -m2 'root cause' "$WORK/misstated.err")"
-((SECONDS - started < 60)) || fail "the pipeline whose shapes disagreed took $((SECONDS - started)) s to stop"
+expect_stopped misstated "rank 1 .*pipeline stage 1, .*stage 0 sends the activation of micro-batch 0 as .* but this stage expects .*the stages disagree on the model or the batch shape" \
+  "stages disagreed on a shape" --shape_fault_at_step 3 --raise_rank 0
 pass "a shape mismatch between stages stops the job; the root cause names both stages, micro-batch 0 and the shapes"
 
 # A Llama-family Hugging Face folder cut into 2 stages trains like one rank;
