@@ -27,11 +27,12 @@ absl::StatusOr<std::vector<RankCores>> SplitCoresAmongRanks(const std::vector<in
   for (int rank = 0; rank < ranks; ++rank) {
     RankCores& mine = split[rank];
     mine.cores.assign(available.begin() + rank * per_rank, available.begin() + (rank + 1) * per_rank);
-    for (const auto& [node, cores] : nodes) {
+    for (const auto& entry : nodes) {  // not a structured binding: clang 14 cannot capture one
+      const std::vector<int>& cores = entry.second;
       const bool inside = std::all_of(mine.cores.begin(), mine.cores.end(), [&](int core) {
         return std::binary_search(cores.begin(), cores.end(), core);
       });
-      if (inside) mine.numa_node = node;
+      if (inside) mine.numa_node = entry.first;
     }
   }
   return split;

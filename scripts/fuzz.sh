@@ -45,7 +45,7 @@ work=$(mktemp -d /tmp/dslaunch-fuzz.XXXXXX)
 export TMPDIR=$work  # the targets that need a file write theirs here
 report_finding() {  # TARGET LOG
   echo "fuzz.sh: $1: FINDING" >&2
-  grep -v '^#[0-9]' "$2" | tail -n 60 >&2
+  grep -av '^#[0-9]' "$2" | tail -n 60 >&2
   for input in "$work/$1"-crash-* "$work/$1"-leak-* "$work/$1"-timeout-* "$work/$1"-oom-*; do
     [[ -e $input ]] || continue
     echo "fuzz.sh: the input: $input ($(stat -c %s "$input") bytes)" >&2
@@ -71,7 +71,7 @@ fuzz_one() {  # TARGET: its regression inputs, then its fuzzing; non-zero on a f
     return 1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target.log")
-  cov=$(grep -o 'cov: [0-9]*' "$work/$target.log" | tail -n 1 || true)
+  cov=$(grep -ao 'cov: [0-9]*' "$work/$target.log" | tail -n 1 || true)
   echo "fuzz.sh: $target: ${runs:-?} inputs in ${seconds} s, ${cov:-cov: ?}, ${#regressions[@]} regression input(s), no finding"
 }
 # A libFuzzer process fuzzes on one core: on a 2-core machine two targets at

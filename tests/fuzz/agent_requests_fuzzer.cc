@@ -1,13 +1,16 @@
-// libFuzzer target: the agent's request handlers (agent/agent_service.h)
-// driven by a sequence of calls decoded from the input: Describe,
-// StartRanks, KeepAlive, StopJob, Diagnose and Heartbeat, each for a job id
-// and with a job credential chosen by the input (one of two controllers',
-// none, or bytes of the input), with the request's other fields (lease,
-// grace, attempt, core binding, environments) from the input too. Every
-// reply is checked against a model of Note [Per-job credentials]: which
-// credential a job is bound to, that a call for it with another credential is
-// refused (PERMISSION_DENIED) unless it may bind a job that is over, the
-// bounds on leases and grace periods, and that a heartbeat no rank of this
+// libFuzzer target: the agent's authentication gate and request handlers
+// (agent/agent_service.h) driven by a sequence of calls decoded from the
+// input: Describe, StartRanks, KeepAlive, StopJob, Diagnose and Heartbeat,
+// each with an agent token (the agent's, a wrong one, none) and for a job id
+// with a job credential chosen by the input (one of two controllers', none,
+// or bytes of the input), the request's other fields (lease, grace, attempt,
+// core binding, environments) from the input too. Each call passes the gate
+// as a server runs it (Admit) and, admitted, its handler. Every answer is
+// checked against a model of Note [Per-job credentials]: the gate admits a
+// call only with the agent token and, for a job, a strong credential; a job
+// is bound to the credential that first named it, and a call for it with
+// another is refused (PERMISSION_DENIED) unless the call may bind a job that
+// is over; leases and grace periods are bounded; a heartbeat no rank of this
 // agent could have sent is refused. StartRanks is called with its ranks
 // removed (the handler would start processes); the pure parts that read
 // them run on the whole request: each rank's environment (common_env under
@@ -115,9 +118,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int op = input.ConsumeIntegralInRange(0, 5);
     const std::string job = JobId(input);
     const std::string credential = Credential(input);
+    const int agent_token = input.ConsumeIntegralInRange(0, 7);  // 0: none, 1: wrong, else the agent's
     grpc::ServerContext context;
     grpc::testing::ServerContextTestSpouse spouse(&context);
+    if (agent_token > 0) spouse.AddClientMetadata(dslaunch::kTokenMetadataKey, agent_token == 1 ? kControllerB : kControllerA);
     if (!credential.empty()) spouse.AddClientMetadata(dslaunch::kJobTokenMetadataKey, credential);
+    // The gate, as the server runs it before a handler; false: refused (as
+    // the model says it must be), the handler not called.
+    auto admitted = [&](const char* method, const google::protobuf::Message& request, bool per_job) {
+      const grpc::Status gate = agent.Admit(method, context, request);
+      const bool expected = agent_token >= 2 && (!per_job || dslaunch::CheckTokenStrength(credential).ok());
+      Check(gate.ok() == expected);
+      return gate.ok();
+    };
     // Note [Per-job credentials], with no rank ever started here: every
     // known job is over, so a call that may bind takes the job over.
     auto expect_owner = [&](const grpc::Status& status, bool bind) {
@@ -136,6 +149,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: {
         dslaunch::DescribeRequest request;
         dslaunch::DescribeReply reply;
+        if (!admitted("/dslaunch.Agent/Describe", request, false)) break;
         Check(agent.Describe(&context, &request, &reply).ok());
         Check(reply.hostname() == "fuzzhost" && reply.gpu_count() == 8);
         break;
@@ -163,6 +177,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (const dslaunch::RankSpec& spec : request.ranks()) CheckEnvironment(request, spec);
         CheckCoreSplit(request.core_binding().core_list(), ranks);
         request.clear_ranks();  // the handler would start them
+        if (!admitted("/dslaunch.Agent/StartRanks", request, true)) break;
         dslaunch::StartRanksReply reply;
         const grpc::Status status = agent.StartRanks(&context, &request, &reply);
         if (job.empty() || request.lease_ms() > dslaunch::kMaxLeaseMs) {
@@ -178,6 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         dslaunch::KeepAliveRequest request;
         request.set_job_id(job);
         dslaunch::KeepAliveReply reply;
+        if (!admitted("/dslaunch.Agent/KeepAlive", request, true)) break;
         expect_owner(agent.KeepAlive(&context, &request, &reply), /*bind=*/true);
         break;
       }
@@ -190,6 +206,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         request.set_reason(input.ConsumeRandomLengthString(16));
         request.set_requester(input.ConsumeRandomLengthString(16));
         dslaunch::StopJobReply reply;
+        if (!admitted("/dslaunch.Agent/StopJob", request, true)) break;
         const grpc::Status status = agent.StopJob(&context, &request, &reply);
         if (request.grace_ms() > dslaunch::kMaxStopGraceMs) {
           Check(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
@@ -204,6 +221,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         request.set_job_id(job);
         request.set_attempt(input.ConsumeIntegralInRange(-2, 3));
         dslaunch::DiagnoseReply reply;
+        if (!admitted("/dslaunch.Agent/Diagnose", request, true)) break;
         expect_owner(agent.Diagnose(&context, &request, &reply), /*bind=*/false);
         break;
       }
@@ -216,6 +234,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         request.set_rank_token(input.ConsumeBool() ? std::string(kControllerA) : input.ConsumeRandomLengthString(64));
         request.set_step(input.ConsumeIntegral<int64_t>());
         dslaunch::HeartbeatReply reply;
+        Check(agent.Admit("/dslaunch.Agent/Heartbeat", context, request).error_code() ==
+              grpc::StatusCode::UNAUTHENTICATED);
         Check(agent.Heartbeat(&context, &request, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
         break;
       }
