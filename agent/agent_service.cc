@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/core_binding.h"
 #include "common/auth_token.h"
 #include "common/core_list.h"
@@ -246,6 +247,22 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
                         absl::StrCat("StartRanks: lease_ms ", request->lease_ms(), " is above the bound of ",
                                      kMaxLeaseMs, " ms"));
   }
+  // Note [Ranks as another user]: the job's user, if it names one, is one
+  // the operator allowed; checked before the job is bound or anything starts.
+  std::optional<RunAsUser> run_as = config_.run_as;
+  if (!request->run_as().empty()) {
+    const RunAsUser* allowed = AllowedRunAsUser(config_.allowed_run_as, request->run_as());
+    if (allowed == nullptr) {
+      std::vector<std::string> names;
+      for (const RunAsUser& user : config_.allowed_run_as) names.push_back(user.name);
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("dsagent on ", config_.hostname, ": the job asks to run its ranks as '", request->run_as(),
+                       "' (dslaunch --run_as), which this agent does not allow (dsagent --allow_run_as: ",
+                       names.empty() ? "none" : absl::StrJoin(names, ","), ")"));
+    }
+    run_as = *allowed;
+  }
   std::shared_ptr<Job> job;
   if (grpc::Status owned = JobOfCall(*context, request->job_id(), /*bind=*/true, &job); !owned.ok()) return owned;
   // Read before the job's lock: mu_ is never taken under a job's lock (the
@@ -303,13 +320,13 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
       if (!config_.tls_dir.empty()) spawn.env[rank_env::kTlsDir] = config_.tls_dir;
       // Note [Ranks as another user]: its ids, and its HOME, USER, LOGNAME
       // unless the job sets them.
-      if (config_.run_as) {
-        spawn.uid = config_.run_as->uid;
-        spawn.gid = config_.run_as->gid;
-        spawn.groups = config_.run_as->groups;
-        spawn.env.emplace("HOME", config_.run_as->home);
-        spawn.env.emplace("USER", config_.run_as->name);
-        spawn.env.emplace("LOGNAME", config_.run_as->name);
+      if (run_as) {
+        spawn.uid = run_as->uid;
+        spawn.gid = run_as->gid;
+        spawn.groups = run_as->groups;
+        spawn.env.emplace("HOME", run_as->home);
+        spawn.env.emplace("USER", run_as->name);
+        spawn.env.emplace("LOGNAME", run_as->name);
       }
       Job* raw_job = job.get();
       job->ranks.push_back(std::make_unique<RankSupervisor>(

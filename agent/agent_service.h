@@ -57,6 +57,9 @@ struct AgentConfig {
   std::string keeper_path;  // dsagent_keeper, every rank's keeper (Note [Rank keeper])
   std::string tls_dir;      // Note [Mutual TLS]: given to ranks as DSLAUNCH_TLS_DIR; empty: none
   std::optional<RunAsUser> run_as;  // Note [Ranks as another user]; nullopt: ranks run as the agent
+  // Note [Ranks as another user]: the users a job may ask for
+  // (StartRanksRequest.run_as; dsagent --allow_run_as).
+  std::vector<RunAsUser> allowed_run_as;
 };
 
 // What an agent knows of one job, for its /metrics (agent/agent_metrics.h).

@@ -11,12 +11,15 @@
 #include "common/auth_token.h"
 #include "common/generic_unary_call.h"
 #include "common/rpc_auth_policy.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace dslaunch {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::HasSubstr;
 
 constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
 // Note [Per-job credentials]: what the tests' controller binds its jobs to.
@@ -25,8 +28,9 @@ constexpr char kOtherJobCredential[] = "a1b2c3d4e5f60718293a4b5c6d7e8f90";
 
 class AgentServiceTest : public ::testing::Test {
  protected:
-  void StartAgent(std::chrono::milliseconds lease = 10s) {
+  void StartAgent(std::chrono::milliseconds lease = 10s, std::vector<RunAsUser> allowed_run_as = {}) {
     AgentConfig config;
+    config.allowed_run_as = std::move(allowed_run_as);
     config.token = kToken;
     config.default_lease = lease;
     config.lease_check_interval = 50ms;
@@ -207,6 +211,50 @@ TEST_F(AgentServiceTest, WatchStreamsEveryEventOfTheJob) {
 
 // Note [Environment once per node]: the request's common_env reaches every
 // rank, under the rank's own env.
+// Note [Ranks as another user]: a job may name only a user the agent allows;
+// any other is refused before the job is bound or a rank starts.
+TEST_F(AgentServiceTest, AJobMayRunItsRanksOnlyAsAnAllowedUser) {
+  RunAsUser allowed;
+  allowed.name = "trainee";
+  allowed.uid = 4242;
+  allowed.gid = 4242;
+  StartAgent(10s, {allowed});
+  for (const char* asked : {"root", "4243", "trainee2"}) {
+    StartRanksRequest request = SleepingRanks("job-user", 2);
+    request.set_run_as(asked);
+    grpc::ClientContext context;
+    Authorize(&context);
+    StartRanksReply reply;
+    const grpc::Status status = stub_->StartRanks(&context, request, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << asked;
+    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("'", asked, "'")));
+    EXPECT_THAT(status.error_message(), HasSubstr("--allow_run_as: trainee"));
+    EXPECT_EQ(reply.pids_size(), 0);
+    EXPECT_EQ(service_->LiveRankCount("job-user"), 0) << asked;
+  }
+  // Refused before the job was bound: another controller may take the id.
+  StartRanksRequest request = SleepingRanks("job-user", 0);
+  grpc::ClientContext context;
+  Authorize(&context, kToken, kOtherJobCredential);
+  StartRanksReply reply;
+  EXPECT_TRUE(stub_->StartRanks(&context, request, &reply).ok());
+}
+
+TEST(RunAsUserTest, AllowedUsersAreFoundByNameOrUid) {
+  RunAsUser a, b;
+  a.name = "alice";
+  a.uid = 1001;
+  b.name = "bob";
+  b.uid = 1002;
+  const std::vector<RunAsUser> allowed = {a, b};
+  EXPECT_EQ(AllowedRunAsUser(allowed, "bob"), &allowed[1]);
+  EXPECT_EQ(AllowedRunAsUser(allowed, "1001"), &allowed[0]);
+  EXPECT_EQ(AllowedRunAsUser(allowed, "carol"), nullptr);
+  EXPECT_EQ(AllowedRunAsUser(allowed, "1003"), nullptr);
+  EXPECT_EQ(AllowedRunAsUser({}, "alice"), nullptr);
+  EXPECT_EQ(AllowedRunAsUser(allowed, ""), nullptr);
+}
+
 TEST_F(AgentServiceTest, RanksGetTheCommonEnvironmentUnderTheirOwn) {
   StartAgent();
   OpenedWatch watch = OpenWatch("job-env");

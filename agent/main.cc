@@ -26,7 +26,9 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "agent/agent_service.h"
 #include "common/mutex_deadlock_detection.h"
 #include "common/auth_token.h"
@@ -57,6 +59,7 @@ struct AgentFlags {
   bool listen_on_ssh_address = false;
   std::string tls_dir;  // Note [Mutual TLS]; empty: plaintext
   std::string run_as;   // Note [Ranks as another user]; empty: ranks run as the agent
+  std::string allow_run_as;  // USER[,USER...] a job may ask for (dslaunch --run_as)
 };
 
 // dsagent's flags: parsing and --help from one table.
@@ -88,7 +91,9 @@ dslaunch::FlagTable AgentFlagTable(AgentFlags& flags) {
       .String("--tls_dir", &flags.tls_dir, "DIR",
               "mutual TLS: ca.crt, tls.crt, tls.key (dslaunch certs makes them); ranks get it too")
       .String("--run_as", &flags.run_as, "USER",
-              "run every rank as USER (the agent runs as root): ranks cannot read the agent's token or signal it");
+              "run every rank as USER (the agent runs as root): ranks cannot read the agent's token or signal it")
+      .String("--allow_run_as", &flags.allow_run_as, "USER[,USER...]",
+              "users a job may ask its ranks to run as (dslaunch --run_as); the agent runs as root");
   return table;
 }
 
@@ -208,6 +213,14 @@ int main(int argc, char** argv) {
     if (!user.ok()) return Fail(std::string(user.status().message()));
     if (absl::Status can = dslaunch::CheckCanRunAs(*user); !can.ok()) return Fail(std::string(can.message()));
     config.run_as = std::move(*user);
+  }
+  for (absl::string_view name : absl::StrSplit(flags.allow_run_as, ',', absl::SkipWhitespace())) {
+    auto user = dslaunch::ResolveRunAsUser(std::string(absl::StripAsciiWhitespace(name)));
+    if (!user.ok()) return Fail(absl::StrCat("--allow_run_as: ", user.status().message()));
+    if (absl::Status can = dslaunch::CheckCanRunAs(*user); !can.ok()) {
+      return Fail(absl::StrCat("--allow_run_as: ", can.message()));
+    }
+    config.allowed_run_as.push_back(std::move(*user));
   }
   auto service = std::make_unique<dslaunch::AgentService>(config);
 

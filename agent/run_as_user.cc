@@ -51,4 +51,11 @@ absl::Status CheckCanRunAs(const RunAsUser& user) {
                                                   "identity)"));
 }
 
+const RunAsUser* AllowedRunAsUser(const std::vector<RunAsUser>& allowed, const std::string& asked) {
+  for (const RunAsUser& user : allowed) {
+    if (asked == user.name || asked == absl::StrCat(user.uid)) return &user;
+  }
+  return nullptr;
+}
+
 }  // namespace dslaunch

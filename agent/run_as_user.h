@@ -13,6 +13,12 @@
 // give the ranks their own folder's group, or run without --tls_dir there.
 // An agent that is not root cannot change identity: --run_as is refused at
 // start unless it names the agent's own user.
+// Per job: `dsagent --allow_run_as USER[,USER...]` lists the users a job may
+// ask for (`dslaunch --run_as USER`, StartRanksRequest.run_as); such a job's
+// ranks run as that user instead of the agent's --run_as, and a job that
+// asks for any other user is refused (PERMISSION_DENIED, naming the user and
+// the list) before anything starts. dslaunch passes --allow_run_as to the
+// agents it starts itself.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +43,9 @@ absl::StatusOr<RunAsUser> ResolveRunAsUser(const std::string& user);
 
 // OK when this process can become `user`: it is root, or it is that user.
 absl::Status CheckCanRunAs(const RunAsUser& user);
+
+// The entry of `allowed` that `asked` names, by its name or its uid in
+// decimal; null when none does.
+const RunAsUser* AllowedRunAsUser(const std::vector<RunAsUser>& allowed, const std::string& asked);
 
 }  // namespace dslaunch

@@ -247,6 +247,10 @@ void AppendOptionalFlags(const AgentLaunchOptions& options, std::vector<std::str
     argv.push_back("--tls_dir");
     argv.push_back(options.tls_dir);
   }
+  if (!options.allow_run_as.empty()) {  // Note [Ranks as another user]
+    argv.push_back("--allow_run_as");
+    argv.push_back(options.allow_run_as);
+  }
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ struct AgentLaunchOptions {
   std::string agent_log_dir;  // where started agents write their stderr; empty: /dev/null
   std::string metrics_addr;   // dsagent --metrics_addr for every agent; empty: none
   std::string tls_dir;        // dsagent --tls_dir for every agent (same path on every host); empty: none
+  std::string allow_run_as;   // dsagent --allow_run_as for every agent (dslaunch --run_as); empty: none
   std::vector<std::string> ssh_command{"ssh"};  // host and the agent command are appended
   // Note [SLURM]: "--nodes=1 --ntasks=1 --nodelist=HOST" and the agent command are appended.
   std::vector<std::string> slurm_command{"srun", "--overlap"};

@@ -361,6 +361,7 @@ absl::Status JobController::StartAttempt(int attempt, std::vector<bool>* node_st
     requests[node].set_attempt(attempt);
     requests[node].set_lease_ms(spec_.lease.count());
     requests[node].set_heartbeat_timeout_ms(spec_.heartbeat_timeout.count());
+    requests[node].set_run_as(spec_.run_as);
     if (spec_.bind_cores_to_rank) {  // Note [Core binding], agent/core_binding.h
       requests[node].mutable_core_binding()->set_enabled(true);
       requests[node].mutable_core_binding()->set_core_list(spec_.bind_core_list);

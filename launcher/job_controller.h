@@ -144,6 +144,9 @@ struct JobSpec {
   // agent's own cores.
   bool bind_cores_to_rank = false;
   std::string bind_core_list;
+  // Note [Ranks as another user] (agent/run_as_user.h): the user the ranks
+  // run as on every host; empty: each agent's own choice.
+  std::string run_as;
   // Wait before attempt k: min(restart_backoff * 2^(k-1), max_restart_backoff).
   std::chrono::milliseconds restart_backoff{1000};
   std::chrono::milliseconds max_restart_backoff{kDefaultMaxRestartBackoffMs};

@@ -260,6 +260,13 @@ constexpr OptionRow kOptions[] = {
        o.bind_core_list = FormatCoreList(*cores);
        return absl::OkStatus();
      }},
+    {"--run_as", "", ValueKind::kText, "USER", "",
+     "run the ranks as USER, a name or uid (agents allow it with --allow_run_as)",
+     [](absl::string_view, const std::string& v, LauncherOptions& o) {
+       if (v.empty()) return absl::InvalidArgumentError("--run_as: name a user");
+       o.run_as = v;
+       return absl::OkStatus();
+     }},
     {"--log_dir", "", ValueKind::kText, "DIR", "",
      "write each rank's output and the job's events.jsonl under DIR/JOB_ID",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {

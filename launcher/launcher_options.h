@@ -69,6 +69,7 @@ struct LauncherOptions {
   bool bind_cores_to_rank = false;  // --bind_cores_to_rank (Note [Core binding])
   bool force_multi = false;         // --force_multi: the ssh launcher even for this host alone
   std::string bind_core_list;       // --bind_core_list 1,3-5,7
+  std::string run_as;               // --run_as USER: Note [Ranks as another user]
   std::string metrics_addr;       // --metrics_addr HOST:PORT: Prometheus /metrics (Note [Live job status])
   std::string agent_metrics_addr; // --agent_metrics_addr HOST:PORT: each started agent's /metrics
   std::string validate;           // --validate FILE: check a job file or ds_config, start nothing

@@ -146,6 +146,7 @@ absl::StatusOr<JobSpec> SpecFromOptions(const LauncherOptions& options) {
   spec.stop_grace = std::chrono::milliseconds(options.stop_grace_ms);
   spec.bind_cores_to_rank = options.bind_cores_to_rank;
   spec.bind_core_list = options.bind_core_list;
+  spec.run_as = options.run_as;
   // Note [Preemption] and hang detection for any program that reports
   // (python/dslaunch, common/heartbeat_sender.h); a job file sets both again.
   spec.hang_timeout = std::chrono::milliseconds(options.hang_timeout_ms);
@@ -505,6 +506,7 @@ EarlyExit StartAgents(const LauncherOptions& options, const PlannedJob& job, con
   launch.agent_log_dir = log_dir_job;
   launch.metrics_addr = options.agent_metrics_addr;
   if (job.tls) launch.tls_dir = job.tls->dir;  // absolute: the same path on every host
+  launch.allow_run_as = options.run_as;
   launch.ssh_command = absl::StrSplit(options.ssh_command, ' ', absl::SkipEmpty());
   launch.slurm_command = absl::StrSplit(options.slurm_command, ' ', absl::SkipEmpty());
   std::vector<std::string> hosts;

@@ -8,6 +8,11 @@
 #     it; it cannot signal the agent.
 #  3. Refusals at start: an unknown user; a non-root agent asked to run ranks
 #     as another user (setpriv).
+#  4. Per job (dslaunch --run_as, dsagent --allow_run_as): on an agent that
+#     allows nobody, a job that asks for nobody runs as nobody and a job that
+#     asks for nothing runs as the agent (root); a job that asks for a user
+#     the agent does not allow is refused, naming the user and the list, and
+#     starts nothing; dslaunch passes --allow_run_as to agents it starts.
 # Needs root; fails, never skips, without it.
 source "$(dirname "$0")/lib.sh"
 (($(id -u) == 0)) || fail "needs root (it starts an agent that changes the ranks' user)"
@@ -65,3 +70,36 @@ set -e
 ((nonroot != 0)) && grep -q -- "--run_as root: dsagent runs as uid $nobody_uid and cannot start ranks as uid 0" \
   "$WORK/nonroot.err" || fail "a non-root agent: exit $nonroot, $(cat "$WORK/nonroot.err")"
 pass "refused at start: an unknown user, and a non-root agent asked to run ranks as root"
+
+# 4. Per job: an agent that runs ranks as root unless a job asks for nobody.
+new_token "$WORK/token2"
+start_agent b 127.0.0.1:0 "$WORK/token2" --allow_run_as nobody
+cat >"$WORK/shared/whoami.sh" <<'SCRIPT'
+#!/usr/bin/env bash
+echo "rank $RANK uid $(id -u) user ${USER:-}" >"$1/whoami_${2}_$RANK.txt"
+SCRIPT
+chmod 755 "$WORK/shared/whoami.sh"
+per_job() {  # NAME [dslaunch options...]
+  local name=$1
+  shift
+  "$DSLAUNCH" --agents "$AGENT_ADDR" --token_file "$WORK/token2" --num_gpus 2 --job_id "$name" --no_local_rank \
+    "$@" "$WORK/shared/whoami.sh" "$WORK/shared" "$name" >"$WORK/$name.out" 2>"$WORK/$name.err"
+}
+per_job asked --run_as nobody || fail "the job that asked for nobody exited $?: $(tail -n 3 "$WORK/asked.err")"
+per_job unasked || fail "the job that asked for no user exited $?: $(tail -n 3 "$WORK/unasked.err")"
+for rank in 0 1; do
+  grep -qx "rank $rank uid $nobody_uid user nobody" "$WORK/shared/whoami_asked_$rank.txt" ||
+    fail "rank $rank of the job that asked for nobody: $(cat "$WORK/shared/whoami_asked_$rank.txt")"
+  grep -q "^rank $rank uid 0 " "$WORK/shared/whoami_unasked_$rank.txt" ||
+    fail "rank $rank of the job that asked for no user: $(cat "$WORK/shared/whoami_unasked_$rank.txt")"
+done
+if per_job refused --run_as daemon; then fail "a job that asked for a user the agent does not allow ran"; fi
+grep -q "the job asks to run its ranks as 'daemon' (dslaunch --run_as), which this agent does not allow (dsagent --allow_run_as: nobody)" \
+  "$WORK/refused.err" || fail "the refusal does not name the user and the list: $(tail -n 3 "$WORK/refused.err")"
+compgen -G "$WORK/shared/whoami_refused_*" >/dev/null && fail "the refused job started a rank"
+# Agents dslaunch starts itself are told to allow the job's user.
+"$DSLAUNCH" --num_gpus 1 --no_local_rank --run_as nobody "$WORK/shared/whoami.sh" "$WORK/shared" local \
+  >"$WORK/local.out" 2>"$WORK/local.err" || fail "a local job with --run_as nobody exited $?: $(tail -n 3 "$WORK/local.err")"
+grep -qx "rank 0 uid $nobody_uid user nobody" "$WORK/shared/whoami_local_0.txt" ||
+  fail "the local job's rank: $(cat "$WORK/shared/whoami_local_0.txt")"
+pass "per job: --run_as nobody runs as nobody, no --run_as as the agent, a user the agent does not allow is refused by name before anything starts; local agents allow the job's user"
