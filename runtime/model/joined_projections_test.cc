@@ -9,20 +9,12 @@
 
 #include "runtime/model/llama.h"
 #include "runtime/testing/generation_llama.h"
+#include "runtime/testing/qkv_test_projections.h"
 
 namespace dslaunch::runtime {
 namespace {
 
-std::vector<LoraLinear> ThreeProjections(bool bias) {
-  torch::manual_seed(3);
-  std::vector<LoraLinear> projections = {LoraLinear(16, 12, bias), LoraLinear(16, 4, bias), LoraLinear(16, 4, bias)};
-  for (LoraLinear& p : projections) {
-    torch::NoGradGuard no_grad;
-    p->weight.normal_();
-    if (bias) p->bias.normal_();
-  }
-  return projections;
-}
+std::vector<LoraLinear> ThreeProjections(bool bias) { return testing::QkvTestProjections(bias, /*seed=*/3); }
 
 TEST(JoinedProjectionsTest, TheProjectionsBecomeViewsAndTheProductEqualsTheirs) {
   for (bool bias : {false, true}) {

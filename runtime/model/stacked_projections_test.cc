@@ -6,20 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "runtime/testing/qkv_test_projections.h"
+
 namespace dslaunch::runtime {
 namespace {
 
-// q/k/v-like: 16 inputs; 12, 4 and 4 outputs.
-std::vector<LoraLinear> StackTestProjections(bool bias) {
-  torch::manual_seed(5);
-  std::vector<LoraLinear> projections = {LoraLinear(16, 12, bias), LoraLinear(16, 4, bias), LoraLinear(16, 4, bias)};
-  for (LoraLinear& p : projections) {
-    torch::NoGradGuard no_grad;
-    p->weight.normal_();
-    if (bias) p->bias.normal_();
-  }
-  return projections;
-}
+std::vector<LoraLinear> StackTestProjections(bool bias) { return testing::QkvTestProjections(bias, /*seed=*/5); }
 
 void Adapt(LoraLinear& projection, int64_t r, double alpha, double dropout, bool rslora, uint64_t seed) {
   LoraAdapterOptions options;
