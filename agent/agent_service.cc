@@ -251,10 +251,13 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
   // the operator allowed; checked before the job is bound or anything starts.
   std::optional<RunAsUser> run_as = config_.run_as;
   if (!request->run_as().empty()) {
-    const RunAsUser* allowed = AllowedRunAsUser(config_.allowed_run_as, request->run_as());
+    // The agent's own --run_as user is allowed as well.
+    std::vector<RunAsUser> users = config_.allowed_run_as;
+    if (config_.run_as) users.push_back(*config_.run_as);
+    const RunAsUser* allowed = AllowedRunAsUser(users, request->run_as());
     if (allowed == nullptr) {
       std::vector<std::string> names;
-      for (const RunAsUser& user : config_.allowed_run_as) names.push_back(user.name);
+      for (const RunAsUser& user : users) names.push_back(user.name);
       return grpc::Status(
           grpc::StatusCode::PERMISSION_DENIED,
           absl::StrCat("dsagent on ", config_.hostname, ": the job asks to run its ranks as '", request->run_as(),
@@ -338,6 +341,7 @@ grpc::Status AgentService::StartRanks(grpc::ServerContext* context,
   // Outside the job lock: a spawn takes milliseconds and StopJob must not wait for it.
   for (RankSupervisor* rank : started) reply->add_pids(rank->WaitForSpawn());
   reply->set_common_env_applied(true);
+  reply->set_run_as_applied(!request->run_as().empty());
   LogLine(absl::StrCat("job ", request->job_id(), " attempt ", request->attempt(), ": started ",
                        request->ranks_size(), " rank(s)"));
   return grpc::Status::OK;

@@ -124,6 +124,13 @@ absl::Status GrpcAgentClient::StartRanks(const StartRanksRequest& request) {
         "agent ", host_, " (", address_, ") is older than this dslaunch: it ignored the ranks' "
         "shared environment (StartRanksRequest.common_env); run the dsagent of this release there"));
   }
+  if (status.ok() && !request.run_as().empty() && !reply.run_as_applied()) {
+    // Note [Ranks as another user]: its ranks run as the agent's user, not
+    // the one asked for; they are stopped with the attempt.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "agent ", host_, " (", address_, ") is older than this dslaunch: it ignored --run_as ", request.run_as(),
+        " (StartRanksRequest.run_as) and started the ranks as its own user; run the dsagent of this release there"));
+  }
   return status;
 }
 

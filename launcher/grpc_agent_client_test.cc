@@ -50,5 +50,26 @@ TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
   server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
+// Note [Ranks as another user]: an agent that never heard of run_as started
+// the ranks as its own user; dslaunch must not take that for the user asked.
+TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresRunAs) {
+  AgentBeforeCommonEnv service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", "job-credential", nullptr, 10s);
+  StartRanksRequest request;
+  request.set_job_id("job");
+  request.add_ranks()->set_global_rank(0);
+  request.set_run_as("nobody");
+  absl::Status refused = client.StartRanks(request);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("ignored --run_as nobody"));
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
 }  // namespace
 }  // namespace dslaunch

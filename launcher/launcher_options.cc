@@ -263,7 +263,12 @@ constexpr OptionRow kOptions[] = {
     {"--run_as", "", ValueKind::kText, "USER", "",
      "run the ranks as USER, a name or uid (agents allow it with --allow_run_as)",
      [](absl::string_view, const std::string& v, LauncherOptions& o) {
-       if (v.empty()) return absl::InvalidArgumentError("--run_as: name a user");
+       if (v.empty() || v.size() > 64 || !std::all_of(v.begin(), v.end(), [](char c) {
+             return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+           })) {
+         return absl::InvalidArgumentError(absl::StrCat(
+             "--run_as '", v, "': a user name or uid (letters, digits, '_', '-', '.'; at most 64)"));
+       }
        o.run_as = v;
        return absl::OkStatus();
      }},

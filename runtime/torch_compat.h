@@ -6,6 +6,9 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#if defined(DSLAUNCH_TORCH_HAS_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 namespace dslaunch::runtime::compat {
 
@@ -23,8 +26,11 @@ inline torch::Tensor RepeatKeyValueHeads(const torch::Tensor& t, int64_t query_h
 // floats, head_dim up to 256); every other backend would repeat the heads
 // itself, no faster than RepeatKeyValueHeads.
 inline bool AttendsGroupedHeadsInPlace(const torch::Tensor& q) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  return q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) && q.size(-1) <= 256;
+#if (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)) && defined(DSLAUNCH_TORCH_HAS_CUDA)
+  // Flash's own conditions (else SDPA would take its math path, O(T²) memory):
+  // Ampere or later, 16-bit floats, head_dim a multiple of 8 up to 256.
+  return q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf) &&
+         q.size(-1) <= 256 && q.size(-1) % 8 == 0 && at::cuda::getDeviceProperties(q.device().index())->major >= 8;
 #else
   (void)q;
   return false;

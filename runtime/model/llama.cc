@@ -144,8 +144,11 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
   torch::Tensor q, k, v;
   // Generation's joined weights, else (a replicated key/value head aside) one
   // product over the three weights (Note [Stacked projections]).
+  // Training only: a decode step would copy the weights it reads (and the
+  // decode kernel takes its weights as unchanged since the step began).
   const bool joined = joined_qkv_.usable();
-  if (joined || (!KeyValueHeadsReplicated(options_) && Stackable({q_proj, k_proj, v_proj}))) {
+  if (joined || (torch::GradMode::is_enabled() && !KeyValueHeadsReplicated(options_) &&
+                 Stackable({q_proj, k_proj, v_proj}))) {
     const torch::Tensor qkv = joined ? joined_qkv_.Product(x) : StackedProduct({q_proj, k_proj, v_proj}, x, group);
     // The query and key heads side by side in the product: one rotary over
     // both. split (not narrow): backward joins the pieces' gradients in one pass.
@@ -195,7 +198,7 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
     const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(x);
     return RowParallel(down_proj, SwiGluOp(gate_up[0], gate_up[1], fused_), group_);
   }
-  if (Stackable({gate_proj, up_proj})) {  // Note [Stacked projections]
+  if (torch::GradMode::is_enabled() && Stackable({gate_proj, up_proj})) {  // Note [Stacked projections], training
     return RowParallel(down_proj, SwiGluStackedOp(StackedProduct({gate_proj, up_proj}, x, group_), fused_), group_);
   }
   return RowParallel(down_proj,

@@ -20,6 +20,58 @@ bool Stackable(const std::vector<LoraLinear>& projections) {
   return true;
 }
 
+namespace {
+
+// x [rows, in] times the weights stacked [Σ out, in] (plus the biases): one
+// matrix product forward, over a stacked copy that lives only for it. Saved
+// for backward are x and the weights themselves (parameters, alive anyway,
+// and under ZeRO-3 released and gathered again like any), never the copy;
+// backward computes the input's gradient as one buffer that each weight's
+// product accumulates into (beta 1: no adds), and each weight's and bias's
+// gradient from its columns of the output's gradient.
+class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, at::TensorList weights,
+                               at::TensorList biases, bool fused_kernels) {
+    std::vector<torch::Tensor> saved = {x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
+    const torch::Tensor weight = weights.size() == 1 ? weights[0] : torch::cat(weights);
+    const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases.size() == 1 ? biases[0] : torch::cat(biases);
+    return LinearOp(x, weight, bias, fused_kernels);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const size_t count = saved.size() - 1;
+    const bool biases = ctx->saved_data["biases"].toInt() > 0;
+    const torch::Tensor grad = grads[0].contiguous();
+    torch::autograd::variable_list result(1 + count + (biases ? count : 0));
+    int64_t offset = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const torch::Tensor& weight = saved[1 + i];
+      const torch::Tensor part = grad.narrow(1, offset, weight.size(0));
+      offset += weight.size(0);
+      if (ctx->needs_input_grad(0)) {
+        if (!result[0].defined()) {
+          result[0] = torch::mm(part, weight);
+        } else {
+          result[0].addmm_(part, weight);
+        }
+      }
+      if (ctx->needs_input_grad(1 + i)) result[1 + i] = torch::mm(part.t(), x);
+      if (biases && ctx->needs_input_grad(1 + count + i)) result[1 + count + i] = part.sum(0);
+    }
+    result.push_back(torch::Tensor());  // fused_kernels
+    return result;
+  }
+};
+
+}  // namespace
+
 torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const torch::Tensor& x,
                              const TensorParallelGroup& group) {
   TORCH_CHECK(Stackable(projections), "these projections cannot run as one product");
@@ -33,8 +85,8 @@ torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const t
     outputs += projection->weight.size(0);
   }
   const torch::Tensor rows = x.reshape({-1, in});
-  torch::Tensor y = LinearOp(rows, weights.size() == 1 ? weights[0] : torch::cat(weights),
-                             biases.empty() ? torch::Tensor() : torch::cat(biases), projections.front()->fused_kernels);
+  torch::Tensor y = StackedLinearFunction::apply(rows, at::TensorList(weights), at::TensorList(biases),
+                                                 projections.front()->fused_kernels);
 
   std::vector<LoraLinear> adapted;
   for (const LoraLinear& projection : projections) {

@@ -4,9 +4,12 @@
 // this step, [Σ out, in]: one GEMM instead of several (the narrow key/value
 // products of grouped-query attention run badly alone) and, backward, one
 // input gradient instead of several summed pass by pass. The weights stay
-// separate parameters (state dict, ZeRO units, exports, LoRA targets); the
-// concatenation's backward hands each its rows. The copy costs the weights'
-// size once per step, small beside the activations it saves passes over.
+// separate parameters (state dict, ZeRO units, exports, LoRA targets). The
+// stacked copy lives for the forward product only: backward reads the
+// weights themselves (so ZeRO-3 still releases them between uses, and a
+// frozen 7B base is not held twice), computes the input's gradient as one
+// buffer each weight's product accumulates into, and each weight's gradient
+// from its columns of the output's.
 //
 // LoRA adapters (Note [LoRA]) join the same way: their A products are one
 // product over the A's concatenated when no dropout is drawn (otherwise one
@@ -16,9 +19,11 @@
 // adapter's B (a projection without one has an empty block). So an adapted
 // projection costs no elementwise pass: no scaled copy, no add.
 //
-// Generation's joined weights (Note [Joined projections]) are a different
-// thing: one tensor the projections' weights are views of, read under no
-// gradient.
+// Only while autograd records (training): under no gradient (generation,
+// evaluation) the model runs the projections apart or through generation's
+// joined weights (Note [Joined projections]), one tensor the projections'
+// weights are views of, so that a decode step never copies the weights it
+// reads.
 #pragma once
 
 #include <vector>

@@ -130,6 +130,21 @@ TEST(StackedProjectionsTest, AnAdaptedProjectionAloneIsTheFormula) {
   EXPECT_FALSE(projection->weight.requires_grad()) << "the base stays frozen";
 }
 
+// Backward reads the weights themselves, never a stacked copy: a copy would
+// hold a whole unit's weights from forward to backward (at ZeRO-3, the
+// parameters a unit releases between its uses; for a frozen 7B base, 8 GiB).
+// Autograd sees a weight changed after forward only if it saved the weight.
+TEST(StackedProjectionsTest, BackwardReadsTheWeightsNotAStackedCopy) {
+  std::vector<LoraLinear> projections = StackTestProjections(false);
+  const torch::Tensor x = torch::randn({2, 5, 16}, torch::requires_grad());
+  const torch::Tensor y = StackedProduct(projections, x, TensorParallelGroup{});
+  {
+    torch::NoGradGuard no_grad;
+    projections[1]->weight.add_(1);
+  }
+  EXPECT_THROW(y.sum().backward(), c10::Error) << "backward did not read the weight it was given";
+}
+
 TEST(StackedProjectionsTest, ProjectionsThatCannotShareAProductAreNotStackable) {
   EXPECT_FALSE(Stackable({}));
   EXPECT_TRUE(Stackable(StackTestProjections(true)));

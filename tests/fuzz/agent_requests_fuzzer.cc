@@ -110,6 +110,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.hostname = "fuzzhost";
   config.gpu_count = 8;
   config.lease_check_interval = std::chrono::hours(1);  // no lease runs out within an input
+  dslaunch::RunAsUser trainee;
+  trainee.name = "trainee";
+  trainee.uid = 4242;
+  trainee.gid = 4242;
+  config.allowed_run_as = {trainee};
   dslaunch::AgentService agent(config);
   std::map<std::string, std::string> bound;  // job id -> the credential it is bound to
 
@@ -158,8 +163,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         dslaunch::StartRanksRequest request;
         request.set_job_id(job);
         request.set_attempt(input.ConsumeIntegralInRange(-2, 3));
-        request.set_lease_ms(input.ConsumeBool() ? input.ConsumeIntegral<int64_t>()
-                                                 : input.ConsumeIntegralInRange<int64_t>(0, 60000));
+        // No lease short enough to run out within an input (the lease
+        // loop may wake early and would forget the job).
+        int64_t lease = input.ConsumeIntegral<int64_t>();
+        if (lease > 0 && lease < 3600 * 1000) lease = input.ConsumeBool() ? 0 : 3600 * 1000;
+        request.set_lease_ms(lease);
+        // Note [Ranks as another user]: the agent allows "trainee" (uid 4242).
+        static const char* const kUsers[] = {"", "trainee", "4242", "root", "4243"};
+        request.set_run_as(input.ConsumeBool() ? kUsers[input.ConsumeIntegralInRange(0, 4)]
+                                               : input.ConsumeRandomLengthString(8));
         request.set_heartbeat_timeout_ms(input.ConsumeIntegral<int64_t>());
         if (input.ConsumeBool()) {
           request.mutable_core_binding()->set_enabled(true);
@@ -184,9 +196,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           Check(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
           break;
         }
+        if (!request.run_as().empty() && request.run_as() != "trainee" && request.run_as() != "4242") {
+          Check(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);  // refused before the job is bound
+          break;
+        }
         // The job is bound before the core binding is checked.
         expect_owner(status, /*bind=*/true);
-        if (!request.core_binding().enabled()) Check(status.ok() && reply.pids_size() == 0);
+        if (!request.core_binding().enabled()) {
+          Check(status.ok() && reply.pids_size() == 0 && reply.run_as_applied() == !request.run_as().empty());
+        }
         break;
       }
       case 2: {

@@ -12,7 +12,8 @@
 #     allows nobody, a job that asks for nobody runs as nobody and a job that
 #     asks for nothing runs as the agent (root); a job that asks for a user
 #     the agent does not allow is refused, naming the user and the list, and
-#     starts nothing; dslaunch passes --allow_run_as to agents it starts.
+#     starts nothing; a job may ask for the agent's own --run_as user;
+#     dslaunch passes --allow_run_as to agents it starts.
 # Needs root; fails, never skips, without it.
 source "$(dirname "$0")/lib.sh"
 (($(id -u) == 0)) || fail "needs root (it starts an agent that changes the ranks' user)"
@@ -27,6 +28,7 @@ install -m 755 "$TEST_RANK" "$WORK/shared/test_rank"
 new_token "$WORK/token"
 start_agent a 127.0.0.1:0 "$WORK/token" --run_as nobody
 AGENT=$AGENT_PID
+AGENT_A_ADDR=$AGENT_ADDR
 
 cat >"$WORK/shared/rank.sh" <<'SCRIPT'
 #!/usr/bin/env bash
@@ -97,6 +99,12 @@ if per_job refused --run_as daemon; then fail "a job that asked for a user the a
 grep -q "the job asks to run its ranks as 'daemon' (dslaunch --run_as), which this agent does not allow (dsagent --allow_run_as: nobody)" \
   "$WORK/refused.err" || fail "the refusal does not name the user and the list: $(tail -n 3 "$WORK/refused.err")"
 compgen -G "$WORK/shared/whoami_refused_*" >/dev/null && fail "the refused job started a rank"
+# A job may ask for the user the agent runs every rank as anyway.
+"$DSLAUNCH" --agents "$AGENT_A_ADDR" --token_file "$WORK/token" --num_gpus 1 --job_id own --no_local_rank \
+  --run_as nobody "$WORK/shared/whoami.sh" "$WORK/shared" own >"$WORK/own.out" 2>"$WORK/own.err" ||
+  fail "a job asking for the agent's own --run_as user exited $?: $(tail -n 3 "$WORK/own.err")"
+grep -qx "rank 0 uid $nobody_uid user nobody" "$WORK/shared/whoami_own_0.txt" ||
+  fail "the job asking for the agent's own user: $(cat "$WORK/shared/whoami_own_0.txt")"
 # Agents dslaunch starts itself are told to allow the job's user.
 "$DSLAUNCH" --num_gpus 1 --no_local_rank --run_as nobody "$WORK/shared/whoami.sh" "$WORK/shared" local \
   >"$WORK/local.out" 2>"$WORK/local.err" || fail "a local job with --run_as nobody exited $?: $(tail -n 3 "$WORK/local.err")"
