@@ -3,6 +3,8 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <memory>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,15 +30,29 @@ class AgentBeforeCommonEnv final : public Agent::Service {
   }
 };
 
-TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
-  AgentBeforeCommonEnv service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
-  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", "job-credential", nullptr, 10s);
+// An AgentBeforeCommonEnv served on loopback and a client of it ("old-host").
+class OldAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_GT(port, 0);
+    client_ = std::make_unique<GrpcAgentClient>("old-host", "127.0.0.1:" + std::to_string(port), "token",
+                                                "job-credential", nullptr, 10s);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
+  }
+  AgentBeforeCommonEnv service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<GrpcAgentClient> client_;
+};
+
+TEST_F(OldAgentTest, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
+  GrpcAgentClient& client = *client_;
 
   StartRanksRequest request;
   request.set_job_id("job");
@@ -47,20 +63,12 @@ TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("agent old-host"));
   EXPECT_THAT(std::string(refused.message()), HasSubstr("older than this dslaunch"));
-  server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
 // Note [Ranks as another user]: an agent that never heard of run_as started
 // the ranks as its own user; dslaunch must not take that for the user asked.
-TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresRunAs) {
-  AgentBeforeCommonEnv service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
-  GrpcAgentClient client("old-host", "127.0.0.1:" + std::to_string(port), "token", "job-credential", nullptr, 10s);
+TEST_F(OldAgentTest, RefusesAnAgentThatIgnoresRunAs) {
+  GrpcAgentClient& client = *client_;
   StartRanksRequest request;
   request.set_job_id("job");
   request.add_ranks()->set_global_rank(0);
@@ -68,7 +76,6 @@ TEST(GrpcAgentClient, RefusesAnAgentThatIgnoresRunAs) {
   absl::Status refused = client.StartRanks(request);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("ignored --run_as nobody"));
-  server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
 }  // namespace
