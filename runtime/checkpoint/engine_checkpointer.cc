@@ -475,11 +475,15 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
   // Under tensor parallelism the split factors are gathered whole (Note
   // [LoRA under tensor parallelism]) on every rank of the tensor group; with
   // a pipeline each stage's data rank 0, tensor rank 0 sends its adapters to
-  // the first stage's.
+  // the first stage's. With expert parallelism an expert's adapters are its
+  // rank's only (runtime/model/mixtral_expert.h): every member of an expert
+  // group sends them to the group's first rank, as ExportHuggingFace does
+  // the experts' weights.
   std::map<std::string, torch::Tensor> whole;
   const Communicator* tensor = engine_.parallel().tensor();
   Communicator* pipeline = engine_.parallel().pipeline();
-  const bool gathered = tensor != nullptr || pipeline != nullptr;
+  Communicator* experts = engine_.expert_zero_ ? engine_.parallel().expert() : nullptr;
+  const bool gathered = tensor != nullptr || pipeline != nullptr || experts != nullptr;
   if (gathered) {
     // The adapters only: the frozen base stays partitioned.
     if (absl::Status s = engine_.GatherFullParameters(/*frozen_too=*/false); !s.ok()) return s;
@@ -508,6 +512,14 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
       if (pipeline != nullptr && sender) {
         if (absl::Status s = GatherOnFirstMember(*pipeline, engine_.device_, held); !s.ok()) return s;
       }
+      if (experts != nullptr) {
+        std::map<std::string, torch::Tensor> expert_values;
+        for (const auto& [name, value] : held) {
+          if (SplitExpertParameterName(name)) expert_values[name] = value;
+        }
+        if (absl::Status s = GatherOnFirstMember(*experts, engine_.device_, expert_values); !s.ok()) return s;
+        held.merge(expert_values);
+      }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("PEFT adapter export: ", e.what_without_backtrace()));
     }
@@ -517,13 +529,15 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
   }
   auto parameters = engine_.model_->named_parameters();
   auto value_of = [&](const std::string& key) { return whole.empty() ? parameters[key].detach() : whole.at(key); };
+  std::vector<std::string> local;
+  for (const auto& item : parameters) {
+    if (IsLoraParameterName(item.key())) local.push_back(item.key());
+  }
   std::vector<HfTensorSpec> tensors;
   std::vector<std::string> reads;
-  for (const auto& item : parameters) {
-    if (IsLoraParameterName(item.key())) {
-      tensors.push_back({kPeftKeyPrefix + item.key(), value_of(item.key()).sizes().vec()});
-      reads.push_back(item.key());
-    }
+  for (const std::string& name : ExportedParameterNames(local, whole)) {
+    tensors.push_back({kPeftKeyPrefix + name, value_of(name).sizes().vec()});
+    reads.push_back(name);
   }
   if (tensors.empty()) return absl::FailedPreconditionError("the model has no LoRA adapter to export");
   return ExportGathered(reads, gathered, [&](const MakeWhole& make_whole) -> absl::Status {

@@ -274,7 +274,6 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
     at_job("model.moe.num_experts",
            absl::StrCat("experts with pipeline.stages=", job.ds.pipeline.stages, " are not yet supported"));
   }
-  if (job.lora.r > 0) at_job("lora.r", "LoRA adapters on a mixture-of-experts model are not yet supported");
   if (!job.export_.hf_dir.empty()) {
     at_job("export.hf_dir",
            "Hugging Face export of a mixture-of-experts "

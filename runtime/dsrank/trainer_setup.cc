@@ -203,6 +203,7 @@ absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, co
   // LoRA: adapters on the targeted projections, the rest frozen (Note [LoRA]).
   TrainingExports exports;
   LoraSettings& lora = exports.lora;
+  std::vector<std::string> targets_written;  // in adapter_config.json, when not lora.target_modules
   if (job.lora.r > 0) {
     lora.adapter.r = job.lora.r;
     lora.adapter.alpha = job.lora.lora_alpha;
@@ -211,13 +212,28 @@ absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, co
     lora.target_modules = job.lora.target_modules;
     auto applied = ApplyLora(*built.module, lora, job.train.seed);
     if (!applied.ok()) return absl::Status(applied.status().code(), absl::StrCat(job.path, ": ", applied.status().message()));
+    // PEFT's all-linear also takes a mixture-of-experts layer's router (an
+    // nn.Linear there); ours carries no adapter. The exported
+    // adapter_config.json then names the projections adapted, so PEFT
+    // rebuilds exactly this adapter.
+    const bool all_linear = lora.target_modules.size() == 1 && lora.target_modules[0] == "all-linear";
+    if (all_linear && !FindMoeLayers(*built.module).empty()) targets_written = applied->adapted_kinds;
     if (context.rank == 0) {
+      // Under expert parallelism a rank holds its experts only, so the
+      // counts are its share.
+      std::string share;
+      if (const std::vector<MoeLayerImpl*> layers = FindMoeLayers(*built.module);
+          !layers.empty() && layers[0]->options().expert_parallel.split()) {
+        share = absl::StrFormat(" (rank 0's share: %d of the %d experts of each layer)", layers[0]->local_experts(),
+                                layers[0]->options().gating.num_experts);
+      }
       absl::FPrintF(context.out,
-                    "dsrank: LoRA r=%d alpha=%g on %d projections: %d trainable parameters, %d frozen (%.3f%%)\n",
+                    "dsrank: LoRA r=%d alpha=%g on %d projections: %d trainable parameters, %d frozen (%.3f%%)%s\n",
                     lora.adapter.r, lora.adapter.alpha, applied->adapted_projections, applied->trainable_parameters,
                     applied->frozen_parameters,
                     100.0 * applied->trainable_parameters /
-                        std::max<int64_t>(1, applied->trainable_parameters + applied->frozen_parameters));
+                        std::max<int64_t>(1, applied->trainable_parameters + applied->frozen_parameters),
+                    share);
     }
   }
   HfExportOptions& export_options = exports.model;
@@ -242,7 +258,9 @@ absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, co
     if (!dtype.ok()) return dtype.status();
     adapter_options.folder = job.export_.adapter_dir;
     adapter_options.dtype = *dtype;
-    adapter_options.config_json = PeftAdapterConfigJson(lora, job.model.from);
+    LoraSettings written = lora;
+    if (!targets_written.empty()) written.target_modules = targets_written;
+    adapter_options.config_json = PeftAdapterConfigJson(written, job.model.from);
     adapter_options.tokenizer_from = job.model.from;
   }
   return exports;

@@ -86,6 +86,52 @@ INSTANTIATE_TEST_SUITE_P(FamiliesAndStages, ExpertParallelTrainingTest,
                            return std::get<0>(info.param) + "Zero" + std::to_string(std::get<1>(info.param));
                          });
 
+// LoRA on Mixtral's experts (runtime/model/mixtral_expert.h) and on
+// attention: each expert's adapters live on its expert-parallel rank, start
+// from the expert's own generator and have their gradients reduced over its
+// expert-data-parallel group, so every expert-parallel size takes the steps
+// of one (the frozen base included: it must not move).
+TEST(ExpertParallelTrainingTest, LoraOnTheExpertsTakesTheStepsOfOne) {
+  InProcessStore store;
+  int attempt = 0;
+  for (int stage : {0, 2}) {
+    ExpertLayout layout{.family = "llama", .ep = 1, .stage = stage, .gas = 2};
+    layout.lora = {"w1", "w2", "w3", "q_proj"};
+    TrainedRun reference = Train(store, attempt++, layout, 3);
+    ModelInterface* unused = nullptr;
+    const std::map<std::string, torch::Tensor> initial =
+        testing::NamedParameters(*testing::BuildMoeModel(layout, ExpertParallelGroup{}, &unused));
+    for (int ep : {2, 4}) {
+      layout.ep = ep;
+      SCOPED_TRACE(layout.Describe());
+      TrainedRun run = Train(store, attempt++, layout, 3);
+      for (int rank = 0; rank < layout.world; ++rank) {
+        ASSERT_EQ(run.losses[rank].size(), reference.losses[rank].size());
+        for (size_t i = 0; i < run.losses[rank].size(); ++i) {
+          EXPECT_NEAR(run.losses[rank][i], reference.losses[rank][i], 1e-5) << "rank " << rank << " micro-batch " << i;
+        }
+        ASSERT_EQ(run.grad_norms[rank].size(), reference.grad_norms[rank].size());
+        for (size_t i = 0; i < run.grad_norms[rank].size(); ++i) {
+          EXPECT_NEAR(run.grad_norms[rank][i], reference.grad_norms[rank][i], 1e-5 * reference.grad_norms[rank][i])
+              << "rank " << rank << " step " << i;
+        }
+        int expert_adapters = 0;
+        for (const auto& [name, value] : run.params[rank]) {
+          if (IsExpertParameter(name) && IsLoraParameterName(name)) ++expert_adapters;
+        }
+        // Two factors on each of three projections of each expert it holds,
+        // in each of the tiny Llama's layers.
+        EXPECT_EQ(expert_adapters, testing::TinyLlama().layers * 2 * 3 * testing::kMoeExperts / ep) << "rank " << rank;
+        std::vector<std::string> bad = CompareNamed(run.params[rank], reference.params[0], 3e-4);
+        EXPECT_TRUE(bad.empty()) << "rank " << rank << ": " << bad.size() << " mismatches, first: " << bad.front();
+        for (const auto& [name, value] : run.params[rank]) {
+          if (!IsLoraParameterName(name)) EXPECT_TRUE(torch::equal(value, initial.at(name))) << name << " moved";
+        }
+      }
+    }
+  }
+}
+
 // In bf16 the losses: Adam's first steps move every element by about lr
 // whatever its gradient's size, so a gradient element that bf16 rounding
 // leaves near zero in one run and not the other moves differently, and the

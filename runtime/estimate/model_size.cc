@@ -64,12 +64,28 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return text.str();
 }
 
-// Each Llama projection: (name, input width, output width) of one layer.
-std::vector<std::tuple<std::string, int64_t, int64_t>> LlamaProjections(const LlamaShape& s) {
+// A projection of one Llama layer, `copies` times (Mixtral's experts).
+struct LayerProjection {
+  std::string name;
+  int64_t in, out, copies;
+};
+
+// Each projection of one Llama layer: attention's, then the MLP's, or with
+// experts every expert's w1, w2, w3 (runtime/model/mixtral_expert.h).
+std::vector<LayerProjection> LlamaProjections(const LlamaShape& s) {
   const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
-  return {{"q_proj", s.hidden, q},         {"k_proj", s.hidden, kv},          {"v_proj", s.hidden, kv},
-          {"o_proj", q, s.hidden},         {"gate_proj", s.hidden, s.intermediate},
-          {"up_proj", s.hidden, s.intermediate}, {"down_proj", s.intermediate, s.hidden}};
+  std::vector<LayerProjection> projections = {
+      {"q_proj", s.hidden, q, 1}, {"k_proj", s.hidden, kv, 1}, {"v_proj", s.hidden, kv, 1}, {"o_proj", q, s.hidden, 1}};
+  if (s.experts > 0) {
+    projections.push_back({"w1", s.hidden, s.intermediate, s.experts});
+    projections.push_back({"w2", s.intermediate, s.hidden, s.experts});
+    projections.push_back({"w3", s.hidden, s.intermediate, s.experts});
+  } else {
+    projections.push_back({"gate_proj", s.hidden, s.intermediate, 1});
+    projections.push_back({"up_proj", s.hidden, s.intermediate, 1});
+    projections.push_back({"down_proj", s.intermediate, s.hidden, 1});
+  }
+  return projections;
 }
 
 }  // namespace
@@ -97,15 +113,13 @@ absl::StatusOr<int64_t> LlamaLoraParameters(const LlamaShape& s, const LoraConfi
   std::set<std::string> matched;
   int64_t per_layer = 0;
   std::vector<std::string> names;
-  for (const auto& [name, in, out] : LlamaProjections(s)) {
-    names.push_back(name);
-    const bool take =
-        all_linear || std::find(lora.target_modules.begin(), lora.target_modules.end(), name) != lora.target_modules.end();
+  for (const LayerProjection& p : LlamaProjections(s)) {
+    names.push_back(p.name);
+    const bool take = all_linear ||
+                      std::find(lora.target_modules.begin(), lora.target_modules.end(), p.name) != lora.target_modules.end();
     if (!take) continue;
-    matched.insert(name);
-    // Mixtral's experts carry w1/w2/w3, not these names: only attention.
-    const int64_t copies = s.experts > 0 && (name == "gate_proj" || name == "up_proj" || name == "down_proj") ? 0 : 1;
-    per_layer += copies * lora.r * (in + out);
+    matched.insert(p.name);
+    per_layer += p.copies * lora.r * (p.in + p.out);
   }
   int64_t head = 0;
   for (const std::string& target : lora.target_modules) {
@@ -333,8 +347,15 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
     layer += ProjectionElements(h, kv, kv_split, tp, q_bias, adapter(attention + "v_proj"), &adapters);
     layer += ProjectionElements(q, h, Split::kRow, tp, s.attention_bias, adapter(attention + "o_proj"), &adapters);
     if (s.experts > 0) {
-      // Mixtral: a router and the experts' w1, w3 (h -> intermediate) and w2.
-      layer += h * s.experts + s.experts * 3 * h * s.intermediate;
+      // Mixtral: a router and the experts' w1, w2, w3, each expert's adapted
+      // apart (a target may name one expert's projection).
+      layer += h * s.experts;
+      for (int64_t e = 0; e < s.experts; ++e) {
+        const std::string expert = absl::StrCat("model.layers.", i, ".block_sparse_moe.experts.", e, ".");
+        layer += ProjectionElements(h, s.intermediate, Split::kWhole, tp, false, adapter(expert + "w1"), &adapters);
+        layer += ProjectionElements(s.intermediate, h, Split::kWhole, tp, false, adapter(expert + "w2"), &adapters);
+        layer += ProjectionElements(h, s.intermediate, Split::kWhole, tp, false, adapter(expert + "w3"), &adapters);
+      }
     } else {
       layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "gate_proj"), &adapters);
       layer += ProjectionElements(h, s.intermediate, Split::kColumn, tp, s.mlp_bias, adapter(mlp + "up_proj"), &adapters);

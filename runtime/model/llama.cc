@@ -8,6 +8,7 @@
 #include "runtime/model/decode_linear.h"
 #include "runtime/model/deferred_parameters.h"
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/mixtral_expert.h"
 #include "runtime/model/next_token_loss.h"
 #include "runtime/model/stacked_projections.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
@@ -214,10 +215,12 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_
   if (options.moe.IsExpertBlock(index)) {
     TORCH_CHECK(aux_scale != nullptr, "an expert layer needs its model's auxiliary-loss scale");
     const int64_t hidden = options.hidden, inner = options.intermediate;
+    const bool fused = options.fused_kernels;
     block_sparse_moe = register_module(
-        "block_sparse_moe",
-        MoeLayer(
-            hidden, options.moe, [hidden, inner] { return std::make_shared<SwiGluExpert>(hidden, inner); }, aux_scale));
+        "block_sparse_moe", MoeLayer(
+                                hidden, options.moe,
+                                [hidden, inner, fused] { return std::make_shared<MixtralExpert>(hidden, inner, fused); },
+                                aux_scale));
   } else {
     mlp = register_module("mlp", LlamaMlp(options));
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json_quote.h"
 #include "common/status_macros.h"
+#include "runtime/moe/moe_layer.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -53,7 +54,7 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     const std::string kind = LastComponent(name);
     if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
   }
-  std::vector<LoraLinearImpl*> chosen;
+  std::vector<std::pair<std::string, LoraLinearImpl*>> chosen;
   std::map<std::string, int> matches;
   for (const auto& [name, projection] : projections) {
     bool take = false;
@@ -67,7 +68,7 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
         }
       }
     }
-    if (take) chosen.push_back(projection);
+    if (take) chosen.emplace_back(name, projection);
   }
   if (!all_linear) {
     for (const std::string& target : settings.target_modules) {
@@ -82,11 +83,23 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
   try {
     for (auto& p : model.parameters()) p.set_requires_grad(false);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-    for (LoraLinearImpl* projection : chosen) projection->EnableAdapter(settings.adapter, generator);
+    for (const auto& [name, projection] : chosen) {
+      // An expert's adapter draws from the expert's own generator (Note
+      // [Mixture of experts]): it starts the same at every expert-parallel
+      // size, and a rank's draws do not depend on which experts it holds.
+      projection->EnableAdapter(settings.adapter,
+                                IsExpertParameter(name) ? ExpertParameterGenerator(seed, name) : generator);
+    }
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("LoRA: ", e.what_without_backtrace()));
   }
   summary.adapted_projections = static_cast<int64_t>(chosen.size());
+  for (const auto& [name, projection] : chosen) {
+    const std::string kind = LastComponent(name);
+    if (std::find(summary.adapted_kinds.begin(), summary.adapted_kinds.end(), kind) == summary.adapted_kinds.end()) {
+      summary.adapted_kinds.push_back(kind);
+    }
+  }
   for (const auto& p : model.parameters()) {
     (p.requires_grad() ? summary.trainable_parameters : summary.frozen_parameters) += p.numel();
   }

@@ -51,6 +51,9 @@ struct LoraSettings {
 
 struct LoraSummary {
   int64_t adapted_projections = 0;
+  // The adapted projections' last name components, in module order, each
+  // once ("q_proj", ..., "w1"): what PEFT's target_modules names.
+  std::vector<std::string> adapted_kinds;
   int64_t trainable_parameters = 0;  // elements of lora_A and lora_B
   int64_t frozen_parameters = 0;     // elements of everything else
 };

@@ -57,18 +57,31 @@ TEST(ModelSizeParityTest, LoraCountsMatchTheAdaptersApplied) {
   config.options = testing::TinyLlama();
   absl::StatusOr<LlamaShape> shape = ParseLlamaShape(LlamaHfConfigJson(config, "float32"), "config.json");
   ASSERT_TRUE(shape.ok()) << shape.status();
-  for (const std::vector<std::string>& targets :
-       {std::vector<std::string>{"q_proj", "v_proj"}, std::vector<std::string>{"all-linear"}}) {
-    Llama model(config.options, 1);
+  LlamaHfConfig mixtral;
+  mixtral.model_type = "mixtral";
+  mixtral.options = testing::TinyLlama();
+  mixtral.options.moe.gating.num_experts = 3;
+  mixtral.options.moe.gating.top_k = 2;
+  absl::StatusOr<LlamaShape> mixtral_shape = ParseLlamaShape(LlamaHfConfigJson(mixtral, "float32"), "config.json");
+  ASSERT_TRUE(mixtral_shape.ok()) << mixtral_shape.status();
+  struct Case {
+    const LlamaHfConfig* config;
+    const LlamaShape* shape;
+    std::vector<std::string> targets;
+  };
+  for (const Case& c : {Case{&config, &*shape, {"q_proj", "v_proj"}}, Case{&config, &*shape, {"all-linear"}},
+                        Case{&mixtral, &*mixtral_shape, {"all-linear"}}, Case{&mixtral, &*mixtral_shape, {"w2", "k_proj"}}}) {
+    Llama model(c.config->options, 1);
     LoraSettings settings;
     settings.adapter.r = 4;
-    settings.target_modules = targets;
+    settings.target_modules = c.targets;
     absl::StatusOr<LoraSummary> summary = ApplyLora(*model, settings, 3);
     ASSERT_TRUE(summary.ok()) << summary.status();
     LoraConfig lora;
     lora.r = 4;
-    lora.target_modules = targets;
-    EXPECT_EQ(*LlamaLoraParameters(*shape, lora), summary->trainable_parameters) << targets.front();
+    lora.target_modules = c.targets;
+    EXPECT_EQ(*LlamaLoraParameters(*c.shape, lora), summary->trainable_parameters)
+        << c.config->model_type << " " << c.targets.front();
   }
 }
 
@@ -139,7 +152,9 @@ TEST(ModelSizeParityTest, LayerSizesMatchTheBuiltModelsLayers) {
   for (const Case& c : {Case{"llama", false, false, 1, 2, 0, {}}, Case{"llama", true, true, 2, 2, 0, {"q_proj", "v_proj"}},
                         Case{"qwen2", false, true, 2, 4, 0, {"all-linear"}}, Case{"llama", false, false, 4, 2, 0, {"all-linear"}},
                         Case{"llama", false, false, 1, 4, 0, {"lm_head", "o_proj"}}, Case{"mixtral", false, false, 1, 2, 3, {}},
-                        Case{"llama", false, false, 2, 2, 0, {"self_attn.q_proj", "layers.1.mlp.down_proj"}}}) {
+                        Case{"llama", false, false, 2, 2, 0, {"self_attn.q_proj", "layers.1.mlp.down_proj"}},
+                        Case{"mixtral", false, false, 1, 2, 3, {"all-linear"}},
+                        Case{"mixtral", false, false, 1, 2, 3, {"layers.1.block_sparse_moe.experts.2.w3", "v_proj"}}}) {
     LlamaHfConfig config;
     config.model_type = c.model_type;
     config.options = testing::TinyLlama();

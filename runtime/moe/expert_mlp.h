@@ -1,5 +1,6 @@
 // The experts a mixture-of-experts layer is built from: the feed-forward
-// networks of the model families, one module per expert.
+// networks of the model families, one module per expert. A family may bring
+// its own (the Llama family's is runtime/model/mixtral_expert.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -24,18 +25,6 @@ class GeluExpert : public ExpertMlp {
 
   torch::nn::Linear fc{nullptr};
   torch::nn::Linear fc_projection{nullptr};
-};
-
-// Mixtral's expert, with Hugging Face's names: w2(silu(w1(x)) · w3(x)), no
-// biases (w1: gate, w3: up, w2: down).
-class SwiGluExpert : public ExpertMlp {
- public:
-  SwiGluExpert(int64_t hidden, int64_t inner);
-  torch::Tensor forward(const torch::Tensor& rows) override;
-
-  torch::nn::Linear w1{nullptr};
-  torch::nn::Linear w2{nullptr};
-  torch::nn::Linear w3{nullptr};
 };
 
 }  // namespace dslaunch::runtime

@@ -39,9 +39,27 @@ constexpr int64_t kHidden = 8;
 constexpr int64_t kExperts = 4;
 constexpr double kTolerance = 1e-5;
 
+// Mixtral's expert shape (the model's own, with adapters, is
+// runtime/model/mixtral_expert.h): w2(silu(w1(x)) · w3(x)), no biases.
+class SwiGluTestExpert : public ExpertMlp {
+ public:
+  SwiGluTestExpert(int64_t hidden, int64_t inner) {
+    auto linear = [](int64_t in, int64_t out) {
+      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+    };
+    w1 = register_module("w1", linear(hidden, inner));
+    w2 = register_module("w2", linear(inner, hidden));
+    w3 = register_module("w3", linear(hidden, inner));
+  }
+  torch::Tensor forward(const torch::Tensor& rows) override {
+    return w2->forward(torch::silu(w1->forward(rows)) * w3->forward(rows));
+  }
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+
 MoeLayerImpl::ExpertFactory Experts(bool swiglu) {
   return [swiglu]() -> std::shared_ptr<ExpertMlp> {
-    if (swiglu) return std::make_shared<SwiGluExpert>(kHidden, 12);
+    if (swiglu) return std::make_shared<SwiGluTestExpert>(kHidden, 12);
     return std::make_shared<GeluExpert>(kHidden, 12);
   };
 }

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/lora.h"
 #include "runtime/testing/expert_parallel_harness.h"
 
 namespace dslaunch::runtime::testing {
@@ -29,10 +31,13 @@ struct ExpertLayout {
   bool bf16 = false;
   std::string offload = "none";  // offload_optimizer.device: none, cpu or nvme
   std::string nvme_path;         // with nvme: a folder on a real file system (not tmpfs)
+  // llama only: LoRA (r 4, alpha 8) on these targets, everything else frozen.
+  std::vector<std::string> lora;
 
   std::string Describe() const {
     return absl::StrCat(family, " EP ", ep, " x DP ", world, " ZeRO ", stage, " gas ", gas, bf16 ? " bf16" : "",
-                        offload != "none" ? absl::StrCat(" offload ", offload) : std::string());
+                        offload != "none" ? absl::StrCat(" offload ", offload) : std::string(),
+                        lora.empty() ? std::string() : absl::StrCat(" LoRA ", absl::StrJoin(lora, ",")));
   }
 };
 
@@ -83,6 +88,14 @@ inline std::shared_ptr<torch::nn::Module> BuildMoeModel(const ExpertLayout& layo
   LlamaOptions options = TinyLlama();
   options.moe = moe;
   auto model = std::make_shared<LlamaImpl>(options, 3);
+  if (!layout.lora.empty()) {
+    LoraSettings settings;
+    settings.adapter.r = 4;
+    settings.adapter.alpha = 8;
+    settings.target_modules = layout.lora;
+    absl::StatusOr<LoraSummary> applied = ApplyLora(*model, settings, 5);
+    EXPECT_TRUE(applied.ok()) << applied.status();
+  }
   *family = model.get();
   return model;
 }

@@ -117,6 +117,10 @@ def sparse_moe(config, x, linear):
 def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
     w = {k: v.to(device=device, dtype=dtype) for k, v in w.items()}
     adapters = dict(adapters or {})
+    # Every adapter must name a projection of the model (an expert's runs
+    # once per token routed to it, so adapters are looked up, not consumed).
+    unknown = sorted(name for name in adapters if name + ".weight" not in w)
+    assert not unknown, "adapters for modules the model does not have: %s" % unknown
     h, heads = config["hidden_size"], config["num_attention_heads"]
     kv = config.get("num_key_value_heads", heads)
     d = config.get("head_dim") or h // heads
@@ -135,7 +139,7 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
         if name + ".bias" in w:
             y = y + w[name + ".bias"]
         if name in adapters:  # PEFT's unmerged LoRA: x·Aᵀ·Bᵀ·scale beside the frozen base
-            a, b, scale = adapters.pop(name)
+            a, b, scale = adapters[name]
             y = y + (x @ a.to(device, dtype).t()) @ b.to(device, dtype).t() * scale
         return y
 
@@ -165,7 +169,6 @@ def forward(config, w, ids, dtype=torch.float32, device="cpu", adapters=None):
             x = x + linear(torch.nn.functional.silu(gate) * linear(n, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
-    assert not adapters, "adapters for modules the model does not have: %s" % sorted(adapters)
     return (x @ head.t()).float().cpu()
 
 

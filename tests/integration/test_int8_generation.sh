@@ -11,7 +11,7 @@ HF=$(cd "$(dirname "$0")/../hf" && pwd)
 PY=${REFERENCE_PYTHON:-/usr/bin/python3}
 "$PY" -c 'import torch' 2>/dev/null || fail "$PY has no torch (scripts/setup.sh installs python3-torch)"
 ids=$(seq 3 7 336 | paste -sd, -)  # 48 ids below every variant's vocabulary
-for variant in llama2 llama3_gqa qwen2_bias mistral_tied; do
+for variant in llama2 llama3_gqa qwen2_bias mistral_tied mixtral; do
   "$PY" "$HF/make_tiny_llama.py" "$WORK/$variant" "$variant" --seed 5 >/dev/null
   for mode in float int8; do
     flags=()
