@@ -94,6 +94,10 @@ class FakeAgentClient final : public AgentClient {
     ++keepalive_calls_;
     return reachable_ ? absl::OkStatus() : absl::UnavailableError(host_ + " unreachable");
   }
+  // Answered before it returns (the interface allows it).
+  void KeepAliveAsync(const std::string& job_id, std::function<void(absl::Status)> done) override {
+    done(KeepAlive(job_id));
+  }
   // Diagnose answers every running rank of the attempt with `stacks_text`
   // and the last Heartbeat() the test sent for it.
   std::string stacks_text = "fake stacks";

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/auth_token.h"
@@ -55,8 +57,6 @@ GrpcAgentClient::GrpcAgentClient(std::string host, const std::string& address, s
                                                                 : grpc::InsecureChannelCredentials(),
                                 args));
 }
-
-GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
 
 void GrpcAgentClient::AttachCredentials(grpc::ClientContext* context) const {
   AttachToken(context, token_);
@@ -171,59 +171,138 @@ absl::Status GrpcAgentClient::KeepAlive(const std::string& job_id) {
   return Annotate(stub_->KeepAlive(&context, request, &reply), "KeepAlive");
 }
 
+void GrpcAgentClient::KeepAliveAsync(const std::string& job_id, std::function<void(absl::Status)> done) {
+  // Owned by the callback, which gRPC calls once when the call is over.
+  struct Call {
+    grpc::ClientContext context;
+    KeepAliveRequest request;
+    KeepAliveReply reply;
+    std::function<void(absl::Status)> done;
+  };
+  auto* call = new Call;
+  Prepare(&call->context);
+  call->request.set_job_id(job_id);
+  call->done = std::move(done);
+  stub_->async()->KeepAlive(&call->context, &call->request, &call->reply, [this, call](grpc::Status status) {
+    std::unique_ptr<Call> owned(call);
+    owned->done(Annotate(status, "KeepAlive"));
+  });
+}
+
+// The event stream as a read reactor (Note [Agent calls without a thread]).
+// The first event must be the agent's `accepted`; every later one goes to
+// the handler, one read at a time. OnDone is the last call gRPC makes on it.
+class GrpcAgentClient::WatchCall final : public grpc::ClientReadReactor<RankEvent> {
+ public:
+  WatchCall(const GrpcAgentClient& client, WatchRequest request, EventHandler on_event, LostHandler on_lost)
+      : client_(client), request_(std::move(request)), on_event_(std::move(on_event)), on_lost_(std::move(on_lost)) {
+    client_.AttachCredentials(&context_);
+  }
+
+  void Start(Agent::Stub& stub) {
+    stub.async()->Watch(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  // The agent's acceptance, or why there was none; false when `timeout`
+  // passed first.
+  bool WaitAccepted(std::chrono::milliseconds timeout, absl::Status* status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!changed_.wait_for(lock, timeout, [&] { return accepted_.has_value(); })) return false;
+    *status = *accepted_;
+    return true;
+  }
+
+  // Ends the stream without a call to on_lost, and waits for OnDone.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    context_.TryCancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return done_; });
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone follows
+    bool accepted_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!accepted_.has_value()) {
+        accepted_now = true;
+        accepted_ = event_.has_accepted()
+                        ? absl::OkStatus()
+                        : absl::UnavailableError(absl::StrCat("agent ", client_.host_,
+                                                              " sent an event before accepting the stream"));
+        changed_.notify_all();
+        if (!accepted_->ok()) {
+          context_.TryCancel();
+          return;
+        }
+      }
+    }
+    if (!accepted_now) on_event_(std::move(event_));
+    event_.Clear();
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!accepted_.has_value()) {
+      accepted_ = status.ok() ? absl::UnavailableError(absl::StrCat("agent ", client_.host_,
+                                                                    " closed the event stream at once"))
+                              : client_.Annotate(status, "Watch");
+    } else if (accepted_->ok() && !stopping_) {
+      lock.unlock();
+      on_lost_(status.ok() ? absl::UnavailableError(absl::StrCat("agent ", client_.host_, " closed the event stream"))
+                           : client_.Annotate(status, "Watch"));
+      lock.lock();
+    }
+    // Notified under the lock: Stop's caller may delete this once it sees
+    // done_, and nothing here touches it afterwards.
+    done_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  const GrpcAgentClient& client_;
+  grpc::ClientContext context_;
+  const WatchRequest request_;
+  const EventHandler on_event_;
+  const LostHandler on_lost_;
+  RankEvent event_;  // the read in flight; touched by one callback at a time
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::optional<absl::Status> accepted_;  // guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
+  bool done_ = false;                     // guarded by mu_
+};
+
 absl::Status GrpcAgentClient::StartWatch(const WatchRequest& request, EventHandler on_event,
                                          LostHandler on_lost) {
   StopWatch();
-  watch_stopping_ = false;
-  auto context = std::make_unique<grpc::ClientContext>();
-  AttachCredentials(context.get());
-  grpc::ClientContext* raw_context = context.get();
-  {
-    std::lock_guard<std::mutex> lock(watch_mu_);
-    watch_context_ = std::move(context);
-  }
-  auto accepted = std::make_shared<std::promise<absl::Status>>();
-  std::future<absl::Status> accepted_future = accepted->get_future();
-  watch_thread_ = std::thread([this, raw_context, request, accepted, on_event = std::move(on_event),
-                               on_lost = std::move(on_lost)] {
-    std::unique_ptr<grpc::ClientReader<RankEvent>> reader = stub_->Watch(raw_context, request);
-    RankEvent event;
-    if (!reader->Read(&event) || !event.has_accepted()) {
-      grpc::Status status = reader->Finish();
-      accepted->set_value(status.ok() ? absl::UnavailableError(absl::StrCat(
-                                            "agent ", host_, " closed the event stream at once"))
-                                      : Annotate(status, "Watch"));
-      return;
-    }
-    accepted->set_value(absl::OkStatus());
-    while (reader->Read(&event)) on_event(std::move(event));
-    grpc::Status status = reader->Finish();
-    if (!watch_stopping_) {
-      on_lost(status.ok() ? absl::UnavailableError(
-                                absl::StrCat("agent ", host_, " closed the event stream"))
-                          : Annotate(status, "Watch"));
-    }
-  });
-  if (accepted_future.wait_for(call_timeout_) != std::future_status::ready) {
+  watch_ = std::make_unique<WatchCall>(*this, request, std::move(on_event), std::move(on_lost));
+  watch_->Start(*stub_);
+  absl::Status status;
+  if (!watch_->WaitAccepted(call_timeout_, &status)) {
     StopWatch();
     return absl::DeadlineExceededError(absl::StrCat("agent ", host_, " (", address_,
                                                     ") did not accept the event stream within ",
                                                     call_timeout_.count(), " ms"));
   }
-  absl::Status status = accepted_future.get();
   if (!status.ok()) StopWatch();
   return status;
 }
 
+GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
+
 void GrpcAgentClient::StopWatch() {
-  watch_stopping_ = true;
-  {
-    std::lock_guard<std::mutex> lock(watch_mu_);
-    if (watch_context_) watch_context_->TryCancel();
-  }
-  if (watch_thread_.joinable()) watch_thread_.join();
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  watch_context_.reset();
+  if (watch_ == nullptr) return;
+  watch_->Stop();
+  watch_.reset();
 }
 
 }  // namespace dslaunch

@@ -3,12 +3,23 @@
 // common/rpc_auth_policy.h).
 // Thread-safe except StartWatch/StopWatch, which the controller calls from
 // one thread.
+//
+// Note [Agent calls without a thread]
+// A controller of 1,000 hosts holds an event stream to each agent for the
+// whole job and keeps each one alive every quarter of the lease. Served by
+// a blocked thread each (a stream reader and a KeepAlive loop per agent),
+// that was over 2,000 threads whose wake-ups and switches were most of the
+// controller's CPU at 8,000 ranks (scripts/control-plane-scale.sh). Both now
+// run on gRPC's callback API: the stream is a read reactor whose reads are
+// handed to the handler from gRPC's completion threads, one read at a time,
+// and KeepAliveAsync is a callback call; the controller keeps every agent
+// alive from one thread (JobController::KeepAliveLoop). The short calls
+// (Describe, StartRanks, StopJob, Diagnose) stay blocking: the controller
+// makes them a bounded number at a time (common/for_each_concurrently.h).
 #pragma once
 
-#include <atomic>
+#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/credentials.h>
@@ -43,6 +54,7 @@ class GrpcAgentClient final : public AgentClient {
   absl::Status StopJob(const std::string& job_id, int attempt, std::chrono::milliseconds grace,
                        const std::string& reason) override;
   absl::Status KeepAlive(const std::string& job_id) override;
+  void KeepAliveAsync(const std::string& job_id, std::function<void(absl::Status)> done) override;
   absl::StatusOr<DiagnoseReply> Diagnose(const std::string& job_id, int attempt) override;
   absl::Status StartWatch(const WatchRequest& request, EventHandler on_event,
                           LostHandler on_lost) override;
@@ -74,10 +86,9 @@ class GrpcAgentClient final : public AgentClient {
   const std::chrono::milliseconds call_timeout_;
   std::unique_ptr<Agent::Stub> stub_;
 
-  std::mutex watch_mu_;
-  std::unique_ptr<grpc::ClientContext> watch_context_;  // guarded by watch_mu_
-  std::atomic<bool> watch_stopping_{false};
-  std::thread watch_thread_;
+  // The event stream, a read reactor (grpc_agent_client.cc).
+  class WatchCall;
+  std::unique_ptr<WatchCall> watch_;  // StartWatch/StopWatch's thread only
 };
 
 }  // namespace dslaunch

@@ -34,9 +34,11 @@ JobController::JobController(JobSpec spec, std::vector<AgentClient*> agents,
   for (size_t i = 0; i < agents_.size(); ++i) active_.push_back(static_cast<int>(i));
   lost_flags_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
   back_reported_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
+  keepalive_pending_ = std::make_unique<std::atomic<bool>[]>(agents_.size());
   for (size_t i = 0; i < agents_.size(); ++i) {
     lost_flags_[i] = false;
     back_reported_[i] = false;
+    keepalive_pending_[i] = false;
   }
 }
 
@@ -89,33 +91,53 @@ void JobController::OnSignal(int signal_number) {
   events_.Push(ControllerEvent::Signal(signal_number));
 }
 
-void JobController::KeepAliveLoop(int index) {
-  AgentClient* agent = agents_[index];
-  auto last_probe = std::chrono::steady_clock::time_point();
+void JobController::KeepAliveLoop() {
+  std::vector<std::chrono::steady_clock::time_point> last_probe(agents_.size());
   std::unique_lock<std::mutex> lock(keepalive_mu_);
   while (keepalive_running_) {
     lock.unlock();
-    const bool lost = lost_flags_[index].load();
     const auto now = std::chrono::steady_clock::now();
-    if (!lost) {
-      (void)agent->KeepAlive(spec_.job_id);  // a lost agent shows up as a broken stream
-    } else if (spec_.rejoin_check.count() > 0 && now - last_probe >= spec_.rejoin_check) {
-      // Note [Membership]: is the lost host's agent back?
-      last_probe = now;
-      if (agent->KeepAlive(spec_.job_id).ok() && !back_reported_[index].exchange(true)) {
-        events_.Push(ControllerEvent::HostBack(index));
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      const int index = static_cast<int>(i);
+      bool probe = false;
+      if (lost_flags_[index].load()) {
+        // Note [Membership]: is the lost host's agent back?
+        if (spec_.rejoin_check.count() <= 0 || now - last_probe[index] < spec_.rejoin_check) continue;
+        probe = true;
       }
+      if (keepalive_pending_[index].exchange(true)) continue;  // the last one is unanswered
+      if (probe) last_probe[index] = now;
+      {
+        std::lock_guard<std::mutex> counted(keepalive_mu_);
+        ++keepalives_in_flight_;
+      }
+      // A lost agent otherwise shows up as a broken stream: the answer of a
+      // plain keep-alive is not needed.
+      agents_[index]->KeepAliveAsync(spec_.job_id, [this, index, probe](absl::Status status) {
+        if (probe && status.ok() && !back_reported_[index].exchange(true)) {
+          events_.Push(ControllerEvent::HostBack(index));
+        }
+        keepalive_pending_[index] = false;
+        std::lock_guard<std::mutex> counted(keepalive_mu_);
+        --keepalives_in_flight_;
+        // Under the lock: StopKeepAlives returns (and the controller may go)
+        // only after this callback has let go of it.
+        keepalive_cv_.notify_all();
+      });
     }
     lock.lock();
     keepalive_cv_.wait_for(lock, spec_.keepalive_interval, [&] { return !keepalive_running_; });
   }
+  // No callback may outlive the controller.
+  keepalive_cv_.wait(lock, [&] { return keepalives_in_flight_ == 0; });
 }
 
 void JobController::StartKeepAlives() {
-  keepalive_running_ = true;
-  for (size_t index = 0; index < agents_.size(); ++index) {
-    keepalive_threads_.emplace_back([this, index] { KeepAliveLoop(static_cast<int>(index)); });
+  {
+    std::lock_guard<std::mutex> lock(keepalive_mu_);
+    keepalive_running_ = true;
   }
+  keepalive_thread_ = std::thread([this] { KeepAliveLoop(); });
 }
 
 void JobController::StopKeepAlives() {
@@ -124,8 +146,7 @@ void JobController::StopKeepAlives() {
     keepalive_running_ = false;
   }
   keepalive_cv_.notify_all();
-  for (auto& thread : keepalive_threads_) thread.join();
-  keepalive_threads_.clear();
+  if (keepalive_thread_.joinable()) keepalive_thread_.join();
 }
 
 void JobController::AttachToHosts(const std::vector<std::string>& hosts) {

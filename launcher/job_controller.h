@@ -284,11 +284,13 @@ class JobController {
   void Summarize(const JobOutcome& outcome);
   void LogJobStart();
   void LogJobEnd(const JobOutcome& outcome);
-  // One thread per agent: keep-alives, and (Note [Membership]) probes of a
+  // One thread for every agent (Note [Agent calls without a thread],
+  // grpc_agent_client.h): each interval, a KeepAliveAsync to each agent
+  // whose last one has been answered, and (Note [Membership]) probes of a
   // lost agent that report its return as a kHostBack event.
   void StartKeepAlives();
   void StopKeepAlives();
-  void KeepAliveLoop(int index);
+  void KeepAliveLoop();
 
   const JobSpec spec_;
   const std::vector<AgentClient*> agents_;  // index = the node of spec_.plan it serves
@@ -322,10 +324,14 @@ class JobController {
   int signals_seen_ = 0;
   int first_signal_ = 0;
   std::vector<std::thread> stop_threads_;  // StopJob calls in flight
-  std::vector<std::thread> keepalive_threads_;
-  std::atomic<bool> keepalive_running_{false};
+  std::thread keepalive_thread_;
   std::mutex keepalive_mu_;
   std::condition_variable keepalive_cv_;
+  bool keepalive_running_ = false;  // guarded by keepalive_mu_
+  int keepalives_in_flight_ = 0;    // guarded by keepalive_mu_
+  // Per agent: a KeepAliveAsync of it is in flight (a slow or dead agent
+  // is not asked again until it answers or the call's deadline passes).
+  std::unique_ptr<std::atomic<bool>[]> keepalive_pending_;
 };
 
 }  // namespace dslaunch
