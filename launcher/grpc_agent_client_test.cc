@@ -34,25 +34,32 @@ class AgentBeforeCommonEnv final : public Agent::Service {
   }
 };
 
-// An AgentBeforeCommonEnv served on loopback and a client of it ("old-host").
-class OldAgentTest : public ::testing::Test {
+// An agent service served on loopback and a client of it.
+class LoopbackAgentTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void Serve(Agent::Service* service, const std::string& host) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
+    builder.RegisterService(service);
     server_ = builder.BuildAndStart();
     ASSERT_GT(port, 0);
-    client_ = std::make_unique<GrpcAgentClient>("old-host", "127.0.0.1:" + std::to_string(port), "token",
-                                                "job-credential", nullptr, 10s);
+    client_ = std::make_unique<GrpcAgentClient>(host, "127.0.0.1:" + std::to_string(port), "token", "job-credential",
+                                                nullptr, 10s);
   }
   void TearDown() override {
+    client_.reset();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
   }
-  AgentBeforeCommonEnv service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<GrpcAgentClient> client_;
+};
+
+// An AgentBeforeCommonEnv and a client of it ("old-host").
+class OldAgentTest : public LoopbackAgentTest {
+ protected:
+  void SetUp() override { Serve(&service_, "old-host"); }
+  AgentBeforeCommonEnv service_;
 };
 
 TEST_F(OldAgentTest, RefusesAnAgentThatIgnoresTheCommonEnvironment) {
@@ -121,26 +128,11 @@ class ScriptedAgent final : public Agent::Service {
   std::condition_variable cancelled_;
 };
 
-class CallbackCallsTest : public ::testing::Test {
+class CallbackCallsTest : public LoopbackAgentTest {
  protected:
-  void Serve() {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&agent_);
-    server_ = builder.BuildAndStart();
-    ASSERT_GT(port, 0);
-    client_ = std::make_unique<GrpcAgentClient>("scripted-host", "127.0.0.1:" + std::to_string(port), "token",
-                                                "job-credential", nullptr, 10s);
-  }
-  void TearDown() override {
-    client_.reset();
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
+  void Serve() { LoopbackAgentTest::Serve(&agent_, "scripted-host"); }
 
   ScriptedAgent agent_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<GrpcAgentClient> client_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::vector<int> ranks_seen_;  // guarded by mu_

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/lora.h"
+#include "runtime/testing/rank_group.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -67,15 +68,9 @@ TEST(MixtralExpertTest, AnAdaptedExpertComputesPeftsFormulaForwardAndBackward) {
   EXPECT_TRUE(torch::allclose(expert.forward(x), want, 1e-5, 1e-6));
 }
 
+// testing::TinyLlama (2 layers, hidden 16, FFN 24) with 4 experts, top-2.
 LlamaOptions TinyMixtral(int expert_parallel_rank = 0, int expert_parallel_size = 1) {
-  LlamaOptions o;
-  o.layers = 2;
-  o.hidden = 16;
-  o.intermediate = 24;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 4;
-  o.vocab_size = 32;
+  LlamaOptions o = testing::TinyLlama();
   o.moe.gating.num_experts = 4;
   o.moe.gating.top_k = 2;
   o.moe.gating.drop_tokens = false;
