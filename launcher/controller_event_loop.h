@@ -15,9 +15,10 @@
 //                                                                                 | OnHostBack | OnStopSignal
 //   ... until Over().
 //
-// Thread-safety: events are pushed from any thread (agents' streams, the
-// keep-alive threads, the signal thread); RunEventLoop and every handler
-// method run on the one thread that calls it (JobController::Run's).
+// Thread-safety: events are pushed from any thread (gRPC's threads for the
+// agents' streams and keep-alive answers, the signal thread); RunEventLoop
+// and every handler method run on the one thread that calls it
+// (JobController::Run's).
 #pragma once
 
 #include <chrono>

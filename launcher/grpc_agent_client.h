@@ -14,8 +14,9 @@
 // handed to the handler from gRPC's completion threads, one read at a time,
 // and KeepAliveAsync is a callback call; the controller keeps every agent
 // alive from one thread (JobController::KeepAliveLoop). The short calls
-// (Describe, StartRanks, StopJob, Diagnose) stay blocking: the controller
-// makes them a bounded number at a time (common/for_each_concurrently.h).
+// stay blocking: Describe 64 at a time (common/for_each_concurrently.h);
+// StartRanks, StopJob and Diagnose on a short-lived thread per agent while
+// they run (at launch, at a stop, at a hang).
 #pragma once
 
 #include <functional>

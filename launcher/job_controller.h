@@ -299,8 +299,8 @@ class JobController {
   LaunchPlan plan_;
   std::vector<int> active_;
   std::set<int> lost_agents_;  // agents whose event stream broke (event loop only)
-  // Per agent, shared with the keep-alive threads: lost, and its return
-  // already reported (kHostBack) since.
+  // Per agent, shared with the keep-alive thread and its callbacks: lost,
+  // and its return already reported (kHostBack) since.
   std::unique_ptr<std::atomic<bool>[]> lost_flags_;
   std::unique_ptr<std::atomic<bool>[]> back_reported_;
   std::map<int, int> host_failures_;  // failed attempts blamed on each agent (event loop only)

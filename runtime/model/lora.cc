@@ -35,6 +35,31 @@ std::string LastComponent(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
+// Under expert parallelism a rank holds its experts only (Note [Mixture of
+// experts]). Every expert projection of the whole model, by its full name,
+// with the expert-parallel rank that holds it: from each split MoE layer's
+// local experts' projections, named for every expert of the layer.
+std::vector<std::pair<std::string, int>> ExpertProjectionsOfEveryRank(
+    const torch::nn::Module& model, const std::vector<std::pair<std::string, LoraLinearImpl*>>& projections) {
+  std::vector<std::pair<std::string, int>> every;
+  for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    const auto* layer = dynamic_cast<const MoeLayerImpl*>(item.value().get());
+    if (layer == nullptr || !layer->options().expert_parallel.split()) continue;
+    const std::string experts = absl::StrCat(item.key(), ".", kExpertsModule, ".");
+    const std::string first = absl::StrCat(experts, layer->first_local_expert(), ".");
+    std::vector<std::string> rests;  // "w1", ...: the projections of one expert
+    for (const auto& [name, projection] : projections) {
+      if (absl::StartsWith(name, first)) rests.push_back(name.substr(first.size()));
+    }
+    for (int64_t e = 0; e < layer->options().gating.num_experts; ++e) {
+      for (const std::string& rest : rests) {
+        every.emplace_back(absl::StrCat(experts, e, ".", rest), static_cast<int>(e / layer->local_experts()));
+      }
+    }
+  }
+  return every;
+}
+
 }  // namespace
 
 absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettings& settings, uint64_t seed) {
@@ -70,6 +95,26 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     }
     if (take) chosen.emplace_back(name, projection);
   }
+  // Expert parallelism: a target may name an expert another rank holds; and
+  // every rank must adapt some of its experts (a rank whose experts are all
+  // frozen would have no expert partition to step).
+  const auto expert_projections = ExpertProjectionsOfEveryRank(model, projections);
+  int unadapted_holder = -1;  // an expert-parallel rank none of whose experts is adapted
+  if (!expert_projections.empty()) {
+    std::map<int, bool> adapts;  // per expert-parallel rank
+    for (const auto& [name, holder] : expert_projections) {
+      bool& any = adapts[holder];
+      for (const std::string& target : settings.target_modules) {
+        if (all_linear || !Targets(name, target)) continue;
+        any = true;
+        ++matches[target];
+      }
+      any = any || all_linear;
+    }
+    for (const auto& [holder, any] : adapts) {
+      if (!any && unadapted_holder < 0) unadapted_holder = holder;
+    }
+  }
   if (!all_linear) {
     for (const std::string& target : settings.target_modules) {
       if (matches[target] == 0) {
@@ -78,6 +123,12 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
                                                        absl::StrJoin(kinds, ", "), ")"));
       }
     }
+  }
+  if (unadapted_holder >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lora.target_modules: with expert parallelism every rank's experts must carry adapters, but the experts "
+        "of expert-parallel rank ", unadapted_holder, " match no target: add the experts' projections (w1, w2, w3) "
+        "to the targets, or train at expert-parallel size 1"));
   }
   LoraSummary summary;
   try {

@@ -155,6 +155,29 @@ TEST(MixtralLoraTest, AnExpertsAdapterStartsTheSameWhateverExpertsTheRankHolds) 
   }
 }
 
+// Under expert parallelism a target may name an expert another rank holds,
+// and every rank must adapt some of its experts: the same verdict on every
+// rank, before anything is frozen.
+TEST(MixtralLoraTest, UnderExpertParallelismTargetsAreCheckedAgainstEveryRanksExperts) {
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    Llama model(TinyMixtral(rank, 2), 1);
+    auto applied = ApplyLora(*model, Targets({"layers.0.block_sparse_moe.experts.0.w1", "w2"}), 5);
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    // Rank 0 holds expert 0: its w1 in layer 0, and w2 of experts 0 and 1 in both layers.
+    EXPECT_EQ(applied->adapted_projections, rank == 0 ? 1 + 2 * 2 : 2 * 2);
+    for (const std::vector<std::string>& targets :
+         {std::vector<std::string>{"q_proj"}, std::vector<std::string>{"layers.1.block_sparse_moe.experts.3.w3"}}) {
+      Llama refused(TinyMixtral(rank, 2), 1);
+      auto status = ApplyLora(*refused, Targets(targets), 5).status();
+      EXPECT_THAT(std::string(status.message()),
+                  HasSubstr("every rank's experts must carry adapters, but the experts of expert-parallel rank 0"))
+          << targets.front();
+      for (const auto& p : refused->parameters()) EXPECT_TRUE(p.requires_grad()) << "nothing was frozen";
+    }
+  }
+}
+
 TEST(MixtralLoraTest, MergingFoldsAnExpertsAdapterIntoItsWeight) {
   Llama model(TinyMixtral(), 1);
   ASSERT_TRUE(ApplyLora(*model, Targets({"w2"}), 5).ok());

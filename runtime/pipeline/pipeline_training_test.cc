@@ -520,7 +520,7 @@ TEST(PipelineTrainingTest, RefusesWhatItCannotRun) {
             layout.world(), rank, ParallelSizes{.pipeline = layout.pp},
             [&client](const GroupSpec& spec) { return CreateCommunicator(CommBackend::kGloo, client, spec); },
             nullptr);
-        ASSERT_TRUE(state.ok());
+        ASSERT_TRUE(state.ok()) << state.status();
         ModelInterface* family = nullptr;
         auto module = BuildModel(layout, TensorParallelGroup{}, &family);
         auto pipe = PipelineEngine::Create(module, PipeConfig(layout), *state, torch::kCPU);

@@ -12,7 +12,9 @@
 #    the uninterrupted run's;
 #  - all-linear adapts attention and the experts but not the router, and the
 #    adapter_config.json names the projections adapted (PEFT's all-linear
-#    would also take the router).
+#    would also take the router);
+#  - at EP 2, targets that leave an expert-parallel rank's experts without
+#    adapters are refused by every rank before a step runs.
 source "$(dirname "$0")/lib.sh"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
 HF=$(cd "$(dirname "$0")/../hf" && pwd)
@@ -119,3 +121,14 @@ targets = json.load(open(sys.argv[1]))["target_modules"]
 assert targets == ["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3"], targets
 PYEOF
 pass "all-linear on Mixtral: attention and rank 0's experts, $projections projections (not the router); adapter_config.json names them"
+
+# 5. At EP 2, attention-only targets leave the experts frozen on their ranks:
+#    refused before any step, naming what to do.
+if "$DSLAUNCH" --num_gpus 4 "${COMMON[@]}" "${EP2[@]}" --override 'lora.target_modules=[q_proj]' "$CONFIG" \
+  >"$WORK/refused.out" 2>"$WORK/refused.err"; then
+  fail "attention-only LoRA at EP 2 ran"
+fi
+grep -q "with expert parallelism every rank's experts must carry adapters" "$WORK/refused.err" ||
+  fail "no refusal naming the targets: $(tail -3 "$WORK/refused.err")"
+! grep -q "^step=" "$WORK/refused.out" || fail "a step ran before the refusal"
+pass "attention-only LoRA at EP 2 is refused before any step: $(grep -o "the experts of expert-parallel rank [0-9]* match no target" "$WORK/refused.err" | head -1)"
