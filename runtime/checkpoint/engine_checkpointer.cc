@@ -408,7 +408,7 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
   std::map<std::string, torch::Tensor> whole;
   const Communicator* tensor = engine_.parallel().tensor();
   Communicator* pipeline = engine_.parallel().pipeline();
-  Communicator* experts = engine_.expert_zero_ ? engine_.parallel().expert() : nullptr;
+  Communicator* experts = engine_.experts_split_ ? engine_.parallel().expert() : nullptr;
   if (tensor != nullptr || pipeline != nullptr || experts != nullptr) {
     if (absl::Status gathered = engine_.GatherFullParameters(); !gathered.ok()) return gathered;
     const auto* family = dynamic_cast<const ModelInterface*>(engine_.model_.get());
@@ -482,7 +482,7 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
   std::map<std::string, torch::Tensor> whole;
   const Communicator* tensor = engine_.parallel().tensor();
   Communicator* pipeline = engine_.parallel().pipeline();
-  Communicator* experts = engine_.expert_zero_ ? engine_.parallel().expert() : nullptr;
+  Communicator* experts = engine_.experts_split_ ? engine_.parallel().expert() : nullptr;
   const bool gathered = tensor != nullptr || pipeline != nullptr || experts != nullptr;
   if (gathered) {
     // The adapters only: the frozen base stays partitioned.

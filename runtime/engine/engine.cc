@@ -293,11 +293,16 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
       // With NVMe offload the moments live in the swap files, not here.
       shard_adam_ = std::make_unique<ShardAdam>(
           config_.optimizer, zero_->swapped() ? torch::empty({0}) : zero_->master_shard(), options.offload_optimizer);
-      if (experts_apart) {
-        if (expert_params_.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat("this rank's groups are ", parallel_->Describe(),
-                                                         ": expert parallelism, but the model has no experts"));
-        }
+      experts_split_ = experts_apart && has_experts;
+      if (experts_apart && !has_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("this rank's groups are ", parallel_->Describe(),
+                                                       ": expert parallelism, but the model has no experts"));
+      }
+      // Experts that all stay frozen (LoRA on attention only) have nothing to
+      // step: no partition of their own, and the dense step runs as without
+      // experts. ApplyLora sees that every rank agrees (all adapt experts or
+      // none does).
+      if (experts_apart && !expert_params_.empty()) {
         // Note [Mixture of experts]: cut over the replicas of the same
         // experts, averaged over every data-parallel rank.
         ZeroOptions expert_options = options;

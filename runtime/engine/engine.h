@@ -325,8 +325,11 @@ class Engine {
   // group and its optimizer.
   std::vector<std::string> expert_names_;
   std::vector<torch::Tensor> expert_params_;
-  std::unique_ptr<ZeroPartition> expert_zero_;
+  std::unique_ptr<ZeroPartition> expert_zero_;  // null when no expert trains (LoRA on attention only)
   std::unique_ptr<ShardAdam> expert_adam_;
+  // This rank holds only its experts (an expert group, and a model with
+  // experts, trainable or frozen): an export gathers them from the group.
+  bool experts_split_ = false;
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

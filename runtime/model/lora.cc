@@ -96,10 +96,11 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     if (take) chosen.emplace_back(name, projection);
   }
   // Expert parallelism: a target may name an expert another rank holds; and
-  // every rank must adapt some of its experts (a rank whose experts are all
-  // frozen would have no expert partition to step).
+  // the experts of every rank or of none carry adapters (a rank whose experts
+  // are all frozen has no expert partition to step, while one with expert
+  // adapters steps its partition with collectives the other would not join).
   const auto expert_projections = ExpertProjectionsOfEveryRank(model, projections);
-  int unadapted_holder = -1;  // an expert-parallel rank none of whose experts is adapted
+  int unadapted_holder = -1, adapted_holder = -1;  // expert-parallel ranks of each kind
   if (!expert_projections.empty()) {
     std::map<int, bool> adapts;  // per expert-parallel rank
     for (const auto& [name, holder] : expert_projections) {
@@ -112,7 +113,8 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
       any = any || all_linear;
     }
     for (const auto& [holder, any] : adapts) {
-      if (!any && unadapted_holder < 0) unadapted_holder = holder;
+      int& first = any ? adapted_holder : unadapted_holder;
+      if (first < 0) first = holder;
     }
   }
   if (!all_linear) {
@@ -124,11 +126,12 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
       }
     }
   }
-  if (unadapted_holder >= 0) {
+  if (unadapted_holder >= 0 && adapted_holder >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "lora.target_modules: with expert parallelism every rank's experts must carry adapters, but the experts "
-        "of expert-parallel rank ", unadapted_holder, " match no target: add the experts' projections (w1, w2, w3) "
-        "to the targets, or train at expert-parallel size 1"));
+        "lora.target_modules: with expert parallelism the experts of every rank or of none must carry adapters, "
+        "but the experts of expert-parallel rank ", unadapted_holder, " match no target while rank ",
+        adapted_holder, "'s do: name the projections of every expert (w1, w2, w3), or none of them, or train at "
+        "expert-parallel size 1"));
   }
   LoraSummary summary;
   try {

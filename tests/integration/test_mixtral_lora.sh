@@ -13,8 +13,10 @@
 #  - all-linear adapts attention and the experts but not the router, and the
 #    adapter_config.json names the projections adapted (PEFT's all-linear
 #    would also take the router);
-#  - at EP 2, targets that leave an expert-parallel rank's experts without
-#    adapters are refused by every rank before a step runs.
+#  - at EP 2, LoRA on attention only (the experts frozen on their ranks)
+#    takes EP 1's steps and its merged export gathers every expert; targets
+#    that adapt one rank's experts and not another's are refused by every
+#    rank before a step runs.
 source "$(dirname "$0")/lib.sh"
 : "${DSGEN:?DSGEN must point at the dsgen binary}"
 HF=$(cd "$(dirname "$0")/../hf" && pwd)
@@ -122,13 +124,25 @@ assert targets == ["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3"], ta
 PYEOF
 pass "all-linear on Mixtral: attention and rank 0's experts, $projections projections (not the router); adapter_config.json names them"
 
-# 5. At EP 2, attention-only targets leave the experts frozen on their ranks:
-#    refused before any step, naming what to do.
-if "$DSLAUNCH" --num_gpus 4 "${COMMON[@]}" "${EP2[@]}" --override 'lora.target_modules=[q_proj]' "$CONFIG" \
+# 5. At EP 2, LoRA on attention only: the experts stay frozen on their ranks
+#    (no expert partition), the losses are EP 1's, and the merged export
+#    gathers every rank's experts; targets that adapt one rank's experts and
+#    not another's are refused before any step.
+for ep in 1 2; do
+  extra=()
+  ((ep == 2)) && extra=("${EP2[@]}")
+  run_job attention$ep 4 "${extra[@]}" --override 'lora.target_modules=[q_proj, v_proj]' \
+    --override export.dtype=float32 --override "export.hf_dir=$WORK/attention_merged$ep"
+done
+same_losses attention1 attention2 "LoRA on attention only: EP 2 x DP 2 vs EP 1 x DP 4"
+"$PY" "$HF/same_tensors.py" "$WORK/attention_merged1" "$WORK/attention_merged2" --rtol 2e-3 \
+  --label "attention-only merged export, EP 2 vs EP 1" || fail "the attention-only export at EP 2 differs from EP 1's"
+if "$DSLAUNCH" --num_gpus 4 "${COMMON[@]}" "${EP2[@]}" \
+  --override 'lora.target_modules=[layers.1.block_sparse_moe.experts.3.w3]' "$CONFIG" \
   >"$WORK/refused.out" 2>"$WORK/refused.err"; then
-  fail "attention-only LoRA at EP 2 ran"
+  fail "LoRA on one rank's expert at EP 2 ran"
 fi
-grep -q "with expert parallelism every rank's experts must carry adapters" "$WORK/refused.err" ||
+grep -q "the experts of expert-parallel rank 0 match no target while rank 1's do" "$WORK/refused.err" ||
   fail "no refusal naming the targets: $(tail -3 "$WORK/refused.err")"
 ! grep -q "^step=" "$WORK/refused.out" || fail "a step ran before the refusal"
-pass "attention-only LoRA at EP 2 is refused before any step: $(grep -o "the experts of expert-parallel rank [0-9]* match no target" "$WORK/refused.err" | head -1)"
+pass "LoRA on attention only at EP 2 takes EP 1's steps and exports every expert; one rank's expert alone is refused"
