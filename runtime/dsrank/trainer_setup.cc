@@ -216,14 +216,13 @@ absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, co
     // nn.Linear there); ours carries no adapter. The exported
     // adapter_config.json then names the projections adapted, so PEFT
     // rebuilds exactly this adapter.
-    const bool all_linear = lora.target_modules.size() == 1 && lora.target_modules[0] == "all-linear";
-    if (all_linear && !FindMoeLayers(*built.module).empty()) targets_written = applied->adapted_kinds;
+    const std::vector<MoeLayerImpl*> layers = FindMoeLayers(*built.module);
+    if (TargetsAllLinear(lora.target_modules) && !layers.empty()) targets_written = applied->adapted_kinds;
     if (context.rank == 0) {
       // Under expert parallelism a rank holds its experts only, so the
       // counts are its share.
       std::string share;
-      if (const std::vector<MoeLayerImpl*> layers = FindMoeLayers(*built.module);
-          !layers.empty() && layers[0]->options().expert_parallel.split()) {
+      if (!layers.empty() && layers[0]->options().expert_parallel.split()) {
         share = absl::StrFormat(" (rank 0's share: %d of the %d experts of each layer)", layers[0]->local_experts(),
                                 layers[0]->options().gating.num_experts);
       }

@@ -12,7 +12,6 @@
 namespace dslaunch::runtime {
 namespace {
 
-constexpr char kAllLinear[] = "all-linear";
 
 bool Targets(const std::string& module_name, const std::string& target) {
   return module_name == target || absl::EndsWith(module_name, "." + target);
@@ -70,7 +69,7 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     return absl::InvalidArgumentError("this model has no projection that can carry a LoRA adapter");
   }
   const bool all_linear =
-      std::find(settings.target_modules.begin(), settings.target_modules.end(), kAllLinear) != settings.target_modules.end();
+      std::find(settings.target_modules.begin(), settings.target_modules.end(), kLoraAllLinear) != settings.target_modules.end();
   if (all_linear && settings.target_modules.size() > 1) {
     return absl::InvalidArgumentError("lora.target_modules: 'all-linear' stands alone");
   }
@@ -227,8 +226,8 @@ std::string PeftAdapterConfigJson(const LoraSettings& settings, const std::strin
   std::vector<std::string> targets;
   for (const std::string& target : settings.target_modules) targets.push_back(JsonQuote(target));
   const std::string target_modules =
-      settings.target_modules.size() == 1 && settings.target_modules[0] == kAllLinear
-          ? JsonQuote(kAllLinear)
+      TargetsAllLinear(settings.target_modules)
+          ? JsonQuote(kLoraAllLinear)
           : absl::StrCat("[", absl::StrJoin(targets, ", "), "]");
   const LoraAdapterOptions& a = settings.adapter;
   return absl::StrCat("{\n", "  \"alpha_pattern\": {},\n",

@@ -49,6 +49,13 @@ struct LoraSettings {
   std::vector<std::string> target_modules;
 };
 
+// PEFT's shorthand for every projection but the output head.
+inline constexpr char kLoraAllLinear[] = "all-linear";
+// Whether `target_modules` is the shorthand alone.
+inline bool TargetsAllLinear(const std::vector<std::string>& target_modules) {
+  return target_modules.size() == 1 && target_modules[0] == kLoraAllLinear;
+}
+
 struct LoraSummary {
   int64_t adapted_projections = 0;
   // The adapted projections' last name components, in module order, each
