@@ -83,9 +83,17 @@ absl::Status CheckPrecisionOnCpu(const runtime::DsConfig& ds, bool ranks_on_cpu)
 // checks its own host's folder again at start, with the bytes its swap files
 // need.
 absl::Status CheckLocalNvmePath(const runtime::JobConfig& job, bool local) {
-  const runtime::OffloadConfig& offload = job.ds.zero_optimization.offload_optimizer;
-  if (!local || offload.device != "nvme") return absl::OkStatus();
-  return runtime::CheckNvmePath("zero_optimization.offload_optimizer.nvme_path", offload.nvme_path, 0);
+  if (!local) return absl::OkStatus();
+  // Note [Parameters on NVMe]: the parameters' folder is checked the same way.
+  for (const auto& [section, offload] :
+       {std::pair<const char*, const runtime::OffloadConfig*>{"offload_optimizer",
+                                                              &job.ds.zero_optimization.offload_optimizer},
+        std::pair<const char*, const runtime::OffloadConfig*>{"offload_param", &job.ds.zero_optimization.offload_param}}) {
+    if (offload->device != "nvme") continue;
+    DS_RETURN_IF_ERROR(runtime::CheckNvmePath(absl::StrCat("zero_optimization.", section, ".nvme_path"),
+                                              offload->nvme_path, 0));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckJobFile(const LauncherOptions& options, const std::string& job_file, JobSpec* spec,

@@ -107,10 +107,20 @@ void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, Offl
                         .IgnoredUnless("4", "NVMe swaps here keep three buffer sets: one read ahead, one stepping, "
                                             "one written back (Note [NVMe offload])"));
   } else {
-    // Parameters on NVMe are refused (offload_param.device): their buffers' sizes say nothing.
-    for (const char* name : {"buffer_count", "buffer_size", "max_in_cpu"}) {
-      keys->push_back(Unstored(p + name, ValueKind::kInt).Min(0).Inert());
-    }
+    // Note [Parameters on NVMe] (zero/zero_partition.h): two staging buffers
+    // sized by the largest unit, and every piece on the drive.
+    keys->push_back(Unstored(p + "buffer_count", ValueKind::kInt)
+                        .Min(0)
+                        .IgnoredUnless("5", "parameters on NVMe go through two staging buffers, each as large as the "
+                                            "largest unit's piece (Note [Parameters on NVMe])"));
+    keys->push_back(Unstored(p + "buffer_size", ValueKind::kInt)
+                        .Min(0)
+                        .IgnoredUnless("100000000", "parameters on NVMe go through two staging buffers, each as "
+                                                    "large as the largest unit's piece (Note [Parameters on NVMe])"));
+    keys->push_back(Unstored(p + "max_in_cpu", ValueKind::kInt)
+                        .Min(0)
+                        .IgnoredUnless("1000000000", "with offload_param.device=nvme every unit's piece lives on the "
+                                                     "drive, none in host memory (Note [Parameters on NVMe])"));
   }
   if (for_optimizer) {
     for (const char* name : {"pipeline_read", "pipeline_write"}) {
@@ -666,6 +676,19 @@ void CheckResolvedDsConfig(const WalkResult& walk, const TreeSource& source, con
                     "offload_optimizer.device=nvme needs offload_optimizer.nvme_path: a folder on an NVMe drive of "
                     "every host, where each rank keeps its swap files");
   }
+  if (c.zero_optimization.offload_param.device == "nvme" && c.zero_optimization.offload_param.nvme_path.empty()) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_param.device"),
+                    walk.MarkOf("zero_optimization.offload_param.device"),
+                    "offload_param.device=nvme needs offload_param.nvme_path: a folder on an NVMe drive of every "
+                    "host, where each rank keeps its parameter files");
+  }
+  if (c.zero_optimization.offload_param.device == "nvme" && c.zero_optimization.offload_optimizer.delay_update) {
+    problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.delay_update"),
+                    walk.MarkOf("zero_optimization.offload_optimizer.delay_update"),
+                    "delay_update runs the host step while the next forward reads the parameters: it cannot be "
+                    "combined with offload_param.device=nvme, where both would use the parameter files (use "
+                    "offload_param.device=cpu)");
+  }
   if (c.zero_optimization.offload_optimizer.delay_update && c.zero_optimization.offload_optimizer.device != "cpu") {
     problems->AtKey(source, walk.WrittenPath("zero_optimization.offload_optimizer.delay_update"),
                     walk.MarkOf("zero_optimization.offload_optimizer.delay_update"),
@@ -715,13 +738,8 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
   auto add = [&](const std::string& setting, absl::string_view what) {
     lines.push_back(absl::StrCat(setting, ": ", what, " is not yet supported"));
   };
-  const ZeroConfig& z = c.zero_optimization;
-  // CPU offload is built for the optimizer (stages 1-3) and the parameters
-  // (stage 3); NVMe for the optimizer only (Note [NVMe offload]).
-  if (z.offload_param.device == "nvme") {
-    add(Setting("zero_optimization.offload_param.device", z.offload_param.device),
-        "offloading parameters to nvme");
-  }
+  // CPU and NVMe offload are built for the optimizer (stages 1-3, Note
+  // [NVMe offload]) and the parameters (stage 3, Note [Parameters on NVMe]).
   if (c.pipeline.pipe_partitioned == "true" || c.pipeline.grad_partitioned == "true") {
     add(Setting(c.pipeline.pipe_partitioned == "true" ? "pipeline.pipe_partitioned" : "pipeline.grad_partitioned",
                 "true"),

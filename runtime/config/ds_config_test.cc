@@ -508,8 +508,7 @@ TEST_F(DsConfigTest, NotYetSupportedFeaturesAreListedNotRefused) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->communication_data_type, "fp16");
   EXPECT_EQ(config->train_micro_batch_size_per_gpu, 8);  // dp = 8 / (2 * 2)
-  EXPECT_THAT(lines, ElementsAre(HasSubstr("zero_optimization.offload_param.device=nvme:"),
-                                 HasSubstr("optimizer.type=Lion:"),
+  EXPECT_THAT(lines, ElementsAre(HasSubstr("optimizer.type=Lion:"),
                                  HasSubstr("flops_profiler.enabled=true: the flops profiler with pipeline stages"),
                                  HasSubstr("communication_data_type=fp16:"),
                                  HasSubstr("prescale_gradients=true:")));
@@ -587,6 +586,39 @@ TEST_F(DsConfigTest, NvmeOffloadOfTheOptimizerNeedsItsPathAndReadsAioFromEitherP
   EXPECT_EQ(seed->aio.block_size, 524288);
   EXPECT_EQ(seed->aio.thread_count, 4);
   EXPECT_EQ(seed->aio_section, "zero_optimization.aio");
+}
+
+// ZeRO-Infinity's parameter offload (Note [Parameters on NVMe]): the seeds'
+// config loads with nothing listed as unsupported; its path is required, its
+// stage checked, and the delayed update refused beside it.
+TEST_F(DsConfigTest, NvmeOffloadOfTheParametersNeedsItsPathStageThreeAndNoDelayedUpdate) {
+  std::vector<std::string> lines, warned;
+  path_ = Write("infinity.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3,
+          "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 4},
+          "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 5,
+                            "buffer_size": 1e8, "max_in_cpu": 1e9}}})");
+  auto infinity = LoadDsConfig(path_, {}, WorldShape{1}, &lines, &warned);
+  ASSERT_TRUE(infinity.ok()) << infinity.status();
+  EXPECT_THAT(lines, ElementsAre());
+  EXPECT_THAT(warned, ElementsAre(HasSubstr("offload_optimizer.pin_memory=true has no effect here"),
+                                  HasSubstr("offload_param.pin_memory=true has no effect here")));
+  EXPECT_EQ(infinity->zero_optimization.offload_param.nvme_path, "/local_nvme");
+  auto missing = Load("ds.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})");
+  EXPECT_THAT(ProblemLines(missing),
+              ElementsAre(HasSubstr("zero_optimization.offload_param.device: offload_param.device=nvme needs "
+                                    "offload_param.nvme_path")));
+  auto stage2 = Load("ds.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/n"}}})");
+  EXPECT_THAT(ProblemLines(stage2), ElementsAre(HasSubstr("offload_param.device=nvme offloads partitioned "
+                                                          "parameters: it needs zero_optimization.stage 3")));
+  auto delayed = Load("ds.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/n"},
+                            "offload_optimizer": {"device": "cpu", "delay_update": true}}})");
+  EXPECT_THAT(ProblemLines(delayed),
+              ElementsAre(HasSubstr("zero_optimization.offload_optimizer.delay_update: delay_update runs the host "
+                                    "step while the next forward reads the parameters")));
 }
 
 TEST_F(DsConfigTest, OtherBehaviourChangingKnobsAreListedToo) {
@@ -685,6 +717,11 @@ tensor_parallel: {tp: {tp_grain_size: 64}}
                                 HasSubstr("always pinned")),
                           AllOf(HasSubstr("zero_optimization.offload_optimizer.buffer_count=8 has no effect here"),
                                 HasSubstr("three buffer sets")),
+                          AllOf(HasSubstr("zero_optimization.offload_param.buffer_count=2 has no effect here"),
+                                HasSubstr("two staging buffers")),
+                          HasSubstr("zero_optimization.offload_param.buffer_size=7 has no effect here"),
+                          AllOf(HasSubstr("zero_optimization.offload_param.max_in_cpu=9 has no effect here"),
+                                HasSubstr("none in host memory")),
                           HasSubstr("zero_optimization.aio.single_submit=true has no effect here"),
                           HasSubstr("activation_checkpointing.profile=true has no effect here"),
                           HasSubstr("tensor_parallel.tp.tp_grain_size=64 has no effect here")));

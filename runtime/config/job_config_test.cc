@@ -122,7 +122,8 @@ TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
   Write("job/ds/zero.json", R"({
   "train_batch_size": "auto",
   "train_micro_batch_size_per_gpu": 16,
-  "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}
+  "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+  "prescale_gradients": true
 })");
   auto job = LoadText(absl::StrCat(kJob, "ds_config: ds/zero.json\n"), {}, 4);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -130,8 +131,7 @@ TEST_F(JobConfigTest, DsConfigByPathIsRelativeToTheJobFile) {
   EXPECT_EQ(job->ds.train_batch_size, 64);
   EXPECT_EQ(job->ds.gradient_accumulation_steps, 1);
   EXPECT_THAT(job->not_yet_supported,
-              ElementsAre("zero_optimization.offload_param.device=nvme: offloading parameters to "
-                          "nvme is not yet supported"));
+              ElementsAre("prescale_gradients=true: gradient prescaling is not yet supported"));
 
   Write("job/ds.yaml", "train_batch_size: 64\nfp16:\n  enabled: true\n");
   job = LoadText(absl::StrCat(kJob, "ds_config: ds.yaml\n"));
@@ -427,7 +427,7 @@ TEST_F(JobConfigTest, BadOverridesAreNamed) {
 TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
   auto job = LoadText(absl::StrCat(kJob, kInlineDs),
                       {{"ds_config.zero_optimization.stage", "3"},
-                       {"ds_config.zero_optimization.offload_param.device", "nvme"}});
+                       {"ds_config.prescale_gradients", "true"}});
   ASSERT_TRUE(job.ok()) << job.status();
   std::string described = DescribeJobConfig(*job);
   EXPECT_THAT(described, HasSubstr("model:\n  type: \"gpt\"\n  from: \"\"\n  layers: 4\n"));
@@ -435,8 +435,8 @@ TEST_F(JobConfigTest, DescribeShowsEverythingAndReadsBack) {
   EXPECT_THAT(described, HasSubstr("  dir: \"" + dir_ + "/job/ckpt\"\n"));
   EXPECT_THAT(described, HasSubstr("ds_config:\n  train_batch_size: 64\n"));
   EXPECT_THAT(described, HasSubstr("  zero_optimization:\n    stage: 3\n"));
-  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   zero_optimization.offload_param.device="
-                                   "nvme: offloading parameters to nvme is not yet supported\n"));
+  EXPECT_THAT(described, HasSubstr("# not yet supported:\n#   prescale_gradients=true: gradient prescaling is not "
+                                   "yet supported\n"));
   path_ = Write("described.cfg", described);
   auto again = LoadJobConfig(path_, {}, WorldShape{1});
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << described;

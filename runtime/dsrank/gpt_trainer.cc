@@ -374,7 +374,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   };
   // Note [Swap path probe]: every rank through its own folder (the ranks of
   // a host share the drive, as their steps will); rank 0 reports.
-  absl::StatusOr<std::string> swap_cost = engine->ProbeNvmePath(kNvmeProbeBytes);
+  absl::StatusOr<std::vector<std::string>> swap_cost = engine->ProbeNvmePath(kNvmeProbeBytes);
   if (!swap_cost.ok()) return swap_cost.status();
   if (context.rank == 0) {
     absl::FPrintF(context.out, "dsrank: %s with %d parameters, %d rank(s), device %s, %s\n",
@@ -394,7 +394,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     }
     if (const std::string nvme = engine->NvmeOffloadDescription(); !nvme.empty()) {
       absl::FPrintF(context.out, "dsrank: NVMe offload (aio keys from %s): %s\n", ds.aio_section, nvme);
-      absl::FPrintF(context.out, "dsrank: nvme_path %s\n", *swap_cost);
+      for (const std::string& line : *swap_cost) absl::FPrintF(context.out, "dsrank: nvme_path %s\n", line);
     }
     std::fflush(context.out);
   }
@@ -691,6 +691,12 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                         "  NVMe offload: master weights and optimizer state %d B in swap files, host buffers %d B, "
                         "updated parameters on the host %d B\n",
                         m.swapped_to_nvme, m.swap_buffers, m.host_parameter_copy);
+        }
+        if (m.parameters_on_nvme > 0) {
+          absl::FPrintF(context.out,
+                        "  NVMe offload: parameter shards %d B in swap files (the host holds only the units kept "
+                        "whole), staging buffers %d B\n",
+                        m.parameters_on_nvme, m.parameter_staging);
         }
         if (context.device.is_cuda()) {
           absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",

@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/rank_contract.h"
 #include "common/status_macros.h"
 #include "kernels/cpu_adam.h"
@@ -166,23 +167,25 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
     }
     const std::string& offload = config_.zero_optimization.offload_optimizer.device;
     const std::string& offload_param = config_.zero_optimization.offload_param.device;
-    if (offload_param == "nvme") {
-      return absl::UnimplementedError(
-          "zero_optimization.offload_param.device=nvme: offloading parameters to NVMe is not yet supported (use "
-          "cpu; the optimizer's state can go to NVMe)");
-    }
     if (offload != "none" && stage == 0) {
       return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_optimizer.device=", offload,
                                                      " needs zero_optimization.stage 1, 2 or 3"));
     }
-    if (offload_param == "cpu" && stage != 3) {
-      return absl::InvalidArgumentError("zero_optimization.offload_param.device=cpu needs zero_optimization.stage 3");
+    if (offload_param != "none" && stage != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_param.device=", offload_param,
+                                                     " needs zero_optimization.stage 3"));
     }
     // Note [Delayed parameter update].
     delay_update_ = config_.zero_optimization.offload_optimizer.delay_update;
     if (delay_update_ && offload != "cpu") {
       return absl::InvalidArgumentError(absl::StrCat(
           "zero_optimization.offload_optimizer.delay_update needs offload_optimizer.device=cpu (it is ", offload, ")"));
+    }
+    if (delay_update_ && offload_param == "nvme") {
+      return absl::InvalidArgumentError(
+          "zero_optimization.offload_optimizer.delay_update with offload_param.device=nvme: the delayed host step "
+          "runs while the forward reads the parameters, and both would use the parameter files (Note [Parameters "
+          "on NVMe]); use offload_param.device=cpu, or turn delay_update off");
     }
     if (delay_update_ && experts_apart) {
       return absl::UnimplementedError(
@@ -196,22 +199,34 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
       ZeroOptions options;
       options.stage = stage;
       options.offload_optimizer = offload == "cpu" || offload == "nvme";
-      options.offload_param = offload_param == "cpu";
+      options.offload_param = offload_param == "cpu" || offload_param == "nvme";
       options.host_step_beside_forward = delay_update_;
+      // Note [NVMe offload]: one swap folder per rank and job, so that two
+      // jobs (or ranks) sharing nvme_path never meet.
+      const char* job = std::getenv(rank_env::kJobId);
+      const Communicator* world = parallel_->world();
+      const std::string swap_name =
+          absl::StrCat(job != nullptr && *job != '\0' ? job : "job", "-rank", world ? world->rank() : 0);
+      BlockIoOptions io;
+      io.block_bytes = config_.aio.block_size;
+      io.queue_depth = config_.aio.queue_depth;
+      io.thread_count = config_.aio.thread_count;
+      io.use_io_uring = std::getenv(rank_env::kNoIoUring) == nullptr;
+      if (offload_param == "nvme") {
+        // Note [Parameters on NVMe].
+        SwappedPiecesOptions files;
+        files.nvme_path = config_.zero_optimization.offload_param.nvme_path;
+        files.path_setting = "zero_optimization.offload_param.nvme_path";
+        files.name = swap_name + "-params";
+        files.io = io;
+        options.nvme_param = files;
+      }
       if (offload == "nvme") {
-        // Note [NVMe offload]: one swap folder per rank and job, so that two
-        // jobs (or ranks) sharing nvme_path never meet.
-        const auto& o = config_.zero_optimization.offload_optimizer;
         SwappedShardOptions nvme;
-        nvme.nvme_path = o.nvme_path;
-        const char* job = std::getenv(rank_env::kJobId);
-        const Communicator* world = parallel_->world();
-        nvme.name = absl::StrCat(job != nullptr && *job != '\0' ? job : "job", "-rank", world ? world->rank() : 0);
+        nvme.nvme_path = config_.zero_optimization.offload_optimizer.nvme_path;
+        nvme.name = swap_name;
         nvme.sub_group_elements = config_.zero_optimization.sub_group_size;
-        nvme.io.block_bytes = config_.aio.block_size;
-        nvme.io.queue_depth = config_.aio.queue_depth;
-        nvme.io.thread_count = config_.aio.thread_count;
-        nvme.io.use_io_uring = std::getenv(rank_env::kNoIoUring) == nullptr;
+        nvme.io = io;
         options.nvme = nvme;
       }
       // reduce_bucket_size cuts the vector for stages 1-2 (each bucket reduced
@@ -275,6 +290,7 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
         frozen.frozen = true;
         frozen.offload_optimizer = false;
         frozen.nvme.reset();
+        if (frozen.nvme_param) frozen.nvme_param->name += "-frozen";
         frozen.norm_counts.clear();
         frozen.units = FrozenSide(units);
         if (!units.empty() && frozen.units.empty()) {
@@ -310,6 +326,7 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
         expert_options.gradient_divisor = data_parallel_ != nullptr ? data_parallel_->size() : 1;
         // Note [NVMe offload]: the experts' swap files in a folder of their own.
         if (expert_options.nvme) expert_options.nvme->name += "-experts";
+        if (expert_options.nvme_param) expert_options.nvme_param->name += "-experts";
         auto experts = ZeroPartition::Create(expert_options, expert_params_, parallel_->expert_data());
         if (!experts.ok()) return experts.status();
         expert_zero_ = std::move(*experts);
@@ -702,15 +719,62 @@ absl::StatusOr<StepResult> Engine::BoundaryStep(const char* what, StepResult res
 }
 
 std::string Engine::NvmeOffloadDescription() const {
-  return zero_ && zero_->swapped() ? zero_->swapped()->Describe() : std::string();
+  if (!zero_) return std::string();
+  std::vector<std::string> parts;
+  if (zero_->swapped()) parts.push_back(absl::StrCat("optimizer: ", zero_->swapped()->Describe()));
+  for (const auto& [what, partition] : {std::pair{"parameters", zero_.get()},
+                                        std::pair{"frozen parameters", frozen_zero_.get()},
+                                        std::pair{"expert parameters", expert_zero_.get()}}) {
+    if (partition != nullptr && partition->parameter_files() != nullptr) {
+      parts.push_back(absl::StrCat(what, ": ", partition->parameter_files()->Describe()));
+    }
+  }
+  return absl::StrJoin(parts, "; ");
 }
 
-absl::StatusOr<std::string> Engine::ProbeNvmePath(int64_t max_bytes) const {
-  if (!zero_ || !zero_->swapped()) return std::string();
-  const SwappedShard& swapped = *zero_->swapped();
-  DS_ASSIGN_OR_RETURN(SwapSpeed speed,
-                      MeasureSwapSpeed(swapped.options(), std::min(max_bytes, swapped.FileBytes())));
-  return DescribeSwapCost(speed, swapped.FileBytes());
+absl::StatusOr<std::vector<std::string>> Engine::ProbeNvmePath(int64_t max_bytes) const {
+  // A step's traffic per folder: the optimizer's swap files are read and
+  // written once; parameter files are read at every gather (forward and
+  // backward: twice) and, when they train, written once.
+  struct Traffic {
+    SwappedShardOptions probe;
+    int64_t read = 0, written = 0;
+  };
+  std::vector<Traffic> paths;
+  auto add = [&paths](const std::string& nvme_path, const std::string& name, const BlockIoOptions& io,
+                      int64_t read, int64_t written) {
+    for (Traffic& t : paths) {
+      if (t.probe.nvme_path != nvme_path) continue;
+      t.read += read;
+      t.written += written;
+      return;
+    }
+    Traffic t;
+    t.probe.nvme_path = nvme_path;
+    t.probe.name = name;
+    t.probe.io = io;
+    t.read = read;
+    t.written = written;
+    paths.push_back(t);
+  };
+  if (zero_ && zero_->swapped()) {
+    const SwappedShard& swapped = *zero_->swapped();
+    add(swapped.options().nvme_path, swapped.options().name, swapped.options().io, swapped.FileBytes(),
+        swapped.FileBytes());
+  }
+  for (const ZeroPartition* partition : {zero_.get(), frozen_zero_.get(), expert_zero_.get()}) {
+    if (partition == nullptr || partition->parameter_files() == nullptr) continue;
+    const SwappedPieces& files = *partition->parameter_files();
+    add(files.options().nvme_path, files.options().name, files.options().io, 2 * files.file_bytes(),
+        partition == frozen_zero_.get() ? 0 : files.file_bytes());
+  }
+  std::vector<std::string> lines;
+  for (const Traffic& t : paths) {
+    DS_ASSIGN_OR_RETURN(SwapSpeed speed, MeasureSwapSpeed(t.probe, std::min(max_bytes, std::max(t.read, t.written))));
+    lines.push_back(paths.size() > 1 ? absl::StrCat(t.probe.nvme_path, ": ", DescribeSwapCost(speed, t.read, t.written))
+                                     : DescribeSwapCost(speed, t.read, t.written));
+  }
+  return lines;
 }
 
 Engine::MemoryBreakdown Engine::Memory() const {
@@ -738,6 +802,11 @@ Engine::MemoryBreakdown Engine::Memory() const {
       if (zero_->stage() != 3) bytes.host_parameter_copy = zero_->shard_size() * zero_->ParameterElementBytes();
     } else {
       bytes.host_parameter_copy = zero_->HostParameterCopyBytes();
+    }
+    for (const ZeroPartition* partition : {zero_.get(), frozen_zero_.get(), expert_zero_.get()}) {
+      if (partition == nullptr || partition->parameter_files() == nullptr) continue;
+      bytes.parameters_on_nvme += partition->parameter_files()->file_bytes();
+      bytes.parameter_staging += partition->parameter_files()->staging_bytes();
     }
     if (expert_zero_) {
       bytes.parameters += expert_zero_->ParameterBytes();

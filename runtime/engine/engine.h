@@ -173,10 +173,14 @@ class Engine {
     // parameters from the host step]: stages 1-2, and stage 3's second shard
     // under delay_update), 2 bytes per shard element.
     int64_t swapped_to_nvme = 0, swap_buffers = 0, host_parameter_copy = 0;
+    // Note [Parameters on NVMe]: the parameter shards' files (trainable,
+    // frozen and experts'; bytes on disk) and their host staging buffers.
+    int64_t parameters_on_nvme = 0, parameter_staging = 0;
   };
   MemoryBreakdown Memory() const;
   // With NVMe offload, where the swap files are and how they are read and
-  // written (SwappedShard::Describe); empty otherwise.
+  // written (SwappedShard::Describe, and SwappedPieces::Describe for the
+  // parameters, Note [Parameters on NVMe]); empty otherwise.
   std::string NvmeOffloadDescription() const;
 
   // Note [Offload breakdown]: with offload_optimizer and wall_clock_breakdown,
@@ -233,8 +237,10 @@ class Engine {
   // Note [Swap path probe] with NVMe offload: up to `max_bytes` (no more
   // than the swap files hold) written and read back through this rank's
   // swap settings, and what a step's swap traffic costs at that speed
-  // (DescribeSwapCost). Empty without NVMe offload.
-  absl::StatusOr<std::string> ProbeNvmePath(int64_t max_bytes) const;
+  // (DescribeSwapCost): one line per nvme_path (the optimizer's and the
+  // parameters' may differ; parameters are read at every gather, counted as
+  // twice a step, and written once). Empty without NVMe offload.
+  absl::StatusOr<std::vector<std::string>> ProbeNvmePath(int64_t max_bytes) const;
   // Ok when every trainable parameter, master weight and optimizer moment of
   // this rank is finite; otherwise FailedPrecondition naming the first that is
   // not, prefixed by `what`. Not a collective.

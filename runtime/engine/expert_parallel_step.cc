@@ -38,7 +38,7 @@ absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult begun) {
           // Note [NVMe offload]: a sub-group at a time through the swap files.
           DS_RETURN_IF_ERROR(adam->StepSwapped(
               *swapped, partition->shard_gradient(), result.lr, beta1, beta2, *factor,
-              [partition](int64_t offset, const torch::Tensor& master) { partition->StoreUpdatedMaster(offset, master); }));
+              [partition](int64_t offset, const torch::Tensor& master) { return partition->StoreUpdatedMaster(offset, master); }));
         } else {
           adam->Step(partition->master_shard(), partition->shard_gradient(), result.lr, beta1, beta2, *factor);
         }

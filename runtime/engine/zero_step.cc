@@ -178,7 +178,7 @@ absl::StatusOr<StepResult> Engine::ZeroStep(StepResult begun) {
         // Note [NVMe offload]: a sub-group at a time through the swap files.
         absl::Status stepped = shard_adam_->StepSwapped(
             *swapped, grad, result.lr, beta1, beta2, coefficient,
-            [this](int64_t offset, const torch::Tensor& master) { zero_->StoreUpdatedMaster(offset, master); });
+            [this](int64_t offset, const torch::Tensor& master) { return zero_->StoreUpdatedMaster(offset, master); });
         if (!stepped.ok()) return stepped;
         host_step_seconds = seconds(host_step_from, now());
         gathered = zero_->GatherParameters();

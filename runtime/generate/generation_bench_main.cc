@@ -32,7 +32,7 @@
 //     each decode figure also says the bytes the copies moved per second;
 //     --cuda_memory_limit_gb caps the GPU below the model's size to show
 //     that the model does not fit it whole;
-//   - with --offload_params nvme --nvme_path DIR (Note [Layer weights on
+//   - with --offload_params nvme --nvme_path DIR (Note [Pieces on
 //     NVMe]): the layers stream from files under DIR, the roofline is
 //     --drive_gb_per_s (the drive's read rate, when given; else PCIe's), and
 //     each decode figure also says the bytes read from the drive per second.
@@ -53,7 +53,7 @@
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/greedy_choice.h"
 #include "runtime/generate/int8_weights.h"
-#include "runtime/generate/layer_weight_files.h"
+#include "runtime/offload/swapped_pieces.h"
 #include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/torch_compat.h"
@@ -171,7 +171,7 @@ absl::Status Run(const Options& options) {
     streaming.files.name = absl::StrCat("generation-bench-", ::getpid());
     if (options.offload_params == "nvme") {
       // Those of benchmarks that were killed before removing theirs.
-      auto stale = RemoveLayerFilesOfEndedProcesses(options.nvme_path, "generation-bench-");
+      auto stale = RemoveSwapFoldersOfEndedProcesses(options.nvme_path, "generation-bench-");
       if (!stale.ok()) return stale.status();
     }
     auto installed = StreamedLayerWeights::Install(model, device, streaming);

@@ -9,7 +9,7 @@
 #include "runtime/checkpoint/consolidate.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/generate/int8_weights.h"
-#include "runtime/generate/layer_weight_files.h"
+#include "runtime/offload/swapped_pieces.h"
 #include "runtime/generate/peft_adapter_loader.h"
 #include "runtime/generate/streamed_layer_weights.h"
 #include "runtime/hf/hf_export.h"
@@ -147,7 +147,7 @@ absl::StatusOr<Llama> LoadGenerationModel(const GenerationModelOptions& options)
     // that ended without removing theirs go first.
     streaming.files.name = absl::StrCat("inference-layers-", ::getpid(), "-rank", tp.rank);
     if (options.offload_params == "nvme") {
-      auto stale = RemoveLayerFilesOfEndedProcesses(options.nvme_path, "inference-layers-");
+      auto stale = RemoveSwapFoldersOfEndedProcesses(options.nvme_path, "inference-layers-");
       if (!stale.ok()) return stale.status();
     }
     auto installed = StreamedLayerWeights::Install(model, *device, streaming);

@@ -73,7 +73,7 @@ absl::StatusOr<std::shared_ptr<StreamedLayerWeights>> StreamedLayerWeights::Inst
     streamer->slot_bytes_ = std::max(streamer->slot_bytes_, std::max<int64_t>(bytes, kAlignment));
   }
   if (options.home == "nvme") {
-    auto files = LayerWeightFiles::Create(options.files, layer_bytes, /*pinned=*/device.is_cuda());
+    auto files = SwappedPieces::Create(options.files, layer_bytes, /*pinned=*/device.is_cuda());
     if (!files.ok()) return files.status();
     streamer->files_ = std::move(*files);
   }

@@ -33,7 +33,7 @@
 //  - On a CPU device the "host" and "device" are one memory and the copies
 //    run as they come: the schedule and the placement are what the CPU
 //    tests check, bit for bit against the model left whole.
-//  - With home "nvme" (Note [Layer weights on NVMe], layer_weight_files.h)
+//  - With home "nvme" (Note [Pieces on NVMe], offload/swapped_pieces.h)
 //    the layers live in files instead of host memory: a slot's load waits
 //    for its layer's read (queued when the slot's previous copy finished,
 //    so the drive reads ahead while the GPU computes), checks it, copies it
@@ -55,7 +55,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
-#include "runtime/generate/layer_weight_files.h"
+#include "runtime/offload/swapped_pieces.h"
 #include "runtime/model/layer_residency.h"
 #include "runtime/model/llama.h"
 #include "runtime/torch_compat.h"
@@ -66,7 +66,7 @@ struct StreamedLayerWeightsOptions {
   // Where the layers live between their copies to the device: "cpu" (host
   // memory, pinned on a CUDA host) or "nvme" (files, options in `files`).
   std::string home = "cpu";
-  LayerWeightFilesOptions files;
+  SwappedPiecesOptions files;
 };
 
 class StreamedLayerWeights : public LayerResidency {
@@ -91,7 +91,7 @@ class StreamedLayerWeights : public LayerResidency {
   int64_t copied_bytes() const { return copied_bytes_; }  // so far
   int64_t layers() const { return layer_count_; }
   // The files of home "nvme"; null for "cpu".
-  const LayerWeightFiles* files() const { return files_.get(); }
+  const SwappedPieces* files() const { return files_.get(); }
   // The layer slot `slot` holds (or will once its copy is done); -1: none.
   int64_t layer_in_slot(int slot) const { return slot_layer_[slot]; }
   std::string Describe() const override;
@@ -108,7 +108,7 @@ class StreamedLayerWeights : public LayerResidency {
   torch::Device device_;
   compat::SideStream copies_;
   std::vector<torch::Tensor> host_;          // home "cpu", per layer: its tensors' bytes, uint8
-  std::unique_ptr<LayerWeightFiles> files_;  // home "nvme"
+  std::unique_ptr<SwappedPieces> files_;  // home "nvme"
   torch::Tensor slots_[2];                   // uint8, on the device
   int64_t layer_count_ = 0;
   int64_t slot_bytes_ = 0;

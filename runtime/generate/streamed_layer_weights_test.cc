@@ -106,7 +106,7 @@ void ExpectTheStreamedModelGeneratesWhatTheWholeOneDoes(const torch::Device& dev
   }
 }
 
-// Layer files (Note [Layer weights on NVMe]) need a real file system, not
+// Layer files (Note [Pieces on NVMe]) need a real file system, not
 // tmpfs: a folder beside the test, removed after it.
 class LayerFilesFolder {
  public:
@@ -118,7 +118,7 @@ class LayerFilesFolder {
     return options;
   }
   std::string File(int64_t layer) const {
-    return folder_.path() + "/dslaunch-swap/model/layer." + std::to_string(layer) + ".swp";
+    return folder_.path() + "/dslaunch-swap/model/piece." + std::to_string(layer) + ".swp";
   }
 
  private:

@@ -168,9 +168,13 @@ TEST_P(SwappedShardTest, TheProbeMeasuresTheSwapPathAndLeavesNothingBehind) {
   EXPECT_FALSE(fs().Exists(root_ + "/dslaunch-swap/rank0-probe"));
   // The cost of a step at that speed: both directions, each at its rate.
   SwapSpeed known{.write_gbps = 2, .read_gbps = 4, .bytes = 64 << 20, .io = "io_uring"};
-  EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000),
+  EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 8'000'000'000),
             "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads and writes 8.00 GB of swap files: at "
             "least 6.00 s per step from the drive");
+  // Parameters on NVMe: read at every gather, written once per step.
+  EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 2'000'000'000),
+            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads 8.00 GB and writes 2.00 GB of swap "
+            "files: at least 3.00 s per step from the drive");
   SwappedShardOptions missing = Options();
   missing.nvme_path = root_ + "/nope";
   auto refused = MeasureSwapSpeed(missing, 1 << 20);

@@ -37,13 +37,16 @@ absl::StatusOr<SwapSpeed> MeasureSwapSpeed(SwappedShardOptions options, int64_t 
   return speed;
 }
 
-std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_bytes_each_way) {
-  const double step = static_cast<double>(step_bytes_each_way);
-  const double seconds = step / (speed.write_gbps * 1e9) + step / (speed.read_gbps * 1e9);
+std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes) {
+  const double read = static_cast<double>(step_read_bytes), written = static_cast<double>(step_write_bytes);
+  const double seconds = written / (speed.write_gbps * 1e9) + read / (speed.read_gbps * 1e9);
+  const std::string traffic = step_read_bytes == step_write_bytes
+                                  ? absl::StrFormat("reads and writes %.2f GB", read / 1e9)
+                                  : absl::StrFormat("reads %.2f GB and writes %.2f GB", read / 1e9, written / 1e9);
   return absl::StrFormat(
-      "probe of %.1f MiB: write %.2f GB/s, read %.2f GB/s; a step reads and writes %.2f GB of swap files: at least "
-      "%.2f s per step from the drive",
-      speed.bytes / 1048576.0, speed.write_gbps, speed.read_gbps, step / 1e9, seconds);
+      "probe of %.1f MiB: write %.2f GB/s, read %.2f GB/s; a step %s of swap files: at least %.2f s per step from "
+      "the drive",
+      speed.bytes / 1048576.0, speed.write_gbps, speed.read_gbps, traffic, seconds);
 }
 
 }  // namespace dslaunch::runtime

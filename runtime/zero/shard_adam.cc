@@ -115,15 +115,14 @@ void ShardAdam::StepTensors(torch::Tensor& p, const torch::Tensor& g, torch::Ten
 
 absl::Status ShardAdam::StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1,
                                     double beta2, double grad_scale,
-                                    const std::function<void(int64_t, const torch::Tensor&)>& updated) {
+                                    const std::function<absl::Status(int64_t, const torch::Tensor&)>& updated) {
   torch::NoGradGuard no_grad;
   ++step_;
   torch::Tensor grad = g.to(torch::kCPU, torch::kFloat);
   return swapped.ForEachGroup([&](int64_t offset, std::vector<torch::Tensor>& values) {
     StepTensors(values[0], grad.narrow(0, offset, values[0].numel()), values[1], values[2], lr, beta1, beta2,
                 grad_scale);
-    updated(offset, values[0]);
-    return absl::OkStatus();
+    return updated(offset, values[0]);
   });
 }
 

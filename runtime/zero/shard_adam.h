@@ -47,9 +47,9 @@ class ShardAdam {
   // streams 0, 1 and 2 of `swapped` (this ShardAdam then holds no moments:
   // construct it with an empty `like`), a sub-group at a time with the same
   // arithmetic as Step; updated(offset, master) receives each sub-group's
-  // new master values.
+  // new master values (its error stops the step).
   absl::Status StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1, double beta2,
-                           double grad_scale, const std::function<void(int64_t, const torch::Tensor&)>& updated);
+                           double grad_scale, const std::function<absl::Status(int64_t, const torch::Tensor&)>& updated);
   // For a checkpoint: the swapped moments read into exp_avg()/exp_avg_sq(),
   // then dropped again (written back to the swap files first when
   // `write_back`, after a load).

@@ -58,6 +58,15 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   if (options.offload_param && options.stage != 3) {
     return absl::InvalidArgumentError("offload_param needs ZeRO stage 3");
   }
+  if (options.nvme_param && (options.stage != 3 || !options.offload_param)) {
+    return absl::InvalidArgumentError("parameters on NVMe are ZeRO stage 3's parameter shard off the device: set stage 3 "
+                                      "and offload_param");
+  }
+  if (options.nvme_param && options.host_step_beside_forward) {
+    return absl::InvalidArgumentError(
+        "parameters on NVMe with the delayed update: its host step runs while the forward reads the parameters, "
+        "and both would use the parameter files (Note [Parameters on NVMe])");
+  }
   if (options.nvme && !options.offload_optimizer) {
     return absl::InvalidArgumentError("NVMe offload of the optimizer goes through host memory: set offload_optimizer");
   }
@@ -68,6 +77,18 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   zero->shards_ = options.stage == 0 ? 1 : zero->size_;
   zero->shard_rank_ = options.stage == 0 ? 0 : zero->rank_;
   if (absl::Status built = zero->BuildUnits(); !built.ok()) return built;
+  if (options.nvme_param) {
+    // Note [Parameters on NVMe]: one file per unit's piece, written below as
+    // each piece is built.
+    std::vector<int64_t> piece_bytes;
+    for (const Unit& unit : zero->units_) {
+      piece_bytes.push_back(unit.piece * zero->params_.front().element_size());
+    }
+    auto files = SwappedPieces::Create(*options.nvme_param, std::move(piece_bytes),
+                                       /*pinned=*/zero->params_.front().is_cuda());
+    if (!files.ok()) return files.status();
+    zero->parameter_files_ = std::move(*files);
+  }
 
   torch::NoGradGuard no_grad;
   const torch::Tensor& first = zero->params_.front();
@@ -86,8 +107,13 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       master_pieces.push_back(mine.to(master_device, torch::kFloat, /*non_blocking=*/false, /*copy=*/true));
     }
     if (options.stage == 3) {
-      const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
-      param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
+      if (zero->parameter_files_) {
+        torch::Tensor bytes = mine.to(torch::kCPU).contiguous().view(torch::kUInt8);
+        if (absl::Status s = zero->parameter_files_->Write(static_cast<int64_t>(u), bytes); !s.ok()) return s;
+      } else {
+        const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
+        param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
+      }
       // The module's parameters become views of the unit's flat buffer.
       int64_t offset = 0;
       for (size_t i = unit.first; i < unit.end; ++i) {
@@ -153,10 +179,12 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   };
   if (options.overlap_units) start_worker();
   if (options.stage == 3) {
-    torch::Tensor params_shard = torch::cat(param_pieces);
-    param_pieces.clear();
-    if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
-    zero->param_shard_ = params_shard;
+    if (!zero->parameter_files_) {
+      torch::Tensor params_shard = torch::cat(param_pieces);
+      param_pieces.clear();
+      if (options.offload_param && first.is_cuda()) params_shard = params_shard.pin_memory();
+      zero->param_shard_ = params_shard;
+    }
     zero->pending_.resize(zero->units_.size());
     start_worker();
     if (any_deferred) {
@@ -170,7 +198,8 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
   }
   // Note [bf16 parameters from the host step].
-  if (options.offload_optimizer && !options.nvme && first.scalar_type() == torch::kBFloat16) {
+  // With parameters on NVMe the update rounds as it stores (Note [Parameters on NVMe]).
+  if (options.offload_optimizer && !options.nvme && !options.nvme_param && first.scalar_type() == torch::kBFloat16) {
     if (options.stage == 3 && options.offload_param && !options.host_step_beside_forward) {
       zero->host_parameter_copy_ = zero->param_shard_;
     } else {
@@ -330,7 +359,14 @@ absl::Status ZeroPartition::StartGather(int u) {
   peak_live_ = std::max(peak_live_, LiveElements());
   auto gather = [this, &unit, full]() -> absl::Status {
     torch::NoGradGuard no_grad_on_worker;
-    torch::Tensor mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
+    torch::Tensor mine;
+    if (parameter_files_) {
+      absl::StatusOr<torch::Tensor> read = ReadParameterPiece(unit);
+      if (!read.ok()) return read.status();
+      mine = *read;
+    } else {
+      mine = param_shard_.narrow(0, unit.shard_offset, unit.piece);
+    }
     if (mine.device() != full.device()) mine = mine.to(full.device());
     torch::Tensor target = full;
     if (comm_ != nullptr && shards_ > 1) return comm_->AllGather(mine, target);
@@ -526,8 +562,22 @@ absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
   }
   if (stage() == 3) {
     if (absl::Status s = Drain(); !s.ok()) return s;
+    if (parameter_files_) {
+      // Note [Parameters on NVMe]: the new values into the files, range by
+      // range (the NVMe optimizer's step already stored them).
+      if (!swapped_) {
+        const torch::Tensor master = master_shard_.detach();
+        for (int64_t begin = 0; begin < shard_size_; begin += kUploadRangeElements) {
+          const int64_t length = std::min(kUploadRangeElements, shard_size_ - begin);
+          if (step_range) step_range(begin, length);
+          if (absl::Status s = StoreParameters(begin, master.narrow(0, begin, length)); !s.ok()) return s;
+        }
+      }
+      if (absl::Status s = FinishParameterUpdate(); !s.ok()) return s;
+      return RegatherPersistentUnits();
+    }
     // With NVMe offload the step already wrote it (StoreUpdatedMaster).
-    if (swapped_) return RegatherPersistentUnits();  // the step already wrote it (StoreUpdatedMaster)
+    if (swapped_) return RegatherPersistentUnits();
     // Note [bf16 parameters from the host step]: under the delayed update the
     // step wrote a second host shard beside the one the forward read; the
     // two trade places instead of 2 bytes per element being copied across.
@@ -559,10 +609,87 @@ absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
   return absl::OkStatus();
 }
 
-void ZeroPartition::StoreUpdatedMaster(int64_t offset, const torch::Tensor& master) {
+absl::Status ZeroPartition::StoreUpdatedMaster(int64_t offset, const torch::Tensor& master) {
   torch::NoGradGuard no_grad;
+  if (parameter_files_) return StoreParameters(offset, master);
   torch::Tensor& target = stage() == 3 ? param_shard_ : updated_parameters_;
   target.narrow(0, offset, master.numel()).copy_(master);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<torch::Tensor> ZeroPartition::ReadParameterPiece(const Unit& unit) {
+  const auto index = static_cast<int64_t>(&unit - units_.data());
+  parameter_files_->StartRead(index, 0);
+  absl::StatusOr<torch::Tensor> bytes = parameter_files_->FinishRead(0);
+  if (!bytes.ok()) return bytes.status();
+  return bytes->view(params_.front().scalar_type());
+}
+
+absl::Status ZeroPartition::StoreParameters(int64_t offset, const torch::Tensor& values) {
+  ParameterUpdate& update = update_;
+  if (!update.open) {
+    if (offset != 0) {
+      return absl::InternalError(absl::StrCat("parameters on NVMe: an update must start at element 0 of the shard, "
+                                              "not ", offset));
+    }
+    // No gather may be reading a file (or staging buffer 0) while they change.
+    if (absl::Status s = Drain(); !s.ok()) return s;
+    update = ParameterUpdate{};
+    update.open = true;
+  }
+  if (offset != update.next) {
+    return absl::InternalError(absl::StrCat("parameters on NVMe: the update stored elements from ", offset,
+                                            " where ", update.next, " was next (a range skipped or repeated)"));
+  }
+  if (offset + values.numel() > shard_size_) {
+    return absl::InternalError(absl::StrCat("parameters on NVMe: elements up to ", offset + values.numel(),
+                                            " of a shard of ", shard_size_));
+  }
+  const torch::Tensor flat = values.reshape({-1});
+  int64_t done = 0;
+  while (done < flat.numel()) {
+    const Unit& unit = units_[update.unit];
+    const int64_t within = update.next - unit.shard_offset;
+    const int64_t take = std::min(flat.numel() - done, unit.piece - within);
+    if (within == 0 && update.writing[update.buffer]) {
+      // The buffer's previous piece must be on the drive before it refills.
+      update.writing[update.buffer] = false;
+      if (absl::Status s = parameter_files_->FinishWrite(update.buffer); !s.ok()) return s;
+    }
+    const auto index = static_cast<int64_t>(update.unit);
+    parameter_files_->Staging(update.buffer, index)
+        .view(params_.front().scalar_type())
+        .narrow(0, within, take)
+        .copy_(flat.narrow(0, done, take));
+    done += take;
+    update.next += take;
+    if (within + take == unit.piece) {
+      parameter_files_->StartWrite(index, update.buffer);
+      update.writing[update.buffer] = true;
+      update.buffer ^= 1;
+      ++update.unit;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroPartition::FinishParameterUpdate() {
+  ParameterUpdate& update = update_;
+  if (!update.open) return absl::OkStatus();
+  absl::Status status;
+  for (int buffer : {0, 1}) {
+    if (!update.writing[buffer]) continue;
+    if (absl::Status s = parameter_files_->FinishWrite(buffer); !s.ok() && status.ok()) status = s;
+  }
+  const int64_t next = update.next;
+  const size_t unit = update.unit;
+  update = ParameterUpdate{};
+  if (!status.ok()) return status;
+  if (next != shard_size_) {
+    return absl::InternalError(absl::StrCat("parameters on NVMe: the update ended at element ", next, " of ",
+                                            shard_size_, " (unit ", unit, "'s file would keep its old values)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ZeroPartition::StageSwappedMaster() {
@@ -577,7 +704,8 @@ absl::Status ZeroPartition::UnstageSwappedMaster(bool write_back) {
   if (!swapped_) return absl::OkStatus();
   if (write_back) {
     if (absl::Status s = swapped_->WriteWhole(0, master_shard_); !s.ok()) return s;
-    StoreUpdatedMaster(0, master_shard_.detach());
+    if (absl::Status s = StoreUpdatedMaster(0, master_shard_.detach()); !s.ok()) return s;
+    if (absl::Status s = FinishParameterUpdate(); !s.ok()) return s;
   }
   master_shard_ = torch::Tensor();
   return absl::OkStatus();
@@ -701,8 +829,8 @@ int64_t ZeroPartition::ParameterBytes() const {
     for (const auto& p : params_) bytes += p.numel() * p.element_size();
     return bytes;
   }
-  // The parameter shard, plus the units that stay whole.
-  int64_t bytes = param_shard_.numel() * param_shard_.element_size();
+  // The parameter shard (none in memory on NVMe), plus the units that stay whole.
+  int64_t bytes = param_shard_.defined() ? param_shard_.numel() * param_shard_.element_size() : 0;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].persistent) bytes += full_[u].numel() * full_[u].element_size();
   }

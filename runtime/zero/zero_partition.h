@@ -35,6 +35,26 @@
 // of the base instead of all of it (on the host with offload_param), and
 // the whole base is never resident at once.
 //
+// Note [Parameters on NVMe] (offload_param.device: nvme, ZeroOptions::
+// nvme_param): stage 3's parameter shard lives on a local drive instead of
+// host memory, one swap file per unit holding this rank's piece in the
+// parameters' dtype (offload/swapped_pieces.h: length and checksum checked
+// at every read). Create writes each unit's piece as soon as it is built,
+// so the shard is never whole in memory. A gather reads its unit's file on
+// the comm worker, into a staging buffer, and uploads (all-gathers) from
+// there: with the runner's prefetch (Note [ZeRO-3 prefetch]) the drive reads
+// the next unit while the device computes this one. After a step the
+// updated values go back to the files: whoever produces them (the NVMe
+// optimizer's sub-groups through StoreUpdatedMaster, the CPU Adam's upload
+// ranges, the device master, the master a checkpoint load wrote) hands them
+// over in ranges that cover the shard once, in order; each unit's piece is
+// assembled in one staging buffer (rounded to the parameters' dtype) and
+// its write queued as soon as it is complete, while the next piece fills
+// the other buffer. An update that skips or repeats elements is an error,
+// never a file left with old values. Host memory: two staging buffers as
+// large as the largest unit's piece. Not with the delayed update, whose step
+// runs while the forward reads the parameters.
+//
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
 // stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N (REFERENCE.md).
 //
@@ -55,6 +75,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/offload/swapped_pieces.h"
 #include "runtime/offload/swapped_shard.h"
 #include "runtime/zero/comm_worker.h"
 #include "runtime/zero/fused_adamw_step.h"
@@ -71,6 +92,9 @@ struct ZeroOptions {
   // offload_param.device: cpu (stage 3): the 16-bit parameter shard lives in
   // host memory and goes up to the device when a unit is gathered.
   bool offload_param = false;
+  // offload_param.device: nvme (Note [Parameters on NVMe]; with
+  // offload_param): the parameter shard lives in swap files under this.
+  std::optional<SwappedPiecesOptions> nvme_param;
   // Stage 3: the model's units (empty: one unit) and the persistence threshold.
   std::vector<ParameterUnit> units;
   int64_t persistence_threshold = 0;
@@ -159,8 +183,12 @@ class ZeroPartition {
   // Note [NVMe offload]: the swap files (null without NVMe offload).
   SwappedShard* swapped() const { return swapped_.get(); }
   // After a sub-group stepped: its new master values [offset, offset + n)
-  // into the parameters the gathers read (rounded to their dtype).
-  void StoreUpdatedMaster(int64_t offset, const torch::Tensor& master);
+  // into the parameters the gathers read (rounded to their dtype; with
+  // parameters on NVMe, into their files, in order: Note [Parameters on
+  // NVMe]).
+  absl::Status StoreUpdatedMaster(int64_t offset, const torch::Tensor& master);
+  // Note [Parameters on NVMe]: the parameter files (null without them).
+  const SwappedPieces* parameter_files() const { return parameter_files_.get(); }
   // For a checkpoint: the master shard read into master_shard() (Save reads
   // it, Load overwrites it); Unstage drops it again, first writing it back to
   // the swap files and into the parameters when `write_back` (after Load).
@@ -360,6 +388,15 @@ class ZeroPartition {
   void CopyIntoParameters(const Unit& unit, const torch::Tensor& all);
   // Stage 3 after a step: persistent units gathered again, the others released.
   absl::Status RegatherPersistentUnits();
+  // Note [Parameters on NVMe]: this rank's piece of `unit`, read from its
+  // file into staging buffer 0 (on the worker; valid until the next read).
+  absl::StatusOr<torch::Tensor> ReadParameterPiece(const Unit& unit);
+  // Elements [offset, offset + values.numel()) of the updated shard into the
+  // files: the next range of an update that covers the shard in order (the
+  // first range, at 0, waits for the worker's gathers to end).
+  absl::Status StoreParameters(int64_t offset, const torch::Tensor& values);
+  // Ends the update: every unit's write is done (nothing when none began).
+  absl::Status FinishParameterUpdate();
 
   const ZeroOptions options_;
   std::vector<torch::Tensor> params_;
@@ -395,7 +432,16 @@ class ZeroPartition {
   std::vector<char> streamed_units_;     // per unit: its piece is in streamed_mean_
   int streamed_unit_count_ = 0;
   // Stage 3.
-  torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype
+  torch::Tensor param_shard_;        // [Σ S_u] in the parameters' dtype (undefined on NVMe)
+  // Note [Parameters on NVMe]: the files, and the update in progress.
+  std::unique_ptr<SwappedPieces> parameter_files_;
+  struct ParameterUpdate {
+    bool open = false;
+    int64_t next = 0;  // the shard offset the next range must start at
+    size_t unit = 0;   // the unit being assembled
+    int buffer = 0;    // its staging buffer
+    bool writing[2] = {false, false};
+  } update_;
   std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered
   std::vector<bool> gathered_;       // storage allocated (the gather may still run)
   std::vector<std::optional<CommTicket>> pending_;  // gathers in flight

@@ -2,7 +2,7 @@
 # ZeRO-Inference (issue 20, Note [Streamed layer weights]): dsgen with
 # --offload_params cpu, whose decoder layers stream from host memory through
 # two device slots, and with --offload_params nvme, whose layers are read
-# from files (Note [Layer weights on NVMe]), continues a prompt exactly as
+# from files (Note [Pieces on NVMe]), continues a prompt exactly as
 # dsgen with the whole model
 # on the device: the same greedy tokens, log-probabilities within 1e-4 (the
 # whole model joins q/k/v into one product, the streamed one does not), on

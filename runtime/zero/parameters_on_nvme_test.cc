@@ -1,0 +1,175 @@
+// Note [Parameters on NVMe]: ZeRO-3's parameter shard in swap files
+// (offload_param.device: nvme) against the same shard in host memory
+// (offload_param.device: cpu), through the engine: the same arithmetic, so
+// equal bit for bit, with every optimizer placement, on 1 and 2 ranks,
+// through io_uring and pread/pwrite; checkpoints resume bit for bit into
+// either placement; a changed or truncated file stops the gather naming it.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/rank_contract.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/engine/engine.h"
+#include "runtime/fs/file_system.h"
+#include "runtime/model/gpt.h"
+#include "runtime/testing/disk_test_folder.h"
+#include "runtime/testing/zero_training.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Batch;
+using testing::MaxDifference;
+using testing::TinyGpt;
+using zero_testing::Config;
+using zero_testing::Train;
+using zero_testing::TrainedParameters;
+using zero_testing::ZeroTest;
+
+// Stage 3 with the parameter shard on `params` ("cpu" or "nvme") and the
+// optimizer on `optimizer` ("none", "cpu" or "nvme"), swap files under `path`.
+DsConfig Placement(int world, const std::string& params, const std::string& optimizer, const std::string& path) {
+  DsConfig config = Config(3, 8 / world, 1, world);
+  config.zero_optimization.offload_param.device = params;
+  if (params == "nvme") config.zero_optimization.offload_param.nvme_path = path;
+  config.zero_optimization.offload_optimizer.device = optimizer;
+  if (optimizer == "nvme") config.zero_optimization.offload_optimizer.nvme_path = path;
+  config.zero_optimization.sub_group_size = 1000;  // sub-groups that cut across units
+  config.aio.block_size = 8192;
+  config.aio.queue_depth = 4;
+  return config;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<torch::Tensor> params;
+};
+
+TEST_F(ZeroTest, ParametersOnNvmeTrainBitForBitAsOnTheHost) {
+  testing::DiskTestFolder folder("params-nvme-test");
+  // Persistence 0: every unit gathered from its file; the default keeps the
+  // tiny model's small units whole, re-read from their files after a step.
+  for (int64_t persistence : {int64_t{0}, int64_t{2000}}) {
+    for (int world : {1, 2}) {
+      for (const std::string optimizer : {"none", "cpu", "nvme"}) {
+        for (bool bf16 : {false, true}) {
+          if (bf16 && (optimizer != "cpu" || persistence != 0)) continue;
+          std::map<std::string, Trained> runs;
+          for (const std::string params : {"cpu", "nvme", "pread"}) {
+            if (params == "pread" && (world != 2 || optimizer != "nvme" || persistence != 0)) continue;
+            if (params == "pread") ::setenv(rank_env::kNoIoUring, "1", 1);
+            RunRanks(world, [&](int rank, Communicator* comm) {
+              DsConfig config = Placement(world, params == "cpu" ? "cpu" : "nvme", optimizer, folder.path());
+              config.zero_optimization.stage3_param_persistence_threshold = persistence;
+              config.bf16.enabled = bf16;
+              Gpt model(TinyGpt(), 29);
+              auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
+              ASSERT_TRUE(engine.ok()) << engine.status();
+              const Engine::MemoryBreakdown memory = (*engine)->Memory();
+              EXPECT_TRUE(memory.parameters_on_host);
+              if (params != "cpu") {
+                // Every element of the shard is on the drive, none in memory
+                // but the units kept whole.
+                const int64_t element = bf16 ? 2 : 4;
+                EXPECT_GE(memory.parameters_on_nvme, element * (memory.gradients / element));
+                EXPECT_GT(memory.parameter_staging, 0);
+                if (persistence == 0) {
+                  EXPECT_EQ(memory.parameters, 0);
+                }
+                const std::string described = (*engine)->NvmeOffloadDescription();
+                EXPECT_THAT(described, HasSubstr("parameters: "));
+                EXPECT_THAT(described, HasSubstr(params == "pread" ? "pread/pwrite" : "io_uring"));
+              } else {
+                EXPECT_EQ(memory.parameters_on_nvme, 0);
+              }
+              Trained trained{Train(**engine, model, 0, 3, 1, world, rank), TrainedParameters(**engine, model)};
+              if (rank == 0) runs[params] = trained;
+            });
+            ::unsetenv(rank_env::kNoIoUring);
+          }
+          const std::string what = absl::StrCat("persistence ", persistence, " world ", world, " optimizer ",
+                                                optimizer, bf16 ? " bf16" : " fp32");
+          for (const auto& [params, run] : runs) {
+            if (params == "cpu") continue;
+            EXPECT_EQ(run.losses, runs["cpu"].losses) << what << " " << params;
+            EXPECT_EQ(MaxDifference(run.params, runs["cpu"].params), 0.0) << what << " " << params;
+          }
+        }
+      }
+    }
+  }
+  // Every rank's folder went with its engine.
+  auto left = FileSystem::Default().ListDirectory(folder.path() + "/dslaunch-swap");
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_THAT(*left, ::testing::IsEmpty());
+}
+
+TEST_F(ZeroTest, ParametersOnNvmeCheckpointsResumeBitForBitIntoEitherPlacement) {
+  testing::DiskTestFolder folder("params-nvme-test");
+  const DsConfig nvme = Placement(2, "nvme", "nvme", folder.path());
+  const DsConfig cpu = Placement(2, "cpu", "nvme", folder.path());
+  ExpectResumeBitForBit(folder.path() + "/ckpt", nvme, {{"nvme", nvme}, {"cpu", cpu}}, /*steps=*/2, /*seed=*/7);
+  // And from the host into the drive, with the optimizer on the host.
+  ExpectResumeBitForBit(folder.path() + "/ckpt", Placement(2, "cpu", "cpu", folder.path()),
+                        {{"nvme", Placement(2, "nvme", "cpu", folder.path())}}, /*steps=*/2, /*seed=*/7);
+}
+
+// The next forward gathers from the files: a flipped bit or a short file is
+// an error naming the file, never a wrong weight.
+TEST_F(ZeroTest, AChangedOrTruncatedParameterFileStopsTheGatherNamingIt) {
+  for (bool truncate : {false, true}) {
+    testing::DiskTestFolder folder("params-nvme-test");
+    Gpt model(TinyGpt(), 3);
+    auto engine = Engine::Create(model.ptr(), Placement(1, "nvme", "cpu", folder.path()),
+                                 ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    Train(**engine, model, 0, 1, 1, 1, 0);
+    const std::string file = folder.path() + "/dslaunch-swap/job-rank0-params/piece.1.swp";
+    ASSERT_TRUE(FileSystem::Default().Exists(file)) << file;
+    if (truncate) {
+      ASSERT_EQ(::truncate(file.c_str(), 4096 + 512), 0) << file;
+    } else {
+      std::fstream swap(file, std::ios::in | std::ios::out | std::ios::binary);
+      char byte = 0;
+      swap.seekg(4096 + 12);
+      swap.read(&byte, 1);
+      byte ^= 0x04;
+      swap.seekp(4096 + 12);
+      swap.write(&byte, 1);
+    }
+    auto [inputs, targets] = Batch(0, 8);
+    try {
+      torch::Tensor loss = model->Loss(inputs, targets);
+      ADD_FAILURE() << "the forward read a " << (truncate ? "truncated" : "changed") << " file";
+    } catch (const c10::Error& e) {
+      EXPECT_THAT(e.what_without_backtrace(), HasSubstr(file)) << truncate;
+      EXPECT_THAT(e.what_without_backtrace(), HasSubstr(truncate ? "short" : "checksum mismatch"));
+    }
+  }
+}
+
+// Refused where it cannot work, by the key that asks for it.
+TEST_F(ZeroTest, ParametersOnNvmeRefuseAFolderTheyCannotUseAndTheDelayedUpdate) {
+  testing::DiskTestFolder folder("params-nvme-test");
+  Gpt model(TinyGpt(), 3);
+  DsConfig missing = Placement(1, "nvme", "cpu", folder.path() + "/nope");
+  auto refused = Engine::Create(model.ptr(), missing, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("zero_optimization.offload_param.nvme_path=" + folder.path() + "/nope is not a folder"));
+  DsConfig delayed = Placement(1, "nvme", "cpu", folder.path());
+  delayed.zero_optimization.offload_optimizer.delay_update = true;
+  refused = Engine::Create(model.ptr(), delayed, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("delay_update with offload_param.device=nvme"));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
