@@ -225,7 +225,8 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
         SwappedShardOptions nvme;
         nvme.nvme_path = config_.zero_optimization.offload_optimizer.nvme_path;
         nvme.name = swap_name;
-        nvme.sub_group_elements = config_.zero_optimization.sub_group_size;
+        // Note [Sub-groups on NVMe].
+        nvme.sub_group_elements = std::min(config_.zero_optimization.sub_group_size, kMaxSwapSubGroupElements);
         nvme.io = io;
         options.nvme = nvme;
       }
@@ -721,7 +722,15 @@ absl::StatusOr<StepResult> Engine::BoundaryStep(const char* what, StepResult res
 std::string Engine::NvmeOffloadDescription() const {
   if (!zero_) return std::string();
   std::vector<std::string> parts;
-  if (zero_->swapped()) parts.push_back(absl::StrCat("optimizer: ", zero_->swapped()->Describe()));
+  if (zero_->swapped()) {
+    parts.push_back(absl::StrCat("optimizer: ", zero_->swapped()->Describe()));
+    if (config_.zero_optimization.sub_group_size > kMaxSwapSubGroupElements) {
+      absl::StrAppend(&parts.back(), " (zero_optimization.sub_group_size=", config_.zero_optimization.sub_group_size,
+                      " cut to ", kMaxSwapSubGroupElements,
+                      " elements: three buffer sets of larger sub-groups would hold more host memory than CPU "
+                      "offload; Note [Sub-groups on NVMe])");
+    }
+  }
   for (const auto& [what, partition] : {std::pair{"parameters", zero_.get()},
                                         std::pair{"frozen parameters", frozen_zero_.get()},
                                         std::pair{"expert parameters", expert_zero_.get()}}) {

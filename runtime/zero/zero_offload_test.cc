@@ -182,6 +182,21 @@ TEST_F(ZeroTest, ACorruptSwapFileStopsTheStepNamingIt) {
       << stepped.status();
 }
 
+// Note [Sub-groups on NVMe]: DeepSpeed's default sub_group_size would hold
+// 36 bytes of host buffers per element; the swap cuts it and says so.
+TEST_F(ZeroTest, NvmeSubGroupsAreCutToBoundTheHostBuffers) {
+  NvmeFolder folder;
+  Gpt model(TinyGpt(), 3);
+  DsConfig config = Config(2, 8, 1, 1);
+  UseNvme(config, folder.path());
+  config.zero_optimization.sub_group_size = 1'000'000'000;
+  auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_NE((*engine)->NvmeOffloadDescription().find("sub_group_size=1000000000 cut to 100000000 elements"),
+            std::string::npos)
+      << (*engine)->NvmeOffloadDescription();
+}
+
 // Note [Delayed parameter update]'s arithmetic without the engine's thread:
 // step k's gradient is taken on a second copy of the model that holds the
 // parameters after max(min(k, W), k - 1) updates (W plain warm-up steps,
