@@ -12,6 +12,15 @@
 //
 // The buffers, offsets and sizes given must suit O_DIRECT (4096-byte
 // aligned) whenever the file was opened with it.
+//
+// Note [Registered buffers]: the swap's long-lived buffers (SwappedShard's
+// buffer sets, SwappedPieces' staging buffers) are registered with the ring
+// once (io_uring_register_buffers), and every block inside one goes through
+// read_fixed/write_fixed: the kernel then maps and pins those pages once
+// instead of at every transfer. Registration can be refused (the locked-
+// memory limit without CAP_IPC_LOCK, a buffer over the kernel's 1 GiB per
+// buffer); the transfers then map their pages each time, and Describe says
+// why. pread/pwrite has nothing to register.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +61,15 @@ class BlockIo {
   virtual absl::Status Wait(int64_t ticket) = 0;
   // Waits for everything submitted.
   virtual absl::Status WaitAll() = 0;
+  // Note [Registered buffers]: before the first Submit. Never an error: a
+  // refusal leaves the buffers unregistered, and Describe says why.
+  struct Buffer {
+    void* data = nullptr;
+    int64_t bytes = 0;
+  };
+  virtual void RegisterBuffers(const std::vector<Buffer>& buffers) { (void)buffers; }
+  // Blocks moved through registered buffers so far (tests, Describe).
+  virtual int64_t registered_transfers() const { return 0; }
 };
 
 // io_uring when options.use_io_uring and the kernel lets this process set up

@@ -57,6 +57,8 @@ absl::StatusOr<std::unique_ptr<SwappedPieces>> SwappedPieces::Create(const Swapp
       const int64_t skip = static_cast<int64_t>((kSwapAlignment - address % kSwapAlignment) % kSwapAlignment);
       staging = memory.narrow(0, skip, block);
     }
+    // Note [Registered buffers].
+    files->io_->RegisterBuffers({{files->staging_[0].data_ptr(), block}, {files->staging_[1].data_ptr(), block}});
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat("pieces on NVMe: two ", block,
                                                      "-byte staging buffers: ", e.what_without_backtrace()));

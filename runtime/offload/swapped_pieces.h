@@ -88,6 +88,8 @@ class SwappedPieces {
   int64_t read_bytes() const { return read_bytes_; }        // so far
   int64_t written_bytes() const { return written_bytes_; }  // so far
   bool direct_io() const { return direct_; }
+  // Note [Registered buffers]: blocks moved through them so far.
+  int64_t registered_transfers() const { return io_->registered_transfers(); }
   const SwappedPiecesOptions& options() const { return options_; }
   // "32 files under DIR (12.95 GB, O_DIRECT), io_uring, queue depth 8, ...".
   std::string Describe() const;

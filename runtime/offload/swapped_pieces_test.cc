@@ -109,6 +109,12 @@ TEST_P(SwappedPiecesTest, StreamedWritesThroughBothBuffersReadBackAndAreCounted)
     }
   }
   EXPECT_EQ((*files)->written_bytes(), 2 * (9'999 + 4'097 + 12'288));
+  // Note [Registered buffers]: both staging buffers, as root (no locked-memory limit).
+  if (GetParam() && ::geteuid() == 0) {
+    EXPECT_THAT((*files)->Describe(), HasSubstr("2 registered buffers"));
+    EXPECT_GT((*files)->registered_transfers(), 0);
+  }
+  if (!GetParam()) EXPECT_EQ((*files)->registered_transfers(), 0);
   EXPECT_EQ((*files)->read_bytes(), 2 * (9'999 + 4'097 + 12'288));
 }
 

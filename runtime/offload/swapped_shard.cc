@@ -53,6 +53,14 @@ absl::StatusOr<std::unique_ptr<SwappedShard>> SwappedShard::Create(const Swapped
       if (!shard->last_.empty()) shard->last_[set].push_back(SwapBuffer::Allocate(last));
     }
   }
+  // Note [Registered buffers]: every buffer set, once, before any transfer.
+  std::vector<BlockIo::Buffer> registered;
+  for (const auto* sets : {&shard->sets_, &shard->last_}) {
+    for (const std::vector<SwapBuffer>& set : *sets) {
+      for (const SwapBuffer& buffer : set) registered.push_back({buffer.block(), SwapFileBytes(buffer.elements)});
+    }
+  }
+  shard->io_->RegisterBuffers(registered);
   shard->fds_.resize(shard->streams_.size());
   for (size_t s = 0; s < shard->streams_.size(); ++s) {
     for (int g = 0; g < shard->groups(); ++g) {

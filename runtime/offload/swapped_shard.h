@@ -67,6 +67,8 @@ class SwappedShard {
   // Why io_uring is not used (empty when it is) and whether O_DIRECT is.
   const std::string& io_fallback_reason() const { return io_fallback_reason_; }
   bool direct_io() const { return direct_; }
+  // Note [Registered buffers]: blocks moved through them so far.
+  int64_t registered_transfers() const { return io_->registered_transfers(); }
 
   // The whole stream, through the files (for checkpoints).
   absl::StatusOr<torch::Tensor> ReadWhole(int stream);
