@@ -45,8 +45,11 @@ absl::StatusOr<LoraSettings> ReadPeftAdapterConfig(FileSystem& fs, const std::st
     if (settings.adapter.r < 1) return absl::InvalidArgumentError(absl::StrCat(file, ": r must be >= 1"));
     if (const YAML::Node rs = root["use_rslora"]; rs && !rs.IsNull()) settings.adapter.use_rslora = rs.as<bool>();
     const YAML::Node targets = root["target_modules"];
-    if (targets && targets.IsScalar()) {
-      settings.target_modules.push_back(targets.as<std::string>());
+    if (targets && targets.IsScalar() && targets.Scalar() == kLoraAllLinear) {
+      settings.target_modules.push_back(kLoraAllLinear);
+    } else if (targets && targets.IsScalar() && !targets.Scalar().empty()) {
+      // PEFT's string form: a pattern the whole module name matches.
+      settings.target_pattern = targets.Scalar();
     } else if (targets && targets.IsSequence() && targets.size() > 0) {
       for (const auto& target : targets) settings.target_modules.push_back(target.as<std::string>());
     } else {

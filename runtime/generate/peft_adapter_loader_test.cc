@@ -46,6 +46,13 @@ TEST_F(PeftAdapterConfigTest, WhatExportWritesReadsBackTheSame) {
   read = Read(PeftAdapterConfigJson(written, "base"));
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_THAT(read->target_modules, ElementsAre("all-linear"));
+  // PEFT's string form: a pattern, kept as one (not read as a module name).
+  written.target_modules.clear();
+  written.target_pattern = R"(model\.layers\.[1-9]\d*\.self_attn\.(q|v)_proj)";
+  read = Read(PeftAdapterConfigJson(written, "base"));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->target_modules.empty());
+  EXPECT_EQ(read->target_pattern, written.target_pattern);
 }
 
 TEST_F(PeftAdapterConfigTest, SettingsNotComputedHereAreRefusedByName) {

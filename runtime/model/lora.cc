@@ -1,6 +1,7 @@
 #include "runtime/model/lora.h"
 
 #include <map>
+#include <regex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,7 +64,28 @@ std::vector<std::pair<std::string, int>> ExpertProjectionsOfEveryRank(
 
 absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettings& settings, uint64_t seed) {
   if (settings.adapter.r <= 0) return absl::InvalidArgumentError(absl::StrCat("lora.r must be positive, got ", settings.adapter.r));
-  if (settings.target_modules.empty()) return absl::InvalidArgumentError("lora.target_modules: name at least one projection");
+  const bool by_pattern = !settings.target_pattern.empty();
+  if (by_pattern && !settings.target_modules.empty()) {
+    return absl::InvalidArgumentError("lora.target_modules: a list of names or one pattern, not both");
+  }
+  if (settings.target_modules.empty() && !by_pattern) {
+    return absl::InvalidArgumentError("lora.target_modules: name at least one projection");
+  }
+  std::regex pattern;
+  if (by_pattern) {
+    try {
+      pattern = std::regex(settings.target_pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: the pattern '", settings.target_pattern,
+                                                     "' is not a regular expression: ", e.what()));
+    }
+  }
+  // PEFT's string form matches whole names; the list form, names or their ends.
+  auto targeted = [&](const std::string& name, const std::string& target) {
+    return by_pattern ? std::regex_match(name, pattern) : Targets(name, target);
+  };
+  const std::vector<std::string> targets =
+      by_pattern ? std::vector<std::string>{settings.target_pattern} : settings.target_modules;
   const auto projections = Projections(model);
   if (projections.empty()) {
     return absl::InvalidArgumentError("this model has no projection that can carry a LoRA adapter");
@@ -85,8 +107,8 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     if (all_linear) {
       take = name != "lm_head";  // PEFT's all-linear leaves the output head out
     } else {
-      for (const std::string& target : settings.target_modules) {
-        if (Targets(name, target)) {
+      for (const std::string& target : targets) {
+        if (targeted(name, target)) {
           take = true;
           ++matches[target];
         }
@@ -104,8 +126,8 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     std::map<int, bool> adapts;  // per expert-parallel rank
     for (const auto& [name, holder] : expert_projections) {
       bool& any = adapts[holder];
-      for (const std::string& target : settings.target_modules) {
-        if (all_linear || !Targets(name, target)) continue;
+      for (const std::string& target : targets) {
+        if (all_linear || !targeted(name, target)) continue;
         any = true;
         ++matches[target];
       }
@@ -117,11 +139,12 @@ absl::StatusOr<LoraSummary> ApplyLora(torch::nn::Module& model, const LoraSettin
     }
   }
   if (!all_linear) {
-    for (const std::string& target : settings.target_modules) {
+    for (const std::string& target : targets) {
       if (matches[target] == 0) {
-        return absl::InvalidArgumentError(absl::StrCat("lora.target_modules: '", target,
-                                                       "' matches no projection of this model (it has ",
-                                                       absl::StrJoin(kinds, ", "), ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "lora.target_modules: '", target, "' matches no projection of this model (it has ",
+            absl::StrJoin(kinds, ", "), by_pattern ? "; a pattern must match whole names such as " : "",
+            by_pattern ? projections.front().first : "", ")"));
       }
     }
   }
@@ -226,9 +249,9 @@ std::string PeftAdapterConfigJson(const LoraSettings& settings, const std::strin
   std::vector<std::string> targets;
   for (const std::string& target : settings.target_modules) targets.push_back(JsonQuote(target));
   const std::string target_modules =
-      TargetsAllLinear(settings.target_modules)
-          ? JsonQuote(kLoraAllLinear)
-          : absl::StrCat("[", absl::StrJoin(targets, ", "), "]");
+      !settings.target_pattern.empty()          ? JsonQuote(settings.target_pattern)
+      : TargetsAllLinear(settings.target_modules) ? JsonQuote(kLoraAllLinear)
+                                                  : absl::StrCat("[", absl::StrJoin(targets, ", "), "]");
   const LoraAdapterOptions& a = settings.adapter;
   return absl::StrCat("{\n", "  \"alpha_pattern\": {},\n",
                       "  \"base_model_name_or_path\": ", JsonQuote(base_model_name_or_path), ",\n",

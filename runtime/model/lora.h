@@ -47,6 +47,12 @@ struct LoraSettings {
   // these or ends with "." + one of these ("q_proj", "self_attn.q_proj");
   // "all-linear": every projection but the output head.
   std::vector<std::string> target_modules;
+  // PEFT's other form of target_modules, a string: a regular expression the
+  // whole module name must match (Python's re.fullmatch; read here as
+  // ECMAScript, which agrees with Python on the patterns adapters use:
+  // alternation, classes, groups, repeats, anchors). Set instead of
+  // target_modules, never with it.
+  std::string target_pattern;
 };
 
 // PEFT's shorthand for every projection but the output head.

@@ -183,6 +183,37 @@ TEST(LoraTest, TargetsThatMatchNothingAreRefusedByName) {
   for (const auto& p : llama->parameters()) EXPECT_TRUE(p.requires_grad()) << "nothing was frozen";
 }
 
+// PEFT's string form of target_modules: re.fullmatch against whole names.
+TEST(LoraTest, APatternAdaptsTheProjectionsWhoseWholeNameItMatches) {
+  Llama llama(SmallLora(), 1);
+  LoraSettings settings = QkvO();
+  settings.target_modules.clear();
+  settings.target_pattern = R"(model\.layers\.[1-9]\d*\.self_attn\.(q|v)_proj)";  // layer 0 left out
+  auto applied = ApplyLora(*llama, settings, 5);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->adapted_projections, 2);
+  const auto params = llama->named_parameters();
+  EXPECT_NE(params.find("model.layers.1.self_attn.q_proj.lora_A.weight"), nullptr);
+  EXPECT_NE(params.find("model.layers.1.self_attn.v_proj.lora_B.weight"), nullptr);
+  EXPECT_EQ(params.find("model.layers.0.self_attn.q_proj.lora_A.weight"), nullptr);
+  // A whole-name match: "q_proj" alone is no pattern for "...self_attn.q_proj".
+  Llama other(SmallLora(), 1);
+  settings.target_pattern = "q_proj";
+  auto partial = ApplyLora(*other, settings, 5);
+  ASSERT_FALSE(partial.ok());
+  EXPECT_THAT(std::string(partial.status().message()),
+              HasSubstr("'q_proj' matches no projection of this model (it has q_proj"));
+  EXPECT_THAT(std::string(partial.status().message()), HasSubstr("whole names such as model.layers.0."));
+  settings.target_pattern = "(q_proj";
+  auto broken = ApplyLora(*other, settings, 5);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("the pattern '(q_proj' is not a regular expression"));
+  settings.target_modules = {"q_proj"};
+  settings.target_pattern = ".*q_proj";
+  EXPECT_FALSE(ApplyLora(*other, settings, 5).ok()) << "a list and a pattern at once";
+  for (const auto& p : other->parameters()) EXPECT_TRUE(p.requires_grad()) << "nothing was frozen";
+}
+
 TEST(LoraTest, AllLinearAdaptsEveryProjectionButTheHead) {
   Llama llama(SmallLora(), 1);
   LoraSettings settings = QkvO();
