@@ -211,7 +211,7 @@ absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string&
   };
   absl::Status started = rank == 0 ? PreparePartial(fs_, dir, tag) : CheckTag(tag);
   // Note [NVMe offload]: the swapped state in memory while it is saved.
-  if (started.ok()) started = StageSwappedState();
+  if (started.ok()) started = StageSwappedState(/*read=*/true);
   absl::Cleanup unstage = [this] { (void)UnstageSwappedState(/*write_back=*/false); };
   // Never a checkpoint of non-finite parameters (Note [Non-finite guard]).
   if (started.ok()) started = engine_.CheckFinite(absl::StrCat("checkpoint ", TagDir(dir, tag)));
@@ -640,10 +640,10 @@ std::vector<std::pair<ZeroPartition*, ShardAdam*>> EngineCheckpointer::SwappedPa
   return swapped;
 }
 
-absl::Status EngineCheckpointer::StageSwappedState() {
+absl::Status EngineCheckpointer::StageSwappedState(bool read) {
   for (auto [zero, adam] : SwappedPartitions()) {
-    DS_RETURN_IF_ERROR(zero->StageSwappedMaster());
-    DS_RETURN_IF_ERROR(adam->StageSwappedMoments(*zero->swapped()));
+    DS_RETURN_IF_ERROR(zero->StageSwappedMaster(read));
+    DS_RETURN_IF_ERROR(adam->StageSwappedMoments(*zero->swapped(), read));
   }
   return absl::OkStatus();
 }
@@ -725,7 +725,7 @@ absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, con
     }
     if (engine_.zero_) {
       // Note [NVMe offload]: loaded into memory, then into the swap files.
-      DS_RETURN_IF_ERROR(StageSwappedState());
+      DS_RETURN_IF_ERROR(StageSwappedState(/*read=*/false));
       absl::Status loaded = LoadZeroShards(folder);
       absl::Status unstaged = UnstageSwappedState(/*write_back=*/loaded.ok());
       if (!loaded.ok()) return loaded;

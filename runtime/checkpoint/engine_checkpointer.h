@@ -84,7 +84,10 @@ class EngineCheckpointer {
   // a save or a load, and dropped again (after a load written back to the
   // swap files and into the parameters first). No-ops without NVMe offload.
   std::vector<std::pair<ZeroPartition*, ShardAdam*>> SwappedPartitions() const;
-  absl::Status StageSwappedState();
+  // `read`: the swap files' values (a save); otherwise zeros of their shape
+  // for a load to overwrite whole, so that a damaged swap file never stands
+  // between a run and its checkpoint.
+  absl::Status StageSwappedState(bool read);
   absl::Status UnstageSwappedState(bool write_back);
 
   Engine& engine_;

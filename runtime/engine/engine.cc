@@ -744,7 +744,8 @@ std::string Engine::NvmeOffloadDescription() const {
 absl::StatusOr<std::vector<std::string>> Engine::ProbeNvmePath(int64_t max_bytes) const {
   // A step's traffic per folder: the optimizer's swap files are read and
   // written once; parameter files are read at every gather (forward and
-  // backward: twice) and, when they train, written once.
+  // backward of every micro-step: at least twice each) and, when they
+  // train, written once.
   struct Traffic {
     SwappedShardOptions probe;
     int64_t read = 0, written = 0;
@@ -774,7 +775,8 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNvmePath(int64_t max_bytes
   for (const ZeroPartition* partition : {zero_.get(), frozen_zero_.get(), expert_zero_.get()}) {
     if (partition == nullptr || partition->parameter_files() == nullptr) continue;
     const SwappedPieces& files = *partition->parameter_files();
-    add(files.options().nvme_path, files.options().name, files.options().io, 2 * files.file_bytes(),
+    add(files.options().nvme_path, files.options().name, files.options().io,
+        2 * config_.gradient_accumulation_steps * files.file_bytes(),
         partition == frozen_zero_.get() ? 0 : files.file_bytes());
   }
   std::vector<std::string> lines;

@@ -239,7 +239,7 @@ class Engine {
   // swap settings, and what a step's swap traffic costs at that speed
   // (DescribeSwapCost): one line per nvme_path (the optimizer's and the
   // parameters' may differ; parameters are read at every gather, counted as
-  // twice a step, and written once). Empty without NVMe offload.
+  // twice per micro-step, and written once). Empty without NVMe offload.
   absl::StatusOr<std::vector<std::string>> ProbeNvmePath(int64_t max_bytes) const;
   // Ok when every trainable parameter, master weight and optimizer moment of
   // this rank is finite; otherwise FailedPrecondition naming the first that is

@@ -6,6 +6,8 @@
 // either placement; a changed or truncated file stops the gather naming it.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -15,6 +17,7 @@
 #include "common/rank_contract.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/engine/engine.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/model/gpt.h"
@@ -153,6 +156,50 @@ TEST_F(ZeroTest, AChangedOrTruncatedParameterFileStopsTheGatherNamingIt) {
       EXPECT_THAT(e.what_without_backtrace(), HasSubstr(truncate ? "short" : "checksum mismatch"));
     }
   }
+}
+
+// A step that fails between the NVMe optimizer's sub-groups has stored some
+// units' new values and not the others': the files are stale, the next
+// gather refuses them, and a checkpoint load (which rewrites every file)
+// brings the engine back to the saved step.
+TEST_F(ZeroTest, AStepThatFailsPartWayLeavesTheFilesRefusedUntilACheckpointLoads) {
+  testing::DiskTestFolder folder("params-nvme-test");
+  Gpt model(TinyGpt(), 3);
+  auto engine = Engine::Create(model.ptr(), Placement(1, "nvme", "nvme", folder.path()),
+                               ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Train(**engine, model, 0, 1, 1, 1, 0);
+  const std::string checkpoint = folder.path() + "/ckpt";
+  ASSERT_TRUE(EngineCheckpointer(**engine).Save(checkpoint, "saved", {}).ok());
+  const std::vector<double> after_save = Train(**engine, model, 1, 1, 1, 1, 0);
+  // The last sub-group's second moment changes on the drive.
+  auto files = FileSystem::Default().ListDirectory(folder.path() + "/dslaunch-swap/job-rank0");
+  ASSERT_TRUE(files.ok()) << files.status();
+  int last = -1;
+  for (const std::string& file : *files) {
+    int group = -1;
+    if (std::sscanf(file.c_str(), "exp_avg_sq.%d.swp", &group) == 1) last = std::max(last, group);
+  }
+  ASSERT_GT(last, 0) << "several sub-groups";
+  {
+    std::fstream swap(folder.path() + "/dslaunch-swap/job-rank0/exp_avg_sq." + std::to_string(last) + ".swp",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    swap.seekp(4096 + 4);
+    swap.put('\x7f');
+  }
+  auto [inputs, targets] = Batch(16, 8);
+  ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
+  ASSERT_FALSE((*engine)->Step().ok());
+  try {
+    torch::Tensor loss = model->Loss(inputs, targets);
+    ADD_FAILURE() << "the forward gathered from part-updated files";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what_without_backtrace(), HasSubstr("part-updated; load a checkpoint"));
+  }
+  // The load rewrites every file: the step after the save again, the same.
+  auto loaded = EngineCheckpointer(**engine).Load(checkpoint);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(Train(**engine, model, 1, 1, 1, 1, 0), after_save);
 }
 
 // Refused where it cannot work, by the key that asks for it.

@@ -126,7 +126,12 @@ absl::Status ShardAdam::StepSwapped(SwappedShard& swapped, const torch::Tensor& 
   });
 }
 
-absl::Status ShardAdam::StageSwappedMoments(SwappedShard& swapped) {
+absl::Status ShardAdam::StageSwappedMoments(SwappedShard& swapped, bool read) {
+  if (!read) {
+    exp_avg_ = torch::zeros({swapped.elements()});
+    exp_avg_sq_ = torch::zeros({swapped.elements()});
+    return absl::OkStatus();
+  }
   auto m = swapped.ReadWhole(1);
   if (!m.ok()) return m.status();
   auto v = swapped.ReadWhole(2);

@@ -50,10 +50,11 @@ class ShardAdam {
   // new master values (its error stops the step).
   absl::Status StepSwapped(SwappedShard& swapped, const torch::Tensor& g, double lr, double beta1, double beta2,
                            double grad_scale, const std::function<absl::Status(int64_t, const torch::Tensor&)>& updated);
-  // For a checkpoint: the swapped moments read into exp_avg()/exp_avg_sq(),
+  // For a checkpoint: the swapped moments read into exp_avg()/exp_avg_sq()
+  // (or zeros of their shape when not `read`, for a load to overwrite),
   // then dropped again (written back to the swap files first when
   // `write_back`, after a load).
-  absl::Status StageSwappedMoments(SwappedShard& swapped);
+  absl::Status StageSwappedMoments(SwappedShard& swapped, bool read = true);
   absl::Status UnstageSwappedMoments(SwappedShard& swapped, bool write_back);
 
   // Counts one step and returns its hyperparameters, for a caller that

@@ -351,6 +351,11 @@ absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
 
 absl::Status ZeroPartition::StartGather(int u) {
   if (gathered_[u]) return absl::OkStatus();
+  if (parameter_files_ && (update_.open || parameters_stale_)) {
+    return absl::FailedPreconditionError(
+        "parameters on NVMe: a failed step left the parameter files part-updated; load a checkpoint (which rewrites "
+        "them whole) before the next forward");
+  }
   const Unit& unit = units_[u];
   torch::Tensor& full = full_[u];
   // The memory is taken here, on the training thread; the worker fills it.
@@ -625,8 +630,24 @@ absl::StatusOr<torch::Tensor> ZeroPartition::ReadParameterPiece(const Unit& unit
   return bytes->view(params_.front().scalar_type());
 }
 
+void ZeroPartition::AbandonParameterUpdate() {
+  for (int buffer : {0, 1}) {
+    if (update_.writing[buffer]) (void)parameter_files_->FinishWrite(buffer);
+  }
+  update_ = ParameterUpdate{};
+  parameters_stale_ = true;
+}
+
 absl::Status ZeroPartition::StoreParameters(int64_t offset, const torch::Tensor& values) {
+  absl::Status stored = StoreParameterRange(offset, values);
+  if (!stored.ok()) AbandonParameterUpdate();
+  return stored;
+}
+
+absl::Status ZeroPartition::StoreParameterRange(int64_t offset, const torch::Tensor& values) {
   ParameterUpdate& update = update_;
+  // An update a failed step left open: a new one (a checkpoint load) starts over.
+  if (update.open && offset == 0 && update.next != 0) AbandonParameterUpdate();
   if (!update.open) {
     if (offset != 0) {
       return absl::InternalError(absl::StrCat("parameters on NVMe: an update must start at element 0 of the shard, "
@@ -684,6 +705,7 @@ absl::Status ZeroPartition::FinishParameterUpdate() {
   const int64_t next = update.next;
   const size_t unit = update.unit;
   update = ParameterUpdate{};
+  parameters_stale_ = !status.ok() || next != shard_size_;
   if (!status.ok()) return status;
   if (next != shard_size_) {
     return absl::InternalError(absl::StrCat("parameters on NVMe: the update ended at element ", next, " of ",
@@ -692,8 +714,12 @@ absl::Status ZeroPartition::FinishParameterUpdate() {
   return absl::OkStatus();
 }
 
-absl::Status ZeroPartition::StageSwappedMaster() {
+absl::Status ZeroPartition::StageSwappedMaster(bool read) {
   if (!swapped_) return absl::OkStatus();
+  if (!read) {
+    master_shard_ = torch::zeros({swapped_->elements()});
+    return absl::OkStatus();
+  }
   auto master = swapped_->ReadWhole(0);
   if (!master.ok()) return master.status();
   master_shard_ = *master;

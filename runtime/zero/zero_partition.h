@@ -50,8 +50,10 @@
 // over in ranges that cover the shard once, in order; each unit's piece is
 // assembled in one staging buffer (rounded to the parameters' dtype) and
 // its write queued as soon as it is complete, while the next piece fills
-// the other buffer. An update that skips or repeats elements is an error,
-// never a file left with old values. Host memory: two staging buffers as
+// the other buffer. An update that skips or repeats elements, or fails
+// part-way (an I/O error, a step stopped between sub-groups), is an error,
+// and the files, now mixing two steps, are marked stale: gathers refuse
+// them until a whole update (a checkpoint load) has rewritten every piece. Host memory: two staging buffers as
 // large as the largest unit's piece. Not with the delayed update, whose step
 // runs while the forward reads the parameters.
 //
@@ -190,9 +192,10 @@ class ZeroPartition {
   // Note [Parameters on NVMe]: the parameter files (null without them).
   const SwappedPieces* parameter_files() const { return parameter_files_.get(); }
   // For a checkpoint: the master shard read into master_shard() (Save reads
-  // it, Load overwrites it); Unstage drops it again, first writing it back to
-  // the swap files and into the parameters when `write_back` (after Load).
-  absl::Status StageSwappedMaster();
+  // it), or zeros of its shape (`read` false: Load overwrites it whole);
+  // Unstage drops it again, first writing it back to the swap files and into
+  // the parameters when `write_back` (after Load).
+  absl::Status StageSwappedMaster(bool read = true);
   absl::Status UnstageSwappedMaster(bool write_back);
 
   // Stage 2, every micro-step: reduce-scatter (sum) the model gradients into
@@ -397,6 +400,10 @@ class ZeroPartition {
   absl::Status StoreParameters(int64_t offset, const torch::Tensor& values);
   // Ends the update: every unit's write is done (nothing when none began).
   absl::Status FinishParameterUpdate();
+  // After an error: waits for the writes in flight, closes the update, and
+  // marks the files stale (gathers refuse them until a whole update).
+  void AbandonParameterUpdate();
+  absl::Status StoreParameterRange(int64_t offset, const torch::Tensor& values);
 
   const ZeroOptions options_;
   std::vector<torch::Tensor> params_;
@@ -442,6 +449,7 @@ class ZeroPartition {
     int buffer = 0;    // its staging buffer
     bool writing[2] = {false, false};
   } update_;
+  bool parameters_stale_ = false;  // an update failed part-way: the files mix two steps
   std::vector<torch::Tensor> full_;  // per unit: [N·S_u], storage released when not gathered
   std::vector<bool> gathered_;       // storage allocated (the gather may still run)
   std::vector<std::optional<CommTicket>> pending_;  // gathers in flight
