@@ -176,12 +176,12 @@ TEST_P(SwappedShardTest, TheProbeMeasuresTheSwapPathAndLeavesNothingBehind) {
   // The cost of a step at that speed: both directions, each at its rate.
   SwapSpeed known{.write_gbps = 2, .read_gbps = 4, .bytes = 64 << 20, .io = "io_uring"};
   EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 8'000'000'000),
-            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads and writes 8.00 GB of swap files: at "
-            "least 6.00 s per step from the drive");
+            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads and writes 8.00 GB of swap files: "
+            "about 4.00 s per step from the drive (reads and writes overlapped)");
   // Parameters on NVMe: read at every gather, written once per step.
   EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 2'000'000'000),
             "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads 8.00 GB and writes 2.00 GB of swap "
-            "files: at least 3.00 s per step from the drive");
+            "files: about 2.00 s per step from the drive (reads and writes overlapped)");
   SwappedShardOptions missing = Options();
   missing.nvme_path = root_ + "/nope";
   auto refused = MeasureSwapSpeed(missing, 1 << 20);

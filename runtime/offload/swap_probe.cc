@@ -39,13 +39,17 @@ absl::StatusOr<SwapSpeed> MeasureSwapSpeed(SwappedShardOptions options, int64_t 
 
 std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes) {
   const double read = static_cast<double>(step_read_bytes), written = static_cast<double>(step_write_bytes);
-  const double seconds = written / (speed.write_gbps * 1e9) + read / (speed.read_gbps * 1e9);
+  // The step's reads and writes overlap (reading ahead, writing behind), so
+  // the drive's share is the longer of the two, not their sum: on the H200
+  // host a ~1.2B GPT with both offloads on NVMe took 21 s of host step for
+  // reads and writes the sum put at 39 s and the longer at 23 s.
+  const double seconds = std::max(written / (speed.write_gbps * 1e9), read / (speed.read_gbps * 1e9));
   const std::string traffic = step_read_bytes == step_write_bytes
                                   ? absl::StrFormat("reads and writes %.2f GB", read / 1e9)
                                   : absl::StrFormat("reads %.2f GB and writes %.2f GB", read / 1e9, written / 1e9);
   return absl::StrFormat(
-      "probe of %.1f MiB: write %.2f GB/s, read %.2f GB/s; a step %s of swap files: at least %.2f s per step from "
-      "the drive",
+      "probe of %.1f MiB: write %.2f GB/s, read %.2f GB/s; a step %s of swap files: about %.2f s per step from "
+      "the drive (reads and writes overlapped)",
       speed.bytes / 1048576.0, speed.write_gbps, speed.read_gbps, traffic, seconds);
 }
 

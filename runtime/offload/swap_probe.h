@@ -29,8 +29,9 @@ struct SwapSpeed {
 absl::StatusOr<SwapSpeed> MeasureSwapSpeed(SwappedShardOptions options, int64_t bytes);
 
 // "probe of 64.0 MiB: write 1.47 GB/s, read 1.02 GB/s; a step reads and
-// writes 15.8 GB of swap files: at least 26.2 s per step from the drive"
-// (or "reads 5.2 GB and writes 2.6 GB" where the two differ).
+// writes 15.8 GB of swap files: about 15.5 s per step from the drive (reads
+// and writes overlapped)" (or "reads 5.2 GB and writes 2.6 GB" where the two
+// differ): the longer of the reads and the writes at the probe's speeds.
 std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes);
 
 }  // namespace dslaunch::runtime
