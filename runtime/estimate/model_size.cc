@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -10,9 +11,24 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/data/indexed_dataset_format.h"
 
 namespace dslaunch::runtime {
 namespace {
+
+// The vocabulary a prepared dataset's header records (Note [Indexed dataset
+// layout], data/indexed_dataset_format.h: vocab_size at byte 16), which is
+// what a rank takes when model.vocab_size is 0; 0 when `prefix`.idx cannot
+// be read here (not prepared yet, or on another host).
+int64_t PreparedVocabulary(const std::string& prefix) {
+  if (prefix.empty()) return 0;
+  std::ifstream in(prefix + ".idx", std::ios::binary);
+  char header[kIndexHeaderBytes] = {};
+  if (!in.read(header, sizeof(header)) || std::memcmp(header, kIndexMagic, sizeof(kIndexMagic)) != 0) return 0;
+  int64_t vocab = 0;
+  std::memcpy(&vocab, header + 16, sizeof(vocab));  // little-endian, as this host
+  return vocab > 0 ? vocab : 0;
+}
 
 // The byte tokenizer's ids: 256 bytes and eos (runtime/tokenizer/tokenizer.h).
 constexpr int64_t kByteVocabulary = 257;
@@ -225,6 +241,7 @@ absl::StatusOr<ModelSize> ModelSizeOf(const JobConfig& job) {
         absl::StrCat(job.path, ": model.moe: the estimate does not size mixture-of-experts GPT models yet"));
   }
   int64_t vocab = m.vocab_size;
+  if (vocab == 0) vocab = PreparedVocabulary(job.data.prepared);
   if (vocab == 0) {
     if (job.data.tokenizer == "byte") {
       vocab = kByteVocabulary;

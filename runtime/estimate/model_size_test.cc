@@ -2,8 +2,14 @@
 // counts are checked in runtime/model/model_size_parity_test.cc).
 #include "runtime/estimate/model_size.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/data/indexed_dataset_format.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -91,6 +97,25 @@ TEST(ModelSizeTest, AJobsGptTakesTheByteVocabularyWhenTheFileLeavesItToTheDatase
   EXPECT_EQ(size->block, 12 * 64 * 64 + 13 * 64);
   job.data.tokenizer = "model";
   EXPECT_THAT(std::string(ModelSizeOf(job).status().message()), HasSubstr("train.cfg: model.vocab_size is 0"));
+  // A prepared dataset's header says what the ranks will take (a model
+  // tokenizer's 32000 here), whatever the tokenizer key would guess.
+  char folder[] = "/tmp/model-size-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  job.data.prepared = std::string(folder) + "/corpus";
+  IndexHeader header;
+  header.vocab_size = 32000;
+  header.token_bytes = 2;
+  {
+    std::ofstream idx(job.data.prepared + ".idx", std::ios::binary);
+    idx << EncodeIndexHeader(header);
+  }
+  size = ModelSizeOf(job);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(size->vocab, 32000);
+  job.data.tokenizer = "byte";
+  EXPECT_EQ(ModelSizeOf(job)->vocab, 32000);
+  std::remove((job.data.prepared + ".idx").c_str());
+  ::rmdir(folder);
 }
 
 }  // namespace
