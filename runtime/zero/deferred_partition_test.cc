@@ -83,6 +83,33 @@ TEST(DeferredPartitionTest, EachRankReadsItsPiecesAndEveryUnitGathersTheSourcesV
   }
 }
 
+// A rank whose source fails (a truncated shard on its host) must not leave
+// the others in the persistent units' gather: every rank stops, the failing
+// one with its source's error, the others saying another rank failed.
+TEST(DeferredPartitionTest, ARankWhoseReadFailsStopsEveryRankInsteadOfLeavingThemInTheGather) {
+  for (int failing : {0, 1}) {
+    InProcessStore store;
+    std::vector<absl::Status> results(2);
+    store.RunRanks(2, [&](int rank, Communicator& comm) {
+      std::vector<torch::Tensor> params;
+      for (size_t i = 0; i < kShapes.size(); ++i) params.push_back(DeferredTensor(kShapes[i], torch::kFloat));
+      DeferredValues values;
+      values.read = [&](size_t parameter, int64_t offset, torch::Tensor out) {
+        if (rank == failing && parameter == 2) return absl::DataLossError("model-00002.safetensors: truncated");
+        out.copy_(ValueOf(parameter).reshape({-1}).narrow(0, offset, out.numel()));
+        return absl::OkStatus();
+      };
+      results[rank] = ZeroPartition::Create(StageThree(), params, &comm, &values).status();
+    });
+    EXPECT_EQ(results[failing], absl::DataLossError("model-00002.safetensors: truncated"));
+    const absl::Status& other = results[1 - failing];
+    EXPECT_EQ(other.code(), absl::StatusCode::kAborted) << other;
+    EXPECT_NE(std::string(other.message()).find("another rank of the data-parallel group could not read"),
+              std::string::npos)
+        << other;
+  }
+}
+
 TEST(DeferredPartitionTest, DeferredParametersNeedStageThreeAndASource) {
   std::vector<torch::Tensor> params = {torch::ones({4}), DeferredTensor({6}, torch::kFloat)};
   DeferredValues values;

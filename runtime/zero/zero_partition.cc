@@ -94,11 +94,15 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   const torch::Tensor& first = zero->params_.front();
   std::vector<torch::Tensor> master_pieces, param_pieces;
   bool any_deferred = false;
-  for (size_t u = 0; u < zero->units_.size(); ++u) {
+  absl::Status pieces_built;
+  for (size_t u = 0; u < zero->units_.size() && pieces_built.ok(); ++u) {
     const Unit& unit = zero->units_[u];
     torch::Tensor all, mine;
     bool deferred_unit = false;
-    if (absl::Status s = zero->UnitValues(unit, deferred, all, mine, deferred_unit); !s.ok()) return s;
+    if (absl::Status s = zero->UnitValues(unit, deferred, all, mine, deferred_unit); !s.ok()) {
+      pieces_built = s;
+      break;
+    }
     any_deferred = any_deferred || deferred_unit;
     // Offloaded pieces go to the host one unit at a time: a model that fits
     // on the device only partitioned never has its fp32 copy there.
@@ -109,7 +113,7 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     if (options.stage == 3) {
       if (zero->parameter_files_) {
         torch::Tensor bytes = mine.to(torch::kCPU).contiguous().view(torch::kUInt8);
-        if (absl::Status s = zero->parameter_files_->Write(static_cast<int64_t>(u), bytes); !s.ok()) return s;
+        pieces_built = zero->parameter_files_->Write(static_cast<int64_t>(u), bytes);
       } else {
         const torch::Device param_device = options.offload_param ? torch::kCPU : mine.device();
         param_pieces.push_back(mine.to(param_device, mine.scalar_type(), false, /*copy=*/true));
@@ -131,6 +135,23 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       }
     }
   }
+  // Note [Shard-only loading]: each rank read its own pieces, and the
+  // persistent units are gathered from all of them below; a rank whose read
+  // failed must not leave the others waiting in that gather until the
+  // control plane stops the job. The ranks agree first (a collective every
+  // rank reaches, however far its reads got), and all of them stop.
+  if (deferred != nullptr && zero->comm_ != nullptr && zero->size_ > 1) {
+    torch::Tensor built = torch::full({1}, pieces_built.ok() ? 1.0 : 0.0, torch::TensorOptions().device(first.device()));
+    if (absl::Status agreed = zero->comm_->AllReduce(built, ReduceOp::kMin); !agreed.ok()) {
+      return pieces_built.ok() ? agreed : pieces_built;
+    }
+    if (pieces_built.ok() && built.item<double>() < 1) {
+      return absl::AbortedError(
+          "another rank of the data-parallel group could not read its ZeRO-3 pieces of the model (its own error "
+          "names the file and tensor); this rank stops with it instead of waiting in the persistent units' gather");
+    }
+  }
+  if (!pieces_built.ok()) return pieces_built;
   // Note [Frozen parameters at ZeRO-3]: no master, no optimizer state.
   torch::Tensor shard = options.frozen ? torch::empty({0}) : torch::cat(master_pieces);
   master_pieces.clear();
