@@ -219,9 +219,10 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
   }
   // Note [bf16 parameters from the host step].
-  // With parameters on NVMe the update rounds as it stores (Note [Parameters on NVMe]).
-  if (options.offload_optimizer && !options.nvme && !options.nvme_param && first.scalar_type() == torch::kBFloat16) {
-    if (options.stage == 3 && options.offload_param && !options.host_step_beside_forward) {
+  // With parameters on NVMe the copy is a buffer of its own, which the
+  // update stores from (a copy of bf16 values instead of a rounding pass).
+  if (options.offload_optimizer && !options.nvme && first.scalar_type() == torch::kBFloat16) {
+    if (options.stage == 3 && options.offload_param && !options.nvme_param && !options.host_step_beside_forward) {
       zero->host_parameter_copy_ = zero->param_shard_;
     } else {
       zero->host_parameter_copy_ = torch::empty(
@@ -592,11 +593,14 @@ absl::Status ZeroPartition::GatherParameters(const StepRange& step_range) {
       // Note [Parameters on NVMe]: the new values into the files, range by
       // range (the NVMe optimizer's step already stored them).
       if (!swapped_) {
-        const torch::Tensor master = master_shard_.detach();
+        // The CPU Adam's bf16 copy where it wrote one (Note [bf16 parameters
+        // from the host step]), else the master, rounded as it is stored.
+        const torch::Tensor from = step_range && host_parameter_copy_.defined() ? host_parameter_copy_
+                                                                                : master_shard_.detach();
         for (int64_t begin = 0; begin < shard_size_; begin += kUploadRangeElements) {
           const int64_t length = std::min(kUploadRangeElements, shard_size_ - begin);
           if (step_range) step_range(begin, length);
-          if (absl::Status s = StoreParameters(begin, master.narrow(0, begin, length)); !s.ok()) return s;
+          if (absl::Status s = StoreParameters(begin, from.narrow(0, begin, length)); !s.ok()) return s;
         }
       }
       if (absl::Status s = FinishParameterUpdate(); !s.ok()) return s;

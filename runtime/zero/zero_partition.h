@@ -47,15 +47,19 @@
 // updated values go back to the files: whoever produces them (the NVMe
 // optimizer's sub-groups through StoreUpdatedMaster, the CPU Adam's upload
 // ranges, the device master, the master a checkpoint load wrote) hands them
-// over in ranges that cover the shard once, in order; each unit's piece is
-// assembled in one staging buffer (rounded to the parameters' dtype) and
-// its write queued as soon as it is complete, while the next piece fills
-// the other buffer. An update that skips or repeats elements, or fails
-// part-way (an I/O error, a step stopped between sub-groups), is an error,
-// and the files, now mixing two steps, are marked stale: gathers refuse
-// them until a whole update (a checkpoint load) has rewritten every piece. Host memory: two staging buffers as
-// large as the largest unit's piece. Not with the delayed update, whose step
-// runs while the forward reads the parameters.
+// over in ranges that cover the shard once, in order (with the CPU Adam and
+// bf16 parameters, the bf16 copy its pass writes, Note [bf16 parameters
+// from the host step], so nothing is rounded twice on one thread); each
+// unit's piece is assembled in one staging buffer (rounded to the
+// parameters' dtype where it is not yet) and its write queued as soon as
+// it is complete, while the next piece fills the other buffer. An update
+// that skips or repeats elements, or fails part-way (an I/O error, a step
+// stopped between sub-groups), is an error, and the files, now mixing two
+// steps, are marked stale: gathers refuse them until a whole update (a
+// checkpoint load) has rewritten every piece. Host memory: two staging
+// buffers as large as the largest unit's piece (and the CPU Adam's bf16
+// copy, 2 bytes per shard element, beside its 16). Not with the delayed
+// update, whose step runs while the forward reads the parameters.
 //
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
 // stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N (REFERENCE.md).
