@@ -210,6 +210,8 @@ absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string&
                                          " other rank(s) failed to save their part (their errors say why)"));
   };
   absl::Status started = rank == 0 ? PreparePartial(fs_, dir, tag) : CheckTag(tag);
+  // Note [Parameters on NVMe]: never a checkpoint of a failed step's half.
+  if (started.ok() && engine_.zero_) started = engine_.zero_->CheckParametersCurrent();
   // Note [NVMe offload]: the swapped state in memory while it is saved.
   if (started.ok()) started = StageSwappedState(/*read=*/true);
   absl::Cleanup unstage = [this] { (void)UnstageSwappedState(/*write_back=*/false); };

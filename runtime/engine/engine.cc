@@ -748,15 +748,16 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNvmePath(int64_t max_bytes
   // train, written once.
   struct Traffic {
     SwappedShardOptions probe;
-    int64_t read = 0, written = 0;
+    int64_t read = 0, written = 0, serial_read = 0;
   };
   std::vector<Traffic> paths;
   auto add = [&paths](const std::string& nvme_path, const std::string& name, const BlockIoOptions& io,
-                      int64_t read, int64_t written) {
+                      int64_t read, int64_t written, int64_t serial_read) {
     for (Traffic& t : paths) {
       if (t.probe.nvme_path != nvme_path) continue;
       t.read += read;
       t.written += written;
+      t.serial_read += serial_read;
       return;
     }
     Traffic t;
@@ -765,25 +766,27 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNvmePath(int64_t max_bytes
     t.probe.io = io;
     t.read = read;
     t.written = written;
+    t.serial_read = serial_read;
     paths.push_back(t);
   };
   if (zero_ && zero_->swapped()) {
     const SwappedShard& swapped = *zero_->swapped();
     add(swapped.options().nvme_path, swapped.options().name, swapped.options().io, swapped.FileBytes(),
-        swapped.FileBytes());
+        swapped.FileBytes(), 0);
   }
   for (const ZeroPartition* partition : {zero_.get(), frozen_zero_.get(), expert_zero_.get()}) {
     if (partition == nullptr || partition->parameter_files() == nullptr) continue;
     const SwappedPieces& files = *partition->parameter_files();
-    add(files.options().nvme_path, files.options().name, files.options().io,
-        2 * config_.gradient_accumulation_steps * files.file_bytes(),
-        partition == frozen_zero_.get() ? 0 : files.file_bytes());
+    // Read during forward and backward; written while the step runs.
+    add(files.options().nvme_path, files.options().name, files.options().io, 0,
+        partition == frozen_zero_.get() ? 0 : files.file_bytes(),
+        2 * config_.gradient_accumulation_steps * files.file_bytes());
   }
   std::vector<std::string> lines;
   for (const Traffic& t : paths) {
-    DS_ASSIGN_OR_RETURN(SwapSpeed speed, MeasureSwapSpeed(t.probe, std::min(max_bytes, std::max(t.read, t.written))));
-    lines.push_back(paths.size() > 1 ? absl::StrCat(t.probe.nvme_path, ": ", DescribeSwapCost(speed, t.read, t.written))
-                                     : DescribeSwapCost(speed, t.read, t.written));
+    DS_ASSIGN_OR_RETURN(SwapSpeed speed, MeasureSwapSpeed(t.probe, std::min(max_bytes, std::max(t.read + t.serial_read, t.written))));
+    const std::string cost = DescribeSwapCost(speed, t.read, t.written, t.serial_read);
+    lines.push_back(paths.size() > 1 ? absl::StrCat(t.probe.nvme_path, ": ", cost) : cost);
   }
   return lines;
 }

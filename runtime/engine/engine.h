@@ -170,8 +170,9 @@ class Engine {
     // on the host for the gathers (stages 0-2). Without NVMe,
     // host_parameter_copy is the bf16 buffer the CPU Adam writes the rounded
     // parameters into when it is not the parameter shard itself (Note [bf16
-    // parameters from the host step]: stages 1-2, and stage 3's second shard
-    // under delay_update), 2 bytes per shard element.
+    // parameters from the host step]: stages 1-2, stage 3's second shard
+    // under delay_update, and stage 3 with the parameters on NVMe, Note
+    // [Parameters on NVMe]), 2 bytes per shard element.
     int64_t swapped_to_nvme = 0, swap_buffers = 0, host_parameter_copy = 0;
     // Note [Parameters on NVMe]: the parameter shards' files (trainable,
     // frozen and experts'; bytes on disk) and their host staging buffers.

@@ -106,6 +106,8 @@ absl::StatusOr<StepResult> Engine::FusedZeroStep(StepResult begun) {
 }
 
 absl::StatusOr<StepResult> Engine::ZeroStep(StepResult begun) {
+  // Note [Parameters on NVMe]: never step on top of a failed step's half.
+  DS_RETURN_IF_ERROR(zero_->CheckParametersCurrent());
   if (zero_->CanStepInPlace()) return InPlaceZeroStep(begun);
   if (zero_->CanStepFused()) return FusedZeroStep(begun);
   return BoundaryStep("ZeRO step", std::move(begun), [&](StepResult& result) -> absl::Status {

@@ -178,10 +178,12 @@ TEST_P(SwappedShardTest, TheProbeMeasuresTheSwapPathAndLeavesNothingBehind) {
   EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 8'000'000'000),
             "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads and writes 8.00 GB of swap files: "
             "about 4.00 s per step from the drive (reads and writes overlapped)");
-  // Parameters on NVMe: read at every gather, written once per step.
-  EXPECT_EQ(DescribeSwapCost(known, 8'000'000'000, 2'000'000'000),
-            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads 8.00 GB and writes 2.00 GB of swap "
-            "files: about 2.00 s per step from the drive (reads and writes overlapped)");
+  // Parameters on NVMe: read at every gather during forward and backward,
+  // then written while the step's own reads and writes run.
+  EXPECT_EQ(DescribeSwapCost(known, 4'000'000'000, 6'000'000'000, 8'000'000'000),
+            "probe of 64.0 MiB: write 2.00 GB/s, read 4.00 GB/s; a step reads 12.00 GB (8.00 GB of them during "
+            "forward and backward) and writes 6.00 GB of swap files: about 5.00 s per step from the drive (reads and "
+            "writes overlapped)");
   SwappedShardOptions missing = Options();
   missing.nvme_path = root_ + "/nope";
   auto refused = MeasureSwapSpeed(missing, 1 << 20);

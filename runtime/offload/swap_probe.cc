@@ -37,16 +37,25 @@ absl::StatusOr<SwapSpeed> MeasureSwapSpeed(SwappedShardOptions options, int64_t 
   return speed;
 }
 
-std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes) {
+std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes,
+                             int64_t serial_read_bytes) {
   const double read = static_cast<double>(step_read_bytes), written = static_cast<double>(step_write_bytes);
+  const double serial = static_cast<double>(serial_read_bytes);
   // The step's reads and writes overlap (reading ahead, writing behind), so
   // the drive's share is the longer of the two, not their sum: on the H200
   // host a ~1.2B GPT with both offloads on NVMe took 21 s of host step for
   // reads and writes the sum put at 39 s and the longer at 23 s.
-  const double seconds = std::max(written / (speed.write_gbps * 1e9), read / (speed.read_gbps * 1e9));
-  const std::string traffic = step_read_bytes == step_write_bytes
-                                  ? absl::StrFormat("reads and writes %.2f GB", read / 1e9)
-                                  : absl::StrFormat("reads %.2f GB and writes %.2f GB", read / 1e9, written / 1e9);
+  const double seconds = serial / (speed.read_gbps * 1e9) +
+                         std::max(written / (speed.write_gbps * 1e9), read / (speed.read_gbps * 1e9));
+  std::string traffic;
+  if (serial > 0) {
+    traffic = absl::StrFormat("reads %.2f GB (%.2f GB of them during forward and backward) and writes %.2f GB",
+                              (read + serial) / 1e9, serial / 1e9, written / 1e9);
+  } else if (step_read_bytes == step_write_bytes) {
+    traffic = absl::StrFormat("reads and writes %.2f GB", read / 1e9);
+  } else {
+    traffic = absl::StrFormat("reads %.2f GB and writes %.2f GB", read / 1e9, written / 1e9);
+  }
   return absl::StrFormat(
       "probe of %.1f MiB: write %.2f GB/s, read %.2f GB/s; a step %s of swap files: about %.2f s per step from "
       "the drive (reads and writes overlapped)",

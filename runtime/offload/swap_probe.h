@@ -30,8 +30,12 @@ absl::StatusOr<SwapSpeed> MeasureSwapSpeed(SwappedShardOptions options, int64_t 
 
 // "probe of 64.0 MiB: write 1.47 GB/s, read 1.02 GB/s; a step reads and
 // writes 15.8 GB of swap files: about 15.5 s per step from the drive (reads
-// and writes overlapped)" (or "reads 5.2 GB and writes 2.6 GB" where the two
-// differ): the longer of the reads and the writes at the probe's speeds.
-std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes);
+// and writes overlapped)": the step's own reads and writes overlap (the
+// longer of the two at the probe's speeds), and `serial_read_bytes` (the
+// parameters' reads during forward and backward, Note [Parameters on NVMe])
+// come before them: "reads 12.0 GB (8.0 GB of them during forward and
+// backward) and writes 6.0 GB".
+std::string DescribeSwapCost(const SwapSpeed& speed, int64_t step_read_bytes, int64_t step_write_bytes,
+                             int64_t serial_read_bytes = 0);
 
 }  // namespace dslaunch::runtime

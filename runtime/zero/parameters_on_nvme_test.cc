@@ -196,6 +196,13 @@ TEST_F(ZeroTest, AStepThatFailsPartWayLeavesTheFilesRefusedUntilACheckpointLoads
   } catch (const c10::Error& e) {
     EXPECT_THAT(e.what_without_backtrace(), HasSubstr("part-updated; load a checkpoint"));
   }
+  // Nor a step on top of the failed one's half, nor a checkpoint of it.
+  auto again = (*engine)->Step();
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("part-updated"));
+  const absl::Status saved = EngineCheckpointer(**engine).Save(folder.path() + "/half", "half", {});
+  ASSERT_FALSE(saved.ok());
+  EXPECT_THAT(std::string(saved.message()), HasSubstr("part-updated"));
   // The load rewrites every file: the step after the save again, the same.
   auto loaded = EngineCheckpointer(**engine).Load(checkpoint);
   ASSERT_TRUE(loaded.ok()) << loaded.status();

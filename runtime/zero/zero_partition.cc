@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
   zero->shards_ = options.stage == 0 ? 1 : zero->size_;
   zero->shard_rank_ = options.stage == 0 ? 0 : zero->rank_;
   if (absl::Status built = zero->BuildUnits(); !built.ok()) return built;
+  // What may fail on one rank alone (its reads, its drive) before the ranks'
+  // first collective: Note [Shard-only loading] below.
+  absl::Status pieces_built;
   if (options.nvme_param) {
     // Note [Parameters on NVMe]: one file per unit's piece, written below as
     // each piece is built.
@@ -86,15 +89,17 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
     auto files = SwappedPieces::Create(*options.nvme_param, std::move(piece_bytes),
                                        /*pinned=*/zero->params_.front().is_cuda());
-    if (!files.ok()) return files.status();
-    zero->parameter_files_ = std::move(*files);
+    if (files.ok()) {
+      zero->parameter_files_ = std::move(*files);
+    } else {
+      pieces_built = files.status();
+    }
   }
 
   torch::NoGradGuard no_grad;
   const torch::Tensor& first = zero->params_.front();
   std::vector<torch::Tensor> master_pieces, param_pieces;
   bool any_deferred = false;
-  absl::Status pieces_built;
   for (size_t u = 0; u < zero->units_.size() && pieces_built.ok(); ++u) {
     const Unit& unit = zero->units_[u];
     torch::Tensor all, mine;
@@ -135,27 +140,14 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
       }
     }
   }
-  // Note [Shard-only loading]: each rank read its own pieces, and the
-  // persistent units are gathered from all of them below; a rank whose read
-  // failed must not leave the others waiting in that gather until the
-  // control plane stops the job. The ranks agree first (a collective every
-  // rank reaches, however far its reads got), and all of them stop.
-  if (deferred != nullptr && zero->comm_ != nullptr && zero->size_ > 1) {
-    torch::Tensor built = torch::full({1}, pieces_built.ok() ? 1.0 : 0.0, torch::TensorOptions().device(first.device()));
-    if (absl::Status agreed = zero->comm_->AllReduce(built, ReduceOp::kMin); !agreed.ok()) {
-      return pieces_built.ok() ? agreed : pieces_built;
-    }
-    if (pieces_built.ok() && built.item<double>() < 1) {
-      return absl::AbortedError(
-          "another rank of the data-parallel group could not read its ZeRO-3 pieces of the model (its own error "
-          "names the file and tensor); this rank stops with it instead of waiting in the persistent units' gather");
-    }
-  }
-  if (!pieces_built.ok()) return pieces_built;
   // Note [Frozen parameters at ZeRO-3]: no master, no optimizer state.
-  torch::Tensor shard = options.frozen ? torch::empty({0}) : torch::cat(master_pieces);
-  master_pieces.clear();
-  if (std::find(options.norm_counts.begin(), options.norm_counts.end(), false) != options.norm_counts.end()) {
+  torch::Tensor shard;
+  if (pieces_built.ok()) {
+    shard = options.frozen ? torch::empty({0}) : torch::cat(master_pieces);
+    master_pieces.clear();
+  }
+  if (pieces_built.ok() &&
+      std::find(options.norm_counts.begin(), options.norm_counts.end(), false) != options.norm_counts.end()) {
     if (options.norm_counts.size() != zero->params_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("norm_counts has ", options.norm_counts.size(),
                                                      " entries for ", zero->params_.size(), " parameters"));
@@ -173,23 +165,44 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     }
     zero->norm_weight_ = torch::cat(weight_pieces);
   }
-  if (options.nvme) {
+  if (pieces_built.ok() && options.nvme) {
     // Note [NVMe offload]: the masters go to their swap files, zero moments
     // beside them; what stays is the parameters' rounding of them.
     auto swapped = SwappedShard::Create(*options.nvme, {"master", "exp_avg", "exp_avg_sq"}, shard.numel());
-    if (!swapped.ok()) return swapped.status();
-    if (absl::Status s = (*swapped)->WriteWhole(0, shard); !s.ok()) return s;
-    zero->swapped_ = std::move(*swapped);
-    if (options.stage != 3) {
-      zero->updated_parameters_ = shard.to(first.scalar_type());
-      if (first.is_cuda()) zero->updated_parameters_ = zero->updated_parameters_.pin_memory();
+    if (swapped.ok()) pieces_built = (*swapped)->WriteWhole(0, shard);
+    if (!swapped.ok()) {
+      pieces_built = swapped.status();
+    } else if (pieces_built.ok()) {
+      zero->swapped_ = std::move(*swapped);
+      if (options.stage != 3) {
+        zero->updated_parameters_ = shard.to(first.scalar_type());
+        if (first.is_cuda()) zero->updated_parameters_ = zero->updated_parameters_.pin_memory();
+      }
+      shard = torch::Tensor();
     }
-    shard = torch::Tensor();
-  } else if (!options.frozen) {
+  } else if (pieces_built.ok() && !options.frozen) {
     // Pinned host memory makes the copies to and from the GPU asynchronous.
     if (options.offload_optimizer && first.is_cuda()) shard = shard.pin_memory();
     zero->master_shard_ = shard.requires_grad_(true);
   }
+  // Note [Shard-only loading]: each rank read its own pieces, and the
+  // persistent units are gathered from all of them below; a rank whose read
+  // (or whose drive, for swap files) failed must not leave the others
+  // waiting in that gather until the control plane stops the job. The
+  // ranks agree first (a collective every rank reaches, however far it
+  // got), and all of them stop.
+  if (deferred != nullptr && zero->comm_ != nullptr && zero->size_ > 1) {
+    torch::Tensor built = torch::full({1}, pieces_built.ok() ? 1.0 : 0.0, torch::TensorOptions().device(first.device()));
+    if (absl::Status agreed = zero->comm_->AllReduce(built, ReduceOp::kMin); !agreed.ok()) {
+      return pieces_built.ok() ? agreed : pieces_built;
+    }
+    if (pieces_built.ok() && built.item<double>() < 1) {
+      return absl::AbortedError(
+          "another rank of the data-parallel group could not build its ZeRO-3 pieces of the model (its own error "
+          "names the file); this rank stops with it instead of waiting in the persistent units' gather");
+    }
+  }
+  if (!pieces_built.ok()) return pieces_built;
   auto start_worker = [&] {
     if (options.worker != nullptr) {
       zero->worker_ = options.worker;
@@ -373,11 +386,7 @@ absl::Status ZeroPartition::AccumulateUnitGradients(int u) {
 
 absl::Status ZeroPartition::StartGather(int u) {
   if (gathered_[u]) return absl::OkStatus();
-  if (parameter_files_ && (update_.open || parameters_stale_)) {
-    return absl::FailedPreconditionError(
-        "parameters on NVMe: a failed step left the parameter files part-updated; load a checkpoint (which rewrites "
-        "them whole) before the next forward");
-  }
+  if (absl::Status current = CheckParametersCurrent(); !current.ok()) return current;
   const Unit& unit = units_[u];
   torch::Tensor& full = full_[u];
   // The memory is taken here, on the training thread; the worker fills it.
@@ -655,6 +664,15 @@ absl::StatusOr<torch::Tensor> ZeroPartition::ReadParameterPiece(const Unit& unit
   return bytes->view(params_.front().scalar_type());
 }
 
+absl::Status ZeroPartition::CheckParametersCurrent() const {
+  if (parameter_files_ && (update_.open || parameters_stale_)) {
+    return absl::FailedPreconditionError(
+        "parameters on NVMe: a failed step left the parameter files part-updated; load a checkpoint (which rewrites "
+        "them whole) before the next forward, step or save");
+  }
+  return absl::OkStatus();
+}
+
 void ZeroPartition::AbandonParameterUpdate() {
   for (int buffer : {0, 1}) {
     if (update_.writing[buffer]) (void)parameter_files_->FinishWrite(buffer);
@@ -671,8 +689,6 @@ absl::Status ZeroPartition::StoreParameters(int64_t offset, const torch::Tensor&
 
 absl::Status ZeroPartition::StoreParameterRange(int64_t offset, const torch::Tensor& values) {
   ParameterUpdate& update = update_;
-  // An update a failed step left open: a new one (a checkpoint load) starts over.
-  if (update.open && offset == 0 && update.next != 0) AbandonParameterUpdate();
   if (!update.open) {
     if (offset != 0) {
       return absl::InternalError(absl::StrCat("parameters on NVMe: an update must start at element 0 of the shard, "
@@ -754,6 +770,8 @@ absl::Status ZeroPartition::StageSwappedMaster(bool read) {
 absl::Status ZeroPartition::UnstageSwappedMaster(bool write_back) {
   if (!swapped_) return absl::OkStatus();
   if (write_back) {
+    // A load rewrites every parameter file: an update a failed step left open goes.
+    if (parameter_files_ && update_.open) AbandonParameterUpdate();
     if (absl::Status s = swapped_->WriteWhole(0, master_shard_); !s.ok()) return s;
     if (absl::Status s = StoreUpdatedMaster(0, master_shard_.detach()); !s.ok()) return s;
     if (absl::Status s = FinishParameterUpdate(); !s.ok()) return s;

@@ -195,6 +195,9 @@ class ZeroPartition {
   absl::Status StoreUpdatedMaster(int64_t offset, const torch::Tensor& master);
   // Note [Parameters on NVMe]: the parameter files (null without them).
   const SwappedPieces* parameter_files() const { return parameter_files_.get(); }
+  // FailedPrecondition while a failed step has left the files part-updated
+  // (gathers, steps and saves refuse them until a load rewrites them).
+  absl::Status CheckParametersCurrent() const;
   // For a checkpoint: the master shard read into master_shard() (Save reads
   // it), or zeros of its shape (`read` false: Load overwrites it whole);
   // Unstage drops it again, first writing it back to the swap files and into

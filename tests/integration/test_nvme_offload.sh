@@ -82,7 +82,7 @@ cmp -s "$WORK/z3host.tsv" "$WORK/z3nvme.tsv" ||
   fail "parameters on NVMe: losses differ from the host's: $(paste "$WORK/z3host.tsv" "$WORK/z3nvme.tsv" | head -3)"
 grep -Eq 'dsrank: NVMe offload .*; parameters: [0-9]+ files under .*-rank0-params' "$WORK/z3nvme.out" ||
   fail "the parameter files are not said: $(grep 'NVMe offload' "$WORK/z3nvme.out")"
-grep -Eq 'dsrank: nvme_path probe of .* a step reads [0-9.]+ GB and writes [0-9.]+ GB of swap files' "$WORK/z3nvme.out" ||
+grep -Eq 'dsrank: nvme_path probe of .* a step reads [0-9.]+ GB \([0-9.]+ GB of them during forward and backward\) and writes [0-9.]+ GB of swap files' "$WORK/z3nvme.out" ||
   fail "the probe does not count the parameters' reads: $(grep 'dsrank: nvme' "$WORK/z3nvme.out")"
 pass "ZeRO-3 with the parameters on NVMe gives the host's losses bit for bit"
 
