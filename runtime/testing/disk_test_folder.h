@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -39,5 +40,19 @@ class DiskTestFolder {
  private:
   std::string path_;
 };
+
+// Flips the bits of `mask` in the byte at `offset` of `file` (a swap file's
+// payload starts at 4096): what a checksum must catch.
+inline void FlipBitsInFile(const std::string& file, int64_t offset, unsigned char mask) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(stream.good()) << file;
+  char byte = 0;
+  stream.seekg(offset);
+  stream.read(&byte, 1);
+  byte = static_cast<char>(byte ^ mask);
+  stream.seekp(offset);
+  stream.write(&byte, 1);
+  ASSERT_TRUE(stream.good()) << file;
+}
 
 }  // namespace dslaunch::runtime::testing

@@ -139,13 +139,7 @@ TEST_F(ZeroTest, AChangedOrTruncatedParameterFileStopsTheGatherNamingIt) {
     if (truncate) {
       ASSERT_EQ(::truncate(file.c_str(), 4096 + 512), 0) << file;
     } else {
-      std::fstream swap(file, std::ios::in | std::ios::out | std::ios::binary);
-      char byte = 0;
-      swap.seekg(4096 + 12);
-      swap.read(&byte, 1);
-      byte ^= 0x04;
-      swap.seekp(4096 + 12);
-      swap.write(&byte, 1);
+      testing::FlipBitsInFile(file, 4096 + 12, 0x04);
     }
     auto [inputs, targets] = Batch(0, 8);
     try {
@@ -181,12 +175,8 @@ TEST_F(ZeroTest, AStepThatFailsPartWayLeavesTheFilesRefusedUntilACheckpointLoads
     if (std::sscanf(file.c_str(), "exp_avg_sq.%d.swp", &group) == 1) last = std::max(last, group);
   }
   ASSERT_GT(last, 0) << "several sub-groups";
-  {
-    std::fstream swap(folder.path() + "/dslaunch-swap/job-rank0/exp_avg_sq." + std::to_string(last) + ".swp",
-                      std::ios::in | std::ios::out | std::ios::binary);
-    swap.seekp(4096 + 4);
-    swap.put('\x7f');
-  }
+  testing::FlipBitsInFile(folder.path() + "/dslaunch-swap/job-rank0/exp_avg_sq." + std::to_string(last) + ".swp",
+                          4096 + 4, 0x7f);
   auto [inputs, targets] = Batch(16, 8);
   ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
   ASSERT_FALSE((*engine)->Step().ok());

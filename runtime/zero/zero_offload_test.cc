@@ -15,6 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/model/gpt.h"
+#include "runtime/testing/disk_test_folder.h"
 #include "runtime/testing/rank_group.h"
 #include "runtime/zero/shard_adam.h"
 #include "runtime/zero/zero_partition.h"
@@ -60,21 +61,9 @@ TEST_F(ZeroTest, CpuOffloadWithTheSimdAdamMatchesTheDeviceStep) {
 }
 
 // Note [NVMe offload]: swap files on a real file system, beside the test.
-class NvmeFolder {
+class NvmeFolder : public testing::DiskTestFolder {
  public:
-  // Not std::filesystem: fs/file_system.h says why.
-  NvmeFolder() {
-    char cwd[4096] = {0};
-    EXPECT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
-    path_ = std::string(cwd) + "/nvme-test-" + std::to_string(::getpid());
-    EXPECT_TRUE(FileSystem::Default().RemoveTree(path_).ok());
-    EXPECT_TRUE(FileSystem::Default().CreateDirectories(path_).ok());
-  }
-  ~NvmeFolder() { (void)FileSystem::Default().RemoveTree(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  NvmeFolder() : DiskTestFolder("nvme-test") {}
 };
 
 void UseNvme(DsConfig& config, const std::string& path) {
@@ -162,17 +151,7 @@ TEST_F(ZeroTest, ACorruptSwapFileStopsTheStepNamingIt) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   Train(**engine, model, 0, 1, 1, 1, 0);
   const std::string file = folder.path() + "/dslaunch-swap/job-rank0/exp_avg_sq.0.swp";
-  {
-    // One flipped bit in the payload.
-    std::fstream swap(file, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(swap.good()) << file;
-    char byte = 0;
-    swap.seekg(4096 + 8);
-    swap.read(&byte, 1);
-    byte ^= 0x10;
-    swap.seekp(4096 + 8);
-    swap.write(&byte, 1);
-  }
+  testing::FlipBitsInFile(file, 4096 + 8, 0x10);  // one flipped bit in the payload
   auto [inputs, targets] = Batch(8, 8);
   ASSERT_TRUE((*engine)->Backward(model->Loss(inputs, targets)).ok());
   auto stepped = (*engine)->Step();
