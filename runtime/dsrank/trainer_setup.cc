@@ -106,7 +106,8 @@ absl::StatusOr<ModelSpec> TrainingModelSpec(const JobConfig& job, const TrainerC
   // Note [Tensor parallelism]: the model holds this rank's slices.
   if (context.parallel && context.parallel->tensor() != nullptr) {
     Communicator* tensor = context.parallel->tensor();
-    spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel};
+    spec.tensor_parallel = TensorParallelGroup{tensor, tensor->rank(), tensor->size(), job.model.sequence_parallel,
+                                               std::make_shared<CommWorker>(context.device)};
   }
   // Note [Mixture of experts]: model.moe, the experts split over this
   // rank's expert group.

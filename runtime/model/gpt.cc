@@ -6,6 +6,7 @@
 #include "runtime/model/deferred_parameters.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/next_token_loss.h"
+#include "runtime/model/stacked_projections.h"
 #include "runtime/tensor_parallel/tensor_parallel_layout.h"
 #include "runtime/tensor_parallel/tensor_parallel_ops.h"
 #include "runtime/tensor_parallel/vocab_parallel.h"
@@ -46,11 +47,12 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options, Drop
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const TensorParallelGroup& group = options_.tensor_parallel;
-  torch::Tensor whole = EnterColumnParallel(x, group);
-  const int64_t batch = whole.size(0), time = whole.size(1);
+  // Every time step, on every rank (under sequence parallelism, gathered).
+  const torch::Tensor product = ColumnParallelProduct(x, {qkv->weight}, {qkv->bias}, group, /*fused_kernels=*/false);
+  const int64_t batch = product.size(0), time = product.size(1);
   const int64_t width = qkv->weight.size(0) / 3;  // this rank's heads
   const int64_t heads = options_.heads / std::max(1, group.size);
-  auto parts = Affine(qkv, whole).split(width, /*dim=*/2);
+  auto parts = product.split(width, /*dim=*/2);
   auto split_heads = [&](const torch::Tensor& t) {
     return t.view({batch, time, heads, width / heads}).transpose(1, 2);
   };
@@ -102,10 +104,12 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   const TensorParallelGroup& group = options_.tensor_parallel;
   torch::Tensor h = x + attention->forward(Normalize(norm1, x, fused, group));
   if (moe) return h + dropout_->Apply(moe->forward(Normalize(norm2, h, fused, group)), options_.dropout, is_training());
-  torch::Tensor n = EnterColumnParallel(Normalize(norm2, h, fused, group), group);
+  torch::Tensor n = Normalize(norm2, h, fused, group);
   // Fused: the bias joins the GELU instead of the matrix product.
-  torch::Tensor a = fused ? BiasGeluOp(torch::nn::functional::linear(n, fc->weight), fc->bias, /*fused=*/true)
-                          : torch::gelu(Affine(fc, n), "tanh");
+  torch::Tensor a =
+      fused ? BiasGeluOp(ColumnParallelProduct(n, {fc->weight}, {}, group, /*fused_kernels=*/false), fc->bias,
+                         /*fused=*/true)
+            : torch::gelu(ColumnParallelProduct(n, {fc->weight}, {fc->bias}, group, /*fused_kernels=*/false), "tanh");
   torch::Tensor m = RowParallelAffine(fc_projection, a, group);
   return h + dropout_->ApplyInRegion(m, options_.dropout, is_training(), group);
 }
@@ -199,7 +203,7 @@ torch::Tensor GptImpl::Head(const torch::Tensor& x) {
   torch::Tensor normalized = Normalize(final_norm, x, UsesFusedKernels(options_, x), group);
   // Tied head: the token embedding doubles as the output projection; each
   // rank computes the logits of its vocabulary range for every time step.
-  return torch::nn::functional::linear(EnterColumnParallel(normalized, group), token_embedding->weight);
+  return ColumnParallelProduct(normalized, {token_embedding->weight}, {}, group, /*fused_kernels=*/false);
 }
 
 torch::Tensor GptImpl::LossOf(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -137,20 +137,22 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
                                           KeyValueCache* cache) {
   const TensorParallelGroup& group = options_.tensor_parallel;
   // Every time step, on every rank (under sequence parallelism, gathered).
-  const torch::Tensor x = EnterColumnParallel(input, group);
-  const int64_t batch = x.size(0), time = x.size(1);
+  const int64_t batch = input.size(0), time = input.size(1) * (group.sequence_parallel ? group.size : 1);
   auto heads = [&](const torch::Tensor& t, int64_t count) {
     return t.view({batch, time, count, head_dim_}).transpose(1, 2);
   };
   torch::Tensor q, k, v;
   // Generation's joined weights, else (a replicated key/value head aside) one
-  // product over the three weights (Note [Stacked projections]).
-  // Training only: a decode step would copy the weights it reads (and the
-  // decode kernel takes its weights as unchanged since the step began).
+  // product over the three weights (Note [Stacked projections]) that enters
+  // the column-parallel region itself (Note [Overlapped input-gradient
+  // reduction]). Training only: a decode step would copy the weights it
+  // reads (and the decode kernel takes its weights as unchanged since the
+  // step began).
   const bool joined = joined_qkv_.usable();
   if (joined || (torch::GradMode::is_enabled() && !KeyValueHeadsReplicated(options_) &&
                  Stackable({q_proj, k_proj, v_proj}))) {
-    const torch::Tensor qkv = joined ? joined_qkv_.Product(x) : StackedProduct({q_proj, k_proj, v_proj}, x, group);
+    const torch::Tensor qkv = joined ? joined_qkv_.Product(EnterColumnParallel(input, group))
+                                     : ColumnParallelStackedProduct({q_proj, k_proj, v_proj}, input, group);
     // The query and key heads side by side in the product: one rotary over
     // both. split (not narrow): backward joins the pieces' gradients in one pass.
     const std::vector<torch::Tensor> parts =
@@ -161,6 +163,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
     k = qk[1];
     v = heads(parts[1], kv_heads_);
   } else {
+    const torch::Tensor x = EnterColumnParallel(input, group);
     q = RotaryOp(heads(ColumnParallel(q_proj, x, group), heads_), cos, sin, fused_);
     k = RotaryOp(KeyValueHeads(k_proj, x).transpose(1, 2), cos, sin, fused_);
     v = KeyValueHeads(v_proj, x).transpose(1, 2);
@@ -194,14 +197,18 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaOptions& options)
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& input) {
-  const torch::Tensor x = EnterColumnParallel(input, group_);
   if (joined_gate_up_.usable()) {
-    const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(x);
+    const std::vector<torch::Tensor> gate_up = joined_gate_up_.Forward(EnterColumnParallel(input, group_));
     return RowParallel(down_proj, SwiGluOp(gate_up[0], gate_up[1], fused_), group_);
   }
-  if (torch::GradMode::is_enabled() && Stackable({gate_proj, up_proj})) {  // Note [Stacked projections], training
-    return RowParallel(down_proj, SwiGluStackedOp(StackedProduct({gate_proj, up_proj}, x, group_), fused_), group_);
+  // Note [Stacked projections], training; the product enters the region
+  // itself (Note [Overlapped input-gradient reduction]).
+  if (torch::GradMode::is_enabled() && Stackable({gate_proj, up_proj})) {
+    return RowParallel(down_proj,
+                       SwiGluStackedOp(ColumnParallelStackedProduct({gate_proj, up_proj}, input, group_), fused_),
+                       group_);
   }
+  const torch::Tensor x = EnterColumnParallel(input, group_);
   return RowParallel(down_proj,
                      SwiGluOp(ColumnParallel(gate_proj, x, group_), ColumnParallel(up_proj, x, group_), fused_),
                      group_);
@@ -379,11 +386,19 @@ torch::Tensor LlamaImpl::RunLayer(int64_t i, const torch::Tensor& x, const Atten
 
 torch::Tensor LlamaImpl::Head(const torch::Tensor& x) {
   // Each rank's logits are its vocabulary range, for every time step.
-  torch::Tensor normalized = EnterColumnParallel(model->norm->forward(x), options_.tensor_parallel);
+  const TensorParallelGroup& group = options_.tensor_parallel;
+  const torch::Tensor normalized = model->norm->forward(x);
+  // Split: the product enters the column-parallel region itself (Note
+  // [Overlapped input-gradient reduction]) unless an adapter or int8 head
+  // reads it too.
   if (options_.tie_word_embeddings) {
+    if (group.split()) {
+      return ColumnParallelProduct(normalized, {model->embed_tokens->weight}, {}, group, options_.fused_kernels);
+    }
     return LinearOp(normalized, model->embed_tokens->weight, {}, options_.fused_kernels);
   }
-  return lm_head->forward(normalized);
+  if (group.split() && Stackable({lm_head})) return ColumnParallelStackedProduct({lm_head}, normalized, group);
+  return lm_head->forward(EnterColumnParallel(normalized, group));
 }
 
 torch::Tensor LlamaImpl::LossOf(const torch::Tensor& logits, const torch::Tensor& targets) const {

@@ -1,5 +1,7 @@
 #include "runtime/model/stacked_projections.h"
 
+#include <optional>
+
 #include "runtime/model/decode_linear.h"
 #include "runtime/tensor_parallel/tensor_parallel_ops.h"
 
@@ -29,43 +31,71 @@ namespace {
 // backward computes the input's gradient as one buffer that each weight's
 // product accumulates into (beta 1: no adds), and each weight's and bias's
 // gradient from its columns of the output's gradient.
+//
+// With a region (a split tensor group's communicator), x is this rank's view
+// of a column-parallel region's input, [batch, time, in]: forward makes it
+// whole first (WholeRegionInput), and backward starts summing the input's
+// gradient across the group before it computes the weights' gradients, and
+// waits for the sum after (Note [Overlapped input-gradient reduction]).
 class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, at::TensorList weights,
-                               at::TensorList biases, bool fused_kernels) {
-    std::vector<torch::Tensor> saved = {x};
+                               at::TensorList biases, bool fused_kernels, int64_t region, int64_t worker,
+                               bool sequence_parallel) {
+    torch::Tensor rows = x;
+    if (region != 0) {
+      auto* comm = reinterpret_cast<Communicator*>(region);
+      const torch::Tensor whole =
+          WholeRegionInput(x, TensorParallelGroup{comm, comm->rank(), comm->size(), sequence_parallel});
+      ctx->saved_data["whole"] = whole.sizes().vec();
+      rows = whole.reshape({-1, whole.size(-1)});
+    }
+    ctx->saved_data["region"] = region;
+    ctx->saved_data["worker"] = worker;
+    ctx->saved_data["sequence_parallel"] = sequence_parallel;
+    std::vector<torch::Tensor> saved = {rows};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
     const torch::Tensor weight = weights.size() == 1 ? weights[0] : torch::cat(weights);
     const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases.size() == 1 ? biases[0] : torch::cat(biases);
-    return LinearOp(x, weight, bias, fused_kernels);
+    return LinearOp(rows, weight, bias, fused_kernels);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor& x = saved[0];
+    const torch::Tensor& rows = saved[0];
     const size_t count = saved.size() - 1;
     const bool biases = ctx->saved_data["biases"].toInt() > 0;
     const torch::Tensor grad = grads[0].contiguous();
-    torch::autograd::variable_list result(1 + count + (biases ? count : 0));
+    std::vector<torch::Tensor> parts;
     int64_t offset = 0;
     for (size_t i = 0; i < count; ++i) {
-      const torch::Tensor& weight = saved[1 + i];
-      const torch::Tensor part = grad.narrow(1, offset, weight.size(0));
-      offset += weight.size(0);
-      if (ctx->needs_input_grad(0)) {
-        if (!result[0].defined()) {
-          result[0] = torch::mm(part, weight);
-        } else {
-          result[0].addmm_(part, weight);
-        }
-      }
-      if (ctx->needs_input_grad(1 + i)) result[1 + i] = torch::mm(part.t(), x);
-      if (biases && ctx->needs_input_grad(1 + count + i)) result[1 + count + i] = part.sum(0);
+      parts.push_back(grad.narrow(1, offset, saved[1 + i].size(0)));
+      offset += saved[1 + i].size(0);
     }
-    result.push_back(torch::Tensor());  // fused_kernels
+    torch::autograd::variable_list result(1 + count + (biases ? count : 0));
+    std::optional<InputGradientReduction> reduction;
+    if (ctx->needs_input_grad(0)) {
+      torch::Tensor input_grad = torch::mm(parts[0], saved[1]);
+      for (size_t i = 1; i < count; ++i) input_grad.addmm_(parts[i], saved[1 + i]);
+      const int64_t region = ctx->saved_data["region"].toInt();
+      if (region == 0) {
+        result[0] = input_grad;
+      } else {
+        reduction.emplace(input_grad.view(ctx->saved_data["whole"].toIntVector()),
+                          reinterpret_cast<Communicator*>(region),
+                          reinterpret_cast<CommWorker*>(ctx->saved_data["worker"].toInt()),
+                          ctx->saved_data["sequence_parallel"].toBool());
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (ctx->needs_input_grad(1 + i)) result[1 + i] = torch::mm(parts[i].t(), rows);
+      if (biases && ctx->needs_input_grad(1 + count + i)) result[1 + count + i] = parts[i].sum(0);
+    }
+    if (reduction) result[0] = reduction->Finish();
+    result.resize(result.size() + 4);  // fused_kernels, region, worker, sequence_parallel
     return result;
   }
 };
@@ -86,7 +116,8 @@ torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const t
   }
   const torch::Tensor rows = x.reshape({-1, in});
   torch::Tensor y = StackedLinearFunction::apply(rows, at::TensorList(weights), at::TensorList(biases),
-                                                 projections.front()->fused_kernels);
+                                                 projections.front()->fused_kernels, /*region=*/0, /*worker=*/0,
+                                                 /*sequence_parallel=*/false);
 
   std::vector<LoraLinear> adapted;
   for (const LoraLinear& projection : projections) {
@@ -131,6 +162,48 @@ torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const t
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = outputs;
   return y.view(shape);
+}
+
+torch::Tensor ColumnParallelProduct(const torch::Tensor& input, const std::vector<torch::Tensor>& weights,
+                                    const std::vector<torch::Tensor>& biases, const TensorParallelGroup& group,
+                                    bool fused_kernels) {
+  TORCH_CHECK(!weights.empty(), "a column-parallel product needs a weight");
+  const int64_t in = weights.front().size(1);
+  std::vector<int64_t> shape = input.sizes().vec();
+  int64_t outputs = 0;
+  for (const torch::Tensor& weight : weights) outputs += weight.size(0);
+  shape.back() = outputs;
+  if (!group.split()) {
+    if (weights.size() == 1) {
+      return LinearOp(input.reshape({-1, in}), weights[0], biases.empty() ? torch::Tensor() : biases[0], fused_kernels)
+          .view(shape);
+    }
+    return StackedLinearFunction::apply(input.reshape({-1, in}), at::TensorList(weights), at::TensorList(biases),
+                                        fused_kernels, /*region=*/0, /*worker=*/0, /*sequence_parallel=*/false)
+        .view(shape);
+  }
+  TORCH_CHECK(input.dim() == 3, "a column-parallel product takes [batch, time, width] activations, got ",
+              input.sizes());
+  if (group.sequence_parallel) shape[1] *= group.size;
+  return StackedLinearFunction::apply(input, at::TensorList(weights), at::TensorList(biases), fused_kernels,
+                                      reinterpret_cast<int64_t>(group.comm),
+                                      reinterpret_cast<int64_t>(group.worker.get()), group.sequence_parallel)
+      .view(shape);
+}
+
+torch::Tensor ColumnParallelStackedProduct(const std::vector<LoraLinear>& projections, const torch::Tensor& input,
+                                           const TensorParallelGroup& group) {
+  TORCH_CHECK(Stackable(projections), "these projections cannot run as one product");
+  bool adapted = false;
+  for (const LoraLinear& projection : projections) adapted = adapted || projection->adapted();
+  // Note [Overlapped input-gradient reduction]: adapters read the input too.
+  if (adapted) return StackedProduct(projections, EnterColumnParallel(input, group), group);
+  std::vector<torch::Tensor> weights, biases;
+  for (const LoraLinear& projection : projections) {
+    weights.push_back(projection->weight);
+    if (projection->bias.defined()) biases.push_back(projection->bias);
+  }
+  return ColumnParallelProduct(input, weights, biases, group, projections.front()->fused_kernels);
 }
 
 }  // namespace dslaunch::runtime

@@ -47,4 +47,23 @@ bool Stackable(const std::vector<LoraLinear>& projections);
 torch::Tensor StackedProduct(const std::vector<LoraLinear>& projections, const torch::Tensor& x,
                              const TensorParallelGroup& group);
 
+// The product of a column-parallel region's input with `weights` stacked
+// [Σ out, in] (plus `biases`, on all or none): `input` is this rank's view of
+// the region's input, [batch, time, in] (under sequence parallelism its
+// chunk of the sequence), and the result [batch, time, Σ out] covers the
+// whole sequence. The region's entry and the product are one autograd step
+// whose backward sums the input's gradient across the group while it
+// computes the weights' (Note [Overlapped input-gradient reduction]); with a
+// group of one, a plain stacked product over the rows.
+torch::Tensor ColumnParallelProduct(const torch::Tensor& input, const std::vector<torch::Tensor>& weights,
+                                    const std::vector<torch::Tensor>& biases, const TensorParallelGroup& group,
+                                    bool fused_kernels);
+
+// StackedProduct of a column-parallel region's input as ColumnParallelProduct
+// takes it: the projections' weights through ColumnParallelProduct, or when
+// an adapter reads the input too, the region entered apart
+// (EnterColumnParallel) and then StackedProduct. REQUIRES: Stackable.
+torch::Tensor ColumnParallelStackedProduct(const std::vector<LoraLinear>& projections, const torch::Tensor& input,
+                                           const TensorParallelGroup& group);
+
 }  // namespace dslaunch::runtime

@@ -200,7 +200,10 @@ std::vector<std::string> CheckParity(const std::string& family, const Variant& v
   std::vector<std::string> rank0_mismatches;
   InProcessStore store;
   store.RunRanks(size, [&](int rank, Communicator& comm) {
-    const Result split = Run(family, v, TensorParallelGroup{&comm, rank, size, sequence_parallel});
+    // As dsrank runs it: input gradients reduced on the group's worker
+    // (Note [Overlapped input-gradient reduction]).
+    const Result split = Run(family, v,
+                             TensorParallelGroup{&comm, rank, size, sequence_parallel, std::make_shared<CommWorker>()});
     EXPECT_NEAR(split.loss, reference.loss, loss_tolerance * std::abs(reference.loss)) << what << ", rank " << rank;
     std::string worst;
     std::vector<std::string> bad = Mismatches(split, reference, v.dtype, &worst);

@@ -1,7 +1,9 @@
 // This rank's tensor-parallel group as the layers see it (Note [Tensor
 // parallelism]): the communicator (null with one member), this rank's index
-// in it, its size, and whether activations outside the matrix products are
-// split along the sequence (sequence parallelism).
+// in it, its size, whether activations outside the matrix products are
+// split along the sequence (sequence parallelism), and the worker thread
+// that reduces input gradients while backward goes on (Note [Overlapped
+// input-gradient reduction]).
 //
 // Note [Tensor parallelism]
 // Megatron's scheme (REFERENCE.md, "Tensor parallelism"). A column-parallel
@@ -32,6 +34,9 @@
 // the group, so a gradient norm counts it once (on tensor rank 0).
 #pragma once
 
+#include <memory>
+
+#include "runtime/comm/comm_worker.h"
 #include "runtime/comm/communicator.h"
 
 namespace dslaunch::runtime {
@@ -41,6 +46,12 @@ struct TensorParallelGroup {
   int rank = 0;
   int size = 1;
   bool sequence_parallel = false;
+  // Runs the group's backward reductions that overlap the weight gradients'
+  // products (ColumnParallelProduct); null: they run inline, on autograd's
+  // thread. One per rank's group, on its training device: copies of the
+  // group share it. Only this thread and autograd's use `comm`, never both
+  // at once (a reduction is waited for before its autograd step returns).
+  std::shared_ptr<CommWorker> worker = nullptr;
 
   bool split() const { return size > 1; }
 };

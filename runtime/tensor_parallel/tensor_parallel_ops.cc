@@ -177,6 +177,55 @@ torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const Tens
   return ReplicatedWithPartialGradient(parameter, group);
 }
 
+torch::Tensor WholeRegionInput(const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (!group.split() || !group.sequence_parallel) return x;
+  torch::NoGradGuard no_grad;
+  return AllGatherSequence(x, group.comm);
+}
+
+InputGradientReduction::InputGradientReduction(const torch::Tensor& grad, Communicator* comm, CommWorker* worker,
+                                               bool sequence_parallel)
+    : sequence_parallel_(sequence_parallel) {
+  TORCH_CHECK(comm != nullptr, "an input-gradient reduction needs the tensor group's communicator");
+  if (ColumnGradientBroken()) {  // BreakReductionForTesting: this rank's part, unsummed
+    output_ = sequence_parallel ? SequenceChunk(grad, comm).movedim(kSequenceDim, 0) : grad;
+    return;
+  }
+  if (sequence_parallel) {
+    TORCH_CHECK(grad.size(kSequenceDim) % comm->size() == 0, "sequence parallelism: a sequence of ",
+                grad.size(kSequenceDim), " steps does not split over ", comm->size(), " tensor-parallel ranks");
+    input_ = grad.movedim(kSequenceDim, 0).contiguous();
+    std::vector<int64_t> sizes = input_.sizes().vec();
+    sizes[0] /= comm->size();
+    output_ = torch::empty(sizes, input_.options());
+  } else {
+    input_ = grad.contiguous();
+    output_ = input_;
+  }
+  auto reduce = [comm, input = input_, output = output_, sequence_parallel]() mutable {
+    return sequence_parallel ? comm->ReduceScatter(input, output, ReduceOp::kSum)
+                             : comm->AllReduce(input, ReduceOp::kSum);
+  };
+  if (worker != nullptr) {
+    ticket_.emplace(worker->Submit(std::move(reduce)));
+  } else {
+    inline_status_ = reduce();
+  }
+}
+
+InputGradientReduction::~InputGradientReduction() {
+  if (!finished_ && ticket_) ticket_->Wait().IgnoreError();
+}
+
+torch::Tensor InputGradientReduction::Finish() {
+  TORCH_CHECK(!finished_, "an input-gradient reduction finished twice");
+  finished_ = true;
+  const absl::Status status = ticket_ ? ticket_->Wait() : inline_status_;
+  Check(status, sequence_parallel_ ? "reduce-scatter of an input gradient along the sequence"
+                                   : "all-reduce of an input gradient");
+  return sequence_parallel_ ? output_.movedim(0, kSequenceDim).contiguous() : output_;
+}
+
 void BreakReductionForTesting(BrokenReduction broken) { broken_reduction.store(broken); }
 
 }  // namespace dslaunch::runtime

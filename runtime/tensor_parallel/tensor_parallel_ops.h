@@ -8,8 +8,11 @@
 // nothing else uses it during forward and backward.
 #pragma once
 
+#include <optional>
+
 #include <torch/torch.h>
 
+#include "absl/status/status.h"
 #include "runtime/tensor_parallel/tensor_parallel_group.h"
 
 namespace dslaunch::runtime {
@@ -54,6 +57,66 @@ torch::Tensor ReplicatedWithPartialGradient(const torch::Tensor& parameter, cons
 // ReplicatedWithPartialGradient under sequence parallelism, else itself.
 // Undefined stays undefined.
 torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const TensorParallelGroup& group);
+
+// Note [Overlapped input-gradient reduction]
+// Megatron's asynchronous tensor-parallel backward: the gradient of a
+// column-parallel product's input is this rank's part of a sum over the
+// group, and the sum (an all-reduce; under sequence parallelism a
+// reduce-scatter along the sequence) needs nothing that the product's weight
+// gradient computes. So the product starts the reduction as soon as its
+// input gradient is computed, computes its weights' and biases' gradients
+// while the reduction runs, and waits for it only then. The reduction runs
+// on the group's worker (TensorParallelGroup::worker): on a GPU on the
+// worker's own stream (Note [Comm stream]), so the collective and the weight
+// GEMMs on the compute stream run at once; on the CPU on the worker's thread.
+//
+// The choice of order has to be made inside one autograd step: LibTorch's
+// linear computes both of its gradients in one node, and an entry kept apart
+// from the product (CopyToTensorParallelRegion, GatherFromSequence...)
+// reduces only after that node, with nothing left to overlap. So
+// ColumnParallelProduct (runtime/model/stacked_projections.h) is the
+// region's entry and its product as one step. It serves wherever a region's
+// input feeds one product: GPT's qkv and fc, Llama's stacked q/k/v and
+// gate/up, and the vocabulary-parallel heads (the largest weight gradient of
+// all). Where LoRA adapters read the region's input too, the base weight is
+// frozen and has no gradient to overlap, so the entry stays apart (one
+// reduction for the base product and the adapters); so does the entry of
+// attention whose key/value heads are replicated (its projections run
+// apart).
+
+// This rank's view of a column-parallel region's input made whole for a
+// product that reduces its input gradient itself (InputGradientReduction):
+// all-gathered along the sequence under sequence parallelism, else `x`.
+// Records no autograd step: for the forward of such a product.
+torch::Tensor WholeRegionInput(const torch::Tensor& x, const TensorParallelGroup& group);
+
+// One input gradient being summed across the group (Note [Overlapped
+// input-gradient reduction]).
+class InputGradientReduction {
+ public:
+  // Starts summing `grad`, this rank's part of the gradient of a region's
+  // whole input [batch, time, ...]: on the group's worker when it has one,
+  // else here and now. REQUIRES: group.split().
+  InputGradientReduction(const torch::Tensor& grad, Communicator* comm, CommWorker* worker, bool sequence_parallel);
+  InputGradientReduction(const InputGradientReduction&) = delete;
+  InputGradientReduction& operator=(const InputGradientReduction&) = delete;
+  // Waits for a reduction never finished (an error between start and
+  // finish): the collective owns its buffers until it is done.
+  ~InputGradientReduction();
+
+  // The sum: the whole gradient, or under sequence parallelism this rank's
+  // chunk of the sequence. Waits for it; throws naming the collective when
+  // it failed. Call once.
+  torch::Tensor Finish();
+
+ private:
+  const bool sequence_parallel_;
+  torch::Tensor input_;   // what the collective reads (the all-reduce: in place)
+  torch::Tensor output_;  // where the sum lands
+  std::optional<CommTicket> ticket_;
+  absl::Status inline_status_;
+  bool finished_ = false;
+};
 
 // Test builds prove the parity tests can fail (Note [Tensor parallelism]):
 // with kColumnInputGradient every column-parallel region keeps this rank's

@@ -169,7 +169,10 @@ class WholeModelSource : public ParameterSource {
 
 inline TensorParallelGroup TensorGroupOf(const ParallelState& state, bool sequence_parallel) {
   Communicator* tensor = state.tensor();
-  return TensorParallelGroup{tensor, tensor ? tensor->rank() : 0, tensor ? tensor->size() : 1, sequence_parallel};
+  // As dsrank's: input gradients reduced on a worker of the group's own
+  // (Note [Overlapped input-gradient reduction]).
+  return TensorParallelGroup{tensor, tensor ? tensor->rank() : 0, tensor ? tensor->size() : 1, sequence_parallel,
+                             tensor ? std::make_shared<CommWorker>(torch::kCPU) : nullptr};
 }
 
 // One rank's model (split over its tensor group) and engine.

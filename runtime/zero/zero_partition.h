@@ -83,7 +83,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/offload/swapped_pieces.h"
 #include "runtime/offload/swapped_shard.h"
-#include "runtime/zero/comm_worker.h"
+#include "runtime/comm/comm_worker.h"
 #include "runtime/zero/fused_adamw_step.h"
 #include "runtime/model/parameter_units.h"
 

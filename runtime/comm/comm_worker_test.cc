@@ -1,4 +1,4 @@
-#include "runtime/zero/comm_worker.h"
+#include "runtime/comm/comm_worker.h"
 
 #include <gtest/gtest.h>
 

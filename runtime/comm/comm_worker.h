@@ -1,7 +1,8 @@
-// One thread that runs a rank's ZeRO collectives in the order they were
-// submitted (Note [ZeRO-3 prefetch]): the training thread keeps computing
-// while the next unit is gathered and the last one's gradients are
-// reduce-scattered. Every rank submits the same sequence, so the collectives
+// One thread that runs a communicator's collectives in the order they were
+// submitted, while the training thread keeps computing: ZeRO's (Note [ZeRO-3
+// prefetch]: the next unit is gathered and the last one's gradients are
+// reduce-scattered) and the tensor group's (Note [Overlapped input-gradient
+// reduction]). Every rank submits the same sequence, so the collectives
 // match across ranks as if they ran inline. On a GPU the thread queues its
 // work on a stream of its own (Note [Comm stream]).
 #pragma once
