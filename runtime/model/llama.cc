@@ -161,7 +161,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& input, const torc
         RotaryOp(heads(parts[0], heads_ + kv_heads_), cos, sin, fused_).split_with_sizes({heads_, kv_heads_}, 1);
     q = qk[0];
     k = qk[1];
-    v = heads(parts[1], kv_heads_);
+    // A copy, not a view: attention keeps its value input for backward, and
+    // a view would keep the whole product alive with it, queries and keys
+    // (rotated into tensors of their own) included.
+    v = heads(parts[1].contiguous(), kv_heads_);
   } else {
     const torch::Tensor x = EnterColumnParallel(input, group);
     q = RotaryOp(heads(ColumnParallel(q_proj, x, group), heads_), cos, sin, fused_);

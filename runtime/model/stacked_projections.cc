@@ -26,8 +26,9 @@ namespace {
 
 // x [rows, in] times the weights stacked [Σ out, in] (plus the biases): one
 // matrix product forward, over a stacked copy that lives only for it. Saved
-// for backward are x and the weights themselves (parameters, alive anyway,
-// and under ZeRO-3 released and gathered again like any), never the copy;
+// for backward are x (when a weight learns) and the weights themselves (when
+// x needs its gradient; parameters, alive anyway, and under ZeRO-3 released
+// and gathered again like any), never the copy;
 // backward computes the input's gradient as one buffer that each weight's
 // product accumulates into (beta 1: no adds), and each weight's and bias's
 // gradient from its columns of the output's gradient.
@@ -53,8 +54,17 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
     ctx->saved_data["region"] = region;
     ctx->saved_data["worker"] = worker;
     ctx->saved_data["sequence_parallel"] = sequence_parallel;
-    std::vector<torch::Tensor> saved = {rows};
-    saved.insert(saved.end(), weights.begin(), weights.end());
+    // Only what backward reads: the input for the weights' gradients, the
+    // weights for the input's. A frozen base (LoRA) keeps no input alive.
+    bool weights_learn = false;
+    for (const torch::Tensor& weight : weights) weights_learn = weights_learn || weight.requires_grad();
+    std::vector<torch::Tensor> saved = {weights_learn ? rows : torch::Tensor()};
+    for (const torch::Tensor& weight : weights) saved.push_back(x.requires_grad() ? weight : torch::Tensor());
+    ctx->saved_data["widths"] = [&] {
+      std::vector<int64_t> widths;
+      for (const torch::Tensor& weight : weights) widths.push_back(weight.size(0));
+      return widths;
+    }();
     ctx->save_for_backward(saved);
     ctx->saved_data["biases"] = static_cast<int64_t>(biases.size());
     const torch::Tensor weight = weights.size() == 1 ? weights[0] : torch::cat(weights);
@@ -71,9 +81,9 @@ class StackedLinearFunction : public torch::autograd::Function<StackedLinearFunc
     const torch::Tensor grad = grads[0].contiguous();
     std::vector<torch::Tensor> parts;
     int64_t offset = 0;
-    for (size_t i = 0; i < count; ++i) {
-      parts.push_back(grad.narrow(1, offset, saved[1 + i].size(0)));
-      offset += saved[1 + i].size(0);
+    for (int64_t width : ctx->saved_data["widths"].toIntVector()) {
+      parts.push_back(grad.narrow(1, offset, width));
+      offset += width;
     }
     torch::autograd::variable_list result(1 + count + (biases ? count : 0));
     std::optional<InputGradientReduction> reduction;

@@ -145,6 +145,31 @@ TEST(StackedProjectionsTest, BackwardReadsTheWeightsNotAStackedCopy) {
   EXPECT_THROW(y.sum().backward(), c10::Error) << "backward did not read the weight it was given";
 }
 
+// A frozen base (LoRA's) needs no input for backward: the product keeps
+// none alive (the input changed after forward is no error, and the input's
+// gradient is still right); learning weights do read it.
+TEST(StackedProjectionsTest, AFrozenBaseKeepsNoInputForBackward) {
+  for (bool frozen : {true, false}) {
+    std::vector<LoraLinear> projections = StackTestProjections(false);
+    for (LoraLinear& p : projections) p->weight.requires_grad_(!frozen);
+    const torch::Tensor x = torch::randn({2, 5, 16}, torch::requires_grad());
+    const torch::Tensor y = StackedProduct(projections, x, TensorParallelGroup{});
+    const torch::Tensor upstream = torch::randn(y.sizes());
+    {
+      torch::NoGradGuard no_grad;
+      x.add_(1);
+    }
+    if (!frozen) {
+      EXPECT_THROW(y.backward(upstream), c10::Error) << "backward did not read the input it was given";
+      continue;
+    }
+    y.backward(upstream);
+    std::vector<torch::Tensor> weights;
+    for (const LoraLinear& p : projections) weights.push_back(p->weight);
+    EXPECT_TRUE(torch::allclose(x.grad(), torch::matmul(upstream, torch::cat(weights)), 1e-5, 1e-6));
+  }
+}
+
 TEST(StackedProjectionsTest, ProjectionsThatCannotShareAProductAreNotStackable) {
   EXPECT_FALSE(Stackable({}));
   EXPECT_TRUE(Stackable(StackTestProjections(true)));
