@@ -315,11 +315,13 @@ inline void UseSideStreamOnThisThread(const torch::Device& device) {
 // work as it comes.
 class SideStream {
  public:
-  explicit SideStream(const torch::Device& device) {
+  // `high_priority`: from the pool's high-priority streams (collectives that
+  // should start before queued compute kernels take every SM).
+  explicit SideStream(const torch::Device& device, bool high_priority = false) {
 #if defined(DSLAUNCH_TORCH_HAS_CUDA)
-    if (device.is_cuda()) stream_.emplace(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+    if (device.is_cuda()) stream_.emplace(c10::cuda::getStreamFromPool(high_priority, device.index()));
 #else
-    (void)device;
+    (void)device, (void)high_priority;
 #endif
   }
   template <typename Work>

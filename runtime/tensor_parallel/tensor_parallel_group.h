@@ -27,7 +27,7 @@
 // copy becomes an all-gather along the sequence and the all-reduce a
 // reduce-scatter. The norms' weights then see only part of the sequence,
 // so their gradients are partial sums, all-reduced across the group by
-// ReduceGradientAcrossTensorGroup on the weight itself.
+// SequenceRegionParameter on the weight itself.
 //
 // A parameter is either split (its TensorParallelForm) or replicated; every
 // replicated parameter ends backward with the same gradient on every rank of
@@ -46,11 +46,13 @@ struct TensorParallelGroup {
   int rank = 0;
   int size = 1;
   bool sequence_parallel = false;
-  // Runs the group's backward reductions that overlap the weight gradients'
-  // products (ColumnParallelProduct); null: they run inline, on autograd's
-  // thread. One per rank's group, on its training device: copies of the
-  // group share it. Only this thread and autograd's use `comm`, never both
-  // at once (a reduction is waited for before its autograd step returns).
+  // Present in training: the group's input-gradient reductions overlap the
+  // weight gradients' products (ColumnParallelProduct), on this worker's
+  // thread on the CPU (on a side stream queued by autograd's thread on a
+  // GPU); null: they run inline. One per rank's group: copies of the group
+  // share it. Only this thread and autograd's use `comm`, never both at once
+  // (a reduction is waited for before its autograd step returns). Errors
+  // reach the reduction that waits for its ticket; nobody drains it.
   std::shared_ptr<CommWorker> worker = nullptr;
 
   bool split() const { return size > 1; }

@@ -206,7 +206,15 @@ InputGradientReduction::InputGradientReduction(const torch::Tensor& grad, Commun
     return sequence_parallel ? comm->ReduceScatter(input, output, ReduceOp::kSum)
                              : comm->AllReduce(input, ReduceOp::kSum);
   };
-  if (worker != nullptr) {
+  if (worker != nullptr && input_.is_cuda()) {
+    const torch::Device device = input_.device();
+    const compat::StreamPoint gradient_ready = compat::StreamPoint::OnCurrentStream(device);
+    compat::SideStream(device, /*high_priority=*/true).Run([&] {
+      gradient_ready.BlockCurrentStream();
+      inline_status_ = reduce();
+      side_done_ = compat::StreamPoint::OnCurrentStream(device);
+    });
+  } else if (worker != nullptr) {
     ticket_.emplace(worker->Submit(std::move(reduce)));
   } else {
     inline_status_ = reduce();
@@ -214,13 +222,18 @@ InputGradientReduction::InputGradientReduction(const torch::Tensor& grad, Commun
 }
 
 InputGradientReduction::~InputGradientReduction() {
-  if (!finished_ && ticket_) ticket_->Wait().IgnoreError();
+  if (finished_) return;
+  if (ticket_) ticket_->Wait().IgnoreError();
+  // The buffers go back to the compute stream's pool only after the
+  // collective that uses them.
+  if (side_done_) side_done_->BlockCurrentStream();
 }
 
 torch::Tensor InputGradientReduction::Finish() {
   TORCH_CHECK(!finished_, "an input-gradient reduction finished twice");
   finished_ = true;
   const absl::Status status = ticket_ ? ticket_->Wait() : inline_status_;
+  if (side_done_) side_done_->BlockCurrentStream();
   Check(status, sequence_parallel_ ? "reduce-scatter of an input gradient along the sequence"
                                    : "all-reduce of an input gradient");
   return sequence_parallel_ ? output_.movedim(0, kSequenceDim).contiguous() : output_;

@@ -2,10 +2,12 @@
 // (Note [Tensor parallelism]). Each is the identity with a group of one.
 // Activations are [batch, time, ...]: the sequence is dimension 1.
 //
-// They run in forward on the caller's thread and in backward on autograd's,
-// in the same order on every rank of the group (the graphs are the same), so
-// the group's communicator is never used by two threads at once as long as
-// nothing else uses it during forward and backward.
+// They run in forward on the caller's thread and in backward on autograd's
+// (an input-gradient reduction on the CPU on the group's worker, waited for
+// before its autograd step returns: Note [Overlapped input-gradient
+// reduction]), in the same order on every rank of the group (the graphs are
+// the same), so the group's communicator is never used by two threads at
+// once as long as nothing else uses it during forward and backward.
 #pragma once
 
 #include <optional>
@@ -14,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "runtime/tensor_parallel/tensor_parallel_group.h"
+#include "runtime/torch_compat.h"
 
 namespace dslaunch::runtime {
 
@@ -65,10 +68,15 @@ torch::Tensor SequenceRegionParameter(const torch::Tensor& parameter, const Tens
 // reduce-scatter along the sequence) needs nothing that the product's weight
 // gradient computes. So the product starts the reduction as soon as its
 // input gradient is computed, computes its weights' and biases' gradients
-// while the reduction runs, and waits for it only then. The reduction runs
-// on the group's worker (TensorParallelGroup::worker): on a GPU on the
-// worker's own stream (Note [Comm stream]), so the collective and the weight
-// GEMMs on the compute stream run at once; on the CPU on the worker's thread.
+// while the reduction runs, and waits for it only then. On a GPU the
+// autograd thread itself queues the collective, on a high-priority side
+// stream that waits for the gradient (Note [Comm stream]): queued before
+// the weight GEMMs, it starts first and runs beside them (a worker thread
+// would queue it only after a wake-up, usually behind the GEMMs), and the
+// compute stream waits for it at the end; NCCL calls do not block the host.
+// On the CPU, where a Gloo collective runs on the calling thread, it runs on
+// the group's worker thread (TensorParallelGroup::worker). Without a worker
+// (generation, serving: no backward) it runs inline.
 //
 // The choice of order has to be made inside one autograd step: LibTorch's
 // linear computes both of its gradients in one node, and an entry kept apart
@@ -95,8 +103,9 @@ torch::Tensor WholeRegionInput(const torch::Tensor& x, const TensorParallelGroup
 class InputGradientReduction {
  public:
   // Starts summing `grad`, this rank's part of the gradient of a region's
-  // whole input [batch, time, ...]: on the group's worker when it has one,
-  // else here and now. REQUIRES: group.split().
+  // whole input [batch, time, ...]: with a worker, on a side stream (CUDA)
+  // or the worker's thread (CPU); else here and now. REQUIRES: a group of
+  // more than one.
   InputGradientReduction(const torch::Tensor& grad, Communicator* comm, CommWorker* worker, bool sequence_parallel);
   InputGradientReduction(const InputGradientReduction&) = delete;
   InputGradientReduction& operator=(const InputGradientReduction&) = delete;
@@ -113,7 +122,8 @@ class InputGradientReduction {
   const bool sequence_parallel_;
   torch::Tensor input_;   // what the collective reads (the all-reduce: in place)
   torch::Tensor output_;  // where the sum lands
-  std::optional<CommTicket> ticket_;
+  std::optional<CommTicket> ticket_;  // on the worker's thread
+  std::optional<compat::StreamPoint> side_done_;  // on a side stream: where it ends
   absl::Status inline_status_;
   bool finished_ = false;
 };
