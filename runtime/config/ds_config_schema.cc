@@ -117,10 +117,9 @@ void AddOffloadKeys(std::vector<KeySpec>* keys, const std::string& section, Offl
                         .Min(0)
                         .IgnoredUnless("100000000", "parameters on NVMe go through two staging buffers, each as "
                                                     "large as the largest unit's piece (Note [Parameters on NVMe])"));
-    keys->push_back(Unstored(p + "max_in_cpu", ValueKind::kInt)
-                        .Min(0)
-                        .IgnoredUnless("1000000000", "with offload_param.device=nvme every unit's piece lives on the "
-                                                     "drive, none in host memory (Note [Parameters on NVMe])"));
+    // Note [Parameters on NVMe]: the first units' pieces that fit stay in
+    // host memory; without device nvme, WithoutEffectHere says so.
+    keys->push_back(Key(p + "max_in_cpu", &o->max_in_cpu).Min(0));
   }
   if (for_optimizer) {
     for (const char* name : {"pipeline_read", "pipeline_write"}) {
@@ -776,6 +775,16 @@ std::vector<std::string> NotYetSupported(const WalkResult& walk, const DsConfig&
 
 std::vector<std::string> WithoutEffectHere(const WalkResult& walk, const DsConfig& c) {
   std::vector<std::string> lines;
+  // DeepSpeed's templates carry max_in_cpu beside device cpu: a warning, not
+  // a refusal.
+  const std::string max_in_cpu = "zero_optimization.offload_param.max_in_cpu";
+  if (walk.Has(max_in_cpu) && !walk.IsAuto(max_in_cpu) && c.zero_optimization.offload_param.device != "nvme") {
+    lines.push_back(absl::StrCat(Setting(walk.WrittenPath(max_in_cpu),
+                                         absl::StrCat(c.zero_optimization.offload_param.max_in_cpu)),
+                                 " has no effect here: it counts the parameter elements kept in host memory with "
+                                 "offload_param.device=nvme (it is ",
+                                 c.zero_optimization.offload_param.device, ")"));
+  }
   for (const auto& [spec, setting] : GivenOtherThanDefault(walk, c, KeySpec::Unbuilt::kIgnored)) {
     lines.push_back(absl::StrCat(setting, " has no effect here (DeepSpeed's default is ",
                                  spec.deepspeed_default.empty() ? "none" : spec.deepspeed_default, "): ",

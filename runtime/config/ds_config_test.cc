@@ -604,6 +604,15 @@ TEST_F(DsConfigTest, NvmeOffloadOfTheParametersNeedsItsPathStageThreeAndNoDelaye
   EXPECT_THAT(warned, ElementsAre(HasSubstr("offload_optimizer.pin_memory=true has no effect here"),
                                   HasSubstr("offload_param.pin_memory=true has no effect here")));
   EXPECT_EQ(infinity->zero_optimization.offload_param.nvme_path, "/local_nvme");
+  // Honoured (DeepSpeed ignores it, #4221); unset, every piece on the drive.
+  EXPECT_EQ(infinity->zero_optimization.offload_param.max_in_cpu, 1'000'000'000);
+  auto unset = Load("unset.json", R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->zero_optimization.offload_param.max_in_cpu, 0);
+  EXPECT_THAT(ProblemLines(Load("negative.json", R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "nvme", "nvme_path": "/n", "max_in_cpu": -1}}})")),
+              ElementsAre(HasSubstr("zero_optimization.offload_param.max_in_cpu")));
   auto missing = Load("ds.json", R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})");
   EXPECT_THAT(ProblemLines(missing),
@@ -721,7 +730,7 @@ tensor_parallel: {tp: {tp_grain_size: 64}}
                                 HasSubstr("two staging buffers")),
                           HasSubstr("zero_optimization.offload_param.buffer_size=7 has no effect here"),
                           AllOf(HasSubstr("zero_optimization.offload_param.max_in_cpu=9 has no effect here"),
-                                HasSubstr("none in host memory")),
+                                HasSubstr("offload_param.device=nvme (it is cpu)")),
                           HasSubstr("zero_optimization.aio.single_submit=true has no effect here"),
                           HasSubstr("activation_checkpointing.profile=true has no effect here"),
                           HasSubstr("tensor_parallel.tp.tp_grain_size=64 has no effect here")));

@@ -56,6 +56,11 @@ struct OffloadConfig {
   // With delay_update: the first steps that update at once before the delay
   // begins (the paper's warm-up: the early steps move the weights most).
   int64_t delay_update_warmup_steps = 0;
+  // offload_param with device nvme only: parameter elements per rank kept in
+  // host memory instead of the drive (DeepSpeed's key, which DeepSpeed
+  // itself ignores: deepspeedai/DeepSpeed#4221). Unset: 0, every piece on
+  // the drive, as DeepSpeed behaves (Note [Parameters on NVMe]).
+  int64_t max_in_cpu = 0;
 };
 
 struct ZeroConfig {

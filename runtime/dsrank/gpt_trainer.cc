@@ -692,11 +692,11 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                         "updated parameters on the host %d B\n",
                         m.swapped_to_nvme, m.swap_buffers, m.host_parameter_copy);
         }
-        if (m.parameters_on_nvme > 0) {
+        if (m.parameters_on_nvme > 0 || m.parameters_in_host_memory > 0) {
           absl::FPrintF(context.out,
-                        "  NVMe offload: parameter shards %d B in swap files (the host holds only the units kept "
-                        "whole), staging buffers %d B\n",
-                        m.parameters_on_nvme, m.parameter_staging);
+                        "  NVMe offload: parameter shards %d B in swap files, %d B in host memory (max_in_cpu), "
+                        "staging buffers %d B\n",
+                        m.parameters_on_nvme, m.parameters_in_host_memory, m.parameter_staging);
         }
         if (context.device.is_cuda()) {
           absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",

@@ -218,6 +218,9 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
         files.name = swap_name + "-params";
         files.io = io;
         options.nvme_param = files;
+        // The trainable shard's first units take from max_in_cpu first, a
+        // frozen base what is left (below).
+        options.nvme_param_elements_in_memory = config_.zero_optimization.offload_param.max_in_cpu;
       }
       if (offload == "nvme") {
         SwappedShardOptions nvme;
@@ -289,7 +292,13 @@ absl::Status Engine::Initialize(const ParameterSource* deferred) {
         frozen.frozen = true;
         frozen.offload_optimizer = false;
         frozen.nvme.reset();
-        if (frozen.nvme_param) frozen.nvme_param->name += "-frozen";
+        if (frozen.nvme_param) {
+          frozen.nvme_param->name += "-frozen";
+          const SwappedPieces* trainable = zero_->parameter_files();
+          const int64_t used =
+              trainable != nullptr ? trainable->resident_bytes() / model_params_.front().element_size() : 0;
+          frozen.nvme_param_elements_in_memory = std::max<int64_t>(0, options.nvme_param_elements_in_memory - used);
+        }
         frozen.norm_counts.clear();
         frozen.units = FrozenSide(units);
         if (!units.empty() && frozen.units.empty()) {
@@ -747,6 +756,7 @@ Engine::MemoryBreakdown Engine::Memory() const {
       if (partition == nullptr || partition->parameter_files() == nullptr) continue;
       bytes.parameters_on_nvme += partition->parameter_files()->file_bytes();
       bytes.parameter_staging += partition->parameter_files()->staging_bytes();
+      bytes.parameters_in_host_memory += partition->parameter_files()->resident_bytes();
     }
     if (expert_zero_) {
       bytes.parameters += expert_zero_->ParameterBytes();

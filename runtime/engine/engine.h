@@ -175,8 +175,9 @@ class Engine {
     // [Parameters on NVMe]), 2 bytes per shard element.
     int64_t swapped_to_nvme = 0, swap_buffers = 0, host_parameter_copy = 0;
     // Note [Parameters on NVMe]: the parameter shards' files (trainable,
-    // frozen and experts'; bytes on disk) and their host staging buffers.
-    int64_t parameters_on_nvme = 0, parameter_staging = 0;
+    // frozen and experts'; bytes on disk), their host staging buffers, and
+    // the pieces kept in host memory instead (offload_param.max_in_cpu).
+    int64_t parameters_on_nvme = 0, parameter_staging = 0, parameters_in_host_memory = 0;
   };
   MemoryBreakdown Memory() const;
   // With NVMe offload, where the swap files are and how they are read and

@@ -29,7 +29,23 @@ absl::StatusOr<std::unique_ptr<SwappedPieces>> SwappedPieces::Create(const Swapp
     if (bytes <= 0) return absl::InvalidArgumentError("pieces on NVMe: a piece of no bytes");
   }
   if (absl::Status usable = CheckNvmePath(options.path_setting, options.nvme_path, 0); !usable.ok()) return usable;
+  if (options.resident_bytes < 0) return absl::InvalidArgumentError("pieces on NVMe: negative resident_bytes");
   std::unique_ptr<SwappedPieces> files(new SwappedPieces(options, std::move(piece_bytes)));
+  int64_t room_in_memory = options.resident_bytes;
+  try {
+    for (int64_t bytes : files->piece_bytes_) {
+      torch::Tensor piece;
+      if (bytes <= room_in_memory) {
+        piece = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned));
+        room_in_memory -= bytes;
+      }
+      files->resident_.push_back(piece);
+    }
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("pieces on NVMe: ", options.resident_bytes - room_in_memory,
+                                                     " bytes of pieces kept in host memory (resident_bytes): ",
+                                                     e.what_without_backtrace()));
+  }
   // Room for every file: a drive found full mid-load would be worse.
   if (absl::Status room = CheckNvmePath(options.path_setting, options.nvme_path, files->file_bytes()); !room.ok()) {
     return room;
@@ -42,6 +58,10 @@ absl::StatusOr<std::unique_ptr<SwappedPieces>> SwappedPieces::Create(const Swapp
   if (!io.ok()) return io.status();
   files->io_ = std::move(*io);
   for (int64_t piece = 0; piece < files->pieces(); ++piece) {
+    if (files->resident(piece)) {
+      files->fds_.push_back(-1);
+      continue;
+    }
     bool direct = true;
     auto fd = OpenSwapFile(files->FileOf(piece), /*create=*/true, &direct);
     if (!fd.ok()) return fd.status();
@@ -69,13 +89,23 @@ absl::StatusOr<std::unique_ptr<SwappedPieces>> SwappedPieces::Create(const Swapp
 SwappedPieces::~SwappedPieces() {
   if (io_) (void)io_->WaitAll();
   io_.reset();
-  for (int fd : fds_) ::close(fd);
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
   if (!folder_.empty()) (void)FileSystem::Default().RemoveTree(folder_);
 }
 
 int64_t SwappedPieces::file_bytes() const {
   int64_t total = 0;
-  for (int64_t bytes : piece_bytes_) total += SwapFileBytes(Words(bytes));
+  for (int64_t piece = 0; piece < pieces(); ++piece) {
+    if (!resident(piece)) total += SwapFileBytes(Words(piece_bytes(piece)));
+  }
+  return total;
+}
+
+int64_t SwappedPieces::resident_bytes() const {
+  int64_t total = 0;
+  for (const torch::Tensor& piece : resident_) total += piece.defined() ? piece.numel() : 0;
   return total;
 }
 
@@ -98,6 +128,11 @@ torch::Tensor SwappedPieces::Staging(int buffer, int64_t piece) const {
 void SwappedPieces::StartWrite(int64_t piece, int buffer) {
   TORCH_CHECK(pending_[buffer].piece < 0, "pieces on NVMe: staging buffer ", buffer, " is still in use (piece ",
               pending_[buffer].piece, ")");
+  if (resident(piece)) {  // a copy into host memory, done when this returns
+    resident_[static_cast<size_t>(piece)].copy_(Staging(buffer, piece));
+    pending_[buffer] = Pending{piece, kNoTransfer, /*write=*/true};
+    return;
+  }
   SwapBuffer staged = StagingFor(buffer, piece);
   const int64_t length = piece_bytes_[static_cast<size_t>(piece)];
   auto* payload = static_cast<unsigned char*>(staged.block()) + kSwapHeaderBytes;
@@ -114,6 +149,7 @@ absl::Status SwappedPieces::FinishWrite(int buffer) {
     return absl::FailedPreconditionError(absl::StrCat("pieces on NVMe: no write pending from buffer ", buffer));
   }
   pending_[buffer] = Pending{};
+  if (pending.ticket == kNoTransfer) return absl::OkStatus();
   if (absl::Status written = io_->Wait(pending.ticket); !written.ok()) return written;
   written_bytes_ += piece_bytes_[static_cast<size_t>(pending.piece)];
   return absl::OkStatus();
@@ -126,6 +162,10 @@ absl::Status SwappedPieces::Write(int64_t piece, const torch::Tensor& bytes) {
     return absl::InvalidArgumentError(absl::StrCat("pieces on NVMe: piece ", piece, " takes ", length,
                                                    " contiguous host bytes, got ", bytes.numel()));
   }
+  if (resident(piece)) {
+    resident_[static_cast<size_t>(piece)].copy_(bytes);
+    return absl::OkStatus();
+  }
   Staging(0, piece).copy_(bytes);
   StartWrite(piece, 0);
   return FinishWrite(0);
@@ -134,6 +174,10 @@ absl::Status SwappedPieces::Write(int64_t piece, const torch::Tensor& bytes) {
 void SwappedPieces::StartRead(int64_t piece, int buffer) {
   TORCH_CHECK(pending_[buffer].piece < 0, "pieces on NVMe: staging buffer ", buffer, " is still in use (piece ",
               pending_[buffer].piece, ")");
+  if (resident(piece)) {
+    pending_[buffer] = Pending{piece, kNoTransfer, /*write=*/false};
+    return;
+  }
   const SwapBuffer target = StagingFor(buffer, piece);
   pending_[buffer] = Pending{piece, io_->Submit({IoRequest{IoRequest::Kind::kRead, fds_[static_cast<size_t>(piece)], 0,
                                                           target.block(), SwapFileBytes(target.elements), FileOf(piece)}}),
@@ -146,6 +190,7 @@ absl::StatusOr<torch::Tensor> SwappedPieces::FinishRead(int buffer) {
     return absl::FailedPreconditionError(absl::StrCat("pieces on NVMe: no read pending into buffer ", buffer));
   }
   pending_[buffer] = Pending{};
+  if (pending.ticket == kNoTransfer) return resident_[static_cast<size_t>(pending.piece)];
   if (absl::Status read = io_->Wait(pending.ticket); !read.ok()) return read;
   if (absl::Status checked = CheckSwapBuffer(StagingFor(buffer, pending.piece), FileOf(pending.piece));
       !checked.ok()) {
@@ -180,9 +225,14 @@ absl::StatusOr<int> RemoveSwapFoldersOfEndedProcesses(const std::string& nvme_pa
 }
 
 std::string SwappedPieces::Describe() const {
-  return absl::StrFormat("%d files under %s (%.2f GB%s), %s%s", pieces(), folder_, file_bytes() / 1e9,
+  int64_t in_memory = 0;
+  for (int64_t piece = 0; piece < pieces(); ++piece) in_memory += resident(piece) ? 1 : 0;
+  return absl::StrFormat("%d files under %s (%.2f GB%s), %s%s%s", pieces() - in_memory, folder_, file_bytes() / 1e9,
                          direct_ ? ", O_DIRECT" : "", io_->Describe(),
-                         io_fallback_reason_.empty() ? "" : absl::StrCat(" (", io_fallback_reason_, ")"));
+                         io_fallback_reason_.empty() ? "" : absl::StrCat(" (", io_fallback_reason_, ")"),
+                         in_memory == 0 ? ""
+                                        : absl::StrFormat("; %d pieces (%.2f GB) in host memory", in_memory,
+                                                          resident_bytes() / 1e9));
 }
 
 }  // namespace dslaunch::runtime

@@ -24,7 +24,11 @@
 //    host. Reads and writes go through a BlockIo (io_uring, or pread/pwrite
 //    threads) in the order asked, so the drive works while the caller
 //    computes.
-//  - Host memory: the two staging buffers, not the pieces.
+//  - Host memory: the two staging buffers, not the pieces; except that
+//    with resident_bytes (offload_param.max_in_cpu) the first pieces whose
+//    bytes fit in it stay in host memory (pinned like the staging buffers)
+//    and never touch the drive: a read of one is the piece itself, a write
+//    a copy into it.
 //
 // Not thread-safe: one thread at a time (the caller orders them).
 #pragma once
@@ -49,6 +53,10 @@ struct SwappedPiecesOptions {
   // What errors about nvme_path call it ("--nvme_path", or a ds_config key).
   std::string path_setting = "--nvme_path";
   BlockIoOptions io;
+  // Pieces kept in host memory instead of files: in piece order, each one
+  // whose bytes still fit in what is left of this (a piece too large is
+  // skipped and later ones may fit). 0: every piece on the drive.
+  int64_t resident_bytes = 0;
 };
 
 class SwappedPieces {
@@ -76,7 +84,8 @@ class SwappedPieces {
   void StartRead(int64_t piece, int buffer);
   // Waits for the read pending into `buffer` and checks it: the piece's
   // bytes, a uint8 view of the staging buffer (valid until the next
-  // StartRead or StartWrite into it).
+  // StartRead or StartWrite into it); for a piece in host memory, the piece
+  // itself (valid until the piece is next written: read only).
   absl::StatusOr<torch::Tensor> FinishRead(int buffer);
   // The piece being read into `buffer`; -1: none (or a write is pending).
   int64_t pending(int buffer) const { return pending_[buffer].write ? -1 : pending_[buffer].piece; }
@@ -84,22 +93,26 @@ class SwappedPieces {
   int64_t pieces() const { return static_cast<int64_t>(piece_bytes_.size()); }
   int64_t piece_bytes(int64_t piece) const { return piece_bytes_[static_cast<size_t>(piece)]; }
   int64_t file_bytes() const;  // on the drive, headers and padding included
+  bool resident(int64_t piece) const { return resident_[static_cast<size_t>(piece)].defined(); }
+  int64_t resident_bytes() const;  // the pieces kept in host memory
   int64_t staging_bytes() const { return 2 * SwapFileBytes(max_words_); }
-  int64_t read_bytes() const { return read_bytes_; }        // so far
-  int64_t written_bytes() const { return written_bytes_; }  // so far
+  int64_t read_bytes() const { return read_bytes_; }        // so far, from the drive
+  int64_t written_bytes() const { return written_bytes_; }  // so far, to the drive
   bool direct_io() const { return direct_; }
   // Note [Registered buffers]: blocks moved through them so far.
   int64_t registered_transfers() const { return io_->registered_transfers(); }
   const SwappedPiecesOptions& options() const { return options_; }
-  // "32 files under DIR (12.95 GB, O_DIRECT), io_uring, queue depth 8, ...".
+  // "32 files under DIR (12.95 GB, O_DIRECT), io_uring, queue depth 8, ...",
+  // then "; 2 pieces (0.40 GB) in host memory" when some are.
   std::string Describe() const;
 
  private:
   struct Pending {
     int64_t piece = -1;
-    int64_t ticket = 0;
+    int64_t ticket = 0;  // kNoTransfer: a piece in host memory, nothing to wait for
     bool write = false;
   };
+  static constexpr int64_t kNoTransfer = -1;
   SwappedPieces(const SwappedPiecesOptions& options, std::vector<int64_t> piece_bytes);
   // The staging buffer `buffer` as a swap buffer of `piece`'s words.
   SwapBuffer StagingFor(int buffer, int64_t piece) const;
@@ -110,7 +123,8 @@ class SwappedPieces {
   std::vector<int64_t> piece_bytes_;
   int64_t max_words_ = 0;
   std::string folder_;
-  std::vector<int> fds_;
+  std::vector<int> fds_;                // -1 for a piece in host memory
+  std::vector<torch::Tensor> resident_;  // uint8; undefined for a piece on the drive
   bool direct_ = true;
   std::unique_ptr<BlockIo> io_;
   std::string io_fallback_reason_;

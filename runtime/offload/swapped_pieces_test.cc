@@ -23,6 +23,7 @@ namespace dslaunch::runtime {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::AllOf;
 
 // The files need a real file system (not tmpfs): a folder beside the test.
 class SwappedPiecesTest : public ::testing::TestWithParam<bool> {
@@ -116,6 +117,50 @@ TEST_P(SwappedPiecesTest, StreamedWritesThroughBothBuffersReadBackAndAreCounted)
   }
   if (!GetParam()) EXPECT_EQ((*files)->registered_transfers(), 0);
   EXPECT_EQ((*files)->read_bytes(), 2 * (9'999 + 4'097 + 12'288));
+}
+
+// offload_param.max_in_cpu: the pieces that fit, in order, stay in host
+// memory (no file, no drive traffic) and read and write like the others.
+TEST_P(SwappedPiecesTest, PiecesThatFitTheResidentBytesStayInHostMemory) {
+  const std::vector<int64_t> lengths = {10'001, 20'003, 10'001, 7};
+  SwappedPiecesOptions options = Options();
+  options.resident_bytes = 20'002;  // pieces 0 and 2; 1 is too large for what is left, 3 finds none left
+  auto files = SwappedPieces::Create(options, lengths, /*pinned=*/false);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_TRUE((*files)->resident(0));
+  EXPECT_FALSE((*files)->resident(1));
+  EXPECT_TRUE((*files)->resident(2));
+  EXPECT_FALSE((*files)->resident(3));
+  EXPECT_EQ((*files)->resident_bytes(), 20'002);
+  EXPECT_EQ((*files)->file_bytes(), 4096 + 20480 + 4096 + 4096);
+  auto names = FileSystem::Default().ListDirectory(Folder());
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, ::testing::UnorderedElementsAre("piece.1.swp", "piece.3.swp"));
+  for (int64_t piece = 0; piece < 4; ++piece) {
+    ASSERT_TRUE((*files)->Write(piece, PieceBytes(piece, lengths[piece])).ok());
+  }
+  EXPECT_EQ((*files)->written_bytes(), 20'003 + 7) << "drive traffic only";
+  for (int64_t piece = 0; piece < 4; ++piece) {
+    (*files)->StartRead(piece, piece % 2);
+    EXPECT_EQ((*files)->pending(piece % 2), piece);
+    auto bytes = (*files)->FinishRead(piece % 2);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_TRUE(torch::equal(*bytes, PieceBytes(piece, lengths[piece]))) << "piece " << piece;
+  }
+  EXPECT_EQ((*files)->read_bytes(), 20'003 + 7);
+  // A streamed write into a piece in memory is done when StartWrite returns.
+  (*files)->Staging(1, 2).copy_(PieceBytes(9, lengths[2]));
+  (*files)->StartWrite(2, 1);
+  ASSERT_TRUE((*files)->FinishWrite(1).ok());
+  EXPECT_FALSE((*files)->FinishWrite(1).ok()) << "nothing pending";
+  (*files)->StartRead(2, 0);
+  auto rewritten = (*files)->FinishRead(0);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status();
+  EXPECT_TRUE(torch::equal(*rewritten, PieceBytes(9, lengths[2])));
+  EXPECT_THAT((*files)->Describe(), AllOf(HasSubstr("2 files under " + Folder()),
+                                          HasSubstr("; 2 pieces (0.00 GB) in host memory")));
+  options.resident_bytes = -1;
+  EXPECT_FALSE(SwappedPieces::Create(options, lengths, /*pinned=*/false).ok());
 }
 
 TEST_P(SwappedPiecesTest, AFileChangedAfterItWasWrittenIsAnErrorNamingIt) {

@@ -65,22 +65,33 @@ TEST_F(ZeroTest, ParametersOnNvmeTrainBitForBitAsOnTheHost) {
         for (bool bf16 : {false, true}) {
           if (bf16 && (optimizer != "cpu" || persistence != 0)) continue;
           std::map<std::string, Trained> runs;
-          for (const std::string params : {"cpu", "nvme", "pread"}) {
+          // "split": max_in_cpu keeps the first units' pieces that fit in
+          // host memory (the embeddings', the final norm's), the blocks'
+          // on the drive.
+          for (const std::string params : {"cpu", "nvme", "pread", "split"}) {
             if (params == "pread" && (world != 2 || optimizer != "nvme" || persistence != 0)) continue;
+            if (params == "split" && (persistence != 0 || optimizer == "nvme" || bf16)) continue;
             if (params == "pread") ::setenv(rank_env::kNoIoUring, "1", 1);
             RunRanks(world, [&](int rank, Communicator* comm) {
               DsConfig config = Placement(world, params == "cpu" ? "cpu" : "nvme", optimizer, folder.path());
               config.zero_optimization.stage3_param_persistence_threshold = persistence;
+              if (params == "split") config.zero_optimization.offload_param.max_in_cpu = 2000;
               config.bf16.enabled = bf16;
               Gpt model(TinyGpt(), 29);
               auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
               ASSERT_TRUE(engine.ok()) << engine.status();
               const Engine::MemoryBreakdown memory = (*engine)->Memory();
               EXPECT_TRUE(memory.parameters_on_host);
-              if (params != "cpu") {
+              if (params == "split") {
+                EXPECT_GT(memory.parameters_in_host_memory, 0);
+                EXPECT_LE(memory.parameters_in_host_memory, 2000 * 4);
+                EXPECT_GT(memory.parameters_on_nvme, 0);
+                EXPECT_THAT((*engine)->NvmeOffloadDescription(), HasSubstr("in host memory"));
+              } else if (params != "cpu") {
                 // Every element of the shard is on the drive, none in memory
                 // but the units kept whole.
                 const int64_t element = bf16 ? 2 : 4;
+                EXPECT_EQ(memory.parameters_in_host_memory, 0);
                 EXPECT_GE(memory.parameters_on_nvme, element * (memory.gradients / element));
                 EXPECT_GT(memory.parameter_staging, 0);
                 if (persistence == 0) {

@@ -87,7 +87,9 @@ absl::StatusOr<std::unique_ptr<ZeroPartition>> ZeroPartition::Create(const ZeroO
     for (const Unit& unit : zero->units_) {
       piece_bytes.push_back(unit.piece * zero->params_.front().element_size());
     }
-    auto files = SwappedPieces::Create(*options.nvme_param, std::move(piece_bytes),
+    SwappedPiecesOptions files_options = *options.nvme_param;
+    files_options.resident_bytes = options.nvme_param_elements_in_memory * zero->params_.front().element_size();
+    auto files = SwappedPieces::Create(files_options, std::move(piece_bytes),
                                        /*pinned=*/zero->params_.front().is_cuda());
     if (files.ok()) {
       zero->parameter_files_ = std::move(*files);

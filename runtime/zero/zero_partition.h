@@ -58,7 +58,10 @@
 // steps, are marked stale: gathers refuse them until a whole update (a
 // checkpoint load) has rewritten every piece. Host memory: two staging
 // buffers as large as the largest unit's piece (and the CPU Adam's bf16
-// copy, 2 bytes per shard element, beside its 16). Not with the delayed
+// copy, 2 bytes per shard element, beside its 16), and, with
+// offload_param.max_in_cpu (nvme_param_elements_in_memory), the pieces of the
+// first units that fit in that many elements: those stay in host memory and
+// never touch the drive (DeepSpeed reads the key and ignores it, #4221). Not with the delayed
 // update, whose step runs while the forward reads the parameters.
 //
 // Model states per rank with mixed-precision Adam: stage 1 4Ψ + 12Ψ/N,
@@ -101,6 +104,9 @@ struct ZeroOptions {
   // offload_param.device: nvme (Note [Parameters on NVMe]; with
   // offload_param): the parameter shard lives in swap files under this.
   std::optional<SwappedPiecesOptions> nvme_param;
+  // With nvme_param: parameter elements of the shard kept in host memory
+  // instead (offload_param.max_in_cpu): the first units' pieces that fit.
+  int64_t nvme_param_elements_in_memory = 0;
   // Stage 3: the model's units (empty: one unit) and the persistence threshold.
   std::vector<ParameterUnit> units;
   int64_t persistence_threshold = 0;

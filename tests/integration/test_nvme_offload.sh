@@ -116,6 +116,15 @@ cmp -s "$WORK/lora_host.tsv" "$WORK/lora_nvme.tsv" ||
 grep -Eq 'frozen parameters: [0-9]+ files under .*-rank0-params-frozen' "$WORK/lora_nvme.out" ||
   fail "the frozen base's files are not said: $(grep 'NVMe offload' "$WORK/lora_nvme.out")"
 pass "LoRA at ZeRO-3 with the frozen base on NVMe gives the host's losses bit for bit"
+# offload_param.max_in_cpu: the adapters' pieces and the base's first units
+# that fit stay in host memory, the rest on the drive (DeepSpeed ignores it).
+lora lora_split nvme --override "ds_config.zero_optimization.offload_param.nvme_path=$NVME" \
+  --override ds_config.zero_optimization.offload_param.max_in_cpu=20000
+cmp -s "$WORK/lora_host.tsv" "$WORK/lora_split.tsv" ||
+  fail "LoRA with max_in_cpu: losses differ: $(paste "$WORK/lora_host.tsv" "$WORK/lora_split.tsv" | head -3)"
+grep -Eq 'frozen parameters: [0-9]+ files under .*-rank0-params-frozen.*; [0-9]+ pieces \([0-9.]+ GB\) in host memory' \
+  "$WORK/lora_split.out" || fail "the frozen base's pieces in host memory are not said: $(grep 'NVMe offload' "$WORK/lora_split.out")"
+pass "max_in_cpu keeps the first pieces that fit in host memory, the losses bit for bit the host's"
 
 [[ -z $(find "$NVME/dslaunch-swap" -mindepth 1 2>/dev/null) ]] || fail "parameter files left behind: $(find "$NVME" | head)"
 set +e
