@@ -120,6 +120,11 @@ absl::StatusOr<int64_t> GenerationEngine::Submit(GenerationRequest request) {
   sequence.id = next_id_++;
   sequence.tokens = request.prompt;
   sequence.generator = at::make_generator<at::CPUGeneratorImpl>(request.sampling.seed);
+  if (request.constraint.kind != OutputConstraint::Kind::kNone) {
+    auto constraint = StartOutputConstraint(request.constraint, options_.vocabulary, "output constraint");
+    if (!constraint.ok()) return constraint.status();
+    sequence.constraint = std::move(*constraint);
+  }
   sequence.request = std::move(request);
   waiting_.push_back(std::move(sequence));
   return waiting_.back().id;
@@ -156,6 +161,15 @@ absl::Status GenerationEngine::CheckRequest(const GenerationRequest& request) co
     return absl::InvalidArgumentError(absl::StrCat("prompt + max_new_tokens (", positions,
                                                    " positions) is more than the whole key/value cache holds (",
                                                    cache_->total_blocks() * cache_->block_size(), ")"));
+  }
+  if (request.constraint.kind != OutputConstraint::Kind::kNone) {
+    if (options_.vocabulary != nullptr && options_.vocabulary->size() > llama.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("output constraint: the tokenizer has ",
+                                                     options_.vocabulary->size(), " tokens, the model ",
+                                                     llama.vocab_size));
+    }
+    auto constraint = StartOutputConstraint(request.constraint, options_.vocabulary, "output constraint");
+    if (!constraint.ok()) return constraint.status();
   }
   return absl::OkStatus();
 }
@@ -257,7 +271,8 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   bool host_rows = !scored.empty();
   for (size_t r = 0; r < sampled.size(); ++r) {
     const SamplingOptions& sampling = running_[sampled[r]].request.sampling;
-    if (sampling.greedy && sampling.repetition_penalty == 1.0 && sampling.top_logprobs == 0) {
+    if (sampling.greedy && sampling.repetition_penalty == 1.0 && sampling.top_logprobs == 0 &&
+        running_[sampled[r]].constraint == nullptr) {
       on_device[r] = static_cast<int64_t>(device_rows.size());
       device_rows.push_back(sampled_rows[r]);
     } else {
@@ -324,6 +339,19 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     if (on_device[r] >= 0) {
       next.id = static_cast<int64_t>(chosen.accessor<double, 2>()[0][on_device[r]]);
       next.logprob = chosen.accessor<double, 2>()[1][on_device[r]];
+    } else if (s.constraint != nullptr) {
+      // Note [Constrained output]: only the tokens the form allows.
+      torch::Tensor row = host_logits[sampled_rows[r]].clone();
+      if (!s.constraint->Mask(row, s.request.stop_tokens)) {
+        // No token continues the form: the request ends here.
+        GeneratedToken out{s.id, -1, 0.0, FinishReason::kStop, {}, std::nullopt};
+        Finish(s, out.finished);
+        done[sampled[r]] = true;
+        produced.push_back(out);
+        continue;
+      }
+      next = SampleToken(row, s.request.sampling, s.generator, s.tokens);
+      s.constraint->Accept(next.id);
     } else {
       next = SampleToken(host_logits[sampled_rows[r]], s.request.sampling, s.generator, s.tokens);
     }
@@ -335,7 +363,8 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
     GeneratedToken out{s.id, next.id, next.logprob, FinishReason::kNone, std::move(next.top), std::nullopt};
     if (s.request.prompt_logprobs && s.result.tokens.size() == 1) out.prompt_logprobs = s.result.prompt_logprobs;
     const auto& stops = s.request.stop_tokens;
-    if (std::find(stops.begin(), stops.end(), next.id) != stops.end()) {
+    if (std::find(stops.begin(), stops.end(), next.id) != stops.end() ||
+        (s.constraint != nullptr && s.constraint->Finished())) {
       out.finished = FinishReason::kStop;
     } else if (static_cast<int64_t>(s.result.tokens.size()) >= s.request.max_new_tokens) {
       out.finished = FinishReason::kLength;

@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/generate/decode_graphs.h"
 #include "runtime/generate/paged_kv_cache.h"
+#include "runtime/generate/output_constraint.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/model/llama.h"
 
@@ -60,6 +61,9 @@ struct GenerationEngineOptions {
   // many graphs held.
   bool cuda_graphs = false;
   int64_t max_cuda_graphs = 128;
+  // The tokenizer's tokens as bytes (TokenBytesOf): needed by requests with
+  // an output constraint (Note [Constrained output]); null: refused.
+  std::shared_ptr<const TokenVocabulary> vocabulary;
 };
 
 struct GenerationRequest {
@@ -69,6 +73,9 @@ struct GenerationRequest {
   std::vector<int64_t> stop_tokens;  // ends the request when generated (kept in its output)
   // Also score the prompt (Note [Prompt log-probabilities]).
   bool prompt_logprobs = false;
+  // The form the output must take (Note [Constrained output]); a request
+  // with one is sampled on the host.
+  OutputConstraint constraint;
 };
 
 // Note [Prompt log-probabilities]
@@ -95,7 +102,7 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", "cancel
 // What a request got in one step.
 struct GeneratedToken {
   int64_t request = 0;
-  int64_t token = 0;
+  int64_t token = 0;  // -1: the request ended with no token (nothing its output constraint allows)
   double logprob = 0;
   FinishReason finished = FinishReason::kNone;  // set on its last token
   std::vector<TokenLogprob> top_logprobs;       // with sampling.top_logprobs
@@ -179,6 +186,7 @@ class GenerationEngine {
     int64_t cached = 0;           // positions whose keys and values are in the cache
     at::Generator generator;
     GenerationResult result;
+    std::shared_ptr<OutputConstraintState> constraint;  // with request.constraint
   };
   GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache,
                    torch::Device device);

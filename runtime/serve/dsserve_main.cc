@@ -181,6 +181,8 @@ absl::Status Run(const Options& options) {
   engine_options.block_size = options.block_size;
   engine_options.key_length_multiple = options.key_length_multiple;
   engine_options.cuda_graphs = options.cuda_graphs;
+  // Note [Constrained output]: every rank (followers sample alike).
+  engine_options.vocabulary = std::make_shared<const TokenVocabulary>(TokenBytesOf(**tokenizer));
   auto engine = GenerationEngine::Create(*model, engine_options);
   if (!engine.ok()) return engine.status();
   const GenerationStats cache = (*engine)->Stats();

@@ -218,10 +218,54 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
                           "reads the tools field, not the deprecated functions and function_call: give tools");
   }
-  if (key == "response_format") {
-    return reader.Neutral(value, key, [](const JsonValue& v) { return v.is_null(); },
-                          "does not do structured output (a response format needs constrained decoding): "
-                          "leave it out");
+  if (key == "response_format") {  // Note [Constrained output]
+    if (value.is_null()) return true;
+    if (!value.is_object()) {
+      return reader.Fail(key, absl::StrCat("response_format: expected an object, got ",
+                                           JsonValue::TypeName(value.type())));
+    }
+    std::string type;
+    for (size_t i = 0; i < value.keys().size(); ++i) {
+      if (value.keys()[i] != "type") {
+        return reader.Fail(key, absl::StrCat("response_format: unknown field '", value.keys()[i],
+                                             "' (only type is read: json_object or text)"));
+      }
+      if (!reader.String(value.items()[i], "response_format.type", &type)) return false;
+    }
+    if (type == "json_object") {
+      if (p->constraint.kind == OutputConstraint::Kind::kChoice) {
+        return reader.Fail(key, "response_format json_object and guided_choice: give one");
+      }
+      p->constraint.kind = OutputConstraint::Kind::kJsonObject;
+      return true;
+    }
+    if (type == "text") return true;
+    return reader.Fail(key, absl::StrCat("response_format.type '", type,
+                                         "': this server does json_object and text (a json_schema needs decoding "
+                                         "constrained to the schema, which is not built)"));
+  }
+  if (key == "guided_choice") {  // vLLM's
+    if (value.is_null()) return true;
+    if (!value.is_array()) {
+      return reader.Fail(key, absl::StrCat("guided_choice: expected an array of strings, got ",
+                                           JsonValue::TypeName(value.type())));
+    }
+    if (value.items().empty() || value.items().size() > static_cast<size_t>(kMaxGuidedChoices)) {
+      return reader.Fail(key, absl::StrCat("guided_choice: 1 to ", kMaxGuidedChoices, " strings (got ",
+                                           value.items().size(), ")"));
+    }
+    if (p->constraint.kind == OutputConstraint::Kind::kJsonObject) {
+      return reader.Fail(key, "response_format json_object and guided_choice: give one");
+    }
+    p->constraint.kind = OutputConstraint::Kind::kChoice;
+    for (size_t i = 0; i < value.items().size(); ++i) {
+      const std::string name = absl::StrCat("guided_choice[", i, "]");
+      std::string text;
+      if (!reader.String(value.items()[i], name, &text)) return false;
+      if (text.empty()) return reader.Fail(key, absl::StrCat(name, ": an empty string"));
+      p->constraint.choices.push_back(std::move(text));
+    }
+    return true;
   }
   if (key == "user") {
     std::string ignored;

@@ -22,8 +22,10 @@
 //    requests read);
 //  - the ones it does not do are accepted only at their neutral value
 //    (frequency_penalty and presence_penalty 0, logit_bias empty, suffix
-//    null, response_format absent) and otherwise refused naming the field:
-//    never silently ignored;
+//    null) and otherwise refused naming the field: never silently ignored;
+//  - response_format {"type": "json_object"} (or "text") and vLLM's
+//    guided_choice constrain the output (Note [Constrained output],
+//    runtime/generate/output_constraint.h); a json_schema is refused;
 //  - chat's tools, tool_choice ("auto" or "none": "required" and a named
 //    function need decoding constrained to a schema, which is not built,
 //    and are refused) and parallel_tool_calls, with the messages of a tool
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "runtime/generate/output_constraint.h"
 #include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
@@ -88,6 +91,9 @@ struct GenerationParameters {
   bool echo = false;                  // completions: the prompt's text first
   bool logprobs = false;              // each token's log-probability
   int64_t top_logprobs = 0;           // and this many alternatives (with logprobs)
+  // response_format {"type": "json_object"}, or vLLM's guided_choice (Note
+  // [Constrained output]).
+  OutputConstraint constraint;
 };
 
 inline constexpr int64_t kMaxChoices = 128;

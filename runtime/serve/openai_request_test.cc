@@ -132,6 +132,15 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty", "repetition_penalty is supported"},
            Case{R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "does not apply a logit bias"},
            Case{R"({"prompt": "x", "suffix": "end"})", "suffix", "does not insert text"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format",
+                "json_schema needs decoding constrained to the schema"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_object", "strict": true}})", "response_format",
+                "unknown field 'strict'"},
+           Case{R"({"prompt": "x", "response_format": "json"})", "response_format", "expected an object, got a string"},
+           Case{R"({"prompt": "x", "guided_choice": []})", "guided_choice", "1 to 256 strings (got 0)"},
+           Case{R"({"prompt": "x", "guided_choice": ["a", ""]})", "guided_choice", "guided_choice[1]: an empty string"},
+           Case{R"({"prompt": "x", "guided_choice": ["a"], "response_format": {"type": "json_object"}})",
+                "response_format", "json_object and guided_choice: give one"},
            Case{R"({"prompt": "x", "stream_options": {"chunk": 1}})", "stream_options", "unknown field 'chunk'"},
            Case{R"({"prompt": "x", "temprature": 1})", "temprature", "unknown field 'temprature'"},
            Case{R"({"prompt": ["a", [1]]})", "prompt", "prompt[1]: expected a string, got an array"},
@@ -155,6 +164,23 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
   EXPECT_THAT(syntax.message, HasSubstr("the request body:1:"));
   EXPECT_THAT(CompletionError(R"(["prompt"])").message, HasSubstr("must be a JSON object, got an array"));
   EXPECT_THAT(CompletionError(R"({"prompt": "x", "prompt": "y"})").message, HasSubstr("duplicate"));
+}
+
+// Note [Constrained output]: OpenAI's json mode and vLLM's guided_choice.
+TEST(OpenAiRequestTest, AResponseFormatOrGuidedChoiceConstrainsTheOutput) {
+  ApiError error;
+  auto json = ParseChatRequest(R"({"messages": [{"role": "user", "content": "hi"}],
+                                   "response_format": {"type": "json_object"}})",
+                               &error);
+  ASSERT_TRUE(json) << error.message;
+  EXPECT_EQ(json->parameters.constraint.kind, OutputConstraint::Kind::kJsonObject);
+  auto choice = ParseCompletionRequest(R"({"prompt": "x", "guided_choice": ["yes", "no"]})", &error);
+  ASSERT_TRUE(choice) << error.message;
+  EXPECT_EQ(choice->parameters.constraint,
+            (OutputConstraint{OutputConstraint::Kind::kChoice, {"yes", "no"}}));
+  auto text = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "text"}})", &error);
+  ASSERT_TRUE(text) << error.message;
+  EXPECT_EQ(text->parameters.constraint.kind, OutputConstraint::Kind::kNone);
 }
 
 TEST(OpenAiRequestTest, ChatMessagesAreReadAndCheckedByIndex) {

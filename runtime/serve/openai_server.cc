@@ -453,6 +453,7 @@ class OpenAiServer::Impl {
       if (!CheckLength(parameters, chat, field, &request, error)) return false;
       request.stop_tokens = stop_tokens;
       request.sampling = sampling;
+      request.constraint = parameters.constraint;
       request.prompt_logprobs = score_prompt;
       out->prompt_tokens += static_cast<int64_t>(request.prompt.size());
       // Choice c of every prompt samples with seed + c: each prompt's
@@ -490,6 +491,11 @@ class OpenAiServer::Impl {
       } else {
         error = ApiError{400, "invalid_request_error", chat ? "messages" : "prompt", error.message, ""};
         if (absl::StartsWith(error.message, "max_new_tokens")) error.param = "max_tokens";
+        if (absl::StartsWith(error.message, "output constraint")) {
+          error.param = prepared->choices.front().constraint.kind == OutputConstraint::Kind::kChoice
+                            ? "guided_choice"
+                            : "response_format";
+        }
         if (absl::StartsWith(error.message, "n:")) {
           error.param = prepared->n > 1 ? "n" : prepared->per_prompt > 1 ? "best_of" : "prompt";
         }

@@ -263,16 +263,18 @@ void ServingLoop::Run() {
         auto it = active.find(id);
         if (it == active.end()) continue;
         Active& a = it->second;
-        if (metrics_ != nullptr) {
-          if (a.tokens == 0) {
-            metrics_->FirstToken(absl::ToDoubleSeconds(now - a.submitted));
-          } else {
-            metrics_->NextToken(absl::ToDoubleSeconds(now - a.last_token));
+        if (token.token >= 0) {  // -1: ended with no token (Note [Constrained output])
+          if (metrics_ != nullptr) {
+            if (a.tokens == 0) {
+              metrics_->FirstToken(absl::ToDoubleSeconds(now - a.submitted));
+            } else {
+              metrics_->NextToken(absl::ToDoubleSeconds(now - a.last_token));
+            }
           }
+          ++a.tokens;
+          a.last_token = now;
+          a.stream->Deliver(a.choice, std::move(token));
         }
-        ++a.tokens;
-        a.last_token = now;
-        a.stream->Deliver(a.choice, std::move(token));
         if (finished != FinishReason::kNone) end(id, finished, absl::OkStatus());
       }
     }

@@ -30,6 +30,7 @@ class WordReader {
   }
   bool ok() const { return ok_; }
   bool done() const { return at_ == words_.size(); }
+  void Fail() { ok_ = false; }
 
  private:
   const std::vector<int64_t>& words_;
@@ -37,7 +38,33 @@ class WordReader {
   bool ok_ = true;
 };
 
-constexpr int64_t kTurnMagic = 0x64737475726e3032;  // "dsturn02"
+constexpr int64_t kTurnMagic = 0x64737475726e3033;  // "dsturn03"
+
+// A string as its length, then its bytes eight to a word.
+void PutString(const std::string& text, std::vector<int64_t>* w) {
+  w->push_back(static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < text.size(); i += 8) {
+    uint64_t word = 0;
+    for (size_t k = 0; k < 8 && i + k < text.size(); ++k) {
+      word |= static_cast<uint64_t>(static_cast<unsigned char>(text[i + k])) << (8 * k);
+    }
+    w->push_back(static_cast<int64_t>(word));
+  }
+}
+
+std::string GetString(WordReader& r) {
+  const int64_t length = r.Next();
+  std::string text;
+  if (length < 0 || length > (int64_t{1} << 24)) {
+    r.Fail();
+    return text;
+  }
+  for (int64_t i = 0; i < length && r.ok(); i += 8) {
+    const auto word = static_cast<uint64_t>(r.Next());
+    for (int64_t k = 0; k < 8 && i + k < length; ++k) text.push_back(static_cast<char>((word >> (8 * k)) & 0xFF));
+  }
+  return text;
+}
 
 // The turn through the group: its length, then its words, from rank 0.
 absl::Status BroadcastWords(Communicator& group, torch::Device device, std::vector<int64_t>* words) {
@@ -69,6 +96,9 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     w.push_back(static_cast<int64_t>(request.stop_tokens.size()));
     w.insert(w.end(), request.stop_tokens.begin(), request.stop_tokens.end());
     w.push_back(request.prompt_logprobs ? 1 : 0);
+    w.push_back(static_cast<int64_t>(request.constraint.kind));
+    w.push_back(static_cast<int64_t>(request.constraint.choices.size()));
+    for (const std::string& choice : request.constraint.choices) PutString(choice, &w);
   }
   w.push_back(static_cast<int64_t>(turn.cancelled.size()));
   w.insert(w.end(), turn.cancelled.begin(), turn.cancelled.end());
@@ -98,6 +128,14 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     const int64_t stops = r.Count();
     for (int64_t t = 0; t < stops; ++t) request.stop_tokens.push_back(r.Next());
     request.prompt_logprobs = r.Next() != 0;
+    const int64_t kind = r.Next();
+    if (kind < static_cast<int64_t>(OutputConstraint::Kind::kNone) ||
+        kind > static_cast<int64_t>(OutputConstraint::Kind::kChoice)) {
+      return absl::DataLossError(absl::StrCat("a serving turn with an unknown output constraint ", kind));
+    }
+    request.constraint.kind = static_cast<OutputConstraint::Kind>(kind);
+    const int64_t choices = r.Count();
+    for (int64_t c = 0; c < choices && r.ok(); ++c) request.constraint.choices.push_back(GetString(r));
     turn.submitted.emplace_back(key, std::move(request));
   }
   const int64_t cancelled = r.Count();

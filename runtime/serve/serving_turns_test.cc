@@ -29,7 +29,11 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   request.sampling.top_logprobs = 6;
   request.prompt_logprobs = true;
   request.stop_tokens = {2, 31};
-  turn.submitted = {{17, request}, {18, GenerationRequest{{1}, 1, {}, {}}}};
+  // Note [Constrained output]: choices of every length around a word's 8 bytes.
+  request.constraint = OutputConstraint{OutputConstraint::Kind::kChoice, {"a", "12345678", "123456789", "caf\xC3\xA9"}};
+  GenerationRequest json{{1}, 1, {}, {}};
+  json.constraint.kind = OutputConstraint::Kind::kJsonObject;
+  turn.submitted = {{17, request}, {18, json}};
   turn.cancelled = {3, 17};
   auto back = DecodeTurn(EncodeTurn(turn));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -48,6 +52,8 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_TRUE(got.prompt_logprobs);
   EXPECT_FALSE(back->submitted[1].second.prompt_logprobs);
   EXPECT_EQ(got.stop_tokens, request.stop_tokens);
+  EXPECT_EQ(got.constraint, request.constraint);
+  EXPECT_EQ(back->submitted[1].second.constraint, json.constraint);
   EXPECT_EQ(back->cancelled, turn.cancelled);
   EXPECT_FALSE(back->stop);
 

@@ -162,6 +162,42 @@ std::string TextPastCommonPrefix(const std::string& before, const std::string& a
   return after.substr(common);
 }
 
+bool IsWholeUtf8(absl::string_view text) {
+  if (absl::StrContains(text, "\xEF\xBF\xBD")) return false;
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t length = 1;
+    if (lead < 0x80) {
+      length = 1;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+std::vector<std::string> TokenBytesOf(const Tokenizer& tokenizer) {
+  const std::vector<int32_t> context = tokenizer.EncodePlainText("a");
+  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    std::string text = DecodeAfter(tokenizer, context, {id});
+    if (IsWholeUtf8(text)) bytes[static_cast<size_t>(id)] = std::move(text);
+  }
+  return bytes;
+}
+
 std::vector<int32_t> DecodingContext(const std::vector<int64_t>& tokens) {
   constexpr size_t kContext = 4;
   const size_t first = tokens.size() > kContext ? tokens.size() - kContext : 0;

@@ -75,6 +75,14 @@ std::string DecodeAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& 
 std::string TextPastCommonPrefix(const std::string& before, const std::string& after);
 // The last few tokens of `tokens`: enough context for DecodeAfter.
 std::vector<int32_t> DecodingContext(const std::vector<int64_t>& tokens);
+// Each token's text in the middle of a text (DecodeAfter a plain word), by
+// id: the bytes constrained output steps through (Note [Constrained output],
+// runtime/generate/output_constraint.h). Empty for a token whose text is
+// empty (a special token) or not whole UTF-8 alone (a byte-fallback piece).
+std::vector<std::string> TokenBytesOf(const Tokenizer& tokenizer);
+// Whether `text` is whole, valid UTF-8 with no U+FFFD (a decoder's mark for
+// bytes it could not read).
+bool IsWholeUtf8(absl::string_view text);
 
 // Ids 0..255 are the bytes of the text, 256 is eos; vocab_size 257.
 class ByteTokenizer : public Tokenizer {

@@ -492,6 +492,46 @@ def check_choices():
           f"{max(means):.3f}; two prompts each as alone; chat n 2; echo")
 
 
+def check_constrained():
+    """Note [Constrained output]: json_object and guided_choice, plain and streamed."""
+    choices = ["yes", "no", "maybe so"]
+    for seed in range(1, 5):
+        body = {"prompt": "Is it raining?", "max_tokens": 16, "temperature": 1.0, "seed": seed,
+                "guided_choice": choices}
+        status, reply = post("/v1/completions", body)
+        if status != 200:
+            fail(f"guided_choice: HTTP {status}: {reply}")
+        choice = reply["choices"][0]
+        if choice["text"] not in choices or choice["finish_reason"] != "stop":
+            fail(f"guided_choice seed {seed}: {choice['text']!r} ({choice['finish_reason']}) is not one of {choices}")
+        text, reason = completion_text(stream("/v1/completions", body))
+        if (text, reason) != (choice["text"], "stop"):
+            fail(f"guided_choice seed {seed} streamed: {text!r} ({reason}), plain {choice['text']!r}")
+    whole = 0
+    for seed in range(1, 7):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Give me a JSON object."}],
+                "max_tokens": 120, "temperature": 0.7, "seed": seed, "response_format": {"type": "json_object"}}
+        status, reply = post("/v1/chat/completions", body)
+        if status != 200:
+            fail(f"json_object: HTTP {status}: {reply}")
+        content, reason = reply["choices"][0]["message"]["content"], reply["choices"][0]["finish_reason"]
+        if reason == "stop":
+            try:
+                value = json.loads(content)
+            except ValueError as error:
+                fail(f"json_object seed {seed}: stopped with {content!r}, not JSON: {error}")
+            if not isinstance(value, dict):
+                fail(f"json_object seed {seed}: {content!r} is not an object")
+            whole += 1
+        elif reason != "length" or not content.lstrip().startswith("{"):
+            fail(f"json_object seed {seed}: {content!r} ({reason})")
+        streamed, streamed_reason = chat_text(stream("/v1/chat/completions", body))
+        if (streamed, streamed_reason) != (content, reason):
+            fail(f"json_object seed {seed} streamed: {streamed!r} ({streamed_reason}), plain {content!r} ({reason})")
+    print(f"PASS: guided_choice gave one of {choices} each time; json_object gave {whole} whole objects of 6 "
+          "(the others ran to max_tokens inside one), streamed as plain")
+
+
 def expect_error(label, status_wanted, status, body, param=None, code=None, message=None):
     error = body.get("error") if isinstance(body, dict) else None
     if status != status_wanted or not error or set(error) != {"message", "type", "param", "code"}:
@@ -514,6 +554,11 @@ def check_errors():
     expect_error("top_logprobs alone", 400, *post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                                             "top_logprobs": 2}), param="top_logprobs")
     expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
+    expect_error("json_schema", 400, *post("/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}),
+                 param="response_format", message="json_schema")
+    expect_error("no token can begin the choice", 400,
+                 *post("/v1/completions", {"prompt": "x", "guided_choice": ["\ufffd"]}), param="guided_choice",
+                 message="no token of the vocabulary can begin any of the choices")
     long_prompt = " ".join(["apple river stone"] * 3000)
     expect_error("over-long prompt", 400, *post("/v1/completions", {"prompt": long_prompt}), param="prompt",
                  code="context_length_exceeded")
@@ -618,4 +663,5 @@ if __name__ == "__main__":
      "tools": lambda: check_tools(args[0], args[1]),
      "prompt_logprobs": lambda: check_prompt_logprobs(args[0], args[1]),
      "errors": check_errors,
+     "constrained": check_constrained,
      "disconnect": check_disconnect}[check]()

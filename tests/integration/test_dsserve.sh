@@ -116,6 +116,7 @@ score_ids=1,20,100,41,5,17,99,200,33
   >"$WORK/score.out" 2>&1 || fail "dsgen --dump_logits: $(cat "$WORK/score.out")"
 "$PY" "$CLIENT" "$URL" "$WORK/key" prompt_logprobs "$score_ids" "$WORK/score.logits"
 "$PY" "$CLIENT" "$URL" "$WORK/key" errors
+"$PY" "$CLIENT" "$URL" "$WORK/key" constrained
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
 # 5. /metrics through an independent parser; nothing left running.
@@ -211,6 +212,7 @@ LAUNCHER=$SERVER
 "$PY" "$CLIENT" "$URL" "$WORK/key" greedy "$prompt" "$WORK/dsgen.out"
 "$PY" "$CLIENT" "$URL" "$WORK/key" concurrent 16
 "$PY" "$CLIENT" "$URL" "$WORK/key" choices
+"$PY" "$CLIENT" "$URL" "$WORK/key" constrained
 kill -TERM "$LAUNCHER"
 wait_until 60 pid_gone "$LAUNCHER" || fail "dslaunch did not stop the 2-rank dsserve"
 set +e
@@ -218,7 +220,7 @@ wait "$LAUNCHER"
 set -e
 grep -q "dsserve: stopped" "$WORK/tp.out" || fail "rank 0 did not stop: $(tail -5 "$WORK/tp.out" "$WORK/tp.err")"
 if pgrep -f -- "--model $MODEL --listen" >/dev/null; then fail "a dsserve rank outlived the job"; fi
-pass "dsserve on 2 tensor-parallel ranks: one rank's greedy text, 16 concurrent streams each equal to itself alone, n choices, stopped whole"
+pass "dsserve on 2 tensor-parallel ranks: one rank's greedy text, 16 concurrent streams each equal to itself alone, n choices, constrained output, stopped whole"
 
 # 7. A training checkpoint serves with no conversion: a full fine-tune (no
 #    LoRA) at ZeRO-3 on 2 ranks, read in place by dsserve and by dsgen.

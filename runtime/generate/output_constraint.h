@@ -1,0 +1,102 @@
+// Note [Constrained output]
+// A request may ask that its output take a form: OpenAI's response_format
+// {"type": "json_object"} (one JSON object, RFC 8259, and nothing after it)
+// or vLLM's guided_choice (exactly one of the strings given). Each step, the
+// tokens whose bytes would take the output out of that form get no
+// probability: the logits of every token the form does not allow are set to
+// -inf before the request's sampling (greedy, temperature, top-k, top-p all
+// choose among the allowed), and the request's stop tokens are allowed only
+// once the output is whole. A request whose output is whole and cannot
+// grow (the object's closing brace; a choice no longer choice extends) ends
+// there, with finish reason "stop", whether or not a stop token follows.
+//
+// The form is a byte automaton (OutputConstraintState below); the tokens it
+// allows come from a walk of the vocabulary's tokens as a trie of their
+// bytes (TokenVocabulary), stepping the automaton along each edge and
+// pruning where it refuses: a walk touches only the prefixes still allowed.
+// The allowed set depends only on the automaton's state, so it is kept per
+// state (a JSON string's body, say, is one state until it closes).
+//
+// A token's bytes are its text in the middle of a text (TokenBytesOf in
+// runtime/tokenizer/tokenizer.h); a token whose text alone is not whole
+// UTF-8 (a byte-fallback piece of a character) or is empty (a special
+// token) is never allowed, so the output is always whole UTF-8 and an
+// output the form allows is the text the client receives.
+//
+// JSON: whitespace between tokens, at most kMaxJsonWhitespaceRun bytes in a
+// row (a model must not stall in whitespace, the trap OpenAI's json mode
+// documents), nesting at most kMaxJsonDepth deep, numbers of at most
+// kMaxJsonNumberBytes bytes; strings hold any UTF-8 but control characters,
+// with JSON's escapes. A key may repeat in an object, as RFC 8259 allows
+// (Python's json reads the last). A request that reaches a state no token continues and
+// whose output is not whole ends with finish reason "stop" (its text then is
+// not whole: a vocabulary without the bytes the form needs).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+
+namespace dslaunch::runtime {
+
+inline constexpr int kMaxJsonWhitespaceRun = 16;
+inline constexpr int kMaxJsonDepth = 32;
+inline constexpr int kMaxJsonNumberBytes = 40;
+inline constexpr int kMaxGuidedChoices = 256;
+
+// What a request asks of its output (serialisable: it crosses the tensor
+// group in serving turns).
+struct OutputConstraint {
+  enum class Kind { kNone, kJsonObject, kChoice };
+  Kind kind = Kind::kNone;
+  std::vector<std::string> choices;  // kChoice: the strings, non-empty, up to kMaxGuidedChoices
+  bool operator==(const OutputConstraint&) const = default;
+};
+
+// The vocabulary's tokens as a trie of their bytes. token_bytes[id]: the
+// token's text mid-text; empty for one constrained output never takes.
+class TokenVocabulary {
+ public:
+  explicit TokenVocabulary(const std::vector<std::string>& token_bytes);
+  struct Node {
+    std::vector<std::pair<unsigned char, int32_t>> children;  // byte, node
+    std::vector<int32_t> tokens;                              // tokens whose bytes end here
+  };
+  int64_t size() const { return size_; }  // ids 0..size-1
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+ private:
+  int64_t size_ = 0;
+  std::vector<Node> nodes_;  // 0: the root (no bytes)
+};
+
+// One request's progress through its form.
+class OutputConstraintState {
+ public:
+  virtual ~OutputConstraintState() = default;
+  // Sets the logits [vocab] of every token the form does not allow next to
+  // -inf (in place); `stop_tokens` keep theirs only when Complete(). Returns
+  // whether any token is left.
+  virtual bool Mask(torch::Tensor& logits, const std::vector<int64_t>& stop_tokens) = 0;
+  // The chosen token (one Mask allowed; a stop token changes nothing).
+  virtual void Accept(int64_t token) = 0;
+  virtual bool Complete() const = 0;  // the output so far is whole
+  virtual bool Finished() const = 0;  // whole, and no byte may follow
+};
+
+// InvalidArgument naming `field` for a constraint no request may carry (no
+// choices, an empty one, too many), or whose first token no token of
+// `vocabulary` can be.
+absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
+    const OutputConstraint& constraint, std::shared_ptr<const TokenVocabulary> vocabulary, const std::string& field);
+
+// For tests: whether `text` is a prefix of the form (true), and whether it
+// is whole (`complete`).
+bool AllowsPrefix(const OutputConstraint& constraint, const std::string& text, bool* complete);
+
+}  // namespace dslaunch::runtime
