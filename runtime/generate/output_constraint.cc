@@ -11,7 +11,7 @@
 namespace dslaunch::runtime {
 
 TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes)
-    : size_(static_cast<int64_t>(token_bytes.size())), nodes_(1) {
+    : size_(static_cast<int64_t>(token_bytes.size())), bytes_(token_bytes), nodes_(1) {
   // Children are found by a map while building, then kept sorted in vectors.
   std::vector<std::map<unsigned char, int32_t>> children(1);
   for (size_t id = 0; id < token_bytes.size(); ++id) {
@@ -35,6 +35,18 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes)
   for (size_t n = 0; n < nodes_.size(); ++n) {
     nodes_[n].children.assign(children[n].begin(), children[n].end());
   }
+}
+
+std::shared_ptr<const std::vector<char>> TokenVocabulary::Cached(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second;
+}
+
+void TokenVocabulary::Remember(const std::string& key, std::shared_ptr<const std::vector<char>> allowed) const {
+  absl::MutexLock lock(&mu_);
+  if (cache_.size() >= kCachedSets) cache_.clear();
+  cache_[key] = std::move(allowed);
 }
 
 namespace {
@@ -124,8 +136,13 @@ class JsonAutomaton {
   bool Finished() const { return mode_ == kDone; }
   // The state, as bytes: the key of the allowed-token cache.
   std::string Key() const {
-    std::string key = {static_cast<char>(mode_),    static_cast<char>(key_),        static_cast<char>(utf8_),
-                       static_cast<char>(count_),   static_cast<char>(literal_),   static_cast<char>(whitespace_)};
+    std::string key = {'j',
+                       static_cast<char>(mode_),
+                       static_cast<char>(key_),
+                       static_cast<char>(utf8_),
+                       static_cast<char>(count_),
+                       static_cast<char>(literal_),
+                       static_cast<char>(whitespace_)};
     return key + stack_;
   }
 
@@ -310,7 +327,12 @@ class ChoiceAutomaton {
     }
     return true;
   }
-  std::string Key() const { return prefix_; }
+  // The choices themselves, then the prefix: forms of other choices never meet.
+  std::string Key() const {
+    std::string key = "choice";
+    for (const std::string& choice : *choices_) absl::StrAppend(&key, choice.size(), ":", choice);
+    return absl::StrCat(key, "|", prefix_);
+  }
 
  private:
   std::shared_ptr<const std::vector<std::string>> choices_;
@@ -323,22 +345,21 @@ class AutomatonConstraint : public OutputConstraintState {
   AutomatonConstraint(Automaton start, std::shared_ptr<const TokenVocabulary> vocabulary)
       : state_(std::move(start)), vocabulary_(std::move(vocabulary)) {}
 
-  // The tokens the state allows (one byte each, 1: allowed), kept per state.
-  const std::vector<char>& Allowed() {
+  // The tokens the state allows (one byte each, 1: allowed), kept in the
+  // vocabulary's cache.
+  std::shared_ptr<const std::vector<char>> Allowed() const {
     const std::string key = state_.Key();
-    auto it = allowed_.find(key);
-    if (it != allowed_.end()) return it->second;
-    if (allowed_.size() >= kCachedStates) allowed_.clear();
-    std::vector<char>& allowed = allowed_[key];
-    allowed.assign(static_cast<size_t>(vocabulary_->size()), 0);
-    Walk(0, state_, allowed);
+    if (auto cached = vocabulary_->Cached(key)) return cached;
+    auto allowed = std::make_shared<std::vector<char>>(static_cast<size_t>(vocabulary_->size()), 0);
+    Walk(0, state_, *allowed);
+    vocabulary_->Remember(key, allowed);
     return allowed;
   }
 
   bool Mask(torch::Tensor& logits, const std::vector<int64_t>& stop_tokens) override {
     TORCH_CHECK(logits.dim() == 1 && logits.size(0) >= vocabulary_->size(), "constrained output: logits ",
                 logits.sizes(), " for a vocabulary of ", vocabulary_->size());
-    std::vector<char> allowed = Allowed();
+    std::vector<char> allowed = *Allowed();
     allowed.resize(static_cast<size_t>(logits.size(0)), 0);  // ids past the tokenizer's: never
     for (int64_t stop : stop_tokens) {
       if (stop >= 0 && stop < logits.size(0)) allowed[static_cast<size_t>(stop)] = state_.Complete() ? 1 : 0;
@@ -352,9 +373,7 @@ class AutomatonConstraint : public OutputConstraintState {
 
   void Accept(int64_t token) override {
     if (token < 0 || token >= vocabulary_->size()) return;  // a stop token past the vocabulary
-    // Its bytes: down the trie to the node that ends it (found by walking
-    // from every child is costly; tokens' bytes are kept once, here).
-    const std::string& bytes = Bytes(token);
+    const std::string& bytes = vocabulary_->bytes(token);
     Automaton next = state_;
     for (char c : bytes) {
       if (!next.Step(static_cast<unsigned char>(c))) return;  // a stop token: the form is whole
@@ -365,8 +384,6 @@ class AutomatonConstraint : public OutputConstraintState {
   bool Finished() const override { return state_.Finished(); }
 
  private:
-  static constexpr size_t kCachedStates = 64;
-
   void Walk(int32_t node, const Automaton& at, std::vector<char>& allowed) const {
     const TokenVocabulary::Node& here = vocabulary_->nodes()[static_cast<size_t>(node)];
     for (const auto& [byte, child] : here.children) {
@@ -379,29 +396,8 @@ class AutomatonConstraint : public OutputConstraintState {
     }
   }
 
-  // token -> bytes, rebuilt from the trie once.
-  const std::string& Bytes(int64_t token) {
-    if (bytes_.empty()) {
-      bytes_.resize(static_cast<size_t>(vocabulary_->size()));
-      std::string path;
-      Collect(0, path);
-    }
-    return bytes_[static_cast<size_t>(token)];
-  }
-  void Collect(int32_t node, std::string& path) {
-    const TokenVocabulary::Node& here = vocabulary_->nodes()[static_cast<size_t>(node)];
-    for (int32_t token : here.tokens) bytes_[static_cast<size_t>(token)] = path;
-    for (const auto& [byte, child] : here.children) {
-      path.push_back(static_cast<char>(byte));
-      Collect(child, path);
-      path.pop_back();
-    }
-  }
-
   Automaton state_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
-  std::unordered_map<std::string, std::vector<char>> allowed_;
-  std::vector<std::string> bytes_;
 };
 
 template <typename Automaton>
@@ -436,8 +432,8 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
   std::unique_ptr<OutputConstraintState> state;
   if (constraint.kind == OutputConstraint::Kind::kJsonObject) {
     auto json = std::make_unique<AutomatonConstraint<JsonAutomaton>>(JsonAutomaton(), vocabulary);
-    const std::vector<char>& first = json->Allowed();
-    if (std::none_of(first.begin(), first.end(), [](char a) { return a != 0; })) {
+    const auto first = json->Allowed();
+    if (std::none_of(first->begin(), first->end(), [](char a) { return a != 0; })) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": no token of the vocabulary can begin a JSON object"));
     }
@@ -446,8 +442,8 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
     if (absl::Status ok = CheckChoices(constraint.choices, field); !ok.ok()) return ok;
     auto choices = std::make_shared<const std::vector<std::string>>(constraint.choices);
     auto choice = std::make_unique<AutomatonConstraint<ChoiceAutomaton>>(ChoiceAutomaton(choices), vocabulary);
-    const std::vector<char>& first = choice->Allowed();
-    if (std::none_of(first.begin(), first.end(), [](char a) { return a != 0; })) {
+    const auto first = choice->Allowed();
+    if (std::none_of(first->begin(), first->end(), [](char a) { return a != 0; })) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": no token of the vocabulary can begin any of the choices"));
     }

@@ -1,0 +1,109 @@
+// constraint_mask_bench: what constrained output (Note [Constrained output])
+// costs a decode step on the host, against a reference measured in the same
+// run: the host's own choice of a token (SampleToken, greedy, over the same
+// vocabulary's logits).
+//
+//   constraint_mask_bench [--vocab 32000] [--repeats 200]
+//
+// The vocabulary is synthetic and shaped like a SentencePiece one: the
+// ASCII bytes alone, then words of 1-10 letters, digits and JSON's
+// punctuation, half of them with a leading space. Prints, per JSON state
+// (the object's start, inside a string, inside a number) and for a
+// three-way guided_choice: the first mask of a state (the trie walk), a
+// mask of a state seen before (the cache), both in microseconds and as a
+// multiple of the reference.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "runtime/generate/output_constraint.h"
+#include "runtime/generate/sampling.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+std::vector<std::string> SyntheticVocabulary(int64_t size) {
+  std::vector<std::string> tokens(static_cast<size_t>(size));
+  for (int b = 0; b < 128 && b < size; ++b) tokens[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+  const std::string alphabet = "abcdefghijklmnopqrstuvwxyzeeeeaaaoooiiittnnss0123456789{}[]\":,. ";
+  std::mt19937_64 random(7);
+  for (int64_t id = 256; id < size; ++id) {
+    std::string word = random() % 2 == 0 ? " " : "";
+    const int64_t length = 1 + static_cast<int64_t>(random() % 10);
+    for (int64_t i = 0; i < length; ++i) word.push_back(alphabet[random() % alphabet.size()]);
+    tokens[static_cast<size_t>(id)] = word;
+  }
+  return tokens;
+}
+
+double Microseconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+int Main(int argc, char** argv) {
+  int64_t vocab = 32000, repeats = 200;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    int64_t* value = flag == "--vocab" ? &vocab : flag == "--repeats" ? &repeats : nullptr;
+    if (value == nullptr || i + 1 >= argc || !absl::SimpleAtoi(argv[i + 1], value) || *value < 1 ||
+        (value == &vocab && *value < 300)) {
+      std::fprintf(stderr, "constraint_mask_bench: bad flag %s (--vocab N >= 300, --repeats N >= 1)\n", argv[i]);
+      return 2;
+    }
+    ++i;
+  }
+  auto vocabulary = std::make_shared<const TokenVocabulary>(SyntheticVocabulary(vocab));
+  std::printf("vocabulary: %lld tokens, %zu trie nodes\n", static_cast<long long>(vocab),
+              vocabulary->nodes().size());
+  const torch::Tensor logits = torch::randn({vocab + 1});
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1);
+  SamplingOptions greedy;
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < repeats; ++i) (void)SampleToken(logits, greedy, generator);
+  const double reference = Microseconds(std::chrono::steady_clock::now() - start) / repeats;
+  std::printf("reference: the host's greedy choice over the logits: %.1f us\n", reference);
+
+  // Token ids of the synthetic vocabulary's single bytes: the text to reach each state.
+  struct Case {
+    const char* name;
+    OutputConstraint constraint;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {"json, the object's start", {OutputConstraint::Kind::kJsonObject, {}}, ""},
+      {"json, inside a string", {OutputConstraint::Kind::kJsonObject, {}}, "{\"ab"},
+      {"json, inside a number", {OutputConstraint::Kind::kJsonObject, {}}, "{\"a\": 12"},
+      {"guided_choice of 3", {OutputConstraint::Kind::kChoice, {"positive", "negative", "neutral"}}, "ne"},
+  };
+  const std::vector<std::string> bytes = SyntheticVocabulary(vocab);
+  for (const Case& c : cases) {
+    // A state's mask from its own walk: a fresh vocabulary (an empty cache) each time.
+    auto mask = [&](std::shared_ptr<const TokenVocabulary> with) {
+      auto state = StartOutputConstraint(c.constraint, with, "bench");
+      TORCH_CHECK(state.ok(), c.name, ": ", state.status().ToString());
+      for (char byte : c.text) (*state)->Accept(static_cast<unsigned char>(byte));
+      torch::Tensor row = logits.clone();
+      const auto t0 = std::chrono::steady_clock::now();
+      (*state)->Mask(row, {vocab});
+      return Microseconds(std::chrono::steady_clock::now() - t0);
+    };
+    const int64_t cold_runs = std::min<int64_t>(repeats, 5);
+    double first = 0, cached = 0;
+    for (int64_t i = 0; i < cold_runs; ++i) first += mask(std::make_shared<const TokenVocabulary>(bytes));
+    for (int64_t i = 0; i < repeats; ++i) cached += mask(vocabulary);
+    first /= static_cast<double>(cold_runs);
+    cached /= static_cast<double>(repeats);
+    std::printf("%s: first mask %.1f us (%.1fx the reference), cached %.1f us (%.1fx)\n", c.name, first,
+                first / reference, cached, cached / reference);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
+
+int main(int argc, char** argv) { return dslaunch::runtime::Main(argc, argv); }
