@@ -57,6 +57,22 @@ bool IsHex(unsigned char b) { return IsDigit(b) || (b >= 'a' && b <= 'f') || (b 
 
 constexpr const char* kLiterals[] = {"true", "false", "null"};
 
+// A UTF-8 lead byte: how many continuation bytes follow, and the range of
+// the first (RFC 3629's table). continuations 0: not a lead byte.
+struct Utf8Lead {
+  uint8_t continuations = 0, low = 0x80, high = 0xBF;
+};
+Utf8Lead Utf8LeadOf(unsigned char b) {
+  if (b >= 0xC2 && b <= 0xDF) return {1, 0x80, 0xBF};
+  if (b == 0xE0) return {2, 0xA0, 0xBF};
+  if (b == 0xED) return {2, 0x80, 0x9F};
+  if (b >= 0xE1 && b <= 0xEF) return {2, 0x80, 0xBF};
+  if (b == 0xF0) return {3, 0x90, 0xBF};
+  if (b >= 0xF1 && b <= 0xF3) return {3, 0x80, 0xBF};
+  if (b == 0xF4) return {3, 0x80, 0x8F};
+  return {};
+}
+
 // RFC 8259 over bytes, one top-level object, with the bounds of Note
 // [Constrained output]. A value type: the walk copies it at every edge.
 class JsonAutomaton {
@@ -140,6 +156,8 @@ class JsonAutomaton {
                        static_cast<char>(mode_),
                        static_cast<char>(key_),
                        static_cast<char>(utf8_),
+                       static_cast<char>(utf8_low_),
+                       static_cast<char>(utf8_high_),
                        static_cast<char>(count_),
                        static_cast<char>(literal_),
                        static_cast<char>(whitespace_)};
@@ -206,6 +224,9 @@ class JsonAutomaton {
     // Staying in a mode only reads a digit (or, from kNumInt, another digit).
     const bool moved = next != mode_ || ((mode_ == kNumInt || mode_ == kNumFrac || mode_ == kNumExpDigits) && IsDigit(b));
     if (!moved) return false;
+    // A mode a number cannot end in ('.', 'e', a sign) needs room for a digit after it.
+    const bool may_end = next == kNumZero || next == kNumInt || next == kNumFrac || next == kNumExpDigits;
+    if (!may_end && count_ + 1 >= kMaxJsonNumberBytes) return false;
     mode_ = next;
     ++count_;
     return true;
@@ -248,8 +269,10 @@ class JsonAutomaton {
     return true;
   }
   bool StringByte(unsigned char b) {
-    if (utf8_ > 0) {  // a continuation byte is due
-      if ((b & 0xC0) != 0x80) return false;
+    if (utf8_ > 0) {  // a continuation byte is due (the first within [utf8_low_, utf8_high_])
+      if (b < utf8_low_ || b > utf8_high_) return false;
+      utf8_low_ = 0x80;
+      utf8_high_ = 0xBF;
       --utf8_;
       return true;
     }
@@ -267,15 +290,12 @@ class JsonAutomaton {
     }
     if (b < 0x20) return false;  // control characters go escaped
     if (b < 0x80) return true;
-    if (b >= 0xC2 && b <= 0xDF) {
-      utf8_ = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      utf8_ = 2;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      utf8_ = 3;
-    } else {
-      return false;  // not a lead byte
-    }
+    // RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF.
+    const Utf8Lead lead = Utf8LeadOf(b);
+    if (lead.continuations == 0) return false;  // not a lead byte
+    utf8_ = lead.continuations;
+    utf8_low_ = lead.low;
+    utf8_high_ = lead.high;
     return true;
   }
   bool Open(char container) {
@@ -299,6 +319,7 @@ class JsonAutomaton {
   Mode mode_ = kStart;
   bool key_ = false;
   uint8_t utf8_ = 0;
+  uint8_t utf8_low_ = 0x80, utf8_high_ = 0xBF;  // the next continuation byte's range
   uint8_t count_ = 0;
   uint8_t literal_ = 0;
   uint8_t whitespace_ = 0;
@@ -415,8 +436,14 @@ absl::Status CheckChoices(const std::vector<std::string>& choices, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": ", choices.size(), " choices, more than the ", kMaxGuidedChoices, " allowed"));
   }
+  size_t bytes = 0;
   for (size_t i = 0; i < choices.size(); ++i) {
     if (choices[i].empty()) return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] is empty"));
+    bytes += choices[i].size();
+  }
+  if (bytes > static_cast<size_t>(kMaxGuidedChoiceBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes, " bytes of choices, more than the ",
+                                                   kMaxGuidedChoiceBytes, " allowed"));
   }
   return absl::OkStatus();
 }

@@ -31,8 +31,18 @@
 // row (a model must not stall in whitespace, the trap OpenAI's json mode
 // documents), nesting at most kMaxJsonDepth deep, numbers of at most
 // kMaxJsonNumberBytes bytes; strings hold any UTF-8 but control characters,
-// with JSON's escapes. A key may repeat in an object, as RFC 8259 allows
-// (Python's json reads the last). A request that reaches a state no token continues and
+// with JSON's escapes, and whole UTF-8 (RFC 3629: no overlong forms, no
+// surrogates). A key may repeat in an object, as RFC 8259 allows (Python's
+// json reads the last). A number takes '.', 'e' or a sign only with room
+// for the digit after it.
+//
+// The log-probabilities a constrained request reports (and best_of ranks
+// by) are of the masked distribution, renormalised over the allowed tokens:
+// what was sampled from. A request's stop strings are refused with a form
+// (a stop string inside the object would cut it), and the chat template's
+// stop strings do not cut a constrained answer: it ends when its form is
+// whole. Tools are refused beside a form (a tool call is text of its own
+// shape), unless tool_choice is "none". A request that reaches a state no token continues and
 // whose output is not whole ends with finish reason "stop" (its text then is
 // not whole: a vocabulary without the bytes the form needs).
 #pragma once
@@ -54,6 +64,7 @@ inline constexpr int kMaxJsonWhitespaceRun = 16;
 inline constexpr int kMaxJsonDepth = 32;
 inline constexpr int kMaxJsonNumberBytes = 40;
 inline constexpr int kMaxGuidedChoices = 256;
+inline constexpr int kMaxGuidedChoiceBytes = 16384;  // all the choices together
 
 // What a request asks of its output (serialisable: it crosses the tensor
 // group in serving turns).

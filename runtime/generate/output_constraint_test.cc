@@ -63,6 +63,23 @@ TEST(OutputConstraintTest, JsonHasBoundsAModelCannotStallIn) {
   EXPECT_EQ(Judge(Json(), deep + "["), -1);
   EXPECT_EQ(Judge(Json(), "{\"a\":" + std::string(kMaxJsonNumberBytes, '7') + "}"), 1);
   EXPECT_EQ(Judge(Json(), "{\"a\":" + std::string(kMaxJsonNumberBytes + 1, '7')), -1);
+  // '.', 'e' or a sign only with room for the digit after it: a number at
+  // its bound can always end.
+  const std::string digits = "{\"a\":" + std::string(kMaxJsonNumberBytes - 2, '7');
+  EXPECT_EQ(Judge(Json(), digits + ".5}"), 1);
+  EXPECT_EQ(Judge(Json(), digits + "7."), -1);
+  EXPECT_EQ(Judge(Json(), digits + "7e"), -1);
+  EXPECT_EQ(Judge(Json(), digits + "e-"), -1);
+  EXPECT_EQ(Judge(Json(), digits.substr(0, digits.size() - 1) + "e-5}"), 1);
+}
+
+// RFC 3629 in strings: no overlong forms, no surrogates, nothing past U+10FFFF.
+TEST(OutputConstraintTest, StringsHoldWholeUtf8Only) {
+  EXPECT_EQ(Judge(Json(), "{\"a\":\"\xED\x9F\xBF \xF4\x8F\xBF\xBF \xE0\xA0\x80\"}"), 1);
+  for (const std::string bad : {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xE0\x9F\xBF", "\xED\xA0\x80",
+                                "\xF0\x80\x80\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xBF"}) {
+    EXPECT_EQ(Judge(Json(), "{\"a\":\"" + bad), -1) << ::testing::PrintToString(bad);
+  }
 }
 
 TEST(OutputConstraintTest, AChoiceIsExactlyOneOfTheStrings) {
@@ -129,6 +146,11 @@ TEST(OutputConstraintTest, ConstraintsNoRequestMayCarryAreRefusedNamingTheField)
               HasSubstr("guided_choice: no choices"));
   EXPECT_THAT(StartOutputConstraint(Choices({"a", ""}), vocabulary, "guided_choice").status().message(),
               HasSubstr("guided_choice[1] is empty"));
+  EXPECT_THAT(StartOutputConstraint(Choices({std::string(kMaxGuidedChoiceBytes, 'a'), "b"}), vocabulary,
+                                    "guided_choice")
+                  .status()
+                  .message(),
+              HasSubstr("bytes of choices, more than the 16384 allowed"));
   EXPECT_THAT(StartOutputConstraint(Choices({"zz"}), vocabulary, "guided_choice").status().message(),
               HasSubstr("no token of the vocabulary can begin any of the choices"));
   EXPECT_THAT(StartOutputConstraint(Json(), vocabulary, "response_format").status().message(),

@@ -70,6 +70,10 @@ TEST(ConstrainedJsonTest, TheByteTokenizersTokensAreItsAsciiBytes) {
   EXPECT_TRUE(IsWholeUtf8("caf\xC3\xA9"));
   EXPECT_FALSE(IsWholeUtf8("caf\xC3"));
   EXPECT_FALSE(IsWholeUtf8("\xEF\xBF\xBD"));
+  EXPECT_TRUE(IsWholeUtf8("\xED\x9F\xBF\xF4\x8F\xBF\xBF"));
+  for (const char* bad : {"\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80", "\xF4\x90\x80\x80"}) {
+    EXPECT_FALSE(IsWholeUtf8(bad)) << "overlong, a surrogate or past U+10FFFF";
+  }
 }
 
 }  // namespace

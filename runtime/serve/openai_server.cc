@@ -368,6 +368,15 @@ class OpenAiServer::Impl {
         return false;
       }
       const bool calls_wanted = parsed->tools && parsed->tool_choice != "none";
+      if (calls_wanted && parsed->parameters.constraint.kind != OutputConstraint::Kind::kNone) {
+        const bool choice = parsed->parameters.constraint.kind == OutputConstraint::Kind::kChoice;
+        *error = ApiError{400, "invalid_request_error", choice ? "guided_choice" : "response_format",
+                          absl::StrCat(choice ? "guided_choice" : "response_format",
+                                       ": an answer held to a form cannot also call tools (a call is text of its own "
+                                       "shape): leave one out, or give \"tool_choice\": \"none\""),
+                          ""};
+        return false;
+      }
       if (parsed->tools && options_.chat_template) {
         *error = ApiError{400, "invalid_request_error", "tools",
                           "tools: this server's chat template is the job file's prefix and suffix form, which does not "
@@ -464,6 +473,19 @@ class OpenAiServer::Impl {
       }
     }
     out->n = parameters.n;
+    if (parameters.constraint.kind != OutputConstraint::Kind::kNone) {
+      // Note [Constrained output]: a stop string inside the object would cut
+      // it; the answer ends when its form is whole, the template's stop
+      // strings aside.
+      if (!parameters.stop.empty()) {
+        *error = ApiError{400, "invalid_request_error", "stop",
+                          "stop: an answer held to a form (response_format, guided_choice) ends when the form is "
+                          "whole, and a stop string inside it would cut it: leave stop out",
+                          ""};
+        return false;
+      }
+      out->stop_strings.clear();
+    }
     out->stop_strings.insert(out->stop_strings.end(), parameters.stop.begin(), parameters.stop.end());
     out->chat = chat;
     out->stream = parameters.stream;

@@ -556,6 +556,9 @@ def check_errors():
     expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
     expect_error("json_schema", 400, *post("/v1/completions", {"prompt": "x", "response_format": {"type": "json_schema"}}),
                  param="response_format", message="json_schema")
+    expect_error("stop with a form", 400,
+                 *post("/v1/completions", {"prompt": "x", "guided_choice": ["a"], "stop": ["}"]}), param="stop",
+                 message="a stop string inside it would cut it")
     expect_error("no token can begin the choice", 400,
                  *post("/v1/completions", {"prompt": "x", "guided_choice": ["\ufffd"]}), param="guided_choice",
                  message="no token of the vocabulary can begin any of the choices")
