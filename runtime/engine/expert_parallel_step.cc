@@ -39,10 +39,24 @@ absl::StatusOr<StepResult> Engine::ExpertParallelStep(StepResult begun) {
           DS_RETURN_IF_ERROR(adam->StepSwapped(
               *swapped, partition->shard_gradient(), result.lr, beta1, beta2, *factor,
               [partition](int64_t offset, const torch::Tensor& master) { return partition->StoreUpdatedMaster(offset, master); }));
+          DS_RETURN_IF_ERROR(partition->GatherParameters());
+        } else if (partition->offload()) {
+          // Note [Step while uploading], as the dense step: each range is
+          // stepped on the host (writing the rounded parameters into the
+          // partition's host copy, Note [bf16 parameters from the host
+          // step]) while the one before goes up.
+          adam->CountStep(result.lr, beta1, beta2);
+          torch::Tensor& master = partition->master_shard();
+          const torch::Tensor& grad = partition->shard_gradient();
+          const double coefficient = *factor;
+          DS_RETURN_IF_ERROR(partition->GatherParameters([&](int64_t offset, int64_t length) {
+            adam->StepRange(master, grad, offset, length, result.lr, beta1, beta2, coefficient,
+                            partition->host_parameter_copy());
+          }));
         } else {
           adam->Step(partition->master_shard(), partition->shard_gradient(), result.lr, beta1, beta2, *factor);
+          DS_RETURN_IF_ERROR(partition->GatherParameters());
         }
-        if (absl::Status s = partition->GatherParameters(); !s.ok()) return s;
       }
       result.stepped = true;
       ++successful_steps_;
