@@ -37,27 +37,44 @@ std::string EstimateReport(const EstimateRequest& r) {
   const int64_t gpu_bytes = shaped ? static_cast<int64_t>(r.gpu_memory_gib * (int64_t{1} << 30)) : 0;
   absl::StrAppend(&out, "Model states of this runtime (Engine::Memory()'s categories; per host: the ",
                   r.gpus_per_node, " rank(s) of a node):\n");
-  absl::StrAppend(&out, "| ZeRO | offload | per GPU | per host |");
+  absl::StrAppend(&out, "| ZeRO | offload | per GPU | per host | on NVMe per host |");
   if (gpu_bytes > 0) {
     absl::StrAppend(&out, absl::StrFormat(" largest micro batch on %g GiB (checkpointed) |", r.gpu_memory_gib));
   }
-  absl::StrAppend(&out, "\n|---|---|---|---|", gpu_bytes > 0 ? "---|" : "", "\n");
+  absl::StrAppend(&out, "\n|---|---|---|---|---|", gpu_bytes > 0 ? "---|" : "", "\n");
   struct Row {
     ZeroSetting setting;
     const char* offload;
   };
+  // ZeRO-Infinity's rows: the optimizer (and at stage 3 the parameters) on NVMe.
+  auto nvme = [](int stage, bool optimizer_nvme, bool params, bool param_nvme) {
+    ZeroSetting setting{stage, true, params};
+    setting.optimizer_nvme = optimizer_nvme;
+    setting.param_nvme = param_nvme;
+    return setting;
+  };
   const std::vector<Row> rows = {
-      {{0, false, false}, "none"},      {{1, false, false}, "none"},
-      {{1, true, false}, "optimizer"},  {{2, false, false}, "none"},
-      {{2, true, false}, "optimizer"},  {{3, false, false}, "none"},
-      {{3, true, false}, "optimizer"},  {{3, true, true}, "optimizer, parameters"},
+      {{0, false, false}, "none"},
+      {{1, false, false}, "none"},
+      {{1, true, false}, "optimizer"},
+      {nvme(1, true, false, false), "optimizer (NVMe)"},
+      {{2, false, false}, "none"},
+      {{2, true, false}, "optimizer"},
+      {nvme(2, true, false, false), "optimizer (NVMe)"},
+      {{3, false, false}, "none"},
+      {{3, true, false}, "optimizer"},
+      {{3, true, true}, "optimizer, parameters"},
+      {nvme(3, true, false, false), "optimizer (NVMe)"},
+      {nvme(3, false, true, true), "optimizer, parameters (NVMe)"},
+      {nvme(3, true, true, true), "optimizer (NVMe), parameters (NVMe)"},
   };
   for (Row row : rows) {
-    row.setting.delay_update = r.delay_update && row.setting.offload_optimizer;
+    row.setting.delay_update = r.delay_update && row.setting.offload_optimizer && !row.setting.optimizer_nvme &&
+                               !row.setting.param_nvme;  // refused beside NVMe
     row.setting.bf16 = r.precision == "bf16";
     const RankStates states = DslaunchRankStates(m, row.setting, world, r.compute_bytes);
     absl::StrAppend(&out, "| ", row.setting.stage, " | ", row.offload, " | ", Gib(states.Device()), " | ",
-                    Gib(states.Host() * r.gpus_per_node), " |");
+                    Gib(states.Host() * r.gpus_per_node), " | ", Gib(states.Nvme() * r.gpus_per_node), " |");
     if (gpu_bytes > 0) {
       absl::StrAppend(&out, " ", LargestMicroBatch(gpu_bytes, states.Device(), activations.per_sample), " (",
                       LargestMicroBatch(gpu_bytes, states.Device(), activations.per_sample_checkpointed), ") |");

@@ -2,17 +2,19 @@
 
 #include <algorithm>
 
+#include "runtime/offload/swap_sizes.h"
+
 namespace dslaunch::runtime {
 
 int64_t RankStates::Device() const {
   int64_t bytes = gradients + gathered_working;
-  if (!parameters_on_host) bytes += parameters + frozen_parameters;
-  if (!optimizer_on_host) bytes += master_weights + optimizer_state;
+  if (!parameters_on_host && !parameters_on_nvme) bytes += parameters + frozen_parameters;
+  if (!optimizer_on_host && !optimizer_on_nvme) bytes += master_weights + optimizer_state;
   return bytes;
 }
 
 int64_t RankStates::Host() const {
-  int64_t bytes = host_gradient + host_parameter_copy;
+  int64_t bytes = host_gradient + host_parameter_copy + swap_buffers + parameter_staging;
   if (parameters_on_host) bytes += parameters + frozen_parameters;
   if (optimizer_on_host) bytes += master_weights + optimizer_state;
   return bytes;
@@ -35,6 +37,33 @@ RankStates DslaunchRankStates(const ModelSize& model, const ZeroSetting& setting
     r.host_parameter_copy = 2 * psi / n;
   }
   if (stage == 3) r.gathered_working = 3 * k * model.block;
+  const int64_t shard = (psi + n - 1) / n;
+  if (setting.offload_optimizer && setting.optimizer_nvme && stage >= 1) {
+    // Note [NVMe offload], Note [Sub-groups on NVMe].
+    r.optimizer_on_host = false;
+    r.optimizer_on_nvme = true;
+    const int64_t group = std::max<int64_t>(
+        1, std::min({setting.sub_group_elements, kMaxSwapSubGroupElements, std::max<int64_t>(1, shard)}));
+    const int64_t groups = (shard + group - 1) / group, last = shard - (groups - 1) * group;
+    r.swapped_to_nvme = 3 * ((groups - 1) * SwapFileBytes(group) + SwapFileBytes(last));
+    const int64_t sets = std::min<int64_t>(kSwapBufferSets, groups);
+    r.swap_buffers = sets * 3 * (SwapFileBytes(group) + (last != group ? SwapFileBytes(last) : 0));
+    r.host_gradient = 4 * shard;
+    // Stages 1-2 keep the updated parameters on the host for the gathers;
+    // stage 3 stores them into its parameter shard.
+    r.host_parameter_copy = stage < 3 ? k * shard : 0;
+  }
+  if (setting.offload_param && setting.param_nvme && stage == 3) {
+    // Note [Parameters on NVMe]: the shards of the trainable and frozen
+    // parameters in files, a block's piece per staging buffer.
+    r.parameters_on_host = false;
+    r.parameters_on_nvme = true;
+    const auto piece_file = [](int64_t bytes) { return SwapFileBytes((bytes + 3) / 4); };
+    r.parameter_files = piece_file(k * shard) + (model.frozen > 0 ? piece_file(k * ((model.frozen + n - 1) / n)) : 0);
+    r.parameter_staging = 2 * piece_file(k * ((model.block + n - 1) / n));
+    // The CPU Adam's rounded copy, which the update stores from.
+    r.host_parameter_copy = r.optimizer_on_host && setting.bf16 ? 2 * shard : 0;
+  }
   return r;
 }
 

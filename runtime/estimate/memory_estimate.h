@@ -16,7 +16,14 @@
 // delay_update, Note [Delayed parameter update]); with bf16 also the bf16
 // copy the CPU Adam writes (2Ψ/N; at stage 3 with offload_param it is the
 // parameter shard itself, so nothing more, unless delay_update needs a
-// second shard); offload_param (stage 3) moves the parameter shard too. Frozen parameters (LoRA's base) are held
+// second shard); offload_param (stage 3) moves the parameter shard too.
+// With the optimizer on NVMe the masters and moments go to swap files
+// (12Ψ/N on the drive) and the host keeps the fp32 gradient shard, three
+// buffer sets of one sub-group (36 bytes per element of a sub-group) and, at
+// stages 1-2, the updated parameters for the gathers (kΨ/N); with the
+// parameters on NVMe the shard goes to files (kΨ/N) through two staging
+// buffers of a block's piece, and with the optimizer on the host in bf16 the
+// CPU Adam's copy stays (2Ψ/N). Frozen parameters (LoRA's base) are held
 // whole in the compute dtype on every GPU. Every unit is padded to a
 // multiple of N elements, so a real rank holds up to N elements per unit
 // more. Stage 3 also holds gathered units while it computes: two blocks
@@ -59,6 +66,13 @@ struct ZeroSetting {
   // bf16 compute with offload_optimizer: the CPU Adam also writes the rounded
   // parameters into a host buffer (Note [bf16 parameters from the host step]).
   bool bf16 = false;
+  // ZeRO-Infinity (Note [NVMe offload], Note [Parameters on NVMe]):
+  // offload_optimizer.device nvme (with offload_optimizer), and at stage 3
+  // offload_param.device nvme (with offload_param); the swap's sub-groups
+  // (zero_optimization.sub_group_size, cut at kMaxSwapSubGroupElements).
+  bool optimizer_nvme = false;
+  bool param_nvme = false;
+  int64_t sub_group_elements = 1'000'000'000;
 };
 
 // One rank's model states (Note [Memory estimate]), by Engine::Memory()'s
@@ -75,8 +89,16 @@ struct RankStates {
   int64_t host_parameter_copy = 0;
   int64_t gathered_working = 0;  // stage 3: gathered blocks and their gradients
   bool optimizer_on_host = false, parameters_on_host = false;
+  // NVMe offload: the masters and moments in swap files (3 per sub-group),
+  // the host buffer sets they stream through; the parameter shard's files and
+  // their two staging buffers (as large as a block's piece). Bytes on the
+  // drive, headers and padding included (Engine::Memory()'s swapped_to_nvme,
+  // swap_buffers, parameters_on_nvme and parameter_staging).
+  bool optimizer_on_nvme = false, parameters_on_nvme = false;
+  int64_t swapped_to_nvme = 0, swap_buffers = 0, parameter_files = 0, parameter_staging = 0;
   int64_t Device() const;
   int64_t Host() const;
+  int64_t Nvme() const { return swapped_to_nvme + parameter_files; }
 };
 
 RankStates DslaunchRankStates(const ModelSize& model, const ZeroSetting& setting, int64_t world, int compute_bytes);

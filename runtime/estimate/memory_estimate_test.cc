@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/estimate/estimate_report.h"
+#include "runtime/offload/swap_sizes.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -131,7 +132,46 @@ TEST(MemoryEstimateTest, TheReportNamesEverySettingAndTheLargestMicroBatch) {
   EXPECT_THAT(report, HasSubstr("| 2 | offload_optimizer=cpu |"));
   EXPECT_THAT(report, HasSubstr("largest micro batch on 80 GiB (checkpointed)"));
   // ZeRO-0 bf16 on one GPU: 16Ψ = 19.60 GiB of states.
-  EXPECT_THAT(report, HasSubstr("| 0 | none | 19.60 GiB | 0.00 GiB |"));
+  EXPECT_THAT(report, HasSubstr("| 0 | none | 19.60 GiB | 0.00 GiB | 0.00 GiB |"));
+  // ZeRO-Infinity: 12Ψ of masters and moments on the host's drive(s).
+  EXPECT_THAT(report, HasSubstr("| 3 | optimizer (NVMe), parameters (NVMe) |"));
+  EXPECT_THAT(report, HasSubstr("| 2 | optimizer (NVMe) |"));
+}
+
+// Note [Memory estimate], ZeRO-Infinity: what goes to the drive and what the
+// host keeps to stream it.
+TEST(MemoryEstimateTest, NvmeOffloadMovesTheStatesToTheDriveAndKeepsBuffers) {
+  const int64_t psi = 400'000'000, n = 4, shard = psi / n;
+  ModelSize model{.trainable = psi};
+  model.block = 4'000'000;
+  ZeroSetting optimizer{2, true, false};
+  optimizer.optimizer_nvme = true;
+  const RankStates two = DslaunchRankStates(model, optimizer, n, 2);
+  EXPECT_EQ(two.Device(), 2 * psi + 2 * shard) << "the parameters and the gradient shard";
+  // One sub-group of 1e8 elements: 3 files, 3 buffer sets of 3 buffers.
+  EXPECT_EQ(two.swapped_to_nvme, 3 * SwapFileBytes(shard));
+  EXPECT_EQ(two.swap_buffers, 3 * SwapFileBytes(shard));
+  EXPECT_EQ(two.Host(), 4 * shard + two.swap_buffers + 2 * shard);
+  // Sub-groups are cut at kMaxSwapSubGroupElements: two of them at 2e8 elements a shard.
+  const RankStates large = DslaunchRankStates(ModelSize{.trainable = 2 * psi}, optimizer, n, 2);
+  EXPECT_EQ(large.swapped_to_nvme, 6 * SwapFileBytes(kMaxSwapSubGroupElements));
+  EXPECT_EQ(large.swap_buffers, 2 * 3 * SwapFileBytes(kMaxSwapSubGroupElements));
+
+  ZeroSetting infinity{3, true, true};
+  infinity.optimizer_nvme = infinity.param_nvme = true;
+  const RankStates three = DslaunchRankStates(model, infinity, n, 2);
+  EXPECT_EQ(three.Device(), 2 * shard + 3 * 2 * model.block) << "the gradient shard and the gathered blocks";
+  EXPECT_EQ(three.parameter_files, SwapFileBytes(2 * shard / 4));
+  EXPECT_EQ(three.parameter_staging, 2 * SwapFileBytes(2 * model.block / n / 4));
+  EXPECT_EQ(three.host_parameter_copy, 0);
+  EXPECT_EQ(three.Nvme(), three.swapped_to_nvme + three.parameter_files);
+  // The optimizer on the host in bf16: its rounded copy stays beside the files.
+  ZeroSetting params_only{3, true, true};
+  params_only.param_nvme = true;
+  params_only.bf16 = true;
+  const RankStates host_step = DslaunchRankStates(model, params_only, n, 2);
+  EXPECT_EQ(host_step.host_parameter_copy, 2 * shard);
+  EXPECT_EQ(host_step.Host(), 12 * shard + 4 * shard + 2 * shard + host_step.parameter_staging);
 }
 
 }  // namespace

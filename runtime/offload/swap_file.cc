@@ -17,10 +17,6 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'S', 'S', 'W', 'A', 'P', '0', '1'};
 
-int64_t PayloadBytes(int64_t elements) {
-  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
-  return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
-}
 
 void PutWord(unsigned char* at, uint64_t value) {
   for (int i = 0; i < 8; ++i) at[i] = static_cast<unsigned char>(value >> (8 * i));
@@ -33,8 +29,6 @@ uint64_t GetWord(const unsigned char* at) {
 }
 
 }  // namespace
-
-int64_t SwapFileBytes(int64_t elements) { return kSwapHeaderBytes + PayloadBytes(elements); }
 
 SwapBuffer SwapBuffer::Allocate(int64_t elements) {
   SwapBuffer buffer;

@@ -17,14 +17,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/offload/swap_sizes.h"
 
 namespace dslaunch::runtime {
 
-inline constexpr int64_t kSwapAlignment = 4096;
-inline constexpr int64_t kSwapHeaderBytes = kSwapAlignment;
-
-// Header plus the padded payload of `elements` fp32 values.
-int64_t SwapFileBytes(int64_t elements);
 
 // A host fp32 tensor whose storage starts kSwapHeaderBytes into a 4096-byte
 // aligned block of SwapFileBytes(elements) bytes (the header in front):

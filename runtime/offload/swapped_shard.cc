@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<SwappedShard>> SwappedShard::Create(const Swapped
   if (!io.ok()) return io.status();
   shard->io_ = std::move(*io);
 
-  const int sets = std::min(3, shard->groups());
+  const int sets = std::min(kSwapBufferSets, shard->groups());
   const int64_t last = elements - shard->group_offsets_.back();
   shard->sets_.resize(sets);
   if (last != shard->group_elements_) shard->last_.resize(sets);

@@ -32,13 +32,7 @@ namespace dslaunch::runtime {
 
 // Note [Sub-groups on NVMe]: the pipeline holds three buffer sets of every
 // stream's sub-group, 36 bytes per element for Adam's three fp32 streams, so
-// DeepSpeed's default sub_group_size (1e9) would hold 36 GB of host buffers:
-// on the H200 host a ~1.2B GPT with the optimizer on NVMe held 27 GiB of
-// buffers (2 sub-groups; the rank's host peak 37 GB, more than CPU
-// offload's whole optimizer state). The engine cuts the swap's sub-groups at
-// this many elements (3.6 GB of buffers) and says so at start; the step's
-// arithmetic is elementwise, so the cut changes nothing but the memory.
-inline constexpr int64_t kMaxSwapSubGroupElements = 100'000'000;
+// kMaxSwapSubGroupElements: runtime/offload/swap_sizes.h.
 
 struct SwappedShardOptions {
   std::string nvme_path;  // must exist, be writable, not be tmpfs, and hold the files

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/engine_checkpointer.h"
 #include "runtime/engine/engine.h"
+#include "runtime/estimate/memory_estimate.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/model/gpt.h"
 #include "runtime/testing/disk_test_folder.h"
@@ -123,6 +124,49 @@ TEST_F(ZeroTest, ParametersOnNvmeTrainBitForBitAsOnTheHost) {
   auto left = FileSystem::Default().ListDirectory(folder.path() + "/dslaunch-swap");
   ASSERT_TRUE(left.ok()) << left.status();
   EXPECT_THAT(*left, ::testing::IsEmpty());
+}
+
+// Note [Memory estimate]: `dslaunch estimate`'s ZeRO-Infinity rows name what
+// the engine holds, within each unit's padding and its file's header.
+TEST_F(ZeroTest, TheEstimateNamesWhatNvmeOffloadHolds) {
+  testing::DiskTestFolder folder("params-nvme-estimate");
+  struct Case {
+    int stage;
+    std::string params, optimizer;
+  };
+  for (const Case& c : {Case{2, "none", "nvme"}, Case{3, "cpu", "nvme"}, Case{3, "nvme", "nvme"},
+                        Case{3, "nvme", "cpu"}}) {
+    for (int world : {1, 2}) {
+      const std::string what = absl::StrCat("stage ", c.stage, " params ", c.params, " optimizer ", c.optimizer,
+                                            " world ", world);
+      RunRanks(world, [&](int rank, Communicator* comm) {
+        DsConfig config = Placement(world, c.params == "none" ? "cpu" : c.params, c.optimizer, folder.path());
+        config.zero_optimization.stage = c.stage;
+        config.zero_optimization.stage3_param_persistence_threshold = 0;
+        if (c.params == "none") config.zero_optimization.offload_param.device = "none";
+        Gpt model(TinyGpt(), 29);
+        auto engine = Engine::Create(model.ptr(), config, ParallelState::DataParallelOnly(comm), torch::kCPU);
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        const Engine::MemoryBreakdown m = (*engine)->Memory();
+        if (rank != 0) return;
+        ModelSize size;
+        size.trainable = model->ParameterCount();
+        ZeroSetting setting{c.stage, true, c.params != "none"};
+        setting.optimizer_nvme = c.optimizer == "nvme";
+        setting.param_nvme = c.params == "nvme";
+        setting.sub_group_elements = config.zero_optimization.sub_group_size;
+        const RankStates predicted = DslaunchRankStates(size, setting, world, 4);
+        // Each unit pads its piece to the world's multiple; each file has a header and pads to 4096.
+        const double padding = 4.0 * world * std::max(1, m.partition_units) * 3;
+        EXPECT_NEAR(m.swapped_to_nvme, predicted.swapped_to_nvme, padding + 3 * kSwapAlignment * 2) << what;
+        EXPECT_NEAR(m.swap_buffers, predicted.swap_buffers, padding + 3 * 3 * kSwapAlignment * 2) << what;
+        EXPECT_NEAR(m.host_parameter_copy, predicted.host_parameter_copy, padding) << what;
+        EXPECT_NEAR(m.parameters_on_nvme, predicted.parameter_files,
+                    padding + 2.0 * kSwapAlignment * std::max(1, m.partition_units))
+            << what;
+      });
+    }
+  }
 }
 
 TEST_F(ZeroTest, ParametersOnNvmeCheckpointsResumeBitForBitIntoEitherPlacement) {
