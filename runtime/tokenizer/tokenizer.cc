@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "runtime/fs/file_system.h"
 #include "runtime/tokenizer/model_tokenizer.h"
 #include "runtime/tokenizer/sentencepiece_bridge.h"
@@ -164,36 +165,10 @@ std::string TextPastCommonPrefix(const std::string& before, const std::string& a
 
 bool IsWholeUtf8(absl::string_view text) {
   if (absl::StrContains(text, "\xEF\xBF\xBD")) return false;
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    // RFC 3629: the continuation count, and the first continuation's range
-    // (no overlong forms, no surrogates, nothing past U+10FFFF).
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;
-      if (lead == 0xED) high = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    } else {
-      return false;
-    }
-    if (i + length > text.size()) return false;
-    for (size_t k = 1; k < length; ++k) {
-      const auto c = static_cast<unsigned char>(text[i + k]);
-      if (c < (k == 1 ? low : 0x80) || c > (k == 1 ? high : 0xBF)) return false;
-    }
-    i += length;
+  while (!text.empty()) {
+    const size_t length = Utf8SequenceLength(text);
+    if (length == 0) return false;
+    text.remove_prefix(length);
   }
   return true;
 }
