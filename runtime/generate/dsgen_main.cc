@@ -65,6 +65,10 @@ struct Options {
   std::string dump_logits;
   std::string dump_gradients;
   int64_t masked_prefix = 0;
+  // Note [Constrained output]: one JSON object, or one of the choices
+  // ('|'-separated).
+  bool json = false;
+  std::string choice;
 };
 
 absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text) {
@@ -208,6 +212,12 @@ absl::Status Run(const Options& options) {
     request.sampling.seed = static_cast<uint64_t>(options.seed);
     if (tokenizer && tokenizer->eos_id() >= 0) request.stop_tokens = {tokenizer->eos_id()};
     GenerationEngineOptions engine_options;
+    if (options.json || !options.choice.empty()) {
+      // Note [Constrained output] (flags checked in main: --prompt gives the tokenizer).
+      request.constraint.kind = options.json ? OutputConstraint::Kind::kJsonObject : OutputConstraint::Kind::kChoice;
+      if (!options.json) request.constraint.choices = absl::StrSplit(options.choice, '|');
+      engine_options.vocabulary = std::make_shared<const TokenVocabulary>(TokenBytesOf(*tokenizer));
+    }
     engine_options.max_sequences = 1;
     engine_options.max_tokens_per_step = std::max<int64_t>(1, static_cast<int64_t>(ids->size()));
     engine_options.cache_positions = static_cast<int64_t>(ids->size()) + options.max_new_tokens;
@@ -267,6 +277,9 @@ int main(int argc, char** argv) {
       .Int("--seed", &options.seed, "S", "seed of the sampling", {0, INT64_MAX})
       .Bool("--print_logprobs", &options.print_logprobs, "one line per new token: its id and log-probability")
       .Bool("--print_ids", &options.print_ids, "with --prompt: the new token ids too, on a line before the text")
+      .Bool("--json", &options.json, "with --prompt: the continuation is one JSON object (OpenAI's json mode)")
+      .String("--choice", &options.choice, "A|B|...",
+              "with --prompt: the continuation is exactly one of these '|'-separated strings")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "decode steps as CUDA graph replays (a CUDA --device; not with tensor parallelism)")
       .String("--dump_logits", &options.dump_logits, "FILE",
@@ -298,6 +311,11 @@ int main(int argc, char** argv) {
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
+  if ((options.json || !options.choice.empty()) && options.prompt.empty()) {
+    problem = absl::StrCat(options.json ? "--json" : "--choice",
+                           " goes with --prompt: the form is text, read through the folder's tokenizer");
+  }
+  if (options.json && !options.choice.empty()) problem = "--json and --choice exclude each other";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
   if (options.top_k > 0 && options.temperature <= 0) problem = "--top_k needs --temperature (sampling)";

@@ -117,6 +117,27 @@ score_ids=1,20,100,41,5,17,99,200,33
 "$PY" "$CLIENT" "$URL" "$WORK/key" prompt_logprobs "$score_ids" "$WORK/score.logits"
 "$PY" "$CLIENT" "$URL" "$WORK/key" errors
 "$PY" "$CLIENT" "$URL" "$WORK/key" constrained
+# dsgen's --choice and --json hold its continuation to the same forms.
+"$DSGEN" --model "$MODEL" --prompt "Is it raining?" --max_new_tokens 16 --temperature 1.0 --seed 1 \
+  --choice "yes|no|maybe so" >"$WORK/dsgen_choice.out" 2>&1 || fail "dsgen --choice: $(cat "$WORK/dsgen_choice.out")"
+case "$(tail -n 1 "$WORK/dsgen_choice.out")" in
+  yes | no | "maybe so") ;;
+  *) fail "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'" ;;
+esac
+"$DSGEN" --model "$MODEL" --prompt "A JSON object:" --max_new_tokens 60 --temperature 0.7 --seed 2 --json \
+  >"$WORK/dsgen_json.out" 2>&1 || fail "dsgen --json: $(cat "$WORK/dsgen_json.out")"
+"$PY" - "$WORK/dsgen_json.out" <<'PYTHON' || fail "dsgen --json: $(cat "$WORK/dsgen_json.out")"
+import json, sys
+text = open(sys.argv[1]).read().rstrip("\n").split("\n")[-1]
+try:
+    assert isinstance(json.loads(text), dict)
+except ValueError:
+    assert text.lstrip().startswith("{"), text  # ran to --max_new_tokens inside the object
+PYTHON
+"$DSGEN" --model "$MODEL" --prompt_ids 1,2 --json >"$WORK/dsgen_ids_json.out" 2>&1 &&
+  fail "dsgen --json with --prompt_ids ran"
+grep -q -- "--json goes with --prompt" "$WORK/dsgen_ids_json.out" || fail "dsgen --json --prompt_ids: $(cat "$WORK/dsgen_ids_json.out")"
+pass "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'; --json a JSON object (or its start at the token limit); --json without --prompt refused"
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
 # 5. /metrics through an independent parser; nothing left running.
