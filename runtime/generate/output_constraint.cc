@@ -139,7 +139,7 @@ class JsonAutomaton {
         return true;
       case kAfterValue:
         if (b == ',') {
-          mode_ = stack_.back() == '{' ? kObjectKey : kValue;
+          mode_ = Top() == '{' ? kObjectKey : kValue;
           return true;
         }
         return Close(b == '}' ? '{' : b == ']' ? '[' : '\0');
@@ -161,7 +161,9 @@ class JsonAutomaton {
                        static_cast<char>(count_),
                        static_cast<char>(literal_),
                        static_cast<char>(whitespace_)};
-    return key + stack_;
+    key.append(reinterpret_cast<const char*>(&objects_), sizeof(objects_));
+    key.push_back(static_cast<char>(depth_));
+    return key;
   }
 
  private:
@@ -299,19 +301,22 @@ class JsonAutomaton {
     return true;
   }
   bool Open(char container) {
-    if (static_cast<int>(stack_.size()) >= kMaxJsonDepth) return false;
-    stack_.push_back(container);
+    if (depth_ >= kMaxJsonDepth) return false;
+    const uint64_t bit = uint64_t{1} << depth_;
+    objects_ = container == '{' ? objects_ | bit : objects_ & ~bit;
+    ++depth_;
     mode_ = container == '{' ? kObjectFirst : kArrayFirst;
     return true;
   }
   bool Close(char container) {
-    if (container == '\0' || stack_.empty() || stack_.back() != container) return false;
-    stack_.pop_back();
+    if (container == '\0' || depth_ == 0 || Top() != container) return false;
+    --depth_;
+    objects_ &= (uint64_t{1} << depth_) - 1;  // the bits above the depth stay zero: one key per state
     EndValue();
     return true;
   }
   void EndValue() {
-    mode_ = stack_.empty() ? kDone : kAfterValue;
+    mode_ = depth_ == 0 ? kDone : kAfterValue;
     count_ = 0;
     whitespace_ = 0;
   }
@@ -323,7 +328,12 @@ class JsonAutomaton {
   uint8_t count_ = 0;
   uint8_t literal_ = 0;
   uint8_t whitespace_ = 0;
-  std::string stack_;
+  // The open containers, innermost last: bit d of objects_ is set when the
+  // container at depth d is an object (else an array). Kept in a word, not a
+  // string, so that the trie walk copies the automaton for nothing.
+  char Top() const { return (objects_ >> (depth_ - 1)) & 1 ? '{' : '['; }
+  uint64_t objects_ = 0;
+  uint8_t depth_ = 0;
 };
 
 // Exactly one of the choices.
