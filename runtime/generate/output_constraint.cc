@@ -151,15 +151,19 @@ class JsonAutomaton {
   bool Complete() const { return mode_ == kDone; }
   bool Finished() const { return mode_ == kDone; }
   // The state, as bytes: the key of the allowed-token cache.
+  // Fields a mode does not read are left out (they may hold an earlier
+  // value's leftovers), so that equal states share one cached set.
   std::string Key() const {
+    const bool in_string = mode_ == kString || mode_ == kEscape || mode_ == kUnicode;
+    const bool counting = IsNumber() || mode_ == kLiteral || mode_ == kUnicode;
     std::string key = {'j',
                        static_cast<char>(mode_),
-                       static_cast<char>(key_),
-                       static_cast<char>(utf8_),
-                       static_cast<char>(utf8_low_),
-                       static_cast<char>(utf8_high_),
-                       static_cast<char>(count_),
-                       static_cast<char>(literal_),
+                       static_cast<char>(in_string && key_),
+                       static_cast<char>(in_string ? utf8_ : 0),
+                       static_cast<char>(in_string ? utf8_low_ : 0),
+                       static_cast<char>(in_string ? utf8_high_ : 0),
+                       static_cast<char>(counting ? count_ : 0),
+                       static_cast<char>(mode_ == kLiteral ? literal_ : 0),
                        static_cast<char>(whitespace_)};
     key.append(reinterpret_cast<const char*>(&objects_), sizeof(objects_));
     key.push_back(static_cast<char>(depth_));
