@@ -30,7 +30,8 @@ class AgentClient {
   virtual absl::Status KeepAlive(const std::string& job_id) = 0;
   // KeepAlive without waiting: `done` runs once with its answer, on a thread
   // of the client (or before this returns), never on the caller's while it
-  // waits for anything. One controller thread keeps every agent alive this
+  // waits for anything; the client's destructor returns only after every
+  // `done` has (so `done` must not destroy its client). One controller thread keeps every agent alive this
   // way (Note [Agent calls without a thread], grpc_agent_client.h).
   virtual void KeepAliveAsync(const std::string& job_id, std::function<void(absl::Status)> done) = 0;
   // Native stacks and last heartbeats of the attempt's live ranks on this host.

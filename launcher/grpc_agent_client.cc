@@ -183,9 +183,22 @@ void GrpcAgentClient::KeepAliveAsync(const std::string& job_id, std::function<vo
   Prepare(&call->context);
   call->request.set_job_id(job_id);
   call->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    ++async_calls_;
+  }
   stub_->async()->KeepAlive(&call->context, &call->request, &call->reply, [this, call](grpc::Status status) {
-    std::unique_ptr<Call> owned(call);
-    owned->done(Annotate(status, "KeepAlive"));
+    // The call's context goes before anyone hears the answer: a caller that
+    // then drops the client (its channel) must find no call of it left.
+    const absl::Status answer = Annotate(status, "KeepAlive");
+    std::function<void(absl::Status)> done = std::move(call->done);
+    delete call;
+    done(answer);
+    // Notified under the lock: the destructor may free the client once it
+    // sees the count reach zero, and nothing here touches it afterwards.
+    std::lock_guard<std::mutex> lock(async_mu_);
+    --async_calls_;
+    async_changed_.notify_all();
   });
 }
 
@@ -297,7 +310,12 @@ absl::Status GrpcAgentClient::StartWatch(const WatchRequest& request, EventHandl
   return status;
 }
 
-GrpcAgentClient::~GrpcAgentClient() { StopWatch(); }
+GrpcAgentClient::~GrpcAgentClient() {
+  StopWatch();
+  // Every KeepAliveAsync call is over in its deadline (the call timeout).
+  std::unique_lock<std::mutex> lock(async_mu_);
+  async_changed_.wait(lock, [&] { return async_calls_ == 0; });
+}
 
 void GrpcAgentClient::StopWatch() {
   if (watch_ == nullptr) return;

@@ -19,8 +19,10 @@
 // they run (at launch, at a stop, at a hang).
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/credentials.h>
@@ -90,6 +92,12 @@ class GrpcAgentClient final : public AgentClient {
   // The event stream, a read reactor (grpc_agent_client.cc).
   class WatchCall;
   std::unique_ptr<WatchCall> watch_;  // StartWatch/StopWatch's thread only
+
+  // KeepAliveAsync calls not yet over: the destructor waits for them, so no
+  // callback outlives the client (its channel, its host name).
+  std::mutex async_mu_;
+  std::condition_variable async_changed_;
+  int async_calls_ = 0;  // guarded by async_mu_
 };
 
 }  // namespace dslaunch
