@@ -1,4 +1,5 @@
-// Test support: a fresh folder per test for config files.
+// Test support: a fresh folder per test for config files, and ds_configs
+// loaded from it.
 #pragma once
 
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "runtime/config/config_loader.h"
 
 namespace dslaunch::runtime {
 
@@ -34,6 +36,17 @@ class ConfigFileTest : public ::testing::Test {
   }
 
   std::string dir_;
+};
+
+// A ds_config written to the test's folder and loaded (path_: where).
+class DsConfigTest : public ConfigFileTest {
+ protected:
+  absl::StatusOr<DsConfig> Load(const std::string& name, const std::string& text,
+                                std::vector<ConfigOverride> overrides = {}, int world_size = 1) {
+    path_ = Write(name, text);
+    return LoadDsConfig(path_, overrides, WorldShape{world_size});
+  }
+  std::string path_;
 };
 
 // The lines of a failed load's message ("" lines dropped).
