@@ -3,10 +3,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/strings/string_view.h"
 
 namespace dslaunch {
+
+// What a UTF-8 lead byte starts: how many continuation bytes follow, and
+// the range the first of them must fall in (RFC 3629's table; the others are
+// 0x80-0xBF). continuations 0: not a lead byte (ASCII included).
+struct Utf8Lead {
+  uint8_t continuations = 0, low = 0x80, high = 0xBF;
+};
+Utf8Lead Utf8LeadOf(unsigned char byte);
 
 // Length of the valid UTF-8 sequence at the start of `text`, or 0 when it is
 // not one (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).

@@ -73,17 +73,26 @@ int Main(int argc, char** argv) {
     OutputConstraint constraint;
     std::string text;
   };
+  // Note [JSON schemas for constrained output]: an object of named
+  // properties, one a string of at most 40 code points.
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer"},)"
+      R"("email":{"type":"string"}},"required":["name","email"],"additionalProperties":false})";
   const std::vector<Case> cases = {
-      {"json, the object's start", {OutputConstraint::Kind::kJsonObject, {}}, ""},
-      {"json, inside a string", {OutputConstraint::Kind::kJsonObject, {}}, "{\"ab"},
-      {"json, inside a number", {OutputConstraint::Kind::kJsonObject, {}}, "{\"a\": 12"},
-      {"guided_choice of 3", {OutputConstraint::Kind::kChoice, {"positive", "negative", "neutral"}}, "ne"},
+      {"json, the object's start", {OutputConstraint::Kind::kJsonObject, {}, {}}, ""},
+      {"json, inside a string", {OutputConstraint::Kind::kJsonObject, {}, {}}, "{\"ab"},
+      {"json, inside a number", {OutputConstraint::Kind::kJsonObject, {}, {}}, "{\"a\": 12"},
+      {"guided_choice of 3", {OutputConstraint::Kind::kChoice, {"positive", "negative", "neutral"}, {}}, "ne"},
+      {"schema, a property's key", {OutputConstraint::Kind::kJsonSchema, {}, schema}, "{\"name\": \"x\", \""},
+      {"schema, a string of at most 40", {OutputConstraint::Kind::kJsonSchema, {}, schema}, "{\"name\": \"ab"},
+      {"schema, an unbounded string", {OutputConstraint::Kind::kJsonSchema, {}, schema},
+       "{\"name\": \"x\", \"email\": \"ab"},
   };
   const std::vector<std::string> bytes = SyntheticVocabulary(vocab);
   for (const Case& c : cases) {
     // A state's mask from its own walk: a fresh vocabulary (an empty cache) each time.
     auto mask = [&](std::shared_ptr<const TokenVocabulary> with) {
-      auto state = StartOutputConstraint(c.constraint, with, "bench");
+      auto state = StartOutputConstraint(c.constraint, with, "bench");  // a schema: compiled each time
       TORCH_CHECK(state.ok(), c.name, ": ", state.status().ToString());
       for (char byte : c.text) (*state)->Accept(static_cast<unsigned char>(byte));
       torch::Tensor row = logits.clone();

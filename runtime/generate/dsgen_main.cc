@@ -39,6 +39,7 @@
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
 #include "runtime/generate/generation_ranks.h"
+#include "runtime/generate/json_schema.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/hf/safetensors_stream_writer.h"
 #include "runtime/model/llama.h"
@@ -69,7 +70,18 @@ struct Options {
   // ('|'-separated).
   bool json = false;
   std::string choice;
+  std::string json_schema;  // a file holding a JSON schema (Note [JSON schemas for constrained output])
 };
+
+// --json_schema FILE: the schema, checked (an error names the file and the
+// schema's keyword), as compact text.
+absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
+  auto text = FileSystem::Default().ReadFile(path, /*max_bytes=*/int64_t{1} << 20);
+  if (!text.ok()) return text.status();
+  auto schema = CompileJsonSchemaText(*text, path);
+  if (!schema.ok()) return schema.status();
+  return (*schema)->text();
+}
 
 absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text) {
   std::vector<int64_t> ids;
@@ -212,10 +224,19 @@ absl::Status Run(const Options& options) {
     request.sampling.seed = static_cast<uint64_t>(options.seed);
     if (tokenizer && tokenizer->eos_id() >= 0) request.stop_tokens = {tokenizer->eos_id()};
     GenerationEngineOptions engine_options;
-    if (options.json || !options.choice.empty()) {
+    if (options.json || !options.choice.empty() || !options.json_schema.empty()) {
       // Note [Constrained output] (flags checked in main: --prompt gives the tokenizer).
-      request.constraint.kind = options.json ? OutputConstraint::Kind::kJsonObject : OutputConstraint::Kind::kChoice;
-      if (!options.json) request.constraint.choices = absl::StrSplit(options.choice, '|');
+      if (options.json) {
+        request.constraint.kind = OutputConstraint::Kind::kJsonObject;
+      } else if (!options.choice.empty()) {
+        request.constraint.kind = OutputConstraint::Kind::kChoice;
+        request.constraint.choices = absl::StrSplit(options.choice, '|');
+      } else {
+        auto text = ReadSchemaFile(options.json_schema);
+        if (!text.ok()) return text.status();
+        request.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+        request.constraint.schema = *std::move(text);
+      }
       engine_options.vocabulary = std::make_shared<const TokenVocabulary>(TokenBytesOf(*tokenizer));
     }
     engine_options.max_sequences = 1;
@@ -280,6 +301,9 @@ int main(int argc, char** argv) {
       .Bool("--json", &options.json, "with --prompt: the continuation is one JSON object (OpenAI's json mode)")
       .String("--choice", &options.choice, "A|B|...",
               "with --prompt: the continuation is exactly one of these '|'-separated strings")
+      .String("--json_schema", &options.json_schema, "FILE",
+              "with --prompt: the continuation is JSON that validates against the schema in FILE (properties in "
+              "the schema's order; a keyword it cannot hold output to is an error naming it)")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "decode steps as CUDA graph replays (a CUDA --device; not with tensor parallelism)")
       .String("--dump_logits", &options.dump_logits, "FILE",
@@ -311,11 +335,12 @@ int main(int argc, char** argv) {
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
-  if ((options.json || !options.choice.empty()) && options.prompt.empty()) {
-    problem = absl::StrCat(options.json ? "--json" : "--choice",
+  const int forms = (options.json ? 1 : 0) + (options.choice.empty() ? 0 : 1) + (options.json_schema.empty() ? 0 : 1);
+  if (forms > 0 && options.prompt.empty()) {
+    problem = absl::StrCat(options.json ? "--json" : !options.choice.empty() ? "--choice" : "--json_schema",
                            " goes with --prompt: the form is text, read through the folder's tokenizer");
   }
-  if (options.json && !options.choice.empty()) problem = "--json and --choice exclude each other";
+  if (forms > 1) problem = "--json, --choice and --json_schema exclude each other";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
   if (options.top_k > 0 && options.temperature <= 0) problem = "--top_k needs --temperature (sampling)";

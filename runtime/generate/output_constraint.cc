@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/generate/json_schema_automaton.h"
 
 namespace dslaunch::runtime {
 
@@ -16,6 +17,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes)
   std::vector<std::map<unsigned char, int32_t>> children(1);
   for (size_t id = 0; id < token_bytes.size(); ++id) {
     if (token_bytes[id].empty()) continue;
+    longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(token_bytes[id].size()));
     int32_t node = 0;
     for (char c : token_bytes[id]) {
       const auto byte = static_cast<unsigned char>(c);
@@ -50,295 +52,6 @@ void TokenVocabulary::Remember(const std::string& key, std::shared_ptr<const std
 }
 
 namespace {
-
-bool IsJsonWhitespace(unsigned char b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
-bool IsDigit(unsigned char b) { return b >= '0' && b <= '9'; }
-bool IsHex(unsigned char b) { return IsDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
-
-constexpr const char* kLiterals[] = {"true", "false", "null"};
-
-// A UTF-8 lead byte: how many continuation bytes follow, and the range of
-// the first (RFC 3629's table). continuations 0: not a lead byte.
-struct Utf8Lead {
-  uint8_t continuations = 0, low = 0x80, high = 0xBF;
-};
-Utf8Lead Utf8LeadOf(unsigned char b) {
-  if (b >= 0xC2 && b <= 0xDF) return {1, 0x80, 0xBF};
-  if (b == 0xE0) return {2, 0xA0, 0xBF};
-  if (b == 0xED) return {2, 0x80, 0x9F};
-  if (b >= 0xE1 && b <= 0xEF) return {2, 0x80, 0xBF};
-  if (b == 0xF0) return {3, 0x90, 0xBF};
-  if (b >= 0xF1 && b <= 0xF3) return {3, 0x80, 0xBF};
-  if (b == 0xF4) return {3, 0x80, 0x8F};
-  return {};
-}
-
-// RFC 8259 over bytes, one top-level object, with the bounds of Note
-// [Constrained output]. A value type: the walk copies it at every edge.
-class JsonAutomaton {
- public:
-  bool Step(unsigned char b) {
-    if (IsNumber()) {
-      if (ContinuesNumber(b)) return true;
-      if (!NumberMayEnd()) return false;
-      mode_ = kAfterValue;  // the number ends; the byte is read after it
-      count_ = 0;
-    }
-    switch (mode_) {
-      case kString:
-        return StringByte(b);
-      case kEscape:
-        if (b == 'u') {
-          mode_ = kUnicode;
-          count_ = 4;
-          return true;
-        }
-        if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't') {
-          mode_ = kString;
-          return true;
-        }
-        return false;
-      case kUnicode:
-        if (!IsHex(b)) return false;
-        if (--count_ == 0) mode_ = kString;
-        return true;
-      case kLiteral: {
-        const char* literal = kLiterals[literal_];
-        if (b != static_cast<unsigned char>(literal[count_])) return false;
-        if (literal[++count_] == '\0') EndValue();
-        return true;
-      }
-      case kDone:
-        return false;
-      default:
-        break;
-    }
-    // Between tokens of the grammar.
-    if (IsJsonWhitespace(b)) {
-      if (whitespace_ >= kMaxJsonWhitespaceRun) return false;
-      ++whitespace_;
-      return true;
-    }
-    whitespace_ = 0;
-    switch (mode_) {
-      case kStart:
-        return b == '{' && Open('{');
-      case kValue:
-        return StartValue(b);
-      case kArrayFirst:
-        if (b == ']') return Close('[');
-        return StartValue(b);
-      case kObjectFirst:
-        if (b == '}') return Close('{');
-        return StartKey(b);
-      case kObjectKey:
-        return StartKey(b);
-      case kColon:
-        if (b != ':') return false;
-        mode_ = kValue;
-        return true;
-      case kAfterValue:
-        if (b == ',') {
-          mode_ = Top() == '{' ? kObjectKey : kValue;
-          return true;
-        }
-        return Close(b == '}' ? '{' : b == ']' ? '[' : '\0');
-      default:
-        return false;
-    }
-  }
-
-  bool Complete() const { return mode_ == kDone; }
-  bool Finished() const { return mode_ == kDone; }
-  // The state, as bytes: the key of the allowed-token cache.
-  // Fields a mode does not read are left out (they may hold an earlier
-  // value's leftovers), so that equal states share one cached set.
-  std::string Key() const {
-    const bool in_string = mode_ == kString || mode_ == kEscape || mode_ == kUnicode;
-    const bool counting = IsNumber() || mode_ == kLiteral || mode_ == kUnicode;
-    std::string key = {'j',
-                       static_cast<char>(mode_),
-                       static_cast<char>(in_string && key_),
-                       static_cast<char>(in_string ? utf8_ : 0),
-                       static_cast<char>(in_string ? utf8_low_ : 0),
-                       static_cast<char>(in_string ? utf8_high_ : 0),
-                       static_cast<char>(counting ? count_ : 0),
-                       static_cast<char>(mode_ == kLiteral ? literal_ : 0),
-                       static_cast<char>(whitespace_)};
-    key.append(reinterpret_cast<const char*>(&objects_), sizeof(objects_));
-    key.push_back(static_cast<char>(depth_));
-    return key;
-  }
-
- private:
-  enum Mode : uint8_t {
-    kStart,        // before the top-level object
-    kValue,        // a value is due
-    kArrayFirst,   // after '[': a value or ']'
-    kObjectFirst,  // after '{': a key or '}'
-    kObjectKey,    // after ',' in an object: a key
-    kColon,        // after a key
-    kAfterValue,   // ',' or the container's close
-    kString,
-    kEscape,
-    kUnicode,      // count_: hex digits due
-    kNumMinus,     // count_ (all number modes): bytes so far
-    kNumZero,
-    kNumInt,
-    kNumDot,
-    kNumFrac,
-    kNumExp,
-    kNumExpSign,
-    kNumExpDigits,
-    kLiteral,      // literal_, count_: the next byte's index
-    kDone,
-  };
-
-  bool IsNumber() const { return mode_ >= kNumMinus && mode_ <= kNumExpDigits; }
-  bool NumberMayEnd() const { return mode_ == kNumZero || mode_ == kNumInt || mode_ == kNumFrac || mode_ == kNumExpDigits; }
-  bool ContinuesNumber(unsigned char b) {
-    if (count_ >= kMaxJsonNumberBytes) return false;
-    Mode next = mode_;
-    switch (mode_) {
-      case kNumMinus:
-        next = b == '0' ? kNumZero : (IsDigit(b) ? kNumInt : mode_);
-        break;
-      case kNumZero:
-      case kNumInt:
-        if (mode_ == kNumInt && IsDigit(b)) next = kNumInt;
-        if (b == '.') next = kNumDot;
-        if (b == 'e' || b == 'E') next = kNumExp;
-        break;
-      case kNumDot:
-        if (IsDigit(b)) next = kNumFrac;
-        break;
-      case kNumFrac:
-        if (IsDigit(b)) next = kNumFrac;
-        if (b == 'e' || b == 'E') next = kNumExp;
-        break;
-      case kNumExp:
-        if (b == '+' || b == '-') next = kNumExpSign;
-        if (IsDigit(b)) next = kNumExpDigits;
-        break;
-      case kNumExpSign:
-      case kNumExpDigits:
-        if (IsDigit(b)) next = kNumExpDigits;
-        break;
-      default:
-        break;
-    }
-    // Staying in a mode only reads a digit (or, from kNumInt, another digit).
-    const bool moved = next != mode_ || ((mode_ == kNumInt || mode_ == kNumFrac || mode_ == kNumExpDigits) && IsDigit(b));
-    if (!moved) return false;
-    // A mode a number cannot end in ('.', 'e', a sign) needs room for a digit after it.
-    const bool may_end = next == kNumZero || next == kNumInt || next == kNumFrac || next == kNumExpDigits;
-    if (!may_end && count_ + 1 >= kMaxJsonNumberBytes) return false;
-    mode_ = next;
-    ++count_;
-    return true;
-  }
-
-  bool StartValue(unsigned char b) {
-    switch (b) {
-      case '{':
-        return Open('{');
-      case '[':
-        return Open('[');
-      case '"':
-        mode_ = kString;
-        key_ = false;
-        utf8_ = 0;
-        return true;
-      case '-':
-        mode_ = kNumMinus;
-        count_ = 1;
-        return true;
-      case 't':
-      case 'f':
-      case 'n':
-        mode_ = kLiteral;
-        literal_ = b == 't' ? 0 : b == 'f' ? 1 : 2;
-        count_ = 1;
-        return true;
-      default:
-        if (!IsDigit(b)) return false;
-        mode_ = b == '0' ? kNumZero : kNumInt;
-        count_ = 1;
-        return true;
-    }
-  }
-  bool StartKey(unsigned char b) {
-    if (b != '"') return false;
-    mode_ = kString;
-    key_ = true;
-    utf8_ = 0;
-    return true;
-  }
-  bool StringByte(unsigned char b) {
-    if (utf8_ > 0) {  // a continuation byte is due (the first within [utf8_low_, utf8_high_])
-      if (b < utf8_low_ || b > utf8_high_) return false;
-      utf8_low_ = 0x80;
-      utf8_high_ = 0xBF;
-      --utf8_;
-      return true;
-    }
-    if (b == '"') {
-      if (key_) {
-        mode_ = kColon;
-      } else {
-        EndValue();
-      }
-      return true;
-    }
-    if (b == '\\') {
-      mode_ = kEscape;
-      return true;
-    }
-    if (b < 0x20) return false;  // control characters go escaped
-    if (b < 0x80) return true;
-    // RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF.
-    const Utf8Lead lead = Utf8LeadOf(b);
-    if (lead.continuations == 0) return false;  // not a lead byte
-    utf8_ = lead.continuations;
-    utf8_low_ = lead.low;
-    utf8_high_ = lead.high;
-    return true;
-  }
-  bool Open(char container) {
-    if (depth_ >= kMaxJsonDepth) return false;
-    const uint64_t bit = uint64_t{1} << depth_;
-    objects_ = container == '{' ? objects_ | bit : objects_ & ~bit;
-    ++depth_;
-    mode_ = container == '{' ? kObjectFirst : kArrayFirst;
-    return true;
-  }
-  bool Close(char container) {
-    if (container == '\0' || depth_ == 0 || Top() != container) return false;
-    --depth_;
-    objects_ &= (uint64_t{1} << depth_) - 1;  // the bits above the depth stay zero: one key per state
-    EndValue();
-    return true;
-  }
-  void EndValue() {
-    mode_ = depth_ == 0 ? kDone : kAfterValue;
-    count_ = 0;
-    whitespace_ = 0;
-  }
-
-  Mode mode_ = kStart;
-  bool key_ = false;
-  uint8_t utf8_ = 0;
-  uint8_t utf8_low_ = 0x80, utf8_high_ = 0xBF;  // the next continuation byte's range
-  uint8_t count_ = 0;
-  uint8_t literal_ = 0;
-  uint8_t whitespace_ = 0;
-  // The open containers, innermost last: bit d of objects_ is set when the
-  // container at depth d is an object (else an array). Kept in a word, not a
-  // string, so that the trie walk copies the automaton for nothing.
-  char Top() const { return (objects_ >> (depth_ - 1)) & 1 ? '{' : '['; }
-  uint64_t objects_ = 0;
-  uint8_t depth_ = 0;
-};
 
 // Exactly one of the choices.
 class ChoiceAutomaton {
@@ -377,8 +90,10 @@ class ChoiceAutomaton {
 template <typename Automaton>
 class AutomatonConstraint : public OutputConstraintState {
  public:
-  AutomatonConstraint(Automaton start, std::shared_ptr<const TokenVocabulary> vocabulary)
-      : state_(std::move(start)), vocabulary_(std::move(vocabulary)) {}
+  // `keep_alive`: what the automaton points to (a compiled schema).
+  AutomatonConstraint(Automaton start, std::shared_ptr<const TokenVocabulary> vocabulary,
+                      std::shared_ptr<const void> keep_alive = nullptr)
+      : keep_alive_(std::move(keep_alive)), state_(std::move(start)), vocabulary_(std::move(vocabulary)) {}
 
   // The tokens the state allows (one byte each, 1: allowed), kept in the
   // vocabulary's cache.
@@ -431,6 +146,7 @@ class AutomatonConstraint : public OutputConstraintState {
     }
   }
 
+  std::shared_ptr<const void> keep_alive_;
   Automaton state_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
 };
@@ -471,12 +187,21 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
         absl::StrCat(field, ": constrained output needs the tokenizer's vocabulary, which this engine was not given"));
   }
   std::unique_ptr<OutputConstraintState> state;
-  if (constraint.kind == OutputConstraint::Kind::kJsonObject) {
-    auto json = std::make_unique<AutomatonConstraint<JsonAutomaton>>(JsonAutomaton(), vocabulary);
+  if (constraint.kind == OutputConstraint::Kind::kJsonObject || constraint.kind == OutputConstraint::Kind::kJsonSchema) {
+    std::shared_ptr<const CompiledJsonSchema> schema = AnyJsonObjectSchema();
+    if (constraint.kind == OutputConstraint::Kind::kJsonSchema) {
+      auto compiled = CompileJsonSchemaText(constraint.schema, field);
+      if (!compiled.ok()) return compiled.status();
+      schema = std::move(*compiled);
+    }
+    JsonSchemaAutomaton start(schema.get());
+    start.set_key_horizon(vocabulary->longest_token_bytes() + 1);
+    auto json = std::make_unique<AutomatonConstraint<JsonSchemaAutomaton>>(start, vocabulary, schema);
     const auto first = json->Allowed();
     if (std::none_of(first->begin(), first->end(), [](char a) { return a != 0; })) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": no token of the vocabulary can begin a JSON object"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": no token of the vocabulary can begin ",
+          constraint.kind == OutputConstraint::Kind::kJsonObject ? "a JSON object" : "a value of the schema"));
     }
     state = std::move(json);
   } else if (constraint.kind == OutputConstraint::Kind::kChoice) {
@@ -497,7 +222,13 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
 
 bool AllowsPrefix(const OutputConstraint& constraint, const std::string& text, bool* complete) {
   *complete = false;
-  if (constraint.kind == OutputConstraint::Kind::kJsonObject) return AutomatonAllows(JsonAutomaton(), text, complete);
+  if (constraint.kind == OutputConstraint::Kind::kJsonObject) {
+    return AutomatonAllows(JsonSchemaAutomaton(AnyJsonObjectSchema().get()), text, complete);
+  }
+  if (constraint.kind == OutputConstraint::Kind::kJsonSchema) {
+    auto schema = CompileJsonSchemaText(constraint.schema, "schema");
+    return schema.ok() && AutomatonAllows(JsonSchemaAutomaton(schema->get()), text, complete);
+  }
   if (constraint.kind == OutputConstraint::Kind::kChoice) {
     return AutomatonAllows(ChoiceAutomaton(std::make_shared<const std::vector<std::string>>(constraint.choices)),
                            text, complete);

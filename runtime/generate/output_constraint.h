@@ -1,7 +1,9 @@
 // Note [Constrained output]
 // A request may ask that its output take a form: OpenAI's response_format
-// {"type": "json_object"} (one JSON object, RFC 8259, and nothing after it)
-// or vLLM's guided_choice (exactly one of the strings given). Each step, the
+// {"type": "json_object"} (one JSON object, RFC 8259, and nothing after it),
+// a JSON schema (response_format json_schema, vLLM's guided_json: Note [JSON
+// schemas for constrained output] in json_schema.h) or vLLM's guided_choice
+// (exactly one of the strings given). Each step, the
 // tokens whose bytes would take the output out of that form get no
 // probability: the logits of every token the form does not allow are set to
 // -inf before the request's sampling (greedy, temperature, top-k, top-p all
@@ -10,7 +12,8 @@
 // grow (the object's closing brace; a choice no longer choice extends) ends
 // there, with finish reason "stop", whether or not a stop token follows.
 //
-// The form is a byte automaton (OutputConstraintState below); the tokens it
+// The form is a byte automaton (OutputConstraintState below; JSON's is
+// JsonSchemaAutomaton, json_object being the schema {"type": "object"}); the tokens it
 // allows come from a walk of the vocabulary's tokens as a trie of their
 // bytes (TokenVocabulary), stepping the automaton along each edge and
 // pruning where it refuses: a walk touches only the prefixes still allowed.
@@ -57,21 +60,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/generate/json_schema_automaton.h"  // the bounds of JSON output
 
 namespace dslaunch::runtime {
 
-inline constexpr int kMaxJsonWhitespaceRun = 16;
-inline constexpr int kMaxJsonDepth = 32;
-inline constexpr int kMaxJsonNumberBytes = 40;
 inline constexpr int kMaxGuidedChoices = 256;
 inline constexpr int kMaxGuidedChoiceBytes = 16384;  // all the choices together
 
 // What a request asks of its output (serialisable: it crosses the tensor
 // group in serving turns).
 struct OutputConstraint {
-  enum class Kind { kNone, kJsonObject, kChoice };
+  enum class Kind { kNone, kJsonObject, kChoice, kJsonSchema };
   Kind kind = Kind::kNone;
   std::vector<std::string> choices;  // kChoice: the strings, non-empty, up to kMaxGuidedChoices
+  std::string schema;                // kJsonSchema: the schema's JSON text (Note [JSON schemas for constrained output])
   bool operator==(const OutputConstraint&) const = default;
 };
 
@@ -85,6 +87,7 @@ class TokenVocabulary {
     std::vector<int32_t> tokens;                              // tokens whose bytes end here
   };
   int64_t size() const { return size_; }  // ids 0..size-1
+  int64_t longest_token_bytes() const { return longest_; }
   const std::string& bytes(int64_t id) const { return bytes_[static_cast<size_t>(id)]; }
   const std::vector<Node>& nodes() const { return nodes_; }
 
@@ -97,6 +100,7 @@ class TokenVocabulary {
 
  private:
   int64_t size_ = 0;
+  int64_t longest_ = 0;
   std::vector<std::string> bytes_;  // by id
   std::vector<Node> nodes_;         // 0: the root (no bytes)
   mutable absl::Mutex mu_;

@@ -16,9 +16,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-OutputConstraint Json() { return OutputConstraint{OutputConstraint::Kind::kJsonObject, {}}; }
+OutputConstraint Json() { return OutputConstraint{OutputConstraint::Kind::kJsonObject, {}, {}}; }
 OutputConstraint Choices(std::vector<std::string> choices) {
-  return OutputConstraint{OutputConstraint::Kind::kChoice, std::move(choices)};
+  return OutputConstraint{OutputConstraint::Kind::kChoice, std::move(choices), {}};
 }
 
 // 1: a whole object; 0: a prefix of one; -1: not a prefix.
@@ -33,7 +33,7 @@ TEST(OutputConstraintTest, JsonObjectsAreWholeAndTheirPrefixesAllowed) {
            R"({})",
            R"({"a": [1, -2.5e+3, 0, 0.25, true, false, null, "x\u00e9\n\"\\"], "b": {}, "c": []})",
            "{\n  \"nested\": {\"deeper\": [[], [{}]]},\n  \"text\": \"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"\n}",
-           R"(  {"e": 1E5, "f": -0})",
+           R"(  {"e": 1E5, "f": -0, "\ud83d\ude00": "\uD83D\uDE00"})",
        }) {
     SCOPED_TRACE(whole);
     EXPECT_EQ(Judge(Json(), whole), 1);
@@ -49,6 +49,8 @@ TEST(OutputConstraintTest, WhatIsNotJsonOrNotAnObjectIsRefusedAtTheFirstBadByte)
            "{\"a\":\"\x01\"}", "{\"a\":\"\x80\"}", "{\"a\":\"\xC3(\"}", "{\"a\":1}}", "{} ", "{}{}",
            "{\"a\":-}", "{\"a\":1.}", "{\"a\":1e}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12G4\"}", "{a:1}",
            "{\"a\":[1 2]}", "{\"a\":[1,]}", "{\"a\":]}",
+           // A lone surrogate escape (the strict reader and serde_json refuse it).
+           R"({"a":"\ud800"})", R"({"a":"\udc00)", R"({"a":"\uD83D\n)", R"({"a":"\ud83d\u0041)",
        }) {
     EXPECT_EQ(Judge(Json(), bad), -1) << bad;
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/generate/json_schema.h"
 #include "runtime/generate/sampling.h"
 #include "runtime/tokenizer/json_value.h"
 
@@ -91,6 +92,29 @@ bool IsNumber(const JsonValue& v, double x) { return v.is_number() && v.number_v
 // them; the completions request refuses them.
 bool IsToolsField(const std::string& key) {
   return key == "tools" || key == "tool_choice" || key == "parallel_tool_calls";
+}
+
+// Note [Constrained output]: one form per request, named by the field that
+// gave it.
+bool SetConstraint(FieldReader& reader, GenerationParameters* p, OutputConstraint constraint, const std::string& field) {
+  if (p->constraint.kind != OutputConstraint::Kind::kNone) {
+    return reader.Fail(field, absl::StrCat(p->constraint_field, " and ", field,
+                                           " both hold the answer to a form: give one"));
+  }
+  p->constraint = std::move(constraint);
+  p->constraint_field = field;
+  return true;
+}
+
+// A JSON schema, checked here so that a schema constrained decoding cannot
+// hold output to is a 400 naming its place (Note [JSON schemas for
+// constrained output]).
+bool SetSchemaConstraint(FieldReader& reader, GenerationParameters* p, const JsonValue& schema,
+                         const std::string& field, const std::string& name) {
+  auto compiled = CompileJsonSchema(schema, name);
+  if (!compiled.ok()) return reader.Fail(field, std::string(compiled.status().message()));
+  return SetConstraint(reader, p, OutputConstraint{OutputConstraint::Kind::kJsonSchema, {}, (*compiled)->text()},
+                       field);
 }
 
 // The shared fields; returns false (error filled) on a problem, and sets
@@ -225,24 +249,61 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
                                            JsonValue::TypeName(value.type())));
     }
     std::string type;
+    const JsonValue* json_schema = nullptr;
     for (size_t i = 0; i < value.keys().size(); ++i) {
-      if (value.keys()[i] != "type") {
+      if (value.keys()[i] == "json_schema") {
+        json_schema = &value.items()[i];
+      } else if (value.keys()[i] != "type") {
         return reader.Fail(key, absl::StrCat("response_format: unknown field '", value.keys()[i],
-                                             "' (only type is read: json_object or text)"));
+                                             "' (type is read: json_object, json_schema with its json_schema, "
+                                             "or text)"));
+      } else if (!reader.String(value.items()[i], "response_format.type", &type)) {
+        return false;
       }
-      if (!reader.String(value.items()[i], "response_format.type", &type)) return false;
     }
-    if (type == "json_object") {
-      if (p->constraint.kind == OutputConstraint::Kind::kChoice) {
-        return reader.Fail(key, "response_format json_object and guided_choice: give one");
+    if (json_schema != nullptr && type != "json_schema") {
+      return reader.Fail(key, absl::StrCat("response_format.json_schema goes with type json_schema, not '", type, "'"));
+    }
+    if (type == "json_object") return SetConstraint(reader, p, OutputConstraint{OutputConstraint::Kind::kJsonObject, {}, {}}, key);
+    if (type == "json_schema") {
+      // OpenAI's {"name", "description", "schema", "strict"}: the output is
+      // held to the schema whether or not strict is true.
+      if (json_schema == nullptr || !json_schema->is_object()) {
+        return reader.Fail(key, "response_format json_schema: expected a json_schema object with the schema in it");
       }
-      p->constraint.kind = OutputConstraint::Kind::kJsonObject;
-      return true;
+      const JsonValue* schema = nullptr;
+      for (size_t i = 0; i < json_schema->keys().size(); ++i) {
+        const std::string& field = json_schema->keys()[i];
+        const JsonValue& item = json_schema->items()[i];
+        std::string ignored;
+        if (field == "schema") {
+          schema = &item;
+        } else if (field == "name" || field == "description") {
+          if (!reader.String(item, "response_format.json_schema." + field, &ignored)) return false;
+        } else if (field == "strict") {
+          if (!item.is_null() && !item.is_bool()) {
+            return reader.Fail(key, "response_format.json_schema.strict: expected true or false");
+          }
+        } else {
+          return reader.Fail(key, absl::StrCat("response_format.json_schema: unknown field '", field,
+                                               "' (name, description, schema and strict are read)"));
+        }
+      }
+      if (schema == nullptr) return reader.Fail(key, "response_format.json_schema: no schema");
+      return SetSchemaConstraint(reader, p, *schema, key, "response_format.json_schema");
     }
     if (type == "text") return true;
     return reader.Fail(key, absl::StrCat("response_format.type '", type,
-                                         "': this server does json_object and text (a json_schema needs decoding "
-                                         "constrained to the schema, which is not built)"));
+                                         "': expected json_object, json_schema or text"));
+  }
+  if (key == "guided_json") {  // vLLM's: a schema, or its text
+    if (value.is_null()) return true;
+    if (value.is_string()) {
+      auto parsed = ParseJson(value.string_value(), "guided_json");
+      if (!parsed.ok()) return reader.Fail(key, std::string(parsed.status().message()));
+      return SetSchemaConstraint(reader, p, *parsed, key, "guided_json");
+    }
+    return SetSchemaConstraint(reader, p, value, key, "guided_json");
   }
   if (key == "guided_choice") {  // vLLM's
     if (value.is_null()) return true;
@@ -254,18 +315,15 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
       return reader.Fail(key, absl::StrCat("guided_choice: 1 to ", kMaxGuidedChoices, " strings (got ",
                                            value.items().size(), ")"));
     }
-    if (p->constraint.kind == OutputConstraint::Kind::kJsonObject) {
-      return reader.Fail(key, "response_format json_object and guided_choice: give one");
-    }
-    p->constraint.kind = OutputConstraint::Kind::kChoice;
+    OutputConstraint choice{OutputConstraint::Kind::kChoice, {}, {}};
     for (size_t i = 0; i < value.items().size(); ++i) {
       const std::string name = absl::StrCat("guided_choice[", i, "]");
       std::string text;
       if (!reader.String(value.items()[i], name, &text)) return false;
       if (text.empty()) return reader.Fail(key, absl::StrCat(name, ": an empty string"));
-      p->constraint.choices.push_back(std::move(text));
+      choice.choices.push_back(std::move(text));
     }
-    return true;
+    return SetConstraint(reader, p, std::move(choice), key);
   }
   if (key == "user") {
     std::string ignored;

@@ -23,9 +23,13 @@
 //  - the ones it does not do are accepted only at their neutral value
 //    (frequency_penalty and presence_penalty 0, logit_bias empty, suffix
 //    null) and otherwise refused naming the field: never silently ignored;
-//  - response_format {"type": "json_object"} (or "text") and vLLM's
+//  - response_format {"type": "json_object"}, {"type": "json_schema",
+//    "json_schema": {"name", "schema", "strict", "description"}} (or
+//    "text"), and vLLM's guided_json (a schema or its text) and
 //    guided_choice constrain the output (Note [Constrained output],
-//    runtime/generate/output_constraint.h); a json_schema is refused;
+//    runtime/generate/output_constraint.h; Note [JSON schemas for
+//    constrained output], runtime/generate/json_schema.h): a schema with a
+//    keyword the decoder cannot hold output to is refused naming it;
 //  - chat's tools, tool_choice ("auto" or "none": "required" and a named
 //    function need decoding constrained to a schema, which is not built,
 //    and are refused) and parallel_tool_calls, with the messages of a tool
@@ -91,9 +95,10 @@ struct GenerationParameters {
   bool echo = false;                  // completions: the prompt's text first
   bool logprobs = false;              // each token's log-probability
   int64_t top_logprobs = 0;           // and this many alternatives (with logprobs)
-  // response_format {"type": "json_object"}, or vLLM's guided_choice (Note
-  // [Constrained output]).
+  // response_format (json_object, json_schema), or vLLM's guided_json or
+  // guided_choice (Note [Constrained output]), and which field gave it.
   OutputConstraint constraint;
+  std::string constraint_field;
 };
 
 inline constexpr int64_t kMaxChoices = 128;

@@ -133,14 +133,31 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "does not apply a logit bias"},
            Case{R"({"prompt": "x", "suffix": "end"})", "suffix", "does not insert text"},
            Case{R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format",
-                "json_schema needs decoding constrained to the schema"},
+                "expected a json_schema object with the schema in it"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})",
+                "response_format", "response_format.json_schema: no schema"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {},
+                "strict": "yes"}}})", "response_format", "json_schema.strict: expected true or false"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {},
+                "schema_name": "a"}}})", "response_format", "unknown field 'schema_name'"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
+                {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}}}})", "response_format",
+                "response_format.json_schema: schema/properties/age: 'minimum' is not supported"},
+           Case{R"({"prompt": "x", "response_format": {"type": "json_object", "json_schema": {"schema": {}}}})",
+                "response_format", "json_schema goes with type json_schema, not 'json_object'"},
+           Case{R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format",
+                "expected json_object, json_schema or text"},
+           Case{R"({"prompt": "x", "guided_json": {"type": "strng"}})", "guided_json", "guided_json: schema/type"},
+           Case{R"({"prompt": "x", "guided_json": "{\"type\": "})", "guided_json", "guided_json:1:"},
+           Case{R"({"prompt": "x", "guided_json": {}, "guided_choice": ["a"]})", "guided_choice",
+                "guided_json and guided_choice both hold the answer to a form: give one"},
            Case{R"({"prompt": "x", "response_format": {"type": "json_object", "strict": true}})", "response_format",
                 "unknown field 'strict'"},
            Case{R"({"prompt": "x", "response_format": "json"})", "response_format", "expected an object, got a string"},
            Case{R"({"prompt": "x", "guided_choice": []})", "guided_choice", "1 to 256 strings (got 0)"},
            Case{R"({"prompt": "x", "guided_choice": ["a", ""]})", "guided_choice", "guided_choice[1]: an empty string"},
            Case{R"({"prompt": "x", "guided_choice": ["a"], "response_format": {"type": "json_object"}})",
-                "response_format", "json_object and guided_choice: give one"},
+                "response_format", "guided_choice and response_format both hold the answer to a form: give one"},
            Case{R"({"prompt": "x", "stream_options": {"chunk": 1}})", "stream_options", "unknown field 'chunk'"},
            Case{R"({"prompt": "x", "temprature": 1})", "temprature", "unknown field 'temprature'"},
            Case{R"({"prompt": ["a", [1]]})", "prompt", "prompt[1]: expected a string, got an array"},
@@ -177,7 +194,28 @@ TEST(OpenAiRequestTest, AResponseFormatOrGuidedChoiceConstrainsTheOutput) {
   auto choice = ParseCompletionRequest(R"({"prompt": "x", "guided_choice": ["yes", "no"]})", &error);
   ASSERT_TRUE(choice) << error.message;
   EXPECT_EQ(choice->parameters.constraint,
-            (OutputConstraint{OutputConstraint::Kind::kChoice, {"yes", "no"}}));
+            (OutputConstraint{OutputConstraint::Kind::kChoice, {"yes", "no"}, {}}));
+  EXPECT_EQ(choice->parameters.constraint_field, "guided_choice");
+  // Note [JSON schemas for constrained output]: OpenAI's structured output
+  // and vLLM's guided_json (a schema, or its text) carry the schema compact.
+  auto schema = ParseChatRequest(R"({"messages": [{"role": "user", "content": "hi"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "person", "strict": true,
+      "description": "d", "schema": {"type": "object", "properties": {"name": {"type": "string"}},
+      "required": ["name"], "additionalProperties": false}}}})",
+                                 &error);
+  ASSERT_TRUE(schema) << error.message;
+  EXPECT_EQ(schema->parameters.constraint.kind, OutputConstraint::Kind::kJsonSchema);
+  EXPECT_EQ(schema->parameters.constraint.schema,
+            R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"],)"
+            R"("additionalProperties":false})");
+  EXPECT_EQ(schema->parameters.constraint_field, "response_format");
+  for (const char* body : {R"({"prompt": "x", "guided_json": {"enum": [1, 2]}})",
+                           R"({"prompt": "x", "guided_json": "{\"enum\": [1, 2]}"})"}) {
+    auto guided = ParseCompletionRequest(body, &error);
+    ASSERT_TRUE(guided) << error.message;
+    EXPECT_EQ(guided->parameters.constraint, (OutputConstraint{OutputConstraint::Kind::kJsonSchema, {}, R"({"enum":[1,2]})"}));
+    EXPECT_EQ(guided->parameters.constraint_field, "guided_json");
+  }
   auto text = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "text"}})", &error);
   ASSERT_TRUE(text) << error.message;
   EXPECT_EQ(text->parameters.constraint.kind, OutputConstraint::Kind::kNone);

@@ -76,6 +76,7 @@ struct Prepared {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  std::string constraint_field;   // the request field that gave the choices' output constraint
   std::vector<std::string> echo;  // per prompt: completions' echo, the prompt's text first in each choice ("": none)
   // Note [Tool calls]: chat with tools (tool_choice auto): how the answers'
   // calls are read, of which tools, and whether several are kept.
@@ -369,9 +370,9 @@ class OpenAiServer::Impl {
       }
       const bool calls_wanted = parsed->tools && parsed->tool_choice != "none";
       if (calls_wanted && parsed->parameters.constraint.kind != OutputConstraint::Kind::kNone) {
-        const bool choice = parsed->parameters.constraint.kind == OutputConstraint::Kind::kChoice;
-        *error = ApiError{400, "invalid_request_error", choice ? "guided_choice" : "response_format",
-                          absl::StrCat(choice ? "guided_choice" : "response_format",
+        const std::string& field = parsed->parameters.constraint_field;
+        *error = ApiError{400, "invalid_request_error", field,
+                          absl::StrCat(field,
                                        ": an answer held to a form cannot also call tools (a call is text of its own "
                                        "shape): leave one out, or give \"tool_choice\": \"none\""),
                           ""};
@@ -473,13 +474,15 @@ class OpenAiServer::Impl {
       }
     }
     out->n = parameters.n;
+    out->constraint_field = parameters.constraint_field;
     if (parameters.constraint.kind != OutputConstraint::Kind::kNone) {
       // Note [Constrained output]: a stop string inside the object would cut
       // it; the answer ends when its form is whole, the template's stop
       // strings aside.
       if (!parameters.stop.empty()) {
         *error = ApiError{400, "invalid_request_error", "stop",
-                          "stop: an answer held to a form (response_format, guided_choice) ends when the form is "
+                          "stop: an answer held to a form (response_format, guided_json, guided_choice) ends when "
+                          "the form is "
                           "whole, and a stop string inside it would cut it: leave stop out",
                           ""};
         return false;
@@ -513,11 +516,7 @@ class OpenAiServer::Impl {
       } else {
         error = ApiError{400, "invalid_request_error", chat ? "messages" : "prompt", error.message, ""};
         if (absl::StartsWith(error.message, "max_new_tokens")) error.param = "max_tokens";
-        if (absl::StartsWith(error.message, "output constraint")) {
-          error.param = prepared->choices.front().constraint.kind == OutputConstraint::Kind::kChoice
-                            ? "guided_choice"
-                            : "response_format";
-        }
+        if (absl::StartsWith(error.message, "output constraint")) error.param = prepared->constraint_field;
         if (absl::StartsWith(error.message, "n:")) {
           error.param = prepared->n > 1 ? "n" : prepared->per_prompt > 1 ? "best_of" : "prompt";
         }

@@ -38,7 +38,7 @@ class WordReader {
   bool ok_ = true;
 };
 
-constexpr int64_t kTurnMagic = 0x64737475726e3033;  // "dsturn03"
+constexpr int64_t kTurnMagic = 0x64737475726e3034;  // "dsturn04"
 
 // A string as its length, then its bytes eight to a word.
 void PutString(const std::string& text, std::vector<int64_t>* w) {
@@ -99,6 +99,7 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     w.push_back(static_cast<int64_t>(request.constraint.kind));
     w.push_back(static_cast<int64_t>(request.constraint.choices.size()));
     for (const std::string& choice : request.constraint.choices) PutString(choice, &w);
+    PutString(request.constraint.schema, &w);
   }
   w.push_back(static_cast<int64_t>(turn.cancelled.size()));
   w.insert(w.end(), turn.cancelled.begin(), turn.cancelled.end());
@@ -130,12 +131,13 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     request.prompt_logprobs = r.Next() != 0;
     const int64_t kind = r.Next();
     if (kind < static_cast<int64_t>(OutputConstraint::Kind::kNone) ||
-        kind > static_cast<int64_t>(OutputConstraint::Kind::kChoice)) {
+        kind > static_cast<int64_t>(OutputConstraint::Kind::kJsonSchema)) {
       return absl::DataLossError(absl::StrCat("a serving turn with an unknown output constraint ", kind));
     }
     request.constraint.kind = static_cast<OutputConstraint::Kind>(kind);
     const int64_t choices = r.Count();
     for (int64_t c = 0; c < choices && r.ok(); ++c) request.constraint.choices.push_back(GetString(r));
+    request.constraint.schema = GetString(r);
     turn.submitted.emplace_back(key, std::move(request));
   }
   const int64_t cancelled = r.Count();

@@ -1,10 +1,12 @@
 #include "runtime/tokenizer/json_value.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_quote.h"
 
 namespace dslaunch::runtime {
 
@@ -26,6 +28,51 @@ const char* JsonValue::TypeName(Type type) {
     case Type::kObject: return "an object";
   }
   return "?";
+}
+
+namespace {
+
+void AppendJson(const JsonValue& value, std::string* out) {
+  switch (value.type()) {
+    case JsonValue::Type::kNull:
+      out->append("null");
+      return;
+    case JsonValue::Type::kBool:
+      out->append(value.bool_value() ? "true" : "false");
+      return;
+    case JsonValue::Type::kNumber: {
+      char buffer[32];
+      const auto written = std::to_chars(buffer, buffer + sizeof(buffer), value.number_value());
+      out->append(buffer, written.ptr);
+      return;
+    }
+    case JsonValue::Type::kString:
+      out->append(JsonQuote(value.string_value()));
+      return;
+    case JsonValue::Type::kArray:
+    case JsonValue::Type::kObject: {
+      const bool object = value.is_object();
+      out->push_back(object ? '{' : '[');
+      for (size_t i = 0; i < value.items().size(); ++i) {
+        if (i > 0) out->push_back(',');
+        if (object) {
+          out->append(JsonQuote(value.keys()[i]));
+          out->push_back(':');
+        }
+        AppendJson(value.items()[i], out);
+      }
+      out->push_back(object ? '}' : ']');
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::string SerializeJson(const JsonValue& value) {
+  std::string out;
+  AppendJson(value, &out);
+  return out;
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {

@@ -70,6 +70,12 @@ class JsonValue {
 // Nesting deeper than 256 levels is refused.
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text, absl::string_view source);
 
+// `value` as compact JSON text: no whitespace, members in their order,
+// strings as JsonQuote writes them, numbers in their shortest form that reads
+// back to the same double (1, 0.1, 1e+21). ParseJson of the text gives back
+// an equal value.
+std::string SerializeJson(const JsonValue& value);
+
 // Appends the UTF-8 encoding of `code_point` (REQUIRES: a Unicode scalar value).
 void AppendUtf8(uint32_t code_point, std::string* out);
 

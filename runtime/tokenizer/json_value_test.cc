@@ -36,6 +36,17 @@ TEST(JsonValueTest, DecodesEscapesAndSurrogatePairs) {
   EXPECT_EQ(value->items()[2].string_value(), "raw \xC3\xA9 \xF0\x9F\xA6\x99");
 }
 
+TEST(JsonValueTest, SerializesCompactlyAndReadsBackEqual) {
+  const std::string text = R"({"b":[1,-25,0.1,1e+21,true,false,null],"a":{"x":"y\n\"é"},"":[]})";
+  absl::StatusOr<JsonValue> value = ParseJson(R"( {"b": [1.0, -2.5e1, 0.1, 1e21, true, false, null],
+      "a": {"x": "y\n\"\u00e9"}, "": [ ]} )", "t.json");
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(SerializeJson(*value), text);
+  absl::StatusOr<JsonValue> again = ParseJson(text, "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(SerializeJson(*again), text);
+}
+
 TEST(JsonValueTest, RefusesWhatSerdeRefuses) {
   struct Case {
     const char* text;

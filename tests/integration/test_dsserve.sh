@@ -128,16 +128,41 @@ esac
   >"$WORK/dsgen_json.out" 2>&1 || fail "dsgen --json: $(cat "$WORK/dsgen_json.out")"
 "$PY" - "$WORK/dsgen_json.out" <<'PYTHON' || fail "dsgen --json: $(cat "$WORK/dsgen_json.out")"
 import json, sys
-text = open(sys.argv[1]).read().rstrip("\n").split("\n")[-1]
+text = open(sys.argv[1]).read()
+text = text[:-1] if text.endswith("\n") else text  # dsgen's newline after the continuation (which may hold newlines)
 try:
     assert isinstance(json.loads(text), dict)
 except ValueError:
     assert text.lstrip().startswith("{"), text  # ran to --max_new_tokens inside the object
 PYTHON
+cat >"$WORK/answer.schema.json" <<'SCHEMA'
+{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "score": {"type": "integer"}},
+ "required": ["answer", "score"], "additionalProperties": false}
+SCHEMA
+"$DSGEN" --model "$MODEL" --prompt "A JSON answer:" --max_new_tokens 60 --temperature 0.7 --seed 3 \
+  --json_schema "$WORK/answer.schema.json" >"$WORK/dsgen_schema.out" 2>&1 ||
+  fail "dsgen --json_schema: $(cat "$WORK/dsgen_schema.out")"
+"$PY" - "$WORK/dsgen_schema.out" <<'PYTHON' || fail "dsgen --json_schema: $(cat "$WORK/dsgen_schema.out")"
+import json, sys
+text = open(sys.argv[1]).read()
+text = text[:-1] if text.endswith("\n") else text  # dsgen's newline after the continuation (which may hold newlines)
+try:
+    value = json.loads(text)
+except ValueError:
+    assert text.lstrip().startswith("{"), text  # ran to --max_new_tokens inside the object
+else:
+    assert list(value) == ["answer", "score"] and value["answer"] in ("yes", "no"), value
+    assert isinstance(value["score"], int), value
+PYTHON
+echo '{"type": "string", "format": "email"}' >"$WORK/bad.schema.json"
+"$DSGEN" --model "$MODEL" --prompt "x" --json_schema "$WORK/bad.schema.json" >"$WORK/dsgen_bad_schema.out" 2>&1 &&
+  fail "dsgen --json_schema with an unsupported keyword ran"
+grep -q "bad.schema.json: schema: 'format' is not supported" "$WORK/dsgen_bad_schema.out" ||
+  fail "dsgen --json_schema, bad schema: $(cat "$WORK/dsgen_bad_schema.out")"
 "$DSGEN" --model "$MODEL" --prompt_ids 1,2 --json >"$WORK/dsgen_ids_json.out" 2>&1 &&
   fail "dsgen --json with --prompt_ids ran"
 grep -q -- "--json goes with --prompt" "$WORK/dsgen_ids_json.out" || fail "dsgen --json --prompt_ids: $(cat "$WORK/dsgen_ids_json.out")"
-pass "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'; --json a JSON object (or its start at the token limit); --json without --prompt refused"
+pass "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'; --json a JSON object and --json_schema a valid answer (or their start at the token limit); an unsupported keyword and --json without --prompt refused"
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
 # 5. /metrics through an independent parser; nothing left running.

@@ -1,0 +1,490 @@
+// Note [JSON schemas for constrained output].
+#include "runtime/generate/json_schema.h"
+
+#include <algorithm>
+#include <bitset>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/json_quote.h"
+
+namespace dslaunch::runtime {
+
+ByteTrie::ByteTrie() : nodes_(1) {}
+
+void ByteTrie::Add(const std::string& text, int32_t value) {
+  int32_t node = 0;
+  auto note = [&](int32_t at) {
+    auto& below = nodes_[static_cast<size_t>(at)].values_below;
+    below.insert(std::upper_bound(below.begin(), below.end(), value), value);
+  };
+  note(0);
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    int32_t next = Child(node, byte);
+    if (next < 0) {
+      next = static_cast<int32_t>(nodes_.size());
+      nodes_.emplace_back();
+      auto& children = nodes_[static_cast<size_t>(node)].children;
+      children.insert(std::upper_bound(children.begin(), children.end(), std::make_pair(byte, int32_t{-1})),
+                      {byte, next});
+    }
+    node = next;
+    note(node);
+  }
+  if (nodes_[static_cast<size_t>(node)].terminal < 0) nodes_[static_cast<size_t>(node)].terminal = value;
+}
+
+int32_t ByteTrie::Child(int32_t node, unsigned char byte) const {
+  for (const auto& [b, child] : nodes_[static_cast<size_t>(node)].children) {
+    if (b == byte) return child;
+    if (b > byte) break;
+  }
+  return -1;
+}
+
+bool ByteTrie::HoldsBelow(int32_t node, int32_t low, int32_t high) const {
+  const auto& below = nodes_[static_cast<size_t>(node)].values_below;
+  auto it = std::lower_bound(below.begin(), below.end(), low);
+  return it != below.end() && *it <= high;
+}
+
+namespace {
+
+// Keywords that change nothing about the values a schema accepts.
+bool IsAnnotation(const std::string& key) {
+  static const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
+                                                      "$schema",  "$id",         "$comment", "deprecated",
+                                                      "readOnly", "writeOnly"};
+  return kAnnotations.count(key) > 0;
+}
+
+std::string ByteName(int b) {
+  if (b >= 0x21 && b < 0x7F) return absl::StrCat("'", std::string(1, static_cast<char>(b)), "'");
+  return absl::StrCat("byte ", b);
+}
+
+// The bytes a value of a plain node (no union) may begin with.
+std::bitset<256> FirstBytesOfPlain(const SchemaNode& node) {
+  std::bitset<256> bytes;
+  if (node.has_enum) {
+    for (int b = 0; b < 256; ++b) bytes[static_cast<size_t>(b)] = node.enum_values.Child(0, static_cast<unsigned char>(b)) >= 0;
+    return bytes;
+  }
+  if (node.types & kJsonObjectBit) bytes['{'] = true;
+  if (node.types & kJsonArrayBit) bytes['['] = true;
+  if (node.types & kJsonStringBit) bytes['"'] = true;
+  if (node.types & (kJsonIntegerBit | kJsonNumberBit)) {
+    bytes['-'] = true;
+    for (char d = '0'; d <= '9'; ++d) bytes[static_cast<size_t>(d)] = true;
+  }
+  if (node.types & kJsonBooleanBit) bytes['t'] = bytes['f'] = true;
+  if (node.types & kJsonNullBit) bytes['n'] = true;
+  return bytes;
+}
+
+uint8_t TypeOfValue(const JsonValue& value) {
+  switch (value.type()) {
+    case JsonValue::Type::kNull: return kJsonNullBit;
+    case JsonValue::Type::kBool: return kJsonBooleanBit;
+    case JsonValue::Type::kNumber: {
+      const double v = value.number_value();
+      return std::floor(v) == v ? kJsonIntegerBit | kJsonNumberBit : kJsonNumberBit;
+    }
+    case JsonValue::Type::kString: return kJsonStringBit;
+    case JsonValue::Type::kArray: return kJsonArrayBit;
+    case JsonValue::Type::kObject: return kJsonObjectBit;
+  }
+  return 0;
+}
+
+}  // namespace
+
+class JsonSchemaCompiler {
+ public:
+  JsonSchemaCompiler(const JsonValue& schema, std::string field) : schema_(schema), field_(std::move(field)) {}
+
+  absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> Compile() {
+    auto compiled = std::make_shared<CompiledJsonSchema>();
+    nodes_ = &compiled->nodes_;
+    SchemaNode any;  // node 0: any JSON value
+    any.types = kJsonAnyBits;
+    any.additional = 0;
+    any.items = 0;
+    nodes_->push_back(std::move(any));
+    const int32_t root = NewNode();
+    refs_["#"] = root;
+    in_progress_.insert(root);
+    auto body = NodeOf(schema_, "schema");
+    if (!body.ok()) return body.status();
+    if (*body == root) return Fail("schema", "'#' refers only to itself");
+    CopyNode(*body, root);
+    in_progress_.erase(root);
+    compiled->root_ = root;
+    std::vector<char> resolved(nodes_->size(), 0);
+    for (size_t id = 0; id < nodes_->size(); ++id) {
+      if (absl::Status ok = ResolveUnion(static_cast<int32_t>(id), resolved); !ok.ok()) return ok;
+    }
+    compiled->text_ = SerializeJson(schema_);
+    return std::shared_ptr<const CompiledJsonSchema>(std::move(compiled));
+  }
+
+ private:
+  absl::Status Fail(const std::string& path, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(field_, ": ", path, ": ", what));
+  }
+  int32_t NewNode() {
+    nodes_->emplace_back();
+    return static_cast<int32_t>(nodes_->size() - 1);
+  }
+  SchemaNode& At(int32_t id) { return (*nodes_)[static_cast<size_t>(id)]; }
+  // A placeholder (a ref's, the root's) takes the node its schema compiled to.
+  void CopyNode(int32_t from, int32_t to) {
+    At(to) = At(from);
+    if (auto it = union_paths_.find(from); it != union_paths_.end()) union_paths_[to] = it->second;
+  }
+
+  absl::StatusOr<int64_t> Count(const JsonValue& value, const std::string& path) const {
+    if (!value.is_number() || value.number_value() < 0 || std::floor(value.number_value()) != value.number_value() ||
+        value.number_value() > static_cast<double>(kMaxSchemaCount)) {
+      return Fail(path, absl::StrCat("expected an integer from 0 to ", kMaxSchemaCount));
+    }
+    return static_cast<int64_t>(value.number_value());
+  }
+
+  absl::StatusOr<int32_t> NodeOf(const JsonValue& schema, const std::string& path) {
+    if (nodes_->size() >= static_cast<size_t>(kMaxSchemaNodes)) {
+      return Fail(path, absl::StrCat("the schema is larger than the ", kMaxSchemaNodes, " nodes this decoder takes"));
+    }
+    if (schema.is_bool()) {
+      if (schema.bool_value()) return 0;
+      return Fail(path, "false: no value is allowed here");
+    }
+    if (!schema.is_object()) {
+      return Fail(path, absl::StrCat("expected a schema (an object or a boolean), got ",
+                                     JsonValue::TypeName(schema.type())));
+    }
+    // What the schema says besides annotations.
+    std::vector<std::string> keywords;
+    for (const std::string& key : schema.keys()) {
+      if (!IsAnnotation(key) && !(path == "schema" && (key == "$defs" || key == "definitions"))) {
+        keywords.push_back(key);
+      }
+    }
+    auto alone = [&](const std::string& keyword) -> absl::Status {
+      for (const std::string& other : keywords) {
+        if (other != keyword) {
+          return Fail(path, absl::StrCat("'", keyword, "' beside '", other,
+                                         "' is not supported: give the other keywords inside the ", keyword));
+        }
+      }
+      return absl::OkStatus();
+    };
+    if (const JsonValue* ref = schema.Find("$ref")) {
+      if (absl::Status ok = alone("$ref"); !ok.ok()) return ok;
+      if (!ref->is_string()) return Fail(path + "/$ref", "expected a string");
+      return RefOf(ref->string_value(), path + "/$ref");
+    }
+    if (const JsonValue* all = schema.Find("allOf")) {
+      if (absl::Status ok = alone("allOf"); !ok.ok()) return ok;
+      if (!all->is_array() || all->items().size() != 1) {
+        return Fail(path + "/allOf", "only an allOf of one schema is supported");
+      }
+      return NodeOf(all->items()[0], path + "/allOf/0");
+    }
+    for (const char* name : {"anyOf", "oneOf"}) {
+      if (const JsonValue* any = schema.Find(name)) {
+        if (absl::Status ok = alone(name); !ok.ok()) return ok;
+        const std::string here = absl::StrCat(path, "/", name);
+        if (!any->is_array() || any->items().empty()) return Fail(here, "expected a non-empty array of schemas");
+        std::vector<int32_t> alternatives;
+        for (size_t i = 0; i < any->items().size(); ++i) {
+          auto alternative = NodeOf(any->items()[i], absl::StrCat(here, "/", i));
+          if (!alternative.ok()) return alternative.status();
+          alternatives.push_back(*alternative);
+        }
+        const int32_t id = NewNode();
+        At(id).is_union = true;
+        At(id).alternatives = std::move(alternatives);
+        union_paths_[id] = here;
+        return id;
+      }
+    }
+    return PlainNodeOf(schema, path, keywords);
+  }
+
+  absl::StatusOr<int32_t> PlainNodeOf(const JsonValue& schema, const std::string& path,
+                                      const std::vector<std::string>& keywords) {
+    static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
+    static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
+    static const std::set<std::string> kStringWords = {"minLength", "maxLength"};
+    uint8_t implied = 0;
+    for (const std::string& key : keywords) {
+      if (kObjectWords.count(key)) {
+        implied |= kJsonObjectBit;
+      } else if (kArrayWords.count(key)) {
+        implied |= kJsonArrayBit;
+      } else if (kStringWords.count(key)) {
+        implied |= kJsonStringBit;
+      } else if (key != "type" && key != "enum" && key != "const") {
+        return Fail(path, absl::StrCat("'", key,
+                                       "' is not supported by constrained decoding (it reads type, properties, "
+                                       "required, additionalProperties, items, minItems, maxItems, minLength, "
+                                       "maxLength, enum, const, anyOf, oneOf, allOf of one, $ref): leave it out"));
+      }
+    }
+    const int32_t id = NewNode();
+    uint8_t types = implied == 0 ? static_cast<uint8_t>(kJsonAnyBits) : implied;
+    if (const JsonValue* type = schema.Find("type")) {
+      std::vector<const JsonValue*> names;
+      if (type->is_array()) {
+        for (const JsonValue& item : type->items()) names.push_back(&item);
+      } else {
+        names.push_back(type);
+      }
+      if (names.empty()) return Fail(path + "/type", "an empty list of types");
+      types = 0;
+      for (const JsonValue* name : names) {
+        static const std::map<std::string, uint8_t> kTypes = {
+            {"null", kJsonNullBit},     {"boolean", kJsonBooleanBit}, {"integer", kJsonIntegerBit},
+            {"number", kJsonNumberBit}, {"string", kJsonStringBit},   {"array", kJsonArrayBit},
+            {"object", kJsonObjectBit}};
+        auto it = name->is_string() ? kTypes.find(name->string_value()) : kTypes.end();
+        if (it == kTypes.end()) {
+          return Fail(path + "/type", absl::StrCat("expected null, boolean, integer, number, string, array or "
+                                                   "object (or a list of them), got ",
+                                                   name->is_string() ? "'" + name->string_value() + "'"
+                                                                     : JsonValue::TypeName(name->type())));
+        }
+        types |= it->second;
+      }
+    }
+    At(id).types = types;
+    const JsonValue* enum_values = schema.Find("enum");
+    const JsonValue* const_value = schema.Find("const");
+    if (enum_values != nullptr || const_value != nullptr) {
+      const std::string word = enum_values != nullptr ? "enum" : "const";
+      for (const std::string& key : keywords) {
+        if (key != "type" && key != word) {
+          return Fail(path, absl::StrCat("'", word, "' beside '", key, "' is not supported: list the values only"));
+        }
+      }
+      std::vector<const JsonValue*> values;
+      if (enum_values != nullptr) {
+        if (!enum_values->is_array() || enum_values->items().empty()) {
+          return Fail(path + "/enum", "expected a non-empty array of values");
+        }
+        for (const JsonValue& value : enum_values->items()) values.push_back(&value);
+      } else {
+        values.push_back(const_value);
+      }
+      At(id).has_enum = true;
+      size_t bytes = 0;
+      int kept = 0;
+      for (const JsonValue* value : values) {
+        if ((TypeOfValue(*value) & types) == 0) continue;  // "type" rules it out
+        const std::string text = SerializeJson(*value);
+        bytes += text.size();
+        At(id).enum_values.Add(text, 1);
+        ++kept;
+      }
+      if (kept == 0) return Fail(path + "/" + word, "no value of it has the schema's type");
+      if (bytes > static_cast<size_t>(kMaxSchemaEnumBytes)) {
+        return Fail(path + "/" + word, absl::StrCat(bytes, " bytes of values, more than the ", kMaxSchemaEnumBytes,
+                                                   " allowed"));
+      }
+      return id;
+    }
+    // Objects.
+    if (const JsonValue* properties = schema.Find("properties")) {
+      if (!properties->is_object()) return Fail(path + "/properties", "expected an object of schemas");
+      if (properties->keys().size() > static_cast<size_t>(kMaxSchemaProperties)) {
+        return Fail(path + "/properties", absl::StrCat(properties->keys().size(), " properties, more than the ",
+                                                       kMaxSchemaProperties, " allowed"));
+      }
+      for (size_t i = 0; i < properties->keys().size(); ++i) {
+        const std::string& name = properties->keys()[i];
+        auto node = NodeOf(properties->items()[i], absl::StrCat(path, "/properties/", name));
+        if (!node.ok()) return node.status();
+        const std::string quoted = JsonQuote(name);
+        At(id).property_names.Add(quoted.substr(1, quoted.size() - 2), static_cast<int32_t>(i));
+        At(id).properties.push_back({name, *node, false});
+      }
+    }
+    if (const JsonValue* required = schema.Find("required")) {
+      if (!required->is_array()) return Fail(path + "/required", "expected an array of property names");
+      for (size_t i = 0; i < required->items().size(); ++i) {
+        const JsonValue& name = required->items()[i];
+        const std::string here = absl::StrCat(path, "/required/", i);
+        if (!name.is_string()) return Fail(here, "expected a property name");
+        auto& properties = At(id).properties;
+        auto it = std::find_if(properties.begin(), properties.end(),
+                               [&](const SchemaProperty& p) { return p.name == name.string_value(); });
+        if (it == properties.end()) {
+          return Fail(here, absl::StrCat("'", name.string_value(),
+                                         "' is not among the properties (a required key needs its schema there)"));
+        }
+        it->required = true;
+      }
+    }
+    {
+      SchemaNode& node = At(id);
+      const auto n = static_cast<int32_t>(node.properties.size());
+      node.next_required.assign(static_cast<size_t>(n) + 1, n);
+      for (int32_t k = n - 1; k >= 0; --k) {
+        node.next_required[static_cast<size_t>(k)] =
+            node.properties[static_cast<size_t>(k)].required ? k : node.next_required[static_cast<size_t>(k) + 1];
+      }
+    }
+    // Beside "properties" no other key is generated, whatever
+    // additionalProperties says (an output without them validates).
+    if (At(id).properties.empty()) {
+      const JsonValue* additional = schema.Find("additionalProperties");
+      if (additional == nullptr) {
+        At(id).additional = 0;
+      } else if (additional->is_bool() && !additional->bool_value()) {
+        At(id).additional = -1;
+      } else {
+        auto node = NodeOf(*additional, path + "/additionalProperties");
+        if (!node.ok()) return node.status();
+        At(id).additional = *node;
+      }
+    }
+    // Arrays.
+    if (const JsonValue* items = schema.Find("items")) {
+      if (items->is_array()) {
+        return Fail(path + "/items", "items as a list (the tuple form) is not supported: give one schema");
+      }
+      auto node = NodeOf(*items, path + "/items");
+      if (!node.ok()) return node.status();
+      At(id).items = *node;
+    }
+    for (const auto& [word, target] : {std::pair{"minItems", &SchemaNode::min_items},
+                                       std::pair{"maxItems", &SchemaNode::max_items},
+                                       std::pair{"minLength", &SchemaNode::min_length},
+                                       std::pair{"maxLength", &SchemaNode::max_length}}) {
+      if (const JsonValue* value = schema.Find(word)) {
+        auto count = Count(*value, absl::StrCat(path, "/", word));
+        if (!count.ok()) return count.status();
+        At(id).*target = *count;
+      }
+    }
+    const SchemaNode& node = At(id);
+    if (node.min_items > node.max_items) {
+      return Fail(path, absl::StrCat("minItems ", node.min_items, " is above maxItems ", node.max_items));
+    }
+    if (node.max_length >= 0 && node.min_length > node.max_length) {
+      return Fail(path, absl::StrCat("minLength ", node.min_length, " is above maxLength ", node.max_length));
+    }
+    return id;
+  }
+
+  absl::StatusOr<int32_t> RefOf(const std::string& ref, const std::string& path) {
+    if (auto it = refs_.find(ref); it != refs_.end()) {
+      return it->second;
+    }
+    const JsonValue* target = nullptr;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      if (ref.rfind(prefix, 0) != 0) continue;
+      std::string name;  // JSON Pointer: ~1 is '/', ~0 is '~'
+      const std::string rest = ref.substr(std::string(prefix).size());
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (rest[i] == '~' && i + 1 < rest.size() && (rest[i + 1] == '0' || rest[i + 1] == '1')) {
+          name.push_back(rest[++i] == '0' ? '~' : '/');
+        } else if (rest[i] == '/') {
+          return Fail(path, absl::StrCat("'", ref, "': only refs to a definition (#/$defs/NAME) are read"));
+        } else {
+          name.push_back(rest[i]);
+        }
+      }
+      const JsonValue* definitions = schema_.Find(std::string(prefix).substr(2, std::string(prefix).size() - 3));
+      if (definitions != nullptr) target = definitions->Find(name);
+      if (target == nullptr) return Fail(path, absl::StrCat("'", ref, "' names no definition of the schema"));
+    }
+    if (target == nullptr) {
+      return Fail(path, absl::StrCat("'", ref, "': only refs into this schema (#, #/$defs/NAME, "
+                                               "#/definitions/NAME) are read"));
+    }
+    const int32_t id = NewNode();
+    refs_[ref] = id;
+    in_progress_.insert(id);
+    auto body = NodeOf(*target, "schema/" + ref.substr(2));
+    if (!body.ok()) return body.status();
+    if (in_progress_.count(*body) > 0 && *body != id) {
+      return Fail(path, absl::StrCat("'", ref, "' refers to a schema that is itself only a $ref back to it"));
+    }
+    if (*body == id) return Fail(path, absl::StrCat("'", ref, "' refers only to itself"));
+    CopyNode(*body, id);
+    in_progress_.erase(id);
+    return id;
+  }
+
+  // Fills a union's by_first_byte (its alternatives' leaves), refusing two
+  // alternatives that begin with one byte. resolved: 0 not yet, 1 in
+  // progress, 2 done.
+  absl::Status ResolveUnion(int32_t id, std::vector<char>& resolved) {
+    if (!At(id).is_union || resolved[static_cast<size_t>(id)] == 2) return absl::OkStatus();
+    const std::string& path = union_paths_.count(id) ? union_paths_[id] : std::string("schema");
+    if (resolved[static_cast<size_t>(id)] == 1) return Fail(path, "an anyOf that holds itself as an alternative");
+    resolved[static_cast<size_t>(id)] = 1;
+    std::vector<int32_t> leaves(256, -1);
+    std::vector<int> from(256, -1);
+    const std::vector<int32_t> alternatives = At(id).alternatives;
+    for (size_t a = 0; a < alternatives.size(); ++a) {
+      const int32_t alternative = alternatives[a];
+      if (absl::Status ok = ResolveUnion(alternative, resolved); !ok.ok()) return ok;
+      for (int b = 0; b < 256; ++b) {
+        int32_t leaf = -1;
+        if (At(alternative).is_union) {
+          leaf = At(alternative).by_first_byte[static_cast<size_t>(b)];
+        } else if (FirstBytesOfPlain(At(alternative))[static_cast<size_t>(b)]) {
+          leaf = alternative;
+        }
+        if (leaf < 0) continue;
+        if (leaves[static_cast<size_t>(b)] >= 0 && leaves[static_cast<size_t>(b)] != leaf) {
+          return Fail(path, absl::StrCat("alternatives ", from[static_cast<size_t>(b)], " and ", a,
+                                         " may both begin with ", ByteName(b),
+                                         ": constrained decoding needs the first byte of a value to pick its "
+                                         "alternative (merge them, or tell them apart by type)"));
+        }
+        leaves[static_cast<size_t>(b)] = leaf;
+        from[static_cast<size_t>(b)] = static_cast<int>(a);
+      }
+    }
+    At(id).by_first_byte = std::move(leaves);
+    resolved[static_cast<size_t>(id)] = 2;
+    return absl::OkStatus();
+  }
+
+  const JsonValue& schema_;
+  std::string field_;
+  std::vector<SchemaNode>* nodes_ = nullptr;
+  std::map<std::string, int32_t> refs_;
+  std::set<int32_t> in_progress_;
+  std::map<int32_t, std::string> union_paths_;
+};
+
+absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> CompileJsonSchema(const JsonValue& schema,
+                                                                           const std::string& field) {
+  return JsonSchemaCompiler(schema, field).Compile();
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> CompileJsonSchemaText(const std::string& text,
+                                                                               const std::string& field) {
+  auto schema = ParseJson(text, field);
+  if (!schema.ok()) return absl::InvalidArgumentError(schema.status().message());
+  return CompileJsonSchema(*schema, field);
+}
+
+std::shared_ptr<const CompiledJsonSchema> AnyJsonObjectSchema() {
+  static const std::shared_ptr<const CompiledJsonSchema> schema = [] {
+    auto parsed = ParseJson(R"({"type":"object"})", "json_object");
+    return *CompileJsonSchema(*parsed, "json_object");
+  }();
+  return schema;
+}
+
+}  // namespace dslaunch::runtime

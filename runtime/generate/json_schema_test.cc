@@ -1,0 +1,417 @@
+// Note [JSON schemas for constrained output]: what the compiler refuses (named
+// at its place in the schema), what the automaton allows byte by byte, and a
+// differential check: thousands of outputs drawn at random from the
+// automaton, each read by the strict JSON reader and validated against the
+// schema by an independent validator (below, written from JSON Schema's
+// rules, not from the automaton).
+#include "runtime/generate/json_schema.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "runtime/generate/json_schema_automaton.h"
+#include "runtime/generate/output_constraint.h"
+#include "torch/torch.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+OutputConstraint Schema(const std::string& text) {
+  OutputConstraint constraint;
+  constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  constraint.schema = text;
+  return constraint;
+}
+
+// 1: whole; 0: a prefix of an output the schema allows; -1: not.
+int Judge(const std::string& schema, const std::string& text) {
+  bool complete = false;
+  if (!AllowsPrefix(Schema(schema), text, &complete)) return -1;
+  return complete ? 1 : 0;
+}
+
+std::string CompileError(const std::string& schema) {
+  auto compiled = CompileJsonSchemaText(schema, "response_format.json_schema");
+  return compiled.ok() ? "compiled" : std::string(compiled.status().message());
+}
+
+TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
+  struct Case {
+    std::string schema, error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"type": "string", "pattern": "^a+$"})", "schema: 'pattern' is not supported"},
+           {R"({"properties": {"when": {"type": "string", "format": "date-time"}}})",
+            "schema/properties/when: 'format' is not supported"},
+           {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})",
+            "schema/properties/n: 'minimum' is not supported"},
+           {R"({"type": "strin"})", "schema/type: expected null, boolean, integer, number, string, array or object"},
+           {R"({"type": []})", "schema/type: an empty list of types"},
+           {R"({"properties": {"a": {}}, "required": ["b"]})", "schema/required/0: 'b' is not among the properties"},
+           {R"({"type": "array", "minItems": 3, "maxItems": 2})", "minItems 3 is above maxItems 2"},
+           {R"({"type": "string", "minLength": 5, "maxLength": 4})", "minLength 5 is above maxLength 4"},
+           {R"({"type": "string", "maxLength": -1})", "schema/maxLength: expected an integer from 0 to 65535"},
+           {R"({"type": "array", "items": [{}, {}]})", "schema/items: items as a list (the tuple form)"},
+           {R"({"anyOf": [{"type": "object"}, {"properties": {"a": {}}}]})",
+            "schema/anyOf: alternatives 0 and 1 may both begin with '{'"},
+           {R"({"anyOf": [{"enum": ["a", 1]}, {"type": "string"}]})",
+            "schema/anyOf: alternatives 0 and 1 may both begin with '\"'"},
+           {R"({"oneOf": []})", "schema/oneOf: expected a non-empty array"},
+           {R"({"allOf": [{}, {}]})", "schema/allOf: only an allOf of one schema"},
+           {R"({"$ref": "#/$defs/missing"})", "schema/$ref: '#/$defs/missing' names no definition"},
+           {R"({"$ref": "http://example.com/s.json"})", "only refs into this schema"},
+           {R"({"$ref": "#"})", "'#' refers only to itself"},
+           {R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+            "itself only a $ref back to it"},
+           {R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})", "holds itself as an alternative"},
+           {R"({"$ref": "#/$defs/a", "type": "object", "$defs": {"a": {}}})", "'$ref' beside 'type' is not supported"},
+           {R"({"enum": ["a"], "minLength": 2})", "'enum' beside 'minLength' is not supported"},
+           {R"({"type": "integer", "enum": ["a", "b"]})", "schema/enum: no value of it has the schema's type"},
+           {R"({"properties": {"a": false}})", "schema/properties/a: false: no value is allowed here"},
+           {R"({"properties": {"a": 3}})", "schema/properties/a: expected a schema (an object or a boolean), got a number"},
+           {R"({"type": "object",)", "response_format.json_schema:1:"},
+       }) {
+    SCOPED_TRACE(c.schema);
+    const std::string error = CompileError(c.schema);
+    EXPECT_THAT(error, HasSubstr(c.error));
+    if (c.error.rfind("response_format", 0) != 0) {
+      EXPECT_THAT(error, HasSubstr("response_format.json_schema: "));
+    }
+  }
+  // Annotations change nothing and are read past.
+  EXPECT_EQ(CompileError(R"({"title": "T", "description": "d", "$schema": "x", "default": 1, "examples": [],
+                             "type": "object", "properties": {"a": {"description": "the a", "type": "string"}}})"),
+            "compiled");
+}
+
+TEST(JsonSchemaTest, PropertiesComeInTheSchemasOrderEachOnceRequiredOnesNeverSkipped) {
+  const std::string schema = R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"}, "tags": {"type": "array",
+      "items": {"type": "string"}}}, "required": ["name", "email"], "additionalProperties": false})";
+  EXPECT_EQ(Judge(schema, R"({"name": "Ann", "age": 41, "email": "a@b", "tags": ["x", "y"]})"), 1);
+  EXPECT_EQ(Judge(schema, R"({"name":"Ann","email":"a@b"})"), 1);  // age and tags are optional
+  EXPECT_EQ(Judge(schema, R"( {"name" : "", "email" : "" } )"), -1);  // nothing after the value
+  EXPECT_EQ(Judge(schema, R"( {"name" : "", "email" : "" })"), 1);
+  EXPECT_EQ(Judge(schema, R"({"email")"), -1);                        // name is required first
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "tags")"), -1);            // email may not be skipped
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "age": 1, "age")"), -1);   // once only
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "email": "e", "age")"), -1);  // in order
+  EXPECT_EQ(Judge(schema, R"({"name": "A"})"), -1);                   // email is still due
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "age": 1.5)"), -1);        // an integer
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "age": 1e3)"), -1);
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "age": -12, "email": "e", "tags": [1]})"), -1);
+  EXPECT_EQ(Judge(schema, R"({"nam": 1})"), -1);  // no such key
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "email": "e", "other": 1})"), -1);
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "email": "e",)"), 0);      // tags may still come
+  EXPECT_EQ(Judge(schema, R"({"name": "A", "email": "e", "tags": [],)"), -1);  // nothing may follow tags
+}
+
+TEST(JsonSchemaTest, KeysAreSpelledAsTheOutputQuotesThem) {
+  const std::string schema = R"({"properties": {"say \"hi\"\\": {"const": true}, "caf\u00e9": {"type": "null"}}})";
+  EXPECT_EQ(Judge(schema, "{\"say \\\"hi\\\"\\\\\": true, \"caf\xC3\xA9\": null}"), 1);
+  EXPECT_EQ(Judge(schema, "{\"say \\\"hi\\\"\\\\\": false"), -1);
+  EXPECT_EQ(Judge(schema, "{\"say \""), -1);  // the quote inside the name is escaped
+}
+
+TEST(JsonSchemaTest, EnumsConstsAndTypeListsHoldExactValues) {
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", R"("green")"), 1);
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", R"({"a":[1]})"), 1);
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", R"({"a": [1]})"), -1);  // compact
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", R"("gre)"), 0);
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", R"("blue")"), -1);
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", "1"), 1);   // 1 and 12: whole at 1
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", "12"), 1);
+  EXPECT_EQ(Judge(R"({"enum": ["red", "green", 12, 1, null, {"a": [1]}]})", "13"), -1);
+  EXPECT_EQ(Judge(R"({"type": "array", "items": {"enum": [1, 12]}})", "[1,12, 1]"), 1);
+  EXPECT_EQ(Judge(R"({"type": "array", "items": {"enum": [1, 12]}})", "[123"), -1);
+  EXPECT_EQ(Judge(R"({"const": "only"})", R"("only")"), 1);
+  EXPECT_EQ(Judge(R"({"type": "string", "enum": ["a", 1]})", "1"), -1);  // the type rules 1 out
+  EXPECT_EQ(Judge(R"({"type": ["string", "null"]})", "null"), 1);
+  EXPECT_EQ(Judge(R"({"type": ["string", "null"]})", R"("x")"), 1);
+  EXPECT_EQ(Judge(R"({"type": ["string", "null"]})", "1"), -1);
+  EXPECT_EQ(Judge(R"({"type": "number"})", "-0.5e-3"), 1);
+  EXPECT_EQ(Judge(R"({"type": "number"})", "1E+99"), 1);
+  EXPECT_EQ(Judge(R"({"type": "number"})", "1e100"), -1);  // every number reads back finite
+  EXPECT_EQ(Judge(R"({"type": "boolean"})", "null"), -1);
+  EXPECT_EQ(Judge(R"({"type": "boolean"})", "false"), 1);
+}
+
+TEST(JsonSchemaTest, LengthsAndItemCountsAreHeldInCodePointsAndItems) {
+  const std::string name = R"({"type": "string", "minLength": 2, "maxLength": 3})";
+  EXPECT_EQ(Judge(name, R"("ab")"), 1);
+  EXPECT_EQ(Judge(name, "\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\""), 1);  // three code points, nine bytes
+  EXPECT_EQ(Judge(name, R"("\n\u00e9")"), 1);                               // an escape is one
+  EXPECT_EQ(Judge(name, R"("a")"), -1);
+  EXPECT_EQ(Judge(name, R"("abcd)"), -1);
+  EXPECT_EQ(Judge(name, R"("a\ud83d\ude00")"), 1);  // a surrogate pair is one code point
+  EXPECT_EQ(Judge(name, R"("a\ud83d")"), -1);         // half of one is none
+  EXPECT_EQ(Judge(name, R"("a\ude00)"), -1);
+  EXPECT_EQ(Judge(R"({"type": "string", "maxLength": 0})", R"("")"), 1);
+  EXPECT_EQ(Judge(R"({"type": "string", "maxLength": 0})", R"("a)"), -1);
+  const std::string pair = R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})";
+  EXPECT_EQ(Judge(pair, "[]"), -1);
+  EXPECT_EQ(Judge(pair, "[1]"), 1);
+  EXPECT_EQ(Judge(pair, "[1, 2]"), 1);
+  EXPECT_EQ(Judge(pair, "[1, 2,"), -1);
+  EXPECT_EQ(Judge(R"({"type": "array", "maxItems": 0})", "[]"), 1);
+  EXPECT_EQ(Judge(R"({"type": "array", "maxItems": 0})", "[1"), -1);
+}
+
+TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
+  const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {
+      "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["value"]}}, "$ref": "#/$defs/node"})";
+  EXPECT_EQ(Judge(tree, R"({"value": 1, "children": [{"value": 2}, {"value": 3, "children": [{"value": 4}]}]})"), 1);
+  EXPECT_EQ(Judge(tree, R"({"value": 1, "children": [{"children": [])"), -1);
+  const std::string optional = R"({"type": "object", "properties": {"note": {"anyOf": [{"type": "string"},
+      {"type": "null"}]}, "point": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+      {"definitions_ref": {"$ref": "#/definitions/xy"}, "$ref": "#/definitions/xy"}]}},
+      "definitions": {"xy": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}})";
+  EXPECT_THAT(CompileError(optional), HasSubstr("'$ref' beside 'definitions_ref'"));
+  const std::string nullable = R"({"type": "object", "properties": {"note": {"anyOf": [{"type": "string"},
+      {"type": "null"}]}, "point": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+      {"$ref": "#/definitions/xy"}]}}, "required": ["note", "point"],
+      "definitions": {"xy": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}})";
+  EXPECT_EQ(Judge(nullable, R"({"note": null, "point": [1, 2.5]})"), 1);
+  EXPECT_EQ(Judge(nullable, R"({"note": "n", "point": {"x": -1}})"), 1);
+  EXPECT_EQ(Judge(nullable, R"({"note": 1)"), -1);
+  EXPECT_EQ(Judge(nullable, R"({"note": null, "point": {"y")"), -1);
+  // A map: no properties, values of additionalProperties; any keys, repeats allowed as RFC 8259 does.
+  const std::string map = R"({"type": "object", "additionalProperties": {"type": "integer"}})";
+  EXPECT_EQ(Judge(map, R"({"a": 1, "b": 2, "a": 3})"), 1);
+  EXPECT_EQ(Judge(map, R"({"a": "x")"), -1);
+  EXPECT_EQ(Judge(R"({"type": "object", "additionalProperties": false})", "{}"), 1);
+  EXPECT_EQ(Judge(R"({"type": "object", "additionalProperties": false})", R"({")"), -1);
+  // No type: what the keywords imply; nothing: any value.
+  EXPECT_EQ(Judge(R"({"properties": {"a": {}}})", R"("text")"), -1);
+  EXPECT_EQ(Judge(R"({})", R"("text")"), 1);
+  EXPECT_EQ(Judge(R"(true)", R"([1, {"a": null}])"), 1);
+}
+
+// An independent validator of the keywords the compiler reads (JSON Schema
+// 2020-12's meaning, not the automaton's choices), with the property-order
+// rule of the Note checked apart.
+class Validator {
+ public:
+  explicit Validator(const JsonValue& root) : root_(root) {}
+  bool Valid(const JsonValue& value, const JsonValue& schema) const {
+    if (schema.is_bool()) return schema.bool_value();
+    if (const JsonValue* ref = schema.Find("$ref")) return Valid(value, Resolve(ref->string_value()));
+    if (const JsonValue* all = schema.Find("allOf")) {
+      for (const JsonValue& s : all->items()) {
+        if (!Valid(value, s)) return false;
+      }
+    }
+    if (const JsonValue* any = schema.Find("anyOf")) {
+      bool one = false;
+      for (const JsonValue& s : any->items()) one = one || Valid(value, s);
+      if (!one) return false;
+    }
+    if (const JsonValue* one_of = schema.Find("oneOf")) {
+      int matches = 0;
+      for (const JsonValue& s : one_of->items()) matches += Valid(value, s) ? 1 : 0;
+      if (matches != 1) return false;
+    }
+    if (const JsonValue* type = schema.Find("type")) {
+      bool any = false;
+      if (type->is_string()) {
+        any = HasType(value, type->string_value());
+      } else {
+        for (const JsonValue& t : type->items()) any = any || HasType(value, t.string_value());
+      }
+      if (!any) return false;
+    }
+    if (const JsonValue* values = schema.Find("enum")) {
+      bool found = false;
+      for (const JsonValue& v : values->items()) found = found || SerializeJson(v) == SerializeJson(value);
+      if (!found) return false;
+    }
+    if (const JsonValue* c = schema.Find("const"); c != nullptr && SerializeJson(*c) != SerializeJson(value)) {
+      return false;
+    }
+    if (value.is_string()) {
+      const int64_t points = CodePoints(value.string_value());
+      if (const JsonValue* m = schema.Find("minLength"); m != nullptr && points < m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("maxLength"); m != nullptr && points > m->number_value()) return false;
+    }
+    if (value.is_array()) {
+      const double n = static_cast<double>(value.items().size());
+      if (const JsonValue* m = schema.Find("minItems"); m != nullptr && n < m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("maxItems"); m != nullptr && n > m->number_value()) return false;
+      if (const JsonValue* items = schema.Find("items")) {
+        for (const JsonValue& item : value.items()) {
+          if (!Valid(item, *items)) return false;
+        }
+      }
+    }
+    if (value.is_object()) {
+      const JsonValue* properties = schema.Find("properties");
+      const JsonValue* additional = schema.Find("additionalProperties");
+      for (size_t i = 0; i < value.keys().size(); ++i) {
+        const JsonValue* own = properties != nullptr ? properties->Find(value.keys()[i]) : nullptr;
+        if (own != nullptr) {
+          if (!Valid(value.items()[i], *own)) return false;
+        } else if (additional != nullptr && !Valid(value.items()[i], *additional)) {
+          return false;
+        }
+      }
+      if (const JsonValue* required = schema.Find("required")) {
+        for (const JsonValue& name : required->items()) {
+          if (value.Find(name.string_value()) == nullptr) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  static bool HasType(const JsonValue& value, const std::string& type) {
+    if (type == "null") return value.is_null();
+    if (type == "boolean") return value.is_bool();
+    if (type == "number") return value.is_number();
+    if (type == "integer") return value.is_number() && std::floor(value.number_value()) == value.number_value();
+    if (type == "string") return value.is_string();
+    if (type == "array") return value.is_array();
+    return value.is_object();
+  }
+  static int64_t CodePoints(const std::string& text) {
+    int64_t n = 0;
+    for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+    return n;
+  }
+  const JsonValue& Resolve(const std::string& ref) const {
+    if (ref == "#") return root_;
+    const size_t slash = ref.rfind('/');
+    return *root_.Find(ref.substr(2, slash - 2))->Find(ref.substr(slash + 1));
+  }
+  const JsonValue& root_;
+};
+
+// An output drawn from the automaton at random: each step takes a byte it
+// allows, a closing one (a quote, a bracket) often, so outputs end.
+std::string RandomOutput(const CompiledJsonSchema& schema, std::mt19937& random, bool* whole) {
+  JsonSchemaAutomaton automaton(&schema);
+  std::string out;
+  std::vector<unsigned char> allowed;
+  while (out.size() < 20000) {
+    if (automaton.Finished() || (automaton.Complete() && random() % 4 == 0)) break;
+    allowed.clear();
+    for (int b = 0; b < 256; ++b) {
+      JsonSchemaAutomaton next = automaton;
+      if (next.Step(static_cast<unsigned char>(b))) allowed.push_back(static_cast<unsigned char>(b));
+    }
+    if (allowed.empty()) break;
+    unsigned char pick = allowed[random() % allowed.size()];
+    if (random() % 3 == 0) {
+      for (unsigned char closing : {'"', '}', ']', ','}) {
+        if (std::find(allowed.begin(), allowed.end(), closing) != allowed.end() && random() % 2 == 0) pick = closing;
+      }
+    }
+    EXPECT_TRUE(automaton.Step(pick));
+    out.push_back(static_cast<char>(pick));
+  }
+  *whole = automaton.Complete();
+  return out;
+}
+
+TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
+  const std::vector<std::string> schemas = {
+      R"({"type": "object"})",
+      R"({"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 8},
+          "age": {"type": "integer"}, "score": {"type": "number"}, "ok": {"type": "boolean"},
+          "tags": {"type": "array", "items": {"enum": ["a", "b", 3]}, "minItems": 1, "maxItems": 3},
+          "note": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]}},
+          "required": ["name", "tags", "note"], "additionalProperties": false})",
+      R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["v"]}},
+          "$ref": "#/$defs/node"})",
+      R"({"type": "array", "items": {"oneOf": [{"type": "object", "additionalProperties": {"type": "null"}},
+          {"type": ["integer", "string"]}, {"const": [true]}]}})",
+      R"({"anyOf": [{"type": "number"}, {"enum": ["x", {"k": "v"}]}]})",
+  };
+  std::mt19937 random(20261207);
+  for (const std::string& text : schemas) {
+    SCOPED_TRACE(text);
+    auto parsed = ParseJson(text, "schema");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    auto schema = CompileJsonSchema(*parsed, "schema");
+    ASSERT_TRUE(schema.ok()) << schema.status();
+    const Validator validator(*parsed);
+    int whole_outputs = 0;
+    for (int i = 0; i < 300; ++i) {
+      bool whole = false;
+      const std::string out = RandomOutput(**schema, random, &whole);
+      if (!whole) continue;  // the length cap (long strings) or the depth bound of a recursive schema
+      ++whole_outputs;
+      auto value = ParseJson(out, "output");
+      ASSERT_TRUE(value.ok()) << out << ": " << value.status();
+      ASSERT_TRUE(validator.Valid(*value, *parsed)) << out;
+    }
+    EXPECT_GT(whole_outputs, 250);
+  }
+}
+
+// The allowed-token cache is keyed by the automaton's state (Key()): a key
+// that left out something the state's future depends on would hand one
+// state another's tokens. Along random generations through a shared cache,
+// every mask equals the mask of a fresh vocabulary (no cache) at the same
+// text.
+TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
+  std::mt19937 random(7);
+  // Tokens of 1-4 bytes from JSON's alphabet and two-byte characters.
+  const std::vector<std::string> alphabet = {"{", "}", "[", "]", "\"", ":", ",", " ", "a", "b", "1", "0", "-", ".",
+                                             "e", "\\", "u", "d", "8", "n", "null", "true", "\xC3\xA9"};
+  std::vector<std::string> tokens(alphabet.begin(), alphabet.end());
+  while (tokens.size() < 400) {
+    std::string token;
+    for (int n = 1 + static_cast<int>(random() % 4); n > 0; --n) token += alphabet[random() % alphabet.size()];
+    tokens.push_back(token);
+  }
+  const std::string schema = R"({"type": "array", "items": {"anyOf": [{"type": "string", "minLength": 2,
+      "maxLength": 5}, {"type": "object", "properties": {"ab": {"type": "number"}, "b": {"enum": ["a", 10, 1]}},
+      "required": ["b"]}, {"type": "null"}]}, "maxItems": 6})";
+  auto shared = std::make_shared<const TokenVocabulary>(tokens);
+  const int64_t vocab = static_cast<int64_t>(tokens.size());
+  int compared = 0;
+  for (int run = 0; run < 40; ++run) {
+    auto state = StartOutputConstraint(Schema(schema), shared, "t");
+    ASSERT_TRUE(state.ok()) << state.status();
+    std::vector<int64_t> accepted;
+    for (int step = 0; step < 40 && !(*state)->Finished(); ++step) {
+      torch::Tensor cached = torch::zeros({vocab});
+      if (!(*state)->Mask(cached, {})) break;
+      auto fresh_state = StartOutputConstraint(Schema(schema), std::make_shared<const TokenVocabulary>(tokens), "t");
+      ASSERT_TRUE(fresh_state.ok());
+      for (int64_t token : accepted) (*fresh_state)->Accept(token);
+      torch::Tensor fresh = torch::zeros({vocab});
+      (*fresh_state)->Mask(fresh, {});
+      ASSERT_TRUE(torch::equal(torch::isinf(cached), torch::isinf(fresh))) << "run " << run << " step " << step;
+      ++compared;
+      const torch::Tensor allowed = torch::nonzero(torch::isinf(cached).logical_not()).flatten();
+      const int64_t token = allowed[static_cast<int64_t>(random() % static_cast<uint32_t>(allowed.size(0)))].item<int64_t>();
+      (*state)->Accept(token);
+      accepted.push_back(token);
+    }
+  }
+  EXPECT_GT(compared, 300);
+}
+
+// The validator is not vacuous: it refuses what the schemas refuse.
+TEST(JsonSchemaTest, TheValidatorRefusesInvalidValues) {
+  auto schema = ParseJson(R"({"type": "object", "properties": {"a": {"type": "integer", "maxLength": 1},
+      "b": {"oneOf": [{"type": "string", "minLength": 2}, {"type": "null"}]}}, "required": ["b"]})", "s");
+  ASSERT_TRUE(schema.ok());
+  const Validator validator(*schema);
+  for (const std::string bad : {R"({"a": 1})", R"({"a": 1.5, "b": null})", R"({"b": "x"})", R"({"b": 1})", "[]"}) {
+    EXPECT_FALSE(validator.Valid(*ParseJson(bad, "v"), *schema)) << bad;
+  }
+  EXPECT_TRUE(validator.Valid(*ParseJson(R"({"a": 1, "b": "xy"})", "v"), *schema));
+}
+
+}  // namespace
+}  // namespace dslaunch::runtime
