@@ -208,6 +208,7 @@ class JsonSchemaCompiler {
         }
         const int32_t id = NewNode();
         At(id).is_union = true;
+        At(id).one_of = std::string(name) == "oneOf";
         At(id).alternatives = std::move(alternatives);
         union_paths_[id] = here;
         return id;
@@ -247,6 +248,7 @@ class JsonSchemaCompiler {
       }
       if (names.empty()) return Fail(path + "/type", "an empty list of types");
       types = 0;
+      At(id).typed = true;
       for (const JsonValue* name : names) {
         static const std::map<std::string, uint8_t> kTypes = {
             {"null", kJsonNullBit},     {"boolean", kJsonBooleanBit}, {"integer", kJsonIntegerBit},
@@ -282,13 +284,15 @@ class JsonSchemaCompiler {
         values.push_back(const_value);
       }
       At(id).has_enum = true;
+      At(id).typed = true;
       size_t bytes = 0;
       int kept = 0;
       for (const JsonValue* value : values) {
         if ((TypeOfValue(*value) & types) == 0) continue;  // "type" rules it out
         const std::string text = SerializeJson(*value);
         bytes += text.size();
-        At(id).enum_values.Add(text, 1);
+        At(id).enum_values.Add(text, static_cast<int32_t>(At(id).enum_texts.size()));
+        At(id).enum_texts.push_back(text);
         ++kept;
       }
       if (kept == 0) return Fail(path + "/" + word, "no value of it has the schema's type");
@@ -423,19 +427,29 @@ class JsonSchemaCompiler {
   }
 
   // Fills a union's by_first_byte (its alternatives' leaves), refusing two
-  // alternatives that begin with one byte. resolved: 0 not yet, 1 in
+  // alternatives that begin with one byte, unless they are objects told
+  // apart by their first property (Discriminate). resolved: 0 not yet, 1 in
   // progress, 2 done.
   absl::Status ResolveUnion(int32_t id, std::vector<char>& resolved) {
     if (!At(id).is_union || resolved[static_cast<size_t>(id)] == 2) return absl::OkStatus();
-    const std::string& path = union_paths_.count(id) ? union_paths_[id] : std::string("schema");
+    const std::string path = union_paths_.count(id) ? union_paths_[id] : std::string("schema");
     if (resolved[static_cast<size_t>(id)] == 1) return Fail(path, "an anyOf that holds itself as an alternative");
     resolved[static_cast<size_t>(id)] = 1;
-    std::vector<int32_t> leaves(256, -1);
-    std::vector<int> from(256, -1);
+    // Per byte: the leaves that begin with it, and the alternatives they come from.
+    std::vector<std::vector<int32_t>> leaves(256);
+    std::vector<std::vector<int>> from(256);
     const std::vector<int32_t> alternatives = At(id).alternatives;
+    bool typed = true;
     for (size_t a = 0; a < alternatives.size(); ++a) {
       const int32_t alternative = alternatives[a];
       if (absl::Status ok = ResolveUnion(alternative, resolved); !ok.ok()) return ok;
+      if (At(id).one_of && !At(alternative).typed) {
+        return Fail(path, absl::StrCat("alternative ", a,
+                                       " states no \"type\": a schema without one accepts values of every type, so "
+                                       "a value of another alternative could match it too, and oneOf wants exactly "
+                                       "one; give each alternative its type, or use anyOf"));
+      }
+      typed = typed && At(alternative).typed;
       for (int b = 0; b < 256; ++b) {
         int32_t leaf = -1;
         if (At(alternative).is_union) {
@@ -443,20 +457,84 @@ class JsonSchemaCompiler {
         } else if (FirstBytesOfPlain(At(alternative))[static_cast<size_t>(b)]) {
           leaf = alternative;
         }
-        if (leaf < 0) continue;
-        if (leaves[static_cast<size_t>(b)] >= 0 && leaves[static_cast<size_t>(b)] != leaf) {
-          return Fail(path, absl::StrCat("alternatives ", from[static_cast<size_t>(b)], " and ", a,
-                                         " may both begin with ", ByteName(b),
-                                         ": constrained decoding needs the first byte of a value to pick its "
-                                         "alternative (merge them, or tell them apart by type)"));
-        }
-        leaves[static_cast<size_t>(b)] = leaf;
-        from[static_cast<size_t>(b)] = static_cast<int>(a);
+        auto& here = leaves[static_cast<size_t>(b)];
+        if (leaf < 0 || std::find(here.begin(), here.end(), leaf) != here.end()) continue;
+        here.push_back(leaf);
+        from[static_cast<size_t>(b)].push_back(static_cast<int>(a));
       }
     }
-    At(id).by_first_byte = std::move(leaves);
+    std::vector<int32_t> by_first_byte(256, -1);
+    for (int b = 0; b < 256; ++b) {
+      const auto& here = leaves[static_cast<size_t>(b)];
+      if (here.size() == 1) by_first_byte[static_cast<size_t>(b)] = here[0];
+      if (here.size() < 2) continue;
+      auto discriminated = b == '{' ? Discriminate(here) : absl::StatusOr<int32_t>(-1);
+      if (discriminated.ok() && *discriminated >= 0) {
+        by_first_byte[static_cast<size_t>(b)] = *discriminated;
+        continue;
+      }
+      return Fail(path, absl::StrCat(
+                            "alternatives ", from[static_cast<size_t>(b)][0], " and ", from[static_cast<size_t>(b)][1],
+                            " may both begin with ", ByteName(b),
+                            ": constrained decoding needs the first byte of a value to pick its alternative, or, for "
+                            "objects, a first property every alternative requires with a const string of its own",
+                            discriminated.ok() ? "" : absl::StrCat(" (", discriminated.status().message(), ")")));
+    }
+    At(id).by_first_byte = std::move(by_first_byte);
+    At(id).typed = typed;
     resolved[static_cast<size_t>(id)] = 2;
     return absl::OkStatus();
+  }
+
+  // Objects that begin alike, told apart by their first property: each
+  // requires it, with the same name, and its schema is a const string of
+  // its own ({"name": {"const": "get_weather"}, ...}, how tool calls and
+  // tagged unions are written). Returns a node that reads that property's
+  // value, one of the consts, and then is the alternative it names
+  // (SchemaNode::discriminated); -1 when they are not such objects (the
+  // status says why, when a reason is worth telling).
+  absl::StatusOr<int32_t> Discriminate(const std::vector<int32_t>& objects) {
+    std::string name;
+    std::vector<std::string> values;
+    for (int32_t object : objects) {
+      const SchemaNode& node = At(object);
+      if (node.is_union || node.has_enum || !(node.types & kJsonObjectBit) || node.properties.empty()) return -1;
+      const SchemaProperty& first = node.properties[0];
+      if (!first.required) {
+        return absl::InvalidArgumentError(absl::StrCat("the first property '", first.name, "' is not required"));
+      }
+      if (values.empty()) name = first.name;
+      if (first.name != name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the first properties '", name, "' and '", first.name, "' differ"));
+      }
+      const SchemaNode& tag = At(first.node);
+      if (tag.is_union || !tag.has_enum || tag.enum_texts.size() != 1 || tag.enum_texts[0].empty() ||
+          tag.enum_texts[0][0] != '"') {
+        return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a const string in every alternative"));
+      }
+      if (std::find(values.begin(), values.end(), tag.enum_texts[0]) != values.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", name, "' is ", tag.enum_texts[0], " in two of them"));
+      }
+      values.push_back(tag.enum_texts[0]);
+    }
+    const int32_t tag = NewNode();
+    At(tag).has_enum = true;
+    for (size_t k = 0; k < values.size(); ++k) {
+      At(tag).enum_values.Add(values[k], static_cast<int32_t>(k));
+      At(tag).enum_texts.push_back(values[k]);
+    }
+    const int32_t id = NewNode();
+    SchemaNode& node = At(id);
+    node.types = kJsonObjectBit;
+    node.typed = true;
+    node.properties.push_back({name, tag, true});
+    const std::string quoted = JsonQuote(name);
+    node.property_names.Add(quoted.substr(1, quoted.size() - 2), 0);
+    node.next_required = {0, 1};
+    node.additional = -1;
+    node.discriminated = objects;
+    return id;
   }
 
   const JsonValue& schema_;

@@ -18,7 +18,12 @@
 //  - anyOf and oneOf take alternatives that begin with different bytes (a
 //    string or null, an object or an array, one object shape or a number):
 //    the first byte of a value picks its alternative, so a value matches one
-//    alternative only and oneOf's "exactly one" holds.
+//    alternative only; under oneOf each alternative states its "type" (or is
+//    an enum), so that "exactly one" holds too. Objects may share the
+//    first byte when they are told apart by their first property: each
+//    requires it, under one name, as a const string of its own (a tagged
+//    union, {"name": {"const": "get_weather"}, "arguments": ...}, the form
+//    of a tool call); its value picks the alternative.
 // Read: type (a name or a list), properties, required,
 // additionalProperties (false, true or a schema), items, minItems, maxItems,
 // minLength, maxLength (code points, as JSON Schema counts), enum, const,
@@ -94,20 +99,31 @@ struct SchemaNode {
   // A union (anyOf/oneOf): the alternative each first byte picks, -1 none;
   // the other fields are unused.
   bool is_union = false;
+  bool one_of = false;  // a oneOf: a value must match one alternative only
   std::vector<int32_t> alternatives;
   std::vector<int32_t> by_first_byte;  // 256 entries, node ids, when is_union
 
   uint8_t types = kJsonAnyBits;
+  // Whether `types` is all the schema accepts: "type" given, or an enum (a
+  // schema without "type" accepts values of every type, whatever its
+  // keywords imply for generation). A union: all its alternatives are.
+  bool typed = false;
   // enum / const: the output is one of these values, serialised compactly
-  // (the trie's terminals hold 1); `types` then is unused.
+  // (the trie's terminals hold their index in enum_texts); `types` then is
+  // unused.
   bool has_enum = false;
   ByteTrie enum_values;
+  std::vector<std::string> enum_texts;
 
   // Objects.
   std::vector<SchemaProperty> properties;  // in the schema's order
   ByteTrie property_names;                 // spelled as in the output (JSON-escaped, no quotes); terminal: index
   std::vector<int32_t> next_required;      // [k]: the first required index >= k, or properties.size()
   int32_t additional = -1;                 // the node of any other key's value; -1: no other key
+  // Objects that begin alike (an anyOf's), told apart by their first
+  // property's const: this node reads that property, whose enum's value k
+  // makes the object discriminated[k] from there on.
+  std::vector<int32_t> discriminated;
   // Arrays.
   int32_t items = 0;
   int64_t min_items = 0, max_items = kMaxSchemaCount;

@@ -39,11 +39,11 @@ bool JsonSchemaAutomaton::Step(unsigned char b) {
     const int32_t child = values.Child(s_.trie, b);
     if (child >= 0) {
       s_.trie = child;
-      if (values.Terminal(child) >= 0 && !values.HasChildren(child)) EndValue();
+      if (values.Terminal(child) >= 0 && !values.HasChildren(child)) EndEnumValue(values.Terminal(child));
       return true;
     }
     if (values.Terminal(s_.trie) < 0) return false;
-    EndValue();
+    EndEnumValue(values.Terminal(s_.trie));
   }
   switch (s_.mode) {
     case kString:
@@ -258,7 +258,9 @@ bool JsonSchemaAutomaton::StartValue(unsigned char b, int32_t node_id) {
     s_.mode = kEnum;
     s_.value_node = node_id;
     s_.trie = child;
-    if (node.enum_values.Terminal(child) >= 0 && !node.enum_values.HasChildren(child)) EndValue();
+    if (node.enum_values.Terminal(child) >= 0 && !node.enum_values.HasChildren(child)) {
+      EndEnumValue(node.enum_values.Terminal(child));
+    }
     return true;
   }
   const bool numbers = (node.types & (kJsonIntegerBit | kJsonNumberBit)) != 0;
@@ -409,6 +411,17 @@ bool JsonSchemaAutomaton::CloseArray() {
   --s_.depth;
   EndValue();
   return true;
+}
+
+void JsonSchemaAutomaton::EndEnumValue(int32_t which) {
+  EndValue();
+  if (s_.depth == 0 || !Top().object) return;
+  const SchemaNode& object = Node(Top().node);
+  if (object.discriminated.empty()) return;
+  // The first property's value names the alternative; the object goes on as
+  // that one, past its first property.
+  Top().node = static_cast<uint16_t>(object.discriminated[static_cast<size_t>(which)]);
+  Top().index = 1;
 }
 
 void JsonSchemaAutomaton::EndValue() {

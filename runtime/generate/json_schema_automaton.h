@@ -116,6 +116,9 @@ class JsonSchemaAutomaton {
   bool CloseArray();
   bool MayTakeAnotherKey() const;
   void EndValue();
+  // An enum's value ends: its index `which` (an alternative, in an object
+  // told apart by its first property).
+  void EndEnumValue(int32_t which);
   // Object with properties: the property indices the next key may name.
   int32_t WindowHigh() const;
 
