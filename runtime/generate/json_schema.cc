@@ -11,6 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "common/json_quote.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace dslaunch::runtime {
 
 ByteTrie::ByteTrie() : nodes_(1) {}
@@ -60,6 +63,21 @@ bool IsAnnotation(const std::string& key) {
                                                       "$schema",  "$id",         "$comment", "deprecated",
                                                       "readOnly", "writeOnly"};
   return kAnnotations.count(key) > 0;
+}
+
+// A name as a JSON Pointer token: '~' as ~0, '/' as ~1.
+std::string PointerToken(const std::string& name) {
+  std::string token;
+  for (char c : name) {
+    if (c == '~') {
+      token += "~0";
+    } else if (c == '/') {
+      token += "~1";
+    } else {
+      token.push_back(c);
+    }
+  }
+  return token;
 }
 
 std::string ByteName(int b) {
@@ -129,6 +147,12 @@ class JsonSchemaCompiler {
       if (absl::Status ok = ResolveUnion(static_cast<int32_t>(id), resolved); !ok.ok()) return ok;
     }
     compiled->text_ = SerializeJson(schema_);
+    // The allowed-token cache's keys begin with the schema's digest, not
+    // its text (a schema of long descriptions would make every key long).
+    const XXH128_hash_t digest = XXH3_128bits(compiled->text_.data(), compiled->text_.size());
+    compiled->key_prefix_ = "s";
+    compiled->key_prefix_.append(reinterpret_cast<const char*>(&digest), sizeof(digest));
+    compiled->key_prefix_.append(std::to_string(compiled->text_.size()));
     return std::shared_ptr<const CompiledJsonSchema>(std::move(compiled));
   }
 
@@ -289,6 +313,7 @@ class JsonSchemaCompiler {
       int kept = 0;
       for (const JsonValue* value : values) {
         if ((TypeOfValue(*value) & types) == 0) continue;  // "type" rules it out
+        if (absl::Status exact = ExactNumbers(*value, path + "/" + word); !exact.ok()) return exact;
         const std::string text = SerializeJson(*value);
         bytes += text.size();
         At(id).enum_values.Add(text, static_cast<int32_t>(At(id).enum_texts.size()));
@@ -311,7 +336,7 @@ class JsonSchemaCompiler {
       }
       for (size_t i = 0; i < properties->keys().size(); ++i) {
         const std::string& name = properties->keys()[i];
-        auto node = NodeOf(properties->items()[i], absl::StrCat(path, "/properties/", name));
+        auto node = NodeOf(properties->items()[i], absl::StrCat(path, "/properties/", PointerToken(name)));
         if (!node.ok()) return node.status();
         const std::string quoted = JsonQuote(name);
         At(id).property_names.Add(quoted.substr(1, quoted.size() - 2), static_cast<int32_t>(i));
@@ -344,8 +369,14 @@ class JsonSchemaCompiler {
       }
     }
     // Beside "properties" no other key is generated, whatever
-    // additionalProperties says (an output without them validates).
-    if (At(id).properties.empty()) {
+    // additionalProperties says (an output without them validates); it is
+    // compiled all the same, so that what it holds is checked.
+    if (!At(id).properties.empty()) {
+      const JsonValue* additional = schema.Find("additionalProperties");
+      if (additional != nullptr && !additional->is_bool()) {
+        if (auto node = NodeOf(*additional, path + "/additionalProperties"); !node.ok()) return node.status();
+      }
+    } else {
       const JsonValue* additional = schema.Find("additionalProperties");
       if (additional == nullptr) {
         At(id).additional = 0;
@@ -386,6 +417,20 @@ class JsonSchemaCompiler {
     return id;
   }
 
+  // An enum's numbers are written back as the output's text: an integer
+  // past 2^53 would not read back as itself.
+  absl::Status ExactNumbers(const JsonValue& value, const std::string& path) const {
+    if (value.is_number() && std::floor(value.number_value()) == value.number_value() &&
+        std::fabs(value.number_value()) >= 9007199254740992.0) {
+      return Fail(path, absl::StrCat("the integer ", SerializeJson(value),
+                                     " is 2^53 or past it, where a double no longer holds every integer: give it as a string"));
+    }
+    for (const JsonValue& item : value.items()) {
+      if (absl::Status ok = ExactNumbers(item, path); !ok.ok()) return ok;
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int32_t> RefOf(const std::string& ref, const std::string& path) {
     if (auto it = refs_.find(ref); it != refs_.end()) {
       return it->second;
@@ -417,10 +462,14 @@ class JsonSchemaCompiler {
     in_progress_.insert(id);
     auto body = NodeOf(*target, "schema/" + ref.substr(2));
     if (!body.ok()) return body.status();
-    if (in_progress_.count(*body) > 0 && *body != id) {
-      return Fail(path, absl::StrCat("'", ref, "' refers to a schema that is itself only a $ref back to it"));
-    }
     if (*body == id) return Fail(path, absl::StrCat("'", ref, "' refers only to itself"));
+    if (in_progress_.count(*body) > 0) {
+      // The definition is only a $ref to a schema still being compiled (one
+      // that holds this ref): the same node.
+      in_progress_.erase(id);
+      refs_[ref] = *body;
+      return *body;
+    }
     CopyNode(*body, id);
     in_progress_.erase(id);
     return id;
@@ -458,7 +507,14 @@ class JsonSchemaCompiler {
           leaf = alternative;
         }
         auto& here = leaves[static_cast<size_t>(b)];
-        if (leaf < 0 || std::find(here.begin(), here.end(), leaf) != here.end()) continue;
+        if (leaf < 0) continue;
+        if (std::find(here.begin(), here.end(), leaf) != here.end()) {
+          if (At(id).one_of) {
+            return Fail(path, absl::StrCat("alternative ", a, " holds a schema an earlier alternative holds too: a "
+                                                              "value of it matches both, and oneOf wants exactly one"));
+          }
+          continue;
+        }
         here.push_back(leaf);
         from[static_cast<size_t>(b)].push_back(static_cast<int>(a));
       }

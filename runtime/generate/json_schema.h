@@ -137,14 +137,18 @@ class CompiledJsonSchema {
  public:
   const SchemaNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   int32_t root() const { return root_; }
-  // The schema's text, compact: what keys the allowed-token cache.
+  // The schema's text, compact (what crosses to other ranks).
   const std::string& text() const { return text_; }
+  // The start of every allowed-token cache key of this schema: a 128-bit
+  // digest of the text, and its length.
+  const std::string& key_prefix() const { return key_prefix_; }
 
  private:
   friend class JsonSchemaCompiler;
   std::vector<SchemaNode> nodes_;
   int32_t root_ = 0;
   std::string text_;
+  std::string key_prefix_;
 };
 
 // Compiles `schema` (Note above). InvalidArgument naming `field` and the

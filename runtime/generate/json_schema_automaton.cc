@@ -157,8 +157,7 @@ std::string JsonSchemaAutomaton::Key() const {
   const bool counting = IsNumber() || mode == kLiteral || mode == kUnicode;
   const bool in_trie = mode == kPropertyKey || mode == kEnum;
   const bool value_due = mode == kValue || mode == kColon || mode == kEnum;
-  std::string key = schema_->text();
-  key.push_back('\0');
+  std::string key = schema_->key_prefix();
   const char scalars[] = {static_cast<char>(mode),
                           static_cast<char>(in_string && s_.key),
                           static_cast<char>(IsNumber() && s_.integer),
@@ -188,8 +187,19 @@ std::string JsonSchemaAutomaton::Key() const {
   key.append(reinterpret_cast<const char*>(nodes_and_trie), sizeof(nodes_and_trie));
   for (uint8_t d = 0; d < s_.depth; ++d) {
     const Frame& frame = frames_[d];
+    // An object's index is the next property it may take; an array's, its
+    // items so far, of which only the items still due and the room left
+    // matter, each up to the horizon (a token of N bytes ends at most N
+    // items), so that a long array's items share their sets.
+    uint16_t index = frame.index, room = 0;
+    if (!frame.object) {
+      const SchemaNode& array = Node(frame.node);
+      index = static_cast<uint16_t>(std::min<int64_t>(std::max<int64_t>(array.min_items - frame.index, 0), horizon_));
+      room = static_cast<uint16_t>(std::min<int64_t>(array.max_items - frame.index, horizon_));
+    }
     const char bytes[] = {static_cast<char>(frame.node & 0xFF), static_cast<char>(frame.node >> 8),
-                          static_cast<char>(frame.index & 0xFF), static_cast<char>(frame.index >> 8),
+                          static_cast<char>(index & 0xFF),      static_cast<char>(index >> 8),
+                          static_cast<char>(room & 0xFF),       static_cast<char>(room >> 8),
                           static_cast<char>(frame.object)};
     key.append(bytes, sizeof(bytes));
   }
@@ -385,7 +395,7 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
     s_.utf8_low = lead.low;
     s_.utf8_high = lead.high;
   }
-  if (lengths) ++s_.chars;
+  if (lengths && s_.chars < UINT16_MAX) ++s_.chars;  // lengths are at most 65535: saturating is exact
   return true;
 }
 

@@ -75,6 +75,13 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
            {R"({"anyOf": [{"properties": {"t": {"const": "a"}}, "required": ["t"]},
                           {"properties": {"t": {"const": 2}}, "required": ["t"]}]})",
             "('t' is not a const string in every alternative)"},
+           {R"({"oneOf": [{"type": "string"}, {"anyOf": [{"$ref": "#/$defs/s"}, {"type": "null"}]}, {"$ref": "#/$defs/s"}],
+                "$defs": {"s": {"type": "string"}}})", "schema/oneOf: alternative 2 holds a schema an earlier"},
+           {R"({"oneOf": [true, {"type": "null"}]})", "schema/oneOf: alternative 0 states no \"type\""},
+           {R"({"properties": {"a/b~": {"pattern": "x"}}})", "schema/properties/a~1b~0: 'pattern'"},
+           {R"({"properties": {"a": {}}, "additionalProperties": {"format": "email"}})",
+            "schema/additionalProperties: 'format' is not supported"},
+           {R"({"const": 9007199254740993})", "schema/const: the integer 9007199254740992 is 2^53 or past it"},
            {R"({"anyOf": [{"enum": ["a", 1]}, {"type": "string"}]})",
             "schema/anyOf: alternatives 0 and 1 may both begin with '\"'"},
            {R"({"oneOf": []})", "schema/oneOf: expected a non-empty array"},
@@ -83,7 +90,7 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
            {R"({"$ref": "http://example.com/s.json"})", "only refs into this schema"},
            {R"({"$ref": "#"})", "'#' refers only to itself"},
            {R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
-            "itself only a $ref back to it"},
+            "'#/$defs/a' refers only to itself"},
            {R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})", "holds itself as an alternative"},
            {R"({"$ref": "#/$defs/a", "type": "object", "$defs": {"a": {}}})", "'$ref' beside 'type' is not supported"},
            {R"({"enum": ["a"], "minLength": 2})", "'enum' beside 'minLength' is not supported"},
@@ -146,6 +153,8 @@ TEST(JsonSchemaTest, EnumsConstsAndTypeListsHoldExactValues) {
   EXPECT_EQ(Judge(R"({"type": "array", "items": {"enum": [1, 12]}})", "[1,12, 1]"), 1);
   EXPECT_EQ(Judge(R"({"type": "array", "items": {"enum": [1, 12]}})", "[123"), -1);
   EXPECT_EQ(Judge(R"({"const": "only"})", R"("only")"), 1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "const": 1e5})", "100000"), 1);  // an integer's digits, not 1e+05
+  EXPECT_EQ(Judge(R"({"enum": [0.1, -2.5e-7]})", "-2.5e-07"), 1);
   EXPECT_EQ(Judge(R"({"type": "string", "enum": ["a", 1]})", "1"), -1);  // the type rules 1 out
   EXPECT_EQ(Judge(R"({"type": ["string", "null"]})", "null"), 1);
   EXPECT_EQ(Judge(R"({"type": ["string", "null"]})", R"("x")"), 1);
@@ -184,6 +193,13 @@ TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
       "required": ["value"]}}, "$ref": "#/$defs/node"})";
   EXPECT_EQ(Judge(tree, R"({"value": 1, "children": [{"value": 2}, {"value": 3, "children": [{"value": 4}]}]})"), 1);
   EXPECT_EQ(Judge(tree, R"({"value": 1, "children": [{"children": [])"), -1);
+  // A definition that is only a $ref to one still being compiled is that one.
+  const std::string alias = R"({"$defs": {"A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}},
+      "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"})";
+  EXPECT_EQ(Judge(alias, R"({"b": {"b": {}}})"), 1);
+  EXPECT_EQ(Judge(R"({"properties": {"self": {"$ref": "#/$defs/S"}}, "$defs": {"S": {"$ref": "#"}}})",
+                  R"({"self": {"self": {}}})"),
+            1);
   const std::string optional = R"({"type": "object", "properties": {"note": {"anyOf": [{"type": "string"},
       {"type": "null"}]}, "point": {"oneOf": [{"type": "array", "items": {"type": "number"}},
       {"definitions_ref": {"$ref": "#/definitions/xy"}, "$ref": "#/definitions/xy"}]}},
@@ -420,7 +436,7 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
   }
   const std::string schema = R"({"type": "array", "items": {"anyOf": [{"type": "string", "minLength": 2,
       "maxLength": 5}, {"type": "object", "properties": {"ab": {"type": "number"}, "b": {"enum": ["a", 10, 1]}},
-      "required": ["b"]}, {"type": "null"}]}, "maxItems": 6})";
+      "required": ["b"]}, {"type": "null"}]}, "minItems": 2, "maxItems": 20})";
   auto shared = std::make_shared<const TokenVocabulary>(tokens);
   const int64_t vocab = static_cast<int64_t>(tokens.size());
   int compared = 0;
@@ -428,7 +444,7 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
     auto state = StartOutputConstraint(Schema(schema), shared, "t");
     ASSERT_TRUE(state.ok()) << state.status();
     std::vector<int64_t> accepted;
-    for (int step = 0; step < 40 && !(*state)->Finished(); ++step) {
+    for (int step = 0; step < 100 && !(*state)->Finished(); ++step) {
       torch::Tensor cached = torch::zeros({vocab});
       if (!(*state)->Mask(cached, {})) break;
       auto fresh_state = StartOutputConstraint(Schema(schema), std::make_shared<const TokenVocabulary>(tokens), "t");
@@ -445,6 +461,26 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
     }
   }
   EXPECT_GT(compared, 300);
+}
+
+// An array's items share their masks up to the horizon, never past it: a
+// state near maxItems must not take a set cached far from it.
+TEST(JsonSchemaTest, CachedMasksOfAnArrayTellTheRoomLeftApart) {
+  const std::vector<std::string> tokens = {"[", "1", ",1", ",1,1", "]"};
+  auto shared = std::make_shared<const TokenVocabulary>(tokens);
+  auto allowed_after = [&](const std::vector<int64_t>& text, std::shared_ptr<const TokenVocabulary> vocabulary) {
+    auto state = StartOutputConstraint(Schema(R"({"type": "array", "items": {"type": "integer"}, "maxItems": 5})"),
+                                       vocabulary, "t");
+    EXPECT_TRUE(state.ok()) << state.status();
+    for (int64_t token : text) (*state)->Accept(token);
+    torch::Tensor logits = torch::zeros({5});
+    (*state)->Mask(logits, {});
+    return torch::isinf(logits).logical_not();
+  };
+  // "[1": four more items fit; "[1,1,1,1": one more.
+  EXPECT_TRUE(allowed_after({0, 1}, shared)[3].item<bool>());
+  EXPECT_FALSE(allowed_after({0, 1, 2, 2, 2}, shared)[3].item<bool>());
+  EXPECT_TRUE(allowed_after({0, 1, 2, 2, 2}, shared)[2].item<bool>());
 }
 
 // The validator is not vacuous: it refuses what the schemas refuse.

@@ -41,8 +41,13 @@ void AppendJson(const JsonValue& value, std::string* out) {
       out->append(value.bool_value() ? "true" : "false");
       return;
     case JsonValue::Type::kNumber: {
-      char buffer[32];
-      const auto written = std::to_chars(buffer, buffer + sizeof(buffer), value.number_value());
+      // Integers in plain digits below 2^53, where a double holds them all (100000,
+      // not to_chars' shortest 1e+05); other numbers in their shortest form.
+      char buffer[40];
+      const double number = value.number_value();
+      const bool integer = std::floor(number) == number && std::fabs(number) < 9007199254740992.0;
+      const auto written = integer ? std::to_chars(buffer, buffer + sizeof(buffer), number, std::chars_format::fixed, 0)
+                                   : std::to_chars(buffer, buffer + sizeof(buffer), number);
       out->append(buffer, written.ptr);
       return;
     }

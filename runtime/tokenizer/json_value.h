@@ -71,9 +71,9 @@ class JsonValue {
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text, absl::string_view source);
 
 // `value` as compact JSON text: no whitespace, members in their order,
-// strings as JsonQuote writes them, numbers in their shortest form that reads
-// back to the same double (1, 0.1, 1e+21). ParseJson of the text gives back
-// an equal value.
+// strings as JsonQuote writes them, integers below 2^53 in plain digits
+// (100000), other numbers in their shortest form that reads back to the
+// same double (0.1, 1e+21). ParseJson of the text gives back an equal value.
 std::string SerializeJson(const JsonValue& value);
 
 // Appends the UTF-8 encoding of `code_point` (REQUIRES: a Unicode scalar value).
