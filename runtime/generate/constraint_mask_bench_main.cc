@@ -79,13 +79,13 @@ int Main(int argc, char** argv) {
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer"},)"
       R"("email":{"type":"string"}},"required":["name","email"],"additionalProperties":false})";
   const std::vector<Case> cases = {
-      {"json, the object's start", {OutputConstraint::Kind::kJsonObject, {}, {}}, ""},
-      {"json, inside a string", {OutputConstraint::Kind::kJsonObject, {}, {}}, "{\"ab"},
-      {"json, inside a number", {OutputConstraint::Kind::kJsonObject, {}, {}}, "{\"a\": 12"},
-      {"guided_choice of 3", {OutputConstraint::Kind::kChoice, {"positive", "negative", "neutral"}, {}}, "ne"},
-      {"schema, a property's key", {OutputConstraint::Kind::kJsonSchema, {}, schema}, "{\"name\": \"x\", \""},
-      {"schema, a string of at most 40", {OutputConstraint::Kind::kJsonSchema, {}, schema}, "{\"name\": \"ab"},
-      {"schema, an unbounded string", {OutputConstraint::Kind::kJsonSchema, {}, schema},
+      {"json, the object's start", OutputConstraint::JsonObject(), ""},
+      {"json, inside a string", OutputConstraint::JsonObject(), "{\"ab"},
+      {"json, inside a number", OutputConstraint::JsonObject(), "{\"a\": 12"},
+      {"guided_choice of 3", OutputConstraint::Choice({"positive", "negative", "neutral"}), "ne"},
+      {"schema, a property's key", OutputConstraint::JsonSchema(schema), "{\"name\": \"x\", \""},
+      {"schema, a string of at most 40", OutputConstraint::JsonSchema(schema), "{\"name\": \"ab"},
+      {"schema, an unbounded string", OutputConstraint::JsonSchema(schema),
        "{\"name\": \"x\", \"email\": \"ab"},
   };
   const std::vector<std::string> bytes = SyntheticVocabulary(vocab);

@@ -87,6 +87,63 @@ class ChoiceAutomaton {
   std::string prefix_;
 };
 
+// JSON held to a schema between two fixed texts: `before`, the value, then
+// `after` (the value whole first).
+class FramedJsonAutomaton {
+ public:
+  struct Frame {
+    std::string before, after;
+  };
+  // `frame` outlives the automaton and its copies.
+  FramedJsonAutomaton(const Frame* frame, JsonSchemaAutomaton json)
+      : frame_(frame), json_(std::move(json)), phase_(frame->before.empty() ? kJson : kBefore) {}
+  bool Step(unsigned char b) {
+    if (phase_ == kBefore) {
+      if (b != static_cast<unsigned char>(frame_->before[at_])) return false;
+      if (++at_ == frame_->before.size()) {
+        phase_ = kJson;
+        at_ = 0;
+      }
+      return true;
+    }
+    if (phase_ == kJson) {
+      if (!json_.Complete()) return json_.Step(b);
+      if (!json_.Finished()) {  // a number that may go on
+        JsonSchemaAutomaton next = json_;
+        if (next.Step(b)) {
+          json_ = next;
+          return true;
+        }
+      }
+      phase_ = kAfter;
+      at_ = 0;
+    }
+    if (at_ >= frame_->after.size() || b != static_cast<unsigned char>(frame_->after[at_])) return false;
+    ++at_;
+    return true;
+  }
+  bool Complete() const {
+    if (frame_->after.empty()) return phase_ == kJson && json_.Complete();
+    return phase_ == kAfter && at_ == frame_->after.size();
+  }
+  bool Finished() const {
+    if (frame_->after.empty()) return phase_ == kJson && json_.Finished();
+    return Complete();
+  }
+  std::string Key() const {
+    std::string key = absl::StrCat("framed", frame_->before.size(), ":", frame_->before, frame_->after.size(), ":",
+                                   frame_->after, "|", static_cast<int>(phase_), ":", at_, "|");
+    return key + json_.Key();
+  }
+
+ private:
+  enum Phase : uint8_t { kBefore, kJson, kAfter };
+  const Frame* frame_;
+  JsonSchemaAutomaton json_;
+  Phase phase_;
+  size_t at_ = 0;
+};
+
 template <typename Automaton>
 class AutomatonConstraint : public OutputConstraintState {
  public:
@@ -196,9 +253,24 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
     }
     JsonSchemaAutomaton start(schema.get());
     start.set_key_horizon(vocabulary->longest_token_bytes() + 1);
-    auto json = std::make_unique<AutomatonConstraint<JsonSchemaAutomaton>>(start, vocabulary, schema);
-    const auto first = json->Allowed();
-    if (std::none_of(first->begin(), first->end(), [](char a) { return a != 0; })) {
+    std::unique_ptr<OutputConstraintState> json;
+    std::vector<char> first;
+    if (constraint.before.empty() && constraint.after.empty()) {
+      auto plain = std::make_unique<AutomatonConstraint<JsonSchemaAutomaton>>(start, vocabulary, schema);
+      first = *plain->Allowed();
+      json = std::move(plain);
+    } else {
+      struct Kept {
+        std::shared_ptr<const CompiledJsonSchema> schema;
+        FramedJsonAutomaton::Frame frame;
+      };
+      auto kept = std::make_shared<Kept>(Kept{schema, {constraint.before, constraint.after}});
+      auto framed = std::make_unique<AutomatonConstraint<FramedJsonAutomaton>>(
+          FramedJsonAutomaton(&kept->frame, start), vocabulary, kept);
+      first = *framed->Allowed();
+      json = std::move(framed);
+    }
+    if (std::none_of(first.begin(), first.end(), [](char a) { return a != 0; })) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": no token of the vocabulary can begin ",
           constraint.kind == OutputConstraint::Kind::kJsonObject ? "a JSON object" : "a value of the schema"));
@@ -227,7 +299,9 @@ bool AllowsPrefix(const OutputConstraint& constraint, const std::string& text, b
   }
   if (constraint.kind == OutputConstraint::Kind::kJsonSchema) {
     auto schema = CompileJsonSchemaText(constraint.schema, "schema");
-    return schema.ok() && AutomatonAllows(JsonSchemaAutomaton(schema->get()), text, complete);
+    if (!schema.ok()) return false;
+    const FramedJsonAutomaton::Frame frame{constraint.before, constraint.after};
+    return AutomatonAllows(FramedJsonAutomaton(&frame, JsonSchemaAutomaton(schema->get())), text, complete);
   }
   if (constraint.kind == OutputConstraint::Kind::kChoice) {
     return AutomatonAllows(ChoiceAutomaton(std::make_shared<const std::vector<std::string>>(constraint.choices)),

@@ -74,7 +74,30 @@ struct OutputConstraint {
   Kind kind = Kind::kNone;
   std::vector<std::string> choices;  // kChoice: the strings, non-empty, up to kMaxGuidedChoices
   std::string schema;                // kJsonSchema: the schema's JSON text (Note [JSON schemas for constrained output])
+  // kJsonSchema: text the output holds before and after the JSON value, as
+  // given (a tool call's tags: Note [Required tool calls] in
+  // runtime/serve/tool_call_form.h).
+  std::string before, after;
   bool operator==(const OutputConstraint&) const = default;
+
+  static OutputConstraint JsonObject() { return Of(Kind::kJsonObject); }
+  static OutputConstraint Choice(std::vector<std::string> choices) {
+    OutputConstraint c = Of(Kind::kChoice);
+    c.choices = std::move(choices);
+    return c;
+  }
+  static OutputConstraint JsonSchema(std::string schema) {
+    OutputConstraint c = Of(Kind::kJsonSchema);
+    c.schema = std::move(schema);
+    return c;
+  }
+
+ private:
+  static OutputConstraint Of(Kind kind) {
+    OutputConstraint c;
+    c.kind = kind;
+    return c;
+  }
 };
 
 // The vocabulary's tokens as a trie of their bytes. token_bytes[id]: the

@@ -16,9 +16,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-OutputConstraint Json() { return OutputConstraint{OutputConstraint::Kind::kJsonObject, {}, {}}; }
+OutputConstraint Json() { return OutputConstraint::JsonObject(); }
 OutputConstraint Choices(std::vector<std::string> choices) {
-  return OutputConstraint{OutputConstraint::Kind::kChoice, std::move(choices), {}};
+  return OutputConstraint::Choice(std::move(choices));
 }
 
 // 1: a whole object; 0: a prefix of one; -1: not a prefix.

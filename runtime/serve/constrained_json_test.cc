@@ -18,7 +18,7 @@ namespace {
 // Whether the form takes `text` as one whole object.
 bool FormSaysWhole(const std::string& text) {
   bool complete = false;
-  return AllowsPrefix(OutputConstraint{OutputConstraint::Kind::kJsonObject, {}, {}}, text, &complete) && complete;
+  return AllowsPrefix(OutputConstraint::JsonObject(), text, &complete) && complete;
 }
 
 // Whether the strict reader reads `text` as an object. It also refuses a

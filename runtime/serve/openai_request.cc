@@ -113,7 +113,7 @@ bool SetSchemaConstraint(FieldReader& reader, GenerationParameters* p, const Jso
                          const std::string& field, const std::string& name) {
   auto compiled = CompileJsonSchema(schema, name);
   if (!compiled.ok()) return reader.Fail(field, std::string(compiled.status().message()));
-  return SetConstraint(reader, p, OutputConstraint{OutputConstraint::Kind::kJsonSchema, {}, (*compiled)->text()},
+  return SetConstraint(reader, p, OutputConstraint::JsonSchema((*compiled)->text()),
                        field);
 }
 
@@ -264,7 +264,7 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     if (json_schema != nullptr && type != "json_schema") {
       return reader.Fail(key, absl::StrCat("response_format.json_schema goes with type json_schema, not '", type, "'"));
     }
-    if (type == "json_object") return SetConstraint(reader, p, OutputConstraint{OutputConstraint::Kind::kJsonObject, {}, {}}, key);
+    if (type == "json_object") return SetConstraint(reader, p, OutputConstraint::JsonObject(), key);
     if (type == "json_schema") {
       // OpenAI's {"name", "description", "schema", "strict"}: the output is
       // held to the schema whether or not strict is true.
@@ -315,7 +315,7 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
       return reader.Fail(key, absl::StrCat("guided_choice: 1 to ", kMaxGuidedChoices, " strings (got ",
                                            value.items().size(), ")"));
     }
-    OutputConstraint choice{OutputConstraint::Kind::kChoice, {}, {}};
+    OutputConstraint choice = OutputConstraint::Choice({});
     for (size_t i = 0; i < value.items().size(); ++i) {
       const std::string name = absl::StrCat("guided_choice[", i, "]");
       std::string text;
@@ -449,17 +449,28 @@ bool ReadToolsField(FieldReader& reader, const std::string& key, const JsonValue
   if (key == "parallel_tool_calls") return value.is_null() || reader.Bool(value, key, &request->parallel_tool_calls);
   if (key == "tool_choice") {
     if (value.is_null()) return true;
-    if (value.is_string() && (value.string_value() == "auto" || value.string_value() == "none")) {
-      request->tool_choice = value.string_value();
-      request->tool_choice_given = true;
+    request->tool_choice_given = true;
+    if (value.is_string()) {
+      const std::string& choice = value.string_value();
+      if (choice != "auto" && choice != "none" && choice != "required") {
+        return reader.Fail(key, absl::StrCat("tool_choice: '", choice, "' is not one of auto, none, required"));
+      }
+      request->tool_choice = choice;
       return true;
     }
-    if (value.is_string() && value.string_value() != "required") {
-      return reader.Fail(key, absl::StrCat("tool_choice: '", value.string_value(), "' is not one of auto, none, required"));
+    // {"type": "function", "function": {"name": "..."}}
+    const JsonValue* type = value.Find("type");
+    const JsonValue* function = value.Find("function");
+    const JsonValue* name = function != nullptr ? function->Find("name") : nullptr;
+    if (!value.is_object() || value.keys().size() != 2 || type == nullptr || !type->is_string() ||
+        type->string_value() != "function" || function == nullptr || !function->is_object() ||
+        function->keys().size() != 1 || name == nullptr || !name->is_string()) {
+      return reader.Fail(key, "tool_choice: expected auto, none, required or {\"type\": \"function\", \"function\": "
+                              "{\"name\": ...}}");
     }
-    return reader.Fail(key, "tool_choice: requiring a call (\"required\" or a named function) needs decoding "
-                            "constrained to the tools' schemas, which this server does not do: give \"auto\" or "
-                            "\"none\"");
+    request->tool_choice = "function";
+    request->tool_choice_function = name->string_value();
+    return true;
   }
   // tools
   if (value.is_null()) return true;
@@ -503,10 +514,7 @@ bool ReadToolsField(FieldReader& reader, const std::string& key, const JsonValue
       } else if (field == "strict") {
         bool strict = false;
         if (!item.is_null() && !reader.Bool(item, at, &strict)) return false;
-        if (strict) {
-          return reader.Fail(key, absl::StrCat(at, ": strict arguments need decoding constrained to the schema, "
-                                                   "which this server does not do: give false or leave it out"));
-        }
+        request->strict_tools = request->strict_tools || strict;
       } else {
         return reader.Fail(key, absl::StrCat(where, ".function: unknown field '", field, "'"));
       }
@@ -658,8 +666,31 @@ std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* er
   std::optional<ChatRequest> request = ParseRequest<ChatRequest>(
       body, error, "messages", "prompt",
       "prompt: /v1/chat/completions takes messages; a prompt goes to /v1/completions", ReadMessages, ReadToolsField);
-  if (request && request->tool_choice_given && request->tool_choice == "auto" && !request->tools) {
-    *error = ApiError{400, "invalid_request_error", "tool_choice", "tool_choice: \"auto\" needs tools", ""};
+  if (!request) return request;
+  const std::string& choice = request->tool_choice;
+  if (request->tool_choice_given && choice != "none" && !request->tools) {
+    *error = ApiError{400, "invalid_request_error", "tool_choice",
+                      absl::StrCat("tool_choice: ", choice == "function" ? "a named function" : "\"" + choice + "\"",
+                                   " needs tools"),
+                      ""};
+    return std::nullopt;
+  }
+  if (choice == "function" && std::find(request->tool_names.begin(), request->tool_names.end(),
+                                        request->tool_choice_function) == request->tool_names.end()) {
+    *error = ApiError{400, "invalid_request_error", "tool_choice",
+                      absl::StrCat("tool_choice: the function '", request->tool_choice_function,
+                                   "' is not among the tools (", absl::StrJoin(request->tool_names, ", "), ")"),
+                      ""};
+    return std::nullopt;
+  }
+  // Strict arguments are held to their schema when the answer is held to a
+  // call; an answer that may be text or a call is not held (Note [Required
+  // tool calls]).
+  if (request->strict_tools && choice == "auto") {
+    *error = ApiError{400, "invalid_request_error", "tools",
+                      "tools: strict arguments are held to their schema only when the answer must be a call: give "
+                      "\"tool_choice\": \"required\" or a named function, or strict false",
+                      ""};
     return std::nullopt;
   }
   return request;

@@ -30,9 +30,9 @@
 //    runtime/generate/output_constraint.h; Note [JSON schemas for
 //    constrained output], runtime/generate/json_schema.h): a schema with a
 //    keyword the decoder cannot hold output to is refused naming it;
-//  - chat's tools, tool_choice ("auto" or "none": "required" and a named
-//    function need decoding constrained to a schema, which is not built,
-//    and are refused) and parallel_tool_calls, with the messages of a tool
+//  - chat's tools, tool_choice ("auto", "none", "required" or a named
+//    function: the last two hold the answer to a call's form) and
+//    parallel_tool_calls, with the messages of a tool
 //    conversation (an assistant's tool_calls, role "tool" with its
 //    tool_call_id), are read for Note [Tool calls] (tool_call_parser.h);
 //    the legacy functions and function_call are refused, naming tools;
@@ -121,11 +121,17 @@ struct ChatRequest {
   GenerationParameters parameters;
   // Note [Tool calls] (tool_call_parser.h): the request's tools as given
   // (an array of {"type": "function", "function": {...}}: what the chat
-  // template reads), their names, and tool_choice ("auto" or "none").
+  // template reads), their names, and tool_choice: "auto", "none",
+  // "required" (the answer is a call of one of the tools) or "function"
+  // (a call of tool_choice_function; OpenAI's {"type": "function",
+  // "function": {"name": ...}}). The last two hold the answer to the
+  // call's form (Note [Required tool calls], tool_call_form.h).
   std::optional<JsonValue> tools;
   std::vector<std::string> tool_names;
   std::string tool_choice = "auto";
+  std::string tool_choice_function;
   bool tool_choice_given = false;
+  bool strict_tools = false;  // some tool asks for strict arguments
   bool parallel_tool_calls = true;  // false: an answer's first call alone
 };
 

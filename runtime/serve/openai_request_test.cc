@@ -194,7 +194,7 @@ TEST(OpenAiRequestTest, AResponseFormatOrGuidedChoiceConstrainsTheOutput) {
   auto choice = ParseCompletionRequest(R"({"prompt": "x", "guided_choice": ["yes", "no"]})", &error);
   ASSERT_TRUE(choice) << error.message;
   EXPECT_EQ(choice->parameters.constraint,
-            (OutputConstraint{OutputConstraint::Kind::kChoice, {"yes", "no"}, {}}));
+            (OutputConstraint::Choice(std::vector<std::string>{"yes", "no"})));
   EXPECT_EQ(choice->parameters.constraint_field, "guided_choice");
   // Note [JSON schemas for constrained output]: OpenAI's structured output
   // and vLLM's guided_json (a schema, or its text) carry the schema compact.
@@ -213,7 +213,7 @@ TEST(OpenAiRequestTest, AResponseFormatOrGuidedChoiceConstrainsTheOutput) {
                            R"({"prompt": "x", "guided_json": "{\"enum\": [1, 2]}"})"}) {
     auto guided = ParseCompletionRequest(body, &error);
     ASSERT_TRUE(guided) << error.message;
-    EXPECT_EQ(guided->parameters.constraint, (OutputConstraint{OutputConstraint::Kind::kJsonSchema, {}, R"({"enum":[1,2]})"}));
+    EXPECT_EQ(guided->parameters.constraint, (OutputConstraint::JsonSchema(R"({"enum":[1,2]})")));
     EXPECT_EQ(guided->parameters.constraint_field, "guided_json");
   }
   auto text = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "text"}})", &error);
@@ -275,16 +275,30 @@ TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
   EXPECT_EQ(request->messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
   EXPECT_EQ(request->messages[1].content, "");
   EXPECT_EQ(request->messages[2].tool_call_id, "call_1");
+  // Note [Required tool calls]: "required", and a named function (strict or not).
+  for (const std::string choice : {R"("required")", R"({"type": "function", "function": {"name": "f"}})"}) {
+    auto required = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": )" + choice +
+                                         R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})",
+                                     &error);
+    ASSERT_TRUE(required.has_value()) << error.message;
+    EXPECT_EQ(required->tool_choice, choice == R"("required")" ? "required" : "function");
+    EXPECT_EQ(required->tool_choice_function, choice == R"("required")" ? "" : "f");
+  }
 
   const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
   struct Case {
     std::string body, param, message;
   };
   for (const Case& c : std::vector<Case>{
-           {"{" + user + R"(, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]})",
-            "tool_choice", "needs decoding constrained"},
+           {"{" + user + R"(, "tool_choice": "required"})", "tool_choice", "tool_choice: \"required\" needs tools"},
            {"{" + user + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice",
-            "needs decoding constrained"},
+            "tool_choice: a named function needs tools"},
+           {"{" + user + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}},
+                "tools": [{"type": "function", "function": {"name": "f"}}]})",
+            "tool_choice", "the function 'g' is not among the tools (f)"},
+           {"{" + user + R"(, "tool_choice": {"type": "function", "name": "f"},
+                "tools": [{"type": "function", "function": {"name": "f"}}]})",
+            "tool_choice", "expected auto, none, required or {\"type\": \"function\""},
            {"{" + user + R"(, "tool_choice": "sometimes"})", "tool_choice", "not one of auto, none, required"},
            {"{" + user + R"(, "tools": [{"type": "retrieval"}]})", "tools", "tools[0]: expected {\"type\": \"function\""},
            {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "two words"}}]})", "tools",
@@ -292,7 +306,7 @@ TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
            {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]})",
             "tools", "tools[1].function.name: 'f' is given twice"},
            {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})", "tools",
-            "strict arguments need decoding constrained"},
+            "strict arguments are held to their schema only when the answer must be a call"},
            {"{" + user + R"(, "functions": [{"name": "f"}]})", "functions", "give tools"},
            {R"({"messages": [{"role": "tool", "content": "18 C"}]})", "messages", "needs the tool_call_id it answers"},
            {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})", "messages",

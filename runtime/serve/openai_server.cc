@@ -22,6 +22,7 @@
 #include "runtime/serve/openai_response.h"
 #include "runtime/serve/text_streamer.h"
 #include "runtime/serve/token_text.h"
+#include "runtime/serve/tool_call_form.h"
 #include "runtime/serve/tool_call_parser.h"
 
 namespace dslaunch::runtime {
@@ -396,6 +397,21 @@ class OpenAiServer::Impl {
         out->tool_format = options_.tool_call_parser;
         out->tool_names = parsed->tool_names;
         out->parallel_tool_calls = parsed->parallel_tool_calls;
+      }
+      if (calls_wanted && (parsed->tool_choice == "required" || parsed->tool_choice == "function")) {
+        // Note [Required tool calls]: the answer is held to a call's form.
+        const std::vector<std::string> callable = parsed->tool_choice == "function"
+                                                      ? std::vector<std::string>{parsed->tool_choice_function}
+                                                      : parsed->tool_names;
+        auto form = ToolCallConstraint(*options_.tool_call_parser, *parsed->tools, callable);
+        if (!form.ok()) {
+          const std::string message(form.status().message());
+          *error = ApiError{400, "invalid_request_error",
+                            absl::StartsWith(message, "tool_choice") ? "tool_choice" : "tools", message, ""};
+          return false;
+        }
+        parsed->parameters.constraint = *std::move(form);
+        parsed->parameters.constraint_field = "tool_choice";
       }
       auto prompt = options_.chat_template
                         ? BuildChatPrompt(tokenizer_, *options_.chat_template, parsed->messages)

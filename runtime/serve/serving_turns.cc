@@ -100,6 +100,8 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     w.push_back(static_cast<int64_t>(request.constraint.choices.size()));
     for (const std::string& choice : request.constraint.choices) PutString(choice, &w);
     PutString(request.constraint.schema, &w);
+    PutString(request.constraint.before, &w);
+    PutString(request.constraint.after, &w);
   }
   w.push_back(static_cast<int64_t>(turn.cancelled.size()));
   w.insert(w.end(), turn.cancelled.begin(), turn.cancelled.end());
@@ -138,6 +140,8 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     const int64_t choices = r.Count();
     for (int64_t c = 0; c < choices && r.ok(); ++c) request.constraint.choices.push_back(GetString(r));
     request.constraint.schema = GetString(r);
+    request.constraint.before = GetString(r);
+    request.constraint.after = GetString(r);
     turn.submitted.emplace_back(key, std::move(request));
   }
   const int64_t cancelled = r.Count();

@@ -30,10 +30,12 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   request.prompt_logprobs = true;
   request.stop_tokens = {2, 31};
   // Note [Constrained output]: choices of every length around a word's 8 bytes.
-  request.constraint = OutputConstraint{OutputConstraint::Kind::kChoice, {"a", "12345678", "123456789", "caf\xC3\xA9"}, {}};
+  request.constraint = OutputConstraint::Choice(std::vector<std::string>{"a", "12345678", "123456789", "caf\xC3\xA9"});
   GenerationRequest json{{1}, 1, {}, {}};
   json.constraint.kind = OutputConstraint::Kind::kJsonSchema;
   json.constraint.schema = R"({"type":"object","properties":{"caf\u00e9":{"const":"\u20ac"}}})";
+  json.constraint.before = "<tool_call>\n";
+  json.constraint.after = "\n</tool_call>";
   turn.submitted = {{17, request}, {18, json}};
   turn.cancelled = {3, 17};
   auto back = DecodeTurn(EncodeTurn(turn));

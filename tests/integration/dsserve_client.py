@@ -422,13 +422,57 @@ def check_tools(folder, template_path):
     status, none = post("/v1/chat/completions", dict(body, messages=asked, tool_choice="none"))
     if status != 200 or "tool_calls" in none["choices"][0]["message"]:
         fail(f"tool_choice none: HTTP {status}: {none}")
-    expect_error("tool_choice required", 400, *post("/v1/chat/completions", dict(
-        body, messages=asked, tool_choice="required")), param="tool_choice", message="constrained")
+    calls = check_required_calls(asked)
     expect_error("a tool's answer without its call id", 400, *post("/v1/chat/completions", dict(
         body, messages=asked + [{"role": "tool", "content": "x"}])), param="messages", message="tool_call_id")
     print(f"PASS: tools: a question and a tool's answer reach the model as jinja2 renders them "
           f"({chat['usage']['prompt_tokens']} prompt tokens), answered in OpenAI's shape, streamed the same; "
-          f"tool_choice none served, required refused")
+          f"tool_choice none served; {calls}")
+
+
+def check_required_calls(asked):
+    """Note [Required tool calls]: tool_choice required and a named function
+    hold the answer to a call (hermes tags around it), its arguments to the
+    tool's schema; the answer comes back as OpenAI's tool_calls."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {
+                 "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+                 "additionalProperties": False}}},
+             {"type": "function", "function": {"name": "get_time", "parameters": {
+                 "type": "object", "properties": {"zone": {"enum": ["utc", "local"]}}, "required": ["zone"]}}}]
+    whole = 0
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        for seed in range(1, 4):
+            body = {"messages": asked, "tools": tools, "tool_choice": choice, "max_tokens": 300,
+                    "temperature": 0.8, "seed": seed}
+            status, chat = post("/v1/chat/completions", body)
+            if status != 200:
+                fail(f"tool_choice {choice}: HTTP {status}: {chat}")
+            reply = chat["choices"][0]
+            message = reply["message"]
+            if reply["finish_reason"] == "length":
+                if not (message.get("content") or "").startswith("<tool_call>\n"):
+                    fail(f"tool_choice {choice} seed {seed}: cut short outside a call: {message}")
+                continue
+            calls = message.get("tool_calls") or []
+            if reply["finish_reason"] != "tool_calls" or len(calls) != 1:
+                fail(f"tool_choice {choice} seed {seed}: not one call: {chat}")
+            name, arguments = calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
+            if choice != "required" and name != "get_time":
+                fail(f"tool_choice get_time seed {seed}: called {name}")
+            if name == "get_weather" and not (list(arguments) == ["city"] and isinstance(arguments["city"], str) and
+                                              len(arguments["city"]) <= 12):
+                fail(f"get_weather's arguments {arguments} do not validate")
+            if name == "get_time" and arguments.get("zone") not in ("utc", "local"):
+                fail(f"get_time's arguments {arguments} do not validate")
+            whole += 1
+    if whole == 0:
+        fail("tool_choice required / named: no call whole within 300 tokens")
+    expect_error("tool_choice names no tool", 400, *post("/v1/chat/completions", {
+        "messages": asked, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_news"}}}),
+        param="tool_choice", message="not among the tools")
+    expect_error("strict with tool_choice auto", 400, *post("/v1/chat/completions", {
+        "messages": asked, "tools": tools}), param="tools", message="strict arguments")
+    return f"tool_choice required and a named function gave {whole} of 6 calls whole, each valid"
 
 
 def check_choices():

@@ -1,0 +1,101 @@
+// Note [Required tool calls].
+#include "runtime/serve/tool_call_form.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_quote.h"
+#include "runtime/generate/json_schema.h"
+
+namespace dslaunch::runtime {
+namespace {
+
+// A tool's parameters schema moves into the call form's schema as the
+// definition `tool` ("t0", "t1", ...), its own definitions beside it as
+// "t0.NAME": its refs are rewritten to match ("#" is the definition itself).
+std::string RewrittenRef(const std::string& ref, const std::string& tool) {
+  if (ref == "#") return "#/$defs/" + tool;
+  for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+    const std::string p = prefix;
+    if (ref.rfind(p, 0) == 0) return absl::StrCat("#/$defs/", tool, ".", ref.substr(p.size()));
+  }
+  return ref;  // the compiler refuses it, naming it
+}
+
+void AppendRewritten(const JsonValue& value, const std::string& tool, bool root, std::string* out) {
+  if (!value.is_object() && !value.is_array()) {
+    out->append(SerializeJson(value));
+    return;
+  }
+  const bool object = value.is_object();
+  out->push_back(object ? '{' : '[');
+  bool first = true;
+  for (size_t i = 0; i < value.items().size(); ++i) {
+    if (object && root && (value.keys()[i] == "$defs" || value.keys()[i] == "definitions")) continue;
+    if (!first) out->push_back(',');
+    first = false;
+    if (object) absl::StrAppend(out, JsonQuote(value.keys()[i]), ":");
+    if (object && value.keys()[i] == "$ref" && value.items()[i].is_string()) {
+      out->append(JsonQuote(RewrittenRef(value.items()[i].string_value(), tool)));
+    } else {
+      AppendRewritten(value.items()[i], tool, false, out);
+    }
+  }
+  out->push_back(object ? '}' : ']');
+}
+
+}  // namespace
+
+absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const JsonValue& tools,
+                                                    const std::vector<std::string>& callable) {
+  const std::string arguments_key = format == ToolCallFormat::kHermes ? "arguments" : "parameters";
+  std::vector<std::string> forms;
+  std::string definitions;  // "t0": ..., "t0.NAME": ...
+  for (size_t i = 0; i < tools.items().size(); ++i) {
+    const JsonValue* function = tools.items()[i].Find("function");
+    const JsonValue* name = function != nullptr ? function->Find("name") : nullptr;
+    if (name == nullptr || !name->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("tools[", i, "].function: no name"));
+    }
+    if (std::find(callable.begin(), callable.end(), name->string_value()) == callable.end()) continue;
+    const JsonValue* parameters = function->Find("parameters");
+    std::string arguments = R"({"type":"object","additionalProperties":false})";
+    if (parameters != nullptr && !parameters->is_null()) {
+      // Checked alone first, so that an error names the tool.
+      const std::string field = absl::StrCat("tools[", i, "].function.parameters");
+      auto compiled = CompileJsonSchema(*parameters, field);
+      if (!compiled.ok()) return compiled.status();
+      const std::string tool = absl::StrCat("t", i);
+      absl::StrAppend(&definitions, definitions.empty() ? "" : ",", JsonQuote(tool), ":");
+      AppendRewritten(*parameters, tool, /*root=*/true, &definitions);
+      for (const char* word : {"$defs", "definitions"}) {
+        const JsonValue* own = parameters->Find(word);
+        if (own == nullptr || !own->is_object()) continue;
+        for (size_t d = 0; d < own->keys().size(); ++d) {
+          absl::StrAppend(&definitions, ",", JsonQuote(absl::StrCat(tool, ".", own->keys()[d])), ":");
+          AppendRewritten(own->items()[d], tool, /*root=*/false, &definitions);
+        }
+      }
+      arguments = absl::StrCat(R"({"$ref":)", JsonQuote("#/$defs/" + tool), "}");
+    }
+    forms.push_back(absl::StrCat(R"({"type":"object","properties":{"name":{"const":)", JsonQuote(name->string_value()),
+                                 "},", JsonQuote(arguments_key), ":", arguments, R"(},"required":["name",)",
+                                 JsonQuote(arguments_key), R"(],"additionalProperties":false})"));
+  }
+  if (forms.empty()) return absl::InvalidArgumentError("tool_choice: no tool to call");
+  OutputConstraint constraint;
+  constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  constraint.schema = absl::StrCat("{", definitions.empty() ? "" : absl::StrCat(R"("$defs":{)", definitions, "},"),
+                                   R"("anyOf":[)");
+  for (size_t k = 0; k < forms.size(); ++k) absl::StrAppend(&constraint.schema, k ? "," : "", forms[k]);
+  constraint.schema += "]}";
+  if (format == ToolCallFormat::kHermes) {
+    constraint.before = "<tool_call>\n";
+    constraint.after = "\n</tool_call>";
+  }
+  auto whole = CompileJsonSchemaText(constraint.schema, "tool_choice");
+  if (!whole.ok()) return whole.status();
+  return constraint;
+}
+
+}  // namespace dslaunch::runtime

@@ -1,0 +1,37 @@
+// The form of a required tool call, for constrained output.
+//
+// Note [Required tool calls]
+// With tool_choice "required" or a named function (OpenAI's {"type":
+// "function", "function": {"name": ...}}), the answer must be a call: it is
+// held (Note [Constrained output]) to the text the server's
+// --tool_call_parser reads back as a call (Note [Tool calls]), with the
+// arguments held to the tool's parameters schema (Note [JSON schemas for
+// constrained output]):
+//  - hermes: <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>;
+//  - llama3_json: {"name": NAME, "parameters": {...}}.
+// "required" with several tools is an anyOf of one call form per tool, told
+// apart by the name (its first property), so each name's arguments follow
+// their own schema; a named function is that tool's form alone. One call is
+// generated (a parallel call would be a second form after the first). A
+// tool without parameters takes {} as its arguments. A parameters schema
+// constrained decoding cannot hold output to is a 400 naming the tool
+// (tools[i].function.parameters: schema/...), as is a strict tool's under
+// tool_choice auto, where the answer may be text (it is not held then).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/generate/output_constraint.h"
+#include "runtime/serve/tool_call_parser.h"
+#include "runtime/tokenizer/json_value.h"
+
+namespace dslaunch::runtime {
+
+// The constraint of an answer that calls one of `tools` (the request's
+// tools array) whose names are in `callable`, in `format`'s text.
+absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const JsonValue& tools,
+                                                    const std::vector<std::string>& callable);
+
+}  // namespace dslaunch::runtime
