@@ -213,10 +213,10 @@ absl::StatusOr<TrainingExports> ApplyLoraAndPlanExports(const JobConfig& job, co
     lora.target_modules = job.lora.target_modules;
     auto applied = ApplyLora(*built.module, lora, job.train.seed);
     if (!applied.ok()) return absl::Status(applied.status().code(), absl::StrCat(job.path, ": ", applied.status().message()));
-    // PEFT's all-linear also takes a mixture-of-experts layer's router (an
-    // nn.Linear there); ours carries no adapter. The exported
-    // adapter_config.json then names the projections adapted, so PEFT
-    // rebuilds exactly this adapter.
+    // PEFT's all-linear takes a mixture-of-experts layer's router (an
+    // nn.Linear there); Mixtral's carries an adapter here too, our GPT's
+    // plain router does not. The exported adapter_config.json names the
+    // projections adapted, so PEFT rebuilds exactly this adapter.
     const std::vector<MoeLayerImpl*> layers = FindMoeLayers(*built.module);
     if (TargetsAllLinear(lora.target_modules) && !layers.empty()) targets_written = applied->adapted_kinds;
     if (context.rank == 0) {

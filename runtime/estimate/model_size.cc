@@ -87,12 +87,14 @@ struct LayerProjection {
 };
 
 // Each projection of one Llama layer: attention's, then the MLP's, or with
-// experts every expert's w1, w2, w3 (runtime/model/mixtral_expert.h).
+// experts the router and every expert's w1, w2, w3
+// (runtime/model/mixtral_expert.h).
 std::vector<LayerProjection> LlamaProjections(const LlamaShape& s) {
   const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
   std::vector<LayerProjection> projections = {
       {"q_proj", s.hidden, q, 1}, {"k_proj", s.hidden, kv, 1}, {"v_proj", s.hidden, kv, 1}, {"o_proj", q, s.hidden, 1}};
   if (s.experts > 0) {
+    projections.push_back({"gate", s.hidden, s.experts, 1});  // the router
     projections.push_back({"w1", s.hidden, s.intermediate, s.experts});
     projections.push_back({"w2", s.intermediate, s.hidden, s.experts});
     projections.push_back({"w3", s.hidden, s.intermediate, s.experts});
@@ -366,7 +368,8 @@ absl::StatusOr<std::vector<LayerSize>> LayerSizesOf(const JobConfig& job) {
     if (s.experts > 0) {
       // Mixtral: a router and the experts' w1, w2, w3, each expert's adapted
       // apart (a target may name one expert's projection).
-      layer += h * s.experts;
+      layer += ProjectionElements(h, s.experts, Split::kWhole, tp, false,
+                                  adapter(absl::StrCat("model.layers.", i, ".block_sparse_moe.gate")), &adapters);
       for (int64_t e = 0; e < s.experts; ++e) {
         const std::string expert = absl::StrCat("model.layers.", i, ".block_sparse_moe.experts.", e, ".");
         layer += ProjectionElements(h, s.intermediate, Split::kWhole, tp, false, adapter(expert + "w1"), &adapters);

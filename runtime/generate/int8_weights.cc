@@ -19,7 +19,7 @@ absl::StatusOr<Int8Report> QuantizeWeightsInt8(Llama& model, std::optional<torch
   }
   std::vector<std::pair<std::string, LoraLinear>> projections;
   for (const auto& item : model->named_modules()) {
-    if (item.value()->as<LoraLinearImpl>() == nullptr) continue;
+    if (item.value()->as<LoraLinearImpl>() == nullptr || item.value()->as<LoraLinearImpl>()->keep_float) continue;
     projections.emplace_back(item.key(), LoraLinear(std::dynamic_pointer_cast<LoraLinearImpl>(item.value())));
   }
   Int8Report report;

@@ -226,11 +226,19 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& options, int64_
     TORCH_CHECK(aux_scale != nullptr, "an expert layer needs its model's auxiliary-loss scale");
     const int64_t hidden = options.hidden, inner = options.intermediate;
     const bool fused = options.fused_kernels;
+    // Mixtral's router is a projection like the others (PEFT's all-linear
+    // and a target "gate" put an adapter on it), computed in fp32.
+    auto router = [](int64_t in, int64_t experts) {
+      LoraLinear gate(in, experts, /*bias=*/false);
+      gate->keep_float = true;
+      return RouterProjection{gate.ptr(),
+                              [impl = gate.get()](const torch::Tensor& x) { return impl->ForwardInFloat(x); }};
+    };
     block_sparse_moe = register_module(
         "block_sparse_moe", MoeLayer(
                                 hidden, options.moe,
                                 [hidden, inner, fused] { return std::make_shared<MixtralExpert>(hidden, inner, fused); },
-                                aux_scale));
+                                aux_scale, router));
   } else {
     mlp = register_module("mlp", LlamaMlp(options));
   }

@@ -32,6 +32,16 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x) {
   return y.view(shape);
 }
 
+torch::Tensor LoraLinearImpl::ForwardInFloat(const torch::Tensor& x) {
+  TORCH_CHECK(!bias.defined() && !int8(), "ForwardInFloat: a projection without bias, not int8");
+  namespace F = torch::nn::functional;
+  const torch::Tensor input = x.to(torch::kFloat);
+  torch::Tensor y = F::linear(input, weight.to(torch::kFloat));
+  if (!adapter_) return y;
+  const torch::Tensor u = F::linear(AdapterDropout(input), lora_A->weight.to(torch::kFloat));
+  return y + F::linear(u, lora_B->weight.to(torch::kFloat)) * adapter_->scale();
+}
+
 torch::Tensor LoraLinearImpl::BaseForward(const torch::Tensor& x) const {
   if (int8()) return Int8LinearOp(x, weight_int8, weight_scale, bias, fused_kernels);
   return LinearOp(x, weight, bias, fused_kernels);

@@ -65,6 +65,11 @@ class LoraLinearImpl : public torch::nn::Module {
   // REQUIRES: adapted().
   const LoraAdapterOptions& adapter_options() const { return adapter_.value(); }
 
+  // forward in fp32 whatever the parameters' dtype (the product and the
+  // adapter's), for a router (Note [Mixture of experts]: routing decisions
+  // in fp32). No bias, no int8.
+  torch::Tensor ForwardInFloat(const torch::Tensor& x);
+
   // The pieces of forward, for a model that splits the projection over a
   // tensor group (Note [LoRA under tensor parallelism] in lora.h):
   // x·Wᵀ + b (int8: x·Qᵀ·scale + b);
@@ -107,6 +112,9 @@ class LoraLinearImpl : public torch::nn::Module {
   DropoutStream* dropout_stream = nullptr;
   // The base product through LinearOp's kernels (Note [Decode linear]).
   bool fused_kernels = false;
+  // Left in its dtype by int8 quantization (a router: its choices would
+  // move with the rounding).
+  bool keep_float = false;
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
 
  private:

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/model/llama.h"
+#include "absl/strings/match.h"
 #include "runtime/model/lora.h"
 #include "runtime/testing/rank_group.h"
 
@@ -92,7 +93,7 @@ torch::Tensor Parameter(const torch::nn::Module& model, const std::string& name)
   return found == nullptr ? torch::Tensor() : found->detach().clone();
 }
 
-TEST(MixtralLoraTest, EveryExpertTakesTheAdapterAndTheRouterStaysFrozen) {
+TEST(MixtralLoraTest, EveryExpertTakesTheAdapter) {
   Llama model(TinyMixtral(), 1);
   model->eval();  // routing without random draws
   const torch::Tensor tokens = (torch::arange(2 * 7) * 5 % 32).view({2, 7});
@@ -113,20 +114,64 @@ TEST(MixtralLoraTest, EveryExpertTakesTheAdapterAndTheRouterStaysFrozen) {
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(model->forward(tokens), before)) << "lora_B starts at zero";
 
-  // all-linear: attention and the experts, not the router (PEFT would adapt
-  // it; the export names what was adapted instead, trainer_setup.cc).
+  // all-linear: attention, the router and the experts, as PEFT's (the
+  // router is an nn.Linear there).
   Llama all(TinyMixtral(), 1);
   auto all_linear = ApplyLora(*all, Targets({"all-linear"}), 5);
   ASSERT_TRUE(all_linear.ok()) << all_linear.status();
-  EXPECT_EQ(all_linear->adapted_projections, 2 * (4 + 4 * 3));
-  EXPECT_THAT(all_linear->adapted_kinds, ::testing::ElementsAre("q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3"));
+  EXPECT_EQ(all_linear->adapted_projections, 2 * (4 + 1 + 4 * 3));
+  EXPECT_THAT(all_linear->adapted_kinds,
+              ::testing::ElementsAre("q_proj", "k_proj", "v_proj", "o_proj", "gate", "w1", "w2", "w3"));
+}
 
-  // The router is no projection that can carry one.
-  Llama router(TinyMixtral(), 1);
-  auto refused = ApplyLora(*router, Targets({"gate"}), 5);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'gate' matches no projection"));
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("w1"));
+// The router takes an adapter as PEFT puts one on Mixtral's gate: in fp32,
+// its product added to the router's logits, its gradient reached through
+// the routing weights; merged, the model computes the same.
+TEST(MixtralLoraTest, TheRouterTakesAnAdapterInFloat) {
+  Llama model(TinyMixtral(), 1);
+  model->to(torch::kBFloat16);
+  const torch::Tensor tokens = (torch::arange(2 * 7) * 5 % 32).view({2, 7});
+  auto applied = ApplyLora(*model, Targets({"gate"}), 5);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->adapted_projections, 2);
+  EXPECT_EQ(applied->trainable_parameters, 2 * (4 * 16 + 4 * 4));  // A [4, 16], B [4 experts, 4]
+  const auto parameters = model->named_parameters();
+  ASSERT_NE(parameters.find("model.layers.0.block_sparse_moe.gate.lora_B.weight"), nullptr);
+  const torch::Tensor b = *parameters.find("model.layers.0.block_sparse_moe.gate.lora_B.weight");
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters()) {
+      if (absl::StrContains(item.key(), "gate.lora_B")) item.value().normal_(0, 2.0);
+    }
+  }
+  // The router's logits: fp32 whatever the parameters' dtype, W + s·B·A.
+  auto* layer = model->model->layers[0]->as<LlamaDecoderLayerImpl>()->block_sparse_moe.get();
+  auto* gate = layer->gate->as<LoraLinearImpl>();
+  ASSERT_NE(gate, nullptr);
+  const torch::Tensor x = torch::randn({5, 16});
+  const torch::Tensor merged = gate->weight.to(torch::kFloat) +
+                               gate->adapter_options().scale() * torch::matmul(gate->lora_B->weight.to(torch::kFloat),
+                                                                               gate->lora_A->weight.to(torch::kFloat));
+  const torch::Tensor logits = gate->ForwardInFloat(x.to(torch::kBFloat16));
+  EXPECT_EQ(logits.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::allclose(logits, torch::matmul(x.to(torch::kBFloat16).to(torch::kFloat), merged.t()), 1e-5, 1e-5));
+  // A gradient reaches the adapter through the routing weights.
+  model->train();
+  model->Loss(tokens, tokens).backward();
+  ASSERT_TRUE(b.grad().defined());
+  EXPECT_GT(b.grad().abs().sum().item<double>(), 0);
+  // Merged into the router's weight, the model routes and computes the same
+  // (the merged weight rounded to bf16 once).
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor adapted = model->forward(tokens);
+  for (const std::string& name : MergedParameterNames(*model)) {
+    if (absl::StrContains(name, "gate.weight")) model->named_parameters().find(name)->copy_(MergedParameter(*model, name));
+  }
+  for (auto& item : model->named_parameters()) {
+    if (absl::StrContains(item.key(), "gate.lora_B")) item.value().zero_();
+  }
+  EXPECT_TRUE(torch::allclose(model->forward(tokens).to(torch::kFloat), adapted.to(torch::kFloat), 0.05, 0.05));
 }
 
 // Expert parallelism: rank 1 of 2 holds experts 2 and 3. Their adapters

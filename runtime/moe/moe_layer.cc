@@ -62,7 +62,7 @@ torch::Tensor AddAuxiliaryLosses(const torch::Tensor& loss, const std::vector<Mo
 }
 
 MoeLayerImpl::MoeLayerImpl(int64_t hidden, const MoeOptions& options, const ExpertFactory& make_expert,
-                           LossGradientScale* scale)
+                           LossGradientScale* scale, const RouterFactory& make_router)
     : options_(options), scale_(scale) {
   const std::string problem = CheckMoeOptions(options);
   TORCH_CHECK(problem.empty(), problem);
@@ -70,7 +70,20 @@ MoeLayerImpl::MoeLayerImpl(int64_t hidden, const MoeOptions& options, const Expe
   const ExpertParallelGroup& group = options.expert_parallel;
   const int64_t per_rank = num_experts / group.size;
   first_local_ = group.rank * per_rank;
-  gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(hidden, num_experts).bias(false)));
+  RouterProjection router;
+  if (make_router) {
+    router = make_router(hidden, num_experts);
+  } else {
+    torch::nn::Linear linear(torch::nn::LinearOptions(hidden, num_experts).bias(false));
+    router.module = linear.ptr();
+    router.logits = [impl = linear.get()](const torch::Tensor& x) {
+      return torch::nn::functional::linear(x, impl->weight.to(torch::kFloat));
+    };
+  }
+  gate = register_module("gate", router.module);
+  router_logits_ = std::move(router.logits);
+  TORCH_CHECK(gate_weight().defined() && gate_weight().sizes() == torch::IntArrayRef({num_experts, hidden}),
+              "the router's module must hold a weight [", num_experts, ", ", hidden, "]");
   experts = register_module(kExpertsModule, std::make_shared<torch::nn::Module>());
   for (int64_t e = first_local_; e < first_local_ + per_rank; ++e) {
     local_.push_back(experts->register_module(std::to_string(e), make_expert()));
@@ -150,6 +163,12 @@ torch::Tensor MoeLayerImpl::RunExperts(const torch::Tensor& rows, const torch::T
   return ExchangeRows(out, recv, send, group);
 }
 
+torch::Tensor MoeLayerImpl::gate_weight() const {
+  const auto parameters = gate->named_parameters(/*recurse=*/false);
+  const torch::Tensor* weight = parameters.find("weight");
+  return weight != nullptr ? *weight : torch::Tensor();
+}
+
 torch::Tensor MoeLayerImpl::forward(const torch::Tensor& x) {
   const int64_t hidden = x.size(-1);
   torch::Tensor flat = x.reshape({-1, hidden});
@@ -161,7 +180,7 @@ torch::Tensor MoeLayerImpl::forward(const torch::Tensor& x) {
     torch::Tensor jitter = torch::rand({tokens, hidden}, torch::kFloat) * (2 * kJitterEpsilon) + (1 - kJitterEpsilon);
     router_input = router_input * jitter.to(flat.device());
   }
-  torch::Tensor logits = torch::nn::functional::linear(router_input, gate->weight.to(torch::kFloat));
+  torch::Tensor logits = router_logits_(router_input);
   Routing routing = RouteTokens(logits, options_.gating, is_training());
 
   // The kept (token, choice) pairs sorted by expert (stable: token order

@@ -40,13 +40,26 @@ struct MoeLayerStats {
   torch::Tensor weighted_loss;      // what was added to the loss: coefficients applied
 };
 
+// The router's projection, hidden -> E logits: a module registered as
+// "gate" whose parameter "weight" is [E, hidden], and its product, fp32 in
+// and out (DeepSpeed keeps the gate in fp32). The default is a plain linear
+// map; a model family may give its own (Mixtral's carries a LoRA adapter,
+// runtime/model/llama.cc).
+struct RouterProjection {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> logits;
+};
+
 class MoeLayerImpl : public torch::nn::Module {
  public:
   using ExpertFactory = std::function<std::shared_ptr<ExpertMlp>()>;
+  using RouterFactory = std::function<RouterProjection(int64_t hidden, int64_t experts)>;
 
   // `scale` is the model's (auxiliary_loss.h); it must outlive the layer's
   // graphs. Experts are created in global order, this rank's only.
-  MoeLayerImpl(int64_t hidden, const MoeOptions& options, const ExpertFactory& make_expert, LossGradientScale* scale);
+  // `make_router`: null for the plain linear router.
+  MoeLayerImpl(int64_t hidden, const MoeOptions& options, const ExpertFactory& make_expert, LossGradientScale* scale,
+               const RouterFactory& make_router = nullptr);
 
   // [..., hidden] → [..., hidden].
   torch::Tensor forward(const torch::Tensor& x);
@@ -56,7 +69,10 @@ class MoeLayerImpl : public torch::nn::Module {
   const MoeLayerStats& last_stats() const { return stats_; }
   const MoeOptions& options() const { return options_; }
 
-  torch::nn::Linear gate{nullptr};
+  // The router's weight [E, hidden] (the "gate" module's "weight").
+  torch::Tensor gate_weight() const;
+
+  std::shared_ptr<torch::nn::Module> gate;  // the router's module
   std::shared_ptr<torch::nn::Module> experts;
   std::shared_ptr<ExpertMlp> mlp;          // use_residual
   torch::nn::Linear coefficient{nullptr};  // use_residual
@@ -68,6 +84,7 @@ class MoeLayerImpl : public torch::nn::Module {
 
   MoeOptions options_;
   LossGradientScale* scale_;
+  std::function<torch::Tensor(const torch::Tensor&)> router_logits_;
   int64_t first_local_ = 0;
   std::vector<std::shared_ptr<ExpertMlp>> local_;
   MoeLayerStats stats_;

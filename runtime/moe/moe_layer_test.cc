@@ -113,7 +113,7 @@ TEST(MoeLayerTest, EqualsATokenByTokenReference) {
       torch::Tensor y = layer.forward(x);
 
       torch::Tensor flat = x.view({-1, kHidden});
-      Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+      Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate_weight()), options.gating, false);
       const torch::Tensor want = MixtureByToken(layer, flat, routing, k);
       for (int64_t t = 0; t < flat.size(0); ++t) {
         EXPECT_LT(RelativeError(y.view({-1, kHidden})[t], want[t]), 1e-6) << "token " << t;
@@ -134,7 +134,7 @@ TEST(MoeLayerTest, UseResidualMixesADenseExpertByALearnedCoefficient) {
   layer.eval();
   torch::Tensor flat = Tokens(0, 9);
   torch::Tensor y = layer.forward(flat);
-  Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+  Routing routing = RouteTokens(torch::nn::functional::linear(flat, layer.gate_weight()), options.gating, false);
   torch::Tensor mixture = MixtureByToken(layer, flat, routing, 2);
   torch::Tensor coefficients = torch::softmax(torch::nn::functional::linear(flat, layer.coefficient->weight,
                                                                             layer.coefficient->bias), -1);
@@ -166,15 +166,15 @@ TEST(MoeLayerTest, JitterScalesTheRoutersInputInTrainingOnly) {
   torch::manual_seed(9);
   torch::Tensor noise = torch::rand({flat.size(0), kHidden}) * 0.02 + 0.99;
   Routing jittered =
-      RouteTokens(torch::nn::functional::linear(flat * noise, layer.gate->weight), options.gating, true);
+      RouteTokens(torch::nn::functional::linear(flat * noise, layer.gate_weight()), options.gating, true);
   EXPECT_LT(RelativeError(trained, MixtureByToken(layer, flat, jittered, 1)), 1e-6);
   // The noise changes the gate's weights of the chosen experts (here every
   // token's), so the output is not the noiseless one.
-  Routing plain = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, true);
+  Routing plain = RouteTokens(torch::nn::functional::linear(flat, layer.gate_weight()), options.gating, true);
   EXPECT_GT(RelativeError(trained, MixtureByToken(layer, flat, plain, 1)), 1e-6);
 
   layer.eval();
-  Routing evaluated = RouteTokens(torch::nn::functional::linear(flat, layer.gate->weight), options.gating, false);
+  Routing evaluated = RouteTokens(torch::nn::functional::linear(flat, layer.gate_weight()), options.gating, false);
   EXPECT_LT(RelativeError(layer.forward(flat), MixtureByToken(layer, flat, evaluated, 1)), 1e-6);
 }
 
@@ -197,9 +197,9 @@ TEST(MoeLayerTest, AuxiliaryLossGetsTheLossGradientScale) {
   MoeLayerImpl reference(kHidden, options, Experts(false), &cell);
   Initialize(reference, 3);
   torch::Tensor out = reference.forward(x);
-  Routing routing = RouteTokens(torch::nn::functional::linear(x, reference.gate->weight), options.gating, true);
+  Routing routing = RouteTokens(torch::nn::functional::linear(x, reference.gate_weight()), options.gating, true);
   (3 * (out.square().mean() + 0.5 * routing.aux_loss + 0.25 * routing.z_loss)).backward();
-  EXPECT_LT(RelativeError(layer.gate->weight.grad(), reference.gate->weight.grad()), 1e-6);
+  EXPECT_LT(RelativeError(layer.gate_weight().grad(), reference.gate_weight().grad()), 1e-6);
   EXPECT_GT(layer.last_stats().weighted_loss.item<double>(), 0);
 
   // A backward that does not start at a recorded loss is refused.
@@ -274,8 +274,8 @@ std::vector<BackwardResult> RunLayer(InProcessStore& store, int attempt, int ep,
     Initialize(layer, 21);
     if (c.skewed) {
       torch::NoGradGuard no_grad;
-      layer.gate->weight.mul_(0.05);
-      layer.gate->weight[0][0] = 3.0;  // tokens with a positive first feature go to expert 0
+      layer.gate_weight().mul_(0.05);
+      layer.gate_weight()[0][0] = 3.0;  // tokens with a positive first feature go to expert 0
     }
     const int64_t count = c.skewed ? std::vector<int64_t>{4, 64, 16, 8}[rank] : 16;
     torch::Tensor x = Tokens(rank, count);

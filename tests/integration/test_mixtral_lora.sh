@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # LoRA on a Mixtral folder's experts (issue 15; runtime/model/mixtral_expert.h):
-#  - adapters on q_proj and every expert's w1, w2, w3: 4 ranks at expert
+#  - adapters on q_proj, the router (gate, in fp32) and every expert's w1,
+#    w2, w3: 4 ranks at expert
 #    parallelism 2 (x DP 2) give the losses of EP 1 (x DP 4), and the loss
 #    falls;
 #  - the PEFT adapter folder and the merged export written at EP 2 (each
@@ -10,9 +11,8 @@
 #    the merged export, and dsgen --adapter on the base gives them too;
 #  - stopped after step 3 at EP 2 and resumed, the losses are bit for bit
 #    the uninterrupted run's;
-#  - all-linear adapts attention and the experts but not the router, and the
-#    adapter_config.json names the projections adapted (PEFT's all-linear
-#    would also take the router);
+#  - all-linear adapts attention, the router and the experts, as PEFT's, and
+#    the adapter_config.json names the projections adapted;
 #  - at EP 2, LoRA on attention only (the experts frozen on their ranks)
 #    takes EP 1's steps and its merged export gathers every expert; targets
 #    that adapt one rank's experts and not another's are refused by every
@@ -30,7 +30,7 @@ COMMON=(--override "model.from=$WORK/mixtral" --override "data.prepared=$WORK/da
   --override train.eval_interval=0 --override 'checkpoint.dir=""' --override 'export.hf_dir=""'
   --override train.global_batch_size=8 --override train.steps=6 --override train.micro_batch_size=2
   --override train.lr=1e-2 --override ds_config.zero_optimization.stage=2
-  --override lora.r=4 --override lora.lora_alpha=8 --override 'lora.target_modules=[q_proj, w1, w2, w3]')
+  --override lora.r=4 --override lora.lora_alpha=8 --override 'lora.target_modules=[q_proj, gate, w1, w2, w3]')
 EP2=(--override ds_config.moe_expert_parallel_size=2)
 
 # 1. EP 2 x DP 2 takes EP 1 x DP 4's steps; both export.
@@ -41,12 +41,12 @@ for ep in 1 2; do
     --override "export.adapter_dir=$WORK/adapter$ep"
 done
 projections=$(sed -nE 's/.*dsrank: LoRA r=4 alpha=8 on ([0-9]+) projections.*/\1/p' "$WORK/ep1.out")
-[[ $projections == $((layers * (1 + 3 * experts))) ]] ||
-  fail "LoRA on '$projections' projections, expected q_proj and 3 per expert over $layers layers of $experts experts"
+[[ $projections == $((layers * (2 + 3 * experts))) ]] ||
+  fail "LoRA on '$projections' projections, expected q_proj, the router and 3 per expert over $layers layers of $experts experts"
 same_losses ep1 ep2 "LoRA on the experts: EP 2 x DP 2 vs EP 1 x DP 4"
 awk 'NR <= 2 { first += $2 } { last2[NR % 2] = $2 } END { exit !((last2[0] + last2[1]) < first) }' "$WORK/ep1.tsv" ||
   fail "the loss did not fall over 6 steps with LoRA on the experts"
-pass "LoRA on q_proj and every expert's w1/w2/w3 ($projections projections): EP 2 takes EP 1's steps; the loss falls"
+pass "LoRA on q_proj, the router and every expert's w1/w2/w3 ($projections projections): EP 2 takes EP 1's steps; the loss falls"
 
 # 2. The exports: EP 2's (gathered) are EP 1's; the adapter holds every
 #    expert's factors; base + adapter in the reference = the merged export.
@@ -106,8 +106,8 @@ cat "$WORK/first.tsv" "$WORK/second.tsv" >"$WORK/resumed.tsv"
 cmp -s "$WORK/ep2.tsv" "$WORK/resumed.tsv" || fail "resumed losses differ: $(diff "$WORK/ep2.tsv" "$WORK/resumed.tsv" | head -4)"
 pass "LoRA on the experts at EP 2: stopped after step 3 and resumed, bit for bit"
 
-# 4. all-linear: attention and the experts, not the router; the adapter's
-#    config names what was adapted.
+# 4. all-linear: attention, the router and the experts; the adapter's config
+#    names what was adapted.
 run_job all 4 "${EP2[@]}" --override 'lora.target_modules=[all-linear]' \
   --override "export.adapter_dir=$WORK/adapter_all"
 # At EP 2 rank 0 holds half the experts and says so.
@@ -116,13 +116,13 @@ line=$(grep -m1 "dsrank: LoRA r=4 alpha=8 on" "$WORK/all.out") || fail "no LoRA 
   fail "unexpected LoRA line: $line"
 projections=${BASH_REMATCH[1]}
 ((BASH_REMATCH[2] * 2 == experts && BASH_REMATCH[3] == experts)) || fail "rank 0's share: $line"
-((projections == layers * (4 + 3 * experts / 2))) || fail "all-linear adapted $projections projections on rank 0: $line"
+((projections == layers * (5 + 3 * experts / 2))) || fail "all-linear adapted $projections projections on rank 0: $line"
 "$PY" - "$WORK/adapter_all/adapter_config.json" <<'PYEOF' || fail "adapter_config.json: $(cat "$WORK/adapter_all/adapter_config.json")"
 import json, sys
 targets = json.load(open(sys.argv[1]))["target_modules"]
-assert targets == ["q_proj", "k_proj", "v_proj", "o_proj", "w1", "w2", "w3"], targets
+assert targets == ["q_proj", "k_proj", "v_proj", "o_proj", "gate", "w1", "w2", "w3"], targets
 PYEOF
-pass "all-linear on Mixtral: attention and rank 0's experts, $projections projections (not the router); adapter_config.json names them"
+pass "all-linear on Mixtral: attention, the router and rank 0's experts, $projections projections; adapter_config.json names them"
 
 # 5. At EP 2, LoRA on attention only: the experts stay frozen on their ranks
 #    (no expert partition), the losses are EP 1's, and the merged export
