@@ -12,14 +12,24 @@ namespace {
 
 // A tool's parameters schema moves into the call form's schema as the
 // definition `tool` ("t0", "t1", ...), its own definitions beside it as
-// "t0.NAME": its refs are rewritten to match ("#" is the definition itself).
+// "t0$NAME" ($defs) and "t0#NAME" (definitions, which may reuse a name):
+// its refs are rewritten to match ("#" is the definition itself).
+std::string DefinitionName(const std::string& tool, const std::string& word) {
+  return tool + (word == "$defs" ? "$" : "#");
+}
+
 std::string RewrittenRef(const std::string& ref, const std::string& tool) {
   if (ref == "#") return "#/$defs/" + tool;
-  for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-    const std::string p = prefix;
-    if (ref.rfind(p, 0) == 0) return absl::StrCat("#/$defs/", tool, ".", ref.substr(p.size()));
+  for (const char* word : {"$defs", "definitions"}) {
+    const std::string prefix = absl::StrCat("#/", word, "/");
+    if (ref.rfind(prefix, 0) == 0) return absl::StrCat("#/$defs/", DefinitionName(tool, word), ref.substr(prefix.size()));
   }
   return ref;  // the compiler refuses it, naming it
+}
+
+// Keywords whose values are data, not schemas: copied as they are.
+bool HoldsData(const std::string& key) {
+  return key == "const" || key == "enum" || key == "default" || key == "examples";
 }
 
 void AppendRewritten(const JsonValue& value, const std::string& tool, bool root, std::string* out) {
@@ -37,6 +47,8 @@ void AppendRewritten(const JsonValue& value, const std::string& tool, bool root,
     if (object) absl::StrAppend(out, JsonQuote(value.keys()[i]), ":");
     if (object && value.keys()[i] == "$ref" && value.items()[i].is_string()) {
       out->append(JsonQuote(RewrittenRef(value.items()[i].string_value(), tool)));
+    } else if (object && HoldsData(value.keys()[i])) {
+      out->append(SerializeJson(value.items()[i]));
     } else {
       AppendRewritten(value.items()[i], tool, false, out);
     }
@@ -61,18 +73,36 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
     const JsonValue* parameters = function->Find("parameters");
     std::string arguments = R"({"type":"object","additionalProperties":false})";
     if (parameters != nullptr && !parameters->is_null()) {
-      // Checked alone first, so that an error names the tool.
       const std::string field = absl::StrCat("tools[", i, "].function.parameters");
-      auto compiled = CompileJsonSchema(*parameters, field);
+      // The arguments are an object (the parser reads nothing else): a
+      // schema that says no type and is no reference, alternative or
+      // value list is one ({} included).
+      bool typed = false;
+      for (const char* word : {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}) {
+        typed = typed || parameters->Find(word) != nullptr;
+      }
+      auto as_object = [typed](std::string text) {
+        if (typed || text.size() < 2 || text[0] != '{') return text;
+        return absl::StrCat(R"({"type":"object")", text.size() > 2 ? "," : "", text.substr(1));
+      };
+      // Checked alone first, so that an error names the tool.
+      auto compiled = CompileJsonSchemaText(as_object(SerializeJson(*parameters)), field);
       if (!compiled.ok()) return compiled.status();
+      const SchemaNode& root = (*compiled)->node((*compiled)->root());
+      if (root.is_union || root.has_enum || root.types != kJsonObjectBit) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": the arguments of a call are a JSON object, and this schema allows other values: give it "
+                   "\"type\": \"object\""));
+      }
       const std::string tool = absl::StrCat("t", i);
-      absl::StrAppend(&definitions, definitions.empty() ? "" : ",", JsonQuote(tool), ":");
-      AppendRewritten(*parameters, tool, /*root=*/true, &definitions);
+      std::string rewritten;
+      AppendRewritten(*parameters, tool, /*root=*/true, &rewritten);
+      absl::StrAppend(&definitions, definitions.empty() ? "" : ",", JsonQuote(tool), ":", as_object(rewritten));
       for (const char* word : {"$defs", "definitions"}) {
         const JsonValue* own = parameters->Find(word);
         if (own == nullptr || !own->is_object()) continue;
         for (size_t d = 0; d < own->keys().size(); ++d) {
-          absl::StrAppend(&definitions, ",", JsonQuote(absl::StrCat(tool, ".", own->keys()[d])), ":");
+          absl::StrAppend(&definitions, ",", JsonQuote(DefinitionName(tool, word) + own->keys()[d]), ":");
           AppendRewritten(own->items()[d], tool, /*root=*/false, &definitions);
         }
       }

@@ -13,7 +13,9 @@
 // apart by the name (its first property), so each name's arguments follow
 // their own schema; a named function is that tool's form alone. One call is
 // generated (a parallel call would be a second form after the first). A
-// tool without parameters takes {} as its arguments. A parameters schema
+// tool without parameters takes {} as its arguments; a parameters schema
+// without "type" is an object's, and one that allows other values than an
+// object is refused (the parser reads objects only). A parameters schema
 // constrained decoding cannot hold output to is a 400 naming the tool
 // (tools[i].function.parameters: schema/...), as is a strict tool's under
 // tool_choice auto, where the answer may be text (it is not held then).

@@ -69,6 +69,34 @@ TEST(ToolCallFormTest, ANamedFunctionInLlama3JsonIsThatToolsCallAlone) {
   EXPECT_EQ(reading.calls[0].arguments, R"({"zone": "Europe/P"})");
 }
 
+TEST(ToolCallFormTest, ArgumentsAreAnObjectAndTheirSchemaKeepsItsMeaning) {
+  auto tools = ParseJson(R"([
+      {"type": "function", "function": {"name": "any", "parameters": {}}},
+      {"type": "function", "function": {"name": "data", "parameters": {"type": "object",
+       "properties": {"s": {"enum": [{"$ref": "#"}]}}, "required": ["s"]}}},
+      {"type": "function", "function": {"name": "both", "parameters": {"type": "object",
+       "properties": {"a": {"$ref": "#/$defs/X"}, "b": {"$ref": "#/definitions/X"}}, "required": ["a", "b"],
+       "$defs": {"X": {"type": "string"}}, "definitions": {"X": {"type": "integer"}}}}}])",
+                         "tools");
+  ASSERT_TRUE(tools.ok());
+  auto form = ToolCallConstraint(ToolCallFormat::kLlama3Json, *tools, {"any", "data", "both"});
+  ASSERT_TRUE(form.ok()) << form.status();
+  // {} as parameters: any object, nothing else (the parser reads objects only).
+  EXPECT_EQ(Judge(*form, R"({"name": "any", "parameters": {"k": [1]}})"), 1);
+  EXPECT_EQ(Judge(*form, R"({"name": "any", "parameters": null)"), -1);
+  EXPECT_EQ(Judge(*form, R"({"name": "any", "parameters": "x)"), -1);
+  // A "$ref" inside an enum's value is data, not a reference.
+  EXPECT_EQ(Judge(*form, R"({"name": "data", "parameters": {"s": {"$ref":"#"}}})"), 1);
+  // $defs and definitions may share a name; each ref keeps its own.
+  EXPECT_EQ(Judge(*form, R"({"name": "both", "parameters": {"a": "x", "b": 2}})"), 1);
+  EXPECT_EQ(Judge(*form, R"({"name": "both", "parameters": {"a": 2)"), -1);
+  // A schema that allows more than objects is refused, naming the tool.
+  auto nullable = ParseJson(R"([{"type": "function", "function": {"name": "n", "parameters":
+      {"type": ["object", "null"]}}}])", "tools");
+  EXPECT_THAT(ToolCallConstraint(ToolCallFormat::kHermes, *nullable, {"n"}).status().message(),
+              HasSubstr("tools[0].function.parameters: the arguments of a call are a JSON object"));
+}
+
 TEST(ToolCallFormTest, ParametersTheDecoderCannotHoldAreRefusedNamingTheTool) {
   auto tools = ParseJson(R"([{"type": "function", "function": {"name": "a"}},
       {"type": "function", "function": {"name": "b", "parameters": {"type": "object",

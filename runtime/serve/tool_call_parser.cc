@@ -63,12 +63,18 @@ ToolCallReading ReadHermes(const std::string& text, const std::vector<std::strin
   size_t at = first;
   while (at != std::string::npos) {
     const size_t body = at + kHermesOpenSize;
+    // The call ends at the first closing tag after which what came before
+    // reads as a call: a string inside the call may hold the tag's text.
     size_t close = text.find(kHermesClose, body);
-    const size_t end = close == std::string::npos ? text.size() : close;
     ParsedToolCall call;
-    if (!ReadCall(absl::string_view(text).substr(body, end - body), {"arguments", "parameters"}, tool_names, &call)) {
-      return {text, {}};
+    bool read = false;
+    while (!read) {
+      const size_t end = close == std::string::npos ? text.size() : close;
+      read = ReadCall(absl::string_view(text).substr(body, end - body), {"arguments", "parameters"}, tool_names, &call);
+      if (read || close == std::string::npos) break;
+      close = text.find(kHermesClose, close + kHermesCloseSize);
     }
+    if (!read) return {text, {}};
     reading.calls.push_back(std::move(call));
     if (close == std::string::npos) break;
     // Text between or after the calls is content too (what is not blank).

@@ -31,6 +31,19 @@ TEST(ToolCallParserTest, HermesCallsAfterContent) {
                                          Call("get_time", "{}")));
 }
 
+// A string inside a call may hold the closing tag's text: the call ends at
+// the first tag after which it reads as a call.
+TEST(ToolCallParserTest, HermesArgumentsMayHoldTheClosingTag) {
+  const ToolCallReading reading = ReadToolCalls(
+      ToolCallFormat::kHermes,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a </tool_call> b\"}}\n</tool_call>"
+      "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+      kTools);
+  EXPECT_EQ(reading.content, "");
+  EXPECT_THAT(reading.calls, ElementsAre(Call("get_weather", R"({"city": "a </tool_call> b"})"),
+                                         Call("get_time", "{}")));
+}
+
 TEST(ToolCallParserTest, HermesTextAroundTheCallsIsContent) {
   const ToolCallReading reading = ReadToolCalls(
       ToolCallFormat::kHermes,
