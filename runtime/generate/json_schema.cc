@@ -246,6 +246,7 @@ class JsonSchemaCompiler {
     static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
     static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
     static const std::set<std::string> kStringWords = {"minLength", "maxLength"};
+    static const std::set<std::string> kIntegerWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     uint8_t implied = 0;
     for (const std::string& key : keywords) {
       if (kObjectWords.count(key)) {
@@ -254,11 +255,14 @@ class JsonSchemaCompiler {
         implied |= kJsonArrayBit;
       } else if (kStringWords.count(key)) {
         implied |= kJsonStringBit;
+      } else if (kIntegerWords.count(key)) {
+        implied |= kJsonIntegerBit;
       } else if (key != "type" && key != "enum" && key != "const") {
         return Fail(path, absl::StrCat("'", key,
                                        "' is not supported by constrained decoding (it reads type, properties, "
                                        "required, additionalProperties, items, minItems, maxItems, minLength, "
-                                       "maxLength, enum, const, anyOf, oneOf, allOf of one, $ref): leave it out"));
+                                       "maxLength, minimum, maximum and their exclusive forms on integers, enum, "
+                                       "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
       }
     }
     const int32_t id = NewNode();
@@ -407,6 +411,7 @@ class JsonSchemaCompiler {
         At(id).*target = *count;
       }
     }
+    if (absl::Status ok = IntegerBounds(schema, path, id); !ok.ok()) return ok;
     const SchemaNode& node = At(id);
     if (node.min_items > node.max_items) {
       return Fail(path, absl::StrCat("minItems ", node.min_items, " is above maxItems ", node.max_items));
@@ -415,6 +420,39 @@ class JsonSchemaCompiler {
       return Fail(path, absl::StrCat("minLength ", node.min_length, " is above maxLength ", node.max_length));
     }
     return id;
+  }
+
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum as one inclusive
+  // integer range, on a node of integers alone.
+  absl::Status IntegerBounds(const JsonValue& schema, const std::string& path, int32_t id) {
+    int64_t low = kNoMinimum, high = kNoMaximum;
+    bool any = false;
+    for (const char* word : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      const JsonValue* value = schema.Find(word);
+      if (value == nullptr) continue;
+      const std::string here = absl::StrCat(path, "/", word);
+      if (!value->is_number() || std::fabs(value->number_value()) >= 9007199254740992.0) {
+        return Fail(here, "expected a number below 2^53 in magnitude");
+      }
+      any = true;
+      const double v = value->number_value();
+      const std::string w = word;
+      if (w == "minimum") low = std::max(low, static_cast<int64_t>(std::ceil(v)));
+      if (w == "exclusiveMinimum") low = std::max(low, static_cast<int64_t>(std::floor(v)) + 1);
+      if (w == "maximum") high = std::min(high, static_cast<int64_t>(std::floor(v)));
+      if (w == "exclusiveMaximum") high = std::min(high, static_cast<int64_t>(std::ceil(v)) - 1);
+    }
+    if (!any) return absl::OkStatus();
+    SchemaNode& node = At(id);
+    if ((node.types & kJsonNumberBit) || !(node.types & kJsonIntegerBit)) {
+      return Fail(path, "minimum and maximum are held on integers only (\"type\": \"integer\"): on other numbers "
+                        "constrained decoding cannot hold them");
+    }
+    if (low > high) return Fail(path, "no integer lies within its minimum and maximum");
+    node.bounded_integer = true;
+    node.minimum = low;
+    node.maximum = high;
+    return absl::OkStatus();
   }
 
   // An enum's numbers are written back as the output's text: an integer

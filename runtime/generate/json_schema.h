@@ -26,7 +26,9 @@
 //    of a tool call); its value picks the alternative.
 // Read: type (a name or a list), properties, required,
 // additionalProperties (false, true or a schema), items, minItems, maxItems,
-// minLength, maxLength (code points, as JSON Schema counts), enum, const,
+// minLength, maxLength (code points, as JSON Schema counts), minimum,
+// maximum, exclusiveMinimum and exclusiveMaximum on integers (a digit that
+// leaves no way into the range is refused as it comes), enum, const,
 // anyOf, oneOf, allOf of one schema, $ref to "#", "#/$defs/NAME" or
 // "#/definitions/NAME" (recursion included), $defs and definitions; the
 // annotations title, description, default, examples, $schema, $id,
@@ -53,6 +55,8 @@ inline constexpr int kMaxSchemaNodes = 4096;
 inline constexpr int kMaxSchemaProperties = 1024;   // in one object
 inline constexpr int64_t kMaxSchemaCount = 65535;   // minItems, maxItems, minLength, maxLength
 inline constexpr int kMaxSchemaEnumBytes = 16384;   // one enum's values, serialised
+// An integer's bounds are below 2^53 in magnitude (a double holds them).
+inline constexpr int64_t kNoMinimum = INT64_MIN, kNoMaximum = INT64_MAX;
 
 // A set of byte strings as a trie (property names as the output spells them,
 // an enum's values serialised): node 0 is the root.
@@ -129,6 +133,10 @@ struct SchemaNode {
   int64_t min_items = 0, max_items = kMaxSchemaCount;
   // Strings.
   int64_t min_length = 0, max_length = -1;  // -1: unbounded
+  // Integers (minimum, maximum, exclusiveMinimum, exclusiveMaximum, as one
+  // inclusive range); only on a node of integers alone.
+  bool bounded_integer = false;
+  int64_t minimum = kNoMinimum, maximum = kNoMaximum;
   bool bounded_string() const { return min_length > 0 || max_length >= 0; }
 };
 

@@ -32,7 +32,7 @@ bool JsonSchemaAutomaton::Step(unsigned char b) {
   // another of its values extends ("1" and "12").
   if (IsNumber()) {
     if (ContinuesNumber(b)) return true;
-    if (!NumberMayEnd()) return false;
+    if (!NumberMayEnd() || !NumberWithinBounds()) return false;
     EndValue();  // the byte is read after the number
   } else if (s_.mode == kEnum) {
     const ByteTrie& values = Node(s_.value_node).enum_values;
@@ -144,7 +144,7 @@ bool JsonSchemaAutomaton::Step(unsigned char b) {
 bool JsonSchemaAutomaton::Complete() const {
   if (s_.mode == kDone) return true;
   if (s_.depth != 0) return false;
-  if (IsNumber()) return NumberMayEnd();
+  if (IsNumber()) return NumberMayEnd() && NumberWithinBounds();
   return s_.mode == kEnum && Node(s_.value_node).enum_values.Terminal(s_.trie) >= 0;
 }
 
@@ -162,6 +162,7 @@ std::string JsonSchemaAutomaton::Key() const {
                           static_cast<char>(in_string && s_.key),
                           static_cast<char>(IsNumber() && s_.integer),
                           static_cast<char>(IsNumber() ? s_.exponent_digits : 0),
+                          static_cast<char>(IsNumber() && s_.negative),
                           static_cast<char>(in_string ? s_.utf8 : 0),
                           static_cast<char>(in_string ? s_.utf8_low : 0),
                           static_cast<char>(in_string ? s_.utf8_high : 0),
@@ -181,8 +182,11 @@ std::string JsonSchemaAutomaton::Key() const {
     lengths_left[1] = string.max_length < 0 ? uint16_t{65535}
                                             : static_cast<uint16_t>(std::min<int64_t>(string.max_length - s_.chars, horizon_));
   }
+  const bool bounded = IsNumber() && Node(s_.number_node).bounded_integer;
   const int32_t nodes_and_trie[] = {value_due ? s_.value_node : 0, lengths ? s_.string_node : 0,
-                                    in_trie ? s_.trie : 0};
+                                    in_trie ? s_.trie : 0, bounded ? s_.number_node : 0};
+  const int64_t magnitude = bounded ? s_.magnitude : 0;
+  key.append(reinterpret_cast<const char*>(&magnitude), sizeof(magnitude));
   key.append(reinterpret_cast<const char*>(lengths_left), sizeof(lengths_left));
   key.append(reinterpret_cast<const char*>(nodes_and_trie), sizeof(nodes_and_trie));
   for (uint8_t d = 0; d < s_.depth; ++d) {
@@ -204,6 +208,45 @@ std::string JsonSchemaAutomaton::Key() const {
     key.append(bytes, sizeof(bytes));
   }
   return key;
+}
+
+namespace {
+
+// Past every bound's magnitude (below 2^53): where the digits so far stop
+// counting.
+constexpr int64_t kMagnitudeCap = int64_t{1} << 60;
+
+// Whether an integer whose magnitude begins with the digits of `magnitude`
+// (at most `digits_left` more may follow, none when `closed`) can have a
+// magnitude in [low, high].
+bool MagnitudeMayReach(int64_t magnitude, bool closed, int digits_left, __int128 low, __int128 high) {
+  __int128 from = magnitude, to = magnitude;
+  for (int n = 0;; ++n) {
+    if (from <= high && to >= low) return true;
+    if (closed || n >= digits_left || from > high) return false;
+    // Past every finite bound, a magnitude counts as the cap (the infinite
+    // bound's stand-in).
+    from = std::min<__int128>(from * 10, kMagnitudeCap);
+    to = std::min<__int128>(to * 10 + 9, kMagnitudeCap);
+  }
+}
+
+}  // namespace
+
+bool JsonSchemaAutomaton::IntegerMayReachBounds(int64_t magnitude, bool negative, bool closed,
+                                                int digits_left) const {
+  const SchemaNode& node = Node(s_.number_node);
+  if (!node.bounded_integer) return true;
+  // The value is +magnitude or -magnitude: the magnitudes that land in range.
+  const __int128 infinity = kMagnitudeCap;
+  const __int128 low = node.minimum == kNoMinimum ? -infinity : __int128{node.minimum};
+  const __int128 high = node.maximum == kNoMaximum ? infinity : __int128{node.maximum};
+  if (!negative) return high >= 0 && MagnitudeMayReach(magnitude, closed, digits_left, std::max<__int128>(low, 0), high);
+  return low <= 0 && MagnitudeMayReach(magnitude, closed, digits_left, std::max<__int128>(-high, 0), -low);
+}
+
+bool JsonSchemaAutomaton::NumberWithinBounds() const {
+  return IntegerMayReachBounds(s_.magnitude, s_.negative, /*closed=*/true, 0);
 }
 
 bool JsonSchemaAutomaton::NumberMayEnd() const {
@@ -249,8 +292,17 @@ bool JsonSchemaAutomaton::ContinuesNumber(unsigned char b) {
   // A mode a number cannot end in ('-', '.', 'e', a sign) needs room for a digit after it.
   const bool may_end = next == kNumZero || next == kNumInt || next == kNumFrac || next == kNumExpDigits;
   if (!may_end && s_.count + 1 >= kMaxJsonNumberBytes) return false;
+  // A bounded integer's digit: only one that leaves a way into the range.
+  int64_t magnitude = s_.magnitude;
+  if ((next == kNumZero || next == kNumInt) && IsDigit(b)) {
+    magnitude = magnitude >= kMagnitudeCap / 10 ? kMagnitudeCap : std::min(magnitude * 10 + (b - '0'), kMagnitudeCap);
+    if (!IntegerMayReachBounds(magnitude, s_.negative, next == kNumZero, kMaxJsonNumberBytes - s_.count - 1)) {
+      return false;
+    }
+  }
   if (next == kNumExp) s_.exponent_digits = 0;
   if (next == kNumExpDigits) ++s_.exponent_digits;
+  s_.magnitude = magnitude;
   s_.mode = next;
   ++s_.count;
   return true;
@@ -297,12 +349,24 @@ bool JsonSchemaAutomaton::StartValue(unsigned char b, int32_t node_id) {
       s_.literal = b == 't' ? 0 : b == 'f' ? 1 : 2;
       s_.count = 1;
       return true;
-    default:
+    default: {
       if (!numbers || !(b == '-' || IsDigit(b))) return false;
+      s_.number_node = node_id;
+      const bool negative = b == '-';
+      const int64_t magnitude = negative ? 0 : b - '0';
+      // After '-', some digit must still lead into the range ("-0" is 0).
+      bool reachable = !negative && IntegerMayReachBounds(magnitude, false, b == '0', kMaxJsonNumberBytes - 1);
+      for (int d = 0; negative && d <= 9 && !reachable; ++d) {
+        reachable = IntegerMayReachBounds(d, true, d == 0, kMaxJsonNumberBytes - 2);
+      }
+      if (!reachable) return false;
       s_.integer = (node.types & kJsonNumberBit) == 0;
-      s_.mode = b == '-' ? kNumMinus : b == '0' ? kNumZero : kNumInt;
+      s_.negative = negative;
+      s_.magnitude = magnitude;
+      s_.mode = negative ? kNumMinus : b == '0' ? kNumZero : kNumInt;
       s_.count = 1;
       return true;
+    }
   }
 }
 

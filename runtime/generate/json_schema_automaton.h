@@ -95,7 +95,10 @@ class JsonSchemaAutomaton {
     uint8_t first_hex = 0;     // kUnicode: the escape's first digit
     uint8_t pair = 0;          // string modes: where a surrogate pair stands (kPair* below)
     uint8_t depth = 0;
+    bool negative = false;  // number modes: after a '-'
     uint16_t chars = 0;   // kString with lengths: code points so far
+    int64_t magnitude = 0;  // number modes of a bounded integer: the digits so far (saturating)
+    int32_t number_node = 0;  // number modes: the number's node
     int32_t value_node = 0;
     int32_t string_node = 0;
     int32_t trie = 0;
@@ -106,6 +109,10 @@ class JsonSchemaAutomaton {
   const Frame& Top() const { return frames_[static_cast<size_t>(s_.depth) - 1]; }
   bool IsNumber() const { return s_.mode >= kNumMinus && s_.mode <= kNumExpDigits; }
   bool NumberMayEnd() const;
+  // A bounded integer's node: whether the number so far may still land in
+  // its range (`closed`: no digit may follow), and whether it is in it.
+  bool IntegerMayReachBounds(int64_t magnitude, bool negative, bool closed, int digits_left) const;
+  bool NumberWithinBounds() const;
   bool ContinuesNumber(unsigned char b);
   bool StartValue(unsigned char b, int32_t node);
   bool StartKey(unsigned char b);

@@ -49,8 +49,11 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
            {R"({"type": "string", "pattern": "^a+$"})", "schema: 'pattern' is not supported"},
            {R"({"properties": {"when": {"type": "string", "format": "date-time"}}})",
             "schema/properties/when: 'format' is not supported"},
-           {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})",
-            "schema/properties/n: 'minimum' is not supported"},
+           {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})",
+            "schema/properties/n: 'multipleOf' is not supported"},
+           {R"({"type": "number", "minimum": 0})", "schema: minimum and maximum are held on integers only"},
+           {R"({"minimum": 1.5, "maximum": 1.9})", "schema: no integer lies within its minimum and maximum"},
+           {R"({"type": "integer", "maximum": 1e300})", "schema/maximum: expected a number below 2^53"},
            {R"({"type": "strin"})", "schema/type: expected null, boolean, integer, number, string, array or object"},
            {R"({"type": []})", "schema/type: an empty list of types"},
            {R"({"properties": {"a": {}}, "required": ["b"]})", "schema/required/0: 'b' is not among the properties"},
@@ -187,6 +190,35 @@ TEST(JsonSchemaTest, LengthsAndItemCountsAreHeldInCodePointsAndItems) {
   EXPECT_EQ(Judge(R"({"type": "array", "maxItems": 0})", "[1"), -1);
 }
 
+TEST(JsonSchemaTest, IntegerBoundsRefuseADigitThatLeavesNoWayIntoTheRange) {
+  const std::string range = R"({"type": "integer", "minimum": 10, "maximum": 200})";
+  EXPECT_EQ(Judge(range, "5"), 0);  // 50-59 are in range
+  EXPECT_EQ(Judge(range, "50"), 1);
+  EXPECT_EQ(Judge(range, "200"), 1);
+  EXPECT_EQ(Judge(range, "201"), -1);
+  EXPECT_EQ(Judge(range, "2000"), -1);
+  EXPECT_EQ(Judge(range, "30"), 1);
+  EXPECT_EQ(Judge(range, "300"), -1);
+  EXPECT_EQ(Judge(range, "0"), -1);
+  EXPECT_EQ(Judge(range, "-"), -1);
+  const std::string open = R"({"type": "integer", "exclusiveMinimum": -3, "exclusiveMaximum": 3})";
+  EXPECT_EQ(Judge(open, "-2"), 1);
+  EXPECT_EQ(Judge(open, "-0"), 1);
+  EXPECT_EQ(Judge(open, "-3"), -1);
+  EXPECT_EQ(Judge(open, "3"), -1);
+  EXPECT_EQ(Judge(open, "-"), 0);
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": -5})", "-5"), 1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": -5})", "-50"), -1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": -5})", "123456789012"), 1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "maximum": -10})", "-9"), 0);  // -90 and beyond
+  EXPECT_EQ(Judge(R"({"type": "integer", "maximum": -10})", "1"), -1);
+  // Inside an object: the number ends at the next byte, which must find it in range.
+  const std::string object = R"({"properties": {"n": {"type": "integer", "minimum": 100}}, "required": ["n"]})";
+  EXPECT_EQ(Judge(object, R"({"n": 99)"), 0);  // 990 is still to come
+  EXPECT_EQ(Judge(object, R"({"n": 99})"), -1);
+  EXPECT_EQ(Judge(object, R"({"n": 100})"), 1);
+}
+
 TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
   const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {
       "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
@@ -286,6 +318,13 @@ class Validator {
     }
     if (const JsonValue* c = schema.Find("const"); c != nullptr && SerializeJson(*c) != SerializeJson(value)) {
       return false;
+    }
+    if (value.is_number()) {
+      const double v = value.number_value();
+      if (const JsonValue* m = schema.Find("minimum"); m != nullptr && v < m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("maximum"); m != nullptr && v > m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("exclusiveMinimum"); m != nullptr && v <= m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("exclusiveMaximum"); m != nullptr && v >= m->number_value()) return false;
     }
     if (value.is_string()) {
       const int64_t points = CodePoints(value.string_value());
@@ -392,6 +431,9 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
           {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "integer"}, "tag": {"type": "string",
            "maxLength": 3}}, "required": ["kind"], "additionalProperties": false},
           {"type": "string", "minLength": 1}]}, "minItems": 1})",
+      R"({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -20, "maximum": 5000},
+          {"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 7.5,
+          "exclusiveMaximum": 12}}, "required": ["n"]}]}})",
   };
   std::mt19937 random(20261207);
   for (const std::string& text : schemas) {

@@ -33,11 +33,13 @@
 // JSON: whitespace between tokens, at most kMaxJsonWhitespaceRun bytes in a
 // row (a model must not stall in whitespace, the trap OpenAI's json mode
 // documents), nesting at most kMaxJsonDepth deep, numbers of at most
-// kMaxJsonNumberBytes bytes; strings hold any UTF-8 but control characters,
+// kMaxJsonNumberBytes bytes with exponents of at most two digits (every
+// number reads back finite); strings hold any UTF-8 but control characters,
 // with JSON's escapes, and whole UTF-8 (RFC 3629: no overlong forms, no
-// surrogates). A key may repeat in an object, as RFC 8259 allows (Python's
-// json reads the last). A number takes '.', 'e' or a sign only with room
-// for the digit after it.
+// surrogates; a \u escape of a surrogate only as half of a pair). A key may
+// repeat in an object without properties, as RFC 8259 allows (Python's json
+// reads the last). A number takes '.', 'e' or a sign only with room for the
+// digit after it.
 //
 // The log-probabilities a constrained request reports (and best_of ranks
 // by) are of the masked distribution, renormalised over the allowed tokens:
@@ -45,7 +47,10 @@
 // (a stop string inside the object would cut it), and the chat template's
 // stop strings do not cut a constrained answer: it ends when its form is
 // whole. Tools are refused beside a form (a tool call is text of its own
-// shape), unless tool_choice is "none". A request that reaches a state no token continues and
+// shape), unless tool_choice is "none"; tool_choice "required" or a named
+// function is a form of its own (Note [Required tool calls] in
+// runtime/serve/tool_call_form.h: JSON between fixed texts, before and
+// after). A request that reaches a state no token continues and
 // whose output is not whole ends with finish reason "stop" (its text then is
 // not whole: a vocabulary without the bytes the form needs).
 #pragma once

@@ -581,7 +581,7 @@ def check_constrained():
 # response_format and as vLLM's guided_json; each whole answer validates
 # (checked here by hand: Debian's Python has no jsonschema by default).
 ANSWER_SCHEMA = {"type": "object", "properties": {
-    "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer"},
+    "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
     "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]}},
     "required": ["answer", "confidence", "note"], "additionalProperties": False}
@@ -595,7 +595,8 @@ def answer_problem(value):
         return f"keys {list(value)}"
     if value["answer"] not in ("yes", "no"):
         return "answer"
-    if not isinstance(value["confidence"], int) or isinstance(value["confidence"], bool):
+    if not isinstance(value["confidence"], int) or isinstance(value["confidence"], bool) or \
+            not 0 <= value["confidence"] <= 100:
         return "confidence"
     tags = value.get("tags", [])
     if not isinstance(tags, list) or len(tags) > 2 or any(not isinstance(t, str) or len(t) > 6 for t in tags):
@@ -667,8 +668,8 @@ def check_errors():
     expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
     expect_error("json_schema keyword", 400, *post("/v1/completions", {"prompt": "x", "response_format": {
         "type": "json_schema", "json_schema": {"name": "n", "schema": {"properties": {"n": {"type": "integer",
-                                                                                            "minimum": 0}}}}}}),
-                 param="response_format", message="schema/properties/n: 'minimum' is not supported")
+                                                                                            "multipleOf": 5}}}}}}),
+                 param="response_format", message="schema/properties/n: 'multipleOf' is not supported")
     expect_error("guided_json and guided_choice", 400,
                  *post("/v1/completions", {"prompt": "x", "guided_json": {}, "guided_choice": ["a"]}),
                  param="guided_choice", message="give one")
