@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/generate/framed_json_automaton.h"
 #include "runtime/generate/json_schema_automaton.h"
 
 namespace dslaunch::runtime {
@@ -16,7 +17,10 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes)
   // Children are found by a map while building, then kept sorted in vectors.
   std::vector<std::map<unsigned char, int32_t>> children(1);
   for (size_t id = 0; id < token_bytes.size(); ++id) {
-    if (token_bytes[id].empty()) continue;
+    if (token_bytes[id].empty()) {
+      unknown_.push_back(static_cast<int32_t>(id));
+      continue;
+    }
     longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(token_bytes[id].size()));
     int32_t node = 0;
     for (char c : token_bytes[id]) {
@@ -87,63 +91,6 @@ class ChoiceAutomaton {
   std::string prefix_;
 };
 
-// JSON held to a schema between two fixed texts: `before`, the value, then
-// `after` (the value whole first).
-class FramedJsonAutomaton {
- public:
-  struct Frame {
-    std::string before, after;
-  };
-  // `frame` outlives the automaton and its copies.
-  FramedJsonAutomaton(const Frame* frame, JsonSchemaAutomaton json)
-      : frame_(frame), json_(std::move(json)), phase_(frame->before.empty() ? kJson : kBefore) {}
-  bool Step(unsigned char b) {
-    if (phase_ == kBefore) {
-      if (b != static_cast<unsigned char>(frame_->before[at_])) return false;
-      if (++at_ == frame_->before.size()) {
-        phase_ = kJson;
-        at_ = 0;
-      }
-      return true;
-    }
-    if (phase_ == kJson) {
-      if (!json_.Complete()) return json_.Step(b);
-      if (!json_.Finished()) {  // a number that may go on
-        JsonSchemaAutomaton next = json_;
-        if (next.Step(b)) {
-          json_ = next;
-          return true;
-        }
-      }
-      phase_ = kAfter;
-      at_ = 0;
-    }
-    if (at_ >= frame_->after.size() || b != static_cast<unsigned char>(frame_->after[at_])) return false;
-    ++at_;
-    return true;
-  }
-  bool Complete() const {
-    if (frame_->after.empty()) return phase_ == kJson && json_.Complete();
-    return phase_ == kAfter && at_ == frame_->after.size();
-  }
-  bool Finished() const {
-    if (frame_->after.empty()) return phase_ == kJson && json_.Finished();
-    return Complete();
-  }
-  std::string Key() const {
-    std::string key = absl::StrCat("framed", frame_->before.size(), ":", frame_->before, frame_->after.size(), ":",
-                                   frame_->after, "|", static_cast<int>(phase_), ":", at_, "|");
-    return key + json_.Key();
-  }
-
- private:
-  enum Phase : uint8_t { kBefore, kJson, kAfter };
-  const Frame* frame_;
-  JsonSchemaAutomaton json_;
-  Phase phase_;
-  size_t at_ = 0;
-};
-
 template <typename Automaton>
 class AutomatonConstraint : public OutputConstraintState {
  public:
@@ -159,6 +106,11 @@ class AutomatonConstraint : public OutputConstraintState {
     if (auto cached = vocabulary_->Cached(key)) return cached;
     auto allowed = std::make_shared<std::vector<char>>(static_cast<size_t>(vocabulary_->size()), 0);
     Walk(0, state_, *allowed);
+    if constexpr (requires { state_.AllowsUnknownBytes(); }) {
+      if (state_.AllowsUnknownBytes()) {
+        for (int32_t token : vocabulary_->unknown_tokens()) (*allowed)[static_cast<size_t>(token)] = 1;
+      }
+    }
     vocabulary_->Remember(key, allowed);
     return allowed;
   }
@@ -286,6 +238,12 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
           absl::StrCat(field, ": no token of the vocabulary can begin any of the choices"));
     }
     state = std::move(choice);
+  } else if (constraint.kind == OutputConstraint::Kind::kStructuralTag) {
+    auto form = StructuralTagForm::Compile(constraint.structures, constraint.triggers,
+                                           vocabulary->longest_token_bytes() + 1, field);
+    if (!form.ok()) return form.status();
+    StructuralTagAutomaton start(form->get());
+    state = std::make_unique<AutomatonConstraint<StructuralTagAutomaton>>(start, vocabulary, *form);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(field, ": no constraint"));
   }
@@ -302,6 +260,11 @@ bool AllowsPrefix(const OutputConstraint& constraint, const std::string& text, b
     if (!schema.ok()) return false;
     const FramedJsonAutomaton::Frame frame{constraint.before, constraint.after};
     return AutomatonAllows(FramedJsonAutomaton(&frame, JsonSchemaAutomaton(schema->get())), text, complete);
+  }
+  if (constraint.kind == OutputConstraint::Kind::kStructuralTag) {
+    auto form = StructuralTagForm::Compile(constraint.structures, constraint.triggers, 65535, "structural_tag");
+    if (!form.ok()) return false;
+    return AutomatonAllows(StructuralTagAutomaton(form->get()), text, complete);
   }
   if (constraint.kind == OutputConstraint::Kind::kChoice) {
     return AutomatonAllows(ChoiceAutomaton(std::make_shared<const std::vector<std::string>>(constraint.choices)),

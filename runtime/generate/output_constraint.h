@@ -3,7 +3,9 @@
 // {"type": "json_object"} (one JSON object, RFC 8259, and nothing after it),
 // a JSON schema (response_format json_schema, vLLM's guided_json: Note [JSON
 // schemas for constrained output] in json_schema.h) or vLLM's guided_choice
-// (exactly one of the strings given). Each step, the
+// (exactly one of the strings given), or a structural tag (free text in
+// which triggers open structures of JSON: Note [Structural tags] in
+// structural_tag_automaton.h). Each step, the
 // tokens whose bytes would take the output out of that form get no
 // probability: the logits of every token the form does not allow are set to
 // -inf before the request's sampling (greedy, temperature, top-k, top-p all
@@ -46,11 +48,12 @@
 // what was sampled from. A request's stop strings are refused with a form
 // (a stop string inside the object would cut it), and the chat template's
 // stop strings do not cut a constrained answer: it ends when its form is
-// whole. Tools are refused beside a form (a tool call is text of its own
+// whole (a structural tag's answer is free text, which stop strings end as
+// any). Tools are refused beside a form (a tool call is text of its own
 // shape), unless tool_choice is "none"; tool_choice "required" or a named
 // function is a form of its own (Note [Required tool calls] in
 // runtime/serve/tool_call_form.h: JSON between fixed texts, before and
-// after). A request that reaches a state no token continues and
+// after), as is auto with a strict tool (a structural tag). A request that reaches a state no token continues and
 // whose output is not whole ends with finish reason "stop" (its text then is
 // not whole: a vocabulary without the bytes the form needs).
 #pragma once
@@ -66,6 +69,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/generate/json_schema_automaton.h"  // the bounds of JSON output
+#include "runtime/generate/structural_tag_automaton.h"
 
 namespace dslaunch::runtime {
 
@@ -75,7 +79,7 @@ inline constexpr int kMaxGuidedChoiceBytes = 16384;  // all the choices together
 // What a request asks of its output (serialisable: it crosses the tensor
 // group in serving turns).
 struct OutputConstraint {
-  enum class Kind { kNone, kJsonObject, kChoice, kJsonSchema };
+  enum class Kind { kNone, kJsonObject, kChoice, kJsonSchema, kStructuralTag };
   Kind kind = Kind::kNone;
   std::vector<std::string> choices;  // kChoice: the strings, non-empty, up to kMaxGuidedChoices
   std::string schema;                // kJsonSchema: the schema's JSON text (Note [JSON schemas for constrained output])
@@ -83,6 +87,9 @@ struct OutputConstraint {
   // given (a tool call's tags: Note [Required tool calls] in
   // runtime/serve/tool_call_form.h).
   std::string before, after;
+  // kStructuralTag: Note [Structural tags].
+  std::vector<TaggedStructure> structures;
+  std::vector<std::string> triggers;
   bool operator==(const OutputConstraint&) const = default;
 
   static OutputConstraint JsonObject() { return Of(Kind::kJsonObject); }
@@ -94,6 +101,12 @@ struct OutputConstraint {
   static OutputConstraint JsonSchema(std::string schema) {
     OutputConstraint c = Of(Kind::kJsonSchema);
     c.schema = std::move(schema);
+    return c;
+  }
+  static OutputConstraint StructuralTag(std::vector<TaggedStructure> structures, std::vector<std::string> triggers) {
+    OutputConstraint c = Of(Kind::kStructuralTag);
+    c.structures = std::move(structures);
+    c.triggers = std::move(triggers);
     return c;
   }
 
@@ -116,6 +129,8 @@ class TokenVocabulary {
   };
   int64_t size() const { return size_; }  // ids 0..size-1
   int64_t longest_token_bytes() const { return longest_; }
+  // The tokens whose bytes are not known alone (empty token_bytes), by id.
+  const std::vector<int32_t>& unknown_tokens() const { return unknown_; }
   const std::string& bytes(int64_t id) const { return bytes_[static_cast<size_t>(id)]; }
   const std::vector<Node>& nodes() const { return nodes_; }
 
@@ -130,6 +145,7 @@ class TokenVocabulary {
   int64_t size_ = 0;
   int64_t longest_ = 0;
   std::vector<std::string> bytes_;  // by id
+  std::vector<int32_t> unknown_;
   std::vector<Node> nodes_;         // 0: the root (no bytes)
   mutable absl::Mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<char>>> cache_ ABSL_GUARDED_BY(mu_);

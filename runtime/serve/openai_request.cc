@@ -117,6 +117,71 @@ bool SetSchemaConstraint(FieldReader& reader, GenerationParameters* p, const Jso
                        field);
 }
 
+// vLLM's response_format {"type": "structural_tag", "structures": [{"begin",
+// "schema", "end"}], "triggers": [...]} (Note [Structural tags]), checked
+// here so that a form the engine would refuse is a 400 naming its place.
+bool SetStructuralTagConstraint(FieldReader& reader, GenerationParameters* p, const JsonValue& format,
+                                const std::string& key) {
+  std::vector<TaggedStructure> structures;
+  std::vector<std::string> triggers;
+  bool structures_given = false, triggers_given = false;
+  for (size_t i = 0; i < format.keys().size(); ++i) {
+    const std::string& field = format.keys()[i];
+    const JsonValue& item = format.items()[i];
+    if (field == "type") continue;
+    const std::string at = "response_format." + field;
+    if (field != "structures" && field != "triggers") {
+      return reader.Fail(key, absl::StrCat("response_format: unknown field '", field,
+                                           "' (a structural_tag reads structures and triggers)"));
+    }
+    if (!item.is_array()) {
+      return reader.Fail(key, absl::StrCat(at, ": expected an array, got ", JsonValue::TypeName(item.type())));
+    }
+    if (field == "triggers") {
+      triggers_given = true;
+      for (size_t j = 0; j < item.items().size(); ++j) {
+        std::string trigger;
+        if (!reader.String(item.items()[j], absl::StrCat(at, "[", j, "]"), &trigger)) return false;
+        triggers.push_back(std::move(trigger));
+      }
+      continue;
+    }
+    structures_given = true;
+    for (size_t j = 0; j < item.items().size(); ++j) {
+      const JsonValue& structure = item.items()[j];
+      const std::string here = absl::StrCat(at, "[", j, "]");
+      if (!structure.is_object()) {
+        return reader.Fail(key, absl::StrCat(here, ": expected an object with begin, schema and end, got ",
+                                             JsonValue::TypeName(structure.type())));
+      }
+      TaggedStructure& tagged = structures.emplace_back();
+      const JsonValue* schema = nullptr;
+      for (size_t k = 0; k < structure.keys().size(); ++k) {
+        const std::string& part = structure.keys()[k];
+        const std::string named = absl::StrCat(here, ".", part);
+        if (part == "begin") {
+          if (!reader.String(structure.items()[k], named, &tagged.begin)) return false;
+        } else if (part == "end") {
+          if (!reader.String(structure.items()[k], named, &tagged.end)) return false;
+        } else if (part == "schema") {
+          schema = &structure.items()[k];
+        } else {
+          return reader.Fail(key, absl::StrCat(here, ": unknown field '", part, "' (begin, schema and end are read)"));
+        }
+      }
+      if (schema == nullptr) return reader.Fail(key, absl::StrCat(here, ": no schema"));
+      auto compiled = CompileJsonSchema(*schema, here + ".schema");
+      if (!compiled.ok()) return reader.Fail(key, std::string(compiled.status().message()));
+      tagged.schema = (*compiled)->text();
+    }
+  }
+  if (!structures_given) return reader.Fail(key, "response_format: a structural_tag needs its structures");
+  if (!triggers_given) return reader.Fail(key, "response_format: a structural_tag needs its triggers");
+  auto form = StructuralTagForm::Compile(structures, triggers, /*key_horizon=*/1, "response_format");
+  if (!form.ok()) return reader.Fail(key, std::string(form.status().message()));
+  return SetConstraint(reader, p, OutputConstraint::StructuralTag(std::move(structures), std::move(triggers)), key);
+}
+
 // The shared fields; returns false (error filled) on a problem, and sets
 // *handled for a key it read. `chat`: the fields of /v1/chat/completions
 // where the two endpoints differ.
@@ -250,13 +315,17 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     }
     std::string type;
     const JsonValue* json_schema = nullptr;
+    const JsonValue* type_value = value.Find("type");
+    if (type_value != nullptr && type_value->is_string() && type_value->string_value() == "structural_tag") {
+      return SetStructuralTagConstraint(reader, p, value, key);
+    }
     for (size_t i = 0; i < value.keys().size(); ++i) {
       if (value.keys()[i] == "json_schema") {
         json_schema = &value.items()[i];
       } else if (value.keys()[i] != "type") {
         return reader.Fail(key, absl::StrCat("response_format: unknown field '", value.keys()[i],
                                              "' (type is read: json_object, json_schema with its json_schema, "
-                                             "or text)"));
+                                             "structural_tag with its structures and triggers, or text)"));
       } else if (!reader.String(value.items()[i], "response_format.type", &type)) {
         return false;
       }
@@ -294,7 +363,7 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     }
     if (type == "text") return true;
     return reader.Fail(key, absl::StrCat("response_format.type '", type,
-                                         "': expected json_object, json_schema or text"));
+                                         "': expected json_object, json_schema, structural_tag or text"));
   }
   if (key == "guided_json") {  // vLLM's: a schema, or its text
     if (value.is_null()) return true;
@@ -680,16 +749,6 @@ std::optional<ChatRequest> ParseChatRequest(absl::string_view body, ApiError* er
     *error = ApiError{400, "invalid_request_error", "tool_choice",
                       absl::StrCat("tool_choice: the function '", request->tool_choice_function,
                                    "' is not among the tools (", absl::StrJoin(request->tool_names, ", "), ")"),
-                      ""};
-    return std::nullopt;
-  }
-  // Strict arguments are held to their schema when the answer is held to a
-  // call; an answer that may be text or a call is not held (Note [Required
-  // tool calls]).
-  if (request->strict_tools && choice == "auto") {
-    *error = ApiError{400, "invalid_request_error", "tools",
-                      "tools: strict arguments are held to their schema only when the answer must be a call: give "
-                      "\"tool_choice\": \"required\" or a named function, or strict false",
                       ""};
     return std::nullopt;
   }

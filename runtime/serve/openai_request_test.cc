@@ -146,7 +146,27 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "response_format": {"type": "json_object", "json_schema": {"schema": {}}}})",
                 "response_format", "json_schema goes with type json_schema, not 'json_object'"},
            Case{R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format",
-                "expected json_object, json_schema or text"},
+                "expected json_object, json_schema, structural_tag or text"},
+           // Note [Structural tags]: vLLM's form, each part named.
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"]}})",
+                "response_format", "a structural_tag needs its structures"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "structures": [
+                {"begin": "<a>", "schema": {}, "end": "</a>"}]}})", "response_format", "needs its triggers"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"], "structures": [
+                {"begin": "<a>", "end": "</a>"}]}})", "response_format", "response_format.structures[0]: no schema"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"], "structures": [
+                {"begin": "<a>", "schema": {}, "end": "</a>", "start": 1}]}})", "response_format",
+                "structures[0]: unknown field 'start' (begin, schema and end are read)"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"], "structures": [
+                {"begin": "<a>", "schema": {"type": "strng"}, "end": "</a>"}]}})", "response_format",
+                "response_format.structures[0].schema: schema/type"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["["], "structures": [
+                {"begin": "<a>", "schema": {}, "end": "</a>"}]}})", "response_format",
+                "response_format.triggers[0]: '[' begins no structure's begin"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": "<", "structures": []}})",
+                "response_format", "response_format.triggers: expected an array, got a string"},
+           Case{R"({"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"], "structures": [],
+                "format": {}}})", "response_format", "unknown field 'format'"},
            Case{R"({"prompt": "x", "guided_json": {"type": "strng"}})", "guided_json", "guided_json: schema/type"},
            Case{R"({"prompt": "x", "guided_json": "{\"type\": "})", "guided_json", "guided_json:1:"},
            Case{R"({"prompt": "x", "guided_json": {}, "guided_choice": ["a"]})", "guided_choice",
@@ -216,6 +236,15 @@ TEST(OpenAiRequestTest, AResponseFormatOrGuidedChoiceConstrainsTheOutput) {
     EXPECT_EQ(guided->parameters.constraint, (OutputConstraint::JsonSchema(R"({"enum":[1,2]})")));
     EXPECT_EQ(guided->parameters.constraint_field, "guided_json");
   }
+  auto tag = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "structural_tag",
+      "structures": [{"begin": "<f=a>", "schema": {"type": "object"}, "end": "</f>"},
+                     {"begin": "<f=b>", "schema": {"enum": [1]}, "end": "</f>"}], "triggers": ["<f="]}})",
+                                    &error);
+  ASSERT_TRUE(tag) << error.message;
+  EXPECT_EQ(tag->parameters.constraint,
+            OutputConstraint::StructuralTag({{"<f=a>", R"({"type":"object"})", "</f>"}, {"<f=b>", R"({"enum":[1]})", "</f>"}},
+                                            {"<f="}));
+  EXPECT_EQ(tag->parameters.constraint_field, "response_format");
   auto text = ParseCompletionRequest(R"({"prompt": "x", "response_format": {"type": "text"}})", &error);
   ASSERT_TRUE(text) << error.message;
   EXPECT_EQ(text->parameters.constraint.kind, OutputConstraint::Kind::kNone);
@@ -275,14 +304,16 @@ TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
   EXPECT_EQ(request->messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
   EXPECT_EQ(request->messages[1].content, "");
   EXPECT_EQ(request->messages[2].tool_call_id, "call_1");
-  // Note [Required tool calls]: "required", and a named function (strict or not).
-  for (const std::string choice : {R"("required")", R"({"type": "function", "function": {"name": "f"}})"}) {
+  // Note [Required tool calls]: "required", a named function (strict or
+  // not), and strict tools under auto (the server holds each call).
+  for (const std::string choice : {R"("required")", R"({"type": "function", "function": {"name": "f"}})", R"("auto")"}) {
     auto required = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": )" + choice +
                                          R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})",
                                      &error);
     ASSERT_TRUE(required.has_value()) << error.message;
-    EXPECT_EQ(required->tool_choice, choice == R"("required")" ? "required" : "function");
-    EXPECT_EQ(required->tool_choice_function, choice == R"("required")" ? "" : "f");
+    EXPECT_EQ(required->tool_choice, choice == R"("required")" ? "required" : choice == R"("auto")" ? "auto" : "function");
+    EXPECT_EQ(required->tool_choice_function, choice[0] == '{' ? "f" : "");
+    EXPECT_TRUE(required->strict_tools);
   }
 
   const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
@@ -305,8 +336,6 @@ TEST(OpenAiRequestTest, ToolsAndToolConversationsAreRead) {
             "tools[0].function.name: 'two words' is not 1 to 64"},
            {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]})",
             "tools", "tools[1].function.name: 'f' is given twice"},
-           {"{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "strict": true}}]})", "tools",
-            "strict arguments are held to their schema only when the answer must be a call"},
            {"{" + user + R"(, "functions": [{"name": "f"}]})", "functions", "give tools"},
            {R"({"messages": [{"role": "tool", "content": "18 C"}]})", "messages", "needs the tool_call_id it answers"},
            {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})", "messages",

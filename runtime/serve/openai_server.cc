@@ -398,12 +398,15 @@ class OpenAiServer::Impl {
         out->tool_names = parsed->tool_names;
         out->parallel_tool_calls = parsed->parallel_tool_calls;
       }
-      if (calls_wanted && (parsed->tool_choice == "required" || parsed->tool_choice == "function")) {
-        // Note [Required tool calls]: the answer is held to a call's form.
+      const bool call_required = parsed->tool_choice == "required" || parsed->tool_choice == "function";
+      if (calls_wanted && (call_required || parsed->strict_tools)) {
+        // Note [Required tool calls]: the answer is held to a call's form,
+        // or (auto, strict tools) each call in the text is.
         const std::vector<std::string> callable = parsed->tool_choice == "function"
                                                       ? std::vector<std::string>{parsed->tool_choice_function}
                                                       : parsed->tool_names;
-        auto form = ToolCallConstraint(*options_.tool_call_parser, *parsed->tools, callable);
+        auto form = call_required ? ToolCallConstraint(*options_.tool_call_parser, *parsed->tools, callable)
+                                  : ToolCallsInTextConstraint(*options_.tool_call_parser, *parsed->tools, callable);
         if (!form.ok()) {
           const std::string message(form.status().message());
           *error = ApiError{400, "invalid_request_error",
@@ -411,7 +414,7 @@ class OpenAiServer::Impl {
           return false;
         }
         parsed->parameters.constraint = *std::move(form);
-        parsed->parameters.constraint_field = "tool_choice";
+        parsed->parameters.constraint_field = call_required ? "tool_choice" : "tools";
       }
       auto prompt = options_.chat_template
                         ? BuildChatPrompt(tokenizer_, *options_.chat_template, parsed->messages)
@@ -491,10 +494,13 @@ class OpenAiServer::Impl {
     }
     out->n = parameters.n;
     out->constraint_field = parameters.constraint_field;
-    if (parameters.constraint.kind != OutputConstraint::Kind::kNone) {
+    if (parameters.constraint.kind != OutputConstraint::Kind::kNone &&
+        parameters.constraint.kind != OutputConstraint::Kind::kStructuralTag) {
       // Note [Constrained output]: a stop string inside the object would cut
       // it; the answer ends when its form is whole, the template's stop
-      // strings aside.
+      // strings aside. A structural tag's answer is free text, which stop
+      // strings end as they end any (one inside a structure cuts it, as
+      // max_tokens would).
       if (!parameters.stop.empty()) {
         *error = ApiError{400, "invalid_request_error", "stop",
                           "stop: an answer held to a form (response_format, guided_json, guided_choice) ends when "

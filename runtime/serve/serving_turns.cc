@@ -38,7 +38,7 @@ class WordReader {
   bool ok_ = true;
 };
 
-constexpr int64_t kTurnMagic = 0x64737475726e3034;  // "dsturn04"
+constexpr int64_t kTurnMagic = 0x64737475726e3035;  // "dsturn05"
 
 // A string as its length, then its bytes eight to a word.
 void PutString(const std::string& text, std::vector<int64_t>* w) {
@@ -102,6 +102,14 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     PutString(request.constraint.schema, &w);
     PutString(request.constraint.before, &w);
     PutString(request.constraint.after, &w);
+    w.push_back(static_cast<int64_t>(request.constraint.structures.size()));
+    for (const TaggedStructure& structure : request.constraint.structures) {
+      PutString(structure.begin, &w);
+      PutString(structure.schema, &w);
+      PutString(structure.end, &w);
+    }
+    w.push_back(static_cast<int64_t>(request.constraint.triggers.size()));
+    for (const std::string& trigger : request.constraint.triggers) PutString(trigger, &w);
   }
   w.push_back(static_cast<int64_t>(turn.cancelled.size()));
   w.insert(w.end(), turn.cancelled.begin(), turn.cancelled.end());
@@ -133,7 +141,7 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     request.prompt_logprobs = r.Next() != 0;
     const int64_t kind = r.Next();
     if (kind < static_cast<int64_t>(OutputConstraint::Kind::kNone) ||
-        kind > static_cast<int64_t>(OutputConstraint::Kind::kJsonSchema)) {
+        kind > static_cast<int64_t>(OutputConstraint::Kind::kStructuralTag)) {
       return absl::DataLossError(absl::StrCat("a serving turn with an unknown output constraint ", kind));
     }
     request.constraint.kind = static_cast<OutputConstraint::Kind>(kind);
@@ -142,6 +150,15 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     request.constraint.schema = GetString(r);
     request.constraint.before = GetString(r);
     request.constraint.after = GetString(r);
+    const int64_t structures = r.Count();
+    for (int64_t k = 0; k < structures && r.ok(); ++k) {
+      TaggedStructure& structure = request.constraint.structures.emplace_back();
+      structure.begin = GetString(r);
+      structure.schema = GetString(r);
+      structure.end = GetString(r);
+    }
+    const int64_t triggers = r.Count();
+    for (int64_t k = 0; k < triggers && r.ok(); ++k) request.constraint.triggers.push_back(GetString(r));
     turn.submitted.emplace_back(key, std::move(request));
   }
   const int64_t cancelled = r.Count();

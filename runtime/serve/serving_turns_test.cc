@@ -36,11 +36,15 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   json.constraint.schema = R"({"type":"object","properties":{"caf\u00e9":{"const":"\u20ac"}}})";
   json.constraint.before = "<tool_call>\n";
   json.constraint.after = "\n</tool_call>";
-  turn.submitted = {{17, request}, {18, json}};
+  // Note [Structural tags]: structures and triggers.
+  GenerationRequest tag{{1}, 1, {}, {}};
+  tag.constraint = OutputConstraint::StructuralTag(
+      {{"<f=a>", R"({"type":"object"})", "</f>"}, {"<f=bcdefghij>", "{}", "</f>\n"}}, {"<f=", "<g"});
+  turn.submitted = {{17, request}, {18, json}, {19, tag}};
   turn.cancelled = {3, 17};
   auto back = DecodeTurn(EncodeTurn(turn));
   ASSERT_TRUE(back.ok()) << back.status();
-  ASSERT_EQ(back->submitted.size(), 2u);
+  ASSERT_EQ(back->submitted.size(), 3u);
   const GenerationRequest& got = back->submitted[0].second;
   EXPECT_EQ(back->submitted[0].first, 17);
   EXPECT_EQ(got.prompt, request.prompt);
@@ -57,6 +61,8 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_EQ(got.stop_tokens, request.stop_tokens);
   EXPECT_EQ(got.constraint, request.constraint);
   EXPECT_EQ(back->submitted[1].second.constraint, json.constraint);
+  EXPECT_EQ(back->submitted[2].second.constraint, tag.constraint);
+  EXPECT_EQ(back->submitted[2].second.constraint.structures.size(), 2u);
   EXPECT_EQ(back->cancelled, turn.cancelled);
   EXPECT_FALSE(back->stop);
 

@@ -128,4 +128,17 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
   return constraint;
 }
 
+absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format, const JsonValue& tools,
+                                                           const std::vector<std::string>& callable) {
+  if (format != ToolCallFormat::kHermes) {
+    return absl::InvalidArgumentError(
+        "tools: strict arguments under tool_choice auto are held in the hermes form only (where a call opens "
+        "with <tool_call>); a llama3_json call is the whole answer: give \"tool_choice\": \"required\" or a "
+        "named function, or strict false");
+  }
+  auto call = ToolCallConstraint(format, tools, callable);
+  if (!call.ok()) return call.status();
+  return OutputConstraint::StructuralTag({{call->before, call->schema, call->after}}, {"<tool_call>"});
+}
+
 }  // namespace dslaunch::runtime

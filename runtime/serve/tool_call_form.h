@@ -17,8 +17,19 @@
 // without "type" is an object's, and one that allows other values than an
 // object is refused (the parser reads objects only). A parameters schema
 // constrained decoding cannot hold output to is a 400 naming the tool
-// (tools[i].function.parameters: schema/...), as is a strict tool's under
-// tool_choice auto, where the answer may be text (it is not held then).
+// (tools[i].function.parameters: schema/...).
+//
+// Under tool_choice auto the answer may be text or calls. When a tool is
+// strict (OpenAI's "strict": true: its arguments follow its schema), the
+// answer is free text in which each call is held, a structural tag (Note
+// [Structural tags] in runtime/generate/structural_tag_automaton.h) whose
+// trigger is "<tool_call>": the text is the model's own until it writes
+// <tool_call>, and from there the call's form as above, then text again
+// (parallel calls each held). That needs a form whose calls open with a
+// fixed text: hermes; a llama3_json call is the whole answer (a text may
+// begin with '{' as well), and strict tools under auto are refused with it.
+// Without a strict tool, calls under auto are not held (OpenAI's strict
+// false: the arguments are the model's best effort).
 #pragma once
 
 #include <string>
@@ -35,5 +46,11 @@ namespace dslaunch::runtime {
 // tools array) whose names are in `callable`, in `format`'s text.
 absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const JsonValue& tools,
                                                     const std::vector<std::string>& callable);
+
+// The constraint of an answer of text in which each call, to one of
+// `callable`, is held to its form (tool_choice auto with strict tools);
+// hermes only, InvalidArgument naming tools otherwise.
+absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format, const JsonValue& tools,
+                                                           const std::vector<std::string>& callable);
 
 }  // namespace dslaunch::runtime

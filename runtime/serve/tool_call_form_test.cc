@@ -1,8 +1,11 @@
 // Note [Required tool calls]: the call forms of both parsers, each name's
 // arguments held to its own schema (definitions and refs included), read
 // back as calls by the parser; parameters the decoder cannot hold refused
-// naming the tool.
+// naming the tool; under tool_choice auto, text with each call in it held
+// (random walks over a vocabulary of call pieces, read back by the parser).
 #include "runtime/serve/tool_call_form.h"
+
+#include <random>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -107,6 +110,123 @@ TEST(ToolCallFormTest, ParametersTheDecoderCannotHoldAreRefusedNamingTheTool) {
               HasSubstr("tools[1].function.parameters: schema/properties/n: 'pattern' is not supported"));
   // Not called: not read.
   EXPECT_TRUE(ToolCallConstraint(ToolCallFormat::kHermes, *tools, {"a"}).ok());
+}
+
+TEST(ToolCallFormTest, UnderAutoTheTextIsFreeAndEachCallInItIsHeld) {
+  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, Tools(), {"get_weather", "get_time", "ping"});
+  ASSERT_TRUE(form.ok()) << form.status();
+  EXPECT_EQ(form->kind, OutputConstraint::Kind::kStructuralTag);
+  const std::string call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>";
+  EXPECT_EQ(Judge(*form, "It is sunny."), 1);
+  EXPECT_EQ(Judge(*form, "Let me look. " + call + "\n" + call + " Done."), 1);
+  EXPECT_EQ(Judge(*form, "Let me look. <tool_call>\n{\"name\": \"get_news\""), -1);
+  EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"Europe/Paris\""), -1);
+  EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}"), 0);
+  EXPECT_THAT(ToolCallsInTextConstraint(ToolCallFormat::kLlama3Json, Tools(), {"ping"}).status().message(),
+              HasSubstr("held in the hermes form only"));
+}
+
+// The calls in hermes text, read apart from the parser: from each
+// <tool_call> in free text, a newline, one JSON value (its end found by its
+// brackets, outside strings), then "\n</tool_call>". -1 when one is not so.
+int64_t CallsInText(const std::string& text) {
+  int64_t calls = 0;
+  for (size_t at = text.find("<tool_call>"); at != std::string::npos; at = text.find("<tool_call>", at)) {
+    at += std::string("<tool_call>\n").size();
+    if (text.compare(at - 1, 1, "\n") != 0) return -1;
+    while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
+    const size_t value = at;
+    int depth = 0;
+    bool in_string = false;
+    for (; at < text.size(); ++at) {
+      const char c = text[at];
+      if (in_string) {
+        if (c == '\\') ++at;
+        if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        break;
+      }
+    }
+    if (at >= text.size() || !ParseJson(text.substr(value, at + 1 - value), "call").ok()) return -1;
+    if (text.compare(at + 1, 13, "\n</tool_call>") != 0) return -1;
+    at += 14;
+    ++calls;
+  }
+  return calls;
+}
+
+// Random walks under the auto form over a vocabulary of call pieces, text
+// and special tokens: whatever the walk writes, the hermes parser reads
+// every <tool_call> in it as a call of a tool, with arguments of its schema.
+TEST(ToolCallFormTest, RandomTextUnderAutoParsesIntoValidCalls) {
+  const std::vector<std::string> names = {"get_weather", "get_time", "ping"};
+  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, Tools(), names);
+  ASSERT_TRUE(form.ok()) << form.status();
+  std::vector<std::string> bytes = {"<tool_call>", "<tool", "_call>", "<tool_call>\n", "<tool_call>\n{\"", "\n",
+                                    "\n</tool_call>", "</tool_call>", "{", "}", "\"", ": ", ", ", "name", "arguments",
+                                    "\"get_weather\"", "get_time", "\"ping\"", "city", "unit", "zone", "\"c\"",
+                                    "\"f\"", "Paris", "UTC", "ab", " ", "Hello", "<", ">", "x<tool_call>\n",
+                                    "tool_call", "\\", "\\u00e9", "", ""};
+  for (int c = ' '; c <= '~'; ++c) bytes.emplace_back(1, static_cast<char>(c));  // every text has a way on
+  const int64_t stop = 35;  // the second empty one; 34 is a special token that prints nothing
+  auto vocabulary = std::make_shared<const TokenVocabulary>(bytes);
+  std::mt19937 random(2026);
+  int calls_read = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    auto state = StartOutputConstraint(*form, vocabulary, "tools");
+    ASSERT_TRUE(state.ok()) << state.status();
+    std::string text;
+    for (int step = 0; step < 400; ++step) {
+      torch::Tensor logits = torch::zeros({vocabulary->size()});
+      ASSERT_TRUE((*state)->Mask(logits, {stop})) << text;
+      std::vector<int64_t> allowed;
+      const auto masked = logits.accessor<float, 1>();
+      for (int64_t id = 0; id < vocabulary->size(); ++id) {
+        if (std::isinf(masked[id])) continue;
+        // Pieces of calls weigh more, so that calls open and close.
+        const int weight = vocabulary->bytes(id).find('<') != std::string::npos || id < 25 ? 4 : 1;
+        allowed.insert(allowed.end(), static_cast<size_t>(weight), id);
+      }
+      const int64_t token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(random)];
+      const bool ending = token == stop;
+      if (ending && step < 20) continue;  // some text first
+      (*state)->Accept(token);
+      if (ending) break;
+      text += vocabulary->bytes(token);
+    }
+    SCOPED_TRACE(text);
+    if (!(*state)->Complete()) continue;  // cut inside a call: the parser would keep it as text
+    const ToolCallReading reading = ReadToolCalls(ToolCallFormat::kHermes, text, names);
+    ASSERT_EQ(reading.calls.size(), CallsInText(text));
+    for (const ParsedToolCall& read : reading.calls) {
+      auto arguments = ParseJson(read.arguments, "arguments");
+      ASSERT_TRUE(arguments.ok() && arguments->is_object()) << read.arguments;
+      if (read.name == "get_weather") {
+        ASSERT_NE(arguments->Find("city"), nullptr) << read.arguments;
+        for (size_t k = 0; k < arguments->keys().size(); ++k) {
+          EXPECT_TRUE(arguments->keys()[k] == "city" || arguments->keys()[k] == "unit") << read.arguments;
+        }
+        if (const JsonValue* unit = arguments->Find("unit")) {
+          EXPECT_TRUE(unit->is_string() && (unit->string_value() == "c" || unit->string_value() == "f"));
+        }
+      } else if (read.name == "get_time") {
+        const JsonValue* zone = arguments->Find("zone");
+        ASSERT_TRUE(zone != nullptr && zone->is_string()) << read.arguments;
+        const std::string& value = zone->string_value();
+        EXPECT_LE(std::count_if(value.begin(), value.end(), [](char c) { return (c & 0xC0) != 0x80; }), 8)
+            << "maxLength 8 code points";
+      } else {
+        EXPECT_EQ(read.name, "ping");
+        EXPECT_TRUE(arguments->keys().empty()) << read.arguments;
+      }
+    }
+    calls_read += static_cast<int>(reading.calls.size());
+  }
+  EXPECT_GT(calls_read, 20) << "too few calls written for the walks to test anything";
 }
 
 }  // namespace

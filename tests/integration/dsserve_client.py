@@ -33,6 +33,7 @@ Prints one PASS line per check; exits 1 naming what differed."""
 import concurrent.futures
 import http.client
 import json
+import re
 import sys
 import time
 import urllib.error
@@ -470,9 +471,19 @@ def check_required_calls(asked):
     expect_error("tool_choice names no tool", 400, *post("/v1/chat/completions", {
         "messages": asked, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_news"}}}),
         param="tool_choice", message="not among the tools")
-    expect_error("strict with tool_choice auto", 400, *post("/v1/chat/completions", {
-        "messages": asked, "tools": tools}), param="tools", message="strict arguments")
-    return f"tool_choice required and a named function gave {whole} of 6 calls whole, each valid"
+    # Under auto with a strict tool each call in the text is held (Note
+    # [Structural tags]): the text is the model's, and a <tool_call> in it is
+    # a call that parses.
+    for seed in range(1, 4):
+        status, chat = post("/v1/chat/completions", {"messages": asked, "tools": tools, "max_tokens": 60,
+                                                     "temperature": 0.8, "seed": seed})
+        if status != 200:
+            fail(f"strict tools under auto, seed {seed}: HTTP {status}: {chat}")
+        reply = chat["choices"][0]
+        if "<tool_call>" in (reply["message"].get("content") or "") and reply["finish_reason"] != "length":
+            fail(f"strict tools under auto, seed {seed}: a call left as text: {chat}")
+    return (f"tool_choice required and a named function gave {whole} of 6 calls whole, each valid; strict tools "
+            "under auto served")
 
 
 def check_choices():
@@ -575,6 +586,37 @@ def check_constrained():
     print(f"PASS: guided_choice gave one of {choices} each time; json_object gave {whole} whole objects of 6 "
           "(the others ran to max_tokens inside one), streamed as plain")
     check_json_schema()
+    check_structural_tag()
+
+
+# Note [Structural tags]: a one-letter trigger the model writes all the time;
+# every "e" in the text opens "e=", a value of the schema, and ";".
+def check_structural_tag():
+    held = 0
+    for seed in range(1, 4):
+        body = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.9, "seed": seed,
+                "response_format": {"type": "structural_tag", "triggers": ["e"],
+                                    "structures": [{"begin": "e=", "schema": {"enum": [1, 2]}, "end": ";"}]}}
+        status, reply = post("/v1/completions", body)
+        if status != 200:
+            fail(f"structural_tag seed {seed}: HTTP {status}: {reply}")
+        text, reason = reply["choices"][0]["text"], reply["choices"][0]["finish_reason"]
+        rest = re.sub(r"e=\s*[12]\s*;", "", text)  # JSON may have whitespace around the value
+        if reason == "length":
+            rest = re.sub(r"e(=\s*([12]\s*)?)?$", "", rest)  # cut inside a structure
+        if "e" in rest:
+            fail(f"structural_tag seed {seed}: an 'e' outside its structure in {text!r} ({reason})")
+        held += len(re.findall(r"e=\s*[12]\s*;", text))
+        streamed = completion_text(stream("/v1/completions", body))
+        if streamed != (text, reason):
+            fail(f"structural_tag seed {seed} streamed: {streamed!r}, plain {(text, reason)!r}")
+    if held == 0:
+        fail("structural_tag: no structure opened in 3 answers: the check checks nothing")
+    expect_error("a trigger that opens nothing", 400, *post("/v1/completions", {
+        "prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<"], "structures": [
+            {"begin": "[", "schema": {}, "end": "]"}]}}), param="response_format", message="begins no structure")
+    print(f"PASS: structural_tag held {held} structures in 3 free-text answers, streamed as plain; a trigger that "
+          "opens nothing is a 400")
 
 
 # Note [JSON schemas for constrained output]: a schema as OpenAI's
