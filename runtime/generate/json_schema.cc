@@ -128,6 +128,7 @@ class JsonSchemaCompiler {
   absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> Compile() {
     auto compiled = std::make_shared<CompiledJsonSchema>();
     nodes_ = &compiled->nodes_;
+    patterns_ = &compiled->patterns_;
     SchemaNode any;  // node 0: any JSON value
     any.types = kJsonAnyBits;
     any.additional = 0;
@@ -245,7 +246,7 @@ class JsonSchemaCompiler {
                                       const std::vector<std::string>& keywords) {
     static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
     static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
-    static const std::set<std::string> kStringWords = {"minLength", "maxLength"};
+    static const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
     static const std::set<std::string> kIntegerWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     uint8_t implied = 0;
     for (const std::string& key : keywords) {
@@ -261,7 +262,8 @@ class JsonSchemaCompiler {
         return Fail(path, absl::StrCat("'", key,
                                        "' is not supported by constrained decoding (it reads type, properties, "
                                        "required, additionalProperties, items, minItems, maxItems, minLength, "
-                                       "maxLength, minimum, maximum and their exclusive forms on integers, enum, "
+                                       "maxLength, pattern, format, minimum, maximum and their exclusive forms on "
+                                       "integers, enum, "
                                        "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
       }
     }
@@ -419,7 +421,47 @@ class JsonSchemaCompiler {
     if (node.max_length >= 0 && node.min_length > node.max_length) {
       return Fail(path, absl::StrCat("minLength ", node.min_length, " is above maxLength ", node.max_length));
     }
+    if (absl::Status ok = StringPatternOf(schema, path, id); !ok.ok()) return ok;
     return id;
+  }
+
+  // pattern or format: the node's automaton over its strings' code points
+  // (Note [String patterns]), its lengths checked against minLength and
+  // maxLength.
+  absl::Status StringPatternOf(const JsonValue& schema, const std::string& path, int32_t id) {
+    const JsonValue* pattern = schema.Find("pattern");
+    const JsonValue* format = schema.Find("format");
+    if (pattern == nullptr && format == nullptr) return absl::OkStatus();
+    if (pattern != nullptr && format != nullptr) {
+      return Fail(path, "'pattern' beside 'format' is not supported: give one");
+    }
+    const std::string word = pattern != nullptr ? "pattern" : "format";
+    const JsonValue& value = pattern != nullptr ? *pattern : *format;
+    if (!value.is_string()) return Fail(path + "/" + word, "expected a string");
+    if ((At(id).types & kJsonStringBit) == 0) {
+      return Fail(path + "/" + word, absl::StrCat("'", word, "' is read on strings, and this schema takes none"));
+    }
+    std::string text = value.string_value();
+    if (format != nullptr) {
+      auto of_format = FormatPattern(text, field_ + ": " + path + "/format");
+      if (!of_format.ok()) return of_format.status();
+      text = *of_format;
+    }
+    auto compiled = StringPattern::Compile(text, absl::StrCat(field_, ": ", path, "/", word));
+    if (!compiled.ok()) return compiled.status();
+    const SchemaNode& node = At(id);
+    if (node.max_length >= 0 && compiled->Fewest(compiled->start()) > node.max_length) {
+      return Fail(path, absl::StrCat("the ", word, "'s shortest match is ", compiled->Fewest(compiled->start()),
+                                     " code points, above maxLength ", node.max_length));
+    }
+    const int32_t most = compiled->Most(compiled->start());
+    if (most != kUnboundedPatternLength && most < node.min_length) {
+      return Fail(path, absl::StrCat("the ", word, "'s longest match is ", most, " code points, below minLength ",
+                                     node.min_length));
+    }
+    At(id).pattern = static_cast<int32_t>(patterns_->size());
+    patterns_->push_back(*std::move(compiled));
+    return absl::OkStatus();
   }
 
   // minimum, maximum, exclusiveMinimum, exclusiveMaximum as one inclusive
@@ -634,6 +676,7 @@ class JsonSchemaCompiler {
   const JsonValue& schema_;
   std::string field_;
   std::vector<SchemaNode>* nodes_ = nullptr;
+  std::vector<StringPattern>* patterns_ = nullptr;
   std::map<std::string, int32_t> refs_;
   std::set<int32_t> in_progress_;
   std::map<int32_t, std::string> union_paths_;

@@ -26,14 +26,15 @@
 //    of a tool call); its value picks the alternative.
 // Read: type (a name or a list), properties, required,
 // additionalProperties (false, true or a schema), items, minItems, maxItems,
-// minLength, maxLength (code points, as JSON Schema counts), minimum,
+// minLength, maxLength (code points, as JSON Schema counts), pattern and
+// format on strings (Note [String patterns] in string_pattern.h), minimum,
 // maximum, exclusiveMinimum and exclusiveMaximum on integers (a digit that
 // leaves no way into the range is refused as it comes), enum, const,
 // anyOf, oneOf, allOf of one schema, $ref to "#", "#/$defs/NAME" or
 // "#/definitions/NAME" (recursion included), $defs and definitions; the
 // annotations title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly and writeOnly change nothing. Any other
-// keyword (pattern, format, minimum, ...) is an error naming it and its
+// keyword (multipleOf, patternProperties, ...) is an error naming it and its
 // place in the schema: the output would not be held to it, and a schema
 // half held is worse than one refused.
 //
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/generate/string_pattern.h"
 #include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
@@ -133,6 +135,7 @@ struct SchemaNode {
   int64_t min_items = 0, max_items = kMaxSchemaCount;
   // Strings.
   int64_t min_length = 0, max_length = -1;  // -1: unbounded
+  int32_t pattern = -1;  // pattern or format: the schema's pattern (Note [String patterns]); -1: none
   // Integers (minimum, maximum, exclusiveMinimum, exclusiveMaximum, as one
   // inclusive range); only on a node of integers alone.
   bool bounded_integer = false;
@@ -144,6 +147,7 @@ struct SchemaNode {
 class CompiledJsonSchema {
  public:
   const SchemaNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
+  const StringPattern& pattern(int32_t id) const { return patterns_[static_cast<size_t>(id)]; }
   int32_t root() const { return root_; }
   // The schema's text, compact (what crosses to other ranks).
   const std::string& text() const { return text_; }
@@ -154,6 +158,7 @@ class CompiledJsonSchema {
  private:
   friend class JsonSchemaCompiler;
   std::vector<SchemaNode> nodes_;
+  std::vector<StringPattern> patterns_;
   int32_t root_ = 0;
   std::string text_;
   std::string key_prefix_;

@@ -10,6 +10,7 @@ namespace {
 bool IsJsonWhitespace(unsigned char b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
 bool IsDigit(unsigned char b) { return b >= '0' && b <= '9'; }
 bool IsHex(unsigned char b) { return IsDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+int HexDigitValue(unsigned char b) { return IsDigit(b) ? b - '0' : (b | 0x20) - 'a' + 10; }
 
 constexpr const char* kLiterals[] = {"true", "false", "null"};
 
@@ -53,17 +54,19 @@ bool JsonSchemaAutomaton::Step(unsigned char b) {
         s_.mode = kUnicode;
         s_.count = 4;
         if (s_.pair == kLowEscapeDue) s_.pair = kLowEscape;
-        return true;
+        return true;  // '\\' was taken only where some escape's code point steps the pattern
       }
       if (s_.pair == kLowEscapeDue) return false;
       if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't') {
         s_.mode = kString;
-        return true;
+        const uint32_t decoded = b == 'b' ? '\b' : b == 'f' ? '\f' : b == 'n' ? '\n' : b == 'r' ? '\r' : b == 't' ? '\t' : b;
+        return PatternStep(decoded);
       }
       return false;
     case kUnicode: {
       if (!IsHex(b)) return false;
       const bool d = s_.first_hex == 'd' || s_.first_hex == 'D';
+      s_.code_point = (s_.count == 4 ? 0 : s_.code_point << 4) | static_cast<uint32_t>(HexDigitValue(b));
       if (s_.count == 4) {
         if (s_.pair == kLowEscape && b != 'd' && b != 'D') return false;
         s_.first_hex = b;
@@ -77,9 +80,18 @@ bool JsonSchemaAutomaton::Step(unsigned char b) {
       }
       if (--s_.count == 0) {
         s_.mode = kString;
+        // A pair is one code point, stepped at its first half (any one
+        // outside the BMP: not ASCII, not a line separator).
+        const bool low_half = s_.pair == kLowEscape;
+        const uint32_t code_point = s_.pair == kHighEscape ? 0x10000 : s_.code_point;
         s_.pair = s_.pair == kHighEscape ? kLowDue : kNoPair;
+        if (!low_half) return PatternStep(code_point);
+        return true;
       }
-      return true;
+      // The digits so far leave some code point the pattern takes.
+      if (s_.pair == kLowEscape) return true;
+      const uint32_t shift = 4u * s_.count;
+      return PatternMayTakeOneOf(s_.code_point << shift, ((s_.code_point + 1) << shift) - 1);
     }
     case kPropertyKey:
       return PropertyKeyByte(b);
@@ -175,13 +187,22 @@ std::string JsonSchemaAutomaton::Key() const {
   key.append(scalars, sizeof(scalars));
   // A string's lengths: the code points still due and the room left, each
   // up to the horizon.
+  // Beside a pattern, exact: the pattern's fewest and most code points to a
+  // match are weighed against them.
+  const bool patterned = in_string && s_.pattern_state >= 0;
+  const int64_t horizon = patterned ? 65535 : horizon_;
   uint16_t lengths_left[2] = {0, 0};
   if (lengths) {
     const SchemaNode& string = Node(s_.string_node);
-    lengths_left[0] = static_cast<uint16_t>(std::min<int64_t>(std::max<int64_t>(string.min_length - s_.chars, 0), horizon_));
+    lengths_left[0] = static_cast<uint16_t>(std::min<int64_t>(std::max<int64_t>(string.min_length - s_.chars, 0), horizon));
     lengths_left[1] = string.max_length < 0 ? uint16_t{65535}
-                                            : static_cast<uint16_t>(std::min<int64_t>(string.max_length - s_.chars, horizon_));
+                                            : static_cast<uint16_t>(std::min<int64_t>(string.max_length - s_.chars, horizon));
   }
+  // A pattern's state, and the bits of a code point it has not seen yet.
+  const bool mid_code_point = patterned && (s_.utf8 > 0 || mode == kUnicode);
+  const int32_t pattern[] = {patterned ? s_.string_node : -1, patterned ? s_.pattern_state : -1,
+                             mid_code_point ? static_cast<int32_t>(s_.code_point) : 0};
+  key.append(reinterpret_cast<const char*>(pattern), sizeof(pattern));
   const bool bounded = IsNumber() && Node(s_.number_node).bounded_integer;
   const int32_t nodes_and_trie[] = {value_due ? s_.value_node : 0, lengths ? s_.string_node : 0,
                                     in_trie ? s_.trie : 0, bounded ? s_.number_node : 0};
@@ -339,6 +360,7 @@ bool JsonSchemaAutomaton::StartValue(unsigned char b, int32_t node_id) {
       s_.pair = kNoPair;
       s_.chars = 0;
       s_.string_node = node_id;
+      s_.pattern_state = node.pattern >= 0 ? 0 : -1;
       // A string of at most 0 code points is "" only.
       return true;
     case 't':
@@ -393,6 +415,7 @@ bool JsonSchemaAutomaton::StartKey(unsigned char b) {
     s_.pair = kNoPair;
     s_.chars = 0;
     s_.string_node = 0;  // a key of any length
+    s_.pattern_state = -1;
     return true;
   }
   if (Top().index >= object.properties.size()) return false;
@@ -424,8 +447,10 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
     if (b < s_.utf8_low || b > s_.utf8_high) return false;
     s_.utf8_low = 0x80;
     s_.utf8_high = 0xBF;
-    --s_.utf8;
-    return true;
+    s_.code_point = (s_.code_point << 6) | (b & 0x3Fu);
+    if (--s_.utf8 == 0) return PatternStep(s_.code_point);
+    // Only a line separator (E2 80 A8 or A9) may come: E2 80 so far.
+    return s_.pattern_state < 0 || PatternNext(kNonAsciiSymbol) >= 0 || s_.code_point == 0x80;
   }
   if (s_.pair == kLowDue) {  // the second half of a surrogate pair, in the same code point
     if (b != '\\') return false;
@@ -442,6 +467,7 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
       return true;
     }
     if (lengths && s_.chars < node.min_length) return false;
+    if (s_.pattern_state >= 0 && !schema_->pattern(node.pattern).Matches(s_.pattern_state)) return false;
     EndValue();
     return true;
   }
@@ -458,9 +484,56 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
     s_.utf8 = lead.continuations;
     s_.utf8_low = lead.low;
     s_.utf8_high = lead.high;
+    s_.code_point = b & (0x7Fu >> (lead.continuations + 1));
   }
   if (lengths && s_.chars < UINT16_MAX) ++s_.chars;  // lengths are at most 65535: saturating is exact
+  if (b == '\\') return PatternMayTakeOneOf(0, 0xFFFF);
+  if (b >= 0x80) return PatternMayTakeOneOf(0x80, 0x10FFFF) && (b == 0xE2 || s_.pattern_state < 0 ||
+                                                                 PatternNext(kNonAsciiSymbol) >= 0);
+  return PatternStep(b);
+}
+
+int32_t JsonSchemaAutomaton::PatternNext(int symbol) const {
+  const SchemaNode& node = Node(s_.string_node);
+  const StringPattern& pattern = schema_->pattern(node.pattern);
+  const int32_t next = pattern.Next(s_.pattern_state, symbol);
+  if (next < 0) return -1;
+  // The code points still to come fit the string's lengths (chars counts this one).
+  if (node.max_length >= 0 && pattern.Fewest(next) > node.max_length - s_.chars) return -1;
+  if (pattern.Most(next) != kUnboundedPatternLength && s_.chars + pattern.Most(next) < node.min_length) return -1;
+  return next;
+}
+
+bool JsonSchemaAutomaton::PatternStep(uint32_t code_point) {
+  if (s_.pattern_state < 0) return true;
+  const int32_t next = PatternNext(PatternSymbolOf(code_point));
+  if (next < 0) return false;
+  s_.pattern_state = next;
   return true;
+}
+
+// Whether a code point in [low, high] (a \u escape's digits so far) could
+// step the pattern: a byte that begins a code point none of whose endings
+// the pattern takes would leave the string no way on.
+bool JsonSchemaAutomaton::PatternMayTakeOneOf(uint32_t low, uint32_t high) const {
+  if (s_.pattern_state < 0) return true;
+  for (uint32_t c = low; c <= std::min<uint32_t>(high, 0x7F); ++c) {
+    if (PatternNext(static_cast<int>(c)) >= 0) return true;
+  }
+  if (high >= 0x2028 && low <= 0x2029 && PatternNext(kLineSeparatorSymbol) >= 0) return true;
+  if (PatternNext(kNonAsciiSymbol) < 0) return false;
+  // A non-ASCII code point in range other than the line separators and
+  // the low surrogates (a high one begins a pair: one code point past the BMP).
+  for (uint32_t c = std::max<uint32_t>(low, 0x80); c <= high;) {
+    if (c == 0x2028 || c == 0x2029) {
+      c = 0x202A;
+    } else if (c >= 0xDC00 && c <= 0xDFFF) {
+      c = 0xE000;
+    } else {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool JsonSchemaAutomaton::Open(int32_t node, bool object) {

@@ -102,6 +102,11 @@ class JsonSchemaAutomaton {
     int32_t value_node = 0;
     int32_t string_node = 0;
     int32_t trie = 0;
+    // String modes of a value with a pattern (Note [String patterns]): its
+    // automaton's state (-1: no pattern), and the code point being read
+    // (a UTF-8 sequence's or a \u escape's bits so far).
+    int32_t pattern_state = -1;
+    uint32_t code_point = 0;
   };
 
   const SchemaNode& Node(int32_t id) const { return schema_->node(id); }
@@ -118,6 +123,12 @@ class JsonSchemaAutomaton {
   bool StartKey(unsigned char b);
   bool PropertyKeyByte(unsigned char b);
   bool StringByte(unsigned char b);
+  // A string's code point `code_point` ends: stepped through the string's
+  // pattern, if any; false when no match could follow within its lengths.
+  bool PatternStep(uint32_t code_point);
+  // The pattern's state after `symbol` within the string's lengths, or -1.
+  int32_t PatternNext(int symbol) const;
+  bool PatternMayTakeOneOf(uint32_t low, uint32_t high) const;
   bool Open(int32_t node, bool object);
   bool CloseObject();
   bool CloseArray();

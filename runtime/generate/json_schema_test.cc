@@ -11,10 +11,12 @@
 
 #include <cmath>
 #include <random>
+#include <regex>
 
 #include "absl/strings/match.h"
 #include "runtime/generate/json_schema_automaton.h"
 #include "runtime/generate/output_constraint.h"
+#include "runtime/generate/string_pattern.h"
 #include "torch/torch.h"
 
 namespace dslaunch::runtime {
@@ -46,9 +48,16 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
     std::string schema, error;
   };
   for (const Case& c : std::vector<Case>{
-           {R"({"type": "string", "pattern": "^a+$"})", "schema: 'pattern' is not supported"},
-           {R"({"properties": {"when": {"type": "string", "format": "date-time"}}})",
-            "schema/properties/when: 'format' is not supported"},
+           {R"js({"type": "string", "pattern": "^a+(?=b)"})js", "schema/pattern: pattern '^a+(?=b)': lookarounds"},
+           {R"({"properties": {"host": {"type": "string", "format": "hostname"}}})",
+            "schema/properties/host/format: format 'hostname' is not supported"},
+           {R"({"type": "string", "pattern": "^a", "format": "email"})",
+            "schema: 'pattern' beside 'format' is not supported"},
+           {R"({"type": "integer", "format": "int32"})", "schema/format: 'format' is read on strings"},
+           {R"({"type": "string", "pattern": "^a{5}$", "maxLength": 4})",
+            "schema: the pattern's shortest match is 5 code points, above maxLength 4"},
+           {R"({"type": "string", "format": "date", "minLength": 11})",
+            "schema: the format's longest match is 10 code points, below minLength 11"},
            {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})",
             "schema/properties/n: 'multipleOf' is not supported"},
            {R"({"type": "number", "minimum": 0})", "schema: minimum and maximum are held on integers only"},
@@ -81,9 +90,9 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
            {R"({"oneOf": [{"type": "string"}, {"anyOf": [{"$ref": "#/$defs/s"}, {"type": "null"}]}, {"$ref": "#/$defs/s"}],
                 "$defs": {"s": {"type": "string"}}})", "schema/oneOf: alternative 2 holds a schema an earlier"},
            {R"({"oneOf": [true, {"type": "null"}]})", "schema/oneOf: alternative 0 states no \"type\""},
-           {R"({"properties": {"a/b~": {"pattern": "x"}}})", "schema/properties/a~1b~0: 'pattern'"},
-           {R"({"properties": {"a": {}}, "additionalProperties": {"format": "email"}})",
-            "schema/additionalProperties: 'format' is not supported"},
+           {R"({"properties": {"a/b~": {"pattern": "\\bx"}}})", "schema/properties/a~1b~0/pattern: pattern '\\bx'"},
+           {R"({"properties": {"a": {}}, "additionalProperties": {"format": "uri"}})",
+            "schema/additionalProperties/format: format 'uri' is not supported"},
            {R"({"const": 9007199254740993})", "schema/const: the integer 9007199254740992 is 2^53 or past it"},
            {R"({"anyOf": [{"enum": ["a", 1]}, {"type": "string"}]})",
             "schema/anyOf: alternatives 0 and 1 may both begin with '\"'"},
@@ -327,6 +336,13 @@ class Validator {
       if (const JsonValue* m = schema.Find("exclusiveMaximum"); m != nullptr && v >= m->number_value()) return false;
     }
     if (value.is_string()) {
+      for (const char* word : {"pattern", "format"}) {
+        const JsonValue* pattern = schema.Find(word);
+        if (pattern == nullptr) continue;
+        const std::string text = *word == 'p' ? pattern->string_value()
+                                              : *FormatPattern(pattern->string_value(), "format");
+        if (!std::regex_search(value.string_value(), std::regex(text, std::regex::ECMAScript))) return false;
+      }
       const int64_t points = CodePoints(value.string_value());
       if (const JsonValue* m = schema.Find("minLength"); m != nullptr && points < m->number_value()) return false;
       if (const JsonValue* m = schema.Find("maxLength"); m != nullptr && points > m->number_value()) return false;
@@ -431,6 +447,14 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
           {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "integer"}, "tag": {"type": "string",
            "maxLength": 3}}, "required": ["kind"], "additionalProperties": false},
           {"type": "string", "minLength": 1}]}, "minItems": 1})",
+      // Note [String patterns]: patterns and formats (the validator reads
+      // them with std::regex; '.' and negated classes only under
+      // repetition, which bytes and code points alike satisfy).
+      R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{2,4}$"},
+          "when": {"type": "string", "format": "date-time"}, "mail": {"type": "string", "format": "email",
+          "maxLength": 12}, "free": {"type": "string", "pattern": "^x.*[^a]*$", "minLength": 3, "maxLength": 9},
+          "any": {"type": "string", "pattern": "b|c\\s"}, "id": {"type": "string", "format": "uuid"}},
+          "required": ["code", "when", "mail", "free", "any", "id"], "additionalProperties": false})",
       R"({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -20, "maximum": 5000},
           {"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 7.5,
           "exclusiveMaximum": 12}}, "required": ["n"]}]}})",
@@ -476,13 +500,20 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
     for (int n = 1 + static_cast<int>(random() % 4); n > 0; --n) token += alphabet[random() % alphabet.size()];
     tokens.push_back(token);
   }
-  const std::string schema = R"({"type": "array", "items": {"anyOf": [{"type": "string", "minLength": 2,
+  const std::vector<std::string> schemas = {
+      R"({"type": "array", "items": {"anyOf": [{"type": "string", "minLength": 2,
       "maxLength": 5}, {"type": "object", "properties": {"ab": {"type": "number"}, "b": {"enum": ["a", 10, 1]}},
-      "required": ["b"]}, {"type": "null"}]}, "minItems": 2, "maxItems": 20})";
+      "required": ["b"]}, {"type": "null"}]}, "minItems": 2, "maxItems": 20})",
+      // Note [String patterns]: a pattern's state and the code point being
+      // read are in the key.
+      R"({"type": "array", "items": {"anyOf": [{"type": "string", "pattern": "^(ab|1)+0?$", "maxLength": 7},
+      {"type": "object", "properties": {"b": {"type": "string", "pattern": "^.(b|\\d)+$", "minLength": 2,
+      "maxLength": 4}}, "required": ["b"]}, {"type": "null"}]}, "maxItems": 20})"};
   auto shared = std::make_shared<const TokenVocabulary>(tokens);
   const int64_t vocab = static_cast<int64_t>(tokens.size());
   int compared = 0;
-  for (int run = 0; run < 40; ++run) {
+  for (int run = 0; run < 80; ++run) {
+    const std::string& schema = schemas[static_cast<size_t>(run % 2)];
     auto state = StartOutputConstraint(Schema(schema), shared, "t");
     ASSERT_TRUE(state.ok()) << state.status();
     std::vector<int64_t> accepted;
@@ -502,7 +533,7 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
       accepted.push_back(token);
     }
   }
-  EXPECT_GT(compared, 300);
+  EXPECT_GT(compared, 600);
 }
 
 // An array's items share their masks up to the horizon, never past it: a
@@ -535,6 +566,47 @@ TEST(JsonSchemaTest, TheValidatorRefusesInvalidValues) {
     EXPECT_FALSE(validator.Valid(*ParseJson(bad, "v"), *schema)) << bad;
   }
   EXPECT_TRUE(validator.Valid(*ParseJson(R"({"a": 1, "b": "xy"})", "v"), *schema));
+  auto strings = ParseJson(R"({"properties": {"c": {"pattern": "^a"}, "d": {"format": "date"}}})", "s");
+  ASSERT_TRUE(strings.ok());
+  EXPECT_FALSE(validator.Valid(*ParseJson(R"({"c": "ba"})", "v"), *strings));
+  EXPECT_FALSE(validator.Valid(*ParseJson(R"({"d": "2026-02-30"})", "v"), *strings));
+  EXPECT_TRUE(validator.Valid(*ParseJson(R"({"c": "ab", "d": "2026-02-28"})", "v"), *strings));
+}
+
+// Note [String patterns]: a pattern reads a string's code points, its JSON
+// escapes undone, and is kept beside its lengths as characters come.
+TEST(JsonSchemaTest, PatternsHoldTheDecodedStringAsItComes) {
+  const std::string date = R"({"type": "string", "format": "date"})";
+  EXPECT_EQ(Judge(date, R"("2026-12-07")"), 1);
+  EXPECT_EQ(Judge(date, R"("2026-1)"), 0);
+  EXPECT_EQ(Judge(date, R"("2026-13)"), -1) << "a month past 12, refused as it comes";
+  EXPECT_EQ(Judge(date, R"("2026-12-07 )"), -1);
+  EXPECT_EQ(Judge(date, R"("2026-12-0")"), -1) << "the closing quote only on a match";
+  // Escapes are undone before the pattern reads them.
+  const std::string lines = R"({"type": "string", "pattern": "^a\\nb\\u0041$"})";
+  EXPECT_EQ(Judge(lines, R"("a\nbA")"), 1);
+  EXPECT_EQ(Judge(lines, R"("a\u000ab\u0041")"), 1);
+  EXPECT_EQ(Judge(lines, R"("a\u000Ab\u0042)"), -1);
+  EXPECT_EQ(Judge(lines, R"("a\t)"), -1);
+  // One code point, however it is written; line separators are not '.'.
+  const std::string one = R"({"type": "string", "pattern": "^.$"})";
+  EXPECT_EQ(Judge(one, "\"\xC3\xA9\""), 1);
+  EXPECT_EQ(Judge(one, R"("\u00e9")"), 1);
+  EXPECT_EQ(Judge(one, R"("\ud83d\ude00")"), 1);
+  EXPECT_EQ(Judge(one, "\"\xE2\x80\xA8"), -1);
+  EXPECT_EQ(Judge(one, R"("\u2028)"), -1);
+  EXPECT_EQ(Judge(one, R"("ab)"), -1);
+  // Lengths beside a pattern: a character that leaves the pattern no room is refused.
+  const std::string code = R"({"type": "string", "pattern": "^[a-z]+[0-9]{2}$", "maxLength": 5})";
+  EXPECT_EQ(Judge(code, R"("abc12")"), 1);
+  EXPECT_EQ(Judge(code, R"("abcd)"), -1) << "four letters leave no room for the two digits";
+  const std::string longer = R"({"type": "string", "pattern": "^a*b?$", "minLength": 3})";
+  EXPECT_EQ(Judge(longer, R"("ab)"), -1) << "after b the match ends short of 3";
+  EXPECT_EQ(Judge(longer, R"("aab")"), 1);
+  // Keys of an object without properties are not held to a pattern beside them.
+  EXPECT_EQ(Judge(R"({"type": ["object", "string"], "pattern": "^z$", "additionalProperties": {"type": "null"}})",
+                  R"({"key": null})"),
+            1);
 }
 
 }  // namespace

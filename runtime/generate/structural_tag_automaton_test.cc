@@ -93,7 +93,7 @@ TEST(StructuralTagTest, FormsThatCouldNotWorkAreRefusedNamingTheField) {
   EXPECT_THAT(refused({{"<a>", any, "</a>"}, {"[b]", any, "[/b]"}}, {"<"}),
               HasSubstr("response_format.structures[1].begin: '[b]' starts with none of the triggers"));
   EXPECT_THAT(refused({{"<a>", any, ""}}, {"<"}), HasSubstr("response_format.structures[0].end: empty"));
-  EXPECT_THAT(refused({{"<a>", R"({"type":"string","pattern":"x"})", "</a>"}}, {"<"}),
+  EXPECT_THAT(refused({{"<a>", R"js({"type":"string","pattern":"(?!x)"})js", "</a>"}}, {"<"}),
               HasSubstr("response_format.structures[0].schema"));
   EXPECT_THAT(refused({{"<a>", any, std::string(kMaxStructureTagBytes + 1, 'x')}}, {"<"}),
               HasSubstr("more than the 1024 allowed"));

@@ -103,11 +103,11 @@ TEST(ToolCallFormTest, ArgumentsAreAnObjectAndTheirSchemaKeepsItsMeaning) {
 TEST(ToolCallFormTest, ParametersTheDecoderCannotHoldAreRefusedNamingTheTool) {
   auto tools = ParseJson(R"([{"type": "function", "function": {"name": "a"}},
       {"type": "function", "function": {"name": "b", "parameters": {"type": "object",
-       "properties": {"n": {"type": "string", "pattern": "^a"}}}}}])",
+       "properties": {"n": {"type": "string", "format": "uri"}}}}}])",
                          "tools");
   ASSERT_TRUE(tools.ok());
   EXPECT_THAT(ToolCallConstraint(ToolCallFormat::kHermes, *tools, {"a", "b"}).status().message(),
-              HasSubstr("tools[1].function.parameters: schema/properties/n: 'pattern' is not supported"));
+              HasSubstr("tools[1].function.parameters: schema/properties/n/format: format 'uri' is not supported"));
   // Not called: not read.
   EXPECT_TRUE(ToolCallConstraint(ToolCallFormat::kHermes, *tools, {"a"}).ok());
 }

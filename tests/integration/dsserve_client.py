@@ -31,6 +31,7 @@ checks:
                                 is whole again
 Prints one PASS line per check; exits 1 naming what differed."""
 import concurrent.futures
+import datetime
 import http.client
 import json
 import re
@@ -624,17 +625,28 @@ def check_structural_tag():
 # (checked here by hand: Debian's Python has no jsonschema by default).
 ANSWER_SCHEMA = {"type": "object", "properties": {
     "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+    "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string", "format": "date"},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
     "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]}},
-    "required": ["answer", "confidence", "note"], "additionalProperties": False}
+    "required": ["answer", "confidence", "code", "day", "note"], "additionalProperties": False}
+DAY = re.compile(r"^[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
+                 r"02-(0[1-9]|1[0-9]|2[0-8]))$")
 
 
 def answer_problem(value):
     if not isinstance(value, dict):
         return "not an object"
-    order = [k for k in ["answer", "confidence", "tags", "note"] if k in value]
-    if list(value) != order or not {"answer", "confidence", "note"} <= set(value):
+    order = [k for k in ["answer", "confidence", "code", "day", "tags", "note"] if k in value]
+    if list(value) != order or not {"answer", "confidence", "code", "day", "note"} <= set(value):
         return f"keys {list(value)}"
+    if not isinstance(value["code"], str) or not re.search(r"^[A-Z]{2}-\d{3}$", value["code"]):
+        return "code (pattern)"
+    try:  # format date, read as Python reads ISO dates
+        datetime.date.fromisoformat(value["day"])
+    except (TypeError, ValueError):
+        return "day (format date)"
+    if not DAY.search(value["day"]):
+        return "day (the RFC 3339 form)"
     if value["answer"] not in ("yes", "no"):
         return "answer"
     if not isinstance(value["confidence"], int) or isinstance(value["confidence"], bool) or \
@@ -658,7 +670,7 @@ def check_json_schema():
                                     "json_schema": {"name": "answer", "strict": True, "schema": ANSWER_SCHEMA}}}
         else:
             path, body = "/v1/completions", {"prompt": "Is it raining? Answer in JSON:", "guided_json": ANSWER_SCHEMA}
-        body.update({"max_tokens": 160, "temperature": 0.8, "seed": seed})
+        body.update({"max_tokens": 200, "temperature": 0.8, "seed": seed})
         status, reply = post(path, body)
         if status != 200:
             fail(f"json_schema seed {seed}: HTTP {status}: {reply}")
@@ -681,7 +693,7 @@ def check_json_schema():
         if streamed != (content, reason):
             fail(f"json_schema seed {seed} streamed: {streamed!r}, plain {(content, reason)!r}")
     if whole == 0:
-        fail("json_schema: no answer of 6 whole within 160 tokens")
+        fail("json_schema: no answer of 6 whole within 200 tokens")
     print(f"PASS: json_schema (response_format and guided_json) gave {whole} of 6 answers whole, each valid against "
           "the schema, streamed as plain")
 

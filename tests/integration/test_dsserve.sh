@@ -154,10 +154,10 @@ else:
     assert list(value) == ["answer", "score"] and value["answer"] in ("yes", "no"), value
     assert isinstance(value["score"], int), value
 PYTHON
-echo '{"type": "string", "format": "email"}' >"$WORK/bad.schema.json"
+echo '{"type": "string", "format": "hostname"}' >"$WORK/bad.schema.json"
 "$DSGEN" --model "$MODEL" --prompt "x" --json_schema "$WORK/bad.schema.json" >"$WORK/dsgen_bad_schema.out" 2>&1 &&
   fail "dsgen --json_schema with an unsupported keyword ran"
-grep -q "bad.schema.json: schema: 'format' is not supported" "$WORK/dsgen_bad_schema.out" ||
+grep -q "bad.schema.json: schema/format: format 'hostname' is not supported" "$WORK/dsgen_bad_schema.out" ||
   fail "dsgen --json_schema, bad schema: $(cat "$WORK/dsgen_bad_schema.out")"
 "$DSGEN" --model "$MODEL" --prompt_ids 1,2 --json >"$WORK/dsgen_ids_json.out" 2>&1 &&
   fail "dsgen --json with --prompt_ids ran"
