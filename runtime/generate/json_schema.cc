@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "common/json_quote.h"
 
@@ -447,8 +448,28 @@ class JsonSchemaCompiler {
       if (!of_format.ok()) return of_format.status();
       text = *of_format;
     }
-    auto compiled = StringPattern::Compile(text, absl::StrCat(field_, ": ", path, "/", word));
+    // One compile per distinct pattern, all of a schema's within one budget
+    // (a request's schema is compiled while it waits).
+    if (auto same = pattern_ids_.find(text); same != pattern_ids_.end()) {
+      At(id).pattern = same->second;
+      return LengthsFitPattern(path, word, id);
+    }
+    auto compiled = StringPattern::Compile(text, absl::StrCat(field_, ": ", path, "/", word), &pattern_work_left_);
     if (!compiled.ok()) return compiled.status();
+    pattern_states_ += compiled->states();
+    if (pattern_states_ > static_cast<size_t>(kMaxSchemaPatternStates)) {
+      return Fail(path + "/" + word, absl::StrCat("the schema's patterns need more than ", kMaxSchemaPatternStates,
+                                                  " automaton states together"));
+    }
+    At(id).pattern = static_cast<int32_t>(patterns_->size());
+    pattern_ids_.emplace(text, At(id).pattern);
+    patterns_->push_back(*std::move(compiled));
+    return LengthsFitPattern(path, word, id);
+  }
+
+  // minLength and maxLength leave room for some match of the node's pattern.
+  absl::Status LengthsFitPattern(const std::string& path, const std::string& word, int32_t id) {
+    const StringPattern* compiled = &(*patterns_)[static_cast<size_t>(At(id).pattern)];
     const SchemaNode& node = At(id);
     if (node.max_length >= 0 && compiled->Fewest(compiled->start()) > node.max_length) {
       return Fail(path, absl::StrCat("the ", word, "'s shortest match is ", compiled->Fewest(compiled->start()),
@@ -459,8 +480,6 @@ class JsonSchemaCompiler {
       return Fail(path, absl::StrCat("the ", word, "'s longest match is ", most, " code points, below minLength ",
                                      node.min_length));
     }
-    At(id).pattern = static_cast<int32_t>(patterns_->size());
-    patterns_->push_back(*std::move(compiled));
     return absl::OkStatus();
   }
 
@@ -677,6 +696,9 @@ class JsonSchemaCompiler {
   std::string field_;
   std::vector<SchemaNode>* nodes_ = nullptr;
   std::vector<StringPattern>* patterns_ = nullptr;
+  std::map<std::string, int32_t> pattern_ids_;  // by the pattern's text
+  size_t pattern_work_left_ = 2 * kMaxPatternWork;
+  size_t pattern_states_ = 0;
   std::map<std::string, int32_t> refs_;
   std::set<int32_t> in_progress_;
   std::map<int32_t, std::string> union_paths_;
@@ -689,9 +711,22 @@ absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> CompileJsonSchema(cons
 
 absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> CompileJsonSchemaText(const std::string& text,
                                                                                const std::string& field) {
+  // A request's schema is compiled where it is read and again on each rank
+  // that runs it: the last ones compiled are kept by their text.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* recent = new std::map<std::string, std::shared_ptr<const CompiledJsonSchema>>();
+  {
+    absl::MutexLock lock(&mu);
+    if (auto it = recent->find(text); it != recent->end()) return it->second;
+  }
   auto schema = ParseJson(text, field);
   if (!schema.ok()) return absl::InvalidArgumentError(schema.status().message());
-  return CompileJsonSchema(*schema, field);
+  auto compiled = CompileJsonSchema(*schema, field);
+  if (!compiled.ok()) return compiled;
+  absl::MutexLock lock(&mu);
+  if (recent->size() >= kRecentCompiledSchemas) recent->clear();
+  recent->emplace(text, *compiled);
+  return compiled;
 }
 
 std::shared_ptr<const CompiledJsonSchema> AnyJsonObjectSchema() {

@@ -27,7 +27,8 @@
 // Read: type (a name or a list), properties, required,
 // additionalProperties (false, true or a schema), items, minItems, maxItems,
 // minLength, maxLength (code points, as JSON Schema counts), pattern and
-// format on strings (Note [String patterns] in string_pattern.h), minimum,
+// format on strings (Note [String patterns] in string_pattern.h; format on
+// other types, such as OpenAPI's int32, is refused), minimum,
 // maximum, exclusiveMinimum and exclusiveMaximum on integers (a digit that
 // leaves no way into the range is refused as it comes), enum, const,
 // anyOf, oneOf, allOf of one schema, $ref to "#", "#/$defs/NAME" or
@@ -57,6 +58,8 @@ inline constexpr int kMaxSchemaNodes = 4096;
 inline constexpr int kMaxSchemaProperties = 1024;   // in one object
 inline constexpr int64_t kMaxSchemaCount = 65535;   // minItems, maxItems, minLength, maxLength
 inline constexpr int kMaxSchemaEnumBytes = 16384;   // one enum's values, serialised
+inline constexpr int kMaxSchemaPatternStates = 16384;  // all its patterns' automata together
+inline constexpr size_t kRecentCompiledSchemas = 64;   // CompileJsonSchemaText keeps these
 // An integer's bounds are below 2^53 in magnitude (a double holds them).
 inline constexpr int64_t kNoMinimum = INT64_MIN, kNoMaximum = INT64_MAX;
 

@@ -199,7 +199,8 @@ std::string JsonSchemaAutomaton::Key() const {
                                             : static_cast<uint16_t>(std::min<int64_t>(string.max_length - s_.chars, horizon));
   }
   // A pattern's state, and the bits of a code point it has not seen yet.
-  const bool mid_code_point = patterned && (s_.utf8 > 0 || mode == kUnicode);
+  const bool mid_code_point =
+      patterned && (s_.utf8 > 0 || (mode == kUnicode && s_.count < 4 && s_.pair != kLowEscape));
   const int32_t pattern[] = {patterned ? s_.string_node : -1, patterned ? s_.pattern_state : -1,
                              mid_code_point ? static_cast<int32_t>(s_.code_point) : 0};
   key.append(reinterpret_cast<const char*>(pattern), sizeof(pattern));

@@ -17,10 +17,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes)
   // Children are found by a map while building, then kept sorted in vectors.
   std::vector<std::map<unsigned char, int32_t>> children(1);
   for (size_t id = 0; id < token_bytes.size(); ++id) {
-    if (token_bytes[id].empty()) {
-      unknown_.push_back(static_cast<int32_t>(id));
-      continue;
-    }
+    if (token_bytes[id].empty()) continue;
     longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(token_bytes[id].size()));
     int32_t node = 0;
     for (char c : token_bytes[id]) {
@@ -106,11 +103,6 @@ class AutomatonConstraint : public OutputConstraintState {
     if (auto cached = vocabulary_->Cached(key)) return cached;
     auto allowed = std::make_shared<std::vector<char>>(static_cast<size_t>(vocabulary_->size()), 0);
     Walk(0, state_, *allowed);
-    if constexpr (requires { state_.AllowsUnknownBytes(); }) {
-      if (state_.AllowsUnknownBytes()) {
-        for (int32_t token : vocabulary_->unknown_tokens()) (*allowed)[static_cast<size_t>(token)] = 1;
-      }
-    }
     vocabulary_->Remember(key, allowed);
     return allowed;
   }

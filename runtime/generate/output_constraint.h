@@ -129,8 +129,7 @@ class TokenVocabulary {
   };
   int64_t size() const { return size_; }  // ids 0..size-1
   int64_t longest_token_bytes() const { return longest_; }
-  // The tokens whose bytes are not known alone (empty token_bytes), by id.
-  const std::vector<int32_t>& unknown_tokens() const { return unknown_; }
+
   const std::string& bytes(int64_t id) const { return bytes_[static_cast<size_t>(id)]; }
   const std::vector<Node>& nodes() const { return nodes_; }
 
@@ -145,7 +144,6 @@ class TokenVocabulary {
   int64_t size_ = 0;
   int64_t longest_ = 0;
   std::vector<std::string> bytes_;  // by id
-  std::vector<int32_t> unknown_;
   std::vector<Node> nodes_;         // 0: the root (no bytes)
   mutable absl::Mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<char>>> cache_ ABSL_GUARDED_BY(mu_);

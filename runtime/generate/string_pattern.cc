@@ -20,9 +20,13 @@ int PatternSymbolOf(uint32_t code_point) {
 
 namespace {
 
-using SymbolSet = std::bitset<kPatternSymbols>;
+// The symbols, and one more bit while parsing: kNonAsciiSpaces, the
+// non-ASCII code points \s matches (U+00A0, U+FEFF, the Zs spaces). A set
+// holds kNonAsciiSymbol for the automaton only when it holds both kinds of
+// non-ASCII code point (NfaEdge): \S alone does not, [\s\S] does.
+constexpr size_t kNonAsciiSpaces = kPatternSymbols;
+using SymbolSet = std::bitset<kPatternSymbols + 1>;
 constexpr size_t kMaxNfaStates = 40000;
-constexpr size_t kMaxDeterminizeWork = 30'000'000;  // state-edge visits: well under a second
 
 SymbolSet Range(int low, int high) {
   SymbolSet set;
@@ -31,11 +35,17 @@ SymbolSet Range(int low, int high) {
 }
 SymbolSet Digits() { return Range('0', '9'); }
 SymbolSet WordCharacters() { return Range('a', 'z') | Range('A', 'Z') | Digits() | Range('_', '_'); }
-// ECMA-262's \s on the symbols it holds whole (its other Unicode spaces are
-// among kNonAsciiSymbol's code points, which a class touching \s drops).
+// ECMA-262's \s: ASCII's spaces, the line separators and the non-ASCII spaces.
 SymbolSet Spaces() {
   SymbolSet set = Range('\t', '\r') | Range(' ', ' ');
   set.set(kLineSeparatorSymbol);
+  set.set(kNonAsciiSpaces);
+  return set;
+}
+// A parsed set as the automaton reads it.
+SymbolSet NfaEdge(SymbolSet set) {
+  if (!set.test(kNonAsciiSpaces)) set.reset(kNonAsciiSymbol);
+  set.reset(kNonAsciiSpaces);
   return set;
 }
 SymbolSet Everything() { return SymbolSet().set(); }
@@ -78,6 +88,10 @@ class PatternCompiler {
   PatternCompiler(const std::string& pattern, const std::string& where) : p_(pattern), where_(where) {}
 
   absl::StatusOr<StringPattern> Compile() {
+    if (p_.size() > static_cast<size_t>(kMaxPatternBytes)) {
+      Fail(absl::StrCat(p_.size(), " bytes, more than the ", kMaxPatternBytes, " read"));
+      return error_;
+    }
     // Top level: alternatives, each anchored or not at its two ends. A
     // match that may go on with anything (no '$') ends in accept_all_,
     // which takes every symbol: a set of states holding it is that state
@@ -85,7 +99,7 @@ class PatternCompiler {
     const int start = NewState();
     final_ = NewState();
     accept_all_ = NewState();
-    states_[static_cast<size_t>(accept_all_)].edges.emplace_back(Everything(), accept_all_);
+    states_[static_cast<size_t>(accept_all_)].edges.emplace_back(NfaEdge(Everything()), accept_all_);
     for (;;) {
       const bool anchored_start = Peek('^');
       if (anchored_start) ++at_;
@@ -111,9 +125,11 @@ class PatternCompiler {
 
  private:
   bool ok() const { return error_.ok(); }
+  // The pattern as errors quote it: its first 80 bytes.
+  std::string Shown() const { return p_.size() <= 80 ? p_ : p_.substr(0, 80) + "..."; }
   bool Peek(char c) const { return at_ < p_.size() && p_[at_] == c; }
   NodePtr Fail(const std::string& what) {
-    if (ok()) error_ = absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", p_, "': ", what));
+    if (ok()) error_ = absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", Shown(), "': ", what));
     return SetNode(SymbolSet());
   }
 
@@ -198,6 +214,7 @@ class PatternCompiler {
     const char c = p_[at_++];
     switch (c) {
       case '(': {
+        if (++depth_ > kMaxPatternDepth) return Fail(absl::StrCat("groups nested more than ", kMaxPatternDepth, " deep"));
         if (Peek('?')) {
           if (p_.compare(at_, 2, "?:") == 0) {
             at_ += 2;
@@ -206,14 +223,19 @@ class PatternCompiler {
             const size_t close = p_.find('>', at_);
             if (close == std::string::npos) return Fail("a group name without its '>'");
             at_ = close + 1;
-          } else {
+          } else if (p_.compare(at_, 2, "?=") == 0 || p_.compare(at_, 2, "?!") == 0 ||
+                     p_.compare(at_, 3, "?<=") == 0 || p_.compare(at_, 3, "?<!") == 0) {
             return Fail("lookarounds ((?=, (?!, (?<=, (?<!) are not supported");
+          } else {
+            return Fail(absl::StrCat("'(", p_.substr(at_, 2), "' is not ECMA-262's (inline flags and Python's (?P "
+                                     "are not read; groups are (...), (?:...) and (?<name>...))"));
           }
         }
         NodePtr inside = Alternation();
         if (!ok()) return inside;
         if (!Peek(')')) return Fail("a '(' without its ')'");
         ++at_;
+        --depth_;
         return inside;
       }
       case '[':
@@ -268,14 +290,9 @@ class PatternCompiler {
       case 'W':
         return SetNode(~WordCharacters());
       case 's':
-        touches_spaces_ = true;
         return SetNode(Spaces());
-      case 'S': {
-        touches_spaces_ = true;
-        SymbolSet set = ~Spaces();
-        if (!in_class) set.reset(kNonAsciiSymbol);  // in a class, the class drops it
-        return SetNode(set);
-      }
+      case 'S':
+        return SetNode(~Spaces());
       case 'n':
         return one('\n');
       case 't':
@@ -327,8 +344,6 @@ class PatternCompiler {
     const bool negated = Peek('^');
     if (negated) ++at_;
     SymbolSet set;
-    const bool before = touches_spaces_;
-    touches_spaces_ = false;
     while (ok()) {  // "[]" matches nothing and "[^]" anything, as in ECMA-262
       if (at_ >= p_.size()) return Fail("a '[' without its ']'");
       if (p_[at_] == ']') {
@@ -351,8 +366,6 @@ class PatternCompiler {
       set |= item;
     }
     if (negated) set = ~set;
-    if (touches_spaces_) set.reset(kNonAsciiSymbol);
-    touches_spaces_ = before;
     return SetNode(set);
   }
 
@@ -382,7 +395,7 @@ class PatternCompiler {
     switch (node.kind) {
       case PatternNode::kSet: {
         const int start = NewState(), end = NewState();
-        states_[static_cast<size_t>(start)].edges.emplace_back(node.set, end);
+        states_[static_cast<size_t>(start)].edges.emplace_back(NfaEdge(node.set), end);
         return {start, end};
       }
       case PatternNode::kConcat: {
@@ -446,6 +459,7 @@ class PatternCompiler {
     ++generation_;
     for (int s : set) seen_[static_cast<size_t>(s)] = generation_;
     for (size_t i = 0; i < set.size(); ++i) {
+      closure_work_ += 1 + states_[static_cast<size_t>(set[i])].epsilon.size();
       for (int t : states_[static_cast<size_t>(set[i])].epsilon) {
         if (seen_[static_cast<size_t>(t)] != generation_) {
           seen_[static_cast<size_t>(t)] = generation_;
@@ -489,7 +503,7 @@ class PatternCompiler {
     ids[sets[0]] = 0;
     for (size_t d = 0; d < sets.size(); ++d) {
       if (sets.size() > static_cast<size_t>(kMaxPatternStates)) {
-        return absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", p_, "': more than ", kMaxPatternStates,
+        return absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", Shown(), "': more than ", kMaxPatternStates,
                                                        " states (simplify it, or bound it less finely)"));
       }
       const std::vector<int> here = sets[d];
@@ -497,6 +511,7 @@ class PatternCompiler {
                            std::binary_search(here.begin(), here.end(), accept_all_);
       dfa.accepting_.push_back(matched ? 1 : 0);
       std::vector<int32_t> by_class(representatives.size(), -1);
+      std::map<std::vector<int>, int32_t> moved_to;  // classes that move alike close once
       for (size_t k = 0; k < representatives.size(); ++k) {
         const int symbol = representatives[k];
         std::vector<int> moved;
@@ -506,15 +521,24 @@ class PatternCompiler {
           }
           work += 1 + states_[static_cast<size_t>(s)].edges.size();
         }
+        work += closure_work_;
+        closure_work_ = 0;
         // A request's pattern is compiled while it waits: bounded work.
-        if (work > kMaxDeterminizeWork) {
+        work_done_ = work;
+        if (work > work_budget_) {
           return absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", p_,
                                                          "': too complex to compile (simplify it, or bound it "
                                                          "less finely)"));
         }
         int32_t id = -1;
+        if (auto same = moved_to.find(moved); same != moved_to.end()) {
+          by_class[k] = same->second;
+          continue;
+        }
+        const std::vector<int> moved_key = moved;
         if (!moved.empty()) {
           std::vector<int> closed = Closure(std::move(moved));
+          work += closed.size();
           auto it = ids.find(closed);
           if (it == ids.end()) {
             id = static_cast<int32_t>(sets.size());
@@ -525,6 +549,7 @@ class PatternCompiler {
           }
         }
         by_class[k] = id;
+        moved_to.emplace(moved_key, id);
       }
       for (int symbol = 0; symbol < kPatternSymbols; ++symbol) {
         dfa.next_.push_back(by_class[static_cast<size_t>(classes[static_cast<size_t>(symbol)])]);
@@ -557,7 +582,7 @@ class PatternCompiler {
       }
     }
     if (dfa.fewest_[0] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", p_, "': matches no string"));
+      return absl::InvalidArgumentError(absl::StrCat(where_, ": pattern '", Shown(), "': matches no string"));
     }
     for (int32_t& t : dfa.next_) {
       if (t >= 0 && dfa.fewest_[static_cast<size_t>(t)] < 0) t = -1;
@@ -612,15 +637,27 @@ class PatternCompiler {
   const std::string where_;
   size_t at_ = 0;
   absl::Status error_;
-  bool touches_spaces_ = false;
   std::vector<State> states_;
   int final_ = 0, accept_all_ = 0;
+  int depth_ = 0;
   std::vector<uint32_t> seen_;  // Closure's marks, by generation
+  size_t closure_work_ = 0;    // Closure's steps since Determinize last counted them
+  size_t work_budget_ = kMaxPatternWork;
+ public:
+  size_t work_done() const { return work_done_; }
+  void set_work_budget(size_t budget) { work_budget_ = std::min(budget, kMaxPatternWork); }
+ private:
+  size_t work_done_ = 0;
   uint32_t generation_ = 0;
 };
 
-absl::StatusOr<StringPattern> StringPattern::Compile(const std::string& pattern, const std::string& where) {
-  return PatternCompiler(pattern, where).Compile();
+absl::StatusOr<StringPattern> StringPattern::Compile(const std::string& pattern, const std::string& where,
+                                                    size_t* work_left) {
+  PatternCompiler compiler(pattern, where);
+  if (work_left != nullptr) compiler.set_work_budget(*work_left);
+  auto compiled = compiler.Compile();
+  if (work_left != nullptr) *work_left -= std::min(*work_left, compiler.work_done());
+  return compiled;
 }
 
 bool StringPattern::MatchesText(const std::string& text) const {
@@ -644,7 +681,8 @@ absl::StatusOr<std::string> FormatPattern(const std::string& format, const std::
       "[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
       "02-(0[1-9]|1[0-9]|2[0-8]))";
   static const std::string kTime = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-  static const std::string kDurationTime = "T([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S)";
+  // RFC 3339 Appendix A: a unit takes only the next smaller one after it.
+  static const std::string kDurationTime = "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)";
   static const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static const std::string kAtom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
   static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
@@ -652,7 +690,7 @@ absl::StatusOr<std::string> FormatPattern(const std::string& format, const std::
       {"date", "^" + kDate + "$"},
       {"time", "^" + kTime + "$"},
       {"date-time", "^" + kDate + "T" + kTime + "$"},
-      {"duration", "^P([0-9]+W|([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)(" + kDurationTime + ")?|" +
+      {"duration", "^P([0-9]+W|([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)(" + kDurationTime + ")?|" +
                        kDurationTime + ")$"},
       {"email", "^" + kAtom + "(\\." + kAtom + ")*@" + kLabel + "(\\." + kLabel + ")+$"},
       {"ipv4", "^(" + kOctet + "\\.){3}" + kOctet + "$"},

@@ -11,12 +11,13 @@
 // one symbol for every other code point (kNonAsciiSymbol) and one for the
 // line separators U+2028 and U+2029 (kLineSeparatorSymbol, which '.' does
 // not match). So a pattern's own characters are ASCII (a non-ASCII literal,
-// range or escape is refused), while '.', a negated class, \D and \W let any
-// code point through. \d, \w and \s are ASCII's, as ECMA-262 has \d and \w;
-// \s there also matches Unicode spaces, so \S and a class with \s in it
-// match no non-ASCII code point (a subset of what the schema accepts, as
-// constrained output generates throughout: Note [JSON schemas for
-// constrained output]).
+// range or escape is refused), while '.', a negated class, \D, \W and
+// [\s\S] let any code point through. \d and \w are ASCII's, as in ECMA-262;
+// \s matches ASCII's spaces, the line separators and Unicode's other spaces,
+// which kNonAsciiSymbol does not tell apart from other code points: so \S,
+// and a class that holds some non-ASCII code points but not all, match no
+// non-ASCII code point (a subset of what the schema accepts, as constrained
+// output generates throughout: Note [JSON schemas for constrained output]).
 //
 // Read: literals and escapes (\n \t \r \f \v \0 \xHH \uHHHH \cX and escaped
 // punctuation), '.', classes with ranges and negation, \d \D \w \W \s \S,
@@ -24,8 +25,11 @@
 // quantifiers * + ? {n} {n,} {n,m} (lazy or not: the same strings), and ^
 // and $ at the two ends of the pattern or of a top-level alternative.
 // Refused, naming the construct: lookarounds, backreferences, word
-// boundaries, anchors elsewhere, counts above kMaxPatternRepeat, and a
-// pattern whose automaton would pass kMaxPatternStates states.
+// boundaries, anchors elsewhere, inline flags, counts above
+// kMaxPatternRepeat, groups nested past kMaxPatternDepth, patterns longer
+// than kMaxPatternBytes, and a pattern whose automaton would pass
+// kMaxPatternStates states or take more work than a request may wait for
+// (a schema's patterns share one such budget: CompileJsonSchema).
 //
 // Lengths: the automaton knows, from each state, the fewest and the most
 // code points to a match, so that minLength and maxLength beside a pattern
@@ -54,7 +58,10 @@ inline constexpr int kNonAsciiSymbol = 128;
 inline constexpr int kLineSeparatorSymbol = 129;
 inline constexpr int kMaxPatternStates = 4096;
 inline constexpr int kMaxPatternRepeat = 1000;
+inline constexpr int kMaxPatternBytes = 4096;
+inline constexpr int kMaxPatternDepth = 64;  // nested groups
 inline constexpr int32_t kUnboundedPatternLength = 65535;
+inline constexpr size_t kMaxPatternWork = 30'000'000;  // well under a second
 
 // The symbol of a code point.
 int PatternSymbolOf(uint32_t code_point);
@@ -62,7 +69,10 @@ int PatternSymbolOf(uint32_t code_point);
 class StringPattern {
  public:
   // InvalidArgument "`where`: pattern '...': ..." for a pattern not read.
-  static absl::StatusOr<StringPattern> Compile(const std::string& pattern, const std::string& where);
+  // `work_left`: a budget several patterns share (steps of determinizing),
+  // lowered by what this one takes; each pattern has kMaxPatternWork at most.
+  static absl::StatusOr<StringPattern> Compile(const std::string& pattern, const std::string& where,
+                                               size_t* work_left = nullptr);
 
   int32_t start() const { return 0; }
   // The state after `symbol`, or -1 when no match can follow.

@@ -58,6 +58,9 @@ TEST(StringPatternTest, NonAsciiCodePointsPassWhereTheClassHoldsThemAll) {
   EXPECT_FALSE(Compiled("^[^\\s]$").MatchesText(nbsp));
   EXPECT_FALSE(Compiled("^[\\S]$").MatchesText(e_acute));
   EXPECT_TRUE(Compiled("^\\S$").MatchesText("x"));
+  // ... while [\s\S], all of them, takes any.
+  EXPECT_TRUE(Compiled("^[\\s\\S]$").MatchesText(e_acute));
+  EXPECT_TRUE(Compiled("^[^\\s\\S]|x$").MatchesText("x"));
 }
 
 TEST(StringPatternTest, ConstructsNotReadAreRefusedByName) {
@@ -66,6 +69,16 @@ TEST(StringPatternTest, ConstructsNotReadAreRefusedByName) {
   };
   EXPECT_THAT(refused("a(?=b)"), HasSubstr("schema/properties/id: pattern 'a(?=b)': lookarounds"));
   EXPECT_THAT(refused("(?<!a)b"), HasSubstr("lookarounds"));
+  EXPECT_THAT(refused("(?i)a"), HasSubstr("'(?i' is not ECMA-262's"));
+  EXPECT_THAT(refused("(?P<n>a)"), HasSubstr("'(?P' is not ECMA-262's"));
+  EXPECT_THAT(refused(std::string(100, '(') + "a" + std::string(100, ')')), HasSubstr("groups nested more than 64"));
+  EXPECT_THAT(refused(std::string(5000, 'a')), HasSubstr("5000 bytes, more than the 4096 read"));
+  // A pattern whose closures are long and many: refused by the work bound,
+  // not compiled for minutes (a request waits on it).
+  std::string classes = "^z";
+  for (int c = 1; c < 128; ++c) classes += "\\x" + std::string(1, "0123456789abcdef"[c / 16]) + "0123456789abcdef"[c % 16];
+  EXPECT_THAT(refused("^a{0,999}[^a](?:b?){1000}(?:b?){1000}(?:b?){1000}(?:b?){1000}|" + classes),
+              HasSubstr("too complex"));
   EXPECT_THAT(refused("(a)\\1"), HasSubstr("backreferences"));
   EXPECT_THAT(refused("\\bword"), HasSubstr("word boundaries"));
   EXPECT_THAT(refused("a^"), HasSubstr("'^' inside the pattern"));
@@ -171,7 +184,7 @@ TEST(StringPatternTest, FormatsArePatternsOfTheirForms) {
            {"date", {"2026-12-07", "2024-02-28", "1999-11-30"}, {"2026-02-30", "2026-13-01", "26-12-07", "2026-04-31"}},
            {"time", {"23:59:59Z", "00:00:00.123+01:30"}, {"24:00:00Z", "12:00:00", "12:60:00Z"}},
            {"date-time", {"2026-12-07T14:03:26Z", "2026-01-31T00:00:00.5-08:00"}, {"2026-12-07 14:03:26Z"}},
-           {"duration", {"P3Y6M4DT12H30M5S", "PT1H", "P2W", "P1D"}, {"P", "PT", "P1H", "3D"}},
+           {"duration", {"P3Y6M4DT12H30M5S", "PT1H", "P2W", "P1D"}, {"P", "PT", "P1H", "3D", "P1Y1D", "PT1H5S"}},
            {"email", {"a.b+c@example.com", "x@y.io"}, {"@example.com", "a@b", "a..b@example.com", "a b@c.io"}},
            {"ipv4", {"192.168.0.1", "255.255.255.255", "0.0.0.0"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
            {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000"}},

@@ -39,6 +39,10 @@ absl::StatusOr<std::shared_ptr<const StructuralTagForm>> StructuralTagForm::Comp
   for (size_t j = 0; j < triggers.size(); ++j) {
     const std::string at = absl::StrCat(field, ".triggers[", j, "]");
     if (absl::Status ok = CheckTagText(triggers[j], at); !ok.ok()) return ok;
+    if (triggers[j].size() > static_cast<size_t>(kMaxStructureTriggerBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", triggers[j].size(), " bytes, more than the ",
+                                                     kMaxStructureTriggerBytes, " allowed"));
+    }
     const bool begins_one = std::any_of(structures.begin(), structures.end(), [&](const TaggedStructure& s) {
       return s.begin.compare(0, triggers[j].size(), triggers[j]) == 0;
     });
@@ -47,8 +51,6 @@ absl::StatusOr<std::shared_ptr<const StructuralTagForm>> StructuralTagForm::Comp
                                                      "' begins no structure's begin (the output would have "
                                                      "nowhere to go after it)"));
     }
-    form->unknown_bytes_may_start_trigger_ =
-        form->unknown_bytes_may_start_trigger_ || static_cast<unsigned char>(triggers[j][0]) >= 0x80;
     absl::StrAppend(&identity, "t", triggers[j].size(), ":", triggers[j]);
   }
   for (size_t i = 0; i < structures.size(); ++i) {
@@ -142,10 +144,6 @@ bool StructuralTagAutomaton::StepFree(unsigned char b) {
 
 bool StructuralTagAutomaton::Complete() const {
   return inside_.empty();
-}
-
-bool StructuralTagAutomaton::AllowsUnknownBytes() const {
-  return inside_.empty() && tail_.empty() && !form_->UnknownBytesMayStartTrigger();
 }
 
 std::string StructuralTagAutomaton::Key() const {

@@ -17,16 +17,18 @@
 // found wherever it ends (the longest one when several end at one byte),
 // within a token or across tokens.
 //
-// Tokens whose bytes are not known alone (a special token that prints
-// nothing, one byte of a character spelt in byte-fallback pieces) may come
-// in free text when no trigger has begun and no trigger starts with a
-// non-ASCII byte (so no such token can be part of a trigger); never inside
-// a structure.
+// Tokens whose bytes are not known alone (TokenBytesOf: a special token
+// that prints nothing, a piece of a character spelt in byte-fallback pieces,
+// a byte-level token that ends or begins inside a character and may carry
+// ASCII beside it) are not allowed, in free text either: such a token could
+// hold part of a trigger unseen. Free text is then written with the tokens
+// whose text is whole (stop tokens aside, allowed in free text).
 //
 // Every structure's begin starts with a trigger and every trigger begins a
 // structure (a trigger that opened nothing would leave the output in a dead
-// end); an empty trigger, an empty begin or end, or a schema that does not
-// compile is refused naming it (structures[i].begin, triggers[j], ...).
+// end); an empty trigger or one longer than kMaxStructureTriggerBytes, an
+// empty begin or end, or a schema that does not compile is refused naming
+// it (structures[i].begin, triggers[j], ...).
 #pragma once
 
 #include <cstddef>
@@ -44,7 +46,8 @@ namespace dslaunch::runtime {
 
 inline constexpr int kMaxTaggedStructures = 64;
 inline constexpr int kMaxStructureTriggers = 16;
-inline constexpr int kMaxStructureTagBytes = 1024;  // a begin, end or trigger
+inline constexpr int kMaxStructureTagBytes = 1024;  // a begin or end
+inline constexpr int kMaxStructureTriggerBytes = 64;
 
 // One structure as a request gives it: the schema as JSON text.
 struct TaggedStructure {
@@ -66,7 +69,6 @@ class StructuralTagForm {
   FramedJsonAutomaton Start(size_t i) const;
   bool IsTrigger(std::string_view text) const;
   bool IsTriggerPrefix(std::string_view text) const;  // a proper prefix of a trigger
-  bool UnknownBytesMayStartTrigger() const { return unknown_bytes_may_start_trigger_; }
   const std::string& key_prefix() const { return key_prefix_; }
 
  private:
@@ -75,7 +77,6 @@ class StructuralTagForm {
   std::vector<std::unique_ptr<FramedJsonAutomaton::Frame>> frames_;  // stable addresses
   std::vector<std::shared_ptr<const CompiledJsonSchema>> schemas_;
   std::vector<JsonSchemaAutomaton> json_starts_;
-  bool unknown_bytes_may_start_trigger_ = false;
   std::string key_prefix_;
 };
 
@@ -84,9 +85,8 @@ class StructuralTagAutomaton {
   // `form` outlives the automaton and its copies.
   explicit StructuralTagAutomaton(const StructuralTagForm* form) : form_(form) {}
   bool Step(unsigned char b);
-  bool Complete() const;                       // in free text (or a structure that may end here)
-  bool Finished() const { return false; }      // free text may always go on
-  bool AllowsUnknownBytes() const;             // see the note
+  bool Complete() const;                   // in free text
+  bool Finished() const { return false; }  // free text may always go on
   std::string Key() const;
 
  private:

@@ -58,8 +58,13 @@ void AppendRewritten(const JsonValue& value, const std::string& tool, bool root,
 
 }  // namespace
 
-absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const JsonValue& tools,
-                                                    const std::vector<std::string>& callable) {
+namespace {
+
+// The call form; `strict_only`: the arguments of a tool that is not strict
+// are any object. Errors name `field`.
+absl::StatusOr<OutputConstraint> CallForm(ToolCallFormat format, const JsonValue& tools,
+                                          const std::vector<std::string>& callable, bool strict_only,
+                                          const std::string& field) {
   const std::string arguments_key = format == ToolCallFormat::kHermes ? "arguments" : "parameters";
   std::vector<std::string> forms;
   std::string definitions;  // "t0": ..., "t0.NAME": ...
@@ -71,8 +76,12 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
     }
     if (std::find(callable.begin(), callable.end(), name->string_value()) == callable.end()) continue;
     const JsonValue* parameters = function->Find("parameters");
+    const JsonValue* strict = function->Find("strict");
+    const bool held = !strict_only || (strict != nullptr && strict->is_bool() && strict->bool_value());
     std::string arguments = R"({"type":"object","additionalProperties":false})";
-    if (parameters != nullptr && !parameters->is_null()) {
+    if (!held) {
+      arguments = R"({"type":"object"})";  // OpenAI's strict false: the model's best effort
+    } else if (parameters != nullptr && !parameters->is_null()) {
       const std::string field = absl::StrCat("tools[", i, "].function.parameters");
       // The arguments are an object (the parser reads nothing else): a
       // schema that says no type and is no reference, alternative or
@@ -112,7 +121,7 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
                                  "},", JsonQuote(arguments_key), ":", arguments, R"(},"required":["name",)",
                                  JsonQuote(arguments_key), R"(],"additionalProperties":false})"));
   }
-  if (forms.empty()) return absl::InvalidArgumentError("tool_choice: no tool to call");
+  if (forms.empty()) return absl::InvalidArgumentError(field + ": no tool to call");
   OutputConstraint constraint;
   constraint.kind = OutputConstraint::Kind::kJsonSchema;
   constraint.schema = absl::StrCat("{", definitions.empty() ? "" : absl::StrCat(R"("$defs":{)", definitions, "},"),
@@ -123,9 +132,16 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
     constraint.before = "<tool_call>\n";
     constraint.after = "\n</tool_call>";
   }
-  auto whole = CompileJsonSchemaText(constraint.schema, "tool_choice");
+  auto whole = CompileJsonSchemaText(constraint.schema, field);
   if (!whole.ok()) return whole.status();
   return constraint;
+}
+
+}  // namespace
+
+absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const JsonValue& tools,
+                                                    const std::vector<std::string>& callable) {
+  return CallForm(format, tools, callable, /*strict_only=*/false, "tool_choice");
 }
 
 absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format, const JsonValue& tools,
@@ -136,7 +152,7 @@ absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format
         "with <tool_call>); a llama3_json call is the whole answer: give \"tool_choice\": \"required\" or a "
         "named function, or strict false");
   }
-  auto call = ToolCallConstraint(format, tools, callable);
+  auto call = CallForm(format, tools, callable, /*strict_only=*/true, "tools");
   if (!call.ok()) return call.status();
   return OutputConstraint::StructuralTag({{call->before, call->schema, call->after}}, {"<tool_call>"});
 }

@@ -25,7 +25,9 @@
 // [Structural tags] in runtime/generate/structural_tag_automaton.h) whose
 // trigger is "<tool_call>": the text is the model's own until it writes
 // <tool_call>, and from there the call's form as above, then text again
-// (parallel calls each held). That needs a form whose calls open with a
+// (parallel calls each held), the arguments of a strict tool to its schema
+// and those of another tool to any object. That needs a form whose calls
+// open with a
 // fixed text: hermes; a llama3_json call is the whole answer (a text may
 // begin with '{' as well), and strict tools under auto are refused with it.
 // Without a strict tool, calls under auto are not held (OpenAI's strict

@@ -112,8 +112,20 @@ TEST(ToolCallFormTest, ParametersTheDecoderCannotHoldAreRefusedNamingTheTool) {
   EXPECT_TRUE(ToolCallConstraint(ToolCallFormat::kHermes, *tools, {"a"}).ok());
 }
 
+// The tools with get_weather and get_time strict, and ping too when `all`.
+JsonValue StrictTools(bool all = false) {
+  JsonValue tools = Tools();
+  std::string text = SerializeJson(tools);
+  for (const std::string name : {"get_weather", "get_time", "ping"}) {
+    if (name == "ping" && !all) continue;
+    const std::string named = "\"name\":\"" + name + "\"";
+    text.replace(text.find(named), named.size(), named + ",\"strict\":true");
+  }
+  return *ParseJson(text, "tools");
+}
+
 TEST(ToolCallFormTest, UnderAutoTheTextIsFreeAndEachCallInItIsHeld) {
-  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, Tools(), {"get_weather", "get_time", "ping"});
+  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, StrictTools(), {"get_weather", "get_time", "ping"});
   ASSERT_TRUE(form.ok()) << form.status();
   EXPECT_EQ(form->kind, OutputConstraint::Kind::kStructuralTag);
   const std::string call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>";
@@ -122,6 +134,9 @@ TEST(ToolCallFormTest, UnderAutoTheTextIsFreeAndEachCallInItIsHeld) {
   EXPECT_EQ(Judge(*form, "Let me look. <tool_call>\n{\"name\": \"get_news\""), -1);
   EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"Europe/Paris\""), -1);
   EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}"), 0);
+  // ping is not strict: its arguments are any object (OpenAI's best effort).
+  EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"x\": [1]}}\n</tool_call>"), 1);
+  EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": 3"), -1);
   EXPECT_THAT(ToolCallsInTextConstraint(ToolCallFormat::kLlama3Json, Tools(), {"ping"}).status().message(),
               HasSubstr("held in the hermes form only"));
 }
@@ -164,7 +179,9 @@ int64_t CallsInText(const std::string& text) {
 // every <tool_call> in it as a call of a tool, with arguments of its schema.
 TEST(ToolCallFormTest, RandomTextUnderAutoParsesIntoValidCalls) {
   const std::vector<std::string> names = {"get_weather", "get_time", "ping"};
-  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, Tools(), names);
+  // All strict: an object of any keys may repeat one (RFC 8259 allows it),
+  // which the parser's strict reader refuses.
+  auto form = ToolCallsInTextConstraint(ToolCallFormat::kHermes, StrictTools(/*all=*/true), names);
   ASSERT_TRUE(form.ok()) << form.status();
   std::vector<std::string> bytes = {"<tool_call>", "<tool", "_call>", "<tool_call>\n", "<tool_call>\n{\"", "\n",
                                     "\n</tool_call>", "</tool_call>", "{", "}", "\"", ": ", ", ", "name", "arguments",
