@@ -24,7 +24,7 @@ constexpr size_t kPythonTagSize = sizeof(kPythonTag) - 1;
 // arguments under one of `argument_keys` (absent: {}). False when it is not one.
 bool ReadCall(absl::string_view text, const std::vector<absl::string_view>& argument_keys,
               const std::vector<std::string>& tool_names, ParsedToolCall* call) {
-  auto json = ParseJson(absl::StripAsciiWhitespace(text), "a tool call");
+  auto json = ParseJsonLastKeyWins(absl::StripAsciiWhitespace(text), "a tool call");
   if (!json.ok() || !json->is_object()) return false;
   const JsonValue* name = json->Find("name");
   if (name == nullptr || !name->is_string() ||
@@ -43,7 +43,7 @@ bool ReadCall(absl::string_view text, const std::vector<absl::string_view>& argu
   // Arguments given as JSON text are read too (some models quote them).
   JsonValue parsed;
   if (arguments->is_string()) {
-    auto inner = ParseJson(arguments->string_value(), "a tool call's arguments");
+    auto inner = ParseJsonLastKeyWins(arguments->string_value(), "a tool call's arguments");
     if (!inner.ok()) return false;
     parsed = *std::move(inner);
     arguments = &parsed;

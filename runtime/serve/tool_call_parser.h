@@ -15,7 +15,9 @@
 //    after an optional <|python_tag|>, is one JSON object {"name": ...,
 //    "parameters": {...}} ("arguments" also read), or several separated by
 //    ';'; no content.
-// A call is kept only when every call of the answer parses, names one of the
+// A key the arguments repeat takes its last value, in its first place (as
+// json.loads reads it; an object of any keys may repeat one under
+// constrained output). A call is kept only when every call of the answer parses, names one of the
 // request's tools, and has an object of arguments; otherwise the whole text
 // is the message's content, as if no call were made (a truncated call, a
 // made-up tool). The arguments come back as JSON text written as Python's

@@ -44,6 +44,17 @@ TEST(ToolCallParserTest, HermesArgumentsMayHoldTheClosingTag) {
                                          Call("get_time", "{}")));
 }
 
+// A key repeated in the arguments: the last value, as json.loads reads it
+// (an object of any keys may repeat one: Note [Constrained output]).
+TEST(ToolCallParserTest, ARepeatedArgumentTakesItsLastValue) {
+  const ToolCallReading reading = ReadToolCalls(
+      ToolCallFormat::kHermes,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"A\", \"days\": 1, \"city\": \"B\"}}\n"
+      "</tool_call>",
+      kTools);
+  EXPECT_THAT(reading.calls, ElementsAre(Call("get_weather", R"({"city": "B", "days": 1})")));
+}
+
 TEST(ToolCallParserTest, HermesTextAroundTheCallsIsContent) {
   const ToolCallReading reading = ReadToolCalls(
       ToolCallFormat::kHermes,

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_quote.h"
 
@@ -102,7 +102,8 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 // ParseJson call.
 class JsonParser {
  public:
-  JsonParser(absl::string_view text, absl::string_view source) : text_(text), source_(source) {}
+  JsonParser(absl::string_view text, absl::string_view source, bool last_key_wins = false)
+      : text_(text), source_(source), last_key_wins_(last_key_wins) {}
 
   absl::StatusOr<JsonValue> ParseDocument() {
     JsonValue value;
@@ -191,7 +192,7 @@ class JsonParser {
     }
     // Small objects check duplicates by scanning their keys; large ones
     // (a vocabulary) through a set of copies.
-    absl::flat_hash_set<std::string> seen;
+    absl::flat_hash_map<std::string, size_t> seen;  // key -> its member's index
     while (true) {
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a string key");
@@ -199,23 +200,34 @@ class JsonParser {
       std::string key;
       if (!ParseString(&key)) return false;
       bool duplicate = false;
+      size_t member = value->keys_.size();
       if (value->keys_.size() < kLinearDuplicateCheck) {
-        for (const std::string& k : value->keys_) duplicate = duplicate || k == key;
+        for (size_t k = 0; k < value->keys_.size() && !duplicate; ++k) {
+          duplicate = value->keys_[k] == key;
+          member = duplicate ? k : member;
+        }
       } else {
-        if (seen.empty()) seen.insert(value->keys_.begin(), value->keys_.end());
-        duplicate = !seen.insert(key).second;
+        if (seen.empty()) {
+          for (size_t k = 0; k < value->keys_.size(); ++k) seen.emplace(value->keys_[k], k);
+        }
+        auto [it, added] = seen.emplace(key, value->keys_.size());
+        duplicate = !added;
+        member = it->second;
       }
-      if (duplicate) {
+      if (duplicate && !last_key_wins_) {
         pos_ = key_pos;
         return Fail(absl::StrCat("duplicate key \"", key, "\""));
       }
-      value->keys_.push_back(std::move(key));
+      if (!duplicate) {
+        value->keys_.push_back(std::move(key));
+        value->items_.emplace_back();
+      }
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Fail("expected ':' after the key");
       ++pos_;
       SkipSpace();
-      value->items_.emplace_back();
-      if (!ParseValue(&value->items_.back(), depth + 1)) return false;
+      value->items_[member] = JsonValue();  // a repeated key's last value, in its first place
+      if (!ParseValue(&value->items_[member], depth + 1)) return false;
       SkipSpace();
       if (pos_ < text_.size() && text_[pos_] == ',') {
         ++pos_;
@@ -386,12 +398,17 @@ class JsonParser {
 
   const absl::string_view text_;
   const absl::string_view source_;
+  const bool last_key_wins_;
   size_t pos_ = 0;
   absl::Status error_;
 };
 
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text, absl::string_view source) {
   return JsonParser(text, source).ParseDocument();
+}
+
+absl::StatusOr<JsonValue> ParseJsonLastKeyWins(absl::string_view text, absl::string_view source) {
+  return JsonParser(text, source, /*last_key_wins=*/true).ParseDocument();
 }
 
 }  // namespace dslaunch::runtime

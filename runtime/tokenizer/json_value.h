@@ -69,6 +69,11 @@ class JsonValue {
 // Parses `text` whole. `source` names the input in errors (a file path).
 // Nesting deeper than 256 levels is refused.
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text, absl::string_view source);
+// The same, but a key an object repeats is not an error: its last value
+// stands in its first place, as Python's json.loads and JavaScript's
+// JSON.parse read it (RFC 8259 leaves it to the reader). For text a model
+// wrote, such as a tool call's arguments.
+absl::StatusOr<JsonValue> ParseJsonLastKeyWins(absl::string_view text, absl::string_view source);
 
 // `value` as compact JSON text: no whitespace, members in their order,
 // strings as JsonQuote writes them, integers below 2^53 in plain digits

@@ -74,6 +74,23 @@ TEST(JsonValueTest, FindsDuplicatesInLargeObjects) {
   EXPECT_THAT(value.status().message(), HasSubstr("vocab.json:2:1: duplicate key \"k57\""));
 }
 
+// A model's text: a repeated key's last value stands in its first place,
+// as Python's json.loads reads it, in small objects and large ones.
+TEST(JsonValueTest, LastKeyWinsWhereAskedFor) {
+  auto small = ParseJsonLastKeyWins(R"({"a": 1, "b": [2], "a": {"c": 3}})", "t");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(SerializeJson(*small), R"({"a":{"c":3},"b":[2]})");
+  std::string text = "{";
+  for (int i = 0; i < 40; ++i) text += "\"k" + std::to_string(i % 20) + "\": " + std::to_string(i) + ",";
+  text += "\"z\": 0}";
+  auto large = ParseJsonLastKeyWins(text, "t");
+  ASSERT_TRUE(large.ok()) << large.status();
+  ASSERT_EQ(large->keys().size(), 21u);
+  EXPECT_EQ(large->keys()[3], "k3");
+  EXPECT_EQ(large->items()[3].number_value(), 23);
+  EXPECT_FALSE(ParseJson(R"({"a": 1, "a": 2})", "t").ok()) << "the strict reader still refuses it";
+}
+
 TEST(JsonValueTest, RefusesDeepNesting) {
   absl::StatusOr<JsonValue> value = ParseJson(std::string(1000, '[') + std::string(1000, ']'), "t.json");
   ASSERT_FALSE(value.ok());
