@@ -9,9 +9,15 @@
 // ASCII bytes alone, then words of 1-10 letters, digits and JSON's
 // punctuation, half of them with a leading space. Prints, per JSON state
 // (the object's start, inside a string, inside a number) and for a
-// three-way guided_choice: the first mask of a state (the trie walk), a
-// mask of a state seen before (the cache), both in microseconds and as a
-// multiple of the reference.
+// three-way guided_choice, for schemas (a key, bounded and unbounded
+// strings, a string under a pattern and under format date-time) and for a
+// structural tag (free text, a trigger half written, the tag's JSON): the
+// first mask of a state (the trie walk), a mask of a state seen before (the
+// cache), both in microseconds and as a multiple of the reference. Then what
+// compiling a pattern costs a request (Note [String patterns]): a format's,
+// and the two that the bounds refuse (too many states; too much work), in
+// milliseconds, against the compile bound's design figure (well under a
+// second).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +26,10 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/generate/output_constraint.h"
 #include "runtime/generate/sampling.h"
+#include "runtime/generate/string_pattern.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -78,6 +86,17 @@ int Main(int argc, char** argv) {
   const std::string schema =
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},"age":{"type":"integer"},)"
       R"("email":{"type":"string"}},"required":["name","email"],"additionalProperties":false})";
+  // Note [String patterns]: a string under a pattern, one of a format.
+  const std::string patterned =
+      R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},)"
+      R"("when":{"type":"string","format":"date-time"}},"required":["code","when"],"additionalProperties":false})";
+  // Note [Structural tags]: a tool call in hermes' tags among free text.
+  const std::string call_schema =
+      R"({"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",)"
+      R"("properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}},)"
+      R"("required":["name","arguments"],"additionalProperties":false})";
+  const OutputConstraint tagged =
+      OutputConstraint::StructuralTag({{"<tool_call>", call_schema, "</tool_call>"}}, {"<tool_call>"});
   const std::vector<Case> cases = {
       {"json, the object's start", OutputConstraint::JsonObject(), ""},
       {"json, inside a string", OutputConstraint::JsonObject(), "{\"ab"},
@@ -87,6 +106,13 @@ int Main(int argc, char** argv) {
       {"schema, a string of at most 40", OutputConstraint::JsonSchema(schema), "{\"name\": \"ab"},
       {"schema, an unbounded string", OutputConstraint::JsonSchema(schema),
        "{\"name\": \"x\", \"email\": \"ab"},
+      {"schema, a string under a pattern", OutputConstraint::JsonSchema(patterned), "{\"code\": \"AB"},
+      {"schema, a string of format date-time", OutputConstraint::JsonSchema(patterned),
+       "{\"code\": \"ABC-1234\", \"when\": \"2026-12-0"},
+      {"structural tag, free text", tagged, "Let me look that up. "},
+      {"structural tag, a trigger half written", tagged, "Let me look that up. <tool_ca"},
+      {"structural tag, inside the tag's JSON", tagged,
+       "Let me look that up. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"},
   };
   const std::vector<std::string> bytes = SyntheticVocabulary(vocab);
   for (const Case& c : cases) {
@@ -108,6 +134,39 @@ int Main(int argc, char** argv) {
     cached /= static_cast<double>(repeats);
     std::printf("%s: first mask %.1f us (%.1fx the reference), cached %.1f us (%.1fx)\n", c.name, first,
                 first / reference, cached, cached / reference);
+  }
+
+  // What a pattern costs to compile (once per schema text: the compiled
+  // schemas are cached), and how soon the bounds refuse the costly ones.
+  std::string all_ascii = "^z";
+  for (int c = 1; c < 128; ++c) {
+    all_ascii += "\\x";
+    all_ascii += "0123456789abcdef"[c / 16];
+    all_ascii += "0123456789abcdef"[c % 16];
+  }
+  const absl::StatusOr<std::string> date_time = FormatPattern("date-time", "bench");
+  TORCH_CHECK(date_time.ok(), date_time.status().ToString());
+  const std::vector<std::pair<const char*, std::string>> patterns = {
+      {"format date-time", *date_time},
+      {"^[A-Z]{3}-[0-9]{4}$", "^[A-Z]{3}-[0-9]{4}$"},
+      {"refused for its states: ^(a{1,1000}){1,1000}$", "^(a{1,1000}){1,1000}$"},
+      {"refused for its work: long closures over every ASCII symbol",
+       "^a{0,999}[^a](?:b?){1000}(?:b?){1000}(?:b?){1000}(?:b?){1000}|" + all_ascii},
+  };
+  const int64_t compile_runs = std::min<int64_t>(repeats, 3);
+  for (const auto& [name, pattern] : patterns) {
+    double total = 0;
+    std::string outcome;
+    for (int64_t i = 0; i < compile_runs; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::StatusOr<StringPattern> compiled = StringPattern::Compile(pattern, "bench");
+      total += Microseconds(std::chrono::steady_clock::now() - t0);
+      outcome = compiled.ok() ? absl::StrCat(compiled->states(), " states")
+                              : std::string(compiled.status().message().substr(0, 80));
+    }
+    const double milliseconds = total / static_cast<double>(compile_runs) / 1000.0;
+    std::printf("pattern %s: compiled in %.2f ms (%.1fx the reference; %.3f of the one-second design bound): %s\n",
+                name, milliseconds, milliseconds * 1000.0 / reference, milliseconds / 1000.0, outcome.c_str());
   }
   return 0;
 }
