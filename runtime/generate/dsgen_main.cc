@@ -3,6 +3,7 @@
 //   dsgen --model DIR [--adapter DIR | --checkpoint DIR [--checkpoint_tag TAG]] (--prompt TEXT | --prompt_ids 1,2,3) [--max_new_tokens N]
 //         [--greedy | --temperature T [--top_k K] [--top_p P] [--seed S]] [--repetition_penalty P]
 //         [--print_ids] [--print_logprobs] [--dump_logits FILE] [--dtype float32|bfloat16|float16]
+//         [--json | --choice A|B | --json_schema FILE | --structural_tag FILE]
 //         [--device cpu|cuda[:N]] [--cuda_graphs] [--fused_kernels] [--int8] [--offload_params none|cpu|nvme [--nvme_path DIR]]
 //   dsgen --model DIR --prompt_ids 1,2,3 --max_new_tokens 0 --dump_gradients FILE
 //         [--masked_prefix N] [--checkpointed_layers N]
@@ -41,8 +42,10 @@
 #include "runtime/generate/generation_ranks.h"
 #include "runtime/generate/json_schema.h"
 #include "runtime/generate/sampling.h"
+#include "runtime/generate/structural_tag_automaton.h"
 #include "runtime/hf/safetensors_stream_writer.h"
 #include "runtime/model/llama.h"
+#include "runtime/tokenizer/json_value.h"
 #include "runtime/tokenizer/model_tokenizer.h"
 
 namespace dslaunch::runtime {
@@ -71,6 +74,7 @@ struct Options {
   bool json = false;
   std::string choice;
   std::string json_schema;  // a file holding a JSON schema (Note [JSON schemas for constrained output])
+  std::string structural_tag;  // a file holding a structural tag (Note [Structural tags])
 };
 
 // --json_schema FILE: the schema, checked (an error names the file and the
@@ -81,6 +85,18 @@ absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
   auto schema = CompileJsonSchemaText(*text, path);
   if (!schema.ok()) return schema.status();
   return (*schema)->text();
+}
+
+// --structural_tag FILE: vLLM's structural_tag (its "type" may be left
+// out), checked, errors naming the file and the place.
+absl::StatusOr<OutputConstraint> ReadStructuralTagFile(const std::string& path) {
+  auto text = FileSystem::Default().ReadFile(path, /*max_bytes=*/int64_t{1} << 20);
+  if (!text.ok()) return text.status();
+  auto value = ParseJson(*text, path);
+  if (!value.ok()) return value.status();
+  auto spec = ReadStructuralTag(*value, path);
+  if (!spec.ok()) return spec.status();
+  return OutputConstraint::StructuralTag(std::move(spec->structures), std::move(spec->triggers));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& text) {
@@ -224,18 +240,22 @@ absl::Status Run(const Options& options) {
     request.sampling.seed = static_cast<uint64_t>(options.seed);
     if (tokenizer && tokenizer->eos_id() >= 0) request.stop_tokens = {tokenizer->eos_id()};
     GenerationEngineOptions engine_options;
-    if (options.json || !options.choice.empty() || !options.json_schema.empty()) {
+    if (options.json || !options.choice.empty() || !options.json_schema.empty() || !options.structural_tag.empty()) {
       // Note [Constrained output] (flags checked in main: --prompt gives the tokenizer).
       if (options.json) {
         request.constraint.kind = OutputConstraint::Kind::kJsonObject;
       } else if (!options.choice.empty()) {
         request.constraint.kind = OutputConstraint::Kind::kChoice;
         request.constraint.choices = absl::StrSplit(options.choice, '|');
-      } else {
+      } else if (!options.json_schema.empty()) {
         auto text = ReadSchemaFile(options.json_schema);
         if (!text.ok()) return text.status();
         request.constraint.kind = OutputConstraint::Kind::kJsonSchema;
         request.constraint.schema = *std::move(text);
+      } else {
+        auto tag = ReadStructuralTagFile(options.structural_tag);
+        if (!tag.ok()) return tag.status();
+        request.constraint = *std::move(tag);
       }
       engine_options.vocabulary = std::make_shared<const TokenVocabulary>(TokenBytesOf(*tokenizer));
     }
@@ -304,6 +324,10 @@ int main(int argc, char** argv) {
       .String("--json_schema", &options.json_schema, "FILE",
               "with --prompt: the continuation is JSON that validates against the schema in FILE (properties in "
               "the schema's order; a keyword it cannot hold output to is an error naming it)")
+      .String("--structural_tag", &options.structural_tag, "FILE",
+              "with --prompt: free text in which each trigger opens a structure whose JSON validates against its "
+              "schema (vLLM's structural_tag: {\"structures\": [{\"begin\", \"schema\", \"end\"}], "
+              "\"triggers\": [...]} in FILE)")
       .Bool("--cuda_graphs", &options.cuda_graphs,
             "decode steps as CUDA graph replays (a CUDA --device; not with tensor parallelism)")
       .String("--dump_logits", &options.dump_logits, "FILE",
@@ -335,12 +359,16 @@ int main(int argc, char** argv) {
   if (!flags.positionals().empty()) problem = absl::StrCat("unexpected argument '", flags.positionals()[0], "'");
   if (options.prompt_ids.empty() == options.prompt.empty()) problem = "give one of --prompt_ids and --prompt";
   if (options.print_ids && options.prompt.empty()) problem = "--print_ids goes with --prompt (--prompt_ids prints ids)";
-  const int forms = (options.json ? 1 : 0) + (options.choice.empty() ? 0 : 1) + (options.json_schema.empty() ? 0 : 1);
+  const int forms = (options.json ? 1 : 0) + (options.choice.empty() ? 0 : 1) + (options.json_schema.empty() ? 0 : 1) +
+                    (options.structural_tag.empty() ? 0 : 1);
   if (forms > 0 && options.prompt.empty()) {
-    problem = absl::StrCat(options.json ? "--json" : !options.choice.empty() ? "--choice" : "--json_schema",
+    problem = absl::StrCat(options.json                     ? "--json"
+                           : !options.choice.empty()        ? "--choice"
+                           : !options.json_schema.empty()   ? "--json_schema"
+                                                            : "--structural_tag",
                            " goes with --prompt: the form is text, read through the folder's tokenizer");
   }
-  if (forms > 1) problem = "--json, --choice and --json_schema exclude each other";
+  if (forms > 1) problem = "--json, --choice, --json_schema and --structural_tag exclude each other";
   if (options.greedy && options.temperature > 0) problem = "--greedy and --temperature exclude each other";
   if (options.top_p < 1.0 && options.temperature <= 0) problem = "--top_p needs --temperature (sampling)";
   if (options.top_k > 0 && options.temperature <= 0) problem = "--top_k needs --temperature (sampling)";

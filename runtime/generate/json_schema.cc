@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "common/json_quote.h"
+#include "runtime/generate/json_schema_automaton.h"  // kMaxJsonNumberBytes
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -130,6 +131,7 @@ class JsonSchemaCompiler {
     auto compiled = std::make_shared<CompiledJsonSchema>();
     nodes_ = &compiled->nodes_;
     patterns_ = &compiled->patterns_;
+    number_bounds_ = &compiled->number_bounds_;
     SchemaNode any;  // node 0: any JSON value
     any.types = kJsonAnyBits;
     any.additional = 0;
@@ -248,7 +250,7 @@ class JsonSchemaCompiler {
     static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
     static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
     static const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
-    static const std::set<std::string> kIntegerWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     uint8_t implied = 0;
     for (const std::string& key : keywords) {
       if (kObjectWords.count(key)) {
@@ -257,14 +259,14 @@ class JsonSchemaCompiler {
         implied |= kJsonArrayBit;
       } else if (kStringWords.count(key)) {
         implied |= kJsonStringBit;
-      } else if (kIntegerWords.count(key)) {
-        implied |= kJsonIntegerBit;
+      } else if (kNumberWords.count(key)) {
+        implied |= kJsonNumberBit;
       } else if (key != "type" && key != "enum" && key != "const") {
         return Fail(path, absl::StrCat("'", key,
                                        "' is not supported by constrained decoding (it reads type, properties, "
                                        "required, additionalProperties, items, minItems, maxItems, minLength, "
-                                       "maxLength, pattern, format, minimum, maximum and their exclusive forms on "
-                                       "integers, enum, "
+                                       "maxLength, pattern, format, minimum, maximum and their exclusive forms, "
+                                       "enum, "
                                        "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
       }
     }
@@ -414,7 +416,7 @@ class JsonSchemaCompiler {
         At(id).*target = *count;
       }
     }
-    if (absl::Status ok = IntegerBounds(schema, path, id); !ok.ok()) return ok;
+    if (absl::Status ok = NumberBoundsOf(schema, path, id); !ok.ok()) return ok;
     const SchemaNode& node = At(id);
     if (node.min_items > node.max_items) {
       return Fail(path, absl::StrCat("minItems ", node.min_items, " is above maxItems ", node.max_items));
@@ -483,36 +485,31 @@ class JsonSchemaCompiler {
     return absl::OkStatus();
   }
 
-  // minimum, maximum, exclusiveMinimum, exclusiveMaximum as one inclusive
-  // integer range, on a node of integers alone.
-  absl::Status IntegerBounds(const JsonValue& schema, const std::string& path, int32_t id) {
-    int64_t low = kNoMinimum, high = kNoMaximum;
-    bool any = false;
-    for (const char* word : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum (Note [Number
+  // bounds]), on a node of numbers or integers.
+  absl::Status NumberBoundsOf(const JsonValue& schema, const std::string& path, int32_t id) {
+    NumberBounds::Limits limits;
+    const std::pair<const char*, std::optional<double>*> words[] = {
+        {"minimum", &limits.minimum},
+        {"exclusiveMinimum", &limits.exclusive_minimum},
+        {"maximum", &limits.maximum},
+        {"exclusiveMaximum", &limits.exclusive_maximum}};
+    for (const auto& [word, limit] : words) {
       const JsonValue* value = schema.Find(word);
       if (value == nullptr) continue;
-      const std::string here = absl::StrCat(path, "/", word);
-      if (!value->is_number() || std::fabs(value->number_value()) >= 9007199254740992.0) {
-        return Fail(here, "expected a number below 2^53 in magnitude");
-      }
-      any = true;
-      const double v = value->number_value();
-      const std::string w = word;
-      if (w == "minimum") low = std::max(low, static_cast<int64_t>(std::ceil(v)));
-      if (w == "exclusiveMinimum") low = std::max(low, static_cast<int64_t>(std::floor(v)) + 1);
-      if (w == "maximum") high = std::min(high, static_cast<int64_t>(std::floor(v)));
-      if (w == "exclusiveMaximum") high = std::min(high, static_cast<int64_t>(std::ceil(v)) - 1);
+      if (!value->is_number()) return Fail(absl::StrCat(path, "/", word), "expected a number below 2^53 in magnitude");
+      *limit = value->number_value();
     }
-    if (!any) return absl::OkStatus();
+    if (!limits.any()) return absl::OkStatus();
     SchemaNode& node = At(id);
-    if ((node.types & kJsonNumberBit) || !(node.types & kJsonIntegerBit)) {
-      return Fail(path, "minimum and maximum are held on integers only (\"type\": \"integer\"): on other numbers "
-                        "constrained decoding cannot hold them");
+    if ((node.types & (kJsonNumberBit | kJsonIntegerBit)) == 0) {
+      return Fail(path, "minimum and maximum bound numbers: this schema's type takes none");
     }
-    if (low > high) return Fail(path, "no integer lies within its minimum and maximum");
-    node.bounded_integer = true;
-    node.minimum = low;
-    node.maximum = high;
+    absl::StatusOr<NumberBounds> bounds = NumberBounds::Compile(limits, (node.types & kJsonNumberBit) == 0,
+                                                                kMaxJsonNumberBytes, absl::StrCat(field_, ": ", path));
+    if (!bounds.ok()) return bounds.status();
+    node.number_bounds = static_cast<int32_t>(number_bounds_->size());
+    number_bounds_->push_back(*std::move(bounds));
     return absl::OkStatus();
   }
 
@@ -696,6 +693,7 @@ class JsonSchemaCompiler {
   std::string field_;
   std::vector<SchemaNode>* nodes_ = nullptr;
   std::vector<StringPattern>* patterns_ = nullptr;
+  std::vector<NumberBounds>* number_bounds_ = nullptr;
   std::map<std::string, int32_t> pattern_ids_;  // by the pattern's text
   size_t pattern_work_left_ = 2 * kMaxPatternWork;
   size_t pattern_states_ = 0;

@@ -29,8 +29,9 @@
 // minLength, maxLength (code points, as JSON Schema counts), pattern and
 // format on strings (Note [String patterns] in string_pattern.h; format on
 // other types, such as OpenAPI's int32, is refused), minimum,
-// maximum, exclusiveMinimum and exclusiveMaximum on integers (a digit that
-// leaves no way into the range is refused as it comes), enum, const,
+// maximum, exclusiveMinimum and exclusiveMaximum on numbers and integers
+// (Note [Number bounds] in number_bounds.h: a digit that leaves no way into
+// the range is refused as it comes; a bounded number has no exponent), enum, const,
 // anyOf, oneOf, allOf of one schema, $ref to "#", "#/$defs/NAME" or
 // "#/definitions/NAME" (recursion included), $defs and definitions; the
 // annotations title, description, default, examples, $schema, $id,
@@ -49,6 +50,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/generate/number_bounds.h"
 #include "runtime/generate/string_pattern.h"
 #include "runtime/tokenizer/json_value.h"
 
@@ -60,8 +62,6 @@ inline constexpr int64_t kMaxSchemaCount = 65535;   // minItems, maxItems, minLe
 inline constexpr int kMaxSchemaEnumBytes = 16384;   // one enum's values, serialised
 inline constexpr int kMaxSchemaPatternStates = 16384;  // all its patterns' automata together
 inline constexpr size_t kRecentCompiledSchemas = 64;   // CompileJsonSchemaText keeps these
-// An integer's bounds are below 2^53 in magnitude (a double holds them).
-inline constexpr int64_t kNoMinimum = INT64_MIN, kNoMaximum = INT64_MAX;
 
 // A set of byte strings as a trie (property names as the output spells them,
 // an enum's values serialised): node 0 is the root.
@@ -139,10 +139,9 @@ struct SchemaNode {
   // Strings.
   int64_t min_length = 0, max_length = -1;  // -1: unbounded
   int32_t pattern = -1;  // pattern or format: the schema's pattern (Note [String patterns]); -1: none
-  // Integers (minimum, maximum, exclusiveMinimum, exclusiveMaximum, as one
-  // inclusive range); only on a node of integers alone.
-  bool bounded_integer = false;
-  int64_t minimum = kNoMinimum, maximum = kNoMaximum;
+  // Numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (Note
+  // [Number bounds]): their index in the schema's number_bounds(); -1: none.
+  int32_t number_bounds = -1;
   bool bounded_string() const { return min_length > 0 || max_length >= 0; }
 };
 
@@ -151,6 +150,7 @@ class CompiledJsonSchema {
  public:
   const SchemaNode& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   const StringPattern& pattern(int32_t id) const { return patterns_[static_cast<size_t>(id)]; }
+  const NumberBounds& number_bounds(int32_t id) const { return number_bounds_[static_cast<size_t>(id)]; }
   int32_t root() const { return root_; }
   // The schema's text, compact (what crosses to other ranks).
   const std::string& text() const { return text_; }
@@ -162,6 +162,7 @@ class CompiledJsonSchema {
   friend class JsonSchemaCompiler;
   std::vector<SchemaNode> nodes_;
   std::vector<StringPattern> patterns_;
+  std::vector<NumberBounds> number_bounds_;
   int32_t root_ = 0;
   std::string text_;
   std::string key_prefix_;

@@ -204,11 +204,14 @@ std::string JsonSchemaAutomaton::Key() const {
   const int32_t pattern[] = {patterned ? s_.string_node : -1, patterned ? s_.pattern_state : -1,
                              mid_code_point ? static_cast<int32_t>(s_.code_point) : 0};
   key.append(reinterpret_cast<const char*>(pattern), sizeof(pattern));
-  const bool bounded = IsNumber() && Node(s_.number_node).bounded_integer;
+  const bool bounded = IsNumber() && Node(s_.number_node).number_bounds >= 0;
   const int32_t nodes_and_trie[] = {value_due ? s_.value_node : 0, lengths ? s_.string_node : 0,
                                     in_trie ? s_.trie : 0, bounded ? s_.number_node : 0};
-  const int64_t magnitude = bounded ? s_.magnitude : 0;
-  key.append(reinterpret_cast<const char*>(&magnitude), sizeof(magnitude));
+  const NumberBounds::Cursor cursor = bounded ? s_.bounds : NumberBounds::Cursor{};
+  const char number[] = {static_cast<char>(cursor.phase),       static_cast<char>(cursor.negative),
+                         static_cast<char>(cursor.int_digits),  static_cast<char>(cursor.frac_digits),
+                         static_cast<char>(cursor.low),         static_cast<char>(cursor.high)};
+  key.append(number, sizeof(number));
   key.append(reinterpret_cast<const char*>(lengths_left), sizeof(lengths_left));
   key.append(reinterpret_cast<const char*>(nodes_and_trie), sizeof(nodes_and_trie));
   for (uint8_t d = 0; d < s_.depth; ++d) {
@@ -232,43 +235,14 @@ std::string JsonSchemaAutomaton::Key() const {
   return key;
 }
 
-namespace {
-
-// Past every bound's magnitude (below 2^53): where the digits so far stop
-// counting.
-constexpr int64_t kMagnitudeCap = int64_t{1} << 60;
-
-// Whether an integer whose magnitude begins with the digits of `magnitude`
-// (at most `digits_left` more may follow, none when `closed`) can have a
-// magnitude in [low, high].
-bool MagnitudeMayReach(int64_t magnitude, bool closed, int digits_left, __int128 low, __int128 high) {
-  __int128 from = magnitude, to = magnitude;
-  for (int n = 0;; ++n) {
-    if (from <= high && to >= low) return true;
-    if (closed || n >= digits_left || from > high) return false;
-    // Past every finite bound, a magnitude counts as the cap (the infinite
-    // bound's stand-in).
-    from = std::min<__int128>(from * 10, kMagnitudeCap);
-    to = std::min<__int128>(to * 10 + 9, kMagnitudeCap);
-  }
-}
-
-}  // namespace
-
-bool JsonSchemaAutomaton::IntegerMayReachBounds(int64_t magnitude, bool negative, bool closed,
-                                                int digits_left) const {
-  const SchemaNode& node = Node(s_.number_node);
-  if (!node.bounded_integer) return true;
-  // The value is +magnitude or -magnitude: the magnitudes that land in range.
-  const __int128 infinity = kMagnitudeCap;
-  const __int128 low = node.minimum == kNoMinimum ? -infinity : __int128{node.minimum};
-  const __int128 high = node.maximum == kNoMaximum ? infinity : __int128{node.maximum};
-  if (!negative) return high >= 0 && MagnitudeMayReach(magnitude, closed, digits_left, std::max<__int128>(low, 0), high);
-  return low <= 0 && MagnitudeMayReach(magnitude, closed, digits_left, std::max<__int128>(-high, 0), -low);
+const NumberBounds* JsonSchemaAutomaton::Bounds() const {
+  const int32_t id = Node(s_.number_node).number_bounds;
+  return id < 0 ? nullptr : &schema_->number_bounds(id);
 }
 
 bool JsonSchemaAutomaton::NumberWithinBounds() const {
-  return IntegerMayReachBounds(s_.magnitude, s_.negative, /*closed=*/true, 0);
+  const NumberBounds* bounds = Bounds();
+  return bounds == nullptr || bounds->MayEnd(s_.bounds);
 }
 
 bool JsonSchemaAutomaton::NumberMayEnd() const {
@@ -314,17 +288,13 @@ bool JsonSchemaAutomaton::ContinuesNumber(unsigned char b) {
   // A mode a number cannot end in ('-', '.', 'e', a sign) needs room for a digit after it.
   const bool may_end = next == kNumZero || next == kNumInt || next == kNumFrac || next == kNumExpDigits;
   if (!may_end && s_.count + 1 >= kMaxJsonNumberBytes) return false;
-  // A bounded integer's digit: only one that leaves a way into the range.
-  int64_t magnitude = s_.magnitude;
-  if ((next == kNumZero || next == kNumInt) && IsDigit(b)) {
-    magnitude = magnitude >= kMagnitudeCap / 10 ? kMagnitudeCap : std::min(magnitude * 10 + (b - '0'), kMagnitudeCap);
-    if (!IntegerMayReachBounds(magnitude, s_.negative, next == kNumZero, kMaxJsonNumberBytes - s_.count - 1)) {
-      return false;
-    }
-  }
+  // A bounded number's byte: only one that leaves a way into the range
+  // (and no exponent).
+  NumberBounds::Cursor cursor = s_.bounds;
+  if (const NumberBounds* bounds = Bounds(); bounds != nullptr && !bounds->Step(cursor, b)) return false;
   if (next == kNumExp) s_.exponent_digits = 0;
   if (next == kNumExpDigits) ++s_.exponent_digits;
-  s_.magnitude = magnitude;
+  s_.bounds = cursor;
   s_.mode = next;
   ++s_.count;
   return true;
@@ -374,18 +344,13 @@ bool JsonSchemaAutomaton::StartValue(unsigned char b, int32_t node_id) {
       return true;
     default: {
       if (!numbers || !(b == '-' || IsDigit(b))) return false;
-      s_.number_node = node_id;
+      NumberBounds::Cursor cursor;
+      if (node.number_bounds >= 0 && !schema_->number_bounds(node.number_bounds).Step(cursor, b)) return false;
       const bool negative = b == '-';
-      const int64_t magnitude = negative ? 0 : b - '0';
-      // After '-', some digit must still lead into the range ("-0" is 0).
-      bool reachable = !negative && IntegerMayReachBounds(magnitude, false, b == '0', kMaxJsonNumberBytes - 1);
-      for (int d = 0; negative && d <= 9 && !reachable; ++d) {
-        reachable = IntegerMayReachBounds(d, true, d == 0, kMaxJsonNumberBytes - 2);
-      }
-      if (!reachable) return false;
+      s_.number_node = node_id;
       s_.integer = (node.types & kJsonNumberBit) == 0;
       s_.negative = negative;
-      s_.magnitude = magnitude;
+      s_.bounds = cursor;
       s_.mode = negative ? kNumMinus : b == '0' ? kNumZero : kNumInt;
       s_.count = 1;
       return true;

@@ -97,7 +97,7 @@ class JsonSchemaAutomaton {
     uint8_t depth = 0;
     bool negative = false;  // number modes: after a '-'
     uint16_t chars = 0;   // kString with lengths: code points so far
-    int64_t magnitude = 0;  // number modes of a bounded integer: the digits so far (saturating)
+    NumberBounds::Cursor bounds;  // number modes of a bounded number (Note [Number bounds])
     int32_t number_node = 0;  // number modes: the number's node
     int32_t value_node = 0;
     int32_t string_node = 0;
@@ -114,9 +114,9 @@ class JsonSchemaAutomaton {
   const Frame& Top() const { return frames_[static_cast<size_t>(s_.depth) - 1]; }
   bool IsNumber() const { return s_.mode >= kNumMinus && s_.mode <= kNumExpDigits; }
   bool NumberMayEnd() const;
-  // A bounded integer's node: whether the number so far may still land in
-  // its range (`closed`: no digit may follow), and whether it is in it.
-  bool IntegerMayReachBounds(int64_t magnitude, bool negative, bool closed, int digits_left) const;
+  // The number's bounds (Note [Number bounds]), or null.
+  const NumberBounds* Bounds() const;
+  // Whether the number so far is in its bounds, if it has any.
   bool NumberWithinBounds() const;
   bool ContinuesNumber(unsigned char b);
   bool StartValue(unsigned char b, int32_t node);

@@ -60,8 +60,10 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
             "schema: the format's longest match is 10 code points, below minLength 11"},
            {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})",
             "schema/properties/n: 'multipleOf' is not supported"},
-           {R"({"type": "number", "minimum": 0})", "schema: minimum and maximum are held on integers only"},
-           {R"({"minimum": 1.5, "maximum": 1.9})", "schema: no integer lies within its minimum and maximum"},
+           {R"({"type": "string", "minimum": 0})", "schema: minimum and maximum bound numbers: this schema's type takes none"},
+           {R"({"type": "integer", "minimum": 1.5, "maximum": 1.9})", "schema: no integer lies within its minimum and maximum"},
+           {R"({"minimum": 2, "exclusiveMaximum": 2})", "schema: no number lies within its minimum and maximum"},
+           {R"({"type": "number", "minimum": "0"})", "schema/minimum: expected a number"},
            {R"({"type": "integer", "maximum": 1e300})", "schema/maximum: expected a number below 2^53"},
            {R"({"type": "strin"})", "schema/type: expected null, boolean, integer, number, string, array or object"},
            {R"({"type": []})", "schema/type: an empty list of types"},
@@ -221,11 +223,51 @@ TEST(JsonSchemaTest, IntegerBoundsRefuseADigitThatLeavesNoWayIntoTheRange) {
   EXPECT_EQ(Judge(R"({"type": "integer", "minimum": -5})", "123456789012"), 1);
   EXPECT_EQ(Judge(R"({"type": "integer", "maximum": -10})", "-9"), 0);  // -90 and beyond
   EXPECT_EQ(Judge(R"({"type": "integer", "maximum": -10})", "1"), -1);
+  // A fraction is an integer's no more (the type is integer), but the bound
+  // may be one: 1.5 is held as 2.
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": 1.5})", "1"), 0);  // 10-19
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": 1.5})", "1."), -1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": 1.5, "maximum": 3})", "2"), 1);
+  EXPECT_EQ(Judge(R"({"type": "integer", "minimum": 1.5, "maximum": 3})", "1"), -1);
   // Inside an object: the number ends at the next byte, which must find it in range.
   const std::string object = R"({"properties": {"n": {"type": "integer", "minimum": 100}}, "required": ["n"]})";
   EXPECT_EQ(Judge(object, R"({"n": 99)"), 0);  // 990 is still to come
   EXPECT_EQ(Judge(object, R"({"n": 99})"), -1);
   EXPECT_EQ(Judge(object, R"({"n": 100})"), 1);
+}
+
+// Note [Number bounds]: numbers with a fraction, held digit by digit and
+// written without an exponent.
+TEST(JsonSchemaTest, NumberBoundsHoldFractionsAsTheyCome) {
+  const std::string unit = R"({"type": "number", "minimum": 0, "exclusiveMaximum": 1})";
+  EXPECT_EQ(Judge(unit, "0"), 1);
+  EXPECT_EQ(Judge(unit, "0.999"), 1);
+  EXPECT_EQ(Judge(unit, "1"), -1);
+  EXPECT_EQ(Judge(unit, "-"), 0);  // "-0" is 0
+  EXPECT_EQ(Judge(unit, "-0.1"), -1);
+  EXPECT_EQ(Judge(unit, "0.5e"), -1);  // no exponent beside bounds
+  const std::string temperature = R"({"type": "number", "minimum": -273.15, "maximum": 1e4})";
+  EXPECT_EQ(Judge(temperature, "-273.15"), 1);
+  EXPECT_EQ(Judge(temperature, "-273.151"), -1);
+  EXPECT_EQ(Judge(temperature, "-27"), 1);
+  EXPECT_EQ(Judge(temperature, "-2731"), -1);
+  EXPECT_EQ(Judge(temperature, "10000.0"), 1);
+  EXPECT_EQ(Judge(temperature, "10000.01"), -1);
+  // exclusiveMinimum 0: anything above zero; "0" may still become "0.1".
+  const std::string positive = R"({"type": "number", "exclusiveMinimum": 0})";
+  EXPECT_EQ(Judge(positive, "0"), 0);
+  EXPECT_EQ(Judge(positive, "0.0001"), 1);
+  EXPECT_EQ(Judge(positive, "-"), -1);
+  // Without "type", the bounds imply a number.
+  EXPECT_EQ(Judge(R"({"minimum": 0.25, "maximum": 0.5})", "0.3"), 1);
+  EXPECT_EQ(Judge(R"({"minimum": 0.25, "maximum": 0.5})", "0.2"), 0);  // 0.25-0.29...
+  EXPECT_EQ(Judge(R"({"minimum": 0.25, "maximum": 0.5})", "0.6"), -1);
+  const std::string object =
+      R"({"properties": {"p": {"type": "number", "minimum": 0.5, "maximum": 0.75}}, "required": ["p"]})";
+  EXPECT_EQ(Judge(object, R"({"p": 0.7})"), 1);
+  EXPECT_EQ(Judge(object, R"({"p": 0.76})"), -1);
+  EXPECT_EQ(Judge(object, R"({"p": 0.5})"), 1);
+  EXPECT_EQ(Judge(object, R"({"p": 0.4)"), -1);
 }
 
 TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
@@ -458,6 +500,10 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
       R"({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -20, "maximum": 5000},
           {"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 7.5,
           "exclusiveMaximum": 12}}, "required": ["n"]}]}})",
+      R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
+          "t": {"type": "number", "exclusiveMinimum": -273.15, "exclusiveMaximum": 0.001},
+          "x": {"type": ["number", "null"], "minimum": 0.1, "maximum": 0.1000001},
+          "n": {"type": "number", "maximum": -1e-5}}, "required": ["p", "t", "x", "n"], "additionalProperties": false})",
   };
   std::mt19937 random(20261207);
   for (const std::string& text : schemas) {
@@ -508,12 +554,14 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
       // read are in the key.
       R"({"type": "array", "items": {"anyOf": [{"type": "string", "pattern": "^(ab|1)+0?$", "maxLength": 7},
       {"type": "object", "properties": {"b": {"type": "string", "pattern": "^.(b|\\d)+$", "minLength": 2,
-      "maxLength": 4}}, "required": ["b"]}, {"type": "null"}]}, "maxItems": 20})"};
+      "maxLength": 4}}, "required": ["b"]}, {"type": "null"}]}, "maxItems": 20})",
+      // Note [Number bounds]: the number's comparisons with its bounds are in the key.
+      R"({"type": "array", "items": {"type": "number", "minimum": -1.5, "maximum": 10.25}, "maxItems": 20})"};
   auto shared = std::make_shared<const TokenVocabulary>(tokens);
   const int64_t vocab = static_cast<int64_t>(tokens.size());
   int compared = 0;
-  for (int run = 0; run < 80; ++run) {
-    const std::string& schema = schemas[static_cast<size_t>(run % 2)];
+  for (int run = 0; run < 90; ++run) {
+    const std::string& schema = schemas[static_cast<size_t>(run % 3)];
     auto state = StartOutputConstraint(Schema(schema), shared, "t");
     ASSERT_TRUE(state.ok()) << state.status();
     std::vector<int64_t> accepted;

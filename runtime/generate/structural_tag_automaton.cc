@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/tokenizer/json_value.h"
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -20,6 +21,82 @@ absl::Status CheckTagText(const std::string& text, const std::string& field) {
 }
 
 }  // namespace
+
+absl::StatusOr<StructuralTagSpec> ReadStructuralTag(const JsonValue& format, const std::string& field) {
+  auto fail = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  if (!format.is_object()) {
+    return fail(absl::StrCat(field, ": expected an object with structures and triggers, got ",
+                             JsonValue::TypeName(format.type())));
+  }
+  auto read_string = [](const JsonValue& value, const std::string& name, std::string* out) -> absl::Status {
+    if (!value.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": expected a string, got ", JsonValue::TypeName(value.type())));
+    }
+    *out = value.string_value();
+    return absl::OkStatus();
+  };
+  StructuralTagSpec spec;
+  bool structures_given = false, triggers_given = false;
+  for (size_t i = 0; i < format.keys().size(); ++i) {
+    const std::string& key = format.keys()[i];
+    const JsonValue& item = format.items()[i];
+    const std::string at = absl::StrCat(field, ".", key);
+    if (key == "type") {
+      if (!item.is_string() || item.string_value() != "structural_tag") {
+        return fail(absl::StrCat(at, ": expected \"structural_tag\""));
+      }
+      continue;
+    }
+    if (key != "structures" && key != "triggers") {
+      return fail(absl::StrCat(field, ": unknown field '", key, "' (a structural_tag reads structures and triggers)"));
+    }
+    if (!item.is_array()) return fail(absl::StrCat(at, ": expected an array, got ", JsonValue::TypeName(item.type())));
+    if (key == "triggers") {
+      triggers_given = true;
+      for (size_t j = 0; j < item.items().size(); ++j) {
+        std::string trigger;
+        if (absl::Status ok = read_string(item.items()[j], absl::StrCat(at, "[", j, "]"), &trigger); !ok.ok()) return ok;
+        spec.triggers.push_back(std::move(trigger));
+      }
+      continue;
+    }
+    structures_given = true;
+    for (size_t j = 0; j < item.items().size(); ++j) {
+      const JsonValue& structure = item.items()[j];
+      const std::string here = absl::StrCat(at, "[", j, "]");
+      if (!structure.is_object()) {
+        return fail(absl::StrCat(here, ": expected an object with begin, schema and end, got ",
+                                 JsonValue::TypeName(structure.type())));
+      }
+      TaggedStructure& tagged = spec.structures.emplace_back();
+      const JsonValue* schema = nullptr;
+      for (size_t k = 0; k < structure.keys().size(); ++k) {
+        const std::string& part = structure.keys()[k];
+        const std::string named = absl::StrCat(here, ".", part);
+        absl::Status ok;
+        if (part == "begin") {
+          ok = read_string(structure.items()[k], named, &tagged.begin);
+        } else if (part == "end") {
+          ok = read_string(structure.items()[k], named, &tagged.end);
+        } else if (part == "schema") {
+          schema = &structure.items()[k];
+        } else {
+          return fail(absl::StrCat(here, ": unknown field '", part, "' (begin, schema and end are read)"));
+        }
+        if (!ok.ok()) return ok;
+      }
+      if (schema == nullptr) return fail(absl::StrCat(here, ": no schema"));
+      auto compiled = CompileJsonSchema(*schema, here + ".schema");
+      if (!compiled.ok()) return compiled.status();
+      tagged.schema = (*compiled)->text();
+    }
+  }
+  if (!structures_given) return fail(absl::StrCat(field, ": a structural_tag needs its structures"));
+  if (!triggers_given) return fail(absl::StrCat(field, ": a structural_tag needs its triggers"));
+  auto form = StructuralTagForm::Compile(spec.structures, spec.triggers, /*key_horizon=*/1, field);
+  if (!form.ok()) return form.status();
+  return spec;
+}
 
 absl::StatusOr<std::shared_ptr<const StructuralTagForm>> StructuralTagForm::Compile(
     const std::vector<TaggedStructure>& structures, const std::vector<std::string>& triggers, int64_t key_horizon,

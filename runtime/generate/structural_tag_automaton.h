@@ -55,6 +55,18 @@ struct TaggedStructure {
   bool operator==(const TaggedStructure&) const = default;
 };
 
+// A structural tag as JSON, vLLM's response_format {"type":
+// "structural_tag", "structures": [{"begin", "schema", "end"}], "triggers":
+// [...]} (the "type" may be left out: dsgen --structural_tag FILE): its
+// structures (each schema compiled once, kept as compact text) and triggers,
+// checked as Compile checks them. InvalidArgument naming `field`.structures[i]
+// (and the schema's place), `field`.triggers[j] or the unknown field.
+struct StructuralTagSpec {
+  std::vector<TaggedStructure> structures;
+  std::vector<std::string> triggers;
+};
+absl::StatusOr<StructuralTagSpec> ReadStructuralTag(const JsonValue& format, const std::string& field);
+
 // A structural tag compiled: shared by a request's automata.
 class StructuralTagForm {
  public:

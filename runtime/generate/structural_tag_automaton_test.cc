@@ -11,6 +11,7 @@
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/output_constraint.h"
 #include "runtime/testing/generation_llama.h"
+#include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -19,7 +20,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // 1: whole (free text); 0: a prefix (inside a structure); -1: not a prefix.
-int Judge(const OutputConstraint& form, const std::string& text) {
+int JudgeTagged(const OutputConstraint& form, const std::string& text) {
   bool complete = false;
   if (!AllowsPrefix(form, text, &complete)) return -1;
   return complete ? 1 : 0;
@@ -36,21 +37,21 @@ OutputConstraint ToolCallTag() {
 
 TEST(StructuralTagTest, TextIsFreeUntilATriggerThenHeldToItsStructureThenFreeAgain) {
   const OutputConstraint form = ToolCallTag();
-  EXPECT_EQ(Judge(form, ""), 1);
-  EXPECT_EQ(Judge(form, "Any text at all: {\"json\" or not}, <b>tags</b>, caf\xC3\xA9."), 1);
-  EXPECT_EQ(Judge(form, "almost <tool_cal"), 1) << "a trigger begun is still free text";
-  EXPECT_EQ(Judge(form, "<tool_calls> <tool_callx> <tool_call "), 1) << "near misses are text";
+  EXPECT_EQ(JudgeTagged(form, ""), 1);
+  EXPECT_EQ(JudgeTagged(form, "Any text at all: {\"json\" or not}, <b>tags</b>, caf\xC3\xA9."), 1);
+  EXPECT_EQ(JudgeTagged(form, "almost <tool_cal"), 1) << "a trigger begun is still free text";
+  EXPECT_EQ(JudgeTagged(form, "<tool_calls> <tool_callx> <tool_call "), 1) << "near misses are text";
   const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 12}}\n</tool_call>";
   for (size_t cut = std::string("<tool_call>").size(); cut < call.size(); ++cut) {
-    EXPECT_EQ(Judge(form, "I will call. " + call.substr(0, cut)), 0) << cut;
+    EXPECT_EQ(JudgeTagged(form, "I will call. " + call.substr(0, cut)), 0) << cut;
   }
-  EXPECT_EQ(Judge(form, "I will call. " + call), 1);
-  EXPECT_EQ(Judge(form, call + " and again " + call + "\n" + call), 1) << "each call held, text between";
-  EXPECT_EQ(Judge(form, "<tool_call>{"), -1) << "the rest of the begin";
-  EXPECT_EQ(Judge(form, "<tool_call>\n{\"name\": \"g\""), -1);
-  EXPECT_EQ(Judge(form, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1.5"), -1);
-  EXPECT_EQ(Judge(form, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} "), -1) << "the end follows the value";
-  EXPECT_EQ(Judge(form, "<<tool_call>\n"), 0) << "a trigger after a false start";
+  EXPECT_EQ(JudgeTagged(form, "I will call. " + call), 1);
+  EXPECT_EQ(JudgeTagged(form, call + " and again " + call + "\n" + call), 1) << "each call held, text between";
+  EXPECT_EQ(JudgeTagged(form, "<tool_call>{"), -1) << "the rest of the begin";
+  EXPECT_EQ(JudgeTagged(form, "<tool_call>\n{\"name\": \"g\""), -1);
+  EXPECT_EQ(JudgeTagged(form, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1.5"), -1);
+  EXPECT_EQ(JudgeTagged(form, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} "), -1) << "the end follows the value";
+  EXPECT_EQ(JudgeTagged(form, "<<tool_call>\n"), 0) << "a trigger after a false start";
 }
 
 TEST(StructuralTagTest, StructuresSharingATriggerAreChosenByTheBytesAfterIt) {
@@ -60,11 +61,11 @@ TEST(StructuralTagTest, StructuresSharingATriggerAreChosenByTheBytesAfterIt) {
        {"<function=get_time>", R"({"type":"object","properties":{"zone":{"enum":["utc"]}},"required":["zone"]})",
         "</function>"}},
       {"<function="});
-  EXPECT_EQ(Judge(form, "ok <function=get_"), 0);
-  EXPECT_EQ(Judge(form, "ok <function=get_x"), -1);
-  EXPECT_EQ(Judge(form, "<function=get_time>{\"zone\": \"utc\"}</function>"), 1);
-  EXPECT_EQ(Judge(form, "<function=get_time>{\"city\""), -1) << "get_weather's key in get_time";
-  EXPECT_EQ(Judge(form, "<function=get_weather>{\"city\": \"Oslo\"}</function> done"), 1);
+  EXPECT_EQ(JudgeTagged(form, "ok <function=get_"), 0);
+  EXPECT_EQ(JudgeTagged(form, "ok <function=get_x"), -1);
+  EXPECT_EQ(JudgeTagged(form, "<function=get_time>{\"zone\": \"utc\"}</function>"), 1);
+  EXPECT_EQ(JudgeTagged(form, "<function=get_time>{\"city\""), -1) << "get_weather's key in get_time";
+  EXPECT_EQ(JudgeTagged(form, "<function=get_weather>{\"city\": \"Oslo\"}</function> done"), 1);
 }
 
 TEST(StructuralTagTest, TriggersAreFoundWhereverTheyEndTheLongestFirst) {
@@ -72,12 +73,12 @@ TEST(StructuralTagTest, TriggersAreFoundWhereverTheyEndTheLongestFirst) {
   const std::string any = R"({"type":"integer"})";
   const OutputConstraint form =
       OutputConstraint::StructuralTag({{"ab[", any, "]"}, {"b(", any, ")"}}, {"ab", "b"});
-  EXPECT_EQ(Judge(form, "xab[1]"), 1);
-  EXPECT_EQ(Judge(form, "xab("), -1) << "ab opened, not b";
-  EXPECT_EQ(Judge(form, "xb(2)"), 1);
-  EXPECT_EQ(Judge(form, "aab[3] a"), 1);
-  EXPECT_EQ(Judge(form, "ax"), 1);
-  EXPECT_EQ(Judge(form, "b["), -1);
+  EXPECT_EQ(JudgeTagged(form, "xab[1]"), 1);
+  EXPECT_EQ(JudgeTagged(form, "xab("), -1) << "ab opened, not b";
+  EXPECT_EQ(JudgeTagged(form, "xb(2)"), 1);
+  EXPECT_EQ(JudgeTagged(form, "aab[3] a"), 1);
+  EXPECT_EQ(JudgeTagged(form, "ax"), 1);
+  EXPECT_EQ(JudgeTagged(form, "b["), -1);
 }
 
 TEST(StructuralTagTest, FormsThatCouldNotWorkAreRefusedNamingTheField) {
@@ -184,6 +185,39 @@ TEST(StructuralTagTest, TheEngineGeneratesOnlyWhatTheTagAllows) {
     opened += static_cast<int>(std::count(text.begin(), text.end(), '<') + std::count(text.begin(), text.end(), '['));
   }
   EXPECT_GT(opened, 0) << "no structure opened: the test checks nothing";
+}
+
+// The JSON form (vLLM's response_format, dsgen --structural_tag FILE): read
+// into structures and triggers, "type" optional, every problem named.
+TEST(StructuralTagTest, ReadFromJsonNamingEachPlace) {
+  auto read = [](const std::string& text) {
+    auto value = ParseJson(text, "tag.json");
+    EXPECT_TRUE(value.ok()) << value.status();
+    return ReadStructuralTag(*value, "tag.json");
+  };
+  auto spec = read(R"({"structures": [{"begin": "<f>", "schema": {"type": "object", "title": "t"}, "end": "</f>"}],
+                      "triggers": ["<f"]})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->structures.size(), 1u);
+  EXPECT_EQ(spec->structures[0].begin, "<f>");
+  EXPECT_EQ(spec->structures[0].end, "</f>");
+  EXPECT_EQ(spec->structures[0].schema, R"({"type":"object","title":"t"})");
+  EXPECT_THAT(spec->triggers, ElementsAre("<f"));
+  EXPECT_TRUE(read(R"({"type": "structural_tag", "structures": [{"begin": "<", "schema": {}, "end": ">"}],
+                       "triggers": ["<"]})").ok());
+  EXPECT_THAT(std::string(read(R"({"structures": [], "triggers": []})").status().message()),
+              HasSubstr("tag.json"));  // StructuralTagForm's own checks, under the same name
+  auto refused = [&](const std::string& text) { return std::string(read(text).status().message()); };
+  EXPECT_THAT(refused(R"({"type": "json_object", "structures": [], "triggers": []})"),
+              HasSubstr("tag.json.type: expected \"structural_tag\""));
+  EXPECT_THAT(refused(R"([1])"), HasSubstr("tag.json: expected an object with structures and triggers, got an array"));
+  EXPECT_THAT(refused(R"({"structures": [{"begin": 1, "schema": {}, "end": ">"}], "triggers": []})"),
+              HasSubstr("tag.json.structures[0].begin: expected a string, got a number"));
+  EXPECT_THAT(refused(R"({"structures": [{"begin": "<", "schema": {"minimum": "x"}, "end": ">"}], "triggers": ["<"]})"),
+              HasSubstr("tag.json.structures[0].schema: schema/minimum: expected a number"));
+  EXPECT_THAT(refused(R"({"structures": [], "triggers": [true]})"),
+              HasSubstr("tag.json.triggers[0]: expected a string, got a bool"));
+  EXPECT_THAT(refused(R"({"structures": []})"), HasSubstr("tag.json: a structural_tag needs its triggers"));
 }
 
 }  // namespace

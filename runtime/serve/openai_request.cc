@@ -122,64 +122,10 @@ bool SetSchemaConstraint(FieldReader& reader, GenerationParameters* p, const Jso
 // here so that a form the engine would refuse is a 400 naming its place.
 bool SetStructuralTagConstraint(FieldReader& reader, GenerationParameters* p, const JsonValue& format,
                                 const std::string& key) {
-  std::vector<TaggedStructure> structures;
-  std::vector<std::string> triggers;
-  bool structures_given = false, triggers_given = false;
-  for (size_t i = 0; i < format.keys().size(); ++i) {
-    const std::string& field = format.keys()[i];
-    const JsonValue& item = format.items()[i];
-    if (field == "type") continue;
-    const std::string at = "response_format." + field;
-    if (field != "structures" && field != "triggers") {
-      return reader.Fail(key, absl::StrCat("response_format: unknown field '", field,
-                                           "' (a structural_tag reads structures and triggers)"));
-    }
-    if (!item.is_array()) {
-      return reader.Fail(key, absl::StrCat(at, ": expected an array, got ", JsonValue::TypeName(item.type())));
-    }
-    if (field == "triggers") {
-      triggers_given = true;
-      for (size_t j = 0; j < item.items().size(); ++j) {
-        std::string trigger;
-        if (!reader.String(item.items()[j], absl::StrCat(at, "[", j, "]"), &trigger)) return false;
-        triggers.push_back(std::move(trigger));
-      }
-      continue;
-    }
-    structures_given = true;
-    for (size_t j = 0; j < item.items().size(); ++j) {
-      const JsonValue& structure = item.items()[j];
-      const std::string here = absl::StrCat(at, "[", j, "]");
-      if (!structure.is_object()) {
-        return reader.Fail(key, absl::StrCat(here, ": expected an object with begin, schema and end, got ",
-                                             JsonValue::TypeName(structure.type())));
-      }
-      TaggedStructure& tagged = structures.emplace_back();
-      const JsonValue* schema = nullptr;
-      for (size_t k = 0; k < structure.keys().size(); ++k) {
-        const std::string& part = structure.keys()[k];
-        const std::string named = absl::StrCat(here, ".", part);
-        if (part == "begin") {
-          if (!reader.String(structure.items()[k], named, &tagged.begin)) return false;
-        } else if (part == "end") {
-          if (!reader.String(structure.items()[k], named, &tagged.end)) return false;
-        } else if (part == "schema") {
-          schema = &structure.items()[k];
-        } else {
-          return reader.Fail(key, absl::StrCat(here, ": unknown field '", part, "' (begin, schema and end are read)"));
-        }
-      }
-      if (schema == nullptr) return reader.Fail(key, absl::StrCat(here, ": no schema"));
-      auto compiled = CompileJsonSchema(*schema, here + ".schema");
-      if (!compiled.ok()) return reader.Fail(key, std::string(compiled.status().message()));
-      tagged.schema = (*compiled)->text();
-    }
-  }
-  if (!structures_given) return reader.Fail(key, "response_format: a structural_tag needs its structures");
-  if (!triggers_given) return reader.Fail(key, "response_format: a structural_tag needs its triggers");
-  auto form = StructuralTagForm::Compile(structures, triggers, /*key_horizon=*/1, "response_format");
-  if (!form.ok()) return reader.Fail(key, std::string(form.status().message()));
-  return SetConstraint(reader, p, OutputConstraint::StructuralTag(std::move(structures), std::move(triggers)), key);
+  absl::StatusOr<StructuralTagSpec> spec = ReadStructuralTag(format, "response_format");
+  if (!spec.ok()) return reader.Fail(key, std::string(spec.status().message()));
+  return SetConstraint(reader, p, OutputConstraint::StructuralTag(std::move(spec->structures), std::move(spec->triggers)),
+                       key);
 }
 
 // The shared fields; returns false (error filled) on a problem, and sets

@@ -625,10 +625,11 @@ def check_structural_tag():
 # (checked here by hand: Debian's Python has no jsonschema by default).
 ANSWER_SCHEMA = {"type": "object", "properties": {
     "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+    "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 2.5},
     "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string", "format": "date"},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
     "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]}},
-    "required": ["answer", "confidence", "code", "day", "note"], "additionalProperties": False}
+    "required": ["answer", "confidence", "weight", "code", "day", "note"], "additionalProperties": False}
 DAY = re.compile(r"^[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"
                  r"02-(0[1-9]|1[0-9]|2[0-8]))$")
 
@@ -636,8 +637,8 @@ DAY = re.compile(r"^[1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[
 def answer_problem(value):
     if not isinstance(value, dict):
         return "not an object"
-    order = [k for k in ["answer", "confidence", "code", "day", "tags", "note"] if k in value]
-    if list(value) != order or not {"answer", "confidence", "code", "day", "note"} <= set(value):
+    order = [k for k in ["answer", "confidence", "weight", "code", "day", "tags", "note"] if k in value]
+    if list(value) != order or not {"answer", "confidence", "weight", "code", "day", "note"} <= set(value):
         return f"keys {list(value)}"
     if not isinstance(value["code"], str) or not re.search(r"^[A-Z]{2}-\d{3}$", value["code"]):
         return "code (pattern)"
@@ -652,6 +653,9 @@ def answer_problem(value):
     if not isinstance(value["confidence"], int) or isinstance(value["confidence"], bool) or \
             not 0 <= value["confidence"] <= 100:
         return "confidence"
+    if not isinstance(value["weight"], (int, float)) or isinstance(value["weight"], bool) or \
+            not 0 < value["weight"] <= 2.5:  # Note [Number bounds]: compared as Python compares
+        return "weight"
     tags = value.get("tags", [])
     if not isinstance(tags, list) or len(tags) > 2 or any(not isinstance(t, str) or len(t) > 6 for t in tags):
         return "tags"

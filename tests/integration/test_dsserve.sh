@@ -154,6 +154,31 @@ else:
     assert list(value) == ["answer", "score"] and value["answer"] in ("yes", "no"), value
     assert isinstance(value["score"], int), value
 PYTHON
+# --structural_tag: free text in which each "e" opens "e=" a number of the
+# schema's bounds, closed by ";" (Note [Structural tags], Note [Number bounds]).
+cat >"$WORK/tag.json" <<'TAG'
+{"structures": [{"begin": "e=", "schema": {"type": "number", "exclusiveMinimum": -1, "maximum": 0.5}, "end": ";"}],
+ "triggers": ["e"]}
+TAG
+"$DSGEN" --model "$MODEL" --prompt "Once upon a time" --max_new_tokens 60 --temperature 0.9 --seed 5 \
+  --structural_tag "$WORK/tag.json" >"$WORK/dsgen_tag.out" 2>&1 || fail "dsgen --structural_tag: $(cat "$WORK/dsgen_tag.out")"
+"$PY" - "$WORK/dsgen_tag.out" <<'PYTHON' || fail "dsgen --structural_tag: $(cat "$WORK/dsgen_tag.out")"
+import re, sys
+text = open(sys.argv[1]).read()
+text = text[:-1] if text.endswith("\n") else text
+held = re.findall(r"e=\s*(-?[0-9.]+)\s*;", text)
+assert held, f"no structure opened: the check checks nothing: {text!r}"
+assert all(-1 < float(v) <= 0.5 for v in held), held
+rest = re.sub(r"e=\s*-?[0-9.]+\s*;", "", text)
+rest = re.sub(r"e(=\s*-?[0-9.]*)?$", "", rest)  # cut inside a structure at --max_new_tokens
+assert "e" not in rest, f"an 'e' outside its structure: {text!r}"
+PYTHON
+echo '{"structures": [{"begin": "e=", "schema": {"type": "number", "multipleOf": 2}, "end": ";"}], "triggers": ["e"]}' \
+  >"$WORK/bad.tag.json"
+"$DSGEN" --model "$MODEL" --prompt "x" --structural_tag "$WORK/bad.tag.json" >"$WORK/dsgen_bad_tag.out" 2>&1 &&
+  fail "dsgen --structural_tag with an unsupported keyword ran"
+grep -q "bad.tag.json.structures\[0\].schema: schema: 'multipleOf' is not supported" "$WORK/dsgen_bad_tag.out" ||
+  fail "dsgen --structural_tag, bad schema: $(cat "$WORK/dsgen_bad_tag.out")"
 echo '{"type": "string", "format": "hostname"}' >"$WORK/bad.schema.json"
 "$DSGEN" --model "$MODEL" --prompt "x" --json_schema "$WORK/bad.schema.json" >"$WORK/dsgen_bad_schema.out" 2>&1 &&
   fail "dsgen --json_schema with an unsupported keyword ran"
@@ -162,7 +187,7 @@ grep -q "bad.schema.json: schema/format: format 'hostname' is not supported" "$W
 "$DSGEN" --model "$MODEL" --prompt_ids 1,2 --json >"$WORK/dsgen_ids_json.out" 2>&1 &&
   fail "dsgen --json with --prompt_ids ran"
 grep -q -- "--json goes with --prompt" "$WORK/dsgen_ids_json.out" || fail "dsgen --json --prompt_ids: $(cat "$WORK/dsgen_ids_json.out")"
-pass "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'; --json a JSON object and --json_schema a valid answer (or their start at the token limit); an unsupported keyword and --json without --prompt refused"
+pass "dsgen --choice gave '$(tail -n 1 "$WORK/dsgen_choice.out")'; --json a JSON object, --json_schema a valid answer (or their start at the token limit) and --structural_tag numbers in range in free text; an unsupported keyword and --json without --prompt refused"
 "$PY" "$CLIENT" "$URL" "$WORK/key" disconnect
 
 # 5. /metrics through an independent parser; nothing left running.
