@@ -4,7 +4,9 @@
 # with TIMEOUT, reported as not run when every test of the suite skipped
 # (runtime/testing/unit_test_main.cc then exits with the code this sets in
 # DSLAUNCH_ALL_SKIPPED_EXIT_CODE). Suites whose tests are all disabled are
-# left out.
+# left out. A suite named *SerialTest runs alone (RUN_SERIAL: no other test
+# beside it), for a test that measures wall-clock overlap (the pipeline's
+# bubble).
 cmake_minimum_required(VERSION 3.25)
 foreach(var TEST_BINARY SUITES_FILE WORKING_DIRECTORY TIMEOUT)
   if(NOT DEFINED ${var})
@@ -36,9 +38,13 @@ if(suites STREQUAL "")
 endif()
 set(script "")
 foreach(suite IN LISTS suites)
+  set(serial "")
+  if(suite MATCHES "SerialTest$")
+    set(serial " RUN_SERIAL TRUE")
+  endif()
   string(APPEND script
     "add_test([==[${suite}.*]==] [==[${TEST_BINARY}]==] [==[--gtest_filter=${suite}.*]==])\n"
     "set_tests_properties([==[${suite}.*]==] PROPERTIES WORKING_DIRECTORY [==[${WORKING_DIRECTORY}]==]"
-    " TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77 ENVIRONMENT DSLAUNCH_ALL_SKIPPED_EXIT_CODE=77)\n")
+    " TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77 ENVIRONMENT DSLAUNCH_ALL_SKIPPED_EXIT_CODE=77${serial})\n")
 endforeach()
 file(WRITE ${SUITES_FILE} "${script}")

@@ -665,12 +665,19 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                           offload.host_step_wait, offload.host_step);
           }
         }
+        // Note [Measured bubble]: against the pipeline's step.
+        std::vector<double> busy, window;
+        for (const auto& t : stage_seconds) {
+          busy.push_back(t[0] + t[1]);
+          window.push_back(t[3]);
+        }
+        const std::vector<double> bubbles = StageBubbleFractions(busy, window);
         for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
           const auto& t = stage_seconds[stage];
           absl::FPrintF(context.out,
                         "  pipeline stage %d: forward %.3f s, backward %.3f s, transfers %.3f s, bubble %.1f%% "
                         "(schedule's theory %.1f%%)\n",
-                        stage, t[0], t[1], t[2], t[3] > 0 ? 100.0 * (1.0 - (t[0] + t[1]) / t[3]) : 0.0,
+                        stage, t[0], t[1], t[2], 100.0 * bubbles[stage],
                         100.0 * TheoreticalBubbleFraction(pipe->schedule(), pipe->shape()));
         }
       }

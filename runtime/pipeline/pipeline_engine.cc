@@ -424,6 +424,13 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
   return result;
 }
 
+std::vector<double> StageBubbleFractions(const std::vector<double>& busy, const std::vector<double>& window) {
+  const double step = window.empty() ? 0.0 : *std::max_element(window.begin(), window.end());
+  std::vector<double> bubbles;
+  for (double b : busy) bubbles.push_back(step > 0 ? 1.0 - b / step : 0.0);
+  return bubbles;
+}
+
 torch::Tensor PipelineEngine::StageForward(int first, int last, const torch::Tensor& input, const TokenBatch& batch) {
   if (interval_ == 0 || !model_->is_training() || !torch::GradMode::is_enabled()) {
     return family_->ForwardLayers(first, last, input, batch);

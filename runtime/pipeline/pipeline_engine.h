@@ -69,12 +69,21 @@ struct PipelineBatchResult {
   // Note [Outputs released once sent]: bytes of this stage's outputs whose
   // memory went as soon as the next stage had them.
   int64_t released_output_bytes = 0;
-  // The share of the schedule this stage spent outside its passes.
-  double bubble_fraction() const {
-    return schedule_seconds > 0 ? 1.0 - (forward_seconds + backward_seconds) / schedule_seconds : 0;
-  }
   std::vector<PipelineEvent> timeline;
 };
+
+// Note [Measured bubble]
+// A stage's bubble is its share of the pipeline's step spent outside its
+// forward and backward passes. The step is the longest stage's schedule
+// (the first stage's: it runs the first forward at once and the last
+// backward at the end), not the stage's own: the last stage's schedule ends
+// with its last backward, while the step goes on until that gradient has
+// gone back through every stage, so its own window would leave out its
+// idle end ((S-1-s)·backward of stage s). Against the step, every stage of
+// a balanced 1F1B idles (S-1)(forward+backward): the schedule's
+// (S-1)/(v·M+S-1). `busy` and `window`: each stage's forward+backward
+// seconds and schedule seconds (PipelineBatchResult), over the same steps.
+std::vector<double> StageBubbleFractions(const std::vector<double>& busy, const std::vector<double>& window);
 
 class PipelineEngine {
  public:
