@@ -686,6 +686,19 @@ absl::StatusOr<std::string> FormatPattern(const std::string& format, const std::
   static const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static const std::string kAtom = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
   static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  // A hostname (RFC 1123) within 253 bytes: at most four labels of at most
+  // 62, the last beginning with a letter (a top-level label is not all
+  // digits).
+  static const std::string kHostLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,60}[A-Za-z0-9])?";
+  static const std::string kTopLabel = "[A-Za-z]([A-Za-z0-9-]{0,60}[A-Za-z0-9])?";
+  // RFC 4291's text forms of eight groups, "::" for one or more of them
+  // (no embedded IPv4, no zone).
+  static const std::string kGroup = "[0-9a-fA-F]{1,4}";
+  static const std::string kIpv6 =
+      "((" + kGroup + ":){7}" + kGroup + "|(" + kGroup + ":){1,7}:|(" + kGroup + ":){1,6}:" + kGroup + "|(" + kGroup +
+      ":){1,5}(:" + kGroup + "){1,2}|(" + kGroup + ":){1,4}(:" + kGroup + "){1,3}|(" + kGroup + ":){1,3}(:" + kGroup +
+      "){1,4}|(" + kGroup + ":){1,2}(:" + kGroup + "){1,5}|" + kGroup + ":(:" + kGroup + "){1,6}|:((:" + kGroup +
+      "){1,7}|:))";
   static const std::map<std::string, std::string> kFormats = {
       {"date", "^" + kDate + "$"},
       {"time", "^" + kTime + "$"},
@@ -694,13 +707,16 @@ absl::StatusOr<std::string> FormatPattern(const std::string& format, const std::
                        kDurationTime + ")$"},
       {"email", "^" + kAtom + "(\\." + kAtom + ")*@" + kLabel + "(\\." + kLabel + ")+$"},
       {"ipv4", "^(" + kOctet + "\\.){3}" + kOctet + "$"},
+      {"ipv6", "^" + kIpv6 + "$"},
+      {"hostname", "^(" + kHostLabel + "\\.){0,3}" + kTopLabel + "$"},
       {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
   };
   auto it = kFormats.find(format);
   if (it == kFormats.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": format '", format,
-        "' is not supported (date, time, date-time, duration, email, ipv4 and uuid are): leave it out"));
+        "' is not supported (date, time, date-time, duration, email, hostname, ipv4, ipv6 and uuid are): leave it "
+        "out"));
   }
   return it->second;
 }

@@ -38,11 +38,13 @@
 // request then ends unfinished (Note [Constrained output]).
 //
 // "format" (JSON Schema's, as OpenAI's structured outputs enforce it): date,
-// time, date-time, duration, email, ipv4 and uuid are patterns of their RFC
-// forms (FormatPattern), narrowed where a validator's reading is stricter
-// than the form (years 1000-9999, February's 28 days, no leap second, an
-// email's dot-atom with hostname labels); any other format on a string
-// (hostname, ipv6, uri, ...) is refused naming it.
+// time, date-time, duration, email, hostname, ipv4, ipv6 and uuid are
+// patterns of their RFC forms (FormatPattern), narrowed where a validator's
+// reading is stricter than the form (years 1000-9999, February's 28 days,
+// no leap second, an email's dot-atom with hostname labels, a hostname of at
+// most four labels of 62 whose last begins with a letter, IPv6 without an
+// embedded IPv4 or a zone); any other format on a string (uri, iri, ...) is
+// refused naming it.
 #pragma once
 
 #include <cstdint>

@@ -3,10 +3,15 @@
 // the constructs refused by name, lengths to a match, and the formats.
 #include "runtime/generate/string_pattern.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <random>
 #include <regex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +175,57 @@ TEST(StringPatternTest, RandomPatternsAgreeWithStdRegexOnRandomStrings) {
   EXPECT_LT(matched, checked - checked / 10);
 }
 
+// What the automaton of a format lets through, drawn at random, read by an
+// independent reader of the form: inet_pton for IPv6, RFC 1123's rules for
+// a hostname.
+bool IsHostname(const std::string& text) {
+  if (text.empty() || text.size() > 253) return false;
+  std::vector<std::string> labels = absl::StrSplit(text, '.');
+  for (const std::string& label : labels) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    }
+  }
+  const std::string& top = labels.back();
+  return std::any_of(top.begin(), top.end(), [](char c) { return absl::ascii_isalpha(static_cast<unsigned char>(c)); });
+}
+
+TEST(StringPatternTest, RandomHostnamesAndIpv6AddressesReadBack) {
+  std::mt19937 random(20261207);
+  for (const std::string name : {"ipv6", "hostname"}) {
+    auto text = FormatPattern(name, "format");
+    ASSERT_TRUE(text.ok()) << text.status();
+    const StringPattern pattern = Compiled(*text);
+    int drawn = 0;
+    for (int i = 0; i < 2000; ++i) {
+      std::string out;
+      int32_t state = pattern.start();
+      // Each step a random ASCII symbol that keeps a match ahead; stop at a
+      // match with probability 1/8 (or when nothing may follow).
+      while (true) {
+        std::vector<int> next;
+        for (int symbol = 0; symbol < 128; ++symbol) {
+          if (pattern.Next(state, symbol) >= 0) next.push_back(symbol);
+        }
+        if (pattern.Matches(state) && (next.empty() || random() % 8 == 0)) break;
+        ASSERT_FALSE(next.empty()) << name << ": a dead end after '" << out << "'";
+        const int symbol = next[random() % next.size()];
+        out.push_back(static_cast<char>(symbol));
+        state = pattern.Next(state, symbol);
+      }
+      ++drawn;
+      if (name == "ipv6") {
+        in6_addr address;
+        EXPECT_EQ(inet_pton(AF_INET6, out.c_str(), &address), 1) << out;
+      } else {
+        EXPECT_TRUE(IsHostname(out)) << out;
+      }
+    }
+    EXPECT_EQ(drawn, 2000);
+  }
+}
+
 TEST(StringPatternTest, FormatsArePatternsOfTheirForms) {
   auto format = [](const std::string& name) {
     auto pattern = FormatPattern(name, "schema/format");
@@ -188,13 +244,18 @@ TEST(StringPatternTest, FormatsArePatternsOfTheirForms) {
            {"email", {"a.b+c@example.com", "x@y.io"}, {"@example.com", "a@b", "a..b@example.com", "a b@c.io"}},
            {"ipv4", {"192.168.0.1", "255.255.255.255", "0.0.0.0"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
            {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000"}},
+           {"ipv6", {"::", "::1", "1::", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "fE80::1"},
+            {":", "1:2:3:4:5:6:7:8:9", "1::2::3", "12345::", "1:2:3:4:5:6:7", "::ffff:1.2.3.4", "g::1"}},
+           {"hostname", {"localhost", "example.com", "a-b.c1.io", "x1.y"}, {"-a.com", "a-.com", "a..com", "1.2.3.4",
+                                                                            "a.b.c.d.e", std::string(63, 'a') + ".io",
+                                                                            "example.com."}},
        }) {
     const StringPattern pattern = format(c.format);
     for (const std::string& text : c.valid) EXPECT_TRUE(pattern.MatchesText(text)) << c.format << ": " << text;
     for (const std::string& text : c.invalid) EXPECT_FALSE(pattern.MatchesText(text)) << c.format << ": " << text;
   }
-  EXPECT_THAT(FormatPattern("hostname", "schema/format").status().message(),
-              HasSubstr("schema/format: format 'hostname' is not supported"));
+  EXPECT_THAT(FormatPattern("uri", "schema/format").status().message(),
+              HasSubstr("schema/format: format 'uri' is not supported"));
 }
 
 }  // namespace

@@ -179,10 +179,10 @@ echo '{"structures": [{"begin": "e=", "schema": {"type": "number", "multipleOf":
   fail "dsgen --structural_tag with an unsupported keyword ran"
 grep -q "bad.tag.json.structures\[0\].schema: schema: 'multipleOf' is not supported" "$WORK/dsgen_bad_tag.out" ||
   fail "dsgen --structural_tag, bad schema: $(cat "$WORK/dsgen_bad_tag.out")"
-echo '{"type": "string", "format": "hostname"}' >"$WORK/bad.schema.json"
+echo '{"type": "string", "format": "uri"}' >"$WORK/bad.schema.json"
 "$DSGEN" --model "$MODEL" --prompt "x" --json_schema "$WORK/bad.schema.json" >"$WORK/dsgen_bad_schema.out" 2>&1 &&
   fail "dsgen --json_schema with an unsupported keyword ran"
-grep -q "bad.schema.json: schema/format: format 'hostname' is not supported" "$WORK/dsgen_bad_schema.out" ||
+grep -q "bad.schema.json: schema/format: format 'uri' is not supported" "$WORK/dsgen_bad_schema.out" ||
   fail "dsgen --json_schema, bad schema: $(cat "$WORK/dsgen_bad_schema.out")"
 "$DSGEN" --model "$MODEL" --prompt_ids 1,2 --json >"$WORK/dsgen_ids_json.out" 2>&1 &&
   fail "dsgen --json with --prompt_ids ran"
