@@ -250,7 +250,8 @@ class JsonSchemaCompiler {
     static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
     static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
     static const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
-    static const std::set<std::string> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                                       "multipleOf"};
     uint8_t implied = 0;
     for (const std::string& key : keywords) {
       if (kObjectWords.count(key)) {
@@ -266,7 +267,7 @@ class JsonSchemaCompiler {
                                        "' is not supported by constrained decoding (it reads type, properties, "
                                        "required, additionalProperties, items, minItems, maxItems, minLength, "
                                        "maxLength, pattern, format, minimum, maximum and their exclusive forms, "
-                                       "enum, "
+                                       "multipleOf, enum, "
                                        "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
       }
     }
@@ -485,15 +486,16 @@ class JsonSchemaCompiler {
     return absl::OkStatus();
   }
 
-  // minimum, maximum, exclusiveMinimum, exclusiveMaximum (Note [Number
-  // bounds]), on a node of numbers or integers.
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum and multipleOf
+  // (Note [Number bounds]), on a node of numbers or integers.
   absl::Status NumberBoundsOf(const JsonValue& schema, const std::string& path, int32_t id) {
     NumberBounds::Limits limits;
     const std::pair<const char*, std::optional<double>*> words[] = {
         {"minimum", &limits.minimum},
         {"exclusiveMinimum", &limits.exclusive_minimum},
         {"maximum", &limits.maximum},
-        {"exclusiveMaximum", &limits.exclusive_maximum}};
+        {"exclusiveMaximum", &limits.exclusive_maximum},
+        {"multipleOf", &limits.multiple_of}};
     for (const auto& [word, limit] : words) {
       const JsonValue* value = schema.Find(word);
       if (value == nullptr) continue;
@@ -503,7 +505,7 @@ class JsonSchemaCompiler {
     if (!limits.any()) return absl::OkStatus();
     SchemaNode& node = At(id);
     if ((node.types & (kJsonNumberBit | kJsonIntegerBit)) == 0) {
-      return Fail(path, "minimum and maximum bound numbers: this schema's type takes none");
+      return Fail(path, "minimum, maximum and multipleOf bound numbers: this schema's type takes none");
     }
     absl::StatusOr<NumberBounds> bounds = NumberBounds::Compile(limits, (node.types & kJsonNumberBit) == 0,
                                                                 kMaxJsonNumberBytes, absl::StrCat(field_, ": ", path));

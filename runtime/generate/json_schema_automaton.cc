@@ -210,7 +210,8 @@ std::string JsonSchemaAutomaton::Key() const {
   const NumberBounds::Cursor cursor = bounded ? s_.bounds : NumberBounds::Cursor{};
   const char number[] = {static_cast<char>(cursor.phase),       static_cast<char>(cursor.negative),
                          static_cast<char>(cursor.int_digits),  static_cast<char>(cursor.frac_digits),
-                         static_cast<char>(cursor.low),         static_cast<char>(cursor.high)};
+                         static_cast<char>(cursor.low),         static_cast<char>(cursor.high),
+                         static_cast<char>(cursor.remainder & 0xFF), static_cast<char>(cursor.remainder >> 8)};
   key.append(number, sizeof(number));
   key.append(reinterpret_cast<const char*>(lengths_left), sizeof(lengths_left));
   key.append(reinterpret_cast<const char*>(nodes_and_trie), sizeof(nodes_and_trie));

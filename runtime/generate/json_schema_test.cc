@@ -58,9 +58,11 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
             "schema: the pattern's shortest match is 5 code points, above maxLength 4"},
            {R"({"type": "string", "format": "date", "minLength": 11})",
             "schema: the format's longest match is 10 code points, below minLength 11"},
-           {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})",
-            "schema/properties/n: 'multipleOf' is not supported"},
-           {R"({"type": "string", "minimum": 0})", "schema: minimum and maximum bound numbers: this schema's type takes none"},
+           {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2.5}}})",
+            "schema/properties/n/multipleOf: 2.5 is not held: only a whole number from 1 to 1000 is"},
+           {R"({"type": "object", "patternProperties": {"^a": {}}})", "schema: 'patternProperties' is not supported"},
+           {R"({"type": "string", "minimum": 0})",
+            "schema: minimum, maximum and multipleOf bound numbers: this schema's type takes none"},
            {R"({"type": "integer", "minimum": 1.5, "maximum": 1.9})", "schema: no integer lies within its minimum and maximum"},
            {R"({"minimum": 2, "exclusiveMaximum": 2})", "schema: no number lies within its minimum and maximum"},
            {R"({"type": "number", "minimum": "0"})", "schema/minimum: expected a number"},
@@ -376,6 +378,7 @@ class Validator {
       if (const JsonValue* m = schema.Find("maximum"); m != nullptr && v > m->number_value()) return false;
       if (const JsonValue* m = schema.Find("exclusiveMinimum"); m != nullptr && v <= m->number_value()) return false;
       if (const JsonValue* m = schema.Find("exclusiveMaximum"); m != nullptr && v >= m->number_value()) return false;
+      if (const JsonValue* m = schema.Find("multipleOf"); m != nullptr && std::fmod(v, m->number_value()) != 0) return false;
     }
     if (value.is_string()) {
       for (const char* word : {"pattern", "format"}) {
@@ -503,7 +506,9 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
       R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
           "t": {"type": "number", "exclusiveMinimum": -273.15, "exclusiveMaximum": 0.001},
           "x": {"type": ["number", "null"], "minimum": 0.1, "maximum": 0.1000001},
-          "n": {"type": "number", "maximum": -1e-5}}, "required": ["p", "t", "x", "n"], "additionalProperties": false})",
+          "n": {"type": "number", "maximum": -1e-5}, "k": {"type": "integer", "multipleOf": 7, "minimum": -30},
+          "q": {"type": "number", "multipleOf": 25, "exclusiveMaximum": 1000}}, "required": ["p", "t", "x", "n", "k", "q"],
+          "additionalProperties": false})",
   };
   std::mt19937 random(20261207);
   for (const std::string& text : schemas) {
@@ -556,12 +561,13 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
       {"type": "object", "properties": {"b": {"type": "string", "pattern": "^.(b|\\d)+$", "minLength": 2,
       "maxLength": 4}}, "required": ["b"]}, {"type": "null"}]}, "maxItems": 20})",
       // Note [Number bounds]: the number's comparisons with its bounds are in the key.
-      R"({"type": "array", "items": {"type": "number", "minimum": -1.5, "maximum": 10.25}, "maxItems": 20})"};
+      R"({"type": "array", "items": {"type": "number", "minimum": -1.5, "maximum": 10.25}, "maxItems": 20})",
+      R"({"type": "array", "items": {"type": "integer", "multipleOf": 3, "maximum": 100}, "maxItems": 20})"};
   auto shared = std::make_shared<const TokenVocabulary>(tokens);
   const int64_t vocab = static_cast<int64_t>(tokens.size());
   int compared = 0;
-  for (int run = 0; run < 90; ++run) {
-    const std::string& schema = schemas[static_cast<size_t>(run % 3)];
+  for (int run = 0; run < 96; ++run) {
+    const std::string& schema = schemas[static_cast<size_t>(run % 4)];
     auto state = StartOutputConstraint(Schema(schema), shared, "t");
     ASSERT_TRUE(state.ok()) << state.status();
     std::vector<int64_t> accepted;

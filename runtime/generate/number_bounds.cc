@@ -139,6 +139,21 @@ absl::StatusOr<NumberBounds> NumberBounds::Compile(const Limits& limits, bool in
   }
   NumberBounds bounds;
   bounds.integers_only_ = integers_only;
+  if (limits.multiple_of) {
+    const double m = *limits.multiple_of;
+    if (!(m >= 1 && m <= kMaxMultipleOf && std::floor(m) == m)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "/multipleOf: ", m, " is not held: only a whole number from 1 to ", kMaxMultipleOf,
+          " is (validators divide by a fractional step in doubles, so no output passes them all)"));
+    }
+    bounds.modulus_ = static_cast<int>(m);
+    bounds.integers_only_ = true;  // a multiple of a whole number is one
+    // Within 2^53, where a double holds every integer: a JavaScript
+    // validator reads a longer one rounded, a multiple no more.
+    const BoundDecimal top{false, "9007199254740991", ""}, bottom{true, "9007199254740991", ""};
+    if (!highest || CompareBoundDecimals(top, *highest) < 0) highest = top;
+    if (!lowest || CompareBoundDecimals(bottom, *lowest) > 0) lowest = bottom;
+  }
   if (lowest) bounds.lowest_ = BoundDecimalText(*lowest);
   if (highest) bounds.highest_ = BoundDecimalText(*highest);
   // Without '-': magnitudes [max(lowest, 0), highest]; with it:
@@ -175,8 +190,10 @@ absl::StatusOr<NumberBounds> NumberBounds::Compile(const Limits& limits, bool in
     if (!side.empty) bounds.BuildTables(side);
   }
   if (!bounds.sides_[0].start_feasible && !bounds.sides_[1].start_feasible) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": no ", integers_only ? "integer" : "number",
-                                                   " lies within its minimum and maximum"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": no ",
+        bounds.modulus_ > 1 ? absl::StrCat("multiple of ", bounds.modulus_) : integers_only ? "integer" : "number",
+        " lies within its minimum and maximum"));
   }
   return bounds;
 }
@@ -214,31 +231,36 @@ void NumberBounds::BuildTables(Side& side) const {
       side.both_needed[static_cast<size_t>(f)] = static_cast<uint16_t>(need);
     }
   }
-  // The integer part, from its longest down.
+  // The integer part, from its longest down (with multipleOf, at each
+  // remainder).
   const int max_k = side.max_digits;
-  side.int_feasible.assign(static_cast<size_t>(max_k + 2) * 9, 0);
-  auto at = [&](int k, uint8_t l, uint8_t h) -> uint8_t& {
-    return side.int_feasible[(static_cast<size_t>(k) * 3 + l) * 3 + h];
+  const int m = modulus_;
+  side.int_feasible.assign(static_cast<size_t>(max_k + 2) * 9 * static_cast<size_t>(m), 0);
+  auto at = [&](int k, uint8_t l, uint8_t h, int r) -> uint8_t& {
+    return side.int_feasible[((static_cast<size_t>(k) * 3 + l) * 3 + h) * static_cast<size_t>(m) +
+                             static_cast<size_t>(r)];
   };
   for (int k = max_k; k >= 1; --k) {
     const int left = max_k - k;
     for (uint8_t l = 0; l < 3; ++l) {
       for (uint8_t h = 0; h < 3; ++h) {
         const uint8_t closed_low = AtIntClose(low, l, k), closed_high = AtIntClose(high, h, k);
-        bool feasible = BothEndsHold(AtIntEnd(low, l, k), AtIntEnd(high, h, k));
-        if (!feasible && !integers_only_ && left >= 2) {
-          feasible = FracFeasible(side, closed_low, closed_high, 0, left - 1, /*need_digit=*/true);
+        const bool ends = BothEndsHold(AtIntEnd(low, l, k), AtIntEnd(high, h, k));
+        const bool fraction = !integers_only_ && left >= 2 &&
+                              FracFeasible(side, closed_low, closed_high, 0, left - 1, /*need_digit=*/true);
+        for (int r = 0; r < m; ++r) {
+          bool feasible = (ends && r == 0) || fraction;
+          for (unsigned char c = '0'; !feasible && left >= 1 && c <= '9'; ++c) {
+            feasible = at(k + 1, AfterIntDigit(low, l, k, c), AfterIntDigit(high, h, k, c), (r * 10 + (c - '0')) % m) != 0;
+          }
+          at(k, l, h, r) = feasible ? 1 : 0;
         }
-        for (unsigned char c = '0'; !feasible && left >= 1 && c <= '9'; ++c) {
-          feasible = at(k + 1, AfterIntDigit(low, l, k, c), AfterIntDigit(high, h, k, c)) != 0;
-        }
-        at(k, l, h) = feasible ? 1 : 0;
       }
     }
   }
   bool start = max_k >= 1 && ZeroFeasible(side);
   for (unsigned char c = '1'; !start && max_k >= 1 && c <= '9'; ++c) {
-    start = at(1, AfterIntDigit(low, kEqual, 0, c), AfterIntDigit(high, kEqual, 0, c)) != 0;
+    start = at(1, AfterIntDigit(low, kEqual, 0, c), AfterIntDigit(high, kEqual, 0, c), (c - '0') % m) != 0;
   }
   side.start_feasible = start;
 }
@@ -272,7 +294,9 @@ bool NumberBounds::Feasible(const Side& side, const Cursor& cursor) const {
       return ZeroFeasible(side);
     case kInt:
       return cursor.int_digits <= side.max_digits &&
-             side.int_feasible[(static_cast<size_t>(cursor.int_digits) * 3 + cursor.low) * 3 + cursor.high] != 0;
+             side.int_feasible[((static_cast<size_t>(cursor.int_digits) * 3 + cursor.low) * 3 + cursor.high) *
+                                   static_cast<size_t>(modulus_) +
+                               cursor.remainder] != 0;
     case kDot:
       return FracFeasible(side, cursor.low, cursor.high, 0, side.max_digits - int_bytes - 1, /*need_digit=*/true);
     case kFrac:
@@ -294,6 +318,7 @@ bool NumberBounds::Step(Cursor& cursor, unsigned char b) const {
       } else if (IsDecimalDigitByte(b)) {
         next.phase = kInt;
         next.int_digits = 1;
+        next.remainder = static_cast<uint16_t>((b - '0') % modulus_);
         next.low = AfterIntDigit(side.low, kEqual, 0, b);
         next.high = AfterIntDigit(side.high, kEqual, 0, b);
       } else {
@@ -309,6 +334,7 @@ bool NumberBounds::Step(Cursor& cursor, unsigned char b) const {
         next.high = AtIntClose(side.high, cursor.high, k);
       } else if (cursor.phase == kInt && IsDecimalDigitByte(b)) {
         next.int_digits = static_cast<uint8_t>(k + 1);
+        next.remainder = static_cast<uint16_t>((cursor.remainder * 10 + (b - '0')) % modulus_);
         next.low = AfterIntDigit(side.low, cursor.low, k, b);
         next.high = AfterIntDigit(side.high, cursor.high, k, b);
       } else {
@@ -338,8 +364,8 @@ bool NumberBounds::MayEnd(const Cursor& cursor) const {
     case kZero:
       return BothEndsHold(AtIntEnd(side.low, kEqual, 0), AtIntEnd(side.high, kEqual, 0));
     case kInt:
-      return BothEndsHold(AtIntEnd(side.low, cursor.low, cursor.int_digits),
-                          AtIntEnd(side.high, cursor.high, cursor.int_digits));
+      return cursor.remainder == 0 && BothEndsHold(AtIntEnd(side.low, cursor.low, cursor.int_digits),
+                                                   AtIntEnd(side.high, cursor.high, cursor.int_digits));
     case kFrac:
       return BothEndsHold(AtFracEnd(side.low, cursor.low, cursor.frac_digits),
                      AtFracEnd(side.high, cursor.high, cursor.frac_digits));

@@ -100,9 +100,11 @@ class Walk {
     if (grammar_complete) {
       ++numbers_;
       const DecimalDigits value = SplitDecimal(text);
+      const auto& multiple_of = case_.limits.multiple_of;
       const bool in_range = (low_.empty() || CompareDecimalDigits(value, SplitDecimal(low_)) >= 0) &&
                             (high_.empty() || CompareDecimalDigits(value, SplitDecimal(high_)) <= 0) &&
-                            !(case_.integers_only && has_dot);
+                            !((case_.integers_only || multiple_of) && has_dot) &&
+                            !(multiple_of && std::strtoll(text.c_str(), nullptr, 10) % static_cast<int64_t>(*multiple_of) != 0);
       if (ends != in_range) ADD_FAILURE() << case_.name << ": " << text << (ends ? " ends" : " does not end");
       if (ends) {
         ++in_range_;
@@ -156,10 +158,10 @@ void CheckEveryShortNumber(const Case& c) {
 
 Case Named(std::string name, std::optional<double> minimum, std::optional<double> exclusive_minimum,
            std::optional<double> maximum, std::optional<double> exclusive_maximum, bool integers_only = false,
-           int max_bytes = 5) {
+           int max_bytes = 5, std::optional<double> multiple_of = std::nullopt) {
   Case c;
   c.max_bytes = max_bytes;
-  c.limits = {minimum, exclusive_minimum, maximum, exclusive_maximum};
+  c.limits = {minimum, exclusive_minimum, maximum, exclusive_maximum, multiple_of};
   c.integers_only = integers_only;
   c.name = std::move(name);
   return c;
@@ -191,6 +193,14 @@ TEST(NumberBoundsTest, EveryShortNumberIsLetThroughExactlyWhenInRange) {
       Named("integers minimum 0.999", 0.999, none, none, none, true),
       Named("integers [10, 200]", 10.0, none, 200.0, none, true),
       Named("integers maximum -10", none, none, -10.0, none, true),
+      Named("multipleOf 3", none, none, none, none, true, 5, 3.0),
+      Named("numbers multipleOf 1", none, none, none, none, false, 5, 1.0),
+      Named("[10, 200] multipleOf 7", 10.0, none, 200.0, none, true, 5, 7.0),
+      Named("[-50, 50] multipleOf 25", -50.0, none, 50.0, none, true, 5, 25.0),
+      Named("numbers (0, 100) multipleOf 10", none, 0.0, none, 100.0, false, 5, 10.0),
+      Named("numbers [0.5, 1000.5] multipleOf 1000", 0.5, none, 1000.5, none, false, 5, 1000.0),
+      Named("multipleOf 1000", none, none, none, none, true, 5, 1000.0),
+      Named("[-7.5, 13.5] multipleOf 13", -7.5, none, 13.5, none, true, 5, 13.0),
   };
   for (const Case& c : cases) CheckEveryShortNumber(c);
 }
@@ -212,7 +222,9 @@ TEST(NumberBoundsTest, RandomBoundsHoldAlike) {
     if (a > b) std::swap(a, b);
     if (random() % 3 != 0) (random() % 2 ? c.limits.minimum : c.limits.exclusive_minimum) = a;
     if (random() % 3 != 0) (random() % 2 ? c.limits.maximum : c.limits.exclusive_maximum) = b;
-    c.name = absl::StrCat("random ", i, ": ", a, " .. ", b, c.integers_only ? " (integers)" : "");
+    if (random() % 3 == 0) c.limits.multiple_of = std::vector<double>{2, 3, 7, 10, 97}[random() % 5];
+    c.name = absl::StrCat("random ", i, ": ", a, " .. ", b, c.integers_only ? " (integers)" : "",
+                          c.limits.multiple_of ? absl::StrCat(" multipleOf ", *c.limits.multiple_of) : "");
     auto bounds = NumberBounds::Compile(c.limits, c.integers_only, c.max_bytes, "schema");
     if (!bounds.ok()) {
       // Only a range that holds nothing of at most 5 bytes is refused.
@@ -270,6 +282,13 @@ TEST(NumberBoundsTest, BoundsNoNumberMeetsAreRefusedByName) {
   EXPECT_THAT(refused({.exclusive_minimum = 1, .exclusive_maximum = 1}, false), HasSubstr("no number lies within"));
   EXPECT_THAT(refused({.maximum = 1e300}, false), HasSubstr("schema/properties/n/maximum: expected a number below 2^53"));
   EXPECT_THAT(refused({.minimum = NAN}, false), HasSubstr("schema/properties/n/minimum: expected a number"));
+  EXPECT_THAT(refused({.multiple_of = 0.5}, false),
+              HasSubstr("schema/properties/n/multipleOf: 0.5 is not held: only a whole number from 1 to 1000 is"));
+  EXPECT_THAT(refused({.multiple_of = 1001}, true), HasSubstr("multipleOf: 1001 is not held"));
+  EXPECT_THAT(refused({.multiple_of = 0}, true), HasSubstr("multipleOf: 0 is not held"));
+  EXPECT_THAT(refused({.minimum = 8, .maximum = 13, .multiple_of = 7}, true),
+              HasSubstr("schema/properties/n: no multiple of 7 lies within its minimum and maximum"));
+  EXPECT_EQ(refused({.minimum = 8, .maximum = 14, .multiple_of = 7}, true), "compiled");
 }
 
 }  // namespace

@@ -141,8 +141,8 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
            Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {},
                 "schema_name": "a"}}})", "response_format", "unknown field 'schema_name'"},
            Case{R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema":
-                {"type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}}}}})", "response_format",
-                "response_format.json_schema: schema/properties/age: 'multipleOf' is not supported"},
+                {"type": "object", "properties": {"age": {"type": "array", "uniqueItems": true}}}}}})", "response_format",
+                "response_format.json_schema: schema/properties/age: 'uniqueItems' is not supported"},
            Case{R"({"prompt": "x", "response_format": {"type": "json_object", "json_schema": {"schema": {}}}})",
                 "response_format", "json_schema goes with type json_schema, not 'json_object'"},
            Case{R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format",

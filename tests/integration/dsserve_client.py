@@ -624,7 +624,7 @@ def check_structural_tag():
 # response_format and as vLLM's guided_json; each whole answer validates
 # (checked here by hand: Debian's Python has no jsonschema by default).
 ANSWER_SCHEMA = {"type": "object", "properties": {
-    "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+    "answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100, "multipleOf": 5},
     "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 2.5},
     "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}, "day": {"type": "string", "format": "date"},
     "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
@@ -651,7 +651,7 @@ def answer_problem(value):
     if value["answer"] not in ("yes", "no"):
         return "answer"
     if not isinstance(value["confidence"], int) or isinstance(value["confidence"], bool) or \
-            not 0 <= value["confidence"] <= 100:
+            not 0 <= value["confidence"] <= 100 or value["confidence"] % 5:
         return "confidence"
     if not isinstance(value["weight"], (int, float)) or isinstance(value["weight"], bool) or \
             not 0 < value["weight"] <= 2.5:  # Note [Number bounds]: compared as Python compares
@@ -725,9 +725,9 @@ def check_errors():
                                                                             "top_logprobs": 2}), param="top_logprobs")
     expect_error("unknown field", 400, *post("/v1/completions", {"prompt": "x", "temprature": 1}), param="temprature")
     expect_error("json_schema keyword", 400, *post("/v1/completions", {"prompt": "x", "response_format": {
-        "type": "json_schema", "json_schema": {"name": "n", "schema": {"properties": {"n": {"type": "integer",
-                                                                                            "multipleOf": 5}}}}}}),
-                 param="response_format", message="schema/properties/n: 'multipleOf' is not supported")
+        "type": "json_schema", "json_schema": {"name": "n", "schema": {"properties": {"n": {"type": "array",
+                                                                                            "uniqueItems": True}}}}}}),
+                 param="response_format", message="schema/properties/n: 'uniqueItems' is not supported")
     expect_error("guided_json and guided_choice", 400,
                  *post("/v1/completions", {"prompt": "x", "guided_json": {}, "guided_choice": ["a"]}),
                  param="guided_choice", message="give one")
