@@ -465,9 +465,8 @@ TEST_F(JobConfigTest, MoeConflictsAreNamedAtTheirKeys) {
            {moe({{"ds_config.tensor_parallel.tp_size", "2"}}),
             "model.moe.num_experts: experts with tensor_parallel.tp_size=2 are "
             "not yet supported"},
-           {moe({{"ds_config.pipeline.stages", "2"}}),
-            "model.moe.num_experts: experts with pipeline.stages=2 are not yet "
-            "supported"},
+           {moe({{"ds_config.pipeline.stages", "2"}, {"ds_config.moe.enabled", "true"}, {"ds_config.moe.ep_size", "2"}}),
+            "moe.ep_size: 2: expert parallelism with pipeline.stages=2 is not yet supported"},
            {{{"ds_config.moe.enabled", "true"}},
             "moe.enabled: true, but the job's model has no experts (set "
             "model.moe.num_experts)"},

@@ -410,8 +410,7 @@ double Engine::CurrentLr() const { return schedule_->LrAt(successful_steps_); }
 
 absl::Status Engine::Backward(const torch::Tensor& loss) {
   try {
-    double factor = 1.0 / static_cast<double>(config_.gradient_accumulation_steps);
-    if (scaler_) factor *= scaler_->scale();
+    const double factor = loss_gradient_factor();
     // Note [Non-finite guard]: counted on the device, read with the norm.
     torch::Tensor bad = torch::logical_not(torch::isfinite(loss.detach())).to(torch::kFloat).sum();
     nonfinite_losses_ = nonfinite_losses_.defined() ? nonfinite_losses_ + bad : bad;

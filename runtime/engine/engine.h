@@ -123,6 +123,11 @@ class Engine {
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
 
   absl::Status Backward(const torch::Tensor& loss);
+  // The gradient Backward gives the loss: 1/gradient_accumulation_steps,
+  // times the fp16 loss scale.
+  double loss_gradient_factor() const {
+    return (scaler_ ? scaler_->scale() : 1.0) / static_cast<double>(config_.gradient_accumulation_steps);
+  }
   // A pipeline stage that does not end in the loss: backpropagates
   // `gradient` (already scaled, as the next stage's input gradient is) from
   // `output`, its output for one micro-batch.

@@ -229,13 +229,17 @@ torch::Tensor GptImpl::ForwardLayers(int first, int last, const torch::Tensor& i
   TORCH_CHECK(!batch.positions.defined() && !batch.segments.defined(),
               "model family gpt cannot train on packed records (set "
               "data.packing: false)");
-  TORCH_CHECK(moe_layers_.empty(), "model.moe with pipeline parallelism is not yet supported");
   torch::Tensor x = input;
   if (first == 0) {
     if (runner_ != nullptr) runner_->BeginForward();
     x = Embed(batch.tokens);
   }
-  for (int layer = std::max(first, 1); layer <= std::min(last, head - 1); ++layer) x = RunBlock(layer - 1, x);
+  for (int layer = std::max(first, 1); layer <= std::min(last, head - 1); ++layer) {
+    x = RunBlock(layer - 1, x);
+    // Note [Experts in pipeline stages]: the block's auxiliary loss, for the step's loss.
+    const MoeLayer& moe = (*blocks)[layer - 1]->as<GptBlock>()->moe;
+    if (!moe.is_empty()) TallyAuxiliaryLoss(*moe, &stage_auxiliary_loss_);
+  }
   return last == head ? LossOf(Head(x), batch.targets) : x;
 }
 

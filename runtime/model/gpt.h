@@ -131,6 +131,8 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   DropoutStream* dropout_stream() override { return &dropout_; }
   CheckpointStorage RecomputeStorage() const override;
   ParameterFill InitialValues(uint64_t seed) const override;
+  LossGradientScale* auxiliary_loss_gradient() override { return moe_layers_.empty() ? nullptr : &aux_scale_; }
+  torch::Tensor TakeAuxiliaryLoss() override { return std::exchange(stage_auxiliary_loss_, torch::Tensor()); }
 
   torch::nn::Embedding token_embedding{nullptr};
   torch::nn::Embedding position_embedding{nullptr};
@@ -151,6 +153,7 @@ class GptImpl : public torch::nn::Module, public ModelInterface {
   DropoutStream dropout_;          // every dropout's masks (Note [Dropout streams])
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
+  torch::Tensor stage_auxiliary_loss_;  // TakeAuxiliaryLoss
   std::vector<Segment> segments_;  // one per block, for activation checkpointing
   UnitRunner* runner_ = nullptr;   // ZeRO-3: gathers each block around its use
 };

@@ -495,7 +495,6 @@ torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor&
   // Layers: 0 the embedding, 1 .. L the decoder layers, L + 1 the head.
   const int head = static_cast<int>(options_.layers) + 1;
   TORCH_CHECK(0 <= first && first <= last && last <= head, "Llama layers [", first, ", ", last, "] of 0 .. ", head);
-  TORCH_CHECK(moe_layers_.empty(), "model.moe with pipeline parallelism is not yet supported");
   torch::Tensor x = input;
   if (first == 0) {
     if (runner_ != nullptr) runner_->BeginForward();
@@ -504,7 +503,12 @@ torch::Tensor LlamaImpl::ForwardLayers(int first, int last, const torch::Tensor&
   const int end = std::min(last, head - 1);
   if (std::max(first, 1) <= end) {
     const AttentionContext context = Context(batch.tokens, batch.positions, batch.segments, x);
-    for (int layer = std::max(first, 1); layer <= end; ++layer) x = RunLayer(layer - 1, x, context);
+    for (int layer = std::max(first, 1); layer <= end; ++layer) {
+      x = RunLayer(layer - 1, x, context);
+      // Note [Experts in pipeline stages]: the layer's auxiliary loss, for the step's loss.
+      const MoeLayer& moe = model->layers[layer - 1]->as<LlamaDecoderLayer>()->block_sparse_moe;
+      if (!moe.is_empty()) TallyAuxiliaryLoss(*moe, &stage_auxiliary_loss_);
+    }
   }
   return last == head ? LossOf(Head(x), batch.targets) : x;
 }

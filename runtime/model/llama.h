@@ -247,6 +247,8 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   DropoutStream* dropout_stream() override { return &dropout_; }
   CheckpointStorage RecomputeStorage() const override;
   ParameterFill InitialValues(uint64_t seed) const override;
+  LossGradientScale* auxiliary_loss_gradient() override { return moe_layers_.empty() ? nullptr : &aux_scale_; }
+  torch::Tensor TakeAuxiliaryLoss() override { return std::exchange(stage_auxiliary_loss_, torch::Tensor()); }
 
   LlamaBackbone model{nullptr};
   LoraLinear lm_head{nullptr};  // nullptr when tie_word_embeddings
@@ -275,6 +277,7 @@ class LlamaImpl : public torch::nn::Module, public ModelInterface {
   DropoutStream dropout_;        // LoRA's dropout masks (Note [Dropout streams])
   LossGradientScale aux_scale_;  // Note [Mixture of experts]
   std::vector<MoeLayerImpl*> moe_layers_;
+  torch::Tensor stage_auxiliary_loss_;  // TakeAuxiliaryLoss
   UnitRunner* runner_ = nullptr;
   std::shared_ptr<LayerResidency> residency_;
   torch::Tensor rotary_cos_, rotary_sin_;  // CachedRotary's: the whole context's

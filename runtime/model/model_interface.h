@@ -30,6 +30,8 @@
 
 namespace dslaunch::runtime {
 
+struct LossGradientScale;  // runtime/moe/auxiliary_loss.h
+
 struct ModelLayer {
   std::string name;  // "embedding", "blocks.3", "head"
   std::string type;  // what partition_method type:REGEX matches: "Embedding", "GptBlock", "Head"
@@ -102,6 +104,14 @@ class ModelInterface : public PartitionedModel {
   // model built deferred can have its values drawn where they are kept
   // (SeededParameterSource); empty: the family cannot say.
   virtual ParameterFill InitialValues(uint64_t seed) const { return {}; }
+  // Note [Experts in pipeline stages] (runtime/pipeline/pipeline_engine.h),
+  // for a family with mixture-of-experts layers: the cell whose scale their
+  // auxiliary losses take as gradient in backward (null: none), and the
+  // weighted auxiliary losses (summed, detached, kDouble) of the layers the
+  // ForwardLayers calls since the last take ran in training (undefined:
+  // none). ForwardLayers' loss (the head's) holds neither.
+  virtual LossGradientScale* auxiliary_loss_gradient() { return nullptr; }
+  virtual torch::Tensor TakeAuxiliaryLoss() { return {}; }
 };
 
 // Helpers the families share.

@@ -61,6 +61,13 @@ torch::Tensor AddAuxiliaryLosses(const torch::Tensor& loss, const std::vector<Mo
   return training ? RecordLossGradientScale(total, cell) : loss;
 }
 
+void TallyAuxiliaryLoss(const MoeLayerImpl& layer, torch::Tensor* tally) {
+  const torch::Tensor& loss = layer.last_stats().weighted_loss;
+  if (!layer.is_training() || !loss.defined()) return;
+  const torch::Tensor value = loss.detach().to(torch::kDouble).reshape({});
+  *tally = tally->defined() ? *tally + value : value;
+}
+
 MoeLayerImpl::MoeLayerImpl(int64_t hidden, const MoeOptions& options, const ExpertFactory& make_expert,
                            LossGradientScale* scale, const RouterFactory& make_router)
     : options_(options), scale_(scale) {

@@ -101,6 +101,12 @@ std::vector<MoeLayerImpl*> FindMoeLayers(torch::nn::Module& module);
 torch::Tensor AddAuxiliaryLosses(const torch::Tensor& loss, const std::vector<MoeLayerImpl*>& layers,
                                  LossGradientScale* cell);
 
+// Note [Experts in pipeline stages] (runtime/pipeline/pipeline_engine.h):
+// adds the weighted auxiliary loss of `layer`'s last forward (its value,
+// detached) to `tally` when that forward ran in training; `tally` starts
+// undefined.
+void TallyAuxiliaryLoss(const MoeLayerImpl& layer, torch::Tensor* tally);
+
 // A generator of its own for an expert parameter (by its module-qualified
 // name), seeded from (seed, name): an expert starts the same at every
 // expert-parallel size, and no rank draws for the experts it does not hold

@@ -13,6 +13,7 @@
 #include "runtime/zero/tensor_storage.h"
 #include "common/status_macros.h"
 #include "runtime/config/pipeline_chunks.h"
+#include "runtime/moe/auxiliary_loss.h"
 #include "runtime/pipeline/pipeline_partition.h"
 
 namespace dslaunch::runtime {
@@ -359,6 +360,10 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
   PipelineBatchResult result;
   std::map<std::pair<int, int>, PassState> passes;  // (micro-batch, chunk)
   torch::Tensor loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  // Note [Experts in pipeline stages]: this stage's auxiliary losses, and
+  // the gradient they take in a backward that does not start at the loss.
+  torch::Tensor auxiliary_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  LossGradientScale* auxiliary_gradient = family_->auxiliary_loss_gradient();
   const auto start = std::chrono::steady_clock::now();
   for (const PipeInstruction& instruction : stream_) {
     const auto began = std::chrono::steady_clock::now();
@@ -371,14 +376,22 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
           TORCH_CHECK(false, "injected failure (dsrank --raise_at_step)");
         }
         if (virtual_stage > 0) pass.input.requires_grad_(true);
+        (void)family_->TakeAuxiliaryLoss();  // a recomputation's, in an earlier backward
         pass.output = StageForward(boundaries_[virtual_stage], boundaries_[virtual_stage + 1] - 1, pass.input,
                                    batches[instruction.micro_batch]);
         if (virtual_stage == last_virtual) loss_sum += pass.output.detach().to(torch::kDouble).reshape({1});
+        if (torch::Tensor auxiliary = family_->TakeAuxiliaryLoss(); auxiliary.defined()) {
+          auxiliary_sum += auxiliary.to(device_).reshape({1});
+        }
       } else if (instruction.op == PipeOp::kBackward) {
         PassState& pass = passes[{instruction.micro_batch, instruction.chunk}];
         // Virtual stage 0 of an interleaved LoRA cut may hold only the frozen
         // embedding: nothing in it trains and no gradient goes back.
         const bool nothing_to_do = virtual_stage == 0 && !pass.output.requires_grad();
+        if (auxiliary_gradient != nullptr) {
+          auxiliary_gradient->scale = torch::full({}, engine_->loss_gradient_factor(),
+                                                  torch::TensorOptions().dtype(torch::kFloat).device(device_));
+        }
         absl::Status backward = nothing_to_do                  ? absl::OkStatus()
                                 : virtual_stage == last_virtual ? engine_->Backward(pass.output)
                                                                 : engine_->BackwardFrom(pass.output, pass.gradient);
@@ -415,10 +428,12 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
     result.step = *step;
   }
   result.step_seconds = Seconds(stepping);
-  // The mean loss, from the last stage to all.
+  // The mean loss, summed over the stages: the last stage's losses and
+  // every stage's auxiliary losses (Note [Experts in pipeline stages]).
+  loss_sum += auxiliary_sum;
   loss_sum /= static_cast<double>(shape_.micro_batches);
   if (pipeline_ != nullptr) {
-    if (absl::Status s = pipeline_->Broadcast(loss_sum, S - 1); !s.ok()) return s;
+    if (absl::Status s = pipeline_->AllReduce(loss_sum, ReduceOp::kSum); !s.ok()) return s;
   }
   result.loss = loss_sum.item<double>();
   return result;

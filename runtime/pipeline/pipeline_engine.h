@@ -33,6 +33,21 @@
 // the model's RecomputeStorage says: cpu_checkpointing,
 // partition_activations); the embedding and the head run as they are.
 //
+// Note [Experts in pipeline stages]
+// A mixture-of-experts model (Note [Mixture of experts]) adds its layers'
+// weighted auxiliary losses to the training loss, their gradient reaching
+// each layer through the scale its loss received in backward (Note in
+// runtime/moe/auxiliary_loss.h). Across stages: a stage's backward that does
+// not start at the loss sets that scale itself, before each backward, to
+// what the engine gives the loss (Engine::loss_gradient_factor: 1/M times
+// the fp16 loss scale, the same on every stage); each stage tallies its
+// layers' auxiliary losses over the forwards of the step (TakeAuxiliaryLoss,
+// a recomputation's dropped), and the step's loss is the sum over the
+// stages of the last stage's losses and every stage's auxiliary losses (an
+// all-reduce where a broadcast from the last stage was), so every rank
+// reports what one process reports. Expert parallelism with stages is
+// refused (Engine::Create).
+//
 // Not thread-safe; every rank of the job calls TrainBatch the same number
 // of times.
 #pragma once

@@ -54,6 +54,10 @@ struct PipeLayout {
   bool lora = false;  // llama: adapters on every projection (all-linear, r 4), the rest frozen
   int64_t llama_vocab = 37;
   int layers_per_virtual_stage = 0;  // pipeline.num_layers_per_virtual_stage
+  // Note [Experts in pipeline stages]: gpt's blocks 1, 3, 5 or every Llama
+  // layer a mixture of 4 experts (top 2, dropless), auxiliary and z losses
+  // weighted enough to move the loss and the gradient.
+  bool moe = false;
 
   int world() const { return pp * tp * dp; }
   std::string Describe() const {
@@ -62,7 +66,8 @@ struct PipeLayout {
                         zero, offload ? " offload" : "", bf16 ? " bf16" : "",
                         checkpoint_interval > 0 ? absl::StrCat(" recompute every ", checkpoint_interval) : "",
                         lora ? " LoRA" : "",
-                        layers_per_virtual_stage > 0 ? absl::StrCat(" ", layers_per_virtual_stage, " blocks per chunk") : "");
+                        layers_per_virtual_stage > 0 ? absl::StrCat(" ", layers_per_virtual_stage, " blocks per chunk") : "",
+                        moe ? " MoE" : "");
   }
 };
 
@@ -90,6 +95,21 @@ DsConfig PipeConfig(const PipeLayout& layout) {
   return config;
 }
 
+MoeOptions TestMoe() {
+  MoeOptions moe;
+  // No random draws: the ranks are threads sharing LibTorch's generator.
+  moe.gating = GatingOptions{.num_experts = 4,
+                             .top_k = 2,
+                             .capacity_factor = 1.0,
+                             .min_capacity = 1,
+                             .drop_tokens = false,
+                             .use_rts = false,
+                             .second_expert_sampling = false};
+  moe.aux_loss_coef = 0.1;
+  moe.z_loss_coef = 0.01;
+  return moe;
+}
+
 std::shared_ptr<torch::nn::Module> BuildModel(const PipeLayout& layout, const TensorParallelGroup& group,
                                               ModelInterface** family) {
   if (layout.family == "gpt") {
@@ -99,6 +119,10 @@ std::shared_ptr<torch::nn::Module> BuildModel(const PipeLayout& layout, const Te
     options.width = 32;
     options.vocab_size = 37;
     options.tensor_parallel = group;
+    if (layout.moe) {
+      options.moe = TestMoe();
+      options.moe.every = 2;
+    }
     auto model = std::make_shared<GptImpl>(options, 3);
     *family = model.get();
     return model;
@@ -112,6 +136,7 @@ std::shared_ptr<torch::nn::Module> BuildModel(const PipeLayout& layout, const Te
   options.intermediate = 48;
   options.vocab_size = layout.llama_vocab;
   options.tensor_parallel = group;
+  if (layout.moe) options.moe = TestMoe();
   auto model = std::make_shared<LlamaImpl>(options, 3);
   if (layout.lora) testing::ApplyTestLora(*model);
   *family = model.get();
@@ -325,6 +350,25 @@ TEST(PipelineTrainingTest, InterleavedAndGPipeSchedulesMatchOneProcess) {
 
 TEST(PipelineTrainingTest, LlamaAtFourStagesMatchesOneProcess) {
   CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 4, .partition = "type:LlamaDecoderLayer"});
+}
+
+// Note [Experts in pipeline stages]: the auxiliary losses of every stage's
+// experts reach the loss every rank reports and their gradient (a stage
+// whose backward does not start at the loss gives them the loss's scale),
+// with 1F1B and interleaved schedules, recomputed segments and
+// Mixtral-style Llama layers. (Not beside data parallelism here: each
+// replica balances its own rows' routing, as DeepSpeed's layers do, which
+// one process over all the rows does not: the load-balancing loss is not
+// linear in the rows.)
+TEST(PipelineTrainingTest, MixtureOfExpertsMatchesOneProcess) {
+  CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .moe = true});
+  CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 4, .moe = true});
+  CompareWithOneProcess(
+      PipeLayout{.family = "gpt", .pp = 2, .schedule = "interleaved", .virtual_stages = 2, .moe = true});
+  CompareWithOneProcess(PipeLayout{.family = "gpt", .pp = 2, .checkpoint_interval = 2, .moe = true});
+  CompareWithOneProcess(
+      PipeLayout{.family = "llama", .pp = 2, .partition = "uniform", .checkpoint_interval = 1, .moe = true});
+  CompareWithOneProcess(PipeLayout{.family = "llama", .pp = 4, .partition = "type:LlamaDecoderLayer", .moe = true});
 }
 
 TEST(PipelineTrainingTest, PipelineByDataParallelWithZeroOneAndTwoMatchesOneProcess) {
