@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/generate/framed_json_automaton.h"
+#include "runtime/generate/json_or_text_automaton.h"
 #include "runtime/generate/json_schema_automaton.h"
 
 namespace dslaunch::runtime {
@@ -199,6 +200,14 @@ absl::StatusOr<std::unique_ptr<OutputConstraintState>> StartOutputConstraint(
     start.set_key_horizon(vocabulary->longest_token_bytes() + 1);
     std::unique_ptr<OutputConstraintState> json;
     std::vector<char> first;
+    if (constraint.or_text) {
+      // Note [JSON or text]: text may always begin.
+      if (!constraint.before.empty() || !constraint.after.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": a JSON value or text has no text around it"));
+      }
+      return std::unique_ptr<OutputConstraintState>(
+          std::make_unique<AutomatonConstraint<JsonOrTextAutomaton>>(JsonOrTextAutomaton(start), vocabulary, schema));
+    }
     if (constraint.before.empty() && constraint.after.empty()) {
       auto plain = std::make_unique<AutomatonConstraint<JsonSchemaAutomaton>>(start, vocabulary, schema);
       first = *plain->Allowed();
@@ -250,6 +259,7 @@ bool AllowsPrefix(const OutputConstraint& constraint, const std::string& text, b
   if (constraint.kind == OutputConstraint::Kind::kJsonSchema) {
     auto schema = CompileJsonSchemaText(constraint.schema, "schema");
     if (!schema.ok()) return false;
+    if (constraint.or_text) return AutomatonAllows(JsonOrTextAutomaton(JsonSchemaAutomaton(schema->get())), text, complete);
     const FramedJsonAutomaton::Frame frame{constraint.before, constraint.after};
     return AutomatonAllows(FramedJsonAutomaton(&frame, JsonSchemaAutomaton(schema->get())), text, complete);
   }

@@ -87,6 +87,9 @@ struct OutputConstraint {
   // given (a tool call's tags: Note [Required tool calls] in
   // runtime/serve/tool_call_form.h).
   std::string before, after;
+  // kJsonSchema: Note [JSON or text] (json_or_text_automaton.h): free text
+  // unless the first byte past leading blanks is '{' (not with before/after).
+  bool or_text = false;
   // kStructuralTag: Note [Structural tags].
   std::vector<TaggedStructure> structures;
   std::vector<std::string> triggers;

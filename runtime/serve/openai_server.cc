@@ -495,12 +495,12 @@ class OpenAiServer::Impl {
     out->n = parameters.n;
     out->constraint_field = parameters.constraint_field;
     if (parameters.constraint.kind != OutputConstraint::Kind::kNone &&
-        parameters.constraint.kind != OutputConstraint::Kind::kStructuralTag) {
+        parameters.constraint.kind != OutputConstraint::Kind::kStructuralTag && !parameters.constraint.or_text) {
       // Note [Constrained output]: a stop string inside the object would cut
       // it; the answer ends when its form is whole, the template's stop
-      // strings aside. A structural tag's answer is free text, which stop
-      // strings end as they end any (one inside a structure cuts it, as
-      // max_tokens would).
+      // strings aside. A structural tag's answer, and a JSON value's or text
+      // (Note [JSON or text]), is free text, which stop strings end as they
+      // end any (one inside a structure cuts it, as max_tokens would).
       if (!parameters.stop.empty()) {
         *error = ApiError{400, "invalid_request_error", "stop",
                           "stop: an answer held to a form (response_format, guided_json, guided_choice) ends when "

@@ -38,7 +38,7 @@ class WordReader {
   bool ok_ = true;
 };
 
-constexpr int64_t kTurnMagic = 0x64737475726e3035;  // "dsturn05"
+constexpr int64_t kTurnMagic = 0x64737475726e3036;  // "dsturn06"
 
 // A string as its length, then its bytes eight to a word.
 void PutString(const std::string& text, std::vector<int64_t>* w) {
@@ -102,6 +102,7 @@ std::vector<int64_t> EncodeTurn(const ServingTurn& turn) {
     PutString(request.constraint.schema, &w);
     PutString(request.constraint.before, &w);
     PutString(request.constraint.after, &w);
+    w.push_back(request.constraint.or_text ? 1 : 0);
     w.push_back(static_cast<int64_t>(request.constraint.structures.size()));
     for (const TaggedStructure& structure : request.constraint.structures) {
       PutString(structure.begin, &w);
@@ -150,6 +151,7 @@ absl::StatusOr<ServingTurn> DecodeTurn(const std::vector<int64_t>& words) {
     request.constraint.schema = GetString(r);
     request.constraint.before = GetString(r);
     request.constraint.after = GetString(r);
+    request.constraint.or_text = r.Next() != 0;
     const int64_t structures = r.Count();
     for (int64_t k = 0; k < structures && r.ok(); ++k) {
       TaggedStructure& structure = request.constraint.structures.emplace_back();

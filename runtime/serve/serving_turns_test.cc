@@ -40,11 +40,16 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   GenerationRequest tag{{1}, 1, {}, {}};
   tag.constraint = OutputConstraint::StructuralTag(
       {{"<f=a>", R"({"type":"object"})", "</f>"}, {"<f=bcdefghij>", "{}", "</f>\n"}}, {"<f=", "<g"});
-  turn.submitted = {{17, request}, {18, json}, {19, tag}};
+  // Note [JSON or text].
+  GenerationRequest either{{1}, 1, {}, {}};
+  either.constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  either.constraint.schema = R"({"type":"object"})";
+  either.constraint.or_text = true;
+  turn.submitted = {{17, request}, {18, json}, {19, tag}, {20, either}};
   turn.cancelled = {3, 17};
   auto back = DecodeTurn(EncodeTurn(turn));
   ASSERT_TRUE(back.ok()) << back.status();
-  ASSERT_EQ(back->submitted.size(), 3u);
+  ASSERT_EQ(back->submitted.size(), 4u);
   const GenerationRequest& got = back->submitted[0].second;
   EXPECT_EQ(back->submitted[0].first, 17);
   EXPECT_EQ(got.prompt, request.prompt);
@@ -63,6 +68,8 @@ TEST(ServingTurnsTest, ATurnSurvivesTheWireBitForBit) {
   EXPECT_EQ(back->submitted[1].second.constraint, json.constraint);
   EXPECT_EQ(back->submitted[2].second.constraint, tag.constraint);
   EXPECT_EQ(back->submitted[2].second.constraint.structures.size(), 2u);
+  EXPECT_EQ(back->submitted[3].second.constraint, either.constraint);
+  EXPECT_TRUE(back->submitted[3].second.constraint.or_text);
   EXPECT_EQ(back->cancelled, turn.cancelled);
   EXPECT_FALSE(back->stop);
 

@@ -146,14 +146,13 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
 
 absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format, const JsonValue& tools,
                                                            const std::vector<std::string>& callable) {
-  if (format != ToolCallFormat::kHermes) {
-    return absl::InvalidArgumentError(
-        "tools: strict arguments under tool_choice auto are held in the hermes form only (where a call opens "
-        "with <tool_call>); a llama3_json call is the whole answer: give \"tool_choice\": \"required\" or a "
-        "named function, or strict false");
-  }
   auto call = CallForm(format, tools, callable, /*strict_only=*/true, "tools");
   if (!call.ok()) return call.status();
+  if (format == ToolCallFormat::kLlama3Json) {
+    // Note [JSON or text]: the answer is a call when it begins with '{'.
+    call->or_text = true;
+    return call;
+  }
   return OutputConstraint::StructuralTag({{call->before, call->schema, call->after}}, {"<tool_call>"});
 }
 

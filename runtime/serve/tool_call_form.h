@@ -26,10 +26,11 @@
 // trigger is "<tool_call>": the text is the model's own until it writes
 // <tool_call>, and from there the call's form as above, then text again
 // (parallel calls each held), the arguments of a strict tool to its schema
-// and those of another tool to any object. That needs a form whose calls
-// open with a
-// fixed text: hermes; a llama3_json call is the whole answer (a text may
-// begin with '{' as well), and strict tools under auto are refused with it.
+// and those of another tool to any object. In llama3_json a call is the
+// whole answer, which the parser reads as calls when it begins with '{':
+// the answer is then free text unless its first byte past blanks is '{',
+// and from there one call held as above (Note [JSON or text] in
+// runtime/generate/json_or_text_automaton.h).
 // Without a strict tool, calls under auto are not held (OpenAI's strict
 // false: the arguments are the model's best effort).
 #pragma once
@@ -50,8 +51,8 @@ absl::StatusOr<OutputConstraint> ToolCallConstraint(ToolCallFormat format, const
                                                     const std::vector<std::string>& callable);
 
 // The constraint of an answer of text in which each call, to one of
-// `callable`, is held to its form (tool_choice auto with strict tools);
-// hermes only, InvalidArgument naming tools otherwise.
+// `callable`, is held to its form (tool_choice auto with strict tools): a
+// structural tag in hermes, a JSON value or text in llama3_json.
 absl::StatusOr<OutputConstraint> ToolCallsInTextConstraint(ToolCallFormat format, const JsonValue& tools,
                                                            const std::vector<std::string>& callable);
 

@@ -7,6 +7,9 @@
 
 #include <random>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -136,8 +139,78 @@ TEST(ToolCallFormTest, UnderAutoTheTextIsFreeAndEachCallInItIsHeld) {
   // ping is not strict: its arguments are any object (OpenAI's best effort).
   EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"x\": [1]}}\n</tool_call>"), 1);
   EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": 3"), -1);
-  EXPECT_THAT(ToolCallsInTextConstraint(ToolCallFormat::kLlama3Json, Tools(), {"ping"}).status().message(),
-              HasSubstr("held in the hermes form only"));
+}
+
+// Note [JSON or text]: in llama3_json a call is the whole answer, which the
+// parser reads as calls when it begins with '{': text otherwise (a brace
+// later in it is text), a held call from a first '{' on.
+TEST(ToolCallFormTest, UnderAutoALlama3AnswerIsACallWhenItBeginsWithABrace) {
+  auto form = ToolCallsInTextConstraint(ToolCallFormat::kLlama3Json, StrictTools(), {"get_weather", "get_time", "ping"});
+  ASSERT_TRUE(form.ok()) << form.status();
+  EXPECT_EQ(form->kind, OutputConstraint::Kind::kJsonSchema);
+  EXPECT_TRUE(form->or_text);
+  EXPECT_EQ(Judge(*form, ""), 1);
+  EXPECT_EQ(Judge(*form, "  \n"), 1);
+  EXPECT_EQ(Judge(*form, "It is sunny. {\"name\": \"get_news\"}"), 1);  // text: the parser reads no call in it
+  EXPECT_EQ(Judge(*form, " {\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}"), 1);
+  EXPECT_EQ(Judge(*form, "{\"name\": \"get_news\""), -1);
+  EXPECT_EQ(Judge(*form, "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"Europe/Paris\""), -1);
+  EXPECT_EQ(Judge(*form, "{\"name\": \"get_time\", \"arguments\""), -1);  // llama3_json's key is parameters
+  EXPECT_EQ(Judge(*form, "{\"name\": \"ping\", \"parameters\": {\"x\": [1]}}"), 1);  // not strict: any object
+  const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"c\"}}";
+  EXPECT_EQ(Judge(*form, call), 1);
+  EXPECT_EQ(Judge(*form, call + ";"), -1);  // one call: the answer ends with it
+  const ToolCallReading reading = ReadToolCalls(ToolCallFormat::kLlama3Json, call, {"get_weather", "get_time", "ping"});
+  ASSERT_EQ(reading.calls.size(), 1u);
+  EXPECT_EQ(reading.calls[0].arguments, R"({"city": "Paris", "unit": "c"})");
+  // Random answers over pieces of calls and text: each whole one is either
+  // a call the parser reads, with arguments of its schema, or content.
+  std::vector<std::string> pieces = {"{", "}", "\"", ": ", ", ", "name", "parameters", "\"get_weather\"", "get_time",
+                                     "\"ping\"", "city", "unit", "zone", "\"c\"", "Paris", "UTC", " ", "\n",
+                                     "Hello", "{\"name\": \"", "", ""};
+  for (int c = ' '; c <= '~'; ++c) pieces.emplace_back(1, static_cast<char>(c));
+  const int64_t stop = 22;  // the second empty one
+  auto vocabulary = std::make_shared<const TokenVocabulary>(pieces);
+  std::mt19937 random(7);
+  int calls = 0, texts = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    auto state = StartOutputConstraint(*form, vocabulary, "tools");
+    ASSERT_TRUE(state.ok()) << state.status();
+    std::string text;
+    for (int step = 0; step < 200 && !(*state)->Finished(); ++step) {
+      torch::Tensor logits = torch::zeros({vocabulary->size()});
+      ASSERT_TRUE((*state)->Mask(logits, {stop})) << text;
+      std::vector<int64_t> allowed;
+      const auto masked = logits.accessor<float, 1>();
+      for (int64_t id = 0; id < vocabulary->size(); ++id) {
+        if (std::isinf(masked[id])) continue;
+        const int weight = id < 21 ? 6 : 1;  // pieces of calls weigh more
+        allowed.insert(allowed.end(), static_cast<size_t>(weight), id);
+      }
+      const int64_t token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(random)];
+      if (token == stop && step < 3) continue;
+      (*state)->Accept(token);
+      if (token == stop) break;
+      text += vocabulary->bytes(token);
+    }
+    SCOPED_TRACE(text);
+    if (!(*state)->Complete()) continue;  // cut inside a call
+    const ToolCallReading read = ReadToolCalls(ToolCallFormat::kLlama3Json, text, {"get_weather", "get_time", "ping"});
+    const bool brace = absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{");
+    ASSERT_EQ(read.calls.size(), brace ? 1u : 0u);
+    if (!brace) {
+      EXPECT_EQ(read.content, text);
+      ++texts;
+      continue;
+    }
+    ++calls;
+    auto arguments = ParseJson(read.calls[0].arguments, "arguments");
+    ASSERT_TRUE(arguments.ok() && arguments->is_object()) << read.calls[0].arguments;
+    if (read.calls[0].name == "get_weather") ASSERT_NE(arguments->Find("city"), nullptr);
+    if (read.calls[0].name == "get_time") ASSERT_NE(arguments->Find("zone"), nullptr);
+  }
+  EXPECT_GT(calls, 10) << "too few calls written for the walks to test anything";
+  EXPECT_GT(texts, 10);
 }
 
 // The calls in hermes text, read apart from the parser: from each
