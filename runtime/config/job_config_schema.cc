@@ -207,6 +207,12 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
   const ModelMoeConfig& moe = job.model.moe;
   const int ep = ExpertParallelSize(job.ds);
   const std::string ep_key = job.ds.moe_expert_parallel_size > 1 ? "moe_expert_parallel_size" : "moe.ep_size";
+  // Note [Experts in pipeline stages]: the experts whole on each stage (a
+  // Mixtral folder's too).
+  if (job.ds.pipeline.stages > 1 && ep > 1 && (!job.model.from.empty() || moe.num_experts > 0)) {
+    at_ds(ep_key, absl::StrCat(ep, ": expert parallelism with pipeline.stages=", job.ds.pipeline.stages,
+                               " is not yet supported (each stage holds its layers' experts whole at size 1)"));
+  }
   if (!job.model.from.empty()) {
     // A Mixtral folder's config.json gives its experts and their routing;
     // the rank refuses expert parallelism for a folder without experts.
@@ -269,11 +275,6 @@ void CheckMoe(const WalkResult& walk, const TreeSource& source, const WalkResult
   if (job.ds.tensor_parallel.tp_size > 1) {
     at_job("model.moe.num_experts", absl::StrCat("experts with tensor_parallel.tp_size=",
                                                  job.ds.tensor_parallel.tp_size, " are not yet supported"));
-  }
-  // Note [Experts in pipeline stages]: the experts whole on each stage.
-  if (job.ds.pipeline.stages > 1 && ep > 1) {
-    at_ds(ep_key, absl::StrCat(ep, ": expert parallelism with pipeline.stages=", job.ds.pipeline.stages,
-                               " is not yet supported (each stage holds its layers' experts whole at size 1)"));
   }
   if (!job.export_.hf_dir.empty()) {
     at_job("export.hf_dir",

@@ -1,5 +1,7 @@
 #include "runtime/dsrank/moe_telemetry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -19,8 +21,9 @@ absl::StatusOr<std::vector<MoeLayerRouting>> GatherMoeRouting(torch::nn::Module&
   if (layers.empty()) return routings;
   const int64_t experts = layers[0].second->options().gating.num_experts;
   // Per layer: the tokens of each expert, the dropped fraction, the auxiliary
-  // loss.
-  torch::Tensor table = torch::zeros({static_cast<int64_t>(layers.size()), experts + 2},
+  // loss, and 1 on a rank that ran it (with pipeline stages, only the ranks
+  // of its stage do: the means are over those).
+  torch::Tensor table = torch::zeros({static_cast<int64_t>(layers.size()), experts + 3},
                                      torch::TensorOptions().dtype(torch::kDouble).device(context.device));
   for (size_t i = 0; i < layers.size(); ++i) {
     const MoeLayerStats& stats = layers[i].second->last_stats();
@@ -28,6 +31,7 @@ absl::StatusOr<std::vector<MoeLayerRouting>> GatherMoeRouting(torch::nn::Module&
     table[i].narrow(0, 0, experts).copy_(stats.tokens_per_expert);
     table[i][experts] = stats.dropped.to(table.device());
     table[i][experts + 1] = stats.aux_loss.to(table.device());
+    table[i][experts + 2] = 1.0;
   }
   const int ranks = context.world != nullptr ? context.world->size() : 1;
   if (ranks > 1) DS_RETURN_IF_ERROR(context.world->AllReduce(table, ReduceOp::kSum));
@@ -38,8 +42,9 @@ absl::StatusOr<std::vector<MoeLayerRouting>> GatherMoeRouting(torch::nn::Module&
     for (int64_t e = 0; e < experts; ++e) {
       routing.tokens_per_expert.push_back(static_cast<int64_t>(table[i][e].item<double>()));
     }
-    routing.dropped_fraction = table[i][experts].item<double>() / ranks;
-    routing.aux_loss = table[i][experts + 1].item<double>() / ranks;
+    const double holders = std::max(1.0, table[i][experts + 2].item<double>());
+    routing.dropped_fraction = table[i][experts].item<double>() / holders;
+    routing.aux_loss = table[i][experts + 1].item<double>() / holders;
   }
   return routings;
 }

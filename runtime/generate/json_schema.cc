@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/json_quote.h"
 #include "runtime/generate/json_schema_automaton.h"  // kMaxJsonNumberBytes
@@ -499,7 +500,9 @@ class JsonSchemaCompiler {
     for (const auto& [word, limit] : words) {
       const JsonValue* value = schema.Find(word);
       if (value == nullptr) continue;
-      if (!value->is_number()) return Fail(absl::StrCat(path, "/", word), "expected a number below 2^53 in magnitude");
+      if (!value->is_number()) {
+        return Fail(absl::StrCat(path, "/", word), absl::StrCat("expected a number, got ", JsonValue::TypeName(value->type())));
+      }
       *limit = value->number_value();
     }
     if (!limits.any()) return absl::OkStatus();
@@ -507,10 +510,28 @@ class JsonSchemaCompiler {
     if ((node.types & (kJsonNumberBit | kJsonIntegerBit)) == 0) {
       return Fail(path, "minimum, maximum and multipleOf bound numbers: this schema's type takes none");
     }
-    absl::StatusOr<NumberBounds> bounds = NumberBounds::Compile(limits, (node.types & kJsonNumberBit) == 0,
-                                                                kMaxJsonNumberBytes, absl::StrCat(field_, ": ", path));
+    const bool integers_only = (node.types & kJsonNumberBit) == 0;
+    // Equal bounds share their tables; all of a schema's tables share one
+    // budget (a request's schema is compiled on the HTTP thread).
+    std::string key = integers_only ? "i" : "n";
+    for (const auto& [word, limit] : words) absl::StrAppend(&key, ",", *limit ? absl::StrFormat("%a", **limit) : "-");
+    if (auto it = number_bounds_ids_.find(key); it != number_bounds_ids_.end()) {
+      node.number_bounds = it->second;
+      return absl::OkStatus();
+    }
+    const size_t bytes = NumberBounds::TableBytes(limits, kMaxJsonNumberBytes);
+    if (bytes > number_table_bytes_left_) {
+      return Fail(path, absl::StrCat("the schema's number bounds would need more than ", kMaxSchemaNumberTableBytes,
+                                     " bytes of tables (a multipleOf m takes ",
+                                     NumberBounds::TableBytes({}, kMaxJsonNumberBytes), "·m): use fewer or smaller "
+                                     "multipleOf steps"));
+    }
+    absl::StatusOr<NumberBounds> bounds = NumberBounds::Compile(limits, integers_only, kMaxJsonNumberBytes,
+                                                                absl::StrCat(field_, ": ", path));
     if (!bounds.ok()) return bounds.status();
+    number_table_bytes_left_ -= bytes;
     node.number_bounds = static_cast<int32_t>(number_bounds_->size());
+    number_bounds_ids_[key] = node.number_bounds;
     number_bounds_->push_back(*std::move(bounds));
     return absl::OkStatus();
   }
@@ -696,6 +717,8 @@ class JsonSchemaCompiler {
   std::vector<SchemaNode>* nodes_ = nullptr;
   std::vector<StringPattern>* patterns_ = nullptr;
   std::vector<NumberBounds>* number_bounds_ = nullptr;
+  std::map<std::string, int32_t> number_bounds_ids_;  // by the bounds, as text
+  size_t number_table_bytes_left_ = kMaxSchemaNumberTableBytes;
   std::map<std::string, int32_t> pattern_ids_;  // by the pattern's text
   size_t pattern_work_left_ = 2 * kMaxPatternWork;
   size_t pattern_states_ = 0;

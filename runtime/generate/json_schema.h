@@ -61,6 +61,7 @@ inline constexpr int kMaxSchemaProperties = 1024;   // in one object
 inline constexpr int64_t kMaxSchemaCount = 65535;   // minItems, maxItems, minLength, maxLength
 inline constexpr int kMaxSchemaEnumBytes = 16384;   // one enum's values, serialised
 inline constexpr int kMaxSchemaPatternStates = 16384;  // all its patterns' automata together
+inline constexpr size_t kMaxSchemaNumberTableBytes = size_t{8} << 20;  // all its number bounds' tables together
 inline constexpr size_t kRecentCompiledSchemas = 64;   // CompileJsonSchemaText keeps these
 
 // A set of byte strings as a trie (property names as the output spells them,
@@ -139,8 +140,9 @@ struct SchemaNode {
   // Strings.
   int64_t min_length = 0, max_length = -1;  // -1: unbounded
   int32_t pattern = -1;  // pattern or format: the schema's pattern (Note [String patterns]); -1: none
-  // Numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (Note
-  // [Number bounds]): their index in the schema's number_bounds(); -1: none.
+  // Numbers: minimum, maximum, exclusiveMinimum, exclusiveMaximum and
+  // multipleOf (Note [Number bounds]): their index in the schema's
+  // number_bounds() (equal ones share one); -1: none.
   int32_t number_bounds = -1;
   bool bounded_string() const { return min_length > 0 || max_length >= 0; }
 };

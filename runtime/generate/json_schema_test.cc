@@ -240,6 +240,26 @@ TEST(JsonSchemaTest, IntegerBoundsRefuseADigitThatLeavesNoWayIntoTheRange) {
 
 // Note [Number bounds]: numbers with a fraction, held digit by digit and
 // written without an exponent.
+// Equal bounds share their tables; all of a schema's tables share one budget
+// (a multipleOf of 1000 takes 756 KB), refused past it naming the place.
+TEST(JsonSchemaTest, NumberTablesShareOneBudget) {
+  auto schema_of = [](const std::vector<int>& steps) {
+    std::string properties;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      absl::StrAppend(&properties, i ? "," : "", "\"p", i, "\": {\"type\": \"integer\", \"multipleOf\": ", steps[i], "}");
+    }
+    return absl::StrCat("{\"type\": \"object\", \"properties\": {", properties, "}}");
+  };
+  auto same = CompileJsonSchemaText(schema_of(std::vector<int>(200, 1000)), "schema");
+  ASSERT_TRUE(same.ok()) << same.status();
+  std::vector<int> different;
+  for (int m = 1000; m > 980; --m) different.push_back(m);
+  auto many = CompileJsonSchemaText(schema_of(different), "schema");
+  ASSERT_FALSE(many.ok());
+  EXPECT_THAT(std::string(many.status().message()),
+              HasSubstr("schema/properties/p11: the schema's number bounds would need more than 8388608 bytes"));
+}
+
 TEST(JsonSchemaTest, NumberBoundsHoldFractionsAsTheyCome) {
   const std::string unit = R"({"type": "number", "minimum": 0, "exclusiveMaximum": 1})";
   EXPECT_EQ(Judge(unit, "0"), 1);

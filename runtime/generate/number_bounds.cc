@@ -198,6 +198,12 @@ absl::StatusOr<NumberBounds> NumberBounds::Compile(const Limits& limits, bool in
   return bounds;
 }
 
+size_t NumberBounds::TableBytes(const Limits& limits, int max_bytes) {
+  double m = limits.multiple_of.value_or(1.0);
+  if (!(m >= 1 && m <= kMaxMultipleOf)) m = 1;  // refused by Compile
+  return 2 * static_cast<size_t>(max_bytes + 2) * 9 * static_cast<size_t>(m);
+}
+
 void NumberBounds::BuildTables(Side& side) const {
   const Magnitude& low = side.low;
   const Magnitude& high = side.high;

@@ -88,6 +88,10 @@ class NumberBounds {
   static absl::StatusOr<NumberBounds> Compile(const Limits& limits, bool integers_only, int max_bytes,
                                               const std::string& where);
 
+  // The bytes of the tables Compile builds for `limits` (a schema's bounds
+  // share a budget: CompileJsonSchema).
+  static size_t TableBytes(const Limits& limits, int max_bytes);
+
   // Whether `b` may come next ('-' first, digits, one '.'); if so, the
   // cursor takes it. Anything else (an exponent, a byte after the number)
   // is false, and leaves the cursor as it was.

@@ -25,9 +25,10 @@ struct LossGradientScale {
 torch::Tensor RecordLossGradientScale(const torch::Tensor& loss, LossGradientScale* cell);
 
 // Identity on `output` forward; backward passes the output's gradient on and
-// gives `auxiliary_loss` (a scalar) the gradient `cell` recorded. Fails in
-// backward when no loss recorded one (a backward that did not start at the
-// model's Loss).
+// gives `auxiliary_loss` (a scalar) the gradient `cell` holds: recorded by
+// the model's Loss, or set by a pipeline stage (Note [Experts in pipeline
+// stages], runtime/pipeline/pipeline_engine.h). Fails in backward when
+// neither gave one.
 torch::Tensor AttachAuxiliaryLoss(const torch::Tensor& output, const torch::Tensor& auxiliary_loss,
                                   LossGradientScale* cell);
 

@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<PipelineEngine>> PipelineEngine::Create(std::shar
   DS_ASSIGN_OR_RETURN(pipe->stream_, BuildStageSchedule(pipe->kind_, pipe->shape_, pipe->stage_));
   if (absl::Status s = pipe->Cut(*family, *model, pipeline); !s.ok()) return s;
   pipe->interval_ = config.pipeline.activation_checkpoint_interval;
+  pipe->synchronized_timing_ = config.wall_clock_breakdown && device.is_cuda();
   pipe->head_layer_ = static_cast<int>(family->Layers().size()) - 1;
   PipelineStageRole role;
   for (const TiedSet& tie : pipe->tied_) {
@@ -407,6 +408,9 @@ absl::StatusOr<PipelineBatchResult> PipelineEngine::TrainBatch(const std::vector
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat(Where(instruction), ": ", e.what_without_backtrace()));
     }
+    // Note [Measured bubble]: on a GPU the host returns before the kernels
+    // end; the breakdown waits for them, so that a pass is its kernels' time.
+    if (synchronized_timing_) compat::SynchronizeDevice(device_);
     const double took = Seconds(began);
     (instruction.op == PipeOp::kForward    ? result.forward_seconds
      : instruction.op == PipeOp::kBackward ? result.backward_seconds

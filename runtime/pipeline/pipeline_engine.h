@@ -37,9 +37,9 @@
 // A mixture-of-experts model (Note [Mixture of experts]) adds its layers'
 // weighted auxiliary losses to the training loss, their gradient reaching
 // each layer through the scale its loss received in backward (Note in
-// runtime/moe/auxiliary_loss.h). Across stages: a stage's backward that does
-// not start at the loss sets that scale itself, before each backward, to
-// what the engine gives the loss (Engine::loss_gradient_factor: 1/M times
+// runtime/moe/auxiliary_loss.h). Across stages: the loss a stage computes
+// (the head's, ForwardLayers) records no scale, so every stage sets it,
+// before each backward, to what the engine gives the loss (Engine::loss_gradient_factor: 1/M times
 // the fp16 loss scale, the same on every stage); each stage tallies its
 // layers' auxiliary losses over the forwards of the step (TakeAuxiliaryLoss,
 // a recomputation's dropped), and the step's loss is the sum over the
@@ -98,6 +98,10 @@ struct PipelineBatchResult {
 // a balanced 1F1B idles (S-1)(forward+backward): the schedule's
 // (S-1)/(v·M+S-1). `busy` and `window`: each stage's forward+backward
 // seconds and schedule seconds (PipelineBatchResult), over the same steps.
+// On a GPU the host clock would time the launches, not the kernels: with
+// wall_clock_breakdown each instruction waits for the device before its
+// time is read (DeepSpeed's synchronized timers), which costs the overlap
+// of one instruction's launches with the previous one's kernels.
 std::vector<double> StageBubbleFractions(const std::vector<double>& busy, const std::vector<double>& window);
 
 class PipelineEngine {
@@ -189,6 +193,7 @@ class PipelineEngine {
   int fail_forward_ = -1;
   int misstate_shape_ = -1;
   int interval_ = 0;              // pipeline.activation_checkpoint_interval
+  bool synchronized_timing_ = false;  // wall_clock_breakdown on a GPU: Note [Measured bubble]
   int head_layer_ = 0;            // the last layer's index (the head); decoder layers are 1 .. head_layer_ - 1
   int recomputed_segments_ = 0;   // this batch's, for PipelineBatchResult
   int64_t released_output_bytes_ = 0;  // Note [Outputs released once sent]: this batch's

@@ -54,10 +54,15 @@ pass "model.moe.telemetry prints tokens per expert, the dropped share and the au
 # (1F1B, and interleaved with every block recomputed) give one rank's losses
 # (the same micro-batches of 2 rows, so the same routing and auxiliary
 # losses; routing without random draws, which a stage makes in another order).
-DETERMINISTIC=(--override model.moe.use_rts=false --override model.moe.second_expert_sampling=false)
+DETERMINISTIC=(--override model.moe.use_rts=false --override model.moe.second_expert_sampling=false
+  --override model.moe.telemetry=true --override ds_config.steps_per_print=4)
 run_job one 1 "${DETERMINISTIC[@]}"
 run_job pp2 2 "${DETERMINISTIC[@]}" --override ds_config.pipeline.stages=2
 same_losses one pp2 "MoE at PP 2 (1F1B) vs 1 rank"
+# The routing telemetry is the stage's that holds the layer, as one rank's.
+diff <(grep -o 'moe blocks.1.moe: .*' "$WORK/one.out") <(grep -o 'moe blocks.1.moe: .*' "$WORK/pp2.out") ||
+  fail "MoE telemetry at PP 2 differs from one rank's"
+[[ $(grep -c 'moe blocks.1.moe: ' "$WORK/pp2.out") == 2 ]] || fail "no MoE telemetry at PP 2: $(grep -m3 moe "$WORK/pp2.out")"
 run_job pp2v2 2 "${DETERMINISTIC[@]}" --override ds_config.pipeline.stages=2 \
   --override ds_config.pipeline.schedule=interleaved --override ds_config.pipeline.virtual_stages=2 \
   --override ds_config.pipeline.activation_checkpoint_interval=1
