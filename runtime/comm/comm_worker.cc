@@ -8,9 +8,7 @@ absl::Status CommTicket::Wait() const {
   return status;
 }
 
-CommWorker::CommWorker(torch::Device device) : device_(device) {
-  thread_ = std::thread([this] { Loop(); });
-}
+CommWorker::CommWorker(torch::Device device) : device_(device) {}
 
 CommWorker::~CommWorker() {
   std::deque<Task> dropped;
@@ -23,7 +21,7 @@ CommWorker::~CommWorker() {
   }
   for (Task& task : dropped) task.done.set_value(absl::CancelledError("comm worker shut down"));
   changed_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   // Memory the side stream may still be writing goes back to the pools of
   // the destroying thread's stream: that stream waits for the side stream.
   if (last_finished_) last_finished_->BlockCurrentStream();
@@ -38,6 +36,10 @@ CommTicket CommWorker::Submit(std::function<absl::Status()> work) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    // The thread starts with the first task: a worker given work only on
+    // the CPU (a tensor group's, which a GPU reduces on a side stream
+    // instead) keeps no idle thread on a GPU.
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   }
   changed_.notify_all();
   return ticket;

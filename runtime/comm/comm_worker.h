@@ -4,7 +4,8 @@
 // reduce-scattered) and the tensor group's (Note [Overlapped input-gradient
 // reduction]). Every rank submits the same sequence, so the collectives
 // match across ranks as if they ran inline. On a GPU the thread queues its
-// work on a stream of its own (Note [Comm stream]).
+// work on a stream of its own (Note [Comm stream]). The thread starts at the
+// first Submit, so a worker nobody submits to costs no thread.
 #pragma once
 
 #include <torch/torch.h>
@@ -67,7 +68,7 @@ class CommWorker {
   bool stopping_ = false;                               // guarded by mu_
   absl::Status first_error_;                            // guarded by mu_
   std::shared_ptr<compat::StreamPoint> last_finished_;  // guarded by mu_
-  std::thread thread_;
+  std::thread thread_;  // started by the first Submit, under mu_
 };
 
 }  // namespace dslaunch::runtime

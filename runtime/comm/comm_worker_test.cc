@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -32,6 +34,32 @@ TEST(CommWorkerTest, RunsTasksInOrderAndDrainReturnsTheFirstError) {
 // After an error the peers may never join the queued collectives: the
 // destructor finishes the task in progress and cancels the others instead
 // of running them.
+// The threads of this process (Linux's /proc/self/status).
+int ThreadsOfThisProcess() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// A worker nobody submits to (a GPU tensor group's) starts no thread; the
+// first task starts it; a drain and the destructor need none.
+TEST(CommWorkerTest, TheThreadStartsWithTheFirstTask) {
+  const int before = ThreadsOfThisProcess();
+  ASSERT_GT(before, 0);
+  {
+    CommWorker idle;
+    EXPECT_EQ(ThreadsOfThisProcess(), before);
+    EXPECT_TRUE(idle.Drain().ok());
+  }
+  CommWorker worker;
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+  EXPECT_TRUE(worker.Submit([] { return absl::OkStatus(); }).Wait().ok());
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);
+}
+
 TEST(CommWorkerTest, DestructionCancelsTasksNotStarted) {
   std::promise<void> started, release;
   std::shared_future<void> released = release.get_future().share();

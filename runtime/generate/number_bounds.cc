@@ -157,29 +157,18 @@ absl::StatusOr<NumberBounds> NumberBounds::Compile(const Limits& limits, bool in
   if (lowest) bounds.lowest_ = BoundDecimalText(*lowest);
   if (highest) bounds.highest_ = BoundDecimalText(*highest);
   // Without '-': magnitudes [max(lowest, 0), highest]; with it:
-  // [max(-highest, 0), -lowest].
+  // [max(-highest, 0), -lowest]. A side is empty when its far end has the
+  // other sign (a zero end is neither).
+  auto digits_of = [](const BoundDecimal& d) { return Magnitude{d.int_digits, d.frac_digits}; };
+  auto is_zero = [](const BoundDecimal& d) { return d.int_digits.empty() && d.frac_digits.empty(); };
   Side& plus = bounds.sides_[0];
   plus.empty = highest && highest->negative;
-  if (lowest && !lowest->negative) {
-    plus.low.int_digits = lowest->int_digits;
-    plus.low.frac_digits = lowest->frac_digits;
-  }
-  plus.high.infinite = !highest;
-  if (highest) {
-    plus.high.int_digits = highest->int_digits;
-    plus.high.frac_digits = highest->frac_digits;
-  }
+  if (lowest && !lowest->negative) plus.low = digits_of(*lowest);
+  plus.high = highest ? digits_of(*highest) : Magnitude{.infinite = true};
   Side& minus = bounds.sides_[1];
-  minus.empty = lowest && !lowest->negative && !(lowest->int_digits.empty() && lowest->frac_digits.empty());
-  if (highest && highest->negative) {
-    minus.low.int_digits = highest->int_digits;
-    minus.low.frac_digits = highest->frac_digits;
-  }
-  minus.high.infinite = !lowest;
-  if (lowest) {
-    minus.high.int_digits = lowest->int_digits;
-    minus.high.frac_digits = lowest->frac_digits;
-  }
+  minus.empty = lowest && !lowest->negative && !is_zero(*lowest);
+  if (highest && highest->negative) minus.low = digits_of(*highest);
+  minus.high = lowest ? digits_of(*lowest) : Magnitude{.infinite = true};
   for (int sign = 0; sign < 2; ++sign) {
     Side& side = bounds.sides_[sign];
     side.max_digits = max_bytes - sign;
