@@ -3,6 +3,7 @@
 #include "runtime/comm/communicator.h"
 
 
+#include <string>
 #include <thread>
 
 #include "common/store_client.h"
@@ -81,6 +82,34 @@ TEST_P(GlooCommunicatorTest, EveryCollectiveGivesTheDefinedResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCommunicatorTest, ::testing::Values(1, 2, 4));
+
+// Note [Connected before anyone leaves]: a member that leaves as soon as
+// its own rendezvous returns (a rank whose work needs no collective, or one
+// that fails right after start) does not fail the others' rendezvous. Each
+// round two members form a group and the second drops it at once; the first
+// must still get its communicator, in every round.
+TEST(Communicator, AMemberLeavingRightAfterTheRendezvousFailsNoOther) {
+  testing::InProcessStore store{"leaving"};
+  constexpr int kRounds = 150;
+  int failures = 0;
+  std::string first_failure;
+  for (int round = 0; round < kRounds; ++round) {
+    absl::Status stayer = absl::OkStatus();
+    std::thread leaver([&] {
+      StoreClient client = store.Client(round);
+      auto comm = CreateCommunicator(CommBackend::kGloo, client, GroupSpec{"world", {0, 1}, 1});
+      EXPECT_TRUE(comm.ok()) << comm.status();
+    });  // the communicator is destroyed as the thread ends
+    {
+      StoreClient client = store.Client(round);
+      auto comm = CreateCommunicator(CommBackend::kGloo, client, GroupSpec{"world", {0, 1}, 0});
+      stayer = comm.status();
+    }
+    leaver.join();
+    if (!stayer.ok() && failures++ == 0) first_failure = std::string(stayer.message());
+  }
+  EXPECT_EQ(failures, 0) << "of " << kRounds << " rounds; the first: " << first_failure;
+}
 
 TEST(Communicator, NonMemberIsRefused) {
   StoreClient client("127.0.0.1:1", testing::InProcessStore::kToken, "x", 0);

@@ -1,7 +1,10 @@
 // The Gloo backend: c10d's ProcessGroupGloo (part of Debian's LibTorch and of
 // every PyTorch build) over CPU tensors, rendezvousing through StoreAdapter.
+#include <chrono>
 #include <cstdlib>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -86,6 +89,29 @@ class GlooCommunicator final : public Communicator {
     // rendezvous that can never complete.
     options->timeout = std::chrono::minutes(10);
     group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
+    WaitUntilEveryMemberIsConnected(options->timeout);
+  }
+
+  // Note [Connected before anyone leaves]
+  // Gloo's rendezvous returns on a member once its own sockets are
+  // connected, which for the connecting side of a pair is when the kernel
+  // has completed the handshake: the listening side may not have accepted
+  // yet. A member that then drops the group at once (a rank whose work needs
+  // no collective, a rank failing right after start) closes a socket the
+  // other side is still accepting; Gloo reads the end of the stream on it
+  // before its waiting thread wakes, and that member's rendezvous throws
+  // "Connection closed by peer" although every member had connected (a CI
+  // run saw it once; comm_tests' AMemberLeavingRightAfterTheRendezvousFails-
+  // NoOther repeats it under load). So no member returns from creating a group
+  // before every member's rendezvous has returned: each records that it is
+  // connected in the store, then waits for the others' records. The store is
+  // a channel of its own, so no member's leaving can fail this wait.
+  void WaitUntilEveryMemberIsConnected(std::chrono::milliseconds timeout) {
+    if (size_ == 1) return;
+    store_->set(absl::StrCat("connected/", rank_), std::vector<uint8_t>{1});
+    std::vector<std::string> everyone;
+    for (int member = 0; member < size_; ++member) everyone.push_back(absl::StrCat("connected/", member));
+    store_->wait(everyone, timeout);
   }
 
   int rank() const override { return rank_; }

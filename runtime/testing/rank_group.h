@@ -54,11 +54,7 @@ class InProcessStore {
         for (int r = 0; r < world; ++r) group.members.push_back(r);
         auto comm = CreateCommunicator(CommBackend::kGloo, client, group);
         ASSERT_TRUE(comm.ok()) << comm.status();
-        body(rank, **comm);
-        // No member tears its connections down while another may still be
-        // completing its own handshake with it (a body without collectives
-        // would otherwise race Gloo's connectFullMesh on the others).
-        EXPECT_TRUE((*comm)->Barrier().ok());
+        body(rank, **comm);  // a body without collectives may leave at once (Note [Connected before anyone leaves])
       });
     }
     for (auto& thread : threads) thread.join();
