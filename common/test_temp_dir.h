@@ -1,9 +1,10 @@
 // For tests: a fresh directory, removed with its contents when destroyed.
 #pragma once
 
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -16,9 +17,16 @@ class TestTempDir {
     std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/dsdata-test-XXXXXX";
     if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
   }
+  // Not std::filesystem::remove_all: test binaries that link LibTorch 2.x
+  // saw it jump to address 0 (runtime/fs/file_system.h says why).
   ~TestTempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+    if (path_.empty()) return;
+    // Depth first, links not followed; what cannot be removed stays (best effort, as before).
+    auto remove_entry = [](const char* entry, const struct stat*, int, struct FTW*) {
+      (void)::remove(entry);
+      return 0;
+    };
+    ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   }
 
   const std::string& path() const { return path_; }

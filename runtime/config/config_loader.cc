@@ -1,6 +1,5 @@
 #include "runtime/config/config_loader.h"
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,6 +13,7 @@
 #include "runtime/config/config_schema.h"
 #include "runtime/config/ds_config_schema.h"
 #include "runtime/config/job_config_schema.h"
+#include "runtime/fs/path.h"  // not std::filesystem (fs/file_system.h says why)
 #include "yaml-cpp/yaml.h"
 
 namespace dslaunch::runtime {
@@ -150,7 +150,7 @@ absl::StatusOr<JobConfig> LoadJobConfig(const std::string& path,
                                         const WorldShape& world) {
   absl::StatusOr<YAML::Node> root = ReadYamlFile(path, "job file");
   if (!root.ok()) return root.status();
-  const std::string job_dir = std::filesystem::path(path).parent_path().string();
+  const std::string job_dir = path.find('/') == std::string::npos ? std::string() : ParentDirectory(path);
   Problems problems;
   JobConfig job;
   job.path = path;

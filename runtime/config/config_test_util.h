@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,26 +12,27 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 
 class ConfigFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (std::filesystem::path(::testing::TempDir()) / "config_test_XXXXXX").string();
+    std::string pattern = JoinPath(::testing::TempDir(), "config_test_XXXXXX");
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Not std::filesystem: fs/file_system.h says why.
+  void TearDown() override { EXPECT_TRUE(FileSystem::Default().RemoveTree(dir_).ok()); }
 
   // Writes `text` to `name` (folders created) under the test's folder; returns the path.
   std::string Write(const std::string& name, const std::string& text) {
-    std::filesystem::path path = std::filesystem::path(dir_) / name;
-    std::filesystem::create_directories(path.parent_path());
+    const std::string path = JoinPath(dir_, name);
+    EXPECT_TRUE(FileSystem::Default().CreateDirectories(ParentDirectory(path)).ok()) << path;
     std::ofstream out(path);
     out << text;
-    return path.string();
+    return path;
   }
 
   std::string dir_;

@@ -1,7 +1,6 @@
 // Every example in configs/ loads: job files (*.cfg) for world sizes 1, 2 and
 // 4, ds_configs (*.json, *.yaml) for the world sizes their batch sizes allow.
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -9,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/config/config_loader.h"
+#include "runtime/fs/file_system.h"
 
 namespace dslaunch::runtime {
 namespace {
@@ -20,10 +20,16 @@ const std::string kConfigs = std::string(DSLAUNCH_SOURCE_DIR) + "/configs";
 
 std::vector<std::string> ExampleFiles(const std::vector<std::string>& extensions) {
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
-    if (!entry.is_regular_file()) continue;
+  FileSystem& fs = FileSystem::Default();
+  auto names = fs.ListDirectory(kConfigs);
+  EXPECT_TRUE(names.ok()) << names.status();
+  if (!names.ok()) return files;
+  for (const std::string& name : *names) {
+    const std::string path = JoinPath(kConfigs, name);
+    auto info = fs.Stat(path);
+    if (!info.ok() || info->type != FileType::kRegular) continue;
     for (const std::string& extension : extensions) {
-      if (entry.path().extension() == extension) files.push_back(entry.path().string());
+      if (absl::EndsWith(name, extension)) files.push_back(path);
     }
   }
   return files;
@@ -68,7 +74,7 @@ TEST(ExampleConfigs, GptTinyAdaptsItsGlobalBatchToTheWorld) {
     EXPECT_EQ(job->data.prepared, kConfigs + "/data/fortunes-byte");
     EXPECT_EQ(job->checkpoint.dir, kConfigs + "/checkpoints/gpt-tiny");
     for (const std::string& text : job->data.text_files) {
-      EXPECT_TRUE(std::filesystem::exists(text)) << text;
+      EXPECT_TRUE(FileSystem::Default().Exists(text)) << text;
     }
   }
 }

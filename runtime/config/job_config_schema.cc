@@ -1,13 +1,13 @@
 #include "runtime/config/job_config_schema.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/config/config_limits.h"
 #include "runtime/config/pipeline_chunks.h"
+#include "runtime/fs/path.h"  // not std::filesystem (fs/file_system.h says why)
 
 namespace dslaunch::runtime::config_internal {
 namespace {
@@ -418,7 +418,7 @@ void CheckJobScale(const WalkResult& walk, const TreeSource& source, const WalkR
 
 std::string ResolveRelativePath(const std::string& dir, const std::string& path) {
   if (dir.empty() || path.empty() || path.front() == '/') return path;
-  return (std::filesystem::path(dir) / path).lexically_normal().string();
+  return LexicallyNormal(JoinPath(dir, path));
 }
 
 void FinishJobConfig(const WalkResult& walk, const TreeSource& source, const std::string& job_dir,

@@ -7,12 +7,12 @@
 // Prints one summary line on success; on failure the error (naming the flag
 // or file) and exit status 1, or 2 for a bad command line.
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "runtime/data/dsprep_options.h"
 #include "runtime/data/prepare_dataset.h"
+#include "runtime/fs/file_system.h"
 
 namespace {
 
@@ -45,12 +45,10 @@ int main(int argc, char** argv) {
   // --output dir/prefix: the folder is made, as `mkdir -p` would.
   const std::string& prefix =
       command->instruction ? command->instruction_options.output_prefix : command->options.output_prefix;
-  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
-  if (!folder.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(folder, error);
-    if (error) {
-      PrintError("--output " + prefix + ": cannot create the folder " + folder.string() + ": " + error.message());
+  if (prefix.find('/') != std::string::npos) {
+    const std::string folder = ParentDirectory(prefix);
+    if (absl::Status made = FileSystem::Default().CreateDirectories(folder); !made.ok()) {
+      PrintError("--output " + prefix + ": cannot create the folder " + folder + ": " + std::string(made.message()));
       return kFailure;
     }
   }

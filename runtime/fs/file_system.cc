@@ -11,13 +11,6 @@ bool FileSystem::IsDirectory(const std::string& path) {
   return info.ok() && info->type == FileType::kDirectory;
 }
 
-std::string ParentDirectory(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 absl::Status WriteFileAtomically(FileSystem& fs, const std::string& path, absl::string_view content) {
   const std::string temporary = path + ".tmp";
   absl::Status written = [&]() -> absl::Status {

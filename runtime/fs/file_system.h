@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "runtime/fs/path.h"  // ParentDirectory, JoinPath: paths without std::filesystem
 
 namespace dslaunch::runtime {
 
@@ -136,9 +137,6 @@ class FileSystem {
   bool Exists(const std::string& path);
   bool IsDirectory(const std::string& path);
 };
-
-// The folder holding `path`: "." for a bare name, "/" for a file in the root.
-std::string ParentDirectory(const std::string& path);
 
 // Writes `content` to `path` through `path`.tmp: append, fsync, close,
 // rename, fsync of the folder, every step checked. On failure the temporary

@@ -2,12 +2,12 @@
 // the model; here its counts meet the built models' own.
 #include <stdlib.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "runtime/estimate/model_size.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/model/gpt.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/llama_hf_config.h"
@@ -194,7 +194,7 @@ TEST(ModelSizeParityTest, LayerSizesMatchTheBuiltModelsLayers) {
                      absl::StrCat(c.model_type, " TP ", c.tp, " kv ", c.kv_heads, c.tied ? " tied" : "",
                                   c.bias ? " bias" : "", c.lora.empty() ? "" : " LoRA ", absl::StrJoin(c.lora, ",")));
   }
-  std::filesystem::remove_all(folder);
+  EXPECT_TRUE(FileSystem::Default().RemoveTree(folder).ok());  // not std::filesystem (fs/file_system.h)
 }
 
 }  // namespace

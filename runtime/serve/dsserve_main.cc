@@ -19,7 +19,6 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,6 +31,7 @@
 #include "common/flag_table.h"
 #include "common/net_address.h"
 #include "runtime/data/instruction_format.h"
+#include "runtime/fs/path.h"
 #include "runtime/generate/cached_forward_probe.h"
 #include "runtime/generate/generation_engine.h"
 #include "runtime/generate/generation_model.h"
@@ -86,7 +86,7 @@ absl::Status Run(const Options& options) {
   server_options.host = address->host;
   server_options.port = address->port;
   server_options.model_name = options.served_model_name.empty()
-                                  ? std::filesystem::path(options.model.model).lexically_normal().filename().string()
+                                  ? BaseName(LexicallyNormal(options.model.model))
                                   : options.served_model_name;
   if (server_options.model_name.empty()) server_options.model_name = options.model.model;
   server_options.default_max_tokens = options.default_max_tokens;

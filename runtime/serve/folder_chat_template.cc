@@ -1,12 +1,11 @@
 #include "runtime/serve/folder_chat_template.h"
 
-#include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/tokenizer/json_value.h"
 
 namespace dslaunch::runtime {
@@ -14,18 +13,16 @@ namespace {
 
 constexpr size_t kMaxConfigBytes = size_t{64} << 20;  // tokenizer_config.json may hold a whole vocabulary
 
-bool Exists(const std::filesystem::path& path) {
-  std::error_code error;
-  return std::filesystem::exists(path, error);
-}
+// Not std::filesystem: fs/file_system.h says why.
+bool Exists(const std::string& path) { return FileSystem::Default().Exists(path); }
 
 // tokenizer_config.json as JSON; nullopt without the file.
-absl::StatusOr<std::optional<JsonValue>> ReadTokenizerConfigJson(const std::filesystem::path& folder) {
-  const std::filesystem::path path = folder / "tokenizer_config.json";
+absl::StatusOr<std::optional<JsonValue>> ReadTokenizerConfigJson(const std::string& folder) {
+  const std::string path = JoinPath(folder, "tokenizer_config.json");
   if (!Exists(path)) return std::optional<JsonValue>();
-  DS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path.string(), "tokenizer_config.json", kMaxConfigBytes));
-  DS_ASSIGN_OR_RETURN(JsonValue root, ParseJson(text, path.string()));
-  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": must hold a JSON object"));
+  DS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path, "tokenizer_config.json", kMaxConfigBytes));
+  DS_ASSIGN_OR_RETURN(JsonValue root, ParseJson(text, path));
+  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
   return std::optional<JsonValue>(std::move(root));
 }
 
@@ -49,14 +46,13 @@ absl::StatusOr<JinjaValue::Dict> SpecialTokens(const std::optional<JsonValue>& c
 }  // namespace
 
 absl::StatusOr<std::optional<JinjaChatTemplate>> ReadFolderChatTemplate(const std::string& folder) {
-  const std::filesystem::path dir(folder);
-  const std::string config_path = (dir / "tokenizer_config.json").string();
-  DS_ASSIGN_OR_RETURN(std::optional<JsonValue> config, ReadTokenizerConfigJson(dir));
+  const std::string config_path = JoinPath(folder, "tokenizer_config.json");
+  DS_ASSIGN_OR_RETURN(std::optional<JsonValue> config, ReadTokenizerConfigJson(folder));
   DS_ASSIGN_OR_RETURN(JinjaValue::Dict special, SpecialTokens(config, config_path));
   std::string source, origin;
-  if (const std::filesystem::path file = dir / "chat_template.jinja"; Exists(file)) {
-    DS_ASSIGN_OR_RETURN(source, ReadConfigFile(file.string(), "chat template", kMaxConfigBytes));
-    origin = file.string();
+  if (const std::string file = JoinPath(folder, "chat_template.jinja"); Exists(file)) {
+    DS_ASSIGN_OR_RETURN(source, ReadConfigFile(file, "chat template", kMaxConfigBytes));
+    origin = file;
   } else {
     const JsonValue* value = config ? config->Find("chat_template") : nullptr;
     if (value == nullptr || value->is_null()) return std::optional<JinjaChatTemplate>();
@@ -90,25 +86,24 @@ absl::StatusOr<std::optional<JinjaChatTemplate>> ReadFolderChatTemplate(const st
 absl::StatusOr<JinjaChatTemplate> ReadJinjaChatTemplateFile(const std::string& path, const std::string& folder) {
   DS_ASSIGN_OR_RETURN(std::string source, ReadConfigFile(path, "--chat_template", kMaxConfigBytes));
   DS_ASSIGN_OR_RETURN(JinjaTemplate jinja, JinjaTemplate::Parse(source, path));
-  const std::filesystem::path dir(folder);
-  DS_ASSIGN_OR_RETURN(std::optional<JsonValue> config, ReadTokenizerConfigJson(dir));
-  DS_ASSIGN_OR_RETURN(JinjaValue::Dict special, SpecialTokens(config, (dir / "tokenizer_config.json").string()));
+  DS_ASSIGN_OR_RETURN(std::optional<JsonValue> config, ReadTokenizerConfigJson(folder));
+  DS_ASSIGN_OR_RETURN(JinjaValue::Dict special, SpecialTokens(config, JoinPath(folder, "tokenizer_config.json")));
   return JinjaChatTemplate{std::move(jinja), std::move(special)};
 }
 
 absl::StatusOr<std::vector<int64_t>> ReadGenerationStopTokens(const std::string& folder) {
-  const std::filesystem::path path = std::filesystem::path(folder) / "generation_config.json";
+  const std::string path = JoinPath(folder, "generation_config.json");
   std::vector<int64_t> ids;
   if (!Exists(path)) return ids;
-  DS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path.string(), "generation_config.json"));
-  DS_ASSIGN_OR_RETURN(JsonValue root, ParseJson(text, path.string()));
+  DS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path, "generation_config.json"));
+  DS_ASSIGN_OR_RETURN(JsonValue root, ParseJson(text, path));
   const JsonValue* value = root.is_object() ? root.Find("eos_token_id") : nullptr;
   if (value == nullptr || value->is_null()) return ids;
   std::vector<JsonValue> listed = value->is_array() ? value->items() : std::vector<JsonValue>{*value};
   for (const JsonValue& id : listed) {
     if (!id.is_number() || id.number_value() < 0 || id.number_value() != static_cast<double>(static_cast<int64_t>(id.number_value()))) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path.string(), ": eos_token_id must be a token id or a list of them"));
+          absl::StrCat(path, ": eos_token_id must be a token id or a list of them"));
     }
     ids.push_back(static_cast<int64_t>(id.number_value()));
   }

@@ -1,6 +1,5 @@
 #include "runtime/tokenizer/model_tokenizer.h"
 
-#include <filesystem>
 #include <optional>
 #include <tuple>
 
@@ -8,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
+#include "runtime/fs/file_system.h"
 #include "runtime/tokenizer/hf_tokenizer.h"
 #include "runtime/tokenizer/hf_tokenizer_json.h"
 #include "runtime/tokenizer/json_value.h"
@@ -40,11 +40,10 @@ absl::StatusOr<std::optional<std::string>> TokenSetting(const JsonValue& root, a
                    JsonValue::TypeName(value->type())));
 }
 
-absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::filesystem::path& folder) {
+absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& folder) {
   TokenizerConfig config;
-  const std::string path = (folder / "tokenizer_config.json").string();
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return config;
+  const std::string path = JoinPath(folder, "tokenizer_config.json");
+  if (!FileSystem::Default().Exists(path)) return config;
   DS_ASSIGN_OR_RETURN(std::string text, ReadConfigFile(path, "tokenizer_config.json", kMaxTokenizerJsonBytes));
   DS_ASSIGN_OR_RETURN(JsonValue root, ParseJson(text, path));
   if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": must hold a JSON object"));
@@ -74,17 +73,17 @@ std::optional<int32_t> SpecTokenId(const HfTokenizerSpec& spec, absl::string_vie
 
 // The id of a token named in tokenizer_config.json.
 absl::StatusOr<int32_t> ConfiguredId(const HfTokenizerSpec& spec, const std::string& token, absl::string_view key,
-                                     const std::filesystem::path& folder) {
+                                     const std::string& folder) {
   std::optional<int32_t> id = SpecTokenId(spec, token);
   if (!id.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat((folder / "tokenizer_config.json").string(), ": ", key, " \"",
+    return absl::InvalidArgumentError(absl::StrCat(JoinPath(folder, "tokenizer_config.json"), ": ", key, " \"",
                                                    token, "\" is not a token of the tokenizer"));
   }
   return *id;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path,
-                                                             const std::filesystem::path& folder) {
+                                                             const std::string& folder) {
   DS_ASSIGN_OR_RETURN(TokenizerConfig config, ReadTokenizerConfig(folder));
   DS_ASSIGN_OR_RETURN(HfTokenizerSpec spec, ReadHfTokenizerJson(path));
   HfSequenceTokens sequence;
@@ -106,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
   if (sequence.eos_id < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": no eos token (not in the post_processor template, no special </s>, <|end_of_text|> or "
-              "<|endoftext|>); name it as eos_token in ", (folder / "tokenizer_config.json").string()));
+              "<|endoftext|>); name it as eos_token in ", JoinPath(folder, "tokenizer_config.json")));
   }
   if (sequence.adds_bos && sequence.bos_id < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": sequences should start with bos (add_bos_token) but "
@@ -121,7 +120,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
 // no eos after, unless tokenizer_config.json says otherwise; its bos_token
 // and eos_token must be the model's own.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerModel(const std::string& path,
-                                                              const std::filesystem::path& folder) {
+                                                              const std::string& folder) {
   DS_ASSIGN_OR_RETURN(TokenizerConfig config, ReadTokenizerConfig(folder));
   DS_ASSIGN_OR_RETURN(HfTokenizerSpec spec, ReadSentencePieceModel(path));
   HfSequenceTokens sequence;
@@ -132,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerModel(const std::string&
   for (auto [key, token, id] : {std::tuple{"bos_token", config.bos_token, sequence.bos_id},
                                 std::tuple{"eos_token", config.eos_token, sequence.eos_id}}) {
     if (token.has_value() && SpecTokenId(spec, *token) != std::optional<int32_t>(id)) {
-      return absl::InvalidArgumentError(absl::StrCat((folder / "tokenizer_config.json").string(), ": ", key, " \"",
+      return absl::InvalidArgumentError(absl::StrCat(JoinPath(folder, "tokenizer_config.json"), ": ", key, " \"",
                                                      *token, "\" is not the ", key, " of ", path));
     }
   }
@@ -146,20 +145,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerModel(const std::string&
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& path) {
-  std::error_code error;
-  const std::filesystem::path given(path);
-  if (std::filesystem::is_directory(given, error)) {
+  FileSystem& fs = FileSystem::Default();  // not std::filesystem (fs/file_system.h says why)
+  if (fs.IsDirectory(path)) {
     for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-      const std::filesystem::path file = given / name;
-      if (std::filesystem::exists(file, error)) return LoadModelTokenizer(file.string());
+      const std::string file = JoinPath(path, name);
+      if (fs.Exists(file)) return LoadModelTokenizer(file);
     }
     return absl::NotFoundError(absl::StrCat(path, ": the folder holds no tokenizer.json or tokenizer.model"));
   }
-  if (!std::filesystem::exists(given, error)) {
+  if (!fs.Exists(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file or folder (a tokenizer.json, a tokenizer.model "
                                                   "or a model folder holding one)"));
   }
-  const std::filesystem::path folder = given.has_parent_path() ? given.parent_path() : std::filesystem::path(".");
+  const std::string folder = ParentDirectory(path);
   if (absl::EndsWith(path, ".json")) return LoadTokenizerJson(path, folder);
   if (absl::EndsWith(path, ".model")) return LoadTokenizerModel(path, folder);
   return absl::InvalidArgumentError(
