@@ -69,6 +69,16 @@ bool IsAnnotation(const std::string& key) {
 }
 
 // A name as a JSON Pointer token: '~' as ~0, '/' as ~1.
+// A schema that every value meets: true, or only annotations.
+bool AcceptsAnything(const JsonValue& schema) {
+  if (schema.is_bool()) return schema.bool_value();
+  if (!schema.is_object()) return false;
+  for (const std::string& key : schema.keys()) {
+    if (!IsAnnotation(key)) return false;
+  }
+  return true;
+}
+
 std::string PointerToken(const std::string& name) {
   std::string token;
   for (char c : name) {
@@ -248,7 +258,8 @@ class JsonSchemaCompiler {
 
   absl::StatusOr<int32_t> PlainNodeOf(const JsonValue& schema, const std::string& path,
                                       const std::vector<std::string>& keywords) {
-    static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties"};
+    static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties",
+                                                       "patternProperties"};
     static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
     static const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
     static const std::set<std::string> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -266,7 +277,7 @@ class JsonSchemaCompiler {
       } else if (key != "type" && key != "enum" && key != "const") {
         return Fail(path, absl::StrCat("'", key,
                                        "' is not supported by constrained decoding (it reads type, properties, "
-                                       "required, additionalProperties, items, minItems, maxItems, minLength, "
+                                       "required, additionalProperties, patternProperties, items, minItems, maxItems, minLength, "
                                        "maxLength, pattern, format, minimum, maximum and their exclusive forms, "
                                        "multipleOf, enum, "
                                        "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
@@ -399,6 +410,11 @@ class JsonSchemaCompiler {
         At(id).additional = *node;
       }
     }
+    if (const JsonValue* patterned = schema.Find("patternProperties")) {
+      if (absl::Status ok = PatternPropertiesOf(*patterned, schema, path + "/patternProperties", id); !ok.ok()) {
+        return ok;
+      }
+    }
     // Arrays.
     if (const JsonValue* items = schema.Find("items")) {
       if (items->is_array()) {
@@ -452,23 +468,101 @@ class JsonSchemaCompiler {
       if (!of_format.ok()) return of_format.status();
       text = *of_format;
     }
-    // One compile per distinct pattern, all of a schema's within one budget
-    // (a request's schema is compiled while it waits).
-    if (auto same = pattern_ids_.find(text); same != pattern_ids_.end()) {
-      At(id).pattern = same->second;
-      return LengthsFitPattern(path, word, id);
-    }
-    auto compiled = StringPattern::Compile(text, absl::StrCat(field_, ": ", path, "/", word), &pattern_work_left_);
+    auto compiled = PatternId(text, path + "/" + word);
+    if (!compiled.ok()) return compiled.status();
+    At(id).pattern = *compiled;
+    return LengthsFitPattern(path, word, id);
+  }
+
+  // The index of `text`'s automaton in the schema's patterns: one compile
+  // per distinct pattern, all of a schema's within one budget (a request's
+  // schema is compiled while it waits). `where`: the place errors name.
+  absl::StatusOr<int32_t> PatternId(const std::string& text, const std::string& where) {
+    if (auto same = pattern_ids_.find(text); same != pattern_ids_.end()) return same->second;
+    auto compiled = StringPattern::Compile(text, absl::StrCat(field_, ": ", where), &pattern_work_left_);
     if (!compiled.ok()) return compiled.status();
     pattern_states_ += compiled->states();
     if (pattern_states_ > static_cast<size_t>(kMaxSchemaPatternStates)) {
-      return Fail(path + "/" + word, absl::StrCat("the schema's patterns need more than ", kMaxSchemaPatternStates,
-                                                  " automaton states together"));
+      return Fail(where, absl::StrCat("the schema's patterns need more than ", kMaxSchemaPatternStates,
+                                      " automaton states together"));
     }
-    At(id).pattern = static_cast<int32_t>(patterns_->size());
-    pattern_ids_.emplace(text, At(id).pattern);
+    const auto id = static_cast<int32_t>(patterns_->size());
+    pattern_ids_.emplace(text, id);
     patterns_->push_back(*std::move(compiled));
-    return LengthsFitPattern(path, word, id);
+    return id;
+  }
+
+  // Note [Pattern properties]: patternProperties {PATTERN: SCHEMA, ...}: a
+  // key that PATTERN matches (anywhere in it, as ECMA-262's search does) has
+  // a value SCHEMA validates, every matching pattern's; additionalProperties
+  // is for the keys that no pattern (and no listed property) matches.
+  //  - Beside "properties" no other key is generated (as before), so the
+  //    patterns bind only the listed names they match: each such name's
+  //    value would have to meet its own schema and the pattern's, and only
+  //    one schema is held, so the pattern's must accept anything (true, {})
+  //    or be the property's own; otherwise the schema is refused, naming
+  //    both.
+  //  - Without "properties" the keys generated are the strings some pattern
+  //    matches (the patterns as one alternation, held as a key's characters
+  //    come: Note [String patterns]), each with a value of the patterns'
+  //    schema. Patterns of different schemas are refused: a key two of them
+  //    match would need both, and which a key matches is known only at its
+  //    end. Keys no pattern matches are not generated, whatever
+  //    additionalProperties says (an output without them validates), and
+  //    an additionalProperties schema is compiled all the same, so that what
+  //    it holds is checked.
+  absl::Status PatternPropertiesOf(const JsonValue& patterned, const JsonValue& schema, const std::string& path,
+                                   int32_t id) {
+    if (!patterned.is_object()) return Fail(path, "expected an object of schemas by pattern");
+    if (patterned.keys().empty()) return absl::OkStatus();
+    std::vector<int32_t> patterns, values;
+    for (size_t i = 0; i < patterned.keys().size(); ++i) {
+      const std::string here = absl::StrCat(path, "/", PointerToken(patterned.keys()[i]));
+      auto pattern = PatternId(patterned.keys()[i], here);
+      if (!pattern.ok()) return pattern.status();
+      auto value = NodeOf(patterned.items()[i], here);
+      if (!value.ok()) return value.status();
+      patterns.push_back(*pattern);
+      values.push_back(*value);
+    }
+    if (const JsonValue* properties = schema.Find("properties"); properties != nullptr && properties->is_object() &&
+                                                                 !properties->keys().empty()) {
+      for (size_t p = 0; p < properties->keys().size(); ++p) {
+        const std::string& name = properties->keys()[p];
+        for (size_t i = 0; i < patterns.size(); ++i) {
+          const JsonValue& pattern_schema = patterned.items()[i];
+          if (!(*patterns_)[static_cast<size_t>(patterns[i])].MatchesText(name) || AcceptsAnything(pattern_schema) ||
+              SerializeJson(pattern_schema) == SerializeJson(properties->items()[p])) {
+            continue;
+          }
+          return Fail(absl::StrCat(path, "/", PointerToken(patterned.keys()[i])),
+                      absl::StrCat("the pattern matches the property '", name,
+                                   "', whose value would have to meet both its schemas, and only one is held: "
+                                   "give that property one schema, or a pattern that does not match it"));
+        }
+      }
+      return absl::OkStatus();
+    }
+    for (size_t i = 1; i < patterns.size(); ++i) {
+      if (SerializeJson(patterned.items()[i]) != SerializeJson(patterned.items()[0])) {
+        return Fail(path, absl::StrCat("the patterns '", patterned.keys()[0], "' and '", patterned.keys()[i],
+                                       "' have different schemas: a key both match would need both, which is "
+                                       "not supported: give one pattern, or the same schema to each"));
+      }
+    }
+    std::string alternation;
+    for (size_t i = 0; i < patterned.keys().size(); ++i) {
+      absl::StrAppend(&alternation, i > 0 ? "|" : "", patterned.keys()[i]);
+    }
+    auto keys = PatternId(alternation, path);
+    if (!keys.ok()) return keys.status();
+    const int32_t key_node = NewNode();
+    At(key_node).types = kJsonStringBit;
+    At(key_node).typed = true;
+    At(key_node).pattern = *keys;
+    At(id).key_node = key_node;
+    At(id).additional = values[0];
+    return absl::OkStatus();
   }
 
   // minLength and maxLength leave room for some match of the node's pattern.

@@ -13,6 +13,10 @@
 //    validates whether or not the schema allows more keys);
 //  - an object without "properties" takes any keys, with values of its
 //    additionalProperties schema (any JSON when it is left out or true);
+//    with patternProperties, the keys its patterns match, with values of
+//    their schema (Note [Pattern properties] in json_schema.cc: one schema
+//    for all patterns; beside "properties" a pattern may match a listed
+//    name only with a schema that accepts anything or is the name's own);
 //  - a schema without "type" takes the types its keywords imply ("properties"
 //    an object, "items" an array, "minLength" a string; none: any value);
 //  - anyOf and oneOf take alternatives that begin with different bytes (a
@@ -25,7 +29,7 @@
 //    union, {"name": {"const": "get_weather"}, "arguments": ...}, the form
 //    of a tool call); its value picks the alternative.
 // Read: type (a name or a list), properties, required,
-// additionalProperties (false, true or a schema), items, minItems, maxItems,
+// additionalProperties (false, true or a schema), patternProperties, items, minItems, maxItems,
 // minLength, maxLength (code points, as JSON Schema counts), pattern and
 // format on strings (Note [String patterns] in string_pattern.h; format on
 // other types, such as OpenAPI's int32, is refused), minimum,
@@ -36,7 +40,7 @@
 // "#/definitions/NAME" (recursion included), $defs and definitions; the
 // annotations title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly and writeOnly change nothing. Any other
-// keyword (multipleOf, patternProperties, ...) is an error naming it and its
+// keyword (propertyNames, minProperties, ...) is an error naming it and its
 // place in the schema: the output would not be held to it, and a schema
 // half held is worse than one refused.
 //
@@ -130,6 +134,9 @@ struct SchemaNode {
   ByteTrie property_names;                 // spelled as in the output (JSON-escaped, no quotes); terminal: index
   std::vector<int32_t> next_required;      // [k]: the first required index >= k, or properties.size()
   int32_t additional = -1;                 // the node of any other key's value; -1: no other key
+  // patternProperties (Note [Pattern properties] in json_schema.cc): the
+  // string node whose pattern the other keys match; -1: any key.
+  int32_t key_node = -1;
   // Objects that begin alike (an anyOf's), told apart by their first
   // property's const: this node reads that property, whose enum's value k
   // makes the object discriminated[k] from there on.

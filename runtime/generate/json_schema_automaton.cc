@@ -381,8 +381,9 @@ bool JsonSchemaAutomaton::StartKey(unsigned char b) {
     s_.utf8 = 0;
     s_.pair = kNoPair;
     s_.chars = 0;
-    s_.string_node = 0;  // a key of any length
-    s_.pattern_state = -1;
+    // A key of any length, or one that patternProperties' patterns match.
+    s_.string_node = object.key_node >= 0 ? object.key_node : 0;
+    s_.pattern_state = object.key_node >= 0 ? 0 : -1;
     return true;
   }
   if (Top().index >= object.properties.size()) return false;
@@ -429,6 +430,7 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
   const bool lengths = node.bounded_string();
   if (b == '"') {
     if (s_.key) {
+      if (s_.pattern_state >= 0 && !schema_->pattern(node.pattern).Matches(s_.pattern_state)) return false;
       s_.mode = kColon;
       s_.value_node = Node(Top().node).additional;
       return true;

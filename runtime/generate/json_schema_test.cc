@@ -60,7 +60,16 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
             "schema: the format's longest match is 10 code points, below minLength 11"},
            {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2.5}}})",
             "schema/properties/n/multipleOf: 2.5 is not held: only a whole number from 1 to 1000 is"},
-           {R"({"type": "object", "patternProperties": {"^a": {}}})", "schema: 'patternProperties' is not supported"},
+           {R"({"type": "object", "propertyNames": {"pattern": "^a"}})", "schema: 'propertyNames' is not supported"},
+           // Note [Pattern properties]: what one held schema per value cannot keep.
+           {R"({"patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "string"}}})",
+            "schema/patternProperties: the patterns '^a' and 'b$' have different schemas"},
+           {R"({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}})",
+            "schema/patternProperties/^a: the pattern matches the property 'ab', whose value would have to meet "
+            "both its schemas"},
+           {R"js({"patternProperties": {"^a/(?=b)": {}}})js", "schema/patternProperties/^a~1(?=b): pattern '^a/(?=b)': lookarounds"},
+           {R"({"patternProperties": {"^a": {"format": "uri"}}})", "schema/patternProperties/^a/format: format 'uri'"},
+           {R"({"patternProperties": ["^a"]})", "schema/patternProperties: expected an object of schemas by pattern"},
            {R"({"type": "string", "minimum": 0})",
             "schema: minimum, maximum and multipleOf bound numbers: this schema's type takes none"},
            {R"({"type": "integer", "minimum": 1.5, "maximum": 1.9})", "schema: no integer lies within its minimum and maximum"},
@@ -324,6 +333,25 @@ TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
   EXPECT_EQ(Judge(map, R"({"a": "x")"), -1);
   EXPECT_EQ(Judge(R"({"type": "object", "additionalProperties": false})", "{}"), 1);
   EXPECT_EQ(Judge(R"({"type": "object", "additionalProperties": false})", R"({")"), -1);
+  // Note [Pattern properties]: keys that a pattern matches, values of its
+  // schema; a key that leaves every pattern is refused as it comes.
+  const std::string env = R"({"type": "object", "patternProperties": {"^[A-Z_]+$": {"type": "string"}},
+      "additionalProperties": false})";
+  EXPECT_EQ(Judge(env, R"({"PATH": "/bin", "HOME": "/root"})"), 1);
+  EXPECT_EQ(Judge(env, R"({"PATH": 1)"), -1);
+  EXPECT_EQ(Judge(env, R"({"Pa)"), -1);
+  EXPECT_EQ(Judge(env, R"({"")"), -1) << "the empty key matches no pattern";
+  EXPECT_EQ(Judge(env, R"({"PATH")"), 0);
+  // Unanchored, as ECMA-262 searches; two patterns of one schema.
+  const std::string two = R"({"patternProperties": {"id$": {"type": "integer"}, "^n_": {"type": "integer"}}})";
+  EXPECT_EQ(Judge(two, R"({"user_id": 1, "n_x": 2, "n_id": 3})"), 1);
+  EXPECT_EQ(Judge(two, R"({"user": 1})"), -1);
+  // Beside "properties": the listed names only; a pattern may match one
+  // when its schema accepts anything.
+  const std::string listed = R"({"type": "object", "properties": {"x_a": {"type": "integer"}},
+      "patternProperties": {"^x_": {"description": "any"}}, "required": ["x_a"]})";
+  EXPECT_EQ(Judge(listed, R"({"x_a": 3})"), 1);
+  EXPECT_EQ(Judge(listed, R"({"x_b")"), -1);
   // No type: what the keywords imply; nothing: any value.
   EXPECT_EQ(Judge(R"({"properties": {"a": {}}})", R"("text")"), -1);
   EXPECT_EQ(Judge(R"({})", R"("text")"), 1);
@@ -406,7 +434,7 @@ class Validator {
         if (pattern == nullptr) continue;
         const std::string text = *word == 'p' ? pattern->string_value()
                                               : *FormatPattern(pattern->string_value(), "format");
-        if (!std::regex_search(value.string_value(), std::regex(text, std::regex::ECMAScript))) return false;
+        if (!std::regex_search(value.string_value(), Regex(text))) return false;
       }
       const int64_t points = CodePoints(value.string_value());
       if (const JsonValue* m = schema.Find("minLength"); m != nullptr && points < m->number_value()) return false;
@@ -424,12 +452,20 @@ class Validator {
     }
     if (value.is_object()) {
       const JsonValue* properties = schema.Find("properties");
+      const JsonValue* patterned = schema.Find("patternProperties");
       const JsonValue* additional = schema.Find("additionalProperties");
       for (size_t i = 0; i < value.keys().size(); ++i) {
-        const JsonValue* own = properties != nullptr ? properties->Find(value.keys()[i]) : nullptr;
-        if (own != nullptr) {
-          if (!Valid(value.items()[i], *own)) return false;
-        } else if (additional != nullptr && !Valid(value.items()[i], *additional)) {
+        const std::string& key = value.keys()[i];
+        const JsonValue* own = properties != nullptr ? properties->Find(key) : nullptr;
+        if (own != nullptr && !Valid(value.items()[i], *own)) return false;
+        // Every pattern that matches the key binds its value too.
+        bool matched = false;
+        for (size_t k = 0; patterned != nullptr && k < patterned->keys().size(); ++k) {
+          if (!std::regex_search(key, Regex(patterned->keys()[k]))) continue;
+          matched = true;
+          if (!Valid(value.items()[i], patterned->items()[k])) return false;
+        }
+        if (own == nullptr && !matched && additional != nullptr && !Valid(value.items()[i], *additional)) {
           return false;
         }
       }
@@ -443,6 +479,12 @@ class Validator {
   }
 
  private:
+  // std::regex compiles slowly: once per pattern.
+  const std::regex& Regex(const std::string& pattern) const {
+    auto it = regexes_.find(pattern);
+    if (it == regexes_.end()) it = regexes_.emplace(pattern, std::regex(pattern, std::regex::ECMAScript)).first;
+    return it->second;
+  }
   static bool HasType(const JsonValue& value, const std::string& type) {
     if (type == "null") return value.is_null();
     if (type == "boolean") return value.is_bool();
@@ -463,6 +505,7 @@ class Validator {
     return *root_.Find(ref.substr(2, slash - 2))->Find(ref.substr(slash + 1));
   }
   const JsonValue& root_;
+  mutable std::map<std::string, std::regex> regexes_;
 };
 
 // An output drawn from the automaton at random: each step takes a byte it
@@ -529,6 +572,12 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
           "n": {"type": "number", "maximum": -1e-5}, "k": {"type": "integer", "multipleOf": 7, "minimum": -30},
           "q": {"type": "number", "multipleOf": 25, "exclusiveMaximum": 1000}}, "required": ["p", "t", "x", "n", "k", "q"],
           "additionalProperties": false})",
+      // Note [Pattern properties]: keys that the patterns match (the
+      // validator searches each with std::regex), values of their schema.
+      R"({"type": "object", "patternProperties": {"^[a-c][a-z]{2,5}$": {"type": "integer", "minimum": 0, "maximum": 9},
+          "[0-9]$": {"type": "integer", "minimum": 0, "maximum": 9}}, "additionalProperties": false})",
+      R"({"type": "array", "items": {"type": "object", "properties": {"k1": {"type": "boolean"}, "z": {"type": "null"}},
+          "patternProperties": {"^k\\d$": {"type": "boolean"}, "q": true}, "required": ["k1"]}, "maxItems": 3})",
   };
   std::mt19937 random(20261207);
   for (const std::string& text : schemas) {
@@ -551,7 +600,7 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
       ASSERT_TRUE(value.ok()) << out << ": " << value.status();
       ASSERT_TRUE(validator.Valid(*value, *parsed)) << out;
     }
-    EXPECT_GT(whole_outputs, 240);
+    EXPECT_GT(whole_outputs, 240) << text;
   }
 }
 
@@ -582,7 +631,10 @@ TEST(JsonSchemaTest, CachedMasksEqualFreshWalksAlongRandomGenerations) {
       "maxLength": 4}}, "required": ["b"]}, {"type": "null"}]}, "maxItems": 20})",
       // Note [Number bounds]: the number's comparisons with its bounds are in the key.
       R"({"type": "array", "items": {"type": "number", "minimum": -1.5, "maximum": 10.25}, "maxItems": 20})",
-      R"({"type": "array", "items": {"type": "integer", "multipleOf": 3, "maximum": 100}, "maxItems": 20})"};
+      R"({"type": "array", "items": {"type": "integer", "multipleOf": 3, "maximum": 100}, "maxItems": 20})",
+      // Note [Pattern properties]: a key's pattern state, as a value's.
+      R"({"type": "array", "items": {"patternProperties": {"^(ab|1)+0?$": {"type": "string", "pattern": "^a?b$"}}},
+          "maxItems": 6})"};
   auto shared = std::make_shared<const TokenVocabulary>(tokens);
   const int64_t vocab = static_cast<int64_t>(tokens.size());
   int compared = 0;
