@@ -36,6 +36,7 @@
 #include "runtime/dsrank/moe_telemetry.h"
 #include "runtime/moe/moe_layer.h"
 #include "runtime/dsrank/progress_line.h"
+#include "runtime/dsrank/step_breakdown.h"
 #include "runtime/dsrank/step_metrics.h"
 #include "runtime/dsrank/trainer_setup.h"
 #include "runtime/dsrank/training_batches.h"
@@ -644,76 +645,13 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
                     ProgressText(step, first_step, job.train.steps, elapsed, optimizer_in_use));
       for (const MoeLayerRouting& routing : moe_routing) absl::FPrintF(context.out, "  %s\n", MoeRoutingLine(routing));
       if (ds.wall_clock_breakdown) {
-        absl::FPrintF(context.out,
-                      "  wall clock over %d step(s): forward+backward %.3f s, all-reduce+optimizer %.3f s, "
-                      "preemption check and next batch (while the GPU works) %.3f s, the rest %.3f s\n",
-                      window_steps, forward_backward_seconds, step_seconds, overlapped_seconds,
-                      seconds - forward_backward_seconds - step_seconds - overlapped_seconds);
-        // Note [Offload breakdown]: since the start, this rank's share.
-        const Engine::OffloadSeconds& offload = engine->offload_seconds();
-        if (offload.host_step > 0) {
-          absl::FPrintF(context.out,
-                        "  offload since the start: gradients to the host %.3f s, norm and clip %.3f s, host step "
-                        "%.3f s (%.2f GB/s of optimizer traffic), parameters to the device (not hidden behind the "
-                        "host step) %.3f s\n",
-                        offload.gradients_to_host, offload.norm_and_clip, offload.host_step,
-                        offload.host_step_bytes / offload.host_step / 1e9, offload.parameters_to_device);
-          // Note [Delayed parameter update]: the host step beside the next
-          // forward and backward; what of it the training thread waited for.
-          if (ds.zero_optimization.offload_optimizer.delay_update) {
-            absl::FPrintF(context.out, "  delayed update: waited for the host step %.3f s of its %.3f s\n",
-                          offload.host_step_wait, offload.host_step);
-          }
-        }
-        // Note [Measured bubble]: against the pipeline's step.
-        std::vector<double> busy, window;
-        for (const auto& t : stage_seconds) {
-          busy.push_back(t[0] + t[1]);
-          window.push_back(t[3]);
-        }
-        const std::vector<double> bubbles = StageBubbleFractions(busy, window);
-        for (size_t stage = 0; stage < stage_seconds.size(); ++stage) {
-          const auto& t = stage_seconds[stage];
-          absl::FPrintF(context.out,
-                        "  pipeline stage %d: forward %.3f s, backward %.3f s, transfers %.3f s, bubble %.1f%% "
-                        "(schedule's theory %.1f%%)\n",
-                        stage, t[0], t[1], t[2], 100.0 * bubbles[stage],
-                        100.0 * TheoreticalBubbleFraction(pipe->schedule(), pipe->shape()));
-        }
+        PrintWallClockBreakdown(context.out,
+                                WallClockWindow{window_steps, seconds, forward_backward_seconds, step_seconds,
+                                                overlapped_seconds},
+                                *engine, ds.zero_optimization.offload_optimizer.delay_update, pipe.get(),
+                                stage_seconds);
       }
-      if (ds.memory_breakdown) {
-        Engine::MemoryBreakdown m = engine->Memory();
-        absl::FPrintF(context.out,
-                      "  memory: parameters %d B%s, gradients %d B, master weights %d B%s, optimizer state %d B%s, "
-                      "frozen parameters %d B%s\n",
-                      m.parameters, m.parameters_on_host ? " (host)" : "", m.gradients, m.master_weights,
-                      m.optimizer_on_host ? " (host)" : "", m.optimizer_state, m.optimizer_on_host ? " (host)" : "",
-                      m.frozen_parameters, m.frozen_parameters > 0 && m.parameters_on_host ? " (host)" : "");
-        if (m.swapped_to_nvme == 0 && m.host_parameter_copy > 0) {
-          absl::FPrintF(context.out, "  host copy of the bf16 parameters the CPU Adam writes: %d B\n",
-                        m.host_parameter_copy);
-        }
-        if (m.swapped_to_nvme > 0) {
-          absl::FPrintF(context.out,
-                        "  NVMe offload: master weights and optimizer state %d B in swap files, host buffers %d B, "
-                        "updated parameters on the host %d B\n",
-                        m.swapped_to_nvme, m.swap_buffers, m.host_parameter_copy);
-        }
-        if (m.parameters_on_nvme > 0 || m.parameters_in_host_memory > 0) {
-          absl::FPrintF(context.out,
-                        "  NVMe offload: parameter shards %d B in swap files, %d B in host memory (max_in_cpu), "
-                        "staging buffers %d B\n",
-                        m.parameters_on_nvme, m.parameters_in_host_memory, m.parameter_staging);
-        }
-        if (context.device.is_cuda()) {
-          absl::FPrintF(context.out, "  peak GPU memory allocated: %.2f GiB\n",
-                        compat::CudaPeakAllocatedBytes(context.device.index()) / double(1 << 30));
-        }
-        if (ds.zero_optimization.stage == 3) {
-          absl::FPrintF(context.out, "  ZeRO-3: at most %d parameter elements gathered at once\n",
-                        m.gathered_peak_elements);
-        }
-      }
+      if (ds.memory_breakdown) PrintMemoryBreakdown(context.out, *engine, context.device, ds.zero_optimization.stage);
       std::fflush(context.out);
       window_start = Clock::now();
       window_steps = 0;
