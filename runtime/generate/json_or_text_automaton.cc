@@ -2,10 +2,14 @@
 
 namespace dslaunch::runtime {
 
+namespace {
+bool IsBlankByte(unsigned char b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+}  // namespace
+
 bool JsonOrTextAutomaton::Step(unsigned char b) {
   switch (mode_) {
     case kLead:
-      if (b == ' ' || b == '\t' || b == '\n' || b == '\r') return true;
+      if (IsBlankByte(b)) return true;
       if (b != '{') {
         mode_ = kText;
         return true;
@@ -14,7 +18,22 @@ bool JsonOrTextAutomaton::Step(unsigned char b) {
       mode_ = kJson;
       return true;
     case kJson:
-      return json_.Step(b);
+      if (!json_.Finished()) return json_.Step(b);
+      mode_ = kAfterCall;  // the call has closed: what follows it
+      [[fallthrough]];
+    case kAfterCall:
+      if (IsBlankByte(b)) return true;
+      if (b != ';') return false;
+      mode_ = kNextCall;
+      return true;
+    case kNextCall: {
+      if (IsBlankByte(b)) return true;
+      JsonSchemaAutomaton next = start_;
+      if (b != '{' || !next.Step(b)) return false;
+      json_ = std::move(next);
+      mode_ = kJson;
+      return true;
+    }
     case kText:
       return true;
   }
@@ -22,10 +41,23 @@ bool JsonOrTextAutomaton::Step(unsigned char b) {
 }
 
 std::string JsonOrTextAutomaton::Key() const {
-  // Text takes every token whatever the schema; before and in the value,
-  // the value's state (its schema's digest first) decides.
-  if (mode_ == kText) return "jt-text";
-  return std::string(mode_ == kLead ? "jt-lead" : "jt-json") + json_.Key();
+  // Text takes every token whatever the schema; before and in a call, the
+  // call's state (its schema's digest first) decides; between calls only
+  // the mode (what came before does not change what may follow).
+  switch (mode_) {
+    case kText:
+      return "jt-text";
+    case kAfterCall:
+      return "jt-after" + start_.Key();
+    case kNextCall:
+      return "jt-next" + start_.Key();
+    case kJson:
+      if (json_.Finished()) return "jt-after" + start_.Key();
+      return "jt-json" + json_.Key();
+    case kLead:
+      break;
+  }
+  return "jt-lead" + json_.Key();
 }
 
 }  // namespace dslaunch::runtime

@@ -29,8 +29,8 @@
 // and those of another tool to any object. In llama3_json a call is the
 // whole answer, which the parser reads as calls when it begins with '{':
 // the answer is then free text unless its first byte past blanks is '{',
-// and from there one call held as above (Note [JSON or text] in
-// runtime/generate/json_or_text_automaton.h).
+// and from there calls held as above, ';'-separated as the parser splits
+// them (Note [JSON or text] in runtime/generate/json_or_text_automaton.h).
 // Without a strict tool, calls under auto are not held (OpenAI's strict
 // false: the arguments are the model's best effort).
 #pragma once

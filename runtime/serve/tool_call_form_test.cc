@@ -141,6 +141,30 @@ TEST(ToolCallFormTest, UnderAutoTheTextIsFreeAndEachCallInItIsHeld) {
   EXPECT_EQ(Judge(*form, "<tool_call>\n{\"name\": \"ping\", \"arguments\": 3"), -1);
 }
 
+// The calls of a llama3_json answer that begins with '{', counted apart
+// from the parser: one more than its ';'s outside strings and brackets.
+size_t CallsOfLlama3Answer(const std::string& text) {
+  size_t calls = 1;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    } else if (c == ';' && depth == 0) {
+      ++calls;
+    }
+  }
+  return calls;
+}
+
 // Note [JSON or text]: in llama3_json a call is the whole answer, which the
 // parser reads as calls when it begins with '{': text otherwise (a brace
 // later in it is text), a held call from a first '{' on.
@@ -159,7 +183,19 @@ TEST(ToolCallFormTest, UnderAutoALlama3AnswerIsACallWhenItBeginsWithABrace) {
   EXPECT_EQ(Judge(*form, "{\"name\": \"ping\", \"parameters\": {\"x\": [1]}}"), 1);  // not strict: any object
   const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"c\"}}";
   EXPECT_EQ(Judge(*form, call), 1);
-  EXPECT_EQ(Judge(*form, call + ";"), -1);  // one call: the answer ends with it
+  // Several calls, ';'-separated as the parser splits them; never ending
+  // just after a ';', and nothing but blanks and ';' between calls.
+  const std::string time = "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}";
+  EXPECT_EQ(Judge(*form, call + ";"), 0);
+  EXPECT_EQ(Judge(*form, call + " ; \n" + time + "\n"), 1);
+  EXPECT_EQ(Judge(*form, call + ";" + time + ";" + call), 1);
+  EXPECT_EQ(Judge(*form, call + "; {\"name\": \"get_news\""), -1);
+  EXPECT_EQ(Judge(*form, call + " and"), -1);
+  EXPECT_EQ(Judge(*form, call + ";;"), -1);
+  const ToolCallReading two =
+      ReadToolCalls(ToolCallFormat::kLlama3Json, call + " ; \n" + time, {"get_weather", "get_time", "ping"});
+  ASSERT_EQ(two.calls.size(), 2u);
+  EXPECT_EQ(two.calls[1].name, "get_time");
   const ToolCallReading reading = ReadToolCalls(ToolCallFormat::kLlama3Json, call, {"get_weather", "get_time", "ping"});
   ASSERT_EQ(reading.calls.size(), 1u);
   EXPECT_EQ(reading.calls[0].arguments, R"({"city": "Paris", "unit": "c"})");
@@ -167,13 +203,13 @@ TEST(ToolCallFormTest, UnderAutoALlama3AnswerIsACallWhenItBeginsWithABrace) {
   // a call the parser reads, with arguments of its schema, or content.
   std::vector<std::string> pieces = {"{", "}", "\"", ": ", ", ", "name", "parameters", "\"get_weather\"", "get_time",
                                      "\"ping\"", "city", "unit", "zone", "\"c\"", "Paris", "UTC", " ", "\n",
-                                     "Hello", "{\"name\": \"", "", ""};
+                                     "Hello", "{\"name\": \"", "; ", "", ""};
   for (int c = ' '; c <= '~'; ++c) pieces.emplace_back(1, static_cast<char>(c));
-  const int64_t stop = 22;  // the second empty one
+  const int64_t stop = 23;  // the second empty one
   auto vocabulary = std::make_shared<const TokenVocabulary>(pieces);
   std::mt19937 random(7);
-  int calls = 0, texts = 0;
-  for (int walk = 0; walk < 300; ++walk) {
+  int calls = 0, texts = 0, several = 0;
+  for (int walk = 0; walk < 600; ++walk) {
     auto state = StartOutputConstraint(*form, vocabulary, "tools");
     ASSERT_TRUE(state.ok()) << state.status();
     std::string text;
@@ -184,7 +220,7 @@ TEST(ToolCallFormTest, UnderAutoALlama3AnswerIsACallWhenItBeginsWithABrace) {
       const auto masked = logits.accessor<float, 1>();
       for (int64_t id = 0; id < vocabulary->size(); ++id) {
         if (std::isinf(masked[id])) continue;
-        const int weight = id < 21 ? 6 : 1;  // pieces of calls weigh more
+        const int weight = id < 22 || id == stop ? 6 : 1;  // pieces of calls (and the end) weigh more
         allowed.insert(allowed.end(), static_cast<size_t>(weight), id);
       }
       const int64_t token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(random)];
@@ -197,19 +233,24 @@ TEST(ToolCallFormTest, UnderAutoALlama3AnswerIsACallWhenItBeginsWithABrace) {
     if (!(*state)->Complete()) continue;  // cut inside a call
     const ToolCallReading read = ReadToolCalls(ToolCallFormat::kLlama3Json, text, {"get_weather", "get_time", "ping"});
     const bool brace = absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{");
-    ASSERT_EQ(read.calls.size(), brace ? 1u : 0u);
     if (!brace) {
+      ASSERT_TRUE(read.calls.empty());
       EXPECT_EQ(read.content, text);
       ++texts;
       continue;
     }
+    ASSERT_EQ(read.calls.size(), CallsOfLlama3Answer(text));
     ++calls;
-    auto arguments = ParseJson(read.calls[0].arguments, "arguments");
-    ASSERT_TRUE(arguments.ok() && arguments->is_object()) << read.calls[0].arguments;
-    if (read.calls[0].name == "get_weather") ASSERT_NE(arguments->Find("city"), nullptr);
-    if (read.calls[0].name == "get_time") ASSERT_NE(arguments->Find("zone"), nullptr);
+    several += read.calls.size() > 1 ? 1 : 0;
+    for (const ParsedToolCall& call : read.calls) {
+      auto arguments = ParseJson(call.arguments, "arguments");
+      ASSERT_TRUE(arguments.ok() && arguments->is_object()) << call.arguments;
+      if (call.name == "get_weather") ASSERT_NE(arguments->Find("city"), nullptr);
+      if (call.name == "get_time") ASSERT_NE(arguments->Find("zone"), nullptr);
+    }
   }
-  EXPECT_GT(calls, 10) << "too few calls written for the walks to test anything";
+  EXPECT_GT(calls, 15) << "too few calls written for the walks to test anything";
+  EXPECT_GT(several, 5) << "too few answers of several calls";
   EXPECT_GT(texts, 10);
 }
 
