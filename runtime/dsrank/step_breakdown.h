@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -17,7 +18,7 @@ namespace dslaunch::runtime {
 
 // The wall clock of the steps since the last printed line.
 struct WallClockWindow {
-  int steps = 0;
+  int64_t steps = 0;
   double seconds = 0;            // the whole window
   double forward_backward = 0;   // the engine's forward and backward
   double step = 0;               // all-reduce and optimizer

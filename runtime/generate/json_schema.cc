@@ -68,7 +68,6 @@ bool IsAnnotation(const std::string& key) {
   return kAnnotations.count(key) > 0;
 }
 
-// A name as a JSON Pointer token: '~' as ~0, '/' as ~1.
 // A schema that every value meets: true, or only annotations.
 bool AcceptsAnything(const JsonValue& schema) {
   if (schema.is_bool()) return schema.bool_value();
@@ -79,6 +78,7 @@ bool AcceptsAnything(const JsonValue& schema) {
   return true;
 }
 
+// A name as a JSON Pointer token: '~' as ~0, '/' as ~1.
 std::string PointerToken(const std::string& name) {
   std::string token;
   for (char c : name) {
@@ -500,12 +500,16 @@ class JsonSchemaCompiler {
   //    patterns bind only the listed names they match: each such name's
   //    value would have to meet its own schema and the pattern's, and only
   //    one schema is held, so the pattern's must accept anything (true, {})
-  //    or be the property's own; otherwise the schema is refused, naming
-  //    both.
+  //    or be the property's own (compared as written); otherwise the schema
+  //    is refused, naming both. Whether a pattern matches a name is the
+  //    automaton's reading, sure for ASCII names; a name beyond ASCII counts
+  //    as matched (the automaton's \S, say, matches fewer code points than
+  //    ECMA-262's).
   //  - Without "properties" the keys generated are the strings some pattern
   //    matches (the patterns as one alternation, held as a key's characters
   //    come: Note [String patterns]), each with a value of the patterns'
-  //    schema. Patterns of different schemas are refused: a key two of them
+  //    schema. Patterns of different schemas (compared as written) are
+  //    refused: a key two of them
   //    match would need both, and which a key matches is known only at its
   //    end. Keys no pattern matches are not generated, whatever
   //    additionalProperties says (an output without them validates), and
@@ -531,12 +535,18 @@ class JsonSchemaCompiler {
         const std::string& name = properties->keys()[p];
         for (size_t i = 0; i < patterns.size(); ++i) {
           const JsonValue& pattern_schema = patterned.items()[i];
-          if (!(*patterns_)[static_cast<size_t>(patterns[i])].MatchesText(name) || AcceptsAnything(pattern_schema) ||
-              SerializeJson(pattern_schema) == SerializeJson(properties->items()[p])) {
+          if (AcceptsAnything(pattern_schema) || SerializeJson(pattern_schema) == SerializeJson(properties->items()[p])) {
             continue;
           }
+          // The automaton matches a subset of what ECMA-262 matches outside
+          // ASCII (\S matches no non-ASCII code point there: Note [String
+          // patterns]), so its "no match" is sure for ASCII names only; a
+          // name with other code points counts as matched.
+          const bool ascii = std::all_of(name.begin(), name.end(), [](char c) { return (c & 0x80) == 0; });
+          if (ascii && !(*patterns_)[static_cast<size_t>(patterns[i])].MatchesText(name)) continue;
           return Fail(absl::StrCat(path, "/", PointerToken(patterned.keys()[i])),
-                      absl::StrCat("the pattern matches the property '", name,
+                      absl::StrCat("the pattern ", ascii ? "matches" : "may match (beyond ASCII this is not told)",
+                                   " the property '", name,
                                    "', whose value would have to meet both its schemas, and only one is held: "
                                    "give that property one schema, or a pattern that does not match it"));
         }

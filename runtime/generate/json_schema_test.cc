@@ -67,6 +67,9 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
            {R"({"properties": {"ab": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}})",
             "schema/patternProperties/^a: the pattern matches the property 'ab', whose value would have to meet "
             "both its schemas"},
+           // \S matches é in ECMA-262, not in the automaton: a name beyond ASCII counts as matched.
+           {R"({"properties": {"café": {"type": "string"}}, "patternProperties": {"^\\S+$": {"type": "integer"}}})",
+            "schema/patternProperties/^\\S+$: the pattern may match (beyond ASCII this is not told) the property 'café'"},
            {R"js({"patternProperties": {"^a/(?=b)": {}}})js", "schema/patternProperties/^a~1(?=b): pattern '^a/(?=b)': lookarounds"},
            {R"({"patternProperties": {"^a": {"format": "uri"}}})", "schema/patternProperties/^a/format: format 'uri'"},
            {R"({"patternProperties": ["^a"]})", "schema/patternProperties: expected an object of schemas by pattern"},
@@ -352,6 +355,9 @@ TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
       "patternProperties": {"^x_": {"description": "any"}}, "required": ["x_a"]})";
   EXPECT_EQ(Judge(listed, R"({"x_a": 3})"), 1);
   EXPECT_EQ(Judge(listed, R"({"x_b")"), -1);
+  EXPECT_EQ(CompileError(R"({"properties": {"cafe": {"type": "string"}}, "patternProperties": {"^\\d": {"type": "integer"}}})"),
+            "compiled")
+      << "a pattern that matches no listed name binds none";
   // No type: what the keywords imply; nothing: any value.
   EXPECT_EQ(Judge(R"({"properties": {"a": {}}})", R"("text")"), -1);
   EXPECT_EQ(Judge(R"({})", R"("text")"), 1);

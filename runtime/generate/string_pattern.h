@@ -87,7 +87,8 @@ class StringPattern {
   int32_t Fewest(int32_t state) const { return fewest_[static_cast<size_t>(state)]; }
   int32_t Most(int32_t state) const { return most_[static_cast<size_t>(state)]; }
   size_t states() const { return accepting_.size(); }
-  // Whether the whole `text` (UTF-8) matches; for tests.
+  // Whether the whole `text` (UTF-8) matches, as the automaton reads it
+  // (beyond ASCII a subset of ECMA-262's matches: the Note).
   bool MatchesText(const std::string& text) const;
 
  private:
