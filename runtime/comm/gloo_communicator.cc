@@ -2,6 +2,7 @@
 // every PyTorch build) over CPU tensors, rendezvousing through StoreAdapter.
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net_address.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/group_arrival.h"
 #include "runtime/comm/store_adapter.h"
 
 namespace dslaunch::runtime {
@@ -81,37 +83,25 @@ bool NeedsWidening(const torch::Tensor& t) { return t.scalar_type() == torch::kB
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
-      : store_(std::move(store)), rank_(rank), size_(size) {
+  // Rendezvous under `prefix` in `client`'s namespace; waits for every
+  // member's (Note [Connected before anyone leaves] in group_arrival.h).
+  GlooCommunicator(StoreClient& client, const std::string& prefix, int rank, int size)
+      : store_(c10::make_intrusive<StoreAdapter>(client, prefix)), rank_(rank), size_(size) {
     auto options = c10d::ProcessGroupGloo::Options::create();
     options->devices.push_back(MakeDevice());
     // Failures are the controller's to detect (fail-fast); this only bounds a
     // rendezvous that can never complete.
     options->timeout = std::chrono::minutes(10);
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
-    WaitUntilEveryMemberIsConnected(options->timeout);
-  }
-
-  // Note [Connected before anyone leaves]
-  // Gloo's rendezvous returns on a member once its own sockets are
-  // connected, which for the connecting side of a pair is when the kernel
-  // has completed the handshake: the listening side may not have accepted
-  // yet. A member that then drops the group at once (a rank whose work needs
-  // no collective, a rank failing right after start) closes a socket the
-  // other side is still accepting; Gloo reads the end of the stream on it
-  // before its waiting thread wakes, and that member's rendezvous throws
-  // "Connection closed by peer" although every member had connected (a CI
-  // run saw it once; comm_tests' AMemberLeavingRightAfterTheRendezvousFails-
-  // NoOther repeats it under load). So no member returns from creating a group
-  // before every member's rendezvous has returned: each records that it is
-  // connected in the store, then waits for the others' records. The store is
-  // a channel of its own, so no member's leaving can fail this wait.
-  void WaitUntilEveryMemberIsConnected(std::chrono::milliseconds timeout) {
-    if (size_ == 1) return;
-    store_->set(absl::StrCat("connected/", rank_), std::vector<uint8_t>{1});
-    std::vector<std::string> everyone;
-    for (int member = 0; member < size_; ++member) everyone.push_back(absl::StrCat("connected/", member));
-    store_->wait(everyone, timeout);
+    try {
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
+    } catch (const std::exception& e) {
+      if (size > 1) (void)RecordGroupArrival(client, prefix, rank, absl::UnavailableError(e.what()));
+      throw;
+    }
+    if (size == 1) return;
+    absl::Status arrived = RecordGroupArrival(client, prefix, rank, absl::OkStatus());
+    if (arrived.ok()) arrived = AwaitGroupArrivals(client, prefix, size, options->timeout);
+    if (!arrived.ok()) throw std::runtime_error(std::string(arrived.message()));
   }
 
   int rank() const override { return rank_; }
@@ -223,11 +213,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(StoreClient
   if (!index.ok()) return index.status();
   const int rank = *index;
   try {
-    // c10d owns stores through intrusive pointers.
-    c10::intrusive_ptr<c10d::Store> adapter =
-        c10::make_intrusive<StoreAdapter>(store, absl::StrCat("comm/", group.name, "/"));
-    return std::unique_ptr<Communicator>(
-        new GlooCommunicator(adapter, rank, static_cast<int>(group.members.size())));
+    return std::unique_ptr<Communicator>(new GlooCommunicator(store, absl::StrCat("comm/", group.name, "/"), rank,
+                                                              static_cast<int>(group.members.size())));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("gloo group ", group.name, ": rendezvous failed: ", e.what()));
