@@ -47,8 +47,13 @@ int main(int argc, char** argv) {
       command->instruction ? command->instruction_options.output_prefix : command->options.output_prefix;
   if (prefix.find('/') != std::string::npos) {
     const std::string folder = ParentDirectory(prefix);
-    if (absl::Status made = FileSystem::Default().CreateDirectories(folder); !made.ok()) {
-      PrintError("--output " + prefix + ": cannot create the folder " + folder + ": " + std::string(made.message()));
+    FileSystem& fs = FileSystem::Default();
+    if (absl::Status made = fs.CreateDirectories(folder); !made.ok()) {
+      PrintError("--output " + prefix + ": " + std::string(made.message()));  // it names the folder
+      return kFailure;
+    }
+    if (!fs.IsDirectory(folder)) {
+      PrintError("--output " + prefix + ": " + folder + " is not a folder");
       return kFailure;
     }
   }

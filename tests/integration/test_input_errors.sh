@@ -117,6 +117,16 @@ grep -qF "sentencepiece model $WORK/dir_hosts: is a directory, not a regular fil
   fail "dsprep --sp_model DIR: $(cat "$WORK/dsprep.err")"
 pass "dsprep --sp_model DIR is an error naming it (exit $code)"
 
+# --output under a regular file: the folder that cannot be is named, nothing written.
+set +e
+timeout -k 5 30 "$DSPREP" --input "$WORK/corpus.txt" --output "$WORK/corpus.txt/prep" >"$WORK/dsprep.out" 2>"$WORK/dsprep.err"
+code=$?
+set -e
+((code == 1)) || fail "dsprep --output FILE/x exited $code"
+grep -qF -- "--output $WORK/corpus.txt/prep: $WORK/corpus.txt is not a folder" "$WORK/dsprep.err" ||
+  fail "dsprep --output FILE/x: $(cat "$WORK/dsprep.err")"
+pass "dsprep --output under a file is an error naming it"
+
 "$DSLAUNCH" --dry_run --hostfile "$WORK/hosts" --master_port 29611 "$TEST_RANK" --x >"$WORK/dry.out" 2>"$WORK/dry.err" || fail "dry run exited $?"
 grep -q '^rank 1: host localhost, local rank 1 of 2, device 1$' "$WORK/dry.out" || fail "dry run placement"
 grep -q '^  argv: .*test_rank --local_rank=1 --x$' "$WORK/dry.out" || fail "dry run argv (--local_rank right after the program, as DeepSpeed puts it)"
