@@ -2,6 +2,7 @@
 // steps, the hang report naming the lagging rank, missed heartbeats.
 #include "launcher/job_controller_test_fixture.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -141,6 +142,14 @@ TEST_F(JobControllerTest, TheStatusBoardFollowsTheJob) {
   spec_.max_restarts = 1;
   JobOutcome outcome = Run([this](JobController&) {
     ASSERT_TRUE(WaitStarted(0));
+    // Every rank's start (with its pid) on the board before the checks:
+    // WaitStarted sees the start requests, not the started events, which
+    // reach the board through the controller's queue (a CI run once read
+    // rank 2's pid as 0 at step 3).
+    ASSERT_TRUE(WaitForStatus([](const JobStatusReply& s) {
+      return s.ranks_size() == 4 && std::all_of(s.ranks().begin(), s.ranks().end(),
+                                                [](const RankStatus& r) { return r.state() == RANK_RUNNING; });
+    }));
     RankProgress progress;
     progress.set_step(3);
     progress.mutable_metrics()->set_total_steps(10);
