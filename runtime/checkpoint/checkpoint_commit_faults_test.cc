@@ -6,6 +6,7 @@
 // and a failed save leaves no partial folder; the error names the operation,
 // the path and the errno.
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,7 +46,7 @@ class CheckpointCommitFaultsTest : public ::testing::Test {
         DS_ASSIGN_OR_RETURN(FileDigest digest, writer->Finish());
         DS_RETURN_IF_ERROR(RecordRankFile(fs, PartialDir(dir_, tag), r, digest));
       }
-      return CommitCheckpoint(fs, dir_, tag, step, ranks, /*keep=*/0);
+      return CommitCheckpoint(fs, dir_, tag, step, ranks);
     }();
     if (!saved.ok()) (void)RemovePartial(posix_, dir_, tag);
     return saved;
@@ -151,6 +152,57 @@ TEST_F(CheckpointCommitFaultsTest, ASaveHeldBeforeEveryStepLeavesACheckpointToRe
     EXPECT_TRUE(saved.ok()) << call.text << ": " << saved;
     EXPECT_EQ(*ReadLatestTag(posix_, dir_), "global_step10");
   }
+}
+
+// Note [Replacing a tag]: a save of a tag that exists ("final", saved at
+// step 8, saved again at step 9), held before each of its operations (a
+// crash there): what a restart finds, once RecoverInterruptedReplace has run
+// (on a copy of the folder, as the crashed save would have left it), is
+// "final", committed and verified, at step 8 or 9.
+TEST_F(CheckpointCommitFaultsTest, ASaveOfAnExistingTagHeldBeforeEveryStepLeavesThatTagToResumeFrom) {
+  auto reset = [&] {
+    Reset();
+    ASSERT_TRUE(Save(posix_, "final", 8).ok());
+  };
+  reset();
+  FaultInjectingFileSystem recorder(posix_);
+  ASSERT_TRUE(Save(recorder, "final", 9).ok());
+  const std::vector<FsCall> log = recorder.Log();
+  const std::string copy = dir_ + "-copy";
+  int held_between_renames = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    int nth = 0;
+    for (size_t j = 0; j <= i; ++j) {  // as FaultInjectingFileSystem counts: the path in either name
+      nth += log[j].op == log[i].op &&
+             (absl::StrContains(log[j].path, log[i].path) || absl::StrContains(log[j].to, log[i].path));
+    }
+    reset();
+    FaultInjectingFileSystem faulty(posix_);
+    std::shared_ptr<FsPause> pause = faulty.PauseBefore(log[i].op, log[i].path, nth);
+    absl::Status saved = absl::UnknownError("not finished");
+    std::thread saver([&] { saved = Save(faulty, "final", 9); });
+    const bool reached = pause->WaitUntilReached(absl::Seconds(60));
+    if (reached) {
+      // (EXPECT, not ASSERT: the saver is let go below whatever happens.)
+      EXPECT_TRUE(posix_.RemoveTree(copy).ok());
+      EXPECT_EQ(std::system(absl::StrCat("cp -a '", dir_, "' '", copy, "'").c_str()), 0);
+      held_between_renames += !posix_.Exists(TagDir(copy, "final"));
+      auto repaired = RecoverInterruptedReplace(posix_, copy);
+      EXPECT_TRUE(repaired.ok()) << log[i].text << ": " << repaired.status();
+      const ResumeChoice choice = ChooseResumeCheckpoint(posix_, copy, "");
+      EXPECT_EQ(choice.tag, "final") << "held before " << log[i].text;
+      auto manifest = ReadManifest(posix_, copy, "final");
+      EXPECT_TRUE(manifest.ok()) << "held before " << log[i].text << ": " << manifest.status();
+      if (manifest.ok()) EXPECT_TRUE(manifest->step == 8 || manifest->step == 9) << manifest->step;
+      EXPECT_FALSE(posix_.Exists(OldDir(copy, "final"))) << "held before " << log[i].text;
+    }
+    pause->Release();
+    saver.join();
+    ASSERT_TRUE(reached) << log[i].text << " was never reached";
+    EXPECT_TRUE(saved.ok()) << log[i].text << ": " << saved;
+  }
+  EXPECT_GE(held_between_renames, 1) << "no hold fell between moving the old folder aside and the new one in";
+  ASSERT_TRUE(posix_.RemoveTree(copy).ok());
 }
 
 TEST_F(CheckpointCommitFaultsTest, ARankFileCorruptedAsItIsWrittenIsCaughtBeforeItIsLoaded) {

@@ -77,6 +77,7 @@ std::string PartialDir(const std::string& dir, const std::string& tag) {
   return absl::StrCat(dir, "/.", tag, ".partial");
 }
 std::string TagDir(const std::string& dir, const std::string& tag) { return absl::StrCat(dir, "/", tag); }
+std::string OldDir(const std::string& dir, const std::string& tag) { return absl::StrCat(dir, "/.", tag, ".old"); }
 std::string RankFileName(int rank) { return absl::StrCat("rank_", rank, ".pt"); }
 std::string RankFile(const std::string& folder, int rank) { return absl::StrCat(folder, "/", RankFileName(rank)); }
 
@@ -87,6 +88,7 @@ absl::Status CheckTag(const std::string& tag) {
   if (tag.empty()) return bad("is empty");
   if (tag.size() > 200) return bad("is longer than 200 bytes");
   if (tag[0] == '.') return bad("starts with '.' (names outside the checkpoint folder or hidden ones are refused)");
+  if (tag == "latest" || tag == "latest.tmp") return bad("is the name of the checkpoint folder's pointer file");
   for (char c : tag) {
     if (c == '/') return bad("has a '/': a tag is one folder inside checkpoint.dir");
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad("has a control character");
@@ -111,7 +113,7 @@ absl::Status RemovePartial(FileSystem& fs, const std::string& dir, const std::st
   return fs.RemoveTree(PartialDir(dir, tag));
 }
 
-absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep) {
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks) {
   const std::string partial = PartialDir(dir, tag);
   // Until the rename, a failure leaves nothing behind.
   absl::Status recorded = [&]() -> absl::Status {
@@ -154,15 +156,16 @@ absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std:
   const std::string final_dir = TagDir(dir, tag);
   absl::Status renamed = [&]() -> absl::Status {
     if (!fs.Exists(final_dir)) return fs.Rename(partial, final_dir);
-    // Saving a tag again: move the old one aside first, so a crash leaves
-    // either the old or the new complete folder under a name we recognise.
-    const std::string old_dir = absl::StrCat(dir, "/.", tag, ".old");
+    // Saving a tag again (Note [Replacing a tag]): the old one aside first.
+    const std::string old_dir = OldDir(dir, tag);
     DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
     DS_RETURN_IF_ERROR(fs.Rename(final_dir, old_dir));
     if (absl::Status moved = fs.Rename(partial, final_dir); !moved.ok()) {
       (void)fs.Rename(old_dir, final_dir);  // the old one back where `latest` may name it
       return moved;
     }
+    // The new folder's name is durable before the old one goes.
+    DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
     return fs.RemoveTree(old_dir);
   }();
   if (!renamed.ok()) {
@@ -171,21 +174,59 @@ absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std:
     return renamed;
   }
   DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
-  DS_RETURN_IF_ERROR(WriteFileAtomically(fs, absl::StrCat(dir, "/latest"), tag + "\n"));
+  return WriteFileAtomically(fs, absl::StrCat(dir, "/latest"), tag + "\n");
+}
 
-  if (keep > 0) {
-    // Only checkpoints of earlier steps go: one of a later step (a run that
-    // did not resume from it) is never ours to delete.
-    std::vector<Committed> older;
-    for (const Committed& committed : ListCommitted(fs, dir)) {
-      if (committed.tag != tag && committed.step >= 0 && committed.step < step) older.push_back(committed);
-    }
-    const size_t keep_older = static_cast<size_t>(keep - 1);
-    for (size_t i = 0; i + keep_older < older.size(); ++i) {
-      DS_RETURN_IF_ERROR(fs.RemoveTree(TagDir(dir, older[i].tag)));
-    }
+absl::Status RotateCheckpoints(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int keep) {
+  if (keep <= 0) return absl::OkStatus();
+  // Only checkpoints of earlier steps go: one of a later step (a run that
+  // did not resume from it) is never ours to delete.
+  std::vector<Committed> older;
+  for (const Committed& committed : ListCommitted(fs, dir)) {
+    if (committed.tag != tag && committed.step >= 0 && committed.step < step) older.push_back(committed);
+  }
+  const size_t keep_older = static_cast<size_t>(keep - 1);
+  for (size_t i = 0; i + keep_older < older.size(); ++i) {
+    // The commit record goes first, and durably: a deletion cut short
+    // leaves a folder that is not a committed checkpoint, never one whose
+    // record outlived its files (a resume would take it for the controller's
+    // and skip the newer ones).
+    const std::string folder = TagDir(dir, older[i].tag);
+    DS_RETURN_IF_ERROR(fs.RemoveFile(CompletePath(dir, older[i].tag)));
+    DS_RETURN_IF_ERROR(fs.SyncDirectory(folder));
+    DS_RETURN_IF_ERROR(fs.RemoveTree(folder));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RecoverInterruptedReplace(FileSystem& fs, const std::string& dir) {
+  std::vector<std::string> notes;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(dir);
+  if (!names.ok()) return notes;  // no folder yet
+  for (const std::string& name : *names) {
+    if (!absl::StartsWith(name, ".") || !absl::EndsWith(name, ".old")) continue;
+    const std::string tag = name.substr(1, name.size() - 5);
+    if (!CheckTag(tag).ok()) continue;
+    const std::string old_dir = OldDir(dir, tag), final_dir = TagDir(dir, tag), partial = PartialDir(dir, tag);
+    if (fs.Exists(final_dir)) {
+      // The replacement finished but for removing the old folder.
+      DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
+      continue;
+    }
+    if (fs.Exists(absl::StrCat(partial, "/", kCompleteMarker))) {
+      DS_RETURN_IF_ERROR(fs.Rename(partial, final_dir));
+      DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
+      DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));
+      notes.push_back(absl::StrCat("a save of ", final_dir, " was cut short between moving the old folder aside and "
+                                   "putting the new, committed one in place: the new one is put in place"));
+    } else {
+      DS_RETURN_IF_ERROR(fs.Rename(old_dir, final_dir));
+      DS_RETURN_IF_ERROR(fs.SyncDirectory(dir));
+      notes.push_back(absl::StrCat("a save of ", final_dir, " was cut short after moving the old folder aside: the "
+                                   "old one is put back"));
+    }
+  }
+  return notes;
 }
 
 absl::StatusOr<std::string> ReadLatestTag(FileSystem& fs, const std::string& dir) {
@@ -224,6 +265,11 @@ absl::StatusOr<CheckpointManifest> ReadManifest(FileSystem& fs, const std::strin
 }
 
 absl::StatusOr<CheckpointManifest> VerifyCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag) {
+  return VerifyCheckpointShare(fs, dir, tag, 0, 1);
+}
+
+absl::StatusOr<CheckpointManifest> VerifyCheckpointShare(FileSystem& fs, const std::string& dir,
+                                                         const std::string& tag, int share, int shares) {
   const std::string folder = TagDir(dir, tag);
   if (!fs.IsDirectory(folder)) return absl::DataLossError(absl::StrCat(folder, " is not a folder"));
   DS_ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(fs, dir, tag));
@@ -239,7 +285,8 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(FileSystem& fs, const std::s
                                               manifest.ranks, " rank(s) saved it"));
     }
   }
-  for (const CheckpointManifest::File& file : manifest.files) {
+  for (size_t i = static_cast<size_t>(share); i < manifest.files.size(); i += static_cast<size_t>(shares)) {
+    const CheckpointManifest::File& file = manifest.files[i];
     const std::string path = absl::StrCat(folder, "/", file.name);
     absl::StatusOr<FileInfo> info = fs.Stat(path);
     if (!info.ok()) {
@@ -266,8 +313,8 @@ std::vector<std::string> CommittedTags(FileSystem& fs, const std::string& dir) {
   return tags;
 }
 
-ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, const std::string& preferred) {
-  ResumeChoice choice;
+std::vector<std::string> ResumeCandidates(FileSystem& fs, const std::string& dir, const std::string& preferred,
+                                          std::vector<std::string>* notes) {
   std::vector<std::string> candidates;
   int64_t newest_step = -1;  // with a preferred tag: nothing newer than it
   if (!preferred.empty()) {
@@ -276,11 +323,11 @@ ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, cons
   } else if (auto latest = ReadLatestTag(fs, dir); latest.ok()) {
     candidates.push_back(*latest);
   } else if (!absl::IsNotFound(latest.status())) {
-    choice.notes.push_back(absl::StrCat(latest.status().message(), "; looking for the newest checkpoint that verifies"));
+    notes->push_back(absl::StrCat(latest.status().message(), "; looking for the newest checkpoint that verifies"));
   }
   std::vector<Committed> committed = ListCommitted(fs, dir);
-  if (candidates.empty() && choice.notes.empty() && !committed.empty()) {
-    choice.notes.push_back(absl::StrCat("no 'latest' in ", dir, ", though it holds ", committed.size(),
+  if (candidates.empty() && notes->empty() && !committed.empty()) {
+    notes->push_back(absl::StrCat("no 'latest' in ", dir, ", though it holds ", committed.size(),
                                         " committed checkpoint(s); looking for the newest that verifies"));
   }
   for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
@@ -288,7 +335,12 @@ ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, cons
     if (newest_step >= 0 && it->step > newest_step) continue;
     candidates.push_back(it->tag);
   }
-  for (const std::string& tag : candidates) {
+  return candidates;
+}
+
+ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, const std::string& preferred) {
+  ResumeChoice choice;
+  for (const std::string& tag : ResumeCandidates(fs, dir, preferred, &choice.notes)) {
     auto verified = VerifyCheckpoint(fs, dir, tag);
     if (verified.ok()) {
       choice.tag = tag;

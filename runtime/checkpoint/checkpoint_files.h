@@ -18,6 +18,21 @@
 // previous `latest` naming a complete checkpoint; a leftover .partial folder
 // is ignored and removed by the next save of that tag.
 //
+// Note [Replacing a tag]
+// A save of a tag that exists (a fixed tag, a run that did not resume from
+// it) cannot rename over a folder: the old folder moves to <dir>/.<tag>.old,
+// the new one is renamed in, <dir> is fsynced, and only then does the old one
+// go. A crash between the two renames leaves no <tag> folder, and `latest`
+// may name it: RecoverInterruptedReplace, run before a resume chooses, puts
+// the new folder in place when it holds its commit record (written before
+// either rename) and the old one back otherwise, so the tag is never lost.
+//
+// Rotation (checkpoint.keep) removes a checkpoint's commit record first and
+// fsyncs its folder before deleting the rest: a deletion cut short leaves a
+// folder that is no longer a committed checkpoint, never one whose record
+// outlived its files. A rotation that fails leaves the new checkpoint
+// committed (EngineCheckpointer::Save says so and goes on).
+//
 // Every function does its I/O through the FileSystem it is given
 // (runtime/fs/file_system.h): FileSystem::Default() in a job, a
 // FaultInjectingFileSystem in the tests that fail or interrupt a save at each
@@ -47,12 +62,15 @@ namespace dslaunch::runtime {
 
 std::string PartialDir(const std::string& dir, const std::string& tag);
 std::string TagDir(const std::string& dir, const std::string& tag);
+// Where a tag's committed folder waits while a save of the same tag replaces it.
+std::string OldDir(const std::string& dir, const std::string& tag);
 std::string RankFileName(int rank);  // rank_<r>.pt
 std::string RankFile(const std::string& folder, int rank);
 
 // A tag is one plain folder name inside the checkpoint folder: not empty, at
-// most 200 bytes, no '/', no leading '.', no control characters. `latest`
-// naming anything else (`../other/global_step30`) is refused.
+// most 200 bytes, no '/', no leading '.', no control characters, not
+// `latest` (or its temporary). `latest` naming anything else
+// (`../other/global_step30`) is refused.
 absl::Status CheckTag(const std::string& tag);
 
 // Creates a fresh, empty partial folder (rank 0, before the others write).
@@ -60,9 +78,17 @@ absl::Status PreparePartial(FileSystem& fs, const std::string& dir, const std::s
 // Each rank, once its file is written and fsynced: its digest for the record.
 absl::Status RecordRankFile(FileSystem& fs, const std::string& partial_folder, int rank, const FileDigest& digest);
 // Rank 0, after every rank has recorded its file: the commit steps above.
-// Then removes the oldest checkpoints of earlier steps beyond `keep` (0: keep
-// all). `ranks` is the number of rank files there must be.
-absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks, int keep);
+// `ranks` is the number of rank files there must be.
+absl::Status CommitCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int ranks);
+// Rank 0, once `tag` (of `step`) is committed: removes the oldest committed
+// checkpoints of earlier steps beyond `keep` (0: keep all), each by its
+// commit record first. A failure here leaves `tag` committed.
+absl::Status RotateCheckpoints(FileSystem& fs, const std::string& dir, const std::string& tag, int64_t step, int keep);
+// Note [Replacing a tag]: finishes or undoes a save of an existing tag that
+// was cut short while its old folder was aside (<dir>/.<tag>.old), so that
+// the tag's folder exists again; one line for each. Run by one process
+// before a resume chooses (EngineCheckpointer::Resume: rank 0).
+absl::StatusOr<std::vector<std::string>> RecoverInterruptedReplace(FileSystem& fs, const std::string& dir);
 // Removes a partial folder (a save that failed).
 absl::Status RemovePartial(FileSystem& fs, const std::string& dir, const std::string& tag);
 
@@ -74,6 +100,11 @@ absl::StatusOr<CheckpointManifest> ReadManifest(FileSystem& fs, const std::strin
 // The record, once every file it lists has its recorded size and hash (and
 // every rank file is listed). DataLoss naming the file otherwise.
 absl::StatusOr<CheckpointManifest> VerifyCheckpoint(FileSystem& fs, const std::string& dir, const std::string& tag);
+// The same for one share of the listed files (the ones at indexes share,
+// share + shares, ...: Note [Resuming together]); the record's own checks
+// are made in every share.
+absl::StatusOr<CheckpointManifest> VerifyCheckpointShare(FileSystem& fs, const std::string& dir,
+                                                         const std::string& tag, int share, int shares);
 // Committed tags (folders with COMPLETE), oldest first: by recorded step,
 // then by the record's modification time.
 std::vector<std::string> CommittedTags(FileSystem& fs, const std::string& dir);
@@ -84,8 +115,14 @@ struct ResumeChoice {
   int skipped = 0;
   bool legacy = false;  // chosen from before commit records: not verified
 };
-// Note [Resuming from a verified checkpoint]. `preferred` is the
-// controller's committed tag ("" for none).
+// Note [Resuming from a verified checkpoint]: the tags to try, in order:
+// `preferred` (the controller's committed tag, "" for none) or the one
+// `latest` names, then the committed ones, newest first (none newer than
+// `preferred`). Why `latest` is not used goes to `notes`.
+std::vector<std::string> ResumeCandidates(FileSystem& fs, const std::string& dir, const std::string& preferred,
+                                          std::vector<std::string>* notes);
+// The first of them that verifies, in one process (EngineCheckpointer::Resume
+// is the collective one).
 ResumeChoice ChooseResumeCheckpoint(FileSystem& fs, const std::string& dir, const std::string& preferred);
 
 }  // namespace dslaunch::runtime

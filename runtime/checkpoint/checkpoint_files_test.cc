@@ -7,13 +7,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/fs/fault_injecting_file_system.h"
 #include "runtime/fs/posix_file_system.h"
 
 namespace dslaunch::runtime {
@@ -41,8 +44,10 @@ class CheckpointFilesTest : public ::testing::Test {
       ASSERT_TRUE(digest.ok()) << digest.status();
       ASSERT_TRUE(RecordRankFile(fs_, PartialDir(dir_, tag), r, *digest).ok());
     }
-    absl::Status committed = CommitCheckpoint(fs_, dir_, tag, step, ranks, keep);
+    absl::Status committed = CommitCheckpoint(fs_, dir_, tag, step, ranks);
     ASSERT_TRUE(committed.ok()) << committed;
+    absl::Status rotated = RotateCheckpoints(fs_, dir_, tag, step, keep);
+    ASSERT_TRUE(rotated.ok()) << rotated;
   }
   void WriteFile(const std::string& path, const std::string& content) {
     std::ofstream(path, std::ios::trunc) << content;
@@ -106,7 +111,7 @@ TEST_F(CheckpointFilesTest, ACommitWithoutEveryRanksFileIsRefusedAndLeavesNothin
   auto digest = (*writer)->Finish();
   ASSERT_TRUE(digest.ok());
   ASSERT_TRUE(RecordRankFile(fs_, PartialDir(dir_, "global_step10"), 0, *digest).ok());
-  absl::Status committed = CommitCheckpoint(fs_, dir_, "global_step10", 10, 2, 0);
+  absl::Status committed = CommitCheckpoint(fs_, dir_, "global_step10", 10, 2);
   ASSERT_FALSE(committed.ok());
   EXPECT_THAT(std::string(committed.message()), HasSubstr("rank 1 recorded no file"));
   EXPECT_FALSE(fs_.Exists(PartialDir(dir_, "global_step10")));
@@ -187,8 +192,56 @@ TEST_F(CheckpointFilesTest, TheControllersTagIsPreferredAndANewerOneIsNotUsedIns
   EXPECT_EQ(choice.skipped, 1);
 }
 
+// Note [Replacing a tag]: rotation removes the commit record first, so a
+// deletion cut short (a kill while nftw walks the folder) leaves no record
+// without its files: the controller's tag, half deleted, no longer hides the
+// newer checkpoint just committed.
+TEST_F(CheckpointFilesTest, ARotationCutShortNeverHidesTheCheckpointJustCommitted) {
+  Save("global_step10", 10, 2, /*keep=*/1);
+  Save("global_step20", 20, 2, /*keep=*/1);  // the controller records this one
+  FaultInjectingFileSystem faulty(fs_);
+  std::shared_ptr<FsPause> held = faulty.PauseBefore(FsOp::kRemove, TagDir(dir_, "global_step20"), 2);
+  std::thread saver([&] {
+    ASSERT_TRUE(PreparePartial(faulty, dir_, "global_step30").ok());
+    for (int r = 0; r < 2; ++r) {
+      auto writer = ChecksummedFileWriter::Create(faulty, RankFile(PartialDir(dir_, "global_step30"), r));
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      ASSERT_TRUE((*writer)->Write("x", 1).ok());
+      auto digest = (*writer)->Finish();
+      ASSERT_TRUE(digest.ok() && RecordRankFile(faulty, PartialDir(dir_, "global_step30"), r, *digest).ok());
+    }
+    ASSERT_TRUE(CommitCheckpoint(faulty, dir_, "global_step30", 30, 2).ok());
+    EXPECT_TRUE(RotateCheckpoints(faulty, dir_, "global_step30", 30, /*keep=*/1).ok());
+  });
+  const bool reached = held->WaitUntilReached(absl::Seconds(60));
+  if (reached) {
+    // Held before the second removal in global_step20 (the first is its
+    // record); a kill halfway through it leaves, say, one rank file gone.
+    EXPECT_FALSE(fs_.Exists(Path("global_step20/COMPLETE")));
+    EXPECT_TRUE(fs_.RemoveFile(Path("global_step20/rank_0.pt")).ok());
+    ResumeChoice choice = ChooseResumeCheckpoint(fs_, dir_, "global_step20");
+    EXPECT_EQ(choice.tag, "global_step30");
+  }
+  held->Release();
+  saver.join();
+  ASSERT_TRUE(reached) << "the rotation never removed global_step20";
+  EXPECT_FALSE(fs_.Exists(Path("global_step20")));
+}
+
+TEST_F(CheckpointFilesTest, ARotationThatFailsLeavesTheNewCheckpointCommitted) {
+  Save("global_step10", 10);
+  FaultInjectingFileSystem faulty(fs_);
+  faulty.FailNth(FsOp::kRemove, 1, EBUSY, TagDir(dir_, "global_step10"));
+  Save("global_step20", 20);
+  absl::Status rotated = RotateCheckpoints(faulty, dir_, "global_step20", 20, /*keep=*/1);
+  EXPECT_THAT(std::string(rotated.message()), HasSubstr("global_step10/COMPLETE"));
+  EXPECT_EQ(*ReadLatestTag(fs_, dir_), "global_step20");
+  EXPECT_TRUE(VerifyCheckpoint(fs_, dir_, "global_step20").ok());
+  EXPECT_TRUE(VerifyCheckpoint(fs_, dir_, "global_step10").ok()) << "its record is still there: still committed";
+}
+
 TEST_F(CheckpointFilesTest, TagsAreOneFolderInsideTheCheckpointDir) {
-  for (const char* bad : {"", "../x", "a/b", ".hidden", "..", "tab\there"}) {
+  for (const char* bad : {"", "../x", "a/b", ".hidden", "..", "tab\there", "latest", "latest.tmp"}) {
     EXPECT_FALSE(CheckTag(bad).ok()) << bad;
     EXPECT_FALSE(PreparePartial(fs_, dir_, bad).ok()) << bad;
   }

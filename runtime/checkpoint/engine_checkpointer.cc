@@ -165,11 +165,7 @@ std::vector<std::string> ExportedParameterNames(const std::vector<std::string>& 
 // every stage), assembled whole from its slices by its saved form
 // (AssembleWhole) and cut by the current form (SliceForRank): so P, T, D,
 // the partition and the ZeRO stage may all change (Note [Pipeline stages]).
-struct RankFileIndex {
-  int index = 0;  // (p·T + t)·D + d
-  int files = 1;  // P·T·D
-};
-
+//
 // Note [Expert-parallel checkpoints]
 // With expert parallelism (Note [Mixture of experts]) each rank's file also
 // holds its share of the experts' partition under "experts/": the flat state
@@ -178,7 +174,11 @@ struct RankFileIndex {
 // parallel and data-parallel size (1 included, where the experts join the
 // dense partition) re-joins every saved expert group, takes each parameter
 // this rank holds by name, and cuts it for its partition.
-RankFileIndex FileIndexOf(const Engine& engine) {
+
+}  // namespace
+
+EngineCheckpointer::RankFileIndex EngineCheckpointer::FileIndex() const {
+  const Engine& engine = engine_;
   const Communicator* data = engine.data_parallel();
   const Communicator* tensor = engine.parallel().tensor();
   const Communicator* pipeline = engine.parallel().pipeline();
@@ -188,18 +188,17 @@ RankFileIndex FileIndexOf(const Engine& engine) {
   return RankFileIndex{(p * tp + t) * dp + d, pp * tp * dp};
 }
 
-}  // namespace
-
 EngineCheckpointer::EngineCheckpointer(Engine& engine, FileSystem& fs) : engine_(engine), fs_(fs) {}
 
 absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string& tag,
                                     const ClientState& client_state, int keep) {
   // Note [Delayed parameter update]: the checkpoint holds step N whole (a
   // collective: every rank saves at the same step).
+  notes_.clear();
   if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
   // Note [Tensor-parallel checkpoints]: one file per rank of the job.
-  const int rank = FileIndexOf(engine_).index;
-  const int ranks = FileIndexOf(engine_).files;
+  const int rank = FileIndex().index;
+  const int ranks = FileIndex().files;
   // Note [Atomic checkpoint commit]: the ranks agree after every phase
   // (CountFailedRanks), so a failure anywhere stops the save on every rank,
   // and rank 0 removes the partial folder.
@@ -231,12 +230,20 @@ absl::Status EngineCheckpointer::Save(const std::string& dir, const std::string&
     DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!gathered.ok()));
     if (failed > 0) return abandon(gathered, failed);
   }
-  absl::Status committed = rank == 0 ? CommitCheckpoint(fs_, dir, tag, engine_.global_steps_, ranks, keep) : absl::OkStatus();
+  absl::Status committed = rank == 0 ? CommitCheckpoint(fs_, dir, tag, engine_.global_steps_, ranks) : absl::OkStatus();
   // Nobody moves on (and maybe reads `latest`) before the commit.
   DS_ASSIGN_OR_RETURN(failed, engine_.CountFailedRanks(!committed.ok()));
   if (failed > 0) {
     if (!committed.ok()) return committed;
     return PeerFailureError(absl::StrCat("checkpoint ", TagDir(dir, tag), " not committed: rank 0 failed to commit it"));
+  }
+  // Note [Replacing a tag]: a rotation that fails leaves the checkpoint
+  // committed, and says so.
+  if (rank == 0) {
+    if (absl::Status rotated = RotateCheckpoints(fs_, dir, tag, engine_.global_steps_, keep); !rotated.ok()) {
+      notes_.push_back(absl::StrCat("checkpoint ", TagDir(dir, tag), " is committed, but removing older ones (keep ",
+                                    keep, ") failed: ", rotated.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -452,7 +459,7 @@ absl::Status EngineCheckpointer::ExportHuggingFace(const HfExportOptions& option
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("Hugging Face export: ", e.what_without_backtrace()));
     }
-    if (FileIndexOf(engine_).index == 0) {
+    if (FileIndex().index == 0) {
       for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
@@ -525,7 +532,7 @@ absl::Status EngineCheckpointer::ExportPeftAdapter(const HfExportOptions& option
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("PEFT adapter export: ", e.what_without_backtrace()));
     }
-    if (FileIndexOf(engine_).index == 0) {
+    if (FileIndex().index == 0) {
       for (auto& [name, value] : held) whole[name] = value.to(torch::kCPU);
     }
   }
@@ -607,7 +614,7 @@ absl::Status EngineCheckpointer::ExportGathered(const std::vector<std::string>& 
   // World rank 0 writes (with tensor parallelism several ranks are
   // data-parallel rank 0).
   absl::Status written = absl::OkStatus();
-  if (FileIndexOf(engine_).index == 0) {
+  if (FileIndex().index == 0) {
     try {
       written = write_on_rank0(make_whole);
     } catch (const c10::Error& e) {
@@ -658,127 +665,6 @@ absl::Status EngineCheckpointer::UnstageSwappedState(bool write_back) {
     if (first.ok()) first = master.ok() ? moments : master;
   }
   return first;
-}
-
-absl::StatusOr<ClientState> EngineCheckpointer::Load(const std::string& dir, const std::string& tag) {
-  // Note [Delayed parameter update]: no host step may still write the shard
-  // the load replaces.
-  if (absl::Status applied = engine_.ApplyPendingUpdate(); !applied.ok()) return applied;
-  std::string chosen = tag;
-  if (chosen.empty()) {
-    auto latest = ReadLatestTag(fs_, dir);
-    if (!latest.ok()) return latest.status();
-    chosen = *latest;
-  }
-  // Note [Resuming from a verified checkpoint]: nothing is read before every
-  // file has its recorded size and hash; a failure leaves the engine as it was.
-  auto manifest = VerifyCheckpoint(fs_, dir, chosen);
-  if (!manifest.ok()) return manifest.status();
-  const std::string folder = TagDir(dir, chosen);
-  const int rank = FileIndexOf(engine_).index;
-  ClientState client;
-  try {
-    torch::NoGradGuard no_grad;
-    // Tensors remember the device they were saved from (rank 0's cuda:0).
-    // The per-parameter optimizer state (fp32 at stage 0, no flat shard) is
-    // used as loaded, so it goes onto this rank's device; everything else is
-    // copied into place, and the flat shards' copies in these files are
-    // never read here, so they stay in host memory (12 bytes per parameter).
-    const torch::Device load_device = engine_.zero_ ? torch::Device(torch::kCPU) : engine_.device_;
-    torch::serialize::InputArchive shared;
-    DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, 0), load_device, shared));
-    // The optimizer state is either one flat fp32 vector cut into ranges (any
-    // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
-    // checkpoint loads only into an engine that keeps it the same way.
-    c10::IValue probe;
-    const bool saved_flat = shared.try_read("zero/shards", probe);
-    if (saved_flat != (engine_.zero_ != nullptr)) {
-      auto describe = [](bool flat) {
-        return flat ? "a flat fp32 master and optimizer state (mixed precision, or ZeRO stage 1-3)"
-                    : "per-parameter fp32 optimizer state (fp32 training at ZeRO stage 0)";
-      };
-      return absl::FailedPreconditionError(absl::StrCat(
-          "load checkpoint ", folder, ": it holds ", describe(saved_flat), ", but this job keeps ",
-          describe(engine_.zero_ != nullptr), "; resume with the precision and ZeRO stage it was saved with, or start a "
-          "new checkpoint.dir"));
-    }
-    for (auto& item : engine_.model_->named_parameters()) {
-      if (engine_.zero_) break;  // rebuilt from the shards below
-      torch::Tensor value;
-      shared.read("model/" + item.key(), value);
-      item.value().copy_(value);
-    }
-    for (auto& item : engine_.model_->named_buffers()) {
-      torch::Tensor value;
-      shared.read("model/" + item.key(), value, /*is_buffer=*/true);
-      item.value().copy_(value);
-    }
-    if (engine_.compute_dtype_ != torch::kFloat) {
-      for (size_t i = 0; i < engine_.master_params_.size(); ++i) {
-        torch::Tensor value;
-        shared.read(absl::StrCat("master/", i), value);
-        engine_.master_params_[i].copy_(value);
-      }
-    }
-    if (engine_.optimizer_) {
-      torch::serialize::InputArchive optimizer;
-      shared.read("optimizer", optimizer);
-      engine_.optimizer_->load(optimizer);
-    }
-    if (engine_.zero_) {
-      // Note [NVMe offload]: loaded into memory, then into the swap files.
-      DS_RETURN_IF_ERROR(StageSwappedState(/*read=*/false));
-      absl::Status loaded = LoadZeroShards(folder);
-      absl::Status unstaged = UnstageSwappedState(/*write_back=*/loaded.ok());
-      if (!loaded.ok()) return loaded;
-      if (!unstaged.ok()) return unstaged;
-      absl::Status gathered = engine_.zero_->GatherParameters();
-      if (!gathered.ok()) return gathered;
-      if (engine_.expert_zero_) DS_RETURN_IF_ERROR(engine_.expert_zero_->GatherParameters());
-    }
-
-    // This rank's own part; a rank that did not exist when the checkpoint was
-    // written continues with rank 0's counters and client state.
-    const std::string own_path = RankFile(folder, rank);
-    const bool has_own = fs_.Exists(own_path);
-    torch::serialize::InputArchive own;
-    if (has_own && rank != 0) DS_RETURN_IF_ERROR(LoadArchive(fs_, own_path, load_device, own));
-    torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
-    engine_.micro_steps_ = ReadInt(mine, "engine/micro_steps");
-    engine_.global_steps_ = ReadInt(mine, "engine/global_steps");
-    engine_.skipped_steps_ = ReadInt(mine, "engine/skipped_steps");
-    engine_.successful_steps_ = ReadInt(mine, "engine/successful_steps");
-    if (engine_.scaler_) {
-      LossScaler::State s;
-      s.scale = ReadDouble(mine, "scaler/scale");
-      s.hysteresis = static_cast<int>(ReadInt(mine, "scaler/hysteresis"));
-      s.last_overflow_iteration = ReadInt(mine, "scaler/last_overflow_iteration");
-      s.iteration = ReadInt(mine, "scaler/iteration");
-      s.skipped_steps = ReadInt(mine, "scaler/skipped_steps");
-      s.overflows_at_min_scale = ReadInt(mine, "scaler/overflows_at_min_scale");
-      engine_.scaler_->Restore(s);
-    }
-    if (has_own) {
-      torch::Tensor state;
-      mine.read("rng/cpu", state);
-      state = state.to(torch::kCPU);  // the archive may have been loaded onto the device
-      auto generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(state);
-    }
-    c10::IValue keys;
-    mine.read("client/__keys", keys);
-    for (absl::string_view key : absl::StrSplit(keys.toStringRef(), '\n', absl::SkipEmpty())) {
-      client[std::string(key)] = ReadInt(mine, absl::StrCat("client/", key));
-    }
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
-    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what()));
-  }
-  engine_.ApplyLrAndMomentum(engine_.schedule_->LrAt(engine_.successful_steps_));
-  return client;
 }
 
 }  // namespace dslaunch::runtime

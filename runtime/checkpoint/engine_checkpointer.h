@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/checksummed_file.h"
 #include "runtime/engine/engine.h"
 #include "runtime/fs/file_system.h"
@@ -42,11 +43,34 @@ class EngineCheckpointer {
   // checkpoints of earlier steps beyond `keep` (0: keep all). A failure (or a
   // crash) at any point leaves the previous checkpoint and `latest` intact
   // and no partial folder (rank 0 removes it); the error names the file and
-  // the errno, or, on the other ranks, says that a peer failed.
+  // the errno, or, on the other ranks, says that a peer failed. A removal
+  // that fails leaves the new checkpoint committed (OK) and a line in notes().
   absl::Status Save(const std::string& dir, const std::string& tag, const ClientState& client_state, int keep = 0);
-  // Loads `tag` ("" = the one `latest` names) once it verifies. NotFound when
-  // there is none; a failure leaves the engine as it was.
+  // Loads `tag` ("" = the one `latest` names) once it verifies, every rank
+  // checking its share of the files (Note [Resuming together]). NotFound when
+  // there is none; a failure leaves the engine as it was, on every rank.
   absl::StatusOr<ClientState> Load(const std::string& dir, const std::string& tag = "");
+
+  // Note [Resuming together]: the resume of a job. Rank 0 first finishes a
+  // save of an existing tag that was cut short (Note [Replacing a tag]);
+  // then every rank lists the candidates (ResumeCandidates), the ranks check
+  // that they list the same ones, and each candidate in turn is verified
+  // with every rank hashing its share of the files (rank k the files k,
+  // k + N, ... of the commit record: each file is read once, not once per
+  // rank), and is taken only when every rank's share verified: so all ranks
+  // take the same checkpoint, whatever one of them fails to read. The first
+  // taken is loaded. `preferred` is the controller's committed tag ("" for
+  // none). An error (a rank lists other checkpoints: a folder not shared by
+  // every host) is the same on every rank.
+  struct Resumed {
+    ResumeChoice choice;  // choice.tag empty: nothing verified (or nothing there)
+    ClientState client;   // the loaded checkpoint's
+  };
+  absl::StatusOr<Resumed> Resume(const std::string& dir, const std::string& preferred);
+
+  // What the last Save or Resume found worth a line beyond its status, on
+  // this rank (a rotation that failed, a replacement finished).
+  const std::vector<std::string>& notes() const { return notes_; }
 
   // The model as a Hugging Face folder (runtime/hf/hf_export.h): every rank
   // gathers the parameters (ZeRO-3: one unit at a time, Note [Streamed
@@ -90,8 +114,25 @@ class EngineCheckpointer {
   absl::Status StageSwappedState(bool read);
   absl::Status UnstageSwappedState(bool write_back);
 
+  // This rank's file of a checkpoint: index (p·T + t)·D + d of P·T·D files
+  // (Note [Tensor-parallel checkpoints]).
+  struct RankFileIndex {
+    int index = 0;
+    int files = 1;
+  };
+  RankFileIndex FileIndex() const;
+  // Whether every rank of the job passed the same `text` as rank 0 (a collective).
+  absl::StatusOr<bool> SameOnEveryRank(const std::string& text);
+  // Every rank verifies its share of `tag` (VerifyCheckpointShare); the
+  // number of ranks whose share failed, this rank's failure in `own`.
+  absl::StatusOr<int> VerifyTogether(const std::string& dir, const std::string& tag, absl::Status* own,
+                                     bool* legacy);
+  // Load once verified.
+  absl::StatusOr<ClientState> LoadVerified(const std::string& dir, const std::string& tag);
+
   Engine& engine_;
   FileSystem& fs_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace dslaunch::runtime

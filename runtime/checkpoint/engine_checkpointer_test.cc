@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <limits>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/checkpoint_files.h"
@@ -182,6 +185,91 @@ TEST_F(EngineCheckpointerTest, ASaveInterruptedByTheFaultInjectingFileSystemKeep
   ASSERT_TRUE(reached) << "rank 0 never reached the commit rename";
   EXPECT_EQ(*ReadLatestTag(posix_, dir_), "global_step2");
   EXPECT_FALSE(posix_.Exists(PartialDir(dir_, "global_step2")));
+}
+
+// Two checkpoints of a two-rank job: global_step1 (4 samples) and
+// global_step2 (8 samples).
+void SaveTwoCheckpoints(testing::InProcessStore& store, const std::string& dir) {
+  store.RunRanks(2, [&](int rank, Communicator& comm) {
+    Gpt model(TinyGpt(), 5);
+    auto engine = Engine::Create(model.ptr(), Config(2, 1, 2), ParallelState::DataParallelOnly(&comm), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EngineCheckpointer checkpointer(**engine);
+    Train(**engine, model, 1, 2, 1, 2, rank);
+    ASSERT_TRUE(checkpointer.Save(dir, "global_step1", {{"consumed_samples", 4}}).ok());
+    Train(**engine, model, 1, 2, 1, 2, rank, 1);
+    ASSERT_TRUE(checkpointer.Save(dir, "global_step2", {{"consumed_samples", 8}}).ok());
+  });
+}
+
+// Note [Resuming together]: rank 1 cannot read its share of the newest
+// checkpoint (EIO on rank_1.pt, the file its share holds). Both ranks skip
+// it and resume from the one before, each saying why; rank 0 never reads
+// rank 1's file to verify it (every file is hashed by one rank).
+TEST_F(EngineCheckpointerTest, TheRanksResumeFromOneCheckpointWhenOneCannotReadItsShare) {
+  SaveTwoCheckpoints(store_, dir_);
+  store_.RunRanks(2, [&](int rank, Communicator& comm) {
+    FaultInjectingFileSystem faulty(posix_);
+    if (rank == 1) faulty.FailNth(FsOp::kOpen, 1, EIO, TagDir(dir_, "global_step2") + "/rank_1.pt");
+    Gpt model(TinyGpt(), 77);
+    auto engine = Engine::Create(model.ptr(), Config(2, 1, 2), ParallelState::DataParallelOnly(&comm), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EngineCheckpointer checkpointer(**engine, faulty);
+    auto resumed = checkpointer.Resume(dir_, "");
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->choice.tag, "global_step1") << "rank " << rank;
+    EXPECT_EQ(resumed->choice.skipped, 1);
+    EXPECT_EQ(resumed->client["consumed_samples"], 4);
+    EXPECT_EQ((*engine)->global_steps(), 1);
+    ASSERT_FALSE(resumed->choice.notes.empty());
+    EXPECT_THAT(resumed->choice.notes.back(),
+                HasSubstr(rank == 1 ? "rank_1.pt: Input/output error (EIO)" : "1 other rank(s) found a file"));
+    if (rank == 0) {
+      for (const FsCall& call : faulty.Log()) {
+        EXPECT_FALSE(call.op == FsOp::kOpen && absl::StrContains(call.path, "global_step2/rank_1.pt")) << call.text;
+      }
+    }
+  });
+}
+
+// A checkpoint.dir that is not one folder for every rank (a disk of each
+// host's own): rank 1's lacks the newest checkpoint. Both ranks stop, saying
+// so, before anything is loaded.
+TEST_F(EngineCheckpointerTest, RanksThatFindDifferentCheckpointsStopTogether) {
+  SaveTwoCheckpoints(store_, dir_);
+  const std::string other = dir_ + "-other";
+  ASSERT_EQ(std::system(absl::StrCat("cp -a '", dir_, "' '", other, "'").c_str()), 0);
+  ASSERT_TRUE(posix_.RemoveTree(TagDir(other, "global_step2")).ok());
+  store_.RunRanks(2, [&](int rank, Communicator& comm) {
+    Gpt model(TinyGpt(), 77);
+    auto engine = Engine::Create(model.ptr(), Config(2, 1, 2), ParallelState::DataParallelOnly(&comm), torch::kCPU);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto resumed = EngineCheckpointer(**engine, posix_).Resume(rank == 0 ? dir_ : other, "");
+    ASSERT_FALSE(resumed.ok()) << "rank " << rank;
+    EXPECT_THAT(std::string(resumed.status().message()), HasSubstr("the ranks find different committed checkpoints"));
+    EXPECT_EQ((*engine)->global_steps(), 0);
+  });
+  ASSERT_TRUE(posix_.RemoveTree(other).ok());
+}
+
+// Note [Replacing a tag]: a save whose rotation fails is committed, and says so.
+TEST_F(EngineCheckpointerTest, ASaveWhoseRotationFailsIsCommittedAndSaysSo) {
+  FaultInjectingFileSystem faulty(posix_);
+  faulty.FailNth(FsOp::kRemove, 1, EBUSY, TagDir(dir_, "global_step1"));
+  Gpt model(TinyGpt(), 5);
+  auto engine = Engine::Create(model.ptr(), Config(2, 1, 1), ParallelState::DataParallelOnly(nullptr), torch::kCPU);
+  ASSERT_TRUE(engine.ok());
+  EngineCheckpointer checkpointer(**engine, faulty);
+  Train(**engine, model, 1, 2, 1, 1, 0);
+  ASSERT_TRUE(checkpointer.Save(dir_, "global_step1", {}, /*keep=*/1).ok());
+  EXPECT_TRUE(checkpointer.notes().empty());
+  Train(**engine, model, 1, 2, 1, 1, 0, 1);
+  absl::Status saved = checkpointer.Save(dir_, "global_step2", {}, /*keep=*/1);
+  ASSERT_TRUE(saved.ok()) << saved;
+  ASSERT_EQ(checkpointer.notes().size(), 1u);
+  EXPECT_THAT(checkpointer.notes()[0], HasSubstr("global_step2 is committed, but removing older ones (keep 1) failed"));
+  EXPECT_THAT(checkpointer.notes()[0], HasSubstr("(EBUSY)"));
+  EXPECT_EQ(*ReadLatestTag(posix_, dir_), "global_step2");
 }
 
 }  // namespace

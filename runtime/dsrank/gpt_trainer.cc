@@ -329,17 +329,16 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   // Note [Committed checkpoints]: a restart resumes from the tag the
   // controller recorded as committed; a fresh job from `latest`. Note
   // [Resuming from a verified checkpoint]: one that does not verify is named
-  // and skipped for the newest one that does; every rank makes the same
-  // choice from the same files.
+  // and skipped for the newest one that does; Note [Resuming together]: the
+  // ranks verify shares of it and agree. Each rank prints what it found (rank
+  // 0 what they found together).
   if (!checkpoint_dir.empty() && job.checkpoint.resume) {
-    const ResumeChoice choice = ChooseResumeCheckpoint(*context.file_system, checkpoint_dir, context.resume_tag);
-    if (context.rank == 0) {
-      for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
-    }
+    absl::StatusOr<EngineCheckpointer::Resumed> resumed = checkpointer.Resume(checkpoint_dir, context.resume_tag);
+    if (!resumed.ok()) return resumed.status();
+    const ResumeChoice& choice = resumed->choice;
+    for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
     if (!choice.tag.empty()) {
-      auto client = checkpointer.Load(checkpoint_dir, choice.tag);
-      if (!client.ok()) return client.status();
-      consumed = (*client)[kConsumedSamples];
+      consumed = resumed->client[kConsumedSamples];
       if (context.rank == 0) {
         const bool as_recorded = !context.resume_tag.empty() && choice.tag == context.resume_tag;
         absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, choice.tag,
@@ -349,14 +348,16 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
       if (context.rank == 0 && engine->global_steps() >= job.train.steps) {
         absl::FPrintF(context.out,
                       "dsrank: nothing to train: checkpoint %s/%s is at step %d and train.steps is %d. To train "
-                      "further, raise train.steps (--override train.steps=N); to start from step 1, set "
-                      "checkpoint.resume=false or use another checkpoint.dir (%s is kept)\n",
+                      "further, raise train.steps (--override train.steps=N); to start from step 1, use "
+                      "another checkpoint.dir (%s is kept), or set checkpoint.resume=false, and a save of a "
+                      "step already there replaces it\n",
                       checkpoint_dir, choice.tag, engine->global_steps(), job.train.steps, checkpoint_dir);
       }
     } else if (context.rank == 0) {
       absl::FPrintF(context.out, "dsrank: %s: training from step 1\n",
                     choice.skipped > 0 ? absl::StrCat("no checkpoint in ", checkpoint_dir, " verifies (",
-                                                      choice.skipped, " skipped, and kept)")
+                                                      choice.skipped,
+                                                      " skipped: each kept until this run saves a step of its name)")
                                        : absl::StrCat("no checkpoint in ", checkpoint_dir, " yet"));
     }
     std::fflush(context.out);
@@ -366,6 +367,7 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
   auto save = [&](int64_t step) -> absl::Status {
     const std::string tag = absl::StrCat("global_step", step);
     absl::Status saved = checkpointer.Save(checkpoint_dir, tag, {{kConsumedSamples, consumed}}, job.checkpoint.keep);
+    for (const std::string& note : checkpointer.notes()) absl::FPrintF(context.out, "dsrank: %s\n", note);
     if (saved.ok() && context.rank == 0) {
       if (context.store != nullptr) (void)context.store->Set(store_keys::kCheckpointCommitted, tag);
       absl::FPrintF(context.out, "dsrank: checkpoint %s/%s committed\n", checkpoint_dir, tag);

@@ -14,7 +14,7 @@
 //  - an object without "properties" takes any keys, with values of its
 //    additionalProperties schema (any JSON when it is left out or true);
 //    with patternProperties, the keys its patterns match, with values of
-//    their schema (Note [Pattern properties] in json_schema.cc: one schema
+//    their schema (Note [Pattern properties] in json_schema_patterns.cc: one schema
 //    for all patterns; beside "properties" a pattern may match a listed
 //    name only with a schema that accepts anything or is the name's own);
 //  - a schema without "type" takes the types its keywords imply ("properties"
@@ -134,7 +134,7 @@ struct SchemaNode {
   ByteTrie property_names;                 // spelled as in the output (JSON-escaped, no quotes); terminal: index
   std::vector<int32_t> next_required;      // [k]: the first required index >= k, or properties.size()
   int32_t additional = -1;                 // the node of any other key's value; -1: no other key
-  // patternProperties (Note [Pattern properties] in json_schema.cc): the
+  // patternProperties (Note [Pattern properties] in json_schema_patterns.cc): the
   // string node whose pattern the other keys match; -1: any key.
   int32_t key_node = -1;
   // Objects that begin alike (an anyOf's), told apart by their first

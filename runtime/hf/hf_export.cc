@@ -77,7 +77,17 @@ absl::Status ExportHfFolder(FileSystem& fs, const HfExportOptions& options, cons
     shard_bytes += bytes;
     total_bytes += bytes;
   }
-  const std::string partial = options.folder + ".partial";
+  // The folder's own name (a trailing '/' would make FOLDER/.partial, and a
+  // rename into itself); its partial and old copies beside it, under hidden
+  // names of their own, so that a user's FOLDER.old is never touched.
+  const std::string name = BaseName(options.folder);
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("export to '", options.folder, "': not a folder name to create"));
+  }
+  const std::string parent = ParentDirectory(options.folder.substr(0, options.folder.find_last_not_of('/') + 1));
+  const std::string folder = JoinPath(parent, name);
+  const std::string partial = JoinPath(parent, absl::StrCat(".", name, ".export-partial"));
+  const std::string old = JoinPath(parent, absl::StrCat(".", name, ".export-old"));
   if (absl::Status s = fs.RemoveTree(partial); !s.ok()) return s;
   if (absl::Status s = fs.CreateDirectories(partial); !s.ok()) return s;
   auto fail = [&](absl::Status status) {
@@ -119,14 +129,18 @@ absl::Status ExportHfFolder(FileSystem& fs, const HfExportOptions& options, cons
     }
   }
   if (absl::Status s = fs.SyncDirectory(partial); !s.ok()) return fail(s);
-  // Into place: an older folder of that name goes only once the new one is whole.
-  const std::string old = options.folder + ".old";
-  if (fs.Exists(options.folder)) {
+  // Into place: an older folder of that name goes only once the new one is
+  // whole, and comes back if the new one cannot take its place.
+  const bool replacing = fs.Exists(folder);
+  if (replacing) {
     if (absl::Status s = fs.RemoveTree(old); !s.ok()) return fail(s);
-    if (absl::Status s = fs.Rename(options.folder, old); !s.ok()) return fail(s);
+    if (absl::Status s = fs.Rename(folder, old); !s.ok()) return fail(s);
   }
-  if (absl::Status s = fs.Rename(partial, options.folder); !s.ok()) return fail(s);
-  if (absl::Status s = fs.SyncDirectory(ParentDirectory(options.folder)); !s.ok()) return s;
+  if (absl::Status s = fs.Rename(partial, folder); !s.ok()) {
+    if (replacing) (void)fs.Rename(old, folder);
+    return fail(s);
+  }
+  if (absl::Status s = fs.SyncDirectory(parent); !s.ok()) return s;
   return fs.RemoveTree(old);
 }
 

@@ -8,8 +8,9 @@
 // Streamed: the tensors are asked for one at a time, in order, from a
 // TensorSource (a gathered engine, a consolidated checkpoint), and written
 // as they come; nothing holds more than one tensor. The folder appears whole
-// or not at all: it is written as FOLDER.partial and renamed into place
-// (an existing FOLDER is replaced only then).
+// or not at all: it is written beside it as .NAME.export-partial and renamed
+// into place (an existing FOLDER is moved to .NAME.export-old first, put back
+// if the rename fails, and removed only once the new one is in place).
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,11 @@
 // file and the tensor before any parameter changes.
 #include <stdlib.h>
 
+#include <cerrno>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/fs/fault_injecting_file_system.h"
 #include "runtime/hf/hf_export.h"
 #include "runtime/hf/hf_model_folder.h"
 #include "runtime/hf/hf_weights.h"
@@ -58,7 +61,7 @@ TEST(HfModelFolderTest, AShardedExportLoadsBackExactly) {
   EXPECT_TRUE(FileSystem::Default().Exists(folder + "/model.safetensors.index.json"));
   EXPECT_FALSE(FileSystem::Default().Exists(folder + "/model.safetensors"));
   EXPECT_TRUE(FileSystem::Default().Exists(folder + "/model-00001-of-00003.safetensors"));
-  EXPECT_FALSE(FileSystem::Default().Exists(folder + ".partial"));
+  EXPECT_FALSE(FileSystem::Default().Exists(temp.path() + "/.model.export-partial"));
 
   Llama loaded(config.options, 2);
   ASSERT_TRUE(Load(folder, loaded).ok());
@@ -67,6 +70,46 @@ TEST(HfModelFolderTest, AShardedExportLoadsBackExactly) {
   torch::NoGradGuard no_grad;
   torch::Tensor tokens = torch::arange(12).view({2, 6});
   EXPECT_TRUE(torch::equal(original->forward(tokens), loaded->forward(tokens)));
+}
+
+// An export over an earlier one, named with a trailing '/': the user's own
+// model.old and model.partial beside it are never touched; a new folder that
+// cannot take the old one's place (the rename fails) leaves the old one where
+// it was, and nothing else behind.
+TEST(HfModelFolderTest, AnExportReplacesOnlyItsOwnFolderAndPutsTheOldOneBackOnFailure) {
+  TempFolder temp("dshf");
+  const LlamaHfConfig config = TinyConfig(/*tied=*/false);
+  FileSystem& fs = FileSystem::Default();
+  const std::string folder = temp.path() + "/model";
+  for (const char* mine : {"/model.old", "/model.partial"}) {
+    ASSERT_TRUE(fs.CreateDirectories(temp.path() + mine).ok());
+    ASSERT_TRUE(WriteFileAtomically(fs, temp.path() + mine + "/mine", "keep").ok());
+  }
+  Llama first(config.options, 1), second(config.options, 2), loaded(config.options, 3);
+  ASSERT_TRUE(Export(first, config, folder + "/", torch::kFloat, 1 << 30).ok());
+  ASSERT_TRUE(Export(second, config, folder + "//", torch::kFloat, 1 << 30).ok());
+  ASSERT_TRUE(Load(folder, loaded).ok());
+  EXPECT_TRUE(torch::equal(loaded->parameters()[0], second->parameters()[0]));
+  for (const char* mine : {"/model.old/mine", "/model.partial/mine"}) EXPECT_TRUE(fs.Exists(temp.path() + mine)) << mine;
+
+  FaultInjectingFileSystem faulty(fs);
+  faulty.FailNth(FsOp::kRename, 1, ENOSPC, ".model.export-partial");
+  HfExportOptions options;
+  options.folder = folder;
+  options.dtype = torch::kFloat;
+  options.max_shard_bytes = 1 << 30;
+  options.config_json = LlamaHfConfigJson(config, TorchDtypeName(torch::kFloat));
+  auto parameters = first->named_parameters();
+  absl::Status exported = ExportHfFolder(faulty, options, SpecsOf(*first),
+                                         [&](const std::string& name) -> absl::StatusOr<torch::Tensor> {
+                                           return parameters[name];
+                                         });
+  EXPECT_EQ(exported.code(), absl::StatusCode::kResourceExhausted) << exported;
+  ASSERT_TRUE(Load(folder, loaded).ok());
+  EXPECT_TRUE(torch::equal(loaded->parameters()[0], second->parameters()[0])) << "the earlier export is back";
+  EXPECT_FALSE(fs.Exists(temp.path() + "/.model.export-partial"));
+  EXPECT_FALSE(fs.Exists(temp.path() + "/.model.export-old"));
+  EXPECT_FALSE(fs.Exists(folder + "/.partial"));
 }
 
 // A tied model's folder may carry lm_head.weight too (older conversions

@@ -399,6 +399,24 @@ absl::StatusOr<JinjaValue> Renderer::Filter(const Expr& e, int line) {
     }
     return JinjaValue::MakeList(std::move(out));
   }
+  if (name == "select" || name == "reject") {
+    // The items themselves tested (Llama 3.1's template: builtin_tools |
+    // reject('equalto', 'code_interpreter')); without a test, their truth.
+    if (!args.empty() && (!args[0].is_string() || !KnownTests().count(args[0].string_value()))) {
+      return Error(line, absl::StrCat(name, ": the test must be one the renderer has"));
+    }
+    JinjaValue::List out;
+    for (const JinjaValue& item : *items) {
+      bool passed = item.Truthy();
+      if (!args.empty()) {
+        auto tested = Test(args[0].string_value(), item, std::vector<JinjaValue>(args.begin() + 1, args.end()), line);
+        if (!tested.ok()) return tested.status();
+        passed = *tested;
+      }
+      if (passed == (name == "select")) out.push_back(item);
+    }
+    return JinjaValue::MakeList(std::move(out));
+  }
   return Error(line, absl::StrCat("the filter '", name, "' of ", v.TypeName()));
 }
 

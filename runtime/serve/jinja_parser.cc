@@ -20,7 +20,7 @@ const std::set<std::string>& KnownFilters() {
   static const std::set<std::string> filters = {
       "trim", "length", "count", "upper", "lower", "title", "capitalize", "string", "int", "float", "default", "d",
       "first", "last", "join", "list", "reverse", "replace", "items", "tojson", "abs", "unique", "selectattr",
-      "rejectattr", "map"};
+      "rejectattr", "select", "reject", "map"};
   return filters;
 }
 

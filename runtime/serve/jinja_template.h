@@ -29,7 +29,7 @@
 //    divisibleby, eq/equalto/==, ne/!=; the filters trim, length/count,
 //    upper, lower, title, capitalize, string, int, float, default/d, first,
 //    last, join, list, reverse, replace, items, tojson, abs, unique,
-//    selectattr, rejectattr, map(attribute=); the methods of strings
+//    selectattr, rejectattr, select, reject, map(attribute=); the methods of strings
 //    (strip, lstrip, rstrip, startswith, endswith, upper, lower, title,
 //    capitalize, split, replace), of dicts (items, keys, values, get) and
 //    of lists (append); the functions raise_exception, namespace, range,

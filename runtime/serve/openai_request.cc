@@ -17,6 +17,9 @@ namespace dslaunch::runtime {
 namespace {
 
 constexpr int kMaxStopStrings = 4;
+// A stop string is matched against the text of every choice as it streams:
+// longer ones are no stop sequence a client means, and cost n copies.
+constexpr size_t kMaxStopStringBytes = 1024;
 
 // Reads fields of one request object, stopping at the first problem.
 class FieldReader {
@@ -171,6 +174,9 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
     if (value.is_null()) return true;
     if (value.is_string()) {
       if (value.string_value().empty()) return reader.Fail(key, "stop: an empty string");
+      if (value.string_value().size() > kMaxStopStringBytes) {
+        return reader.Fail(key, absl::StrCat("stop: longer than ", kMaxStopStringBytes, " bytes"));
+      }
       p->stop = {value.string_value()};
       return true;
     }
@@ -184,6 +190,9 @@ bool ReadParameter(FieldReader& reader, const std::string& key, const JsonValue&
       std::string text;
       if (!reader.String(value.items()[i], name, &text)) return false;
       if (text.empty()) return reader.Fail(key, absl::StrCat(name, ": an empty string"));
+      if (text.size() > kMaxStopStringBytes) {
+        return reader.Fail(key, absl::StrCat(name, ": longer than ", kMaxStopStringBytes, " bytes"));
+      }
       p->stop.push_back(std::move(text));
     }
     return true;

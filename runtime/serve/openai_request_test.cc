@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -201,6 +202,16 @@ TEST(OpenAiRequestTest, BadCompletionRequestsNameTheField) {
   EXPECT_THAT(syntax.message, HasSubstr("the request body:1:"));
   EXPECT_THAT(CompletionError(R"(["prompt"])").message, HasSubstr("must be a JSON object, got an array"));
   EXPECT_THAT(CompletionError(R"({"prompt": "x", "prompt": "y"})").message, HasSubstr("duplicate"));
+  // Stop strings are held to 1 KiB each (they are copied into every choice).
+  const std::string long_stop(1025, 'z');
+  EXPECT_THAT(CompletionError(absl::StrCat(R"({"prompt": "x", "stop": ")", long_stop, "\"}")).message,
+              HasSubstr("stop: longer than 1024 bytes"));
+  EXPECT_THAT(CompletionError(absl::StrCat(R"({"prompt": "x", "stop": ["a", ")", long_stop, "\"]}")).message,
+              HasSubstr("stop[1]: longer than 1024 bytes"));
+  ApiError error;
+  EXPECT_TRUE(ParseCompletionRequest(absl::StrCat(R"({"prompt": "x", "stop": ")", std::string(1024, 'z'), "\"}"),
+                                     &error))
+      << error.message;
 }
 
 // Note [Constrained output]: OpenAI's json mode and vLLM's guided_choice.

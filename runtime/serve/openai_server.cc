@@ -234,6 +234,7 @@ class OpenAiServer::Impl {
       setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (RefuseUnboundedBody(req, res)) return httplib::Server::HandlerResponse::Handled;
       return Authenticate(req, res);
     });
     server_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -292,6 +293,36 @@ class OpenAiServer::Impl {
   void Stop() { server_.stop(); }
 
  private:
+  // Note [Bounded request bodies]: cpp-httplib holds a body to
+  // max_body_bytes only when it comes with a Content-Length; a chunked body,
+  // one read to the end of the connection, or a compressed one (inflated as
+  // it is read) would grow without bound. So a body that could carry one
+  // comes with a Content-Length, uncompressed, or is refused before a byte of
+  // it is read (on every path, before the API key is checked), and the
+  // connection is closed after the answer.
+  bool RefuseUnboundedBody(const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS") return false;
+    ApiError error;
+    if (req.has_header("Transfer-Encoding")) {
+      error.http_status = 411;
+      error.message = absl::StrCat("a request body with Transfer-Encoding '", req.get_header_value("Transfer-Encoding"),
+                                   "' is not read: send it whole, with a Content-Length");
+    } else if (!req.has_header("Content-Length")) {
+      error.http_status = 411;
+      error.message = "a request without a Content-Length is not read: send the body with one";
+    } else if (const std::string encoding = req.get_header_value("Content-Encoding");
+               !encoding.empty() && !absl::EqualsIgnoreCase(encoding, "identity")) {
+      error.http_status = 415;
+      error.message = absl::StrCat("a request body with Content-Encoding '", encoding, "' is not read: send it "
+                                   "uncompressed (at most ", options_.max_body_bytes, " bytes)");
+    } else {
+      return false;
+    }
+    res.set_header("Connection", "close");
+    Reply(res, error);
+    return true;
+  }
+
   httplib::Server::HandlerResponse Authenticate(const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || !absl::StartsWith(req.path, "/v1/")) return httplib::Server::HandlerResponse::Unhandled;
     const std::string given = req.get_header_value("Authorization");
@@ -475,6 +506,14 @@ class OpenAiServer::Impl {
     const bool score_prompt = parameters.echo && parameters.logprobs;
     const uint64_t seed = parameters.seed ? *parameters.seed : std::random_device{}();
     out->per_prompt = std::max(parameters.n, parameters.best_of);
+    // Refused before the prompts are copied for each choice.
+    if (const int64_t choices = static_cast<int64_t>(prompts.size()) * out->per_prompt; choices > loop_.capacity()) {
+      *error = ApiError{400, "invalid_request_error", parameters.best_of > parameters.n ? "best_of" : "n",
+                        absl::StrCat(choices, " choices (", prompts.size(), " prompt(s) of ", out->per_prompt,
+                                     ") are more than this server holds at once (", loop_.capacity(), ")"),
+                        ""};
+      return false;
+    }
     for (size_t p = 0; p < prompts.size(); ++p) {
       GenerationRequest& request = prompts[p];
       const std::string field =

@@ -137,15 +137,15 @@ absl::StatusOr<std::shared_ptr<RequestStream>> ServingLoop::Submit(GenerationReq
 
 absl::StatusOr<std::shared_ptr<RequestStream>> ServingLoop::Submit(std::vector<GenerationRequest> choices) {
   if (choices.empty()) return absl::InvalidArgumentError("n: a request needs at least one choice");
-  for (const GenerationRequest& request : choices) {
-    if (absl::Status checked = engine_->CheckRequest(request); !checked.ok()) return checked;
-  }
   const int64_t n = static_cast<int64_t>(choices.size());
-  const int64_t capacity = engine_->max_sequences() + options_.max_queue;
+  const int64_t capacity = this->capacity();
   if (n > capacity) {
     return absl::InvalidArgumentError(absl::StrCat("n: ", n, " choices are more than this server holds at once (",
                                                    "--max_sequences ", engine_->max_sequences(), " + --max_queue ",
                                                    options_.max_queue, ")"));
+  }
+  for (const GenerationRequest& request : choices) {
+    if (absl::Status checked = engine_->CheckRequest(request); !checked.ok()) return checked;
   }
   absl::MutexLock lock(&mailbox_->mu);
   if (!mailbox_->broken.ok()) return absl::UnavailableError(mailbox_->broken.message());

@@ -132,6 +132,8 @@ class ServingLoop {
   // The engine's fixed figures (CheckRequest, context_length, ...): const
   // methods that read only what Create fixed.
   const GenerationEngine& engine() const { return *engine_; }
+  // The choices it holds at once: --max_sequences running plus --max_queue.
+  int64_t capacity() const { return engine_->max_sequences() + options_.max_queue; }
   // OK while serving; the step error that broke it, or Unavailable after Stop.
   absl::Status health() const;
   // The engine's figures after the loop's last turn.

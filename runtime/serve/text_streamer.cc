@@ -9,6 +9,10 @@ namespace dslaunch::runtime {
 namespace {
 
 constexpr char kReplacementCharacter[] = "\xEF\xBF\xBD";  // U+FFFD
+// A character spans at most 4 byte tokens: text held back longer than this
+// is what the tokens decode to (U+FFFD the model wrote, tokens that decode
+// to nothing), released as it is, so the window stays short.
+constexpr size_t kMaxHeldTokens = 16;
 
 }  // namespace
 
@@ -39,8 +43,9 @@ std::string TextStreamer::Add(int64_t token) {
   if (stopped_) return "";
   tokens_.push_back(static_cast<int32_t>(token));
   const auto [prefix_text, new_text] = DecodeWindow();
-  if (new_text.size() > prefix_text.size() && !absl::EndsWith(new_text, kReplacementCharacter) &&
-      IncompleteUtf8Tail(new_text) == 0) {
+  const bool complete = new_text.size() > prefix_text.size() && !absl::EndsWith(new_text, kReplacementCharacter) &&
+                        IncompleteUtf8Tail(new_text) == 0;
+  if (complete || tokens_.size() - read_offset_ >= kMaxHeldTokens) {
     // The window's text begins with the text of its older tokens (a decoder
     // is a left-to-right function of its pieces); anything else is taken
     // from where the two first differ.

@@ -7,8 +7,11 @@
 // So each new piece is found as vLLM does: decode a short window of recent
 // tokens with and without the newest ones and take the difference; while
 // the window's text ends in an incomplete character (raw bytes, or the
-// U+FFFD a decoder writes for them), nothing is released. The pieces joined
-// are the text Decode gives for all the tokens at once.
+// U+FFFD a decoder writes for them), nothing is released, for at most 16
+// tokens (a character spans at most 4: past that the U+FFFD is the model's,
+// or the tokens decode to nothing, and the text goes as it is, so the window
+// never grows long). The pieces joined are the text Decode gives for all the
+// tokens at once.
 // Stop strings (OpenAI's "stop"; a chat template's end-of-turn text) are
 // looked for in the text, across token boundaries: text that could still
 // become the start of a stop string is held back until it cannot, and at a

@@ -35,6 +35,26 @@ TEST(TextStreamerTest, PiecesJoinedAreTheWholeTextAndNoPieceSplitsACharacter) {
   EXPECT_FALSE(streamer.stopped());
 }
 
+// Bytes that never become a character (the model wrote them) are held
+// back at most 16 tokens, then released as they decode: the window stays
+// short however many come (each Add decodes it), and the text joined is
+// still the whole decode.
+TEST(TextStreamerTest, TextThatNeverBecomesACharacterIsReleasedWithinSixteenTokens) {
+  ByteTokenizer tokenizer;
+  TextStreamer streamer(tokenizer, {});
+  std::string joined;
+  std::vector<int64_t> ids(200, 0xE2);  // each the first byte of a 3-byte character
+  for (size_t i = 0; i < ids.size(); ++i) {
+    joined += streamer.Add(ids[i]);
+    if (i >= 16) EXPECT_FALSE(joined.empty()) << "nothing released after " << i + 1 << " tokens";
+  }
+  for (int64_t id : Bytes(" ok")) joined += streamer.Add(id);
+  joined += streamer.Finish();
+  std::vector<int32_t> all(ids.begin(), ids.end());
+  for (int64_t id : Bytes(" ok")) all.push_back(static_cast<int32_t>(id));
+  EXPECT_EQ(joined, tokenizer.Decode(all));
+}
+
 TEST(TextStreamerTest, AStopStringAcrossTokensEndsTheTextBeforeIt) {
   ByteTokenizer tokenizer;
   TextStreamer streamer(tokenizer, {"END", "\n\n"});

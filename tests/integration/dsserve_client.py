@@ -748,6 +748,23 @@ def check_errors():
                  code="model_not_found")
     expect_error("chat role", 400, *post("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}),
                  param="messages", message="messages[0].role")
+    # Note [Bounded request bodies]: bodies that could grow without bound are
+    # refused before they are read, on any path, before the key.
+    for label, path, headers, body, wanted in [
+            ("a chunked body", "/v1/completions", {"Transfer-Encoding": "chunked"}, b"4\r\n{}{}\r\n0\r\n\r\n", 411),
+            ("a chunked body to no route", "/x", {"Transfer-Encoding": "chunked"}, b"0\r\n\r\n", 411),
+            ("no Content-Length", "/v1/completions", {}, None, 411),
+            ("a gzip body", "/v1/completions", {"Content-Encoding": "gzip", "Content-Length": "2"}, b"{}", 415)]:
+        connection = http.client.HTTPConnection(HOST.hostname, HOST.port, timeout=30)
+        connection.putrequest("POST", path, skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        expect_error(label, wanted, response.status, json.loads(response.read()), message="is not read")
+        if response.getheader("Connection") != "close":
+            fail(f"{label}: the connection is kept open after the refusal")
+        connection.close()
     try:
         urllib.request.urlopen(URL + "/v1/engines", timeout=30)
         fail("GET /v1/engines answered 200")
@@ -766,7 +783,8 @@ def check_errors():
     if [m["id"] for m in models["data"]] != [MODEL]:
         fail(f"/v1/models: {models}")
     print("PASS: 401 without or with a wrong key; 400 naming the field for bad JSON, ranges, unknown fields, "
-          "over-long prompts; 404 for another model and unknown routes")
+          "over-long prompts; 404 for another model and unknown routes; 411/415 for chunked, unsized or "
+          "compressed bodies")
 
 
 def await_cancelled(before, what):

@@ -110,7 +110,10 @@ TEMPLATES = {
   {%+ if true %}kept indent{% endif %}
     {% if true %}stripped indent{% endif +%}
 after
-{{ 'é'|length }} {{ messages[5] is defined }} {{ messages[0].missing is undefined }}""",
+{{ 'é'|length }} {{ messages[5] is defined }} {{ messages[0].missing is undefined }}
+{%- set builtin_tools = ['brave_search', 'code_interpreter', 'wolfram_alpha'] %}
+{{ "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") }} {{ [0, 1, '', 'x', none]|select|list }}
+{{ [1, 2, 3, 4]|select('even')|list }} {{ [1, 2, 3, 4]|reject('divisibleby', 3)|list }} {{ messages|map(attribute='role')|select('ne', 'user')|list }}""",
     # Macros, as tool-calling templates define them: defaults, keywords, one
     # macro calling another, the top-level names seen inside, the caller's not.
     "macros": """{%- set prefix = '>> ' %}
