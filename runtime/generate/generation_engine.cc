@@ -200,16 +200,43 @@ void GenerationEngine::Finish(Sequence& sequence, FinishReason reason) {
 void GenerationEngine::Admit() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_sequences) {
     Sequence& next = waiting_.front();
-    const int64_t positions = static_cast<int64_t>(next.request.prompt.size()) + next.request.max_new_tokens;
-    // Reserved whole: a running sequence never waits for memory.
+    // Note [Growing reservations]: its tokens (a preempted sequence's
+    // output too) and the first one it samples; a block left over for each
+    // sequence already running, so that admitting it preempts none of them.
+    const int64_t positions = static_cast<int64_t>(next.tokens.size()) + 1;
+    const int64_t spare = static_cast<int64_t>(running_.size());
+    if (cache_->BlocksFor(positions) + spare > cache_->free_blocks()) break;
     if (!cache_->Reserve(next.id, positions).ok()) break;
     running_.push_back(std::move(next));
     waiting_.pop_front();
   }
 }
 
+void GenerationEngine::GrowReservations() {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const int64_t id = running_[i].id;
+    const int64_t needed = static_cast<int64_t>(running_[i].tokens.size());
+    while (cache_->Capacity(id) < needed && !cache_->Reserve(id, needed).ok()) {
+      // The latest admitted goes, maybe this one; the oldest always fits.
+      const bool itself = i + 1 == running_.size();
+      Preempt(running_.size() - 1);
+      if (itself) return;
+    }
+  }
+}
+
+void GenerationEngine::Preempt(size_t index) {
+  Sequence sequence = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  cache_->Release(sequence.id);
+  sequence.cached = 0;
+  ++stats_.preemptions;
+  waiting_.push_front(std::move(sequence));
+}
+
 absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   Admit();
+  GrowReservations();
   std::vector<GeneratedToken> produced;
   if (running_.empty()) return produced;
   // What each running sequence runs this step: decodes first, then prompt
@@ -246,7 +273,9 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
       tokens.push_back(s.tokens[position]);
       positions.push_back(position);
       // A position's logits score the prompt token after it.
-      if (s.request.prompt_logprobs && position + 1 < prompt) {
+      // (Not again when a preempted sequence is computed again.)
+      if (s.request.prompt_logprobs && position + 1 < prompt &&
+          position >= static_cast<int64_t>(s.result.prompt_logprobs.logprobs.size())) {
         scored.emplace_back(owners[p], position);
         logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
       }

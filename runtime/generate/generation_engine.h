@@ -3,18 +3,35 @@
 // cache]). Each Step() is one cached forward over the tokens the scheduler
 // picks:
 //   1. waiting requests are admitted, oldest first, while fewer than
-//      max_sequences run and the cache can hold a request's prompt plus its
-//      max_new_tokens (so a running sequence never waits for memory and none
-//      is ever evicted);
+//      max_sequences run and the cache can hold a request's tokens so far
+//      plus one, with a block to spare for each sequence running (Note
+//      [Growing reservations]);
 //   2. every running sequence that has its prompt in the cache decodes one
-//      token;
+//      token (its block for it taken first, a later sequence preempted when
+//      none is left);
 //   3. what is left of max_tokens_per_step goes to prompts not yet in the
 //      cache, oldest first, a long prompt split across steps (DeepSpeed-FastGen's
 //      Dynamic SplitFuse): decoding never stalls behind a long prefill.
 // New requests join between steps; a finished or cancelled request's blocks
 // go back to the pool at once. Each request draws its samples from its own
 // generator seeded by its seed, so its tokens do not depend on what else is
-// in the batch: batched output equals one-request-at-a-time output.
+// in the batch: batched output equals one-request-at-a-time output (to
+// rounding where a preempted sequence's keys are computed again).
+//
+// Note [Growing reservations]
+// A sequence holds blocks for the positions it has and the next one, not for
+// its whole max_new_tokens: a chat request that leaves max_tokens out may run
+// to the end of the context, and reserving that up front would let one such
+// request hold the whole cache while a 16-token one waits behind it (vLLM
+// reserves as it goes too). Before each step every running sequence, oldest
+// first, gets the block its newest token needs; when the pool has none left,
+// the sequence admitted last is preempted: its blocks go back and it waits at
+// the head of the queue with its tokens, computed again from them (prompt and
+// output as one prompt piece, split across steps like any) when it comes
+// back. Its output goes on from where it stopped: the tokens already streamed
+// stay, its generator and output constraint keep their state, its prompt is
+// not scored again. A request alone always fits (Submit refuses prompt +
+// max_new_tokens past the whole cache), so the oldest sequence always runs.
 // A request's prompt plus max_new_tokens must fit the model's context
 // (max_position_embeddings), except with dynamic NTK scaling, made to run
 // past it: there a new token's rotation uses the length so far while cached
@@ -124,6 +141,7 @@ struct GenerationStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   int64_t last_step_tokens = 0;  // tokens the last forward ran
   int64_t graphed_steps = 0;     // decode steps replayed from a recorded graph
+  int64_t preemptions = 0;       // sequences sent back to wait (Note [Growing reservations])
   int64_t graphs_recorded = 0, graphs_held = 0;
   // Wall time of the steps: the forward (planning, launch, the device's work
   // and what comes back: Note [Choosing on the device]; a step of prompt
@@ -191,6 +209,11 @@ class GenerationEngine {
   GenerationEngine(Llama model, const GenerationEngineOptions& options, std::unique_ptr<PagedKvCache> cache,
                    torch::Device device);
   void Admit();
+  // Note [Growing reservations]: every running sequence's block for its
+  // newest token, preempting the latest admitted while the pool has none.
+  void GrowReservations();
+  // Sends running_[index] back to the head of the queue, its blocks freed.
+  void Preempt(size_t index);
   // The step's logits [rows, vocabulary] on the model's device, without a recorded graph.
   absl::StatusOr<torch::Tensor> Forward(const std::vector<StepPiece>& pieces, const std::vector<int64_t>& tokens,
                                         const std::vector<int64_t>& positions, const std::vector<int64_t>& logit_rows);

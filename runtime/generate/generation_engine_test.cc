@@ -228,6 +228,60 @@ TEST(GenerationEngineTest, BatchedRequestsJoiningBetweenStepsEqualEachAlone) {
   EXPECT_EQ(stats.cache_free_blocks, stats.cache_blocks) << "blocks still held after every request ended";
 }
 
+// Note [Growing reservations]: a cache of 8 blocks holds each request alone
+// (the longest takes 7) but not three at once once they grow: the latest
+// admitted is preempted and computed again when it comes back, and every
+// request's tokens are what it gets alone, its log-probabilities and its
+// prompt's (scored once) to rounding; no block is held after.
+TEST(GenerationEngineTest, RequestsPreemptedForBlocksGoOnWhereTheyStopped) {
+  Llama model = Model(Tiny(2));
+  std::vector<GenerationRequest> requests = Mixed();
+  for (GenerationRequest& request : requests) request.prompt_logprobs = true;
+  std::vector<GenerationResult> alone;
+  for (const GenerationRequest& request : requests) {
+    GenerationEngineOptions options;
+    options.max_sequences = 1;
+    auto engine = GenerationEngine::Create(model, options);
+    ASSERT_TRUE(engine.ok());
+    auto result = (*engine)->GenerateAll({request});
+    ASSERT_TRUE(result.ok()) << result.status();
+    alone.push_back((*result)[0]);
+  }
+  GenerationEngineOptions options;
+  options.max_sequences = 6;
+  options.max_tokens_per_step = 16;
+  options.block_size = 4;
+  options.cache_positions = 32;
+  auto engine = GenerationEngine::Create(model, options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<int64_t> ids;
+  for (const GenerationRequest& request : requests) ids.push_back(*(*engine)->Submit(request));
+  std::map<int64_t, std::vector<int64_t>> streamed;
+  for (int64_t steps = 0; !(*engine)->Idle(); ++steps) {
+    ASSERT_LT(steps, 1000);
+    auto produced = (*engine)->Step();
+    ASSERT_TRUE(produced.ok()) << produced.status();
+    for (const GeneratedToken& token : *produced) streamed[token.request].push_back(token.token);
+  }
+  const GenerationStats stats = (*engine)->Stats();
+  EXPECT_GT(stats.preemptions, 0) << "the cache never ran out";
+  EXPECT_EQ(stats.cache_free_blocks, stats.cache_blocks);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto result = (*engine)->TakeResult(ids[i]);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(streamed[ids[i]], result->tokens) << "request " << i;
+    ASSERT_EQ(result->logprobs.size(), alone[i].logprobs.size());
+    for (size_t k = 0; k < alone[i].logprobs.size(); ++k) {
+      EXPECT_NEAR(result->logprobs[k], alone[i].logprobs[k], 1e-5) << "request " << i << " token " << k;
+    }
+    ASSERT_EQ(result->prompt_logprobs.logprobs.size(), alone[i].prompt_logprobs.logprobs.size()) << "request " << i;
+    for (size_t k = 0; k < alone[i].prompt_logprobs.logprobs.size(); ++k) {
+      EXPECT_NEAR(result->prompt_logprobs.logprobs[k], alone[i].prompt_logprobs.logprobs[k], 1e-5);
+    }
+  }
+}
+
 TEST(GenerationEngineTest, ACancelledRequestFreesItsBlocksAndOthersGoOn) {
   Llama model = Model(Tiny(2));
   GenerationEngineOptions options;
@@ -240,8 +294,9 @@ TEST(GenerationEngineTest, ACancelledRequestFreesItsBlocksAndOthersGoOn) {
   ASSERT_TRUE((*engine)->Step().ok());
   const int64_t held = (*engine)->Stats().cache_blocks - (*engine)->Stats().cache_free_blocks;
   ASSERT_TRUE((*engine)->Cancel(dropped).ok());
-  // requests[3]: 17 prompt + 9 new = 26 positions = 7 blocks of 4.
-  EXPECT_EQ((*engine)->Stats().cache_blocks - (*engine)->Stats().cache_free_blocks, held - 7);
+  // requests[3]: 17 prompt + its first token = 18 positions = 5 blocks of 4
+  // (Note [Growing reservations]: not its 9 new tokens' 26).
+  EXPECT_EQ((*engine)->Stats().cache_blocks - (*engine)->Stats().cache_free_blocks, held - 5);
   EXPECT_EQ((*engine)->Cancel(dropped).code(), absl::StatusCode::kNotFound);
   while (!(*engine)->Idle()) ASSERT_TRUE((*engine)->Step().ok());
   auto cancelled = (*engine)->TakeResult(dropped);

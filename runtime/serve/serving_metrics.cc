@@ -109,6 +109,9 @@ std::vector<prometheus::MetricFamily> ServingMetrics::Families() const {
   AddMetricSample(AddMetricFamily(families, "dsserve_engine_steps_total", prometheus::MetricType::Counter,
                                   "Forwards the engine ran"),
                   {}, static_cast<double>(engine_.steps));
+  AddMetricSample(AddMetricFamily(families, "dsserve_preemptions_total", prometheus::MetricType::Counter,
+                                  "Requests sent back to wait for key/value blocks, to be computed again"),
+                  {}, static_cast<double>(engine_.preemptions));
   return families;
 }
 

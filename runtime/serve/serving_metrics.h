@@ -9,6 +9,7 @@
 //   dsserve_inter_token_latency_seconds     histogram, between a request's tokens
 //   dsserve_request_duration_seconds        histogram, submission to end
 //   dsserve_queue_depth, dsserve_running_requests, dsserve_engine_steps_total,
+//   dsserve_preemptions_total (Note [Growing reservations]),
 //   dsserve_kv_cache_blocks, dsserve_kv_cache_free_blocks, dsserve_kv_cache_bytes
 //                                           the engine's figures after its last step
 // Thread-safe.
