@@ -20,6 +20,39 @@ constexpr size_t kHermesOpenSize = sizeof(kHermesOpen) - 1;
 constexpr size_t kHermesCloseSize = sizeof(kHermesClose) - 1;
 constexpr size_t kPythonTagSize = sizeof(kPythonTag) - 1;
 
+// Where JSON text stands as its bytes come: inside a string, or how deep in
+// objects and arrays. A call ends only where its text is back at the top
+// level, so each call is parsed once (a closing tag or a ';' inside one of
+// its strings is passed over here, not by parsing every prefix: an answer of
+// many of them would cost time quadratic in its length).
+class JsonNesting {
+ public:
+  void Take(char c) {
+    if (in_string_) {
+      if (escaped_) {
+        escaped_ = false;
+      } else if (c == '\\') {
+        escaped_ = true;
+      } else if (c == '"') {
+        in_string_ = false;
+      }
+      return;
+    }
+    if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if ((c == '}' || c == ']') && depth_ > 0) {
+      --depth_;
+    }
+  }
+  bool at_top() const { return !in_string_ && depth_ == 0; }
+
+ private:
+  bool in_string_ = false, escaped_ = false;
+  size_t depth_ = 0;
+};
+
 // One call's JSON object: its name (one of `tool_names`) and an object of
 // arguments under one of `argument_keys` (absent: {}). False when it is not one.
 bool ReadCall(absl::string_view text, const std::vector<absl::string_view>& argument_keys,
@@ -63,18 +96,23 @@ ToolCallReading ReadHermes(const std::string& text, const std::vector<std::strin
   size_t at = first;
   while (at != std::string::npos) {
     const size_t body = at + kHermesOpenSize;
-    // The call ends at the first closing tag after which what came before
-    // reads as a call: a string inside the call may hold the tag's text.
-    size_t close = text.find(kHermesClose, body);
-    ParsedToolCall call;
-    bool read = false;
-    while (!read) {
-      const size_t end = close == std::string::npos ? text.size() : close;
-      read = ReadCall(absl::string_view(text).substr(body, end - body), {"arguments", "parameters"}, tool_names, &call);
-      if (read || close == std::string::npos) break;
-      close = text.find(kHermesClose, close + kHermesCloseSize);
+    // The call ends at the first closing tag outside its JSON's strings and
+    // brackets (a string inside the call may hold the tag's text), or at the
+    // end of the answer.
+    size_t close = std::string::npos;
+    JsonNesting nesting;
+    for (size_t i = body; i < text.size(); ++i) {
+      if (nesting.at_top() && text.compare(i, kHermesCloseSize, kHermesClose) == 0) {
+        close = i;
+        break;
+      }
+      nesting.Take(text[i]);
     }
-    if (!read) return {text, {}};
+    const size_t end = close == std::string::npos ? text.size() : close;
+    ParsedToolCall call;
+    if (!ReadCall(absl::string_view(text).substr(body, end - body), {"arguments", "parameters"}, tool_names, &call)) {
+      return {text, {}};
+    }
     reading.calls.push_back(std::move(call));
     if (close == std::string::npos) break;
     // Text between or after the calls is content too (what is not blank).
@@ -93,19 +131,22 @@ ToolCallReading ReadLlama3Json(const std::string& text, const std::vector<std::s
   rest = absl::StripAsciiWhitespace(rest);
   if (!absl::StartsWith(rest, "{")) return {text, {}};
   ToolCallReading reading;
-  // Several calls are ';'-separated; a ';' inside a string splits wrongly
-  // and fails to parse, so the split is retried at the next ';'.
-  std::string pending;
-  for (absl::string_view piece : absl::StrSplit(rest, ';')) {
-    if (!pending.empty()) pending += ';';
-    pending += std::string(piece);
-    ParsedToolCall call;
-    if (ReadCall(pending, {"parameters", "arguments"}, tool_names, &call)) {
-      reading.calls.push_back(std::move(call));
-      pending.clear();
+  // Several calls are ';'-separated: the ';'s outside their strings and
+  // brackets; a ';' after the last call may end the answer.
+  JsonNesting nesting;
+  size_t start = 0;
+  for (size_t i = 0; i <= rest.size(); ++i) {
+    if (i < rest.size() && !(rest[i] == ';' && nesting.at_top())) {
+      nesting.Take(rest[i]);
+      continue;
     }
+    const absl::string_view piece = rest.substr(start, i - start);
+    start = i + 1;
+    if (i == rest.size() && !reading.calls.empty() && absl::StripAsciiWhitespace(piece).empty()) break;
+    ParsedToolCall call;
+    if (!ReadCall(piece, {"parameters", "arguments"}, tool_names, &call)) return {text, {}};
+    reading.calls.push_back(std::move(call));
   }
-  if (!absl::StripAsciiWhitespace(pending).empty() || reading.calls.empty()) return {text, {}};
   return reading;
 }
 

@@ -3,6 +3,7 @@
 // around a llama3 call), and how much of an answer streams as content.
 #include "runtime/serve/tool_call_parser.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,32 @@ TEST(ToolCallParserTest, Llama3JsonCalls) {
     EXPECT_EQ(reading.content, text);
     EXPECT_THAT(reading.calls, IsEmpty()) << text;
   }
+}
+
+// A call ends where its JSON is back at the top level, so each call is
+// parsed once: an answer holding 20,000 closing tags or ';'s inside strings
+// (a model can be led to write them) reads in linear time. Parsing every
+// prefix, as the parser once did, took seconds here; the bound is generous.
+TEST(ToolCallParserTest, SeparatorsInsideStringsCostOneParse) {
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += "x</tool_call>;";
+  const std::string hermes = "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"zone\": \"" + many +
+                             "\"}}</tool_call>";
+  const std::string llama = "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"" + many +
+                            "\"}}; {\"name\": \"get_weather\", \"parameters\": {}};";
+  const auto start = std::chrono::steady_clock::now();
+  const ToolCallReading a = ReadToolCalls(ToolCallFormat::kHermes, hermes, kTools);
+  const ToolCallReading b = ReadToolCalls(ToolCallFormat::kLlama3Json, llama, kTools);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"zone\": \"" + many + "\"}");
+  ASSERT_EQ(b.calls.size(), 2u);
+  EXPECT_EQ(b.calls[1].name, "get_weather");
+  // Brackets inside strings do not count, escaped quotes do not end them.
+  EXPECT_THAT(ReadToolCalls(ToolCallFormat::kLlama3Json,
+                            R"({"name": "get_time", "parameters": {"zone": "}]\";{"}}; {"name": "get_weather"})", kTools)
+                  .calls,
+              ElementsAre(Call("get_time", R"({"zone": "}]\";{"})"), Call("get_weather", "{}")));
 }
 
 TEST(ToolCallParserTest, StreamedContentStopsWhereACallMayBegin) {
