@@ -204,10 +204,12 @@ absl::StatusOr<std::vector<std::string>> RecoverInterruptedReplace(FileSystem& f
   absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(dir);
   if (!names.ok()) return notes;  // no folder yet
   for (const std::string& name : *names) {
-    if (!absl::StartsWith(name, ".") || !absl::EndsWith(name, ".old")) continue;
+    // Only what a save set aside: .<tag>.old, a folder with its commit record.
+    if (name.size() <= 5 || !absl::StartsWith(name, ".") || !absl::EndsWith(name, ".old")) continue;
     const std::string tag = name.substr(1, name.size() - 5);
     if (!CheckTag(tag).ok()) continue;
     const std::string old_dir = OldDir(dir, tag), final_dir = TagDir(dir, tag), partial = PartialDir(dir, tag);
+    if (!fs.IsDirectory(old_dir) || !fs.Exists(absl::StrCat(old_dir, "/", kCompleteMarker))) continue;
     if (fs.Exists(final_dir)) {
       // The replacement finished but for removing the old folder.
       DS_RETURN_IF_ERROR(fs.RemoveTree(old_dir));

@@ -228,6 +228,25 @@ TEST_F(CheckpointFilesTest, ARotationCutShortNeverHidesTheCheckpointJustCommitte
   EXPECT_FALSE(fs_.Exists(Path("global_step20")));
 }
 
+// Note [Replacing a tag]: only a folder a save set aside (.<tag>.old with
+// its commit record) is repaired; a user's own hidden entries are left.
+TEST_F(CheckpointFilesTest, RepairLeavesWhatNoSaveSetAside) {
+  Save("global_step10", 10);
+  ASSERT_TRUE(fs_.CreateDirectories(Path(".old")).ok());
+  WriteFile(Path(".notes.old"), "mine");
+  ASSERT_TRUE(fs_.CreateDirectories(Path(".backup.old")).ok());
+  WriteFile(Path(".backup.old/rank_0.pt"), "mine");
+  ASSERT_TRUE(fs_.CreateDirectories(Path(".global_step10.old")).ok());  // no record: not a save's
+  auto repaired = RecoverInterruptedReplace(fs_, dir_);
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_TRUE(repaired->empty());
+  for (const char* kept : {".old", ".notes.old", ".backup.old/rank_0.pt", ".global_step10.old"}) {
+    EXPECT_TRUE(fs_.Exists(Path(kept))) << kept;
+  }
+  EXPECT_FALSE(fs_.Exists(Path("backup"))) << "a user's folder was taken for a checkpoint";
+  EXPECT_EQ(ChooseResumeCheckpoint(fs_, dir_, "").tag, "global_step10");
+}
+
 TEST_F(CheckpointFilesTest, ARotationThatFailsLeavesTheNewCheckpointCommitted) {
   Save("global_step10", 10);
   FaultInjectingFileSystem faulty(fs_);

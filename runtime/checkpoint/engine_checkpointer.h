@@ -127,8 +127,12 @@ class EngineCheckpointer {
   // number of ranks whose share failed, this rank's failure in `own`.
   absl::StatusOr<int> VerifyTogether(const std::string& dir, const std::string& tag, absl::Status* own,
                                      bool* legacy);
-  // Load once verified.
+  // Load once verified: what each rank reads on its own is agreed on before
+  // the gathers, and the outcome after them.
   absl::StatusOr<ClientState> LoadVerified(const std::string& dir, const std::string& tag);
+  // `own` on every rank when it failed here; else a peer failure when another
+  // rank's failed; else OK (a collective).
+  absl::Status Agree(absl::Status own, const std::string& what);
 
   Engine& engine_;
   FileSystem& fs_;

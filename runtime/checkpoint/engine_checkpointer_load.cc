@@ -2,6 +2,7 @@
 // agrees on (Note [Resuming together] in engine_checkpointer.h).
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -125,20 +126,50 @@ absl::StatusOr<EngineCheckpointer::Resumed> EngineCheckpointer::Resume(const std
   return resumed;
 }
 
+absl::Status EngineCheckpointer::Agree(absl::Status own, const std::string& what) {
+  DS_ASSIGN_OR_RETURN(int failed, engine_.CountFailedRanks(!own.ok()));
+  if (!own.ok()) return own;
+  if (failed > 0) return PeerFailureError(absl::StrCat(what, ": ", failed, " other rank(s) failed (their errors say why)"));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// `step`, with LibTorch's and TorchScript's exceptions as DataLoss naming the folder.
+absl::Status Guarded(const std::string& folder, const std::function<absl::Status()>& step) {
+  try {
+    return step();
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
+    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ClientState> EngineCheckpointer::LoadVerified(const std::string& dir, const std::string& chosen) {
   const std::string folder = TagDir(dir, chosen);
   const int rank = FileIndex().index;
   ClientState client;
-  try {
-    torch::NoGradGuard no_grad;
-    // Tensors remember the device they were saved from (rank 0's cuda:0).
-    // The per-parameter optimizer state (fp32 at stage 0, no flat shard) is
-    // used as loaded, so it goes onto this rank's device; everything else is
-    // copied into place, and the flat shards' copies in these files are
-    // never read here, so they stay in host memory (12 bytes per parameter).
-    const torch::Device load_device = engine_.zero_ ? torch::Device(torch::kCPU) : engine_.device_;
-    torch::serialize::InputArchive shared;
+  torch::NoGradGuard no_grad;
+  // Tensors remember the device they were saved from (rank 0's cuda:0).
+  // The per-parameter optimizer state (fp32 at stage 0, no flat shard) is
+  // used as loaded, so it goes onto this rank's device; everything else is
+  // copied into place, and the flat shards' copies in these files are
+  // never read here, so they stay in host memory (12 bytes per parameter).
+  const torch::Device load_device = engine_.zero_ ? torch::Device(torch::kCPU) : engine_.device_;
+  torch::serialize::InputArchive shared, own;
+  // This rank's own part; a rank that did not exist when the checkpoint was
+  // written continues with rank 0's counters and client state.
+  const std::string own_path = RankFile(folder, rank);
+  const bool has_own = fs_.Exists(own_path);
+  // Note [Resuming together]: what each rank reads on its own, agreed on
+  // before the collectives (a rank that failed to read never leaves the
+  // others waiting in a gather).
+  absl::Status read = Guarded(folder, [&]() -> absl::Status {
     DS_RETURN_IF_ERROR(LoadArchive(fs_, RankFile(folder, 0), load_device, shared));
+    if (has_own && rank != 0) DS_RETURN_IF_ERROR(LoadArchive(fs_, own_path, load_device, own));
     // The optimizer state is either one flat fp32 vector cut into ranges (any
     // ZeRO stage or mixed precision) or per-parameter (fp32 at stage 0): a
     // checkpoint loads only into an engine that keeps it the same way.
@@ -151,8 +182,8 @@ absl::StatusOr<ClientState> EngineCheckpointer::LoadVerified(const std::string& 
       };
       return absl::FailedPreconditionError(absl::StrCat(
           "load checkpoint ", folder, ": it holds ", describe(saved_flat), ", but this job keeps ",
-          describe(engine_.zero_ != nullptr), "; resume with the precision and ZeRO stage it was saved with, or start a "
-          "new checkpoint.dir"));
+          describe(engine_.zero_ != nullptr), "; resume with the precision and ZeRO stage it was saved with, or "
+          "start a new checkpoint.dir"));
     }
     for (auto& item : engine_.model_->named_parameters()) {
       if (engine_.zero_) break;  // rebuilt from the shards below
@@ -184,17 +215,15 @@ absl::StatusOr<ClientState> EngineCheckpointer::LoadVerified(const std::string& 
       absl::Status unstaged = UnstageSwappedState(/*write_back=*/loaded.ok());
       if (!loaded.ok()) return loaded;
       if (!unstaged.ok()) return unstaged;
-      absl::Status gathered = engine_.zero_->GatherParameters();
-      if (!gathered.ok()) return gathered;
+    }
+    return absl::OkStatus();
+  });
+  DS_RETURN_IF_ERROR(Agree(read, absl::StrCat("load checkpoint ", folder)));
+  absl::Status restored = Guarded(folder, [&]() -> absl::Status {
+    if (engine_.zero_) {
+      DS_RETURN_IF_ERROR(engine_.zero_->GatherParameters());
       if (engine_.expert_zero_) DS_RETURN_IF_ERROR(engine_.expert_zero_->GatherParameters());
     }
-
-    // This rank's own part; a rank that did not exist when the checkpoint was
-    // written continues with rank 0's counters and client state.
-    const std::string own_path = RankFile(folder, rank);
-    const bool has_own = fs_.Exists(own_path);
-    torch::serialize::InputArchive own;
-    if (has_own && rank != 0) DS_RETURN_IF_ERROR(LoadArchive(fs_, own_path, load_device, own));
     torch::serialize::InputArchive& mine = (has_own && rank != 0) ? own : shared;
     engine_.micro_steps_ = ReadInt(mine, "engine/micro_steps");
     engine_.global_steps_ = ReadInt(mine, "engine/global_steps");
@@ -223,12 +252,9 @@ absl::StatusOr<ClientState> EngineCheckpointer::LoadVerified(const std::string& 
     for (absl::string_view key : absl::StrSplit(keys.toStringRef(), '\n', absl::SkipEmpty())) {
       client[std::string(key)] = ReadInt(mine, absl::StrCat("client/", key));
     }
-  } catch (const c10::Error& e) {
-    return absl::DataLossError(
-        absl::StrCat("load checkpoint ", folder, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {  // TorchScript archive errors are not c10::Errors
-    return absl::DataLossError(absl::StrCat("load checkpoint ", folder, ": ", e.what()));
-  }
+    return absl::OkStatus();
+  });
+  DS_RETURN_IF_ERROR(Agree(restored, absl::StrCat("load checkpoint ", folder)));
   engine_.ApplyLrAndMomentum(engine_.schedule_->LrAt(engine_.successful_steps_));
   return client;
 }

@@ -342,8 +342,11 @@ absl::StatusOr<std::vector<GeneratedToken>> GenerationEngine::Step() {
   for (size_t p = 0; p < pieces.size(); ++p) {
     Sequence& s = running_[owners[p]];
     s.cached += pieces[p].count;
-    if (pieces[p].first < static_cast<int64_t>(s.request.prompt.size())) {
-      stats_.prompt_tokens += std::min<int64_t>(pieces[p].count, s.request.prompt.size() - pieces[p].first);
+    // Prompt tokens once each (not again when a preempted one is computed again).
+    const int64_t prompt_end = std::min<int64_t>(pieces[p].first + pieces[p].count, s.request.prompt.size());
+    if (prompt_end > s.prompt_counted) {
+      stats_.prompt_tokens += prompt_end - std::max(pieces[p].first, s.prompt_counted);
+      s.prompt_counted = prompt_end;
     }
   }
   const auto choosing_start = std::chrono::steady_clock::now();

@@ -202,6 +202,7 @@ class GenerationEngine {
     GenerationRequest request;
     std::vector<int64_t> tokens;  // prompt, then generated
     int64_t cached = 0;           // positions whose keys and values are in the cache
+    int64_t prompt_counted = 0;   // prompt positions in stats_.prompt_tokens
     at::Generator generator;
     GenerationResult result;
     std::shared_ptr<OutputConstraintState> constraint;  // with request.constraint

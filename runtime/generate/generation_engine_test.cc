@@ -265,6 +265,9 @@ TEST(GenerationEngineTest, RequestsPreemptedForBlocksGoOnWhereTheyStopped) {
   }
   const GenerationStats stats = (*engine)->Stats();
   EXPECT_GT(stats.preemptions, 0) << "the cache never ran out";
+  int64_t prompt_tokens = 0;
+  for (const GenerationRequest& request : requests) prompt_tokens += static_cast<int64_t>(request.prompt.size());
+  EXPECT_EQ(stats.prompt_tokens, prompt_tokens) << "a prompt counted again when it was computed again";
   EXPECT_EQ(stats.cache_free_blocks, stats.cache_blocks);
   for (size_t i = 0; i < requests.size(); ++i) {
     auto result = (*engine)->TakeResult(ids[i]);

@@ -43,15 +43,33 @@ std::string TextStreamer::Add(int64_t token) {
   if (stopped_) return "";
   tokens_.push_back(static_cast<int32_t>(token));
   const auto [prefix_text, new_text] = DecodeWindow();
-  const bool complete = new_text.size() > prefix_text.size() && !absl::EndsWith(new_text, kReplacementCharacter) &&
-                        IncompleteUtf8Tail(new_text) == 0;
-  if (complete || tokens_.size() - read_offset_ >= kMaxHeldTokens) {
+  auto whole = [](const std::string& text) {
+    return !absl::EndsWith(text, kReplacementCharacter) && IncompleteUtf8Tail(text) == 0;
+  };
+  if (new_text.size() > prefix_text.size() && whole(new_text)) {
     // The window's text begins with the text of its older tokens (a decoder
     // is a left-to-right function of its pieces); anything else is taken
     // from where the two first differ.
     pending_ += TextPastCommonPrefix(prefix_text, new_text);
     prefix_offset_ = read_offset_;
     read_offset_ = tokens_.size();
+  } else if (tokens_.size() - read_offset_ >= kMaxHeldTokens) {
+    // Held too long: released up to the last token after which the text is
+    // whole (a character still coming stays held), or all of it.
+    size_t cut = tokens_.size();
+    std::string cut_text = new_text;
+    const auto first = tokens_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_);
+    for (size_t c = tokens_.size() - 1; c > read_offset_; --c) {
+      std::string text = tokenizer_.Decode(std::vector<int32_t>(first, tokens_.begin() + static_cast<std::ptrdiff_t>(c)));
+      if (whole(text)) {
+        cut = c;
+        cut_text = std::move(text);
+        break;
+      }
+    }
+    pending_ += TextPastCommonPrefix(prefix_text, cut_text);
+    prefix_offset_ = read_offset_;
+    read_offset_ = cut;
   }
   return Release(/*final=*/false);
 }

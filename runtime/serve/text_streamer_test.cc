@@ -55,6 +55,24 @@ TEST(TextStreamerTest, TextThatNeverBecomesACharacterIsReleasedWithinSixteenToke
   EXPECT_EQ(joined, tokenizer.Decode(all));
 }
 
+// Tokens that decode to nothing, then a character across three: the text
+// released for being held too long stops before the character, which comes
+// whole when its last byte does.
+TEST(TextStreamerTest, AReleaseForHoldingTooLongNeverSplitsACharacter) {
+  ByteTokenizer tokenizer;
+  TextStreamer streamer(tokenizer, {});
+  std::vector<int64_t> ids(15, ByteTokenizer::kEosId);  // decodes to nothing
+  for (int64_t id : Bytes("\xE2\x82\xAC!")) ids.push_back(id);  // "€!"
+  std::string joined;
+  for (int64_t id : ids) {
+    const std::string piece = streamer.Add(id);
+    EXPECT_EQ(IncompleteUtf8Tail(piece), 0u) << "a piece ends inside a character";
+    joined += piece;
+  }
+  joined += streamer.Finish();
+  EXPECT_EQ(joined, "\xE2\x82\xAC!");
+}
+
 TEST(TextStreamerTest, AStopStringAcrossTokensEndsTheTextBeforeIt) {
   ByteTokenizer tokenizer;
   TextStreamer streamer(tokenizer, {"END", "\n\n"});
