@@ -39,8 +39,10 @@
 // anyOf, oneOf, allOf of one schema, $ref to "#", "#/$defs/NAME" or
 // "#/definitions/NAME" (recursion included), $defs and definitions; the
 // annotations title, description, default, examples, $schema, $id,
-// $comment, deprecated, readOnly and writeOnly change nothing. Any other
-// keyword (propertyNames, minProperties, ...) is an error naming it and its
+// $comment, deprecated, readOnly and writeOnly change nothing; propertyNames
+// of a pattern or format and lengths holds the keys (Note [Property names] in
+// json_schema_patterns.cc). Any other
+// keyword (minProperties, uniqueItems, ...) is an error naming it and its
 // place in the schema: the output would not be held to it, and a schema
 // half held is worse than one refused.
 //

@@ -381,9 +381,10 @@ bool JsonSchemaAutomaton::StartKey(unsigned char b) {
     s_.utf8 = 0;
     s_.pair = kNoPair;
     s_.chars = 0;
-    // A key of any length, or one that patternProperties' patterns match.
+    // A key of any length, or one that patternProperties' patterns match,
+    // or that propertyNames accepts (its pattern, if it has one; its lengths).
     s_.string_node = object.key_node >= 0 ? object.key_node : 0;
-    s_.pattern_state = object.key_node >= 0 ? 0 : -1;
+    s_.pattern_state = Node(s_.string_node).pattern >= 0 ? 0 : -1;
     return true;
   }
   if (Top().index >= object.properties.size()) return false;
@@ -430,6 +431,7 @@ bool JsonSchemaAutomaton::StringByte(unsigned char b) {
   const bool lengths = node.bounded_string();
   if (b == '"') {
     if (s_.key) {
+      if (lengths && s_.chars < node.min_length) return false;  // propertyNames' minLength
       if (s_.pattern_state >= 0 && !schema_->pattern(node.pattern).Matches(s_.pattern_state)) return false;
       s_.mode = kColon;
       s_.value_node = Node(Top().node).additional;

@@ -17,13 +17,6 @@
 namespace dslaunch::runtime {
 namespace {
 
-// Keywords that change nothing about the values a schema accepts.
-bool IsAnnotation(const std::string& key) {
-  static const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
-                                                      "$schema",  "$id",         "$comment", "deprecated",
-                                                      "readOnly", "writeOnly"};
-  return kAnnotations.count(key) > 0;
-}
 
 std::string ByteName(int b) {
   if (b >= 0x21 && b < 0x7F) return absl::StrCat("'", std::string(1, static_cast<char>(b)), "'");
@@ -68,6 +61,14 @@ uint8_t TypeOfValue(const JsonValue& value) {
 
 namespace json_schema_detail {
 
+// Keywords that change nothing about the values a schema accepts.
+bool IsAnnotation(const std::string& key) {
+  static const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
+                                                      "$schema",  "$id",         "$comment", "deprecated",
+                                                      "readOnly", "writeOnly"};
+  return kAnnotations.count(key) > 0;
+}
+
 // A schema that every value meets: true, or only annotations.
 bool AcceptsAnything(const JsonValue& schema) {
   if (schema.is_bool()) return schema.bool_value();
@@ -96,6 +97,7 @@ std::string PointerToken(const std::string& name) {
 }  // namespace json_schema_detail
 
 using json_schema_detail::AcceptsAnything;
+using json_schema_detail::IsAnnotation;
 using json_schema_detail::PointerToken;
 
 absl::StatusOr<std::shared_ptr<const CompiledJsonSchema>> JsonSchemaCompiler::Compile() {
@@ -204,7 +206,7 @@ absl::StatusOr<int32_t> JsonSchemaCompiler::NodeOf(const JsonValue& schema, cons
 absl::StatusOr<int32_t> JsonSchemaCompiler::PlainNodeOf(const JsonValue& schema, const std::string& path,
                                                         const std::vector<std::string>& keywords) {
   static const std::set<std::string> kObjectWords = {"properties", "required", "additionalProperties",
-                                                     "patternProperties"};
+                                                     "patternProperties", "propertyNames"};
   static const std::set<std::string> kArrayWords = {"items", "minItems", "maxItems"};
   static const std::set<std::string> kStringWords = {"minLength", "maxLength", "pattern", "format"};
   static const std::set<std::string> kNumberWords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -222,7 +224,8 @@ absl::StatusOr<int32_t> JsonSchemaCompiler::PlainNodeOf(const JsonValue& schema,
     } else if (key != "type" && key != "enum" && key != "const") {
       return Fail(path, absl::StrCat("'", key,
                                      "' is not supported by constrained decoding (it reads type, properties, "
-                                     "required, additionalProperties, patternProperties, items, minItems, maxItems, minLength, "
+                                     "required, additionalProperties, patternProperties, propertyNames, items, minItems, maxItems, "
+                                     "minLength, "
                                      "maxLength, pattern, format, minimum, maximum and their exclusive forms, "
                                      "multipleOf, enum, "
                                      "const, anyOf, oneOf, allOf of one, $ref): leave it out"));
@@ -359,6 +362,9 @@ absl::StatusOr<int32_t> JsonSchemaCompiler::PlainNodeOf(const JsonValue& schema,
     if (absl::Status ok = PatternPropertiesOf(*patterned, schema, path + "/patternProperties", id); !ok.ok()) {
       return ok;
     }
+  }
+  if (const JsonValue* names = schema.Find("propertyNames")) {
+    if (absl::Status ok = PropertyNamesOf(*names, path + "/propertyNames", id); !ok.ok()) return ok;
   }
   // Arrays.
   if (const JsonValue* items = schema.Find("items")) {

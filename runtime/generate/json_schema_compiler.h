@@ -19,6 +19,8 @@
 namespace dslaunch::runtime {
 namespace json_schema_detail {
 
+// Keywords that change nothing about the values a schema accepts.
+bool IsAnnotation(const std::string& key);
 // A schema that every value meets: true, or only annotations.
 bool AcceptsAnything(const JsonValue& schema);
 // A name as a JSON Pointer token: '~' as ~0, '/' as ~1.
@@ -61,6 +63,8 @@ class JsonSchemaCompiler {
   // patternProperties: Note [Pattern properties] in json_schema_patterns.cc.
   absl::Status PatternPropertiesOf(const JsonValue& patterned, const JsonValue& schema, const std::string& path,
                                    int32_t id);
+  // propertyNames: Note [Property names] in json_schema_patterns.cc.
+  absl::Status PropertyNamesOf(const JsonValue& names, const std::string& path, int32_t id);
   // minLength and maxLength leave room for some match of the node's pattern.
   absl::Status LengthsFitPattern(const std::string& path, const std::string& word, int32_t id);
   // minimum, maximum, exclusiveMinimum, exclusiveMaximum and multipleOf

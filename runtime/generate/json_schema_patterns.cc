@@ -8,6 +8,7 @@
 namespace dslaunch::runtime {
 
 using json_schema_detail::AcceptsAnything;
+using json_schema_detail::IsAnnotation;
 using json_schema_detail::PointerToken;
 
 absl::Status JsonSchemaCompiler::StringPatternOf(const JsonValue& schema, const std::string& path, int32_t id) {
@@ -147,4 +148,61 @@ absl::Status JsonSchemaCompiler::LengthsFitPattern(const std::string& path, cons
   }
   return absl::OkStatus();
 }
+// Note [Property names]: propertyNames SCHEMA holds every key of the object
+// to a string schema: here pattern or format, minLength and maxLength (with
+// "type": "string" and annotations beside them; anything else is refused
+// naming it).
+//  - Without "properties" the keys generated are the strings it accepts, held
+//    as a key's characters come, as patternProperties' keys are (Note
+//    [Pattern properties]); the two together are refused: one automaton
+//    reads a key.
+//  - Beside "properties" only the listed names are generated, so each must
+//    meet it: checked here, a name that does not is refused naming it (a name
+//    beyond ASCII against a pattern counts as not told, and is refused).
+absl::Status JsonSchemaCompiler::PropertyNamesOf(const JsonValue& names, const std::string& path, int32_t id) {
+  if (AcceptsAnything(names)) return absl::OkStatus();
+  if (!names.is_object()) {
+    return Fail(path, "expected a schema of strings (pattern, format, minLength, maxLength): a false one allows only "
+                      "{}, which is not supported");
+  }
+  for (const std::string& key : names.keys()) {
+    if (key == "pattern" || key == "format" || key == "minLength" || key == "maxLength" || IsAnnotation(key)) continue;
+    if (const JsonValue* type = names.Find("type"); key == "type" && type->is_string() && type->string_value() == "string") {
+      continue;
+    }
+    return Fail(absl::StrCat(path, "/", PointerToken(key)),
+                absl::StrCat("'", key, "' is not read in propertyNames (pattern, format, minLength, maxLength and "
+                                       "\"type\": \"string\" are)"));
+  }
+  auto compiled = NodeOf(names, path);
+  if (!compiled.ok()) return compiled.status();
+  const SchemaNode keys = At(*compiled);
+  if (!At(id).properties.empty()) {
+    for (const SchemaProperty& property : At(id).properties) {
+      int64_t length = 0;
+      for (char c : property.name) length += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      bool meets = length >= keys.min_length && (keys.max_length < 0 || length <= keys.max_length);
+      const bool ascii =
+          std::all_of(property.name.begin(), property.name.end(), [](char c) { return (c & 0x80) == 0; });
+      if (meets && keys.pattern >= 0) {
+        if (!ascii) {
+          return Fail(path, absl::StrCat("whether the property '", property.name, "' matches its pattern is not told "
+                                         "beyond ASCII: leave propertyNames out, or rename the property"));
+        }
+        meets = (*patterns_)[static_cast<size_t>(keys.pattern)].MatchesText(property.name);
+      }
+      if (!meets) {
+        return Fail(path, absl::StrCat("the property '", property.name, "' is not a name it accepts"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (At(id).key_node >= 0) {
+    return Fail(path, "propertyNames beside patternProperties is not supported: one automaton reads a key; fold the "
+                      "names into the patterns");
+  }
+  At(id).key_node = *compiled;
+  return absl::OkStatus();
+}
+
 }  // namespace dslaunch::runtime

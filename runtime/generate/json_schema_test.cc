@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "absl/strings/match.h"
+#include "common/json_quote.h"
 #include "runtime/generate/json_schema_automaton.h"
 #include "runtime/generate/output_constraint.h"
 #include "runtime/generate/string_pattern.h"
@@ -60,7 +61,17 @@ TEST(JsonSchemaTest, WhatTheDecoderCannotHoldOutputToIsRefusedAtItsPlace) {
             "schema: the format's longest match is 10 code points, below minLength 11"},
            {R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2.5}}})",
             "schema/properties/n/multipleOf: 2.5 is not held: only a whole number from 1 to 1000 is"},
-           {R"({"type": "object", "propertyNames": {"pattern": "^a"}})", "schema: 'propertyNames' is not supported"},
+           {R"({"type": "object", "minProperties": 1})", "schema: 'minProperties' is not supported"},
+           // Note [Property names]: string schemas of pattern, format and lengths only.
+           {R"({"propertyNames": {"enum": ["a"]}})", "schema/propertyNames/enum: 'enum' is not read in propertyNames"},
+           {R"({"propertyNames": {"type": "integer"}})", "schema/propertyNames/type: 'type' is not read"},
+           {R"({"propertyNames": false})", "schema/propertyNames: expected a schema of strings"},
+           {R"({"properties": {"ab": {}}, "propertyNames": {"maxLength": 1}})",
+            "schema/propertyNames: the property 'ab' is not a name it accepts"},
+           {R"({"properties": {"café": {}}, "propertyNames": {"pattern": "^c"}})",
+            "schema/propertyNames: whether the property 'café' matches its pattern is not told beyond ASCII"},
+           {R"({"patternProperties": {"^a": {}}, "propertyNames": {"maxLength": 3}})",
+            "schema/propertyNames: propertyNames beside patternProperties is not supported"},
            // Note [Pattern properties]: what one held schema per value cannot keep.
            {R"({"patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "string"}}})",
             "schema/patternProperties: the patterns '^a' and 'b$' have different schemas"},
@@ -358,6 +369,20 @@ TEST(JsonSchemaTest, AlternativesRefsAndRecursionHold) {
   EXPECT_EQ(CompileError(R"({"properties": {"cafe": {"type": "string"}}, "patternProperties": {"^\\d": {"type": "integer"}}})"),
             "compiled")
       << "a pattern that matches no listed name binds none";
+  // Note [Property names]: keys the names' schema accepts, held as they
+  // come; beside "properties", listed names that meet it.
+  const std::string codes = R"({"type": "object", "propertyNames": {"pattern": "^[A-Z]{2}$"},
+      "additionalProperties": {"type": "integer"}})";
+  EXPECT_EQ(Judge(codes, R"({"NO": 5, "SE": 10})"), 1);
+  EXPECT_EQ(Judge(codes, R"({"NOR)"), -1);
+  EXPECT_EQ(Judge(codes, R"({"N)"), 0);
+  EXPECT_EQ(Judge(codes, R"({"N")"), -1) << "a key the pattern does not match ends";
+  const std::string short_keys = R"({"propertyNames": {"minLength": 2, "maxLength": 3}})";
+  EXPECT_EQ(Judge(short_keys, R"({"ab": 1, "abc": [2]})"), 1);
+  EXPECT_EQ(Judge(short_keys, R"({"a": 1})"), -1) << "a key shorter than minLength";
+  EXPECT_EQ(Judge(short_keys, R"({"abcd)"), -1);
+  EXPECT_EQ(Judge(R"({"properties": {"ab": {"type": "integer"}}, "propertyNames": {"maxLength": 2}})", R"({"ab": 1})"),
+            1);
   // No type: what the keywords imply; nothing: any value.
   EXPECT_EQ(Judge(R"({"properties": {"a": {}}})", R"("text")"), -1);
   EXPECT_EQ(Judge(R"({})", R"("text")"), 1);
@@ -460,8 +485,10 @@ class Validator {
       const JsonValue* properties = schema.Find("properties");
       const JsonValue* patterned = schema.Find("patternProperties");
       const JsonValue* additional = schema.Find("additionalProperties");
+      const JsonValue* names = schema.Find("propertyNames");
       for (size_t i = 0; i < value.keys().size(); ++i) {
         const std::string& key = value.keys()[i];
+        if (names != nullptr && !Valid(*ParseJson(JsonQuote(key), "a key"), *names)) return false;
         const JsonValue* own = properties != nullptr ? properties->Find(key) : nullptr;
         if (own != nullptr && !Valid(value.items()[i], *own)) return false;
         // Every pattern that matches the key binds its value too.
@@ -584,6 +611,10 @@ TEST(JsonSchemaTest, EveryOutputTheAutomatonAllowsValidatesAgainstTheSchema) {
           "[0-9]$": {"type": "integer", "minimum": 0, "maximum": 9}}, "additionalProperties": false})",
       R"({"type": "array", "items": {"type": "object", "properties": {"k1": {"type": "boolean"}, "z": {"type": "null"}},
           "patternProperties": {"^k\\d$": {"type": "boolean"}, "q": true}, "required": ["k1"]}, "maxItems": 3})",
+      // Note [Property names]: keys of the names' pattern and lengths.
+      R"({"type": "object", "propertyNames": {"type": "string", "pattern": "^[a-z]+_?[0-9]?$", "minLength": 2,
+          "maxLength": 6}, "additionalProperties": {"type": "integer", "minimum": -9, "maximum": 9}})",
+      R"({"type": "object", "propertyNames": {"format": "date"}, "additionalProperties": {"type": "boolean"}})",
   };
   std::mt19937 random(20261207);
   for (const std::string& text : schemas) {
