@@ -38,10 +38,19 @@ absl::StatusOr<std::unique_ptr<InstructionSamples>> InstructionSamples::Create(
         case LongRecordPolicy::kSkip:
           ++samples->skipped_long_;
           continue;
-        case LongRecordPolicy::kTruncate:
+        case LongRecordPolicy::kTruncate: {
+          // What is left must hold a label: a response cut off whole would
+          // give a row of no targets (a loss of 0/0), so it goes, counted.
+          std::vector<int32_t> kept(static_cast<size_t>(length + 1)), mask(static_cast<size_t>(length + 1));
+          DS_RETURN_IF_ERROR(dataset->CopyDocument(d, length + 1, kept.data(), mask.data()));
+          if (std::none_of(mask.begin() + 1, mask.end(), [](int32_t m) { return m != 0; })) {
+            ++samples->truncated_unlabeled_;
+            continue;
+          }
           ++samples->truncated_long_;
           tokens = length + 1;
           break;
+        }
       }
     }
     samples->documents_.push_back(d);
@@ -64,8 +73,8 @@ absl::StatusOr<std::unique_ptr<InstructionSamples>> InstructionSamples::Create(
   if (samples->documents_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("instruction dataset ", dataset->prefix(), ": no record of documents [",
                                                    options.first_document, ", ", end, ") is usable (",
-                                                   samples->skipped_long_, " longer than sequence_length ", length,
-                                                   " skipped)"));
+                                                   samples->skipped_long_ + samples->truncated_unlabeled_,
+                                                   " longer than sequence_length ", length, " skipped)"));
   }
   return samples;
 }
@@ -81,6 +90,10 @@ std::string InstructionSamples::Summary() const {
                                         options_.packing ? "packed" : "padded", fill);
   if (skipped_long_ > 0) absl::StrAppend(&summary, "; ", skipped_long_, " long records skipped");
   if (truncated_long_ > 0) absl::StrAppend(&summary, "; ", truncated_long_, " long records truncated");
+  if (truncated_unlabeled_ > 0) {
+    absl::StrAppend(&summary, "; ", truncated_unlabeled_,
+                    " long records skipped: truncating them left no response token to learn");
+  }
   return summary;
 }
 

@@ -85,6 +85,8 @@ class InstructionSamples {
   int64_t record_count() const { return static_cast<int64_t>(documents_.size()); }
   int64_t skipped_long_records() const { return skipped_long_; }
   int64_t truncated_long_records() const { return truncated_long_; }
+  // Long records that truncating would leave without a label: skipped.
+  int64_t truncated_unlabeled_records() const { return truncated_unlabeled_; }
   // Positions holding a record (not padding), over all samples.
   int64_t filled_positions() const { return filled_positions_; }
   // "1200 records in 340 samples of 512 (packed, 91.2% filled); 3 long records skipped".
@@ -111,6 +113,7 @@ class InstructionSamples {
   std::vector<int64_t> sample_starts_;
   int64_t skipped_long_ = 0;
   int64_t truncated_long_ = 0;
+  int64_t truncated_unlabeled_ = 0;
   int64_t filled_positions_ = 0;
 
   // The order of the epoch read last (see GptSamples).

@@ -1,5 +1,6 @@
 #include "runtime/data/instruction_samples.h"
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -134,6 +135,19 @@ TEST_F(InstructionSamplesTest, LongRecordsAreRefusedSkippedOrTruncatedAsAsked) {
   Sample d = At(*truncated, 3);
   EXPECT_THAT(d.input_ids, ElementsAre(1, 14, 15, 16, 24, 25, 26));
   EXPECT_THAT(d.targets, ElementsAre(X, X, X, 24, 25, 26, 27));  // eos cut off, as asked
+
+  // Truncated to 3 positions, record D keeps no response token (its first
+  // label is token 4): skipped, counted, never a row of no targets.
+  auto short_rows = Make(3, false, LongRecordPolicy::kTruncate);
+  ASSERT_NE(short_rows, nullptr);
+  EXPECT_EQ(short_rows->record_count(), 3);
+  EXPECT_EQ(short_rows->truncated_long_records(), 2);
+  EXPECT_EQ(short_rows->truncated_unlabeled_records(), 1);
+  EXPECT_THAT(short_rows->Summary(), HasSubstr("1 long records skipped: truncating them left no response token"));
+  for (int64_t i = 0; i < short_rows->sample_count(); ++i) {
+    const Sample s = At(*short_rows, i);
+    EXPECT_TRUE(std::any_of(s.targets.begin(), s.targets.end(), [](int32_t t) { return t != X; })) << "sample " << i;
+  }
 
   // A sequence no record fits in.
   InstructionSamplesOptions tiny;

@@ -338,7 +338,20 @@ absl::Status RunTraining(const JobConfig& job, const TrainerContext& context) {
     const ResumeChoice& choice = resumed->choice;
     for (const std::string& note : choice.notes) absl::FPrintF(context.out, "dsrank: %s\n", note);
     if (!choice.tag.empty()) {
-      consumed = resumed->client[kConsumedSamples];
+      if (auto it = resumed->client.find(kConsumedSamples); it != resumed->client.end()) {
+        consumed = it->second;
+      } else {
+        // A checkpoint saved without the sampler's position (the C++ API's
+        // SaveCheckpoint with other client state): every step it counts took
+        // one global batch; said, never a silent start at sample 0.
+        consumed = engine->global_steps() * sampler->global_batch();
+        if (context.rank == 0) {
+          absl::FPrintF(context.out,
+                        "dsrank: checkpoint %s/%s holds no %s: the data goes on at sample %d (%d steps of %d)\n",
+                        checkpoint_dir, choice.tag, kConsumedSamples, consumed, engine->global_steps(),
+                        sampler->global_batch());
+        }
+      }
       if (context.rank == 0) {
         const bool as_recorded = !context.resume_tag.empty() && choice.tag == context.resume_tag;
         absl::FPrintF(context.out, "dsrank: resumed from %s/%s at step %d%s\n", checkpoint_dir, choice.tag,

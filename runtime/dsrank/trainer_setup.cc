@@ -46,6 +46,15 @@ absl::StatusOr<TrainingData> OpenTrainingData(const JobConfig& job, const Traine
     train_documents = std::max<int64_t>(1, static_cast<int64_t>(documents * (1 - job.data.validation_fraction)));
   }
   const bool evaluate = train_documents < documents && job.train.eval_interval > 0;
+  // Evaluation asked for but impossible is said, never dropped in silence.
+  auto no_evaluation = [&](const std::string& why) {
+    if (context.rank == 0) absl::FPrintF(context.out, "dsrank: no evaluation: %s\n", why);
+  };
+  if (!evaluate && job.data.validation_fraction > 0 && job.train.eval_interval > 0) {
+    no_evaluation(absl::StrCat("data.validation_fraction ", job.data.validation_fraction, " of the dataset's ",
+                               documents, " document(s) holds none out (a text prepared from one file is one "
+                               "document: prepare it from several, or split the file)"));
+  }
   std::unique_ptr<TrainingBatches>& train_samples = data.train;
   std::unique_ptr<TrainingBatches>& eval_samples = data.eval;
   data.vocab = vocab;
@@ -67,7 +76,11 @@ absl::StatusOr<TrainingData> OpenTrainingData(const JobConfig& job, const Traine
     train_samples = std::move(*train);
     if (evaluate) {
       auto held_out = batches(train_documents, documents);
-      if (held_out.ok()) eval_samples = std::move(*held_out);
+      if (held_out.ok()) {
+        eval_samples = std::move(*held_out);
+      } else {
+        no_evaluation(absl::StrCat("the held-out documents make no sample: ", held_out.status().message()));
+      }
     }
   } else {
     auto train = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(0, train_documents),
@@ -77,7 +90,11 @@ absl::StatusOr<TrainingData> OpenTrainingData(const JobConfig& job, const Traine
     if (evaluate) {
       auto held_out = GptSamples::Create(text_dataset.get(), text_dataset->DocumentTokens(train_documents, documents),
                                          job.model.sequence_length, job.train.seed);
-      if (held_out.ok()) eval_samples = TrainingBatches::Text(std::move(*held_out));
+      if (held_out.ok()) {
+        eval_samples = TrainingBatches::Text(std::move(*held_out));
+      } else {
+        no_evaluation(absl::StrCat("the held-out documents make no sample: ", held_out.status().message()));
+      }
     }
   }
   return data;

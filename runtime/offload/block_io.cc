@@ -232,6 +232,7 @@ class IoUringBlockIo final : public WorkerBlockIo {
 
  protected:
   absl::Status Execute(const std::vector<IoRequest>& batch) override {
+    if (!broken_.ok()) return broken_;
     const std::vector<Piece> pieces = SplitIntoBlocks(batch, options_.block_bytes);
     size_t next = 0, in_flight = 0;
     absl::Status first_error;
@@ -263,14 +264,29 @@ class IoUringBlockIo final : public WorkerBlockIo {
         ++in_flight;
       }
       if (in_flight == 0) break;
-      const int submitted = io_uring_submit(&ring_);
-      if (submitted < 0 && first_error.ok()) {
-        first_error = absl::InternalError(absl::StrCat("io_uring_submit: ", std::strerror(-submitted)));
+      if (broken_.ok()) {
+        int submitted = io_uring_submit(&ring_);
+        while (submitted == -EINTR) submitted = io_uring_submit(&ring_);
+        if (submitted < 0) {
+          // The entries the kernel did not take never complete, and a later
+          // submit would run them into buffers no longer theirs: they are
+          // counted out, and the ring is used no more (every later batch
+          // gets this error); what it took is drained.
+          in_flight -= std::min<size_t>(in_flight, io_uring_sq_ready(&ring_));
+          broken_ = absl::InternalError(absl::StrCat("io_uring_submit: ", std::strerror(-submitted)));
+          if (first_error.ok()) first_error = broken_;
+          if (in_flight == 0) break;
+        }
       }
       io_uring_cqe* cqe = nullptr;
       int waited = io_uring_wait_cqe(&ring_, &cqe);
       while (waited == -EINTR) waited = io_uring_wait_cqe(&ring_, &cqe);
-      if (waited < 0) return absl::InternalError(absl::StrCat("io_uring_wait_cqe: ", std::strerror(-waited)));
+      if (waited < 0) {
+        // Transfers may still be in flight into the batch's buffers: the
+        // ring is used no more.
+        broken_ = absl::InternalError(absl::StrCat("io_uring_wait_cqe: ", std::strerror(-waited)));
+        return broken_;
+      }
       const Piece& piece = pieces[io_uring_cqe_get_data64(cqe)];
       const int result = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
@@ -293,6 +309,7 @@ class IoUringBlockIo final : public WorkerBlockIo {
 
   io_uring ring_{};
   bool initialized_ = false;
+  absl::Status broken_;  // the worker's own: a ring that failed is not used again
   std::vector<Buffer> registered_;  // set before the first Submit, read by the worker after
   std::string registration_refused_;
   std::atomic<int64_t> registered_transfers_{0};

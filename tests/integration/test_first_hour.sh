@@ -90,6 +90,19 @@ printf 'one line of text\n%%\nanother\n' >"$WORK/corpus.txt"
 [[ -s $WORK/new/folder/corpus.bin && -s $WORK/new/folder/corpus.idx ]] || fail "dsprep wrote no dataset"
 pass "dsrank --help, dsconsolidate --help; dsprep --output makes its folder"
 
+# Evaluation asked for but impossible is said: a text prepared from one file
+# is one document, so a validation fraction holds none of it out.
+for i in $(seq 1 200); do echo "line $i of a text that is one document"; done >"$WORK/one.txt"
+"$DSPREP" --input "$WORK/one.txt" --output "$WORK/one/corpus" >"$WORK/dsprep_one.out" 2>&1 ||
+  fail "dsprep of one file: $(cat "$WORK/dsprep_one.out")"
+"$DSLAUNCH" --num_gpus 1 --override "data.prepared=$WORK/one/corpus" --override data.validation_fraction=0.5 \
+  --override train.eval_interval=1 --override train.steps=3 --override train.warmup_steps=1 \
+  --override checkpoint.interval=0 --override "checkpoint.dir=$WORK/ck_one" "$CONFIG" --quiet_config \
+  >"$WORK/one.out" 2>"$WORK/one.err" || fail "the one-document job exited $?: $(tail -3 "$WORK/one.err")"
+grep -q "dsrank: no evaluation: data.validation_fraction 0.5 of the dataset's 1 document(s) holds none out" \
+  "$WORK/one.out" || fail "a job that cannot evaluate does not say so: $(grep dsrank "$WORK/one.out" | head -5)"
+pass "a validation fraction that holds nothing out is said, not dropped"
+
 # --- a job says where it is --------------------------------------------------
 JOB=(--override "data.prepared=$WORK/data/fortunes" --override train.eval_interval=0 --override train.steps=6
   --override train.warmup_steps=2 --override ds_config.steps_per_print=3 --override checkpoint.interval=3
